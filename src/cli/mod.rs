@@ -1,0 +1,375 @@
+//! The `memvault` command line: clap types and one thin handler per
+//! subcommand. Results go to stdout, diagnostics to stderr; exit status 0
+//! on success, 1 on failure, 2 on a usage error.
+
+mod demo;
+mod unlock;
+
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::crypto::{KdfParams, KeyFileKey, Unlock};
+use crate::memory::{Memory, Store};
+use crate::protocol;
+use crate::redact::{Mode, Redactor};
+use crate::vault::{Attribution, InitSecret, Vault, VaultConfig, VaultError};
+pub use unlock::{Secret, SecretSource};
+
+/// A failure with the sentence a person needs, and its exit status.
+#[derive(Debug)]
+pub struct CliError {
+    pub message: String,
+    pub code: u8,
+}
+
+impl CliError {
+    pub fn failure(message: impl Into<String>) -> Self {
+        CliError {
+            message: message.into(),
+            code: 1,
+        }
+    }
+}
+
+impl From<VaultError> for CliError {
+    fn from(e: VaultError) -> Self {
+        let hint = match &e {
+            VaultError::WrongSecret => " (check the passphrase or --key-file; nothing was changed)",
+            VaultError::Damaged(_) => " (nothing was changed; run `memvault verify` to locate the damage)",
+            _ => "",
+        };
+        CliError::failure(format!("{e}{hint}"))
+    }
+}
+
+impl From<io::Error> for CliError {
+    fn from(e: io::Error) -> Self {
+        CliError::failure(format!("I/O error: {e}"))
+    }
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "memvault",
+    version,
+    about = "Encrypted, git-versioned storage for Claude's memory tool",
+    long_about = None
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Global {
+    /// The vault directory [default: $MEMVAULT_DIR, else ~/.local/share/memvault/vault]
+    #[arg(long, global = true, value_name = "DIR")]
+    pub vault: Option<PathBuf>,
+    /// A raw 32-byte key file that unlocks the vault (also MEMVAULT_KEY_FILE)
+    #[arg(long, global = true, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+    /// A file whose first line is the passphrase (else MEMVAULT_PASSPHRASE, else a prompt)
+    #[arg(long, global = true, value_name = "FILE")]
+    pub passphrase_file: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create a new vault
+    Init(InitArgs),
+    /// Write a new random key file (mode 0600; never overwrites)
+    Keygen {
+        /// Where to write the key file
+        file: PathBuf,
+    },
+    /// Answer memory tool calls as JSON lines on stdin/stdout
+    Serve(SessionArgs),
+    /// Run one memory command (JSON argument, or stdin) and print its result line
+    Exec {
+        #[command(flatten)]
+        session: SessionArgs,
+        /// The tool_use block or command object; read from stdin when absent
+        json: Option<String>,
+    },
+    /// Replay a realistic agent session on a throwaway vault, offline
+    Demo {
+        /// Keep the throwaway vault in this directory instead of deleting it
+        #[arg(long, value_name = "DIR")]
+        keep: Option<PathBuf>,
+    },
+    /// Print text with secrets redacted (stdin by default)
+    Redact {
+        /// The file to read
+        file: Option<PathBuf>,
+        /// Print findings (rule, line, column) as JSON lines instead of the text
+        #[arg(long)]
+        report: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    /// Argon2id memory in KiB for a passphrase slot
+    #[arg(long, default_value_t = KdfParams::DEFAULT.m_kib, value_name = "KIB")]
+    pub argon2_memory: u32,
+    /// Argon2id passes
+    #[arg(long, default_value_t = KdfParams::DEFAULT.t, value_name = "N")]
+    pub argon2_passes: u32,
+    /// Argon2id lanes
+    #[arg(long, default_value_t = KdfParams::DEFAULT.p, value_name = "N")]
+    pub argon2_lanes: u32,
+    /// `create` on an existing file overwrites it (history keeps the old one)
+    #[arg(long)]
+    pub overwrite_on_create: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SessionArgs {
+    /// Session id stored with every change [default: a new random id]
+    #[arg(long, env = "MEMVAULT_SESSION", value_name = "ID")]
+    pub session: Option<String>,
+    /// Who is acting (agent or service name)
+    #[arg(long, env = "MEMVAULT_ACTOR", value_name = "NAME", default_value = "agent")]
+    pub actor: String,
+}
+
+impl SessionArgs {
+    fn attribution(&self, announce: bool) -> Result<Attribution, CliError> {
+        let session = match &self.session {
+            Some(s) => {
+                if s.is_empty() || s.len() > 128 || s.chars().any(|c| c.is_control()) {
+                    return Err(CliError {
+                        message: "a session id is 1 to 128 printable characters".into(),
+                        code: 2,
+                    });
+                }
+                s.clone()
+            }
+            None => {
+                let id = new_session_id();
+                if announce {
+                    eprintln!("memvault: session {id}");
+                }
+                id
+            }
+        };
+        if self.actor.is_empty() || self.actor.len() > 128 || self.actor.chars().any(|c| c.is_control()) {
+            return Err(CliError {
+                message: "an actor name is 1 to 128 printable characters".into(),
+                code: 2,
+            });
+        }
+        Ok(Attribution {
+            session,
+            actor: self.actor.clone(),
+        })
+    }
+}
+
+/// A new random session id.
+pub fn new_session_id() -> String {
+    format!(
+        "s-{}",
+        data_encoding::HEXLOWER.encode(&crate::crypto::random_bytes::<8>())
+    )
+}
+
+/// The vault directory: `--vault`, else `$MEMVAULT_DIR`, else the per-user
+/// data directory.
+pub fn vault_dir(global: &Global) -> Result<PathBuf, CliError> {
+    if let Some(v) = &global.vault {
+        return Ok(v.clone());
+    }
+    if let Some(v) = std::env::var_os("MEMVAULT_DIR").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(v));
+    }
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(x).join("memvault").join("vault"));
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(h).join(".local/share/memvault/vault"));
+    }
+    Err(CliError::failure(
+        "no vault location: give --vault DIR or set MEMVAULT_DIR",
+    ))
+}
+
+fn source(global: &Global) -> SecretSource {
+    SecretSource {
+        key_file: global.key_file.clone(),
+        passphrase_file: global.passphrase_file.clone(),
+    }
+}
+
+/// Open and unlock the vault named by the global options.
+pub fn open_vault(global: &Global, attribution: Attribution) -> Result<Vault, CliError> {
+    let dir = vault_dir(global)?;
+    if !dir.exists() {
+        return Err(VaultError::NotFound(dir).into());
+    }
+    let secret = source(global).resolve()?;
+    let unlock = match &secret {
+        Secret::KeyFile(k) => Unlock::KeyFile(k),
+        Secret::Passphrase(p) => Unlock::Passphrase(p),
+    };
+    Ok(Vault::open(&dir, &unlock, attribution)?)
+}
+
+/// Build the command executor for a vault's settings.
+pub fn memory_for(config: &VaultConfig) -> Result<Memory, CliError> {
+    let redactor = Redactor::new(&config.redaction)
+        .map_err(|e| CliError::failure(format!("invalid redaction settings in memvault/config.json: {e}")))?;
+    Ok(crate::memory_for_config(config, redactor))
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("memvault: {}", e.message);
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<u8, CliError> {
+    match cli.command {
+        Command::Init(args) => init(&cli.global, &args),
+        Command::Keygen { file } => keygen(&file),
+        Command::Serve(session) => serve(&cli.global, &session),
+        Command::Exec { session, json } => exec(&cli.global, &session, json),
+        Command::Demo { keep } => demo::run(keep.as_deref()),
+        Command::Redact { file, report } => redact(file.as_deref(), report),
+    }
+}
+
+fn init(global: &Global, args: &InitArgs) -> Result<u8, CliError> {
+    let dir = vault_dir(global)?;
+    let config = VaultConfig {
+        overwrite_on_create: args.overwrite_on_create,
+        ..VaultConfig::default()
+    };
+    let secret = match source(global).resolve_new()? {
+        Secret::KeyFile(k) => InitSecret::KeyFile(k),
+        Secret::Passphrase(p) => {
+            let params = KdfParams {
+                m_kib: args.argon2_memory,
+                t: args.argon2_passes,
+                p: args.argon2_lanes,
+            };
+            params
+                .validate()
+                .map_err(|e| CliError { message: format!("Argon2 parameters refused: {e}"), code: 2 })?;
+            InitSecret::Passphrase(p, params)
+        }
+    };
+    let attribution = Attribution {
+        session: "init".into(),
+        actor: "memvault".into(),
+    };
+    Vault::init(&dir, secret, config, attribution)?;
+    eprintln!("memvault: created a vault at {}", dir.display());
+    Ok(0)
+}
+
+fn keygen(file: &Path) -> Result<u8, CliError> {
+    use std::fs::OpenOptions;
+    let mut opts = OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(file).map_err(|e| {
+        if e.kind() == io::ErrorKind::AlreadyExists {
+            CliError::failure(format!(
+                "{} already exists; memvault never overwrites a key file (choose another name)",
+                file.display()
+            ))
+        } else {
+            CliError::failure(format!("cannot create {}: {e}", file.display()))
+        }
+    })?;
+    let key = KeyFileKey::generate();
+    f.write_all(key.expose_secret())?;
+    f.sync_all()?;
+    eprintln!("memvault: wrote a new key file to {}", file.display());
+    Ok(0)
+}
+
+fn serve(global: &Global, session: &SessionArgs) -> Result<u8, CliError> {
+    let attribution = session.attribution(true)?;
+    let mut vault = open_vault(global, attribution)?;
+    let memory = memory_for(vault.config())?;
+    let max_line = vault.config().max_line_bytes;
+    let stdin = io::stdin();
+    let mut input = stdin.lock();
+    let stdout = io::stdout();
+    let mut output = stdout.lock();
+    protocol::serve(&memory, &mut vault, &mut input, &mut output, max_line, |_: &mut dyn Store| {})?;
+    Ok(0)
+}
+
+fn exec(global: &Global, session: &SessionArgs, json: Option<String>) -> Result<u8, CliError> {
+    let attribution = session.attribution(false)?;
+    let line = match json {
+        Some(j) => j,
+        None => {
+            let mut s = String::new();
+            io::stdin().lock().take(64 << 20).read_to_string(&mut s)?;
+            s
+        }
+    };
+    let mut vault = open_vault(global, attribution)?;
+    let memory = memory_for(vault.config())?;
+    let reply = protocol::handle_line(&memory, &mut vault, line.trim().as_bytes());
+    let mut out = io::stdout().lock();
+    writeln!(out, "{}", reply.to_line())?;
+    out.flush()?;
+    Ok(if reply.result.is_error { 1 } else { 0 })
+}
+
+fn redact(file: Option<&Path>, report: bool) -> Result<u8, CliError> {
+    let mut text = String::new();
+    match file {
+        Some(f) => {
+            text = std::fs::read_to_string(f)
+                .map_err(|e| CliError::failure(format!("cannot read {}: {e}", f.display())))?
+        }
+        None => {
+            io::stdin().lock().read_to_string(&mut text)?;
+        }
+    }
+    let redactor = Redactor::new(&crate::redact::RedactConfig {
+        mode: Mode::Redact,
+        ..Default::default()
+    })
+    .map_err(|e| CliError::failure(e.to_string()))?;
+    let result = redactor.redact(&text);
+    let mut out = io::stdout().lock();
+    if report {
+        for f in &result.findings {
+            let line = serde_json::json!({"rule": f.rule, "line": f.line, "column": f.column});
+            writeln!(out, "{line}")?;
+        }
+    } else {
+        out.write_all(result.text.as_bytes())?;
+    }
+    out.flush()?;
+    Ok(if result.findings.is_empty() { 0 } else { 1 })
+}
+

@@ -1,0 +1,133 @@
+//! Where the secret that unlocks a vault comes from, in order:
+//! `--key-file` / `MEMVAULT_KEY_FILE`, `--passphrase-file`,
+//! `MEMVAULT_PASSPHRASE`, then a hidden prompt on the terminal. With none of
+//! them and no terminal, a clear error instead of a hang.
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use zeroize::Zeroizing;
+
+use super::CliError;
+use crate::crypto::{KeyFileKey, Passphrase};
+
+/// Where the secret comes from, as given on the command line.
+#[derive(Debug, Clone, Default)]
+pub struct SecretSource {
+    pub key_file: Option<PathBuf>,
+    pub passphrase_file: Option<PathBuf>,
+}
+
+/// The secret itself.
+pub enum Secret {
+    KeyFile(KeyFileKey),
+    Passphrase(Passphrase),
+}
+
+fn read_key_file(path: &Path) -> Result<KeyFileKey, CliError> {
+    let mut f = fs::File::open(path).map_err(|e| {
+        CliError::failure(format!(
+            "cannot read the key file {}: {e}",
+            path.display()
+        ))
+    })?;
+    let mut bytes = Zeroizing::new(Vec::with_capacity(33));
+    f.by_ref()
+        .take(4096)
+        .read_to_end(&mut bytes)
+        .map_err(|e| CliError::failure(format!("cannot read the key file {}: {e}", path.display())))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = f.metadata()
+            && meta.permissions().mode() & 0o077 != 0
+        {
+            eprintln!(
+                "memvault: warning: the key file {} is readable by other users; run `chmod 600` on it",
+                path.display()
+            );
+        }
+    }
+    KeyFileKey::from_bytes(&bytes).map_err(|_| {
+        CliError::failure(format!(
+            "{} is not a memvault key file: a key file holds exactly 32 random bytes (make one with `memvault keygen FILE`)",
+            path.display()
+        ))
+    })
+}
+
+fn strip_newline(mut s: String) -> String {
+    if s.ends_with('\n') {
+        s.pop();
+        if s.ends_with('\r') {
+            s.pop();
+        }
+    }
+    s
+}
+
+fn tty_available() -> bool {
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+        .is_ok()
+}
+
+impl SecretSource {
+    /// Resolve the secret for unlocking an existing vault.
+    pub fn resolve(&self) -> Result<Secret, CliError> {
+        self.resolve_inner(false)
+    }
+
+    /// Resolve the secret for a new vault (a prompted passphrase is asked
+    /// twice).
+    pub fn resolve_new(&self) -> Result<Secret, CliError> {
+        self.resolve_inner(true)
+    }
+
+    fn resolve_inner(&self, confirm: bool) -> Result<Secret, CliError> {
+        if let Some(path) = &self.key_file {
+            return Ok(Secret::KeyFile(read_key_file(path)?));
+        }
+        if let Some(path) = std::env::var_os("MEMVAULT_KEY_FILE").filter(|v| !v.is_empty()) {
+            return Ok(Secret::KeyFile(read_key_file(Path::new(&path))?));
+        }
+        if let Some(path) = &self.passphrase_file {
+            let text = fs::read_to_string(path).map_err(|e| {
+                CliError::failure(format!("cannot read the passphrase file {}: {e}", path.display()))
+            })?;
+            return passphrase(strip_newline(text));
+        }
+        if let Ok(p) = std::env::var("MEMVAULT_PASSPHRASE")
+            && !p.is_empty()
+        {
+            return passphrase(p);
+        }
+        if !tty_available() {
+            return Err(CliError::failure(
+                "no secret to unlock the vault: give --key-file FILE (or MEMVAULT_KEY_FILE), --passphrase-file FILE, or MEMVAULT_PASSPHRASE; there is no terminal to ask for a passphrase".to_string(),
+            ));
+        }
+        let first = rpassword::prompt_password("memvault passphrase: ")
+            .map_err(|e| CliError::failure(format!("cannot read the passphrase from the terminal: {e}")))?;
+        if confirm {
+            let second = Zeroizing::new(
+                rpassword::prompt_password("repeat the passphrase: ")
+                    .map_err(|e| CliError::failure(format!("cannot read the passphrase: {e}")))?,
+            );
+            if first != *second {
+                return Err(CliError::failure("the two passphrases differ; nothing was created".to_string()));
+            }
+        }
+        passphrase(first)
+    }
+}
+
+fn passphrase(p: String) -> Result<Secret, CliError> {
+    if p.is_empty() {
+        return Err(CliError::failure("the passphrase is empty".to_string()));
+    }
+    Ok(Secret::Passphrase(Passphrase::new(p)))
+}

@@ -1,0 +1,265 @@
+//! JSON framing for `serve` and `exec`: one request line in, one
+//! `tool_result` line out.
+//!
+//! A request is a `tool_use` block (`{"type":"tool_use","id":..,"name":"memory","input":{..}}`)
+//! or a bare command object (`{"command":"view",..}`). Whatever the line
+//! holds, exactly one result line comes back; nothing else is written to
+//! the output.
+
+use std::io::{self, BufRead, Write};
+
+use serde_json::{Value, json};
+
+use crate::memory::{Content, Memory, Store, ToolResult};
+
+/// One answer: the result and the id of the `tool_use` it answers.
+pub struct Reply {
+    pub tool_use_id: Option<String>,
+    pub result: ToolResult,
+}
+
+impl Reply {
+    /// The `tool_result` block as a JSON value.
+    pub fn to_json(&self) -> Value {
+        let content = match &self.result.content {
+            Content::Text(t) => Value::String(t.clone()),
+            Content::Image {
+                media_type,
+                data_base64,
+            } => json!([{
+                "type": "image",
+                "source": {"type": "base64", "media_type": media_type, "data": data_base64}
+            }]),
+        };
+        json!({
+            "type": "tool_result",
+            "tool_use_id": self.tool_use_id,
+            "content": content,
+            "is_error": self.result.is_error,
+        })
+    }
+
+    /// The `tool_result` block as one line of JSON (no trailing newline).
+    pub fn to_line(&self) -> String {
+        self.to_json().to_string()
+    }
+}
+
+fn error_reply(id: Option<String>, text: String) -> Reply {
+    Reply {
+        tool_use_id: id,
+        result: ToolResult::error(text),
+    }
+}
+
+/// Handle one request line.
+pub fn handle_line(memory: &Memory, store: &mut dyn Store, line: &[u8]) -> Reply {
+    let value: Value = match serde_json::from_slice(line) {
+        Ok(v) => v,
+        Err(e) => {
+            return error_reply(
+                None,
+                format!(
+                    "Error: the request is not valid JSON ({e}). Send one JSON object per line: a tool_use block or a command object such as {{\"command\":\"view\",\"path\":\"/memories\"}}."
+                ),
+            );
+        }
+    };
+    handle_value(memory, store, &value)
+}
+
+/// Handle one parsed request.
+pub fn handle_value(memory: &Memory, store: &mut dyn Store, value: &Value) -> Reply {
+    let Some(obj) = value.as_object() else {
+        return error_reply(
+            None,
+            "Error: the request must be a JSON object: a tool_use block or a command object.".into(),
+        );
+    };
+    if obj.get("type").and_then(Value::as_str) == Some("tool_use") {
+        let id = obj.get("id").and_then(Value::as_str).map(str::to_string);
+        if id.is_none() {
+            return error_reply(None, "Error: the tool_use block has no string `id`.".into());
+        }
+        match obj.get("name").and_then(Value::as_str) {
+            Some("memory") => {}
+            other => {
+                return error_reply(
+                    id,
+                    format!(
+                        "Error: this server only runs the `memory` tool, not {}.",
+                        other.map(|n| format!("`{n}`")).unwrap_or_else(|| "a tool_use without a name".into())
+                    ),
+                );
+            }
+        }
+        let Some(input) = obj.get("input") else {
+            return error_reply(id, "Error: the tool_use block has no `input` object.".into());
+        };
+        return Reply {
+            tool_use_id: id,
+            result: memory.execute_json(store, input),
+        };
+    }
+    if let Some(t) = obj.get("type").and_then(Value::as_str) {
+        return error_reply(
+            None,
+            format!("Error: unexpected block type `{t}`; send a tool_use block or a command object."),
+        );
+    }
+    Reply {
+        tool_use_id: None,
+        result: memory.execute_json(store, value),
+    }
+}
+
+/// Outcome of reading one bounded line.
+enum Line {
+    Ok(Vec<u8>),
+    TooLong(usize),
+    Eof,
+}
+
+/// Read one line of at most `max` bytes (without the newline). A longer
+/// line is consumed to its end and reported, so the stream stays in step.
+fn read_bounded(input: &mut dyn BufRead, max: usize) -> io::Result<Line> {
+    let mut buf = Vec::new();
+    let mut total = 0usize;
+    let mut too_long = false;
+    loop {
+        let chunk = input.fill_buf()?;
+        if chunk.is_empty() {
+            if total == 0 {
+                return Ok(Line::Eof);
+            }
+            break;
+        }
+        let (take, done) = match memchr_newline(chunk) {
+            Some(i) => (i, true),
+            None => (chunk.len(), false),
+        };
+        total += take;
+        if !too_long {
+            if buf.len() + take > max {
+                too_long = true;
+                buf = Vec::new();
+            } else {
+                buf.extend_from_slice(&chunk[..take]);
+            }
+        }
+        input.consume(if done { take + 1 } else { take });
+        if done {
+            if total == 0 && !too_long {
+                // An empty line still counts as a line (handled by the caller).
+                return Ok(Line::Ok(buf));
+            }
+            break;
+        }
+    }
+    if too_long {
+        Ok(Line::TooLong(total))
+    } else {
+        Ok(Line::Ok(buf))
+    }
+}
+
+fn memchr_newline(b: &[u8]) -> Option<usize> {
+    b.iter().position(|&c| c == b'\n')
+}
+
+/// Serve requests from `input` until end of input, one result line each.
+/// Blank lines are skipped. Returns the number of requests answered.
+pub fn serve(
+    memory: &Memory,
+    store: &mut dyn Store,
+    input: &mut dyn BufRead,
+    output: &mut dyn Write,
+    max_line: usize,
+    mut after_each: impl FnMut(&mut dyn Store),
+) -> io::Result<u64> {
+    let mut answered = 0u64;
+    loop {
+        let reply = match read_bounded(input, max_line)? {
+            Line::Eof => return Ok(answered),
+            Line::TooLong(n) => error_reply(
+                None,
+                format!(
+                    "Error: the request line is {n} bytes, over this server's limit of {max_line} bytes; nothing was done. Split the content into smaller files."
+                ),
+            ),
+            Line::Ok(line) => {
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                handle_line(memory, store, &line)
+            }
+        };
+        let mut text = reply.to_line();
+        text.push('\n');
+        output.write_all(text.as_bytes())?;
+        output.flush()?;
+        answered += 1;
+        after_each(store);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemStore;
+
+    fn run(input: &str, max: usize) -> Vec<Value> {
+        let memory = Memory::default();
+        let mut store = MemStore::default();
+        let mut out = Vec::new();
+        serve(&memory, &mut store, &mut input.as_bytes(), &mut out, max, |_| {}).unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn tool_use_gets_its_id_back() {
+        let out = run(
+            r#"{"type":"tool_use","id":"toolu_1","name":"memory","input":{"command":"view","path":"/memories"}}"#,
+            1 << 20,
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0]["tool_use_id"], "toolu_1");
+        assert_eq!(out[0]["type"], "tool_result");
+        assert_eq!(out[0]["is_error"], false);
+    }
+
+    #[test]
+    fn bare_command_has_null_id() {
+        let out = run(r#"{"command":"view","path":"/memories"}"#, 1 << 20);
+        assert!(out[0]["tool_use_id"].is_null());
+    }
+
+    #[test]
+    fn garbage_lines_each_get_one_error_and_serving_goes_on() {
+        let input = "not json\n[1,2]\n{\"command\":\"frobnicate\"}\n\n{\"type\":\"tool_use\",\"id\":\"x\",\"name\":\"other\",\"input\":{}}\n{\"command\":\"view\",\"path\":\"/memories\"}\n";
+        let out = run(input, 1 << 20);
+        assert_eq!(out.len(), 5);
+        for v in &out[..4] {
+            assert_eq!(v["is_error"], true, "{v}");
+        }
+        assert_eq!(out[4]["is_error"], false);
+        assert!(out[0]["content"].as_str().unwrap().contains("not valid JSON"));
+        assert!(out[3]["content"].as_str().unwrap().contains("`other`"));
+    }
+
+    #[test]
+    fn overlong_line_is_refused_and_the_next_line_is_served() {
+        let long = format!("{{\"command\":\"create\",\"path\":\"/memories/a\",\"file_text\":\"{}\"}}", "x".repeat(5000));
+        let input = format!("{long}\n{{\"command\":\"view\",\"path\":\"/memories\"}}\n");
+        let out = run(&input, 1024);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0]["is_error"], true);
+        assert!(out[0]["content"].as_str().unwrap().contains("over this server's limit"));
+        assert_eq!(out[1]["is_error"], false);
+        assert!(!out[1]["content"].as_str().unwrap().contains("/memories/a"));
+    }
+}

@@ -1,0 +1,58 @@
+//! Plain vault settings, kept in `memvault/config.json` beside the
+//! repository. They hold no secret and no path; they are local to the
+//! machine and are not part of the git history.
+
+use serde::{Deserialize, Serialize};
+
+use crate::redact::RedactConfig;
+
+/// Settings of one vault. Unknown keys are an error, not a silent default.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct VaultConfig {
+    /// `create` on an existing file overwrites it instead of failing (the old
+    /// content stays in history).
+    pub overwrite_on_create: bool,
+    /// Largest file a command may write, in bytes.
+    pub max_file_bytes: usize,
+    /// Longest `view` output, in characters, before the middle is left out.
+    pub max_view_chars: usize,
+    /// Longest protocol line `serve` accepts, in bytes.
+    pub max_line_bytes: usize,
+    /// Most files the vault may hold.
+    pub max_files: usize,
+    /// The secret filter.
+    pub redaction: RedactConfig,
+}
+
+impl Default for VaultConfig {
+    fn default() -> Self {
+        VaultConfig {
+            overwrite_on_create: false,
+            max_file_bytes: 1 << 20,
+            max_view_chars: 16_000,
+            max_line_bytes: 8 << 20,
+            max_files: 100_000,
+            redaction: RedactConfig::default(),
+        }
+    }
+}
+
+impl VaultConfig {
+    /// Check the values make sense; the message names the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_file_bytes == 0 {
+            return Err("max_file_bytes must be at least 1".into());
+        }
+        if self.max_view_chars < 1_000 {
+            return Err("max_view_chars must be at least 1000".into());
+        }
+        if self.max_line_bytes < 1_024 {
+            return Err("max_line_bytes must be at least 1024".into());
+        }
+        if self.max_files == 0 {
+            return Err("max_files must be at least 1".into());
+        }
+        Ok(())
+    }
+}

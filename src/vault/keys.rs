@@ -1,0 +1,269 @@
+//! The key state of a vault: keyslots and the file-key table, kept in the
+//! commit that `refs/memvault/keys` points to.
+//!
+//! That commit has no parent and is replaced, never appended to, on every
+//! change, so a destroyed file key leaves no reachable copy behind. Its tree:
+//!
+//! ```text
+//! slots/<16 hex>   one keyslot (crypto::seal_*_slot)
+//! table/<2 hex>    one shard of the file-key table (by first id byte)
+//! ```
+//!
+//! The commit carries a MAC over its buffer in the `mvmac` header, checked
+//! after unlock, so a key state not written by a key holder is refused.
+
+use std::collections::BTreeMap;
+
+use git2::{FileMode, Oid, Repository};
+
+use super::{VaultError, damaged};
+use crate::crypto::{FileKey, FileKeyId, KeyTable, VaultKeys};
+
+/// The ref that holds the key state.
+pub const KEYS_REF: &str = "refs/memvault/keys";
+/// The commit header field that carries memvault's MAC.
+pub const MAC_FIELD: &str = "mvmac";
+
+/// The key state as loaded from the repository.
+pub struct KeyState {
+    /// The keys commit this state was read from (or written as).
+    pub commit: Oid,
+    /// Keyslot blobs by name (hex slot id).
+    pub slots: BTreeMap<String, Vec<u8>>,
+    /// Decrypted table shards by shard byte, with the blob they came from.
+    shards: BTreeMap<u8, (Oid, KeyTable)>,
+}
+
+/// Read the keyslot blobs without any key (needed to unlock).
+pub fn read_slots(repo: &Repository) -> Result<(Oid, BTreeMap<String, Vec<u8>>), VaultError> {
+    let commit_id = repo
+        .refname_to_id(KEYS_REF)
+        .map_err(|_| damaged("the key state (refs/memvault/keys) is missing"))?;
+    let commit = repo
+        .find_commit(commit_id)
+        .map_err(|_| damaged("the key state commit is unreadable"))?;
+    let tree = commit
+        .tree()
+        .map_err(|_| damaged("the key state tree is unreadable"))?;
+    let mut slots = BTreeMap::new();
+    if let Some(entry) = tree.get_name("slots") {
+        let sub = repo
+            .find_tree(entry.id())
+            .map_err(|_| damaged("the keyslot tree is unreadable"))?;
+        for e in sub.iter() {
+            let name = e.name().unwrap_or_default().to_string();
+            let blob = repo
+                .find_blob(e.id())
+                .map_err(|_| damaged("a keyslot is unreadable"))?;
+            slots.insert(name, blob.content().to_vec());
+        }
+    }
+    if slots.is_empty() {
+        return Err(damaged("the vault has no keyslot"));
+    }
+    Ok((commit_id, slots))
+}
+
+/// Check that a commit carries a valid memvault MAC.
+pub fn verify_commit_mac(repo: &Repository, keys: &VaultKeys, id: Oid) -> bool {
+    let Ok((sig, signed)) = repo.extract_signature(&id, Some(MAC_FIELD)) else {
+        return false;
+    };
+    let Some(tag) = std::str::from_utf8(&sig)
+        .ok()
+        .and_then(|s| data_encoding::HEXLOWER.decode(s.trim().as_bytes()).ok())
+    else {
+        return false;
+    };
+    keys.verify_mac(&signed, &tag)
+}
+
+/// Write a commit object from a buffer with memvault's MAC attached.
+pub fn write_signed_commit(
+    repo: &Repository,
+    keys: &VaultKeys,
+    buffer: &[u8],
+) -> Result<Oid, VaultError> {
+    let text = std::str::from_utf8(buffer).map_err(|_| damaged("commit buffer is not text"))?;
+    let tag = data_encoding::HEXLOWER.encode(&keys.mac(buffer));
+    Ok(repo.commit_signed(text, &tag, Some(MAC_FIELD))?)
+}
+
+impl KeyState {
+    /// Load the key state: verify the keys commit MAC and open every shard.
+    pub fn load(repo: &Repository, keys: &VaultKeys) -> Result<KeyState, VaultError> {
+        let (commit, slots) = read_slots(repo)?;
+        if !verify_commit_mac(repo, keys, commit) {
+            return Err(damaged(
+                "the key state was not written with this vault's key",
+            ));
+        }
+        let mut state = KeyState {
+            commit,
+            slots,
+            shards: BTreeMap::new(),
+        };
+        state.load_shards(repo, keys)?;
+        Ok(state)
+    }
+
+    fn load_shards(&mut self, repo: &Repository, keys: &VaultKeys) -> Result<(), VaultError> {
+        let tree = repo.find_commit(self.commit)?.tree()?;
+        let mut shards = BTreeMap::new();
+        if let Some(entry) = tree.get_name("table") {
+            let sub = repo.find_tree(entry.id())?;
+            for e in sub.iter() {
+                let shard = e
+                    .name()
+                    .and_then(|n| u8::from_str_radix(n, 16).ok())
+                    .ok_or_else(|| damaged("a key table shard has a bad name"))?;
+                // Reuse an unchanged shard rather than decrypting it again.
+                if let Some((oid, table)) = self.shards.remove(&shard)
+                    && oid == e.id()
+                {
+                    shards.insert(shard, (oid, table));
+                    continue;
+                }
+                let blob = repo
+                    .find_blob(e.id())
+                    .map_err(|_| damaged("a key table shard is unreadable"))?;
+                let table = keys
+                    .open_table_shard(shard, blob.content())
+                    .map_err(|_| damaged("a key table shard failed to decrypt"))?;
+                shards.insert(shard, (e.id(), table));
+            }
+        }
+        self.shards = shards;
+        Ok(())
+    }
+
+    /// Re-read the state if another process replaced it.
+    pub fn refresh(&mut self, repo: &Repository, keys: &VaultKeys) -> Result<(), VaultError> {
+        let current = repo
+            .refname_to_id(KEYS_REF)
+            .map_err(|_| damaged("the key state (refs/memvault/keys) is missing"))?;
+        if current == self.commit {
+            return Ok(());
+        }
+        if !verify_commit_mac(repo, keys, current) {
+            return Err(damaged(
+                "the key state was not written with this vault's key",
+            ));
+        }
+        let (_, slots) = read_slots(repo)?;
+        self.commit = current;
+        self.slots = slots;
+        self.load_shards(repo, keys)
+    }
+
+    /// The file key with this id, if the table holds it.
+    pub fn file_key(&self, id: &FileKeyId) -> Option<&FileKey> {
+        self.shards.get(&id.0[0]).and_then(|(_, t)| t.get(id))
+    }
+
+    /// Number of file keys in the table.
+    pub fn file_key_count(&self) -> usize {
+        self.shards.values().map(|(_, t)| t.len()).sum()
+    }
+
+    /// All file key ids.
+    pub fn file_key_ids(&self) -> Vec<FileKeyId> {
+        self.shards
+            .values()
+            .flat_map(|(_, t)| t.iter().map(|(id, _)| *id))
+            .collect()
+    }
+
+    /// Write a new keys commit with `changes` applied (insert `Some`, erase
+    /// `None`) and the given slots, and move the ref to it (compare and
+    /// swap on the current commit). Durable when it returns.
+    pub fn commit_changes(
+        &mut self,
+        repo: &Repository,
+        keys: &VaultKeys,
+        changes: Vec<(FileKeyId, Option<FileKey>)>,
+        slots: Option<BTreeMap<String, Vec<u8>>>,
+    ) -> Result<(), VaultError> {
+        let mut touched: BTreeMap<u8, KeyTable> = BTreeMap::new();
+        for (id, key) in changes {
+            let shard = id.0[0];
+            let table = touched.entry(shard).or_insert_with(|| {
+                self.shards
+                    .get(&shard)
+                    .map(|(_, t)| t.clone())
+                    .unwrap_or_default()
+            });
+            match key {
+                Some(k) => {
+                    table.insert(id, k);
+                }
+                None => {
+                    table.remove(&id);
+                }
+            }
+        }
+        let slots = slots.unwrap_or_else(|| self.slots.clone());
+        let mut new_shards: BTreeMap<u8, (Oid, KeyTable)> = BTreeMap::new();
+        for (shard, (oid, table)) in &self.shards {
+            if !touched.contains_key(shard) {
+                new_shards.insert(*shard, (*oid, table.clone()));
+            }
+        }
+        for (shard, table) in touched {
+            if table.len() == 0 {
+                continue;
+            }
+            let sealed = keys.seal_table_shard(shard, &table);
+            let oid = repo.blob(&sealed)?;
+            new_shards.insert(shard, (oid, table));
+        }
+        let commit = write_key_commit(repo, keys, &slots, &new_shards)?;
+        repo.reference_matching(KEYS_REF, commit, true, self.commit, "memvault keys")?;
+        self.commit = commit;
+        self.slots = slots;
+        self.shards = new_shards;
+        Ok(())
+    }
+
+    /// Initial key state for a new vault.
+    pub fn create(
+        repo: &Repository,
+        keys: &VaultKeys,
+        slots: BTreeMap<String, Vec<u8>>,
+    ) -> Result<KeyState, VaultError> {
+        let shards = BTreeMap::new();
+        let commit = write_key_commit(repo, keys, &slots, &shards)?;
+        repo.reference(KEYS_REF, commit, false, "memvault init")?;
+        Ok(KeyState {
+            commit,
+            slots,
+            shards,
+        })
+    }
+}
+
+fn write_key_commit(
+    repo: &Repository,
+    keys: &VaultKeys,
+    slots: &BTreeMap<String, Vec<u8>>,
+    shards: &BTreeMap<u8, (Oid, KeyTable)>,
+) -> Result<Oid, VaultError> {
+    let mut slot_tree = repo.treebuilder(None)?;
+    for (name, bytes) in slots {
+        let oid = repo.blob(bytes)?;
+        slot_tree.insert(name, oid, FileMode::Blob.into())?;
+    }
+    let slot_tree = slot_tree.write()?;
+    let mut table_tree = repo.treebuilder(None)?;
+    for (shard, (oid, _)) in shards {
+        table_tree.insert(format!("{shard:02x}"), *oid, FileMode::Blob.into())?;
+    }
+    let table_tree = table_tree.write()?;
+    let mut root = repo.treebuilder(None)?;
+    root.insert("slots", slot_tree, FileMode::Tree.into())?;
+    root.insert("table", table_tree, FileMode::Tree.into())?;
+    let root = repo.find_tree(root.write()?)?;
+    let sig = super::fixed_signature()?;
+    let buf = repo.commit_create_buffer(&sig, &sig, "memvault key state v1\n", &root, &[])?;
+    write_signed_commit(repo, keys, &buf)
+}

@@ -1,0 +1,630 @@
+//! The encrypted git vault: memvault's implementation of [`Store`].
+//!
+//! A vault is a directory holding a bare git repository plus a `memvault/`
+//! folder for local state (settings, writer lock). The only user of `git2`.
+//!
+//! What it promises:
+//! - every mutation is one commit on `refs/heads/main`, written through
+//!   libgit2 with fsync on (see [`fsync`]), and acknowledged only after the
+//!   commit object and the ref update are durable;
+//! - names, content and commit metadata are only ever written encrypted
+//!   (see `crate::crypto` for the formats); there is no work tree and no
+//!   index;
+//! - every commit carries a MAC, checked whenever a new tip is read, so a
+//!   tip that was not written with the vault key is refused as damage;
+//! - one writer at a time: mutations take an exclusive lock on
+//!   `memvault/lock` and then re-read the tip; the ref update is also a
+//!   compare-and-swap on the tip they read.
+//!
+//! Limitations: rolling `refs/heads/main` back to an older, genuine commit
+//! cannot be seen from the repository alone (see `verify`'s high-water
+//! mark); the shape of trees and the sizes of blobs are visible.
+
+pub mod config;
+pub mod fsync;
+pub mod keys;
+pub mod meta;
+mod tree;
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use git2::{ErrorCode, FileMode, ObjectType, Oid, Repository, RepositoryInitOptions, Signature};
+use zeroize::Zeroizing;
+
+use crate::crypto::{self, FileKey, FileKeyId, KdfParams, KeyFileKey, Keyring, Passphrase, Unlock, VaultKeys};
+use crate::memory::{Change, MemoryPath, Mutation, Outcome, Snapshot, Store, StoreError, ToolResult};
+pub use config::VaultConfig;
+use keys::{KeyState, verify_commit_mac, write_signed_commit};
+pub use meta::CommitMeta;
+use meta::{META_VERSION, meta_aad};
+pub use tree::VaultSnapshot;
+
+/// The branch that holds the memory history.
+pub const MAIN_REF: &str = "refs/heads/main";
+const STATE_DIR: &str = "memvault";
+const FORMAT_FILE: &str = "memvault/format";
+const FORMAT_LINE: &str = "memvault vault format 1\n";
+const CONFIG_FILE: &str = "memvault/config.json";
+const LOCK_FILE: &str = "memvault/lock";
+
+/// Why a vault could not be created, opened or written.
+#[derive(Debug, thiserror::Error)]
+pub enum VaultError {
+    #[error("no vault at {0}: create one with `memvault init`")]
+    NotFound(PathBuf),
+    #[error("{0} exists and is not an empty directory; choose a new location for the vault")]
+    NotEmpty(PathBuf),
+    #[error("{0} is not a memvault vault (no memvault/format file)")]
+    NotAVault(PathBuf),
+    #[error("the passphrase or key file does not unlock this vault")]
+    WrongSecret,
+    #[error("this vault has no keyslot of that kind (passphrase or key file)")]
+    NoSlotOfKind,
+    #[error("the vault's key derivation parameters exceed the allowed maximum; refusing to derive")]
+    ExcessiveWork,
+    #[error("the vault is damaged: {0}")]
+    Damaged(String),
+    #[error("invalid vault settings in memvault/config.json: {0}")]
+    Config(String),
+    #[error("git error: {0}")]
+    Git(#[from] git2::Error),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub(crate) fn damaged(what: &str) -> VaultError {
+    VaultError::Damaged(what.to_string())
+}
+
+impl From<VaultError> for StoreError {
+    fn from(e: VaultError) -> Self {
+        match e {
+            VaultError::Damaged(what) => StoreError::Damaged(what),
+            other => StoreError::Unavailable(other.to_string()),
+        }
+    }
+}
+
+/// The secret a vault is created with.
+pub enum InitSecret {
+    KeyFile(KeyFileKey),
+    Passphrase(Passphrase, KdfParams),
+}
+
+/// Who is writing: stored in every commit's encrypted metadata.
+#[derive(Debug, Clone)]
+pub struct Attribution {
+    pub session: String,
+    pub actor: String,
+}
+
+/// An unlocked vault.
+pub struct Vault {
+    dir: PathBuf,
+    repo: Repository,
+    keys: VaultKeys,
+    keyring: Keyring,
+    key_state: KeyState,
+    config: VaultConfig,
+    /// The newest tip seen whose MAC checked out.
+    verified_tip: Option<Oid>,
+    attribution: Attribution,
+    lock: File,
+}
+
+pub(crate) fn fixed_signature() -> Result<Signature<'static>, git2::Error> {
+    Signature::new("memvault", "memvault", &git2::Time::new(0, 0))
+}
+
+/// Milliseconds since the Unix epoch, or the test clock.
+///
+/// `MEMVAULT_TEST_NOW_MS` replaces the clock; it exists only so tests can
+/// control time, and is documented as such.
+pub fn now_ms() -> u64 {
+    if let Some(ms) = std::env::var("MEMVAULT_TEST_NOW_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        return ms;
+    }
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn slot_name(bytes: &[u8]) -> Result<String, VaultError> {
+    let info = crypto::slot_info(bytes).map_err(|_| damaged("a keyslot does not parse"))?;
+    Ok(data_encoding::HEXLOWER.encode(&info.id))
+}
+
+impl Vault {
+    /// Create a new vault at `dir` (which must not exist, or be empty) and
+    /// return it unlocked.
+    pub fn init(
+        dir: &Path,
+        secret: InitSecret,
+        config: VaultConfig,
+        attribution: Attribution,
+    ) -> Result<Vault, VaultError> {
+        fsync::enable();
+        config.validate().map_err(VaultError::Config)?;
+        if dir.exists() {
+            let empty = dir.is_dir() && fs::read_dir(dir)?.next().is_none();
+            if !empty {
+                return Err(VaultError::NotEmpty(dir.to_path_buf()));
+            }
+        }
+        // Build the vault in a sibling folder and move it into place at
+        // the end, so a crash never leaves a half-made vault at `dir`.
+        let parent = dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        fs::create_dir_all(parent)?;
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "vault".into());
+        let tmp = parent.join(format!(
+            ".{name}.init-{}",
+            data_encoding::HEXLOWER.encode(&crypto::random_bytes::<6>())
+        ));
+        let result = Self::build(&tmp, secret, &config);
+        if let Err(e) = result {
+            let _ = fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+        if dir.exists() {
+            fs::remove_dir(dir)?;
+        }
+        fs::rename(&tmp, dir)?;
+        sync_dir(parent);
+        let keyring = result?;
+        let repo = Repository::open_bare(dir)?;
+        Self::finish_open(dir, repo, keyring, attribution)
+    }
+
+    fn build(tmp: &Path, secret: InitSecret, config: &VaultConfig) -> Result<Keyring, VaultError> {
+        let mut opts = RepositoryInitOptions::new();
+        opts.bare(true).initial_head("main").mkdir(true);
+        let repo = Repository::init_opts(tmp, &opts)?;
+        {
+            let mut cfg = repo.config()?;
+            cfg.set_bool("core.logAllRefUpdates", false)?;
+            cfg.set_i32("gc.auto", 0)?;
+        }
+        fs::create_dir_all(tmp.join(STATE_DIR))?;
+        write_durable(&tmp.join(FORMAT_FILE), FORMAT_LINE.as_bytes())?;
+        let json = serde_json::to_vec_pretty(config).map_err(|e| VaultError::Config(e.to_string()))?;
+        write_durable(&tmp.join(CONFIG_FILE), &json)?;
+        write_durable(&tmp.join(LOCK_FILE), b"")?;
+
+        let keyring = Keyring::new_random();
+        let keys = VaultKeys::derive(&keyring);
+        let slot = match &secret {
+            InitSecret::KeyFile(k) => crypto::seal_keyfile_slot(&keyring, k),
+            InitSecret::Passphrase(p, params) => crypto::seal_passphrase_slot(&keyring, p, *params)
+                .map_err(|_| VaultError::ExcessiveWork)?,
+        };
+        let mut slots = BTreeMap::new();
+        slots.insert(slot_name(&slot)?, slot);
+        KeyState::create(&repo, &keys, slots)?;
+
+        // The first commit: the empty tree, marking the vault's creation.
+        let empty = repo.treebuilder(None)?.write()?;
+        let tree = repo.find_tree(empty)?;
+        let meta = CommitMeta {
+            v: META_VERSION,
+            op: "init".into(),
+            time_ms: now_ms(),
+            session: "init".into(),
+            actor: "memvault".into(),
+            ..Default::default()
+        };
+        let commit = write_commit(&repo, &keys, &tree, None, &meta)?;
+        repo.reference(MAIN_REF, commit, false, "memvault init")?;
+        Ok(keyring)
+    }
+
+    /// Open and unlock the vault at `dir`.
+    pub fn open(dir: &Path, secret: &Unlock<'_>, attribution: Attribution) -> Result<Vault, VaultError> {
+        fsync::enable();
+        if !dir.exists() {
+            return Err(VaultError::NotFound(dir.to_path_buf()));
+        }
+        if !dir.join(FORMAT_FILE).is_file() {
+            return Err(VaultError::NotAVault(dir.to_path_buf()));
+        }
+        let repo = Repository::open_bare(dir).map_err(|_| VaultError::NotAVault(dir.to_path_buf()))?;
+        let (_, slots) = keys::read_slots(&repo)?;
+        let mut keyring = None;
+        let mut tried = false;
+        let mut excessive = false;
+        for bytes in slots.values() {
+            match crypto::open_slot(bytes, secret) {
+                Ok(k) => {
+                    keyring = Some(k);
+                    break;
+                }
+                Err(crypto::CryptoError::WrongKind) => {}
+                Err(crypto::CryptoError::ExcessiveWork) => {
+                    tried = true;
+                    excessive = true;
+                }
+                Err(_) => tried = true,
+            }
+        }
+        let keyring = match keyring {
+            Some(k) => k,
+            None if excessive => return Err(VaultError::ExcessiveWork),
+            None if tried => return Err(VaultError::WrongSecret),
+            None => return Err(VaultError::NoSlotOfKind),
+        };
+        Self::finish_open(dir, repo, keyring, attribution)
+    }
+
+    fn finish_open(
+        dir: &Path,
+        repo: Repository,
+        keyring: Keyring,
+        attribution: Attribution,
+    ) -> Result<Vault, VaultError> {
+        let keys = VaultKeys::derive(&keyring);
+        let key_state = KeyState::load(&repo, &keys)?;
+        let config = load_config(dir)?;
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(LOCK_FILE))?;
+        let mut vault = Vault {
+            dir: dir.to_path_buf(),
+            repo,
+            keys,
+            keyring,
+            key_state,
+            config,
+            verified_tip: None,
+            attribution,
+            lock,
+        };
+        vault.tip()?;
+        Ok(vault)
+    }
+
+    /// The vault's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The vault's settings.
+    pub fn config(&self) -> &VaultConfig {
+        &self.config
+    }
+
+    /// The unlocked keyring (for key management).
+    pub fn keyring(&self) -> &Keyring {
+        &self.keyring
+    }
+
+    /// The derived keys.
+    pub fn keys(&self) -> &VaultKeys {
+        &self.keys
+    }
+
+    /// The repository (read access for audit tools).
+    pub fn repo(&self) -> &Repository {
+        &self.repo
+    }
+
+    /// Who the next commits are attributed to.
+    pub fn set_attribution(&mut self, attribution: Attribution) {
+        self.attribution = attribution;
+    }
+
+    pub fn attribution(&self) -> &Attribution {
+        &self.attribution
+    }
+
+    /// The current tip of `refs/heads/main`, MAC-checked.
+    pub fn tip(&mut self) -> Result<Option<Oid>, VaultError> {
+        let tip = match self.repo.refname_to_id(MAIN_REF) {
+            Ok(id) => id,
+            Err(e) if e.code() == ErrorCode::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        if self.verified_tip != Some(tip) {
+            if !verify_commit_mac(&self.repo, &self.keys, tip) {
+                return Err(damaged(
+                    "the newest commit was not written with this vault's key",
+                ));
+            }
+            self.verified_tip = Some(tip);
+        }
+        Ok(Some(tip))
+    }
+
+    fn refresh(&mut self) -> Result<Option<Oid>, VaultError> {
+        self.key_state.refresh(&self.repo, &self.keys)?;
+        self.tip()
+    }
+
+    fn tree_of(&self, commit: Option<Oid>) -> Result<Option<git2::Tree<'_>>, VaultError> {
+        match commit {
+            None => Ok(None),
+            Some(c) => {
+                let commit = self
+                    .repo
+                    .find_commit(c)
+                    .map_err(|_| damaged("a commit is unreadable"))?;
+                Ok(Some(commit.tree().map_err(|_| damaged("a tree is unreadable"))?))
+            }
+        }
+    }
+
+    /// A snapshot of the tree at `commit` (None: the empty tree).
+    pub fn snapshot_at(&self, commit: Option<Oid>) -> Result<VaultSnapshot<'_>, VaultError> {
+        Ok(VaultSnapshot::new(
+            &self.repo,
+            &self.keys,
+            &self.key_state,
+            self.tree_of(commit)?,
+        ))
+    }
+
+    /// Decrypt the metadata of one commit on main (after checking its MAC).
+    pub fn commit_meta(&self, id: Oid) -> Result<CommitMeta, VaultError> {
+        if !verify_commit_mac(&self.repo, &self.keys, id) {
+            return Err(damaged("a commit was not written with this vault's key"));
+        }
+        let commit = self
+            .repo
+            .find_commit(id)
+            .map_err(|_| damaged("a commit is unreadable"))?;
+        let sealed = data_encoding::BASE64
+            .decode(commit.message_bytes().trim_ascii())
+            .map_err(|_| damaged("commit metadata does not decode"))?;
+        let aad = meta_aad(commit.tree_id(), commit.parent_ids().next());
+        let plain = self
+            .keys
+            .open_meta(&aad, &sealed)
+            .map_err(|_| damaged("commit metadata failed to decrypt"))?;
+        serde_json::from_slice(&plain).map_err(|_| damaged("commit metadata does not parse"))
+    }
+
+    /// Every commit on main, newest first, with its metadata.
+    pub fn log(&mut self) -> Result<Vec<(Oid, CommitMeta)>, VaultError> {
+        let Some(tip) = self.tip()? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        let mut next = Some(tip);
+        while let Some(id) = next {
+            let meta = self.commit_meta(id)?;
+            let commit = self
+                .repo
+                .find_commit(id)
+                .map_err(|_| damaged("a commit is unreadable"))?;
+            next = commit.parent_ids().next();
+            out.push((id, meta));
+        }
+        Ok(out)
+    }
+
+    /// Apply one mutation on top of `parent` and move main to it. The
+    /// caller holds the writer lock.
+    fn apply(&mut self, parent: Option<Oid>, m: Mutation) -> Result<(), StoreError> {
+        let attribution = self.attribution.clone();
+        let mut meta = CommitMeta {
+            v: META_VERSION,
+            op: m.op.as_str().into(),
+            time_ms: now_ms(),
+            session: attribution.session,
+            actor: attribution.actor,
+            lines_added: m.facts.lines_added,
+            lines_removed: m.facts.lines_removed,
+            redactions: m.facts.redactions,
+            ..Default::default()
+        };
+        let mut new_keys: Vec<(FileKeyId, Option<FileKey>)> = Vec::new();
+        let new_tree = {
+            let base = self.tree_of(parent)?;
+            let empty;
+            let base_tree = match &base {
+                Some(t) => t,
+                None => {
+                    empty = self.repo.find_tree(self.repo.treebuilder(None).map_err(ge)?.write().map_err(ge)?).map_err(ge)?;
+                    &empty
+                }
+            };
+            let snap = VaultSnapshot::new(&self.repo, &self.keys, &self.key_state, base.clone());
+            let mut update = git2::build::TreeUpdateBuilder::new();
+            match m.change {
+                Change::Write { path, content } => {
+                    if content.len() > self.config.max_file_bytes {
+                        return Err(StoreError::Limit(format!(
+                            "the content is {} bytes, over this vault's limit of {} bytes per file",
+                            content.len(),
+                            self.config.max_file_bytes
+                        )));
+                    }
+                    let existing = snap.file_key_of(&path)?;
+                    let (id, key) = match existing {
+                        Some((id, key)) => (id, key),
+                        None => {
+                            if snap.count_files()? >= self.config.max_files {
+                                return Err(StoreError::Limit(format!(
+                                    "this vault already holds its limit of {} files; delete some before creating more",
+                                    self.config.max_files
+                                )));
+                            }
+                            let id = FileKeyId::generate();
+                            let key = FileKey::generate();
+                            new_keys.push((id, Some(key.clone())));
+                            (id, key)
+                        }
+                    };
+                    let sealed = crypto::seal_blob(&key, &id, path.as_str(), &content);
+                    let oid = self.repo.blob(&sealed).map_err(ge)?;
+                    update.upsert(snap.git_path(&path)?, oid, FileMode::Blob);
+                    meta.size = Some(content.len() as u64);
+                    meta.content_hash = Some(data_encoding::HEXLOWER.encode(&key.content_hash(&content)));
+                    meta.key_id = Some(id.to_hex());
+                    meta.files = vec![path.as_str().to_string()];
+                    meta.path = Some(path.as_str().to_string());
+                }
+                Change::Delete { path } => {
+                    meta.files = snap.files_below(&path)?.into_iter().map(|p| p.as_str().to_string()).collect();
+                    update.remove(snap.git_path(&path)?);
+                    meta.path = Some(path.as_str().to_string());
+                }
+                Change::Rename { from, to } => {
+                    let files = snap.files_below(&from)?;
+                    for file in &files {
+                        let Some(target) = file.rebase(&from, &to) else {
+                            return Err(StoreError::Damaged("rename target out of range".into()));
+                        };
+                        let (id, key) = snap
+                            .file_key_of(file)?
+                            .ok_or(StoreError::NotFound)?;
+                        let content = snap.read(file)?;
+                        let sealed = crypto::seal_blob(&key, &id, target.as_str(), &content);
+                        let oid = self.repo.blob(&sealed).map_err(ge)?;
+                        update.upsert(snap.git_path(&target)?, oid, FileMode::Blob);
+                    }
+                    update.remove(snap.git_path(&from)?);
+                    meta.files = files.iter().map(|p| p.as_str().to_string()).collect();
+                    meta.path = Some(from.as_str().to_string());
+                    meta.new_path = Some(to.as_str().to_string());
+                }
+            }
+            drop(snap);
+            let tree_id = update.create_updated(&self.repo, base_tree).map_err(ge)?;
+            self.repo.find_tree(tree_id).map_err(ge)?
+        };
+        // The file key must be durable before any commit refers to it.
+        if !new_keys.is_empty() {
+            self.key_state
+                .commit_changes(&self.repo, &self.keys, new_keys, None)
+                .map_err(StoreError::from)?;
+        }
+        let parent_commit = match parent {
+            Some(p) => Some(self.repo.find_commit(p).map_err(ge)?),
+            None => None,
+        };
+        let commit = write_commit(&self.repo, &self.keys, &new_tree, parent_commit.as_ref(), &meta)
+            .map_err(StoreError::from)?;
+        let moved = match parent {
+            Some(p) => self.repo.reference_matching(MAIN_REF, commit, true, p, "memvault"),
+            None => self.repo.reference(MAIN_REF, commit, false, "memvault"),
+        };
+        match moved {
+            Ok(_) => {
+                self.verified_tip = Some(commit);
+                Ok(())
+            }
+            Err(e) if matches!(e.code(), ErrorCode::Modified | ErrorCode::Locked | ErrorCode::Exists) => {
+                Err(StoreError::Unavailable(
+                    "the vault was changed by a writer that did not take the lock; nothing was changed, try again".into(),
+                ))
+            }
+            Err(e) => Err(ge(e)),
+        }
+    }
+}
+
+fn ge(e: git2::Error) -> StoreError {
+    StoreError::Unavailable(format!("git: {}", e.message()))
+}
+
+struct LockGuard<'a>(&'a File);
+
+impl Drop for LockGuard<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
+    }
+}
+
+fn write_commit(
+    repo: &Repository,
+    keys: &VaultKeys,
+    tree: &git2::Tree<'_>,
+    parent: Option<&git2::Commit<'_>>,
+    meta: &CommitMeta,
+) -> Result<Oid, VaultError> {
+    let json = Zeroizing::new(serde_json::to_vec(meta).map_err(|_| damaged("metadata does not serialise"))?);
+    let aad = meta_aad(tree.id(), parent.map(|p| p.id()));
+    let sealed = keys.seal_meta(&aad, &json);
+    let message = format!("{}\n", data_encoding::BASE64.encode(&sealed));
+    let sig = fixed_signature()?;
+    let parents: Vec<&git2::Commit<'_>> = parent.into_iter().collect();
+    let buf = repo.commit_create_buffer(&sig, &sig, &message, tree, &parents)?;
+    write_signed_commit(repo, keys, &buf)
+}
+
+fn load_config(dir: &Path) -> Result<VaultConfig, VaultError> {
+    let path = dir.join(CONFIG_FILE);
+    let config = match fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice::<VaultConfig>(&bytes).map_err(|e| VaultError::Config(e.to_string()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => VaultConfig::default(),
+        Err(e) => return Err(e.into()),
+    };
+    config.validate().map_err(VaultError::Config)?;
+    Ok(config)
+}
+
+/// Write a small file and fsync it and its directory.
+pub(crate) fn write_durable(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    if let Some(parent) = path.parent() {
+        sync_dir(parent);
+    }
+    Ok(())
+}
+
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+impl Store for Vault {
+    fn read(
+        &mut self,
+        f: &mut dyn FnMut(&dyn Snapshot) -> Result<ToolResult, StoreError>,
+    ) -> Result<ToolResult, StoreError> {
+        let tip = self.refresh()?;
+        let snap = self.snapshot_at(tip)?;
+        f(&snap)
+    }
+
+    fn write(
+        &mut self,
+        f: &mut dyn FnMut(&dyn Snapshot) -> Result<Outcome, StoreError>,
+    ) -> Result<ToolResult, StoreError> {
+        let lock = self.lock.try_clone().map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        lock.lock().map_err(|e| StoreError::Unavailable(format!("cannot take the writer lock: {e}")))?;
+        let _guard = LockGuard(&lock);
+        let tip = self.refresh()?;
+        let outcome = {
+            let snap = self.snapshot_at(tip)?;
+            f(&snap)?
+        };
+        if let Some(m) = outcome.mutation {
+            self.apply(tip, m)?;
+        }
+        Ok(outcome.result)
+    }
+}
+

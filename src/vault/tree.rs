@@ -1,0 +1,253 @@
+//! Reading one encrypted tree: path lookup by encrypted name, listings
+//! with plaintext sizes taken from blob headers, and decryption of files.
+
+use std::path::Path;
+
+use git2::{ObjectType, Odb, Oid, Repository, Tree};
+use zeroize::Zeroizing;
+
+use super::keys::KeyState;
+use crate::crypto::{self, FileKey, FileKeyId, VaultKeys};
+use crate::memory::{DirEntry, MemoryPath, NodeKind, Snapshot, StoreError};
+
+/// One state of the vault's tree, readable through [`Snapshot`].
+pub struct VaultSnapshot<'a> {
+    repo: &'a Repository,
+    odb: Option<Odb<'a>>,
+    keys: &'a VaultKeys,
+    key_state: &'a KeyState,
+    /// None: the empty tree.
+    tree: Option<Tree<'a>>,
+}
+
+fn damaged(what: &str) -> StoreError {
+    StoreError::Damaged(what.to_string())
+}
+
+impl<'a> VaultSnapshot<'a> {
+    pub(crate) fn new(
+        repo: &'a Repository,
+        keys: &'a VaultKeys,
+        key_state: &'a KeyState,
+        tree: Option<Tree<'a>>,
+    ) -> Self {
+        VaultSnapshot {
+            repo,
+            odb: repo.odb().ok(),
+            keys,
+            key_state,
+            tree,
+        }
+    }
+
+    /// The tree id of this snapshot (None for the empty tree).
+    pub fn tree_id(&self) -> Option<Oid> {
+        self.tree.as_ref().map(|t| t.id())
+    }
+
+    /// The git path (encrypted names joined by `/`) of a memory path.
+    pub fn git_path(&self, path: &MemoryPath) -> Result<String, StoreError> {
+        let mut out = String::new();
+        let mut parent = MemoryPath::root();
+        for seg in path.segments() {
+            let enc = self
+                .keys
+                .encrypt_name(parent.as_str(), seg)
+                .map_err(|_| StoreError::Limit("a path segment is too long to store".into()))?;
+            if !out.is_empty() {
+                out.push('/');
+            }
+            out.push_str(&enc);
+            parent = parent
+                .join(seg)
+                .map_err(|_| StoreError::Limit("path too long".into()))?;
+        }
+        Ok(out)
+    }
+
+    /// The object a path names: its id and whether it is a blob or a tree.
+    pub fn entry(&self, path: &MemoryPath) -> Result<Option<(Oid, NodeKind)>, StoreError> {
+        let Some(tree) = &self.tree else {
+            return Ok(if path.is_root() {
+                Some((Oid::zero(), NodeKind::Dir))
+            } else {
+                None
+            });
+        };
+        if path.is_root() {
+            return Ok(Some((tree.id(), NodeKind::Dir)));
+        }
+        let git_path = self.git_path(path)?;
+        match tree.get_path(Path::new(&git_path)) {
+            Ok(e) => match e.kind() {
+                Some(ObjectType::Blob) => Ok(Some((e.id(), NodeKind::File))),
+                Some(ObjectType::Tree) => Ok(Some((e.id(), NodeKind::Dir))),
+                _ => Err(damaged("a tree entry has an unexpected type")),
+            },
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(_) => Err(damaged("a tree is unreadable")),
+        }
+    }
+
+    fn blob_bytes(&self, oid: Oid) -> Result<Vec<u8>, StoreError> {
+        let blob = self
+            .repo
+            .find_blob(oid)
+            .map_err(|_| damaged("a stored file is unreadable"))?;
+        Ok(blob.content().to_vec())
+    }
+
+    /// The file key of the file at `path`, if it is a file.
+    pub fn file_key_of(&self, path: &MemoryPath) -> Result<Option<(FileKeyId, FileKey)>, StoreError> {
+        let Some((oid, NodeKind::File)) = self.entry(path)? else {
+            return Ok(None);
+        };
+        let bytes = self.blob_bytes(oid)?;
+        let id = crypto::blob_key_id(&bytes).map_err(|_| damaged("a stored file has a bad header"))?;
+        let key = self
+            .key_state
+            .file_key(&id)
+            .ok_or_else(|| damaged("a stored file's key is missing from the key table"))?;
+        Ok(Some((id, key.clone())))
+    }
+
+    /// Every file at or below `path`, in name order.
+    pub fn files_below(&self, path: &MemoryPath) -> Result<Vec<MemoryPath>, StoreError> {
+        let mut out = Vec::new();
+        match self.entry(path)? {
+            None => {}
+            Some((_, NodeKind::File)) => out.push(path.clone()),
+            Some((oid, NodeKind::Dir)) => {
+                if self.tree.is_some() {
+                    self.collect_files(path, oid, &mut out)?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn collect_files(&self, dir: &MemoryPath, oid: Oid, out: &mut Vec<MemoryPath>) -> Result<(), StoreError> {
+        for (name, kind, id) in self.children(dir, oid)? {
+            let child = dir
+                .join(&name)
+                .map_err(|_| damaged("a stored name is not a valid path"))?;
+            match kind {
+                NodeKind::File => out.push(child),
+                NodeKind::Dir => self.collect_files(&child, id, out)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Decrypted children of the tree `oid` at `dir`, sorted by name.
+    fn children(&self, dir: &MemoryPath, oid: Oid) -> Result<Vec<(String, NodeKind, Oid)>, StoreError> {
+        let tree = self
+            .repo
+            .find_tree(oid)
+            .map_err(|_| damaged("a tree is unreadable"))?;
+        let mut out = Vec::with_capacity(tree.len());
+        for e in tree.iter() {
+            let enc = e.name().ok_or_else(|| damaged("a stored name is not text"))?;
+            let name = self
+                .keys
+                .decrypt_name(dir.as_str(), enc)
+                .map_err(|_| damaged("a stored name failed to decrypt"))?;
+            let kind = match e.kind() {
+                Some(ObjectType::Blob) => NodeKind::File,
+                Some(ObjectType::Tree) => NodeKind::Dir,
+                _ => return Err(damaged("a tree entry has an unexpected type")),
+            };
+            out.push((name, kind, e.id()));
+        }
+        out.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        Ok(out)
+    }
+
+    fn blob_plain_size(&self, oid: Oid) -> Result<u64, StoreError> {
+        let odb = self.odb.as_ref().ok_or_else(|| damaged("the object database is unreadable"))?;
+        let (len, kind) = odb
+            .read_header(oid)
+            .map_err(|_| damaged("a stored file is unreadable"))?;
+        if kind != ObjectType::Blob {
+            return Err(damaged("a tree entry has an unexpected type"));
+        }
+        crypto::plaintext_len(len as u64).ok_or_else(|| damaged("a stored file is too short"))
+    }
+
+    fn tree_plain_size(&self, oid: Oid) -> Result<u64, StoreError> {
+        let tree = self
+            .repo
+            .find_tree(oid)
+            .map_err(|_| damaged("a tree is unreadable"))?;
+        let mut total = 0u64;
+        for e in tree.iter() {
+            total += match e.kind() {
+                Some(ObjectType::Blob) => self.blob_plain_size(e.id())?,
+                Some(ObjectType::Tree) => self.tree_plain_size(e.id())?,
+                _ => return Err(damaged("a tree entry has an unexpected type")),
+            };
+        }
+        Ok(total)
+    }
+
+    /// Number of files in the whole tree (no decryption needed).
+    pub fn count_files(&self) -> Result<usize, StoreError> {
+        fn walk(repo: &Repository, oid: Oid) -> Result<usize, StoreError> {
+            let tree = repo
+                .find_tree(oid)
+                .map_err(|_| StoreError::Damaged("a tree is unreadable".into()))?;
+            let mut n = 0;
+            for e in tree.iter() {
+                match e.kind() {
+                    Some(ObjectType::Blob) => n += 1,
+                    Some(ObjectType::Tree) => n += walk(repo, e.id())?,
+                    _ => {}
+                }
+            }
+            Ok(n)
+        }
+        match &self.tree {
+            None => Ok(0),
+            Some(t) => walk(self.repo, t.id()),
+        }
+    }
+}
+
+impl Snapshot for VaultSnapshot<'_> {
+    fn kind(&self, path: &MemoryPath) -> Result<Option<NodeKind>, StoreError> {
+        Ok(self.entry(path)?.map(|(_, k)| k))
+    }
+
+    fn read(&self, path: &MemoryPath) -> Result<Zeroizing<Vec<u8>>, StoreError> {
+        let Some((oid, NodeKind::File)) = self.entry(path)? else {
+            return Err(StoreError::NotFound);
+        };
+        let bytes = self.blob_bytes(oid)?;
+        let id = crypto::blob_key_id(&bytes).map_err(|_| damaged("a stored file has a bad header"))?;
+        let key = self
+            .key_state
+            .file_key(&id)
+            .ok_or_else(|| damaged("a stored file's key is missing from the key table"))?;
+        crypto::open_blob(key, path.as_str(), &bytes)
+            .map_err(|_| damaged("a stored file failed to decrypt (altered, truncated or moved)"))
+    }
+
+    fn list(&self, dir: &MemoryPath) -> Result<Vec<DirEntry>, StoreError> {
+        let oid = match self.entry(dir)? {
+            Some((oid, NodeKind::Dir)) => oid,
+            _ => return Err(StoreError::NotFound),
+        };
+        if self.tree.is_none() {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        for (name, kind, id) in self.children(dir, oid)? {
+            let size = match kind {
+                NodeKind::File => self.blob_plain_size(id)?,
+                NodeKind::Dir => self.tree_plain_size(id)?,
+            };
+            out.push(DirEntry { name, kind, size });
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,173 @@
+//! Tampering with the repository from outside is detected and reported as
+//! damage, never returned as content and never a crash.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use crate::util::*;
+
+const SECRET_TEXT: &str = "the quarterly numbers are 42\n";
+
+fn vault_with_two_files() -> TestVault {
+    let v = TestVault::new();
+    let out = v.serve(&[
+        json!({"command": "create", "path": "/memories/a.txt", "file_text": SECRET_TEXT}).to_string(),
+        json!({"command": "create", "path": "/memories/b.txt", "file_text": "other file\n"}).to_string(),
+    ]);
+    assert!(out.iter().all(|o| !is_error(o)));
+    v
+}
+
+/// (mode, type, oid, name) of the root tree entries at main.
+fn root_entries(v: &TestVault) -> Vec<(String, String, String, String)> {
+    let out = git(&v.vault, &["ls-tree", "refs/heads/main"]).stdout;
+    String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (meta, name) = l.split_once('\t').unwrap();
+            let parts: Vec<&str> = meta.split(' ').collect();
+            (parts[0].into(), parts[1].into(), parts[2].into(), name.into())
+        })
+        .collect()
+}
+
+fn object_file(v: &TestVault, oid: &str) -> PathBuf {
+    v.vault.join("objects").join(&oid[..2]).join(&oid[2..])
+}
+
+fn assert_damaged(out: &Value) {
+    assert!(is_error(out), "expected an error: {out}");
+    let t = text(out);
+    assert!(t.contains("damaged"), "should say the vault is damaged: {t}");
+    assert!(!t.contains("quarterly"), "content leaked: {t}");
+}
+
+fn view_both(v: &TestVault) -> Vec<Value> {
+    v.serve(&[
+        json!({"command": "view", "path": "/memories/a.txt"}).to_string(),
+        json!({"command": "view", "path": "/memories/b.txt"}).to_string(),
+        json!({"command": "view", "path": "/memories"}).to_string(),
+    ])
+}
+
+#[test]
+fn flipped_byte_in_a_stored_blob_is_damage() {
+    let v = vault_with_two_files();
+    let before = view_both(&v);
+    assert!(!is_error(&before[0]));
+    let (_, _, oid, _) = root_entries(&v).into_iter().next().unwrap();
+    let path = object_file(&v, &oid);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+    let out = view_both(&v);
+    // Whichever file the blob was, one of the two views fails as damage and
+    // the listing (which reads sizes from that blob) does too.
+    let failed: Vec<&Value> = out.iter().filter(|o| is_error(o)).collect();
+    assert!(!failed.is_empty(), "{out:?}");
+    for f in failed {
+        assert_damaged(f);
+    }
+}
+
+#[test]
+fn truncated_blob_is_damage() {
+    let v = vault_with_two_files();
+    for (_, _, oid, _) in root_entries(&v) {
+        let path = object_file(&v, &oid);
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 7]).unwrap();
+    }
+    let out = view_both(&v);
+    for o in &out {
+        assert_damaged(o);
+    }
+}
+
+#[test]
+fn blob_moved_to_another_path_is_damage() {
+    let v = vault_with_two_files();
+    let entries = root_entries(&v);
+    assert_eq!(entries.len(), 2);
+    // Swap the two blobs between the two names, as an attacker with write
+    // access to the repository could.
+    let tree_input = format!(
+        "{} {} {}\t{}\n{} {} {}\t{}\n",
+        entries[0].0, entries[0].1, entries[1].2, entries[0].3, entries[1].0, entries[1].1, entries[0].2, entries[1].3
+    );
+    let tree = run_with_stdin(
+        std::process::Command::new("git").arg("--git-dir").arg(&v.vault).arg("mktree"),
+        tree_input.as_bytes(),
+    );
+    assert!(tree.status.success());
+    let tree = String::from_utf8(tree.stdout).unwrap().trim().to_string();
+    let commit = git(&v.vault, &["commit-tree", &tree, "-p", "refs/heads/main", "-m", "swap"]).stdout;
+    let commit = String::from_utf8(commit).unwrap().trim().to_string();
+    git(&v.vault, &["update-ref", "refs/heads/main", &commit]);
+    for o in &view_both(&v) {
+        assert_damaged(o);
+    }
+    // Nothing can be written on top of a damaged tip either.
+    let w = v.one(json!({"command": "create", "path": "/memories/c.txt", "file_text": "x"}));
+    assert_damaged(&w);
+}
+
+#[test]
+fn altered_commit_is_damage() {
+    let v = vault_with_two_files();
+    let raw = git(&v.vault, &["cat-file", "commit", "refs/heads/main"]).stdout;
+    let mut raw = String::from_utf8(raw).unwrap();
+    // Change one character of the encrypted message.
+    let pos = raw.rfind("\n\n").unwrap() + 5;
+    let c = raw.as_bytes()[pos];
+    let replacement = if c == b'A' { "B" } else { "A" };
+    raw.replace_range(pos..pos + 1, replacement);
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("c");
+    std::fs::write(&f, &raw).unwrap();
+    let oid = git(&v.vault, &["hash-object", "-t", "commit", "-w", "--literally", f.to_str().unwrap()]).stdout;
+    let oid = String::from_utf8(oid).unwrap().trim().to_string();
+    git(&v.vault, &["update-ref", "refs/heads/main", &oid]);
+    for o in &view_both(&v) {
+        assert_damaged(o);
+    }
+}
+
+#[test]
+fn commit_without_the_vault_mac_is_damage() {
+    let v = vault_with_two_files();
+    let raw = git(&v.vault, &["cat-file", "commit", "refs/heads/main"]).stdout;
+    let raw = String::from_utf8(raw).unwrap();
+    let stripped: String = raw
+        .split_inclusive('\n')
+        .filter(|l| !l.starts_with("mvmac "))
+        .collect();
+    assert_ne!(stripped, raw);
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("c");
+    std::fs::write(&f, &stripped).unwrap();
+    let oid = git(&v.vault, &["hash-object", "-t", "commit", "-w", f.to_str().unwrap()]).stdout;
+    let oid = String::from_utf8(oid).unwrap().trim().to_string();
+    git(&v.vault, &["update-ref", "refs/heads/main", &oid]);
+    for o in &view_both(&v) {
+        assert_damaged(o);
+    }
+}
+
+#[test]
+fn missing_key_state_refuses_to_open() {
+    let v = vault_with_two_files();
+    git(&v.vault, &["update-ref", "-d", "refs/memvault/keys"]);
+    let out = v
+        .cmd()
+        .args(["exec", r#"{"command":"view","path":"/memories"}"#])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("damaged"), "{err}");
+}

@@ -1,0 +1,150 @@
+//! Helpers that drive the real `memvault` binary on a temporary vault.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_memvault")
+}
+
+/// A fresh vault unlocked by a key file, in its own temporary directory.
+pub struct TestVault {
+    pub tmp: tempfile::TempDir,
+    pub vault: PathBuf,
+    pub key: PathBuf,
+}
+
+impl TestVault {
+    pub fn new() -> TestVault {
+        let tmp = tempfile::tempdir().unwrap();
+        let vault = tmp.path().join("vault");
+        let key = tmp.path().join("vault.key");
+        let out = Command::new(bin()).arg("keygen").arg(&key).output().unwrap();
+        assert!(out.status.success(), "keygen: {}", String::from_utf8_lossy(&out.stderr));
+        let t = TestVault { tmp, vault, key };
+        let out = t.cmd().arg("init").output().unwrap();
+        assert!(out.status.success(), "init: {}", String::from_utf8_lossy(&out.stderr));
+        t
+    }
+
+    /// A `memvault` command with this vault and key selected.
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(bin());
+        c.arg("--vault").arg(&self.vault).arg("--key-file").arg(&self.key);
+        c.env_remove("MEMVAULT_DIR")
+            .env_remove("MEMVAULT_KEY_FILE")
+            .env_remove("MEMVAULT_PASSPHRASE")
+            .env_remove("MEMVAULT_SESSION")
+            .env_remove("MEMVAULT_ACTOR");
+        c
+    }
+
+    /// Run `serve` with these request lines; return the parsed result lines.
+    pub fn serve(&self, lines: &[String]) -> Vec<Value> {
+        let mut input = String::new();
+        for l in lines {
+            input.push_str(l);
+            input.push('\n');
+        }
+        let out = run_with_stdin(self.cmd().arg("serve").arg("--session").arg("test"), input.as_bytes());
+        assert!(out.status.success(), "serve failed: {}", String::from_utf8_lossy(&out.stderr));
+        parse_lines(&out.stdout)
+    }
+
+    /// Run one command through `serve`.
+    pub fn one(&self, cmd: Value) -> Value {
+        let mut v = self.serve(&[cmd.to_string()]);
+        assert_eq!(v.len(), 1);
+        v.remove(0)
+    }
+
+    /// Number of commits on refs/heads/main.
+    pub fn commits(&self) -> usize {
+        let out = git(&self.vault, &["rev-list", "--count", "refs/heads/main"]);
+        String::from_utf8(out.stdout).unwrap().trim().parse().unwrap()
+    }
+}
+
+pub fn run_with_stdin(cmd: &mut Command, input: &[u8]) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let data = input.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&data);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    out
+}
+
+pub fn parse_lines(stdout: &[u8]) -> Vec<Value> {
+    String::from_utf8(stdout.to_vec())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect()
+}
+
+pub fn git(repo: &Path, args: &[&str]) -> Output {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// The text content of a tool result.
+pub fn text(v: &Value) -> &str {
+    v["content"].as_str().unwrap_or_else(|| panic!("no text content: {v}"))
+}
+
+pub fn is_error(v: &Value) -> bool {
+    v["is_error"].as_bool().unwrap()
+}
+
+/// Does `needle` occur in any file below `dir` or in any git object
+/// (decompressed by `git cat-file --batch-all-objects --batch`)?
+pub fn plaintext_anywhere(dir: &Path, needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        for e in std::fs::read_dir(&p).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                let bytes = std::fs::read(e.path()).unwrap();
+                if contains(&bytes, needle.as_bytes()) {
+                    found.push(e.path().display().to_string());
+                }
+            }
+        }
+    }
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(dir)
+        .args(["cat-file", "--batch-all-objects", "--batch", "--unordered"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(out.stdout.len() > 100, "git cat-file printed almost nothing");
+    if contains(&out.stdout, needle.as_bytes()) {
+        found.push("a git object".into());
+    }
+    found
+}
+
+pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
