@@ -25,6 +25,8 @@ pub mod fsync;
 pub mod keys;
 pub mod meta;
 mod tree;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};

@@ -1,0 +1,909 @@
+//! The six commands' semantics: [`Memory::execute`].
+//!
+//! This is where the strings of `SPEC.md` live and where a command turns
+//! into at most one [`Mutation`]. The order of work is fixed:
+//!
+//! 1. every path is validated into a [`MemoryPath`] (a refused path gets
+//!    an error naming the rule; the store is not touched);
+//! 2. input-only checks (empty `old_str`, root refusals, the secret filter,
+//!    the size of new content) run before the store is touched;
+//! 3. the read and the decision run inside one [`Store::write`] closure
+//!    (views use [`Store::read`]), so no other writer can interleave
+//!    between what was read and what is written. The closures have no side
+//!    effects and may be run again on a newer state.
+//!
+//! Every command answers with exactly one [`ToolResult`]; nothing here
+//! panics on any input. A [`StoreError`] becomes an error result carrying
+//! its `Display` text after `Error: `.
+//!
+//! Not protected here: secrets that only appear once the new text is
+//! joined with the old content (the filter sees `file_text`, `new_str` and
+//! `insert_text` on their own), and the size of a directory listing (it is
+//! not truncated).
+
+use zeroize::Zeroizing;
+
+use data_encoding::BASE64;
+
+use super::command::{Command, parse_command};
+use super::path::MemoryPath;
+use super::render::{
+    MAX_VIEW_LINES, file_header, human_size, line_count, line_index_at, lines, listing_header,
+    listing_line, numbered, with_body,
+};
+use super::result::{Content, ToolResult};
+use super::store::{
+    Change, ChangeFacts, Mutation, NodeKind, Op, Outcome, Snapshot, Store, StoreError,
+};
+
+/// Settings of the memory layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryConfig {
+    /// `create` on an existing file replaces it (the old content stays in
+    /// history) instead of answering `Error: File {path} already exists`.
+    pub overwrite_on_create: bool,
+    /// The largest file, in bytes, a command may write.
+    pub max_file_bytes: usize,
+    /// The most characters of numbered text a `view` (or an edit snippet)
+    /// shows before truncating from the middle.
+    pub max_view_chars: usize,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            overwrite_on_create: false,
+            max_file_bytes: 1 << 20,
+            max_view_chars: 16_000,
+        }
+    }
+}
+
+/// What a secret filter decided about a text about to be written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FilterOutcome {
+    /// Nothing to remove: write the text as is.
+    Clean,
+    /// Write `text` instead; `kinds` says which kinds of secret were
+    /// replaced and how many of each.
+    Redacted {
+        text: String,
+        kinds: Vec<(String, u32)>,
+    },
+    /// Write nothing.
+    Rejected { kinds: Vec<(String, u32)> },
+}
+
+/// A secret filter run on every text before it is written (the redaction
+/// filter of `redact/` implements it).
+pub trait TextFilter: Send + Sync {
+    fn filter(&self, text: &str) -> FilterOutcome;
+}
+
+/// The memory tool: runs commands against a [`Store`].
+#[derive(Default)]
+pub struct Memory {
+    config: MemoryConfig,
+    filter: Option<Box<dyn TextFilter>>,
+}
+
+/// The cap on line numbers listed for several matches of `old_str`.
+const MAX_LISTED_MATCHES: usize = 100;
+
+impl Memory {
+    /// A memory tool with `config`, running `filter` (when given) on every
+    /// text before it is written.
+    pub fn new(config: MemoryConfig, filter: Option<Box<dyn TextFilter>>) -> Memory {
+        Memory { config, filter }
+    }
+
+    /// The same tool, running `filter` on every text before it is written.
+    pub fn with_filter(mut self, filter: Box<dyn TextFilter>) -> Memory {
+        self.filter = Some(filter);
+        self
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &MemoryConfig {
+        &self.config
+    }
+
+    /// Parses a `tool_use` input and runs it. A malformed input gets an
+    /// error result naming the problem, and nothing is touched.
+    pub fn execute_json(&self, store: &mut dyn Store, input: &serde_json::Value) -> ToolResult {
+        match parse_command(input) {
+            Ok(cmd) => self.execute(store, &cmd),
+            Err(message) => ToolResult::error(message),
+        }
+    }
+
+    /// Runs one command.
+    pub fn execute(&self, store: &mut dyn Store, cmd: &Command) -> ToolResult {
+        match cmd {
+            Command::View { path, view_range } => match valid(path) {
+                Ok(path) => self.view(store, &path, *view_range),
+                Err(e) => e,
+            },
+            Command::Create { path, file_text } => match valid(path) {
+                Ok(path) => self.create(store, &path, file_text),
+                Err(e) => e,
+            },
+            Command::StrReplace {
+                path,
+                old_str,
+                new_str,
+            } => match valid(path) {
+                Ok(path) => self.str_replace(store, &path, old_str, new_str.as_deref()),
+                Err(e) => e,
+            },
+            Command::Insert {
+                path,
+                insert_line,
+                insert_text,
+            } => match valid(path) {
+                Ok(path) => self.insert(store, &path, *insert_line, insert_text),
+                Err(e) => e,
+            },
+            Command::Delete { path } => match valid(path) {
+                Ok(path) => self.delete(store, &path),
+                Err(e) => e,
+            },
+            Command::Rename { old_path, new_path } => match (valid(old_path), valid(new_path)) {
+                (Ok(from), Ok(to)) => self.rename(store, &from, &to),
+                (Err(e), _) | (_, Err(e)) => e,
+            },
+        }
+    }
+
+    // ----- view -------------------------------------------------------
+
+    fn view(
+        &self,
+        store: &mut dyn Store,
+        path: &MemoryPath,
+        range: Option<[i64; 2]>,
+    ) -> ToolResult {
+        let mut viewed_file = false;
+        let answer = store.read(&mut |snap| {
+            viewed_file = false;
+            self.view_in(snap, path, range, &mut viewed_file)
+        });
+        match answer {
+            Ok(result) => {
+                if viewed_file && !result.is_error {
+                    store.note_viewed(path);
+                }
+                result
+            }
+            Err(e) => store_error(e),
+        }
+    }
+
+    fn view_in(
+        &self,
+        snap: &dyn Snapshot,
+        path: &MemoryPath,
+        range: Option<[i64; 2]>,
+        viewed_file: &mut bool,
+    ) -> Result<ToolResult, StoreError> {
+        let missing = || {
+            ToolResult::error(format!(
+                "The path {path} does not exist. Please provide a valid path."
+            ))
+        };
+        match snap.kind(path)? {
+            None => Ok(missing()),
+            Some(NodeKind::Dir) => match range {
+                Some([a, b]) => Ok(ToolResult::error(format!(
+                    "Error: Invalid `view_range` parameter: [{a}, {b}]. The `view_range` parameter is not allowed when `path` points to a directory; view a file inside {path} instead."
+                ))),
+                None => listing(snap, path),
+            },
+            Some(NodeKind::File) => {
+                let bytes = match snap.read(path) {
+                    Ok(bytes) => bytes,
+                    Err(StoreError::NotFound) => return Ok(missing()),
+                    Err(e) => return Err(e),
+                };
+                if let Some(media_type) = image_type(path, &bytes) {
+                    if let Some([a, b]) = range {
+                        return Ok(ToolResult::error(format!(
+                            "Error: Invalid `view_range` parameter: [{a}, {b}]. {path} is an image; view it without `view_range`."
+                        )));
+                    }
+                    *viewed_file = true;
+                    return Ok(ToolResult {
+                        content: Content::Image {
+                            media_type,
+                            data_base64: BASE64.encode(&bytes),
+                        },
+                        is_error: false,
+                    });
+                }
+                let Ok(text) = std::str::from_utf8(&bytes) else {
+                    return Ok(ToolResult::error(format!(
+                        "Error: The file {path} is binary (it is not UTF-8 text), so it cannot be shown as text. Only UTF-8 text files and .png, .jpg or .jpeg images can be viewed."
+                    )));
+                };
+                let n = line_count(text);
+                if n > MAX_VIEW_LINES {
+                    return Ok(ToolResult::error(format!(
+                        "File {path} exceeds maximum line limit of 999,999 lines."
+                    )));
+                }
+                let (start, end) = match range {
+                    None => (1, n),
+                    Some(range) => match resolve_range(range, n, path) {
+                        Ok(bounds) => bounds,
+                        Err(message) => return Ok(ToolResult::error(message)),
+                    },
+                };
+                let shown: Vec<&str> = lines(text)
+                    .skip(start.saturating_sub(1))
+                    .take((end + 1).saturating_sub(start))
+                    .collect();
+                let body = numbered(&shown, start, self.config.max_view_chars);
+                *viewed_file = true;
+                Ok(ToolResult::ok(with_body(file_header(path.as_str()), &body)))
+            }
+        }
+    }
+
+    // ----- create -----------------------------------------------------
+
+    fn create(&self, store: &mut dyn Store, path: &MemoryPath, file_text: &str) -> ToolResult {
+        let filtered = match self.filter_text(file_text) {
+            Ok(f) => f,
+            Err(refusal) => return refusal,
+        };
+        let text: &str = filtered.text();
+        if text.len() > self.config.max_file_bytes {
+            return ToolResult::error(format!(
+                "Error: The content is {} bytes, over the limit of {} for one memory file. Nothing was changed; split the content into several smaller files.",
+                text.len(),
+                limit(self.config.max_file_bytes)
+            ));
+        }
+        let overwrite = self.config.overwrite_on_create;
+        write(store, &mut |snap| {
+            let (op, lines_removed) = match snap.kind(path)? {
+                Some(NodeKind::Dir) => {
+                    let example = if path.is_root() {
+                        "/memories/notes.md".to_owned()
+                    } else {
+                        format!("{path}/notes.md")
+                    };
+                    return refuse(format!(
+                        "Error: The path {path} is a directory, so no file can be created there. Give a file path, such as {example}."
+                    ));
+                }
+                Some(NodeKind::File) if !overwrite => {
+                    return refuse(format!("Error: File {path} already exists"));
+                }
+                Some(NodeKind::File) => {
+                    let old = match snap.read(path) {
+                        Ok(old) => old,
+                        Err(StoreError::NotFound) => Zeroizing::new(Vec::new()),
+                        Err(e) => return Err(e),
+                    };
+                    (Op::Overwrite, count_u32(line_count_bytes(&old)))
+                }
+                None => {
+                    if let Some(file) = file_ancestor(snap, path)? {
+                        return refuse(format!(
+                            "Error: Cannot create {path}: {file} is a file, not a directory. Choose a path whose parent directories are not files."
+                        ));
+                    }
+                    (Op::Create, 0)
+                }
+            };
+            // Same words for an overwrite: the reference answer for create.
+            let success = format!("File created successfully at: {path}");
+            Ok(Outcome {
+                result: ToolResult::ok(filtered.with_note(success)),
+                mutation: Some(Mutation {
+                    op,
+                    change: Change::Write {
+                        path: path.clone(),
+                        content: Zeroizing::new(text.as_bytes().to_vec()),
+                    },
+                    facts: ChangeFacts {
+                        lines_added: count_u32(line_count(text)),
+                        lines_removed,
+                        redactions: filtered.redactions.clone(),
+                    },
+                }),
+            })
+        })
+    }
+
+    // ----- str_replace ------------------------------------------------
+
+    fn str_replace(
+        &self,
+        store: &mut dyn Store,
+        path: &MemoryPath,
+        old_str: &str,
+        new_str: Option<&str>,
+    ) -> ToolResult {
+        if old_str.is_empty() {
+            return ToolResult::error(format!(
+                "Error: `old_str` is empty. Give the exact text to replace, copied from {path}; it must appear there exactly once."
+            ));
+        }
+        let filtered = match self.filter_text(new_str.unwrap_or("")) {
+            Ok(f) => f,
+            Err(refusal) => return refusal,
+        };
+        let new_str: &str = filtered.text();
+        let max_bytes = self.config.max_file_bytes;
+        let max_chars = self.config.max_view_chars;
+        write(store, &mut |snap| {
+            let missing =
+                || format!("Error: The path {path} does not exist. Please provide a valid path.");
+            let bytes = match read_file(snap, path)? {
+                Some(bytes) => bytes,
+                None => return refuse(missing()),
+            };
+            let Ok(text) = std::str::from_utf8(&bytes) else {
+                return refuse(format!(
+                    "Error: The file {path} is binary (it is not UTF-8 text), so str_replace cannot edit it."
+                ));
+            };
+            let mut matches = text.match_indices(old_str).map(|(at, _)| at);
+            let Some(at) = matches.next() else {
+                return refuse(format!(
+                    "No replacement was performed, old_str `{old_str}` did not appear verbatim in {path}."
+                ));
+            };
+            if matches.next().is_some() {
+                return refuse(format!(
+                    "No replacement was performed. Multiple occurrences of old_str `{old_str}` in lines: {}. Please ensure it is unique",
+                    match_lines(text, old_str)
+                ));
+            }
+            let size = text.len() - old_str.len() + new_str.len();
+            if size > max_bytes {
+                return refuse(format!(
+                    "Error: The edit would make {path} {size} bytes, over the limit of {} for one memory file. Nothing was changed; split the content into several smaller files.",
+                    limit(max_bytes)
+                ));
+            }
+            let mut edited = Zeroizing::new(String::with_capacity(size));
+            edited.push_str(text.get(..at).unwrap_or_default());
+            edited.push_str(new_str);
+            edited.push_str(text.get(at + old_str.len()..).unwrap_or_default());
+
+            let snippet = edit_snippet(&edited, at, new_str, max_chars);
+            let result = with_body(
+                "The memory file has been edited. Here is the snippet showing the change (with line numbers):".to_owned(),
+                &snippet,
+            );
+            Ok(Outcome {
+                result: ToolResult::ok(filtered.with_note(result)),
+                mutation: Some(Mutation {
+                    op: Op::StrReplace,
+                    change: Change::Write {
+                        path: path.clone(),
+                        content: into_bytes(edited),
+                    },
+                    facts: ChangeFacts {
+                        lines_added: count_u32(line_count(new_str)),
+                        lines_removed: count_u32(line_count(old_str)),
+                        redactions: filtered.redactions.clone(),
+                    },
+                }),
+            })
+        })
+    }
+
+    // ----- insert -----------------------------------------------------
+
+    fn insert(
+        &self,
+        store: &mut dyn Store,
+        path: &MemoryPath,
+        insert_line: i64,
+        insert_text: &str,
+    ) -> ToolResult {
+        let filtered = match self.filter_text(insert_text) {
+            Ok(f) => f,
+            Err(refusal) => return refusal,
+        };
+        let insert_text: &str = filtered.text();
+        // A trailing newline of the text does not add an empty line.
+        let body = insert_text.strip_suffix('\n').unwrap_or(insert_text);
+        let max_bytes = self.config.max_file_bytes;
+        write(store, &mut |snap| {
+            let bytes = match read_file(snap, path)? {
+                Some(bytes) => bytes,
+                None => return refuse(format!("Error: The path {path} does not exist")),
+            };
+            let Ok(text) = std::str::from_utf8(&bytes) else {
+                return refuse(format!(
+                    "Error: The file {path} is binary (it is not UTF-8 text), so insert cannot edit it."
+                ));
+            };
+            let n = line_count(text);
+            let line = match usize::try_from(insert_line) {
+                Ok(line) if line <= n => line,
+                _ => {
+                    return refuse(format!(
+                        "Error: Invalid `insert_line` parameter: {insert_line}. It should be within the range of lines of the file: [0, {n}]"
+                    ));
+                }
+            };
+            // Byte offset where line `line + 1` starts (or the end).
+            let at = match line {
+                0 => 0,
+                _ => text
+                    .match_indices('\n')
+                    .nth(line - 1)
+                    .map_or(text.len(), |(i, _)| i + 1),
+            };
+            let (before, after) = (
+                text.get(..at).unwrap_or_default(),
+                text.get(at..).unwrap_or_default(),
+            );
+            let mut edited = Zeroizing::new(String::with_capacity(text.len() + body.len() + 2));
+            edited.push_str(before);
+            if !edited.is_empty() && !edited.ends_with('\n') {
+                edited.push('\n');
+            }
+            edited.push_str(body);
+            edited.push('\n');
+            edited.push_str(after);
+            if !edited.ends_with('\n') {
+                edited.push('\n');
+            }
+            if edited.len() > max_bytes {
+                return refuse(format!(
+                    "Error: The insert would make {path} {} bytes, over the limit of {} for one memory file. Nothing was changed; split the content into several smaller files.",
+                    edited.len(),
+                    limit(max_bytes)
+                ));
+            }
+            Ok(Outcome {
+                result: ToolResult::ok(
+                    filtered.with_note(format!("The file {path} has been edited.")),
+                ),
+                mutation: Some(Mutation {
+                    op: Op::Insert,
+                    change: Change::Write {
+                        path: path.clone(),
+                        content: into_bytes(edited),
+                    },
+                    facts: ChangeFacts {
+                        lines_added: count_u32(body.split('\n').count()),
+                        lines_removed: 0,
+                        redactions: filtered.redactions.clone(),
+                    },
+                }),
+            })
+        })
+    }
+
+    // ----- delete -----------------------------------------------------
+
+    fn delete(&self, store: &mut dyn Store, path: &MemoryPath) -> ToolResult {
+        if path.is_root() {
+            return ToolResult::error(
+                "Error: The /memories directory itself cannot be deleted. Delete the files and directories inside it instead.",
+            );
+        }
+        write(store, &mut |snap| {
+            if snap.kind(path)?.is_none() {
+                return refuse(format!("Error: The path {path} does not exist"));
+            }
+            Ok(Outcome {
+                result: ToolResult::ok(format!("Successfully deleted {path}")),
+                mutation: Some(Mutation {
+                    op: Op::Delete,
+                    change: Change::Delete { path: path.clone() },
+                    facts: ChangeFacts::default(),
+                }),
+            })
+        })
+    }
+
+    // ----- rename -----------------------------------------------------
+
+    fn rename(&self, store: &mut dyn Store, from: &MemoryPath, to: &MemoryPath) -> ToolResult {
+        if from.is_root() {
+            return ToolResult::error(
+                "Error: The /memories directory itself cannot be renamed or moved. Rename the files and directories inside it instead.",
+            );
+        }
+        if to.is_root() {
+            return ToolResult::error(format!("Error: The destination {to} already exists"));
+        }
+        write(store, &mut |snap| {
+            let Some(kind) = snap.kind(from)? else {
+                return refuse(format!("Error: The path {from} does not exist"));
+            };
+            if snap.kind(to)?.is_some() {
+                return refuse(format!("Error: The destination {to} already exists"));
+            }
+            if to.starts_with(from) {
+                return refuse(format!(
+                    "Error: Cannot move {from} into itself: {to} is inside {from}. Choose a destination outside {from}."
+                ));
+            }
+            if let Some(file) = file_ancestor(snap, to)? {
+                return refuse(format!(
+                    "Error: Cannot rename {from} to {to}: {file} is a file, not a directory. Choose a destination whose parent directories are not files."
+                ));
+            }
+            let too_long = match kind {
+                NodeKind::Dir => breaks_limits_when_moved(snap, from, to)?,
+                NodeKind::File => None,
+            };
+            if let Some(too_long) = too_long {
+                return refuse(format!(
+                    "Error: Cannot rename {from} to {to}: {too_long} would move past the path limits (1024 bytes, 20 levels below /memories, 127 bytes per name). Choose a shorter or shallower destination."
+                ));
+            }
+            Ok(Outcome {
+                result: ToolResult::ok(format!("Successfully renamed {from} to {to}")),
+                mutation: Some(Mutation {
+                    op: Op::Rename,
+                    change: Change::Rename {
+                        from: from.clone(),
+                        to: to.clone(),
+                    },
+                    facts: ChangeFacts::default(),
+                }),
+            })
+        })
+    }
+
+    // ----- secret filter ----------------------------------------------
+
+    /// Runs the secret filter on a text about to be written. `Err` is the
+    /// result to answer with when the filter refused the text.
+    fn filter_text<'a>(&self, text: &'a str) -> Result<Filtered<'a>, ToolResult> {
+        let Some(filter) = &self.filter else {
+            return Ok(Filtered::clean(text));
+        };
+        match filter.filter(text) {
+            FilterOutcome::Clean => Ok(Filtered::clean(text)),
+            FilterOutcome::Redacted { text, kinds } => Ok(Filtered {
+                owned: Some(Zeroizing::new(text)),
+                borrowed: "",
+                redactions: merge_kinds(kinds),
+            }),
+            FilterOutcome::Rejected { kinds } => {
+                let kinds = merge_kinds(kinds);
+                let total: u64 = kinds.iter().map(|(_, n)| u64::from(*n)).sum();
+                let names: Vec<&str> = kinds.iter().map(|(k, _)| k.as_str()).collect();
+                let what = match total {
+                    0 => "text the secret filter refused".to_owned(),
+                    1 => format!("1 secret ({})", names.join(", ")),
+                    n => format!("{n} secrets ({})", names.join(", ")),
+                };
+                Err(ToolResult::error(format!(
+                    "Error: Nothing was saved: the text contains {what} that this memory store refuses to keep. Remove it (note where the secret is kept instead of its value) and try again."
+                )))
+            }
+        }
+    }
+}
+
+/// A text after the secret filter, with what was redacted.
+struct Filtered<'a> {
+    owned: Option<Zeroizing<String>>,
+    borrowed: &'a str,
+    redactions: Vec<(String, u32)>,
+}
+
+impl<'a> Filtered<'a> {
+    fn clean(text: &'a str) -> Filtered<'a> {
+        Filtered {
+            owned: None,
+            borrowed: text,
+            redactions: Vec::new(),
+        }
+    }
+
+    fn text(&self) -> &str {
+        match &self.owned {
+            Some(owned) => owned.as_str(),
+            None => self.borrowed,
+        }
+    }
+
+    /// `success`, followed by the redaction notice when something was
+    /// redacted.
+    fn with_note(&self, success: String) -> String {
+        let total: u64 = self.redactions.iter().map(|(_, n)| u64::from(*n)).sum();
+        let names: Vec<&str> = self.redactions.iter().map(|(k, _)| k.as_str()).collect();
+        match total {
+            0 => success,
+            1 => format!(
+                "{success}\nNote: 1 secret was redacted before saving ({}).",
+                names.join(", ")
+            ),
+            n => format!(
+                "{success}\nNote: {n} secrets were redacted before saving ({}).",
+                names.join(", ")
+            ),
+        }
+    }
+}
+
+/// Kinds sorted by name, each once with its counts summed; zero counts
+/// dropped.
+fn merge_kinds(kinds: Vec<(String, u32)>) -> Vec<(String, u32)> {
+    let mut merged: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
+    for (kind, n) in kinds {
+        let slot = merged.entry(kind).or_insert(0);
+        *slot = slot.saturating_add(n);
+    }
+    merged.into_iter().filter(|(_, n)| *n > 0).collect()
+}
+
+// ----- helpers ---------------------------------------------------------
+
+/// Validates a command path; a refused path becomes its error result.
+fn valid(path: &str) -> Result<MemoryPath, ToolResult> {
+    MemoryPath::parse(path).map_err(|e| ToolResult::error(format!("Error: {e}")))
+}
+
+/// Runs a write closure and turns a store failure into an error result.
+fn write(
+    store: &mut dyn Store,
+    f: &mut dyn FnMut(&dyn Snapshot) -> Result<Outcome, StoreError>,
+) -> ToolResult {
+    store.write(f).unwrap_or_else(store_error)
+}
+
+/// An outcome that answers with an error and changes nothing.
+fn refuse(message: String) -> Result<Outcome, StoreError> {
+    Ok(Outcome {
+        result: ToolResult::error(message),
+        mutation: None,
+    })
+}
+
+fn store_error(e: StoreError) -> ToolResult {
+    match e {
+        StoreError::NotFound => ToolResult::error(
+            "Error: The store reported a path as missing while running the command; nothing was changed. View the directory to see what exists, then try again.",
+        ),
+        other => ToolResult::error(format!("Error: {other}")),
+    }
+}
+
+/// The content of the file at `path`; `None` when it is missing or a
+/// directory.
+fn read_file(
+    snap: &dyn Snapshot,
+    path: &MemoryPath,
+) -> Result<Option<Zeroizing<Vec<u8>>>, StoreError> {
+    if snap.kind(path)? != Some(NodeKind::File) {
+        return Ok(None);
+    }
+    match snap.read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(StoreError::NotFound) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The nearest ancestor of `path` that is a file, if any.
+fn file_ancestor(snap: &dyn Snapshot, path: &MemoryPath) -> Result<Option<MemoryPath>, StoreError> {
+    for ancestor in path.ancestors() {
+        match snap.kind(&ancestor)? {
+            Some(NodeKind::File) => return Ok(Some(ancestor)),
+            // A directory's ancestors are directories.
+            Some(NodeKind::Dir) => return Ok(None),
+            None => {}
+        }
+    }
+    Ok(None)
+}
+
+/// The first path below the directory `from` that would break a path
+/// limit once moved to `to`, if any.
+fn breaks_limits_when_moved(
+    snap: &dyn Snapshot,
+    from: &MemoryPath,
+    to: &MemoryPath,
+) -> Result<Option<MemoryPath>, StoreError> {
+    if to.as_str().len() <= from.as_str().len() && to.depth() <= from.depth() {
+        return Ok(None);
+    }
+    let mut pending = vec![from.clone()];
+    while let Some(dir) = pending.pop() {
+        for entry in snap.list(&dir)? {
+            let Ok(child) = dir.join(&entry.name) else {
+                return Err(StoreError::Damaged(
+                    "a stored name is not a valid path segment".into(),
+                ));
+            };
+            if child.rebase(from, to).is_none() {
+                return Ok(Some(child));
+            }
+            if entry.kind == NodeKind::Dir {
+                pending.push(child);
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The directory view of `dir`: the header, the directory itself, then
+/// two levels of entries (hidden names and `node_modules` left out).
+fn listing(snap: &dyn Snapshot, dir: &MemoryPath) -> Result<ToolResult, StoreError> {
+    let entries = match snap.list(dir) {
+        Ok(entries) => entries,
+        Err(StoreError::NotFound) => {
+            return Ok(ToolResult::error(format!(
+                "The path {dir} does not exist. Please provide a valid path."
+            )));
+        }
+        Err(e) => return Err(e),
+    };
+    let total = entries
+        .iter()
+        .fold(0u64, |sum, e| sum.saturating_add(e.size));
+    let mut out = listing_header(dir.as_str());
+    let line = |out: &mut String, size: u64, path: &str| {
+        out.push('\n');
+        out.push_str(&listing_line(size, path));
+    };
+    line(&mut out, total, dir.as_str());
+    for entry in visible(entries) {
+        let shown = format!("{dir}/{}", entry.name);
+        if entry.kind == NodeKind::File {
+            line(&mut out, entry.size, &shown);
+            continue;
+        }
+        line(&mut out, entry.size, &format!("{shown}/"));
+        let Ok(child) = dir.join(&entry.name) else {
+            return Err(StoreError::Damaged(
+                "a stored name is not a valid path segment".into(),
+            ));
+        };
+        for sub in visible(snap.list(&child)?) {
+            match sub.kind {
+                NodeKind::File => line(&mut out, sub.size, &format!("{shown}/{}", sub.name)),
+                NodeKind::Dir => line(&mut out, sub.size, &format!("{shown}/{}/", sub.name)),
+            }
+        }
+    }
+    Ok(ToolResult::ok(out))
+}
+
+/// Entries shown in a listing, sorted by name.
+fn visible(mut entries: Vec<super::store::DirEntry>) -> Vec<super::store::DirEntry> {
+    entries.retain(|e| !e.name.starts_with('.') && e.name != "node_modules");
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    entries
+}
+
+/// The media type of an image file: by extension (`.png`, `.jpg`,
+/// `.jpeg`, any case) and confirmed by the content's signature, so a text
+/// file named `.png` is still shown as text and no broken image block is
+/// ever sent.
+fn image_type(path: &MemoryPath, bytes: &[u8]) -> Option<&'static str> {
+    let name = path.name()?;
+    let (_, ext) = name.rsplit_once('.')?;
+    let ext = ext.to_ascii_lowercase();
+    match ext.as_str() {
+        "png" if bytes.starts_with(b"\x89PNG\r\n\x1a\n") => Some("image/png"),
+        "jpg" | "jpeg" if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) => Some("image/jpeg"),
+        _ => None,
+    }
+}
+
+/// Checks `view_range` against a file of `n` lines; `(start, end)` are
+/// 1-based and inclusive.
+fn resolve_range(range: [i64; 2], n: usize, path: &MemoryPath) -> Result<(usize, usize), String> {
+    let [start, end] = range;
+    let prefix = format!("Error: Invalid `view_range` parameter: [{start}, {end}].");
+    if n == 0 {
+        return Err(format!(
+            "{prefix} The file {path} is empty (0 lines); view it without `view_range`."
+        ));
+    }
+    let last = i64::try_from(n).unwrap_or(i64::MAX);
+    if start < 1 || start > last {
+        return Err(format!(
+            "{prefix} Its first element `{start}` should be within the range of lines of the file: [1, {n}]."
+        ));
+    }
+    let end = if end == -1 { last } else { end };
+    if end < start {
+        return Err(format!(
+            "{prefix} Its second element `{}` should be at least its first element `{start}`, or -1 to view to the end of the file.",
+            range[1]
+        ));
+    }
+    if end > last {
+        return Err(format!(
+            "{prefix} Its second element `{end}` should be at most the number of lines in the file, {n}, or -1 to view to the end of the file."
+        ));
+    }
+    // Both are in 1..=n here, so they fit in usize.
+    match (usize::try_from(start), usize::try_from(end)) {
+        (Ok(s), Ok(e)) => Ok((s, e)),
+        _ => Err(format!("{prefix} The file has {n} lines.")),
+    }
+}
+
+/// The line numbers where each (non-overlapping) match of `needle` starts,
+/// joined by `, `; a line holding two matches is listed twice. Past
+/// [`MAX_LISTED_MATCHES`] the rest is summed up.
+fn match_lines(text: &str, needle: &str) -> String {
+    let mut listed = Vec::new();
+    let mut count = 0usize;
+    let mut line = 1usize;
+    let mut scanned = 0usize;
+    for (at, _) in text.match_indices(needle) {
+        line += text
+            .as_bytes()
+            .get(scanned..at)
+            .map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count());
+        scanned = at;
+        count += 1;
+        if listed.len() < MAX_LISTED_MATCHES {
+            listed.push(line.to_string());
+        }
+    }
+    let mut out = listed.join(", ");
+    if count > listed.len() {
+        out.push_str(&format!(", … ({count} occurrences in all)"));
+    }
+    out
+}
+
+/// The numbered lines of `edited` from two lines before the first changed
+/// line to two lines after the last, where `new_str` was put at byte `at`.
+fn edit_snippet(edited: &str, at: usize, new_str: &str, max_chars: usize) -> String {
+    let n = line_count(edited);
+    if n == 0 {
+        return String::new();
+    }
+    let first = line_index_at(edited, at);
+    let last = match new_str.len() {
+        0 => first,
+        len => line_index_at(edited, at + len - 1),
+    };
+    let from = first.saturating_sub(2).min(n - 1);
+    let to = (last + 2).min(n - 1);
+    let shown: Vec<&str> = lines(edited).skip(from).take(to + 1 - from).collect();
+    numbered(&shown, from + 1, max_chars)
+}
+
+/// Lines of raw bytes (same model as [`line_count`]).
+fn line_count_bytes(bytes: &[u8]) -> usize {
+    if bytes.is_empty() {
+        return 0;
+    }
+    let newlines = bytes.iter().filter(|&&b| b == b'\n').count();
+    if bytes.ends_with(b"\n") {
+        newlines
+    } else {
+        newlines + 1
+    }
+}
+
+fn count_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// A byte limit as `{n} bytes ({human})`.
+fn limit(bytes: usize) -> String {
+    let human = human_size(u64::try_from(bytes).unwrap_or(u64::MAX));
+    format!("{bytes} bytes ({human})")
+}
+
+/// Moves a secret string into a wiped byte buffer without copying it.
+fn into_bytes(mut text: Zeroizing<String>) -> Zeroizing<Vec<u8>> {
+    Zeroizing::new(std::mem::take(&mut *text).into_bytes())
+}
+
+#[cfg(test)]
+#[path = "exec_tests.rs"]
+mod tests;

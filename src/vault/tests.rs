@@ -1,0 +1,173 @@
+//! Vault tests that need the vault's internals: commits forged with a
+//! valid MAC (as a buggy or hostile key holder could write) are still
+//! caught by the per-blob path binding; the MAC survives the round trip
+//! through libgit2's signature header.
+
+use super::*;
+use crate::memory::{ChangeFacts, NodeKind, Op};
+
+fn who() -> Attribution {
+    Attribution {
+        session: "unit".into(),
+        actor: "unit".into(),
+    }
+}
+
+fn new_vault() -> (tempfile::TempDir, Vault) {
+    let tmp = tempfile::tempdir().unwrap();
+    let vault = Vault::init(
+        &tmp.path().join("v"),
+        InitSecret::KeyFile(KeyFileKey::generate()),
+        VaultConfig::default(),
+        who(),
+    )
+    .unwrap();
+    (tmp, vault)
+}
+
+fn put(vault: &mut Vault, path: &str, content: &[u8]) {
+    let path = MemoryPath::parse(path).unwrap();
+    let content = content.to_vec();
+    vault
+        .write(&mut |_| {
+            Ok(Outcome {
+                result: ToolResult::ok("ok"),
+                mutation: Some(Mutation {
+                    op: Op::Create,
+                    change: Change::Write {
+                        path: path.clone(),
+                        content: Zeroizing::new(content.clone()),
+                    },
+                    facts: ChangeFacts::default(),
+                }),
+            })
+        })
+        .unwrap();
+}
+
+fn read(vault: &mut Vault, path: &str) -> Result<Vec<u8>, StoreError> {
+    let path = MemoryPath::parse(path).unwrap();
+    let tip = vault.tip().unwrap();
+    let snap = vault.snapshot_at(tip).unwrap();
+    snap.read(&path).map(|z| z.to_vec())
+}
+
+#[test]
+fn blob_moved_under_a_valid_mac_still_fails_to_open() {
+    let (_tmp, mut vault) = new_vault();
+    put(&mut vault, "/memories/a.txt", b"alpha");
+    put(&mut vault, "/memories/b.txt", b"beta");
+    let tip = vault.tip().unwrap().unwrap();
+    let (a_git, a_oid, b_git) = {
+        let snap = vault.snapshot_at(Some(tip)).unwrap();
+        let a = MemoryPath::parse("/memories/a.txt").unwrap();
+        let b = MemoryPath::parse("/memories/b.txt").unwrap();
+        let (a_oid, kind) = snap.entry(&a).unwrap().unwrap();
+        assert_eq!(kind, NodeKind::File);
+        (snap.git_path(&a).unwrap(), a_oid, snap.git_path(&b).unwrap())
+    };
+    let _ = a_git;
+    // Write a commit with a valid MAC whose b.txt is a.txt's blob.
+    let new_commit = {
+        let repo = &vault.repo;
+        let parent = repo.find_commit(tip).unwrap();
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        update.upsert(b_git.as_str(), a_oid, FileMode::Blob);
+        let tree_id = update.create_updated(repo, &parent.tree().unwrap()).unwrap();
+        let tree = repo.find_tree(tree_id).unwrap();
+        let meta = CommitMeta {
+            v: META_VERSION,
+            op: "forged".into(),
+            ..Default::default()
+        };
+        write_commit(repo, &vault.keys, &tree, Some(&parent), &meta).unwrap()
+    };
+    vault
+        .repo
+        .reference_matching(MAIN_REF, new_commit, true, tip, "forge")
+        .unwrap();
+    assert!(verify_commit_mac(&vault.repo, &vault.keys, new_commit));
+    assert_eq!(read(&mut vault, "/memories/a.txt").unwrap(), b"alpha");
+    match read(&mut vault, "/memories/b.txt") {
+        Err(StoreError::Damaged(_)) => {}
+        other => panic!("a moved blob must not open: {:?}", other.map(String::from_utf8)),
+    }
+}
+
+#[test]
+fn mac_survives_the_signature_header_and_detects_changes() {
+    let (_tmp, mut vault) = new_vault();
+    put(&mut vault, "/memories/x.txt", b"x");
+    let tip = vault.tip().unwrap().unwrap();
+    assert!(verify_commit_mac(&vault.repo, &vault.keys, tip));
+    // Another vault's keys do not verify it.
+    let (_tmp2, other) = new_vault();
+    assert!(!verify_commit_mac(&vault.repo, &other.keys, tip));
+}
+
+#[test]
+fn metadata_is_bound_to_its_commit() {
+    let (_tmp, mut vault) = new_vault();
+    put(&mut vault, "/memories/x.txt", b"x");
+    let log = vault.log().unwrap();
+    assert_eq!(log[0].1.op, "create");
+    assert_eq!(log[0].1.key_id.as_ref().map(String::len), Some(32));
+    // The same sealed message on another tree does not open.
+    let commit = vault.repo.find_commit(log[0].0).unwrap();
+    let sealed = data_encoding::BASE64
+        .decode(commit.message_bytes().trim_ascii())
+        .unwrap();
+    let wrong = meta_aad(Oid::zero(), commit.parent_ids().next());
+    assert!(vault.keys.open_meta(&wrong, &sealed).is_err());
+}
+
+#[test]
+fn edits_and_renames_keep_the_file_key() {
+    let (_tmp, mut vault) = new_vault();
+    put(&mut vault, "/memories/d/x.txt", b"one");
+    put(&mut vault, "/memories/d/x.txt", b"two");
+    let from = MemoryPath::parse("/memories/d").unwrap();
+    let to = MemoryPath::parse("/memories/e/f").unwrap();
+    vault
+        .write(&mut |_| {
+            Ok(Outcome {
+                result: ToolResult::ok("ok"),
+                mutation: Some(Mutation {
+                    op: Op::Rename,
+                    change: Change::Rename {
+                        from: from.clone(),
+                        to: to.clone(),
+                    },
+                    facts: ChangeFacts::default(),
+                }),
+            })
+        })
+        .unwrap();
+    assert_eq!(read(&mut vault, "/memories/e/f/x.txt").unwrap(), b"two");
+    assert!(matches!(read(&mut vault, "/memories/d/x.txt"), Err(StoreError::NotFound)));
+    assert_eq!(vault.key_state.file_key_count(), 1);
+    let log = vault.log().unwrap();
+    assert_eq!(log[0].1.op, "rename");
+    assert_eq!(log[0].1.files, vec!["/memories/d/x.txt".to_string()]);
+    assert_eq!(log[1].1.key_id, log[2].1.key_id);
+}
+
+#[test]
+fn a_second_handle_sees_new_file_keys_written_by_the_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = KeyFileKey::generate();
+    let bytes = *key.expose_secret();
+    let dir = tmp.path().join("v");
+    let mut a = Vault::init(&dir, InitSecret::KeyFile(key), VaultConfig::default(), who()).unwrap();
+    let key2 = KeyFileKey::from_bytes(&bytes).unwrap();
+    let mut b = Vault::open(&dir, &Unlock::KeyFile(&key2), who()).unwrap();
+    put(&mut a, "/memories/new.txt", b"fresh");
+    // b's key table is stale until it refreshes, which read() does.
+    let got = b
+        .read(&mut |snap| {
+            let p = MemoryPath::parse("/memories/new.txt").unwrap();
+            Ok(ToolResult::ok(String::from_utf8(snap.read(&p)?.to_vec()).unwrap()))
+        })
+        .unwrap();
+    assert_eq!(got.text(), Some("fresh"));
+}
