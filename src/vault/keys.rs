@@ -115,6 +115,7 @@ impl KeyState {
             for e in sub.iter() {
                 let shard = e
                     .name()
+                    .ok()
                     .and_then(|n| u8::from_str_radix(n, 16).ok())
                     .ok_or_else(|| damaged("a key table shard has a bad name"))?;
                 // Reuse an unchanged shard rather than decrypting it again.
@@ -184,15 +185,35 @@ impl KeyState {
         changes: Vec<(FileKeyId, Option<FileKey>)>,
         slots: Option<BTreeMap<String, Vec<u8>>>,
     ) -> Result<(), VaultError> {
-        let mut touched: BTreeMap<u8, KeyTable> = BTreeMap::new();
+        let old_commit = self.commit;
+        let result = self.try_commit_changes(repo, keys, changes, slots, old_commit);
+        if result.is_err() {
+            // The in-memory tables were edited in place: re-read the state
+            // that is really on disk.
+            self.commit = Oid::ZERO_SHA1;
+            self.shards.clear();
+            let reloaded = KeyState::load(repo, keys)?;
+            *self = reloaded;
+        }
+        result
+    }
+
+    fn try_commit_changes(
+        &mut self,
+        repo: &Repository,
+        keys: &VaultKeys,
+        changes: Vec<(FileKeyId, Option<FileKey>)>,
+        slots: Option<BTreeMap<String, Vec<u8>>>,
+        old_commit: Oid,
+    ) -> Result<(), VaultError> {
+        let mut touched = std::collections::BTreeSet::new();
         for (id, key) in changes {
-            let shard = id.0[0];
-            let table = touched.entry(shard).or_insert_with(|| {
-                self.shards
-                    .get(&shard)
-                    .map(|(_, t)| t.clone())
-                    .unwrap_or_default()
-            });
+            let shard = KeyTable::shard_of(&id);
+            touched.insert(shard);
+            let (_, table) = self
+                .shards
+                .entry(shard)
+                .or_insert_with(|| (Oid::ZERO_SHA1, KeyTable::default()));
             match key {
                 Some(k) => {
                     table.insert(id, k);
@@ -202,26 +223,23 @@ impl KeyState {
                 }
             }
         }
-        let slots = slots.unwrap_or_else(|| self.slots.clone());
-        let mut new_shards: BTreeMap<u8, (Oid, KeyTable)> = BTreeMap::new();
-        for (shard, (oid, table)) in &self.shards {
-            if !touched.contains_key(shard) {
-                new_shards.insert(*shard, (*oid, table.clone()));
-            }
-        }
-        for (shard, table) in touched {
-            if table.len() == 0 {
+        for shard in touched {
+            let empty = self.shards.get(&shard).is_none_or(|(_, t)| t.is_empty());
+            if empty {
+                self.shards.remove(&shard);
                 continue;
             }
-            let sealed = keys.seal_table_shard(shard, &table);
-            let oid = repo.blob(&sealed)?;
-            new_shards.insert(shard, (oid, table));
+            if let Some((oid, table)) = self.shards.get_mut(&shard) {
+                let sealed = keys.seal_table_shard(shard, table);
+                *oid = repo.blob(&sealed)?;
+            }
         }
-        let commit = write_key_commit(repo, keys, &slots, &new_shards)?;
-        repo.reference_matching(KEYS_REF, commit, true, self.commit, "memvault keys")?;
+        if let Some(s) = slots {
+            self.slots = s;
+        }
+        let commit = write_key_commit(repo, keys, &self.slots, &self.shards)?;
+        repo.reference_matching(KEYS_REF, commit, true, old_commit, "memvault keys")?;
         self.commit = commit;
-        self.slots = slots;
-        self.shards = new_shards;
         Ok(())
     }
 

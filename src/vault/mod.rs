@@ -32,11 +32,11 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
 
-use git2::{ErrorCode, FileMode, ObjectType, Oid, Repository, RepositoryInitOptions, Signature};
+use git2::{ErrorCode, FileMode, Oid, Repository, RepositoryInitOptions, Signature};
 use zeroize::Zeroizing;
 
 use crate::crypto::{self, FileKey, FileKeyId, KdfParams, KeyFileKey, Keyring, Passphrase, Unlock, VaultKeys};
-use crate::memory::{Change, MemoryPath, Mutation, Outcome, Snapshot, Store, StoreError, ToolResult};
+use crate::memory::{Change, Mutation, Outcome, Snapshot, Store, StoreError, ToolResult};
 pub use config::VaultConfig;
 use keys::{KeyState, verify_commit_mac, write_signed_commit};
 pub use meta::CommitMeta;
@@ -283,7 +283,7 @@ impl Vault {
             .create(true)
             .truncate(false)
             .open(dir.join(LOCK_FILE))?;
-        let mut vault = Vault {
+        let vault = Vault {
             dir: dir.to_path_buf(),
             repo,
             keys,
@@ -294,7 +294,8 @@ impl Vault {
             attribution,
             lock,
         };
-        vault.tip()?;
+        // A damaged tip is reported by each command, not here, so that a
+        // server can still start and say what is wrong.
         Ok(vault)
     }
 
@@ -432,7 +433,7 @@ impl Vault {
             redactions: m.facts.redactions,
             ..Default::default()
         };
-        let mut new_keys: Vec<(FileKeyId, Option<FileKey>)> = Vec::new();
+        let mut new_key: Option<(FileKeyId, FileKey)> = None;
         let new_tree = {
             let base = self.tree_of(parent)?;
             let empty;
@@ -454,9 +455,10 @@ impl Vault {
                             self.config.max_file_bytes
                         )));
                     }
-                    let existing = snap.file_key_of(&path)?;
+                    let existing = snap.file_key_id(&path)?;
+                    let mut fresh: Option<(FileKeyId, FileKey)> = None;
                     let (id, key) = match existing {
-                        Some((id, key)) => (id, key),
+                        Some(id) => (id, snap.file_key(&id)?),
                         None => {
                             if snap.count_files()? >= self.config.max_files {
                                 return Err(StoreError::Limit(format!(
@@ -464,17 +466,18 @@ impl Vault {
                                     self.config.max_files
                                 )));
                             }
-                            let id = FileKeyId::generate();
-                            let key = FileKey::generate();
-                            new_keys.push((id, Some(key.clone())));
-                            (id, key)
+                            let f = fresh.insert((FileKeyId::generate(), FileKey::generate()));
+                            (f.0, &f.1)
                         }
                     };
-                    let sealed = crypto::seal_blob(&key, &id, path.as_str(), &content);
+                    let sealed = crypto::seal_blob(key, &id, path.as_str(), &content);
                     let oid = self.repo.blob(&sealed).map_err(ge)?;
                     update.upsert(snap.git_path(&path)?, oid, FileMode::Blob);
                     meta.size = Some(content.len() as u64);
                     meta.content_hash = Some(data_encoding::HEXLOWER.encode(&key.content_hash(&content)));
+                    if let Some(f) = fresh {
+                        new_key = Some(f);
+                    }
                     meta.key_id = Some(id.to_hex());
                     meta.files = vec![path.as_str().to_string()];
                     meta.path = Some(path.as_str().to_string());
@@ -490,11 +493,10 @@ impl Vault {
                         let Some(target) = file.rebase(&from, &to) else {
                             return Err(StoreError::Damaged("rename target out of range".into()));
                         };
-                        let (id, key) = snap
-                            .file_key_of(file)?
-                            .ok_or(StoreError::NotFound)?;
+                        let id = snap.file_key_id(file)?.ok_or(StoreError::NotFound)?;
+                        let key = snap.file_key(&id)?;
                         let content = snap.read(file)?;
-                        let sealed = crypto::seal_blob(&key, &id, target.as_str(), &content);
+                        let sealed = crypto::seal_blob(key, &id, target.as_str(), &content);
                         let oid = self.repo.blob(&sealed).map_err(ge)?;
                         update.upsert(snap.git_path(&target)?, oid, FileMode::Blob);
                     }
@@ -509,9 +511,9 @@ impl Vault {
             self.repo.find_tree(tree_id).map_err(ge)?
         };
         // The file key must be durable before any commit refers to it.
-        if !new_keys.is_empty() {
+        if let Some((id, key)) = new_key {
             self.key_state
-                .commit_changes(&self.repo, &self.keys, new_keys, None)
+                .commit_changes(&self.repo, &self.keys, vec![(id, Some(key))], None)
                 .map_err(StoreError::from)?;
         }
         let parent_commit = match parent {

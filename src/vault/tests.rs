@@ -4,7 +4,7 @@
 //! through libgit2's signature header.
 
 use super::*;
-use crate::memory::{ChangeFacts, NodeKind, Op};
+use crate::memory::{ChangeFacts, MemoryPath, NodeKind, Op};
 
 fn who() -> Attribution {
     Attribution {
@@ -117,7 +117,7 @@ fn metadata_is_bound_to_its_commit() {
     let sealed = data_encoding::BASE64
         .decode(commit.message_bytes().trim_ascii())
         .unwrap();
-    let wrong = meta_aad(Oid::zero(), commit.parent_ids().next());
+    let wrong = meta_aad(Oid::ZERO_SHA1, commit.parent_ids().next());
     assert!(vault.keys.open_meta(&wrong, &sealed).is_err());
 }
 

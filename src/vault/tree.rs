@@ -69,7 +69,7 @@ impl<'a> VaultSnapshot<'a> {
     pub fn entry(&self, path: &MemoryPath) -> Result<Option<(Oid, NodeKind)>, StoreError> {
         let Some(tree) = &self.tree else {
             return Ok(if path.is_root() {
-                Some((Oid::zero(), NodeKind::Dir))
+                Some((Oid::ZERO_SHA1, NodeKind::Dir))
             } else {
                 None
             });
@@ -90,6 +90,7 @@ impl<'a> VaultSnapshot<'a> {
     }
 
     fn blob_bytes(&self, oid: Oid) -> Result<Vec<u8>, StoreError> {
+        check_loose_object(self.repo, oid)?;
         let blob = self
             .repo
             .find_blob(oid)
@@ -97,18 +98,21 @@ impl<'a> VaultSnapshot<'a> {
         Ok(blob.content().to_vec())
     }
 
-    /// The file key of the file at `path`, if it is a file.
-    pub fn file_key_of(&self, path: &MemoryPath) -> Result<Option<(FileKeyId, FileKey)>, StoreError> {
+    /// The file-key id of the file at `path`, if it is a file.
+    pub fn file_key_id(&self, path: &MemoryPath) -> Result<Option<FileKeyId>, StoreError> {
         let Some((oid, NodeKind::File)) = self.entry(path)? else {
             return Ok(None);
         };
         let bytes = self.blob_bytes(oid)?;
         let id = crypto::blob_key_id(&bytes).map_err(|_| damaged("a stored file has a bad header"))?;
-        let key = self
-            .key_state
-            .file_key(&id)
-            .ok_or_else(|| damaged("a stored file's key is missing from the key table"))?;
-        Ok(Some((id, key.clone())))
+        Ok(Some(id))
+    }
+
+    /// The key with this id, from the key table.
+    pub fn file_key(&self, id: &FileKeyId) -> Result<&'a FileKey, StoreError> {
+        self.key_state
+            .file_key(id)
+            .ok_or_else(|| damaged("a stored file's key is missing from the key table"))
     }
 
     /// Every file at or below `path`, in name order.
@@ -147,7 +151,7 @@ impl<'a> VaultSnapshot<'a> {
             .map_err(|_| damaged("a tree is unreadable"))?;
         let mut out = Vec::with_capacity(tree.len());
         for e in tree.iter() {
-            let enc = e.name().ok_or_else(|| damaged("a stored name is not text"))?;
+            let enc = e.name().map_err(|_| damaged("a stored name is not text"))?;
             let name = self
                 .keys
                 .decrypt_name(dir.as_str(), enc)
@@ -211,6 +215,52 @@ impl<'a> VaultSnapshot<'a> {
             Some(t) => walk(self.repo, t.id()),
         }
     }
+}
+
+/// Refuse a loose object whose zlib stream is cut short before libgit2
+/// reads it: libgit2 1.9 loops forever on such an object (seen with a
+/// truncated blob), which would turn damage into a hang.
+fn check_loose_object(repo: &Repository, oid: Oid) -> Result<(), StoreError> {
+    let hex = oid.to_string();
+    let path = repo.path().join("objects").join(&hex[..2]).join(&hex[2..]);
+    let Ok(compressed) = std::fs::read(&path) else {
+        return Ok(()); // packed, or missing: libgit2 reports that itself
+    };
+    let bad = || damaged("a stored object is truncated or corrupt");
+    let mut z = flate2::Decompress::new(true);
+    let mut out = Vec::with_capacity(compressed.len() * 4 + 64);
+    loop {
+        let before_in = z.total_in();
+        let status = z
+            .decompress_vec(
+                &compressed[z.total_in() as usize..],
+                &mut out,
+                flate2::FlushDecompress::Finish,
+            )
+            .map_err(|_| bad())?;
+        match status {
+            flate2::Status::StreamEnd => break,
+            _ if out.len() == out.capacity() => {
+                if out.len() > (64 << 20) {
+                    return Err(bad());
+                }
+                out.reserve(out.len().max(4096));
+            }
+            _ if z.total_in() == before_in => return Err(bad()),
+            _ => {}
+        }
+    }
+    // The header says how long the object is: `<type> <size>\0`.
+    let nul = out.iter().position(|&b| b == 0).ok_or_else(bad)?;
+    let size: usize = std::str::from_utf8(&out[..nul])
+        .ok()
+        .and_then(|h| h.split(' ').nth(1))
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(bad)?;
+    if out.len() - nul - 1 != size {
+        return Err(bad());
+    }
+    Ok(())
 }
 
 impl Snapshot for VaultSnapshot<'_> {
