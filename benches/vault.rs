@@ -19,7 +19,11 @@ struct Args {
 }
 
 fn args() -> Args {
-    let mut a = Args { notes: 2000, samples: 300, unlock_samples: 5 };
+    let mut a = Args {
+        notes: 2000,
+        samples: 300,
+        unlock_samples: 5,
+    };
     let argv: Vec<String> = std::env::args().collect();
     let mut i = 1;
     while i < argv.len() {
@@ -45,7 +49,10 @@ fn args() -> Args {
 }
 
 fn who() -> Attribution {
-    Attribution { session: "bench".into(), actor: "bench".into() }
+    Attribution {
+        session: "bench".into(),
+        actor: "bench".into(),
+    }
 }
 
 fn note(i: usize) -> String {
@@ -68,7 +75,11 @@ fn stats(mut v: Vec<Duration>) -> (Duration, Duration) {
 
 fn fmt(d: Duration) -> String {
     let us = d.as_secs_f64() * 1e6;
-    if us < 1000.0 { format!("{us:.0} µs") } else { format!("{:.2} ms", us / 1000.0) }
+    if us < 1000.0 {
+        format!("{us:.0} µs")
+    } else {
+        format!("{:.2} ms", us / 1000.0)
+    }
 }
 
 fn run(memory: &Memory, vault: &mut Vault, cmd: &Value) -> Duration {
@@ -93,7 +104,11 @@ fn bench_ops(label: &str, a: &Args, key: &KeyFileKey, dir: &std::path::Path) {
     let mut view = Vec::new();
     for i in 0..n {
         let p = format!("/memories/d{:02}/note{:05}.md", i % 20, (i * 7) % a.notes);
-        view.push(run(&memory, &mut vault, &json!({"command": "view", "path": p})));
+        view.push(run(
+            &memory,
+            &mut vault,
+            &json!({"command": "view", "path": p}),
+        ));
     }
     rows.push(("view", view));
     let mut sr = Vec::new();
@@ -113,15 +128,26 @@ fn bench_ops(label: &str, a: &Args, key: &KeyFileKey, dir: &std::path::Path) {
     rows.push(("rename", ren));
     let mut del = Vec::new();
     for i in 0..n {
-        del.push(run(&memory, &mut vault, &json!({"command": "delete", "path": format!("/memories/bench_{tag}/r{i}.md")})));
+        del.push(run(
+            &memory,
+            &mut vault,
+            &json!({"command": "delete", "path": format!("/memories/bench_{tag}/r{i}.md")}),
+        ));
     }
     rows.push(("delete", del));
     let mut list = Vec::new();
     for _ in 0..n.min(100) {
-        list.push(run(&memory, &mut vault, &json!({"command": "view", "path": "/memories"})));
+        list.push(run(
+            &memory,
+            &mut vault,
+            &json!({"command": "view", "path": "/memories"}),
+        ));
     }
     rows.push(("view /memories (listing)", list));
-    println!("\n{label}: {} notes of 1 KiB in 20 directories, {n} samples per operation", a.notes);
+    println!(
+        "\n{label}: {} notes of 1 KiB in 20 directories, {n} samples per operation",
+        a.notes
+    );
     println!("  {:<26} {:>10} {:>10}", "operation", "median", "p99");
     for (name, v) in rows {
         let (m, p) = stats(v);
@@ -139,13 +165,27 @@ fn main() {
     fsync::set_for_benchmark(false);
     let t = Instant::now();
     {
-        let mut vault = Vault::init(&dir, InitSecret::KeyFile(key), VaultConfig::default(), who()).unwrap();
+        let mut vault = Vault::init(
+            &dir,
+            InitSecret::KeyFile(key),
+            VaultConfig::default(),
+            who(),
+        )
+        .unwrap();
         let memory = memvault::memory_for_vault(&vault).unwrap();
         for i in 0..a.notes {
-            run(&memory, &mut vault, &json!({"command": "create", "path": format!("/memories/d{:02}/note{i:05}.md", i % 20), "file_text": note(i)}));
+            run(
+                &memory,
+                &mut vault,
+                &json!({"command": "create", "path": format!("/memories/d{:02}/note{i:05}.md", i % 20), "file_text": note(i)}),
+            );
         }
     }
-    println!("filled {} notes in {:.1} s (fsync off)", a.notes, t.elapsed().as_secs_f64());
+    println!(
+        "filled {} notes in {:.1} s (fsync off)",
+        a.notes,
+        t.elapsed().as_secs_f64()
+    );
 
     fsync::set_for_benchmark(true);
     bench_ops("fsync on (default)", &a, &key_copy, &dir);
@@ -163,11 +203,24 @@ fn main() {
         drop(v);
     }
     let (m, p) = stats(opens);
-    println!("\nopen with a key file (no key derivation): median {}, p99 {}", fmt(m), fmt(p));
+    println!(
+        "\nopen with a key file (no key derivation): median {}, p99 {}",
+        fmt(m),
+        fmt(p)
+    );
 
     let pdir = tmp.path().join("pvault");
     let pass = Passphrase::new("correct horse battery staple".into());
-    Vault::init(&pdir, InitSecret::Passphrase(Passphrase::new("correct horse battery staple".into()), KdfParams::DEFAULT), VaultConfig::default(), who()).unwrap();
+    Vault::init(
+        &pdir,
+        InitSecret::Passphrase(
+            Passphrase::new("correct horse battery staple".into()),
+            KdfParams::DEFAULT,
+        ),
+        VaultConfig::default(),
+        who(),
+    )
+    .unwrap();
     let mut unlocks = Vec::new();
     for _ in 0..a.unlock_samples {
         let t = Instant::now();
@@ -178,6 +231,10 @@ fn main() {
     let (m, p) = stats(unlocks);
     println!(
         "unlock with a passphrase, Argon2id m={} KiB t={} p={}: median {}, max {}",
-        KdfParams::DEFAULT.m_kib, KdfParams::DEFAULT.t, KdfParams::DEFAULT.p, fmt(m), fmt(p)
+        KdfParams::DEFAULT.m_kib,
+        KdfParams::DEFAULT.t,
+        KdfParams::DEFAULT.p,
+        fmt(m),
+        fmt(p)
     );
 }

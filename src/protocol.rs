@@ -73,7 +73,8 @@ pub fn handle_value(memory: &Memory, store: &mut dyn Store, value: &Value) -> Re
     let Some(obj) = value.as_object() else {
         return error_reply(
             None,
-            "Error: the request must be a JSON object: a tool_use block or a command object.".into(),
+            "Error: the request must be a JSON object: a tool_use block or a command object."
+                .into(),
         );
     };
     if obj.get("type").and_then(Value::as_str) == Some("tool_use") {
@@ -88,13 +89,18 @@ pub fn handle_value(memory: &Memory, store: &mut dyn Store, value: &Value) -> Re
                     id,
                     format!(
                         "Error: this server only runs the `memory` tool, not {}.",
-                        other.map(|n| format!("`{n}`")).unwrap_or_else(|| "a tool_use without a name".into())
+                        other
+                            .map(|n| format!("`{n}`"))
+                            .unwrap_or_else(|| "a tool_use without a name".into())
                     ),
                 );
             }
         }
         let Some(input) = obj.get("input") else {
-            return error_reply(id, "Error: the tool_use block has no `input` object.".into());
+            return error_reply(
+                id,
+                "Error: the tool_use block has no `input` object.".into(),
+            );
         };
         return Reply {
             tool_use_id: id,
@@ -104,7 +110,9 @@ pub fn handle_value(memory: &Memory, store: &mut dyn Store, value: &Value) -> Re
     if let Some(t) = obj.get("type").and_then(Value::as_str) {
         return error_reply(
             None,
-            format!("Error: unexpected block type `{t}`; send a tool_use block or a command object."),
+            format!(
+                "Error: unexpected block type `{t}`; send a tool_use block or a command object."
+            ),
         );
     }
     Reply {
@@ -212,7 +220,15 @@ mod tests {
         let memory = Memory::default();
         let mut store = MemStore::default();
         let mut out = Vec::new();
-        serve(&memory, &mut store, &mut input.as_bytes(), &mut out, max, |_| {}).unwrap();
+        serve(
+            &memory,
+            &mut store,
+            &mut input.as_bytes(),
+            &mut out,
+            max,
+            |_| {},
+        )
+        .unwrap();
         String::from_utf8(out)
             .unwrap()
             .lines()
@@ -247,18 +263,31 @@ mod tests {
             assert_eq!(v["is_error"], true, "{v}");
         }
         assert_eq!(out[4]["is_error"], false);
-        assert!(out[0]["content"].as_str().unwrap().contains("not valid JSON"));
+        assert!(
+            out[0]["content"]
+                .as_str()
+                .unwrap()
+                .contains("not valid JSON")
+        );
         assert!(out[3]["content"].as_str().unwrap().contains("`other`"));
     }
 
     #[test]
     fn overlong_line_is_refused_and_the_next_line_is_served() {
-        let long = format!("{{\"command\":\"create\",\"path\":\"/memories/a\",\"file_text\":\"{}\"}}", "x".repeat(5000));
+        let long = format!(
+            "{{\"command\":\"create\",\"path\":\"/memories/a\",\"file_text\":\"{}\"}}",
+            "x".repeat(5000)
+        );
         let input = format!("{long}\n{{\"command\":\"view\",\"path\":\"/memories\"}}\n");
         let out = run(&input, 1024);
         assert_eq!(out.len(), 2);
         assert_eq!(out[0]["is_error"], true);
-        assert!(out[0]["content"].as_str().unwrap().contains("over this server's limit"));
+        assert!(
+            out[0]["content"]
+                .as_str()
+                .unwrap()
+                .contains("over this server's limit")
+        );
         assert_eq!(out[1]["is_error"], false);
         assert!(!out[1]["content"].as_str().unwrap().contains("/memories/a"));
     }

@@ -122,7 +122,10 @@ fn run_in(dir: &Path) -> Result<u8, CliError> {
     )?;
     let memory = memory_for(vault.config())?;
     println!("memvault demo: a customer-service agent's memory session");
-    println!("vault: {} (random key, thrown away afterwards)", dir.display());
+    println!(
+        "vault: {} (random key, thrown away afterwards)",
+        dir.display()
+    );
     println!("session: {session}");
     for (i, (what, input)) in script().into_iter().enumerate() {
         let tool_use = json!({

@@ -38,7 +38,9 @@ impl From<VaultError> for CliError {
     fn from(e: VaultError) -> Self {
         let hint = match &e {
             VaultError::WrongSecret => " (check the passphrase or --key-file; nothing was changed)",
-            VaultError::Damaged(_) => " (nothing was changed; run `memvault verify` to locate the damage)",
+            VaultError::Damaged(_) => {
+                " (nothing was changed; run `memvault verify` to locate the damage)"
+            }
             _ => "",
         };
         CliError::failure(format!("{e}{hint}"))
@@ -134,7 +136,12 @@ pub struct SessionArgs {
     #[arg(long, env = "MEMVAULT_SESSION", value_name = "ID")]
     pub session: Option<String>,
     /// Who is acting (agent or service name)
-    #[arg(long, env = "MEMVAULT_ACTOR", value_name = "NAME", default_value = "agent")]
+    #[arg(
+        long,
+        env = "MEMVAULT_ACTOR",
+        value_name = "NAME",
+        default_value = "agent"
+    )]
     pub actor: String,
 }
 
@@ -158,7 +165,10 @@ impl SessionArgs {
                 id
             }
         };
-        if self.actor.is_empty() || self.actor.len() > 128 || self.actor.chars().any(|c| c.is_control()) {
+        if self.actor.is_empty()
+            || self.actor.len() > 128
+            || self.actor.chars().any(|c| c.is_control())
+        {
             return Err(CliError {
                 message: "an actor name is 1 to 128 printable characters".into(),
                 code: 2,
@@ -222,8 +232,11 @@ pub fn open_vault(global: &Global, attribution: Attribution) -> Result<Vault, Cl
 
 /// Build the command executor for a vault's settings.
 pub fn memory_for(config: &VaultConfig) -> Result<Memory, CliError> {
-    let redactor = Redactor::new(&config.redaction)
-        .map_err(|e| CliError::failure(format!("invalid redaction settings in memvault/config.json: {e}")))?;
+    let redactor = Redactor::new(&config.redaction).map_err(|e| {
+        CliError::failure(format!(
+            "invalid redaction settings in memvault/config.json: {e}"
+        ))
+    })?;
     Ok(crate::memory_for_config(config, redactor))
 }
 
@@ -270,9 +283,10 @@ fn init(global: &Global, args: &InitArgs) -> Result<u8, CliError> {
                 t: args.argon2_passes,
                 p: args.argon2_lanes,
             };
-            params
-                .validate()
-                .map_err(|e| CliError { message: format!("Argon2 parameters refused: {e}"), code: 2 })?;
+            params.validate().map_err(|e| CliError {
+                message: format!("Argon2 parameters refused: {e}"),
+                code: 2,
+            })?;
             InitSecret::Passphrase(p, params)
         }
     };
@@ -320,7 +334,14 @@ fn serve(global: &Global, session: &SessionArgs) -> Result<u8, CliError> {
     let mut input = stdin.lock();
     let stdout = io::stdout();
     let mut output = stdout.lock();
-    protocol::serve(&memory, &mut vault, &mut input, &mut output, max_line, |_: &mut dyn Store| {})?;
+    protocol::serve(
+        &memory,
+        &mut vault,
+        &mut input,
+        &mut output,
+        max_line,
+        |_: &mut dyn Store| {},
+    )?;
     Ok(0)
 }
 
@@ -372,4 +393,3 @@ fn redact(file: Option<&Path>, report: bool) -> Result<u8, CliError> {
     out.flush()?;
     Ok(if result.findings.is_empty() { 0 } else { 1 })
 }
-

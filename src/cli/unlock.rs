@@ -27,16 +27,12 @@ pub enum Secret {
 
 fn read_key_file(path: &Path) -> Result<KeyFileKey, CliError> {
     let mut f = fs::File::open(path).map_err(|e| {
-        CliError::failure(format!(
-            "cannot read the key file {}: {e}",
-            path.display()
-        ))
+        CliError::failure(format!("cannot read the key file {}: {e}", path.display()))
     })?;
     let mut bytes = Zeroizing::new(Vec::with_capacity(33));
-    f.by_ref()
-        .take(4096)
-        .read_to_end(&mut bytes)
-        .map_err(|e| CliError::failure(format!("cannot read the key file {}: {e}", path.display())))?;
+    f.by_ref().take(4096).read_to_end(&mut bytes).map_err(|e| {
+        CliError::failure(format!("cannot read the key file {}: {e}", path.display()))
+    })?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -96,7 +92,10 @@ impl SecretSource {
         }
         if let Some(path) = &self.passphrase_file {
             let text = fs::read_to_string(path).map_err(|e| {
-                CliError::failure(format!("cannot read the passphrase file {}: {e}", path.display()))
+                CliError::failure(format!(
+                    "cannot read the passphrase file {}: {e}",
+                    path.display()
+                ))
             })?;
             return passphrase(strip_newline(text));
         }
@@ -110,15 +109,18 @@ impl SecretSource {
                 "no secret to unlock the vault: give --key-file FILE (or MEMVAULT_KEY_FILE), --passphrase-file FILE, or MEMVAULT_PASSPHRASE; there is no terminal to ask for a passphrase".to_string(),
             ));
         }
-        let first = rpassword::prompt_password("memvault passphrase: ")
-            .map_err(|e| CliError::failure(format!("cannot read the passphrase from the terminal: {e}")))?;
+        let first = rpassword::prompt_password("memvault passphrase: ").map_err(|e| {
+            CliError::failure(format!("cannot read the passphrase from the terminal: {e}"))
+        })?;
         if confirm {
             let second = Zeroizing::new(
                 rpassword::prompt_password("repeat the passphrase: ")
                     .map_err(|e| CliError::failure(format!("cannot read the passphrase: {e}")))?,
             );
             if first != *second {
-                return Err(CliError::failure("the two passphrases differ; nothing was created".to_string()));
+                return Err(CliError::failure(
+                    "the two passphrases differ; nothing was created".to_string(),
+                ));
             }
         }
         passphrase(first)

@@ -24,9 +24,9 @@ pub mod config;
 pub mod fsync;
 pub mod keys;
 pub mod meta;
-mod tree;
 #[cfg(test)]
 mod tests;
+mod tree;
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -35,7 +35,9 @@ use std::path::{Path, PathBuf};
 use git2::{ErrorCode, FileMode, Oid, Repository, RepositoryInitOptions, Signature};
 use zeroize::Zeroizing;
 
-use crate::crypto::{self, FileKey, FileKeyId, KdfParams, KeyFileKey, Keyring, Passphrase, Unlock, VaultKeys};
+use crate::crypto::{
+    self, FileKey, FileKeyId, KdfParams, KeyFileKey, Keyring, Passphrase, Unlock, VaultKeys,
+};
 use crate::memory::{Change, Mutation, Outcome, Snapshot, Store, StoreError, ToolResult};
 pub use config::VaultConfig;
 use keys::{KeyState, verify_commit_mac, write_signed_commit};
@@ -200,7 +202,8 @@ impl Vault {
         }
         fs::create_dir_all(tmp.join(STATE_DIR))?;
         write_durable(&tmp.join(FORMAT_FILE), FORMAT_LINE.as_bytes())?;
-        let json = serde_json::to_vec_pretty(config).map_err(|e| VaultError::Config(e.to_string()))?;
+        let json =
+            serde_json::to_vec_pretty(config).map_err(|e| VaultError::Config(e.to_string()))?;
         write_durable(&tmp.join(CONFIG_FILE), &json)?;
         write_durable(&tmp.join(LOCK_FILE), b"")?;
 
@@ -232,7 +235,11 @@ impl Vault {
     }
 
     /// Open and unlock the vault at `dir`.
-    pub fn open(dir: &Path, secret: &Unlock<'_>, attribution: Attribution) -> Result<Vault, VaultError> {
+    pub fn open(
+        dir: &Path,
+        secret: &Unlock<'_>,
+        attribution: Attribution,
+    ) -> Result<Vault, VaultError> {
         fsync::enable();
         if !dir.exists() {
             return Err(VaultError::NotFound(dir.to_path_buf()));
@@ -240,7 +247,8 @@ impl Vault {
         if !dir.join(FORMAT_FILE).is_file() {
             return Err(VaultError::NotAVault(dir.to_path_buf()));
         }
-        let repo = Repository::open_bare(dir).map_err(|_| VaultError::NotAVault(dir.to_path_buf()))?;
+        let repo =
+            Repository::open_bare(dir).map_err(|_| VaultError::NotAVault(dir.to_path_buf()))?;
         let (_, slots) = keys::read_slots(&repo)?;
         let mut keyring = None;
         let mut tried = false;
@@ -364,7 +372,9 @@ impl Vault {
                     .repo
                     .find_commit(c)
                     .map_err(|_| damaged("a commit is unreadable"))?;
-                Ok(Some(commit.tree().map_err(|_| damaged("a tree is unreadable"))?))
+                Ok(Some(
+                    commit.tree().map_err(|_| damaged("a tree is unreadable"))?,
+                ))
             }
         }
     }
@@ -440,7 +450,16 @@ impl Vault {
             let base_tree = match &base {
                 Some(t) => t,
                 None => {
-                    empty = self.repo.find_tree(self.repo.treebuilder(None).map_err(ge)?.write().map_err(ge)?).map_err(ge)?;
+                    empty = self
+                        .repo
+                        .find_tree(
+                            self.repo
+                                .treebuilder(None)
+                                .map_err(ge)?
+                                .write()
+                                .map_err(ge)?,
+                        )
+                        .map_err(ge)?;
                     &empty
                 }
             };
@@ -474,7 +493,8 @@ impl Vault {
                     let oid = self.repo.blob(&sealed).map_err(ge)?;
                     update.upsert(snap.git_path(&path)?, oid, FileMode::Blob);
                     meta.size = Some(content.len() as u64);
-                    meta.content_hash = Some(data_encoding::HEXLOWER.encode(&key.content_hash(&content)));
+                    meta.content_hash =
+                        Some(data_encoding::HEXLOWER.encode(&key.content_hash(&content)));
                     if let Some(f) = fresh {
                         new_key = Some(f);
                     }
@@ -483,7 +503,11 @@ impl Vault {
                     meta.path = Some(path.as_str().to_string());
                 }
                 Change::Delete { path } => {
-                    meta.files = snap.files_below(&path)?.into_iter().map(|p| p.as_str().to_string()).collect();
+                    meta.files = snap
+                        .files_below(&path)?
+                        .into_iter()
+                        .map(|p| p.as_str().to_string())
+                        .collect();
                     update.remove(snap.git_path(&path)?);
                     meta.path = Some(path.as_str().to_string());
                 }
@@ -520,10 +544,18 @@ impl Vault {
             Some(p) => Some(self.repo.find_commit(p).map_err(ge)?),
             None => None,
         };
-        let commit = write_commit(&self.repo, &self.keys, &new_tree, parent_commit.as_ref(), &meta)
-            .map_err(StoreError::from)?;
+        let commit = write_commit(
+            &self.repo,
+            &self.keys,
+            &new_tree,
+            parent_commit.as_ref(),
+            &meta,
+        )
+        .map_err(StoreError::from)?;
         let moved = match parent {
-            Some(p) => self.repo.reference_matching(MAIN_REF, commit, true, p, "memvault"),
+            Some(p) => self
+                .repo
+                .reference_matching(MAIN_REF, commit, true, p, "memvault"),
             None => self.repo.reference(MAIN_REF, commit, false, "memvault"),
         };
         match moved {
@@ -560,7 +592,9 @@ fn write_commit(
     parent: Option<&git2::Commit<'_>>,
     meta: &CommitMeta,
 ) -> Result<Oid, VaultError> {
-    let json = Zeroizing::new(serde_json::to_vec(meta).map_err(|_| damaged("metadata does not serialise"))?);
+    let json = Zeroizing::new(
+        serde_json::to_vec(meta).map_err(|_| damaged("metadata does not serialise"))?,
+    );
     let aad = meta_aad(tree.id(), parent.map(|p| p.id()));
     let sealed = keys.seal_meta(&aad, &json);
     let message = format!("{}\n", data_encoding::BASE64.encode(&sealed));
@@ -573,7 +607,8 @@ fn write_commit(
 fn load_config(dir: &Path) -> Result<VaultConfig, VaultError> {
     let path = dir.join(CONFIG_FILE);
     let config = match fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice::<VaultConfig>(&bytes).map_err(|e| VaultError::Config(e.to_string()))?,
+        Ok(bytes) => serde_json::from_slice::<VaultConfig>(&bytes)
+            .map_err(|e| VaultError::Config(e.to_string()))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => VaultConfig::default(),
         Err(e) => return Err(e.into()),
     };
@@ -617,8 +652,12 @@ impl Store for Vault {
         &mut self,
         f: &mut dyn FnMut(&dyn Snapshot) -> Result<Outcome, StoreError>,
     ) -> Result<ToolResult, StoreError> {
-        let lock = self.lock.try_clone().map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        lock.lock().map_err(|e| StoreError::Unavailable(format!("cannot take the writer lock: {e}")))?;
+        let lock = self
+            .lock
+            .try_clone()
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        lock.lock()
+            .map_err(|e| StoreError::Unavailable(format!("cannot take the writer lock: {e}")))?;
         let _guard = LockGuard(&lock);
         let tip = self.refresh()?;
         let outcome = {
@@ -631,4 +670,3 @@ impl Store for Vault {
         Ok(outcome.result)
     }
 }
-

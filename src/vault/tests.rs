@@ -64,7 +64,11 @@ fn blob_moved_under_a_valid_mac_still_fails_to_open() {
         let b = MemoryPath::parse("/memories/b.txt").unwrap();
         let (a_oid, kind) = snap.entry(&a).unwrap().unwrap();
         assert_eq!(kind, NodeKind::File);
-        (snap.git_path(&a).unwrap(), a_oid, snap.git_path(&b).unwrap())
+        (
+            snap.git_path(&a).unwrap(),
+            a_oid,
+            snap.git_path(&b).unwrap(),
+        )
     };
     let _ = a_git;
     // Write a commit with a valid MAC whose b.txt is a.txt's blob.
@@ -73,7 +77,9 @@ fn blob_moved_under_a_valid_mac_still_fails_to_open() {
         let parent = repo.find_commit(tip).unwrap();
         let mut update = git2::build::TreeUpdateBuilder::new();
         update.upsert(b_git.as_str(), a_oid, FileMode::Blob);
-        let tree_id = update.create_updated(repo, &parent.tree().unwrap()).unwrap();
+        let tree_id = update
+            .create_updated(repo, &parent.tree().unwrap())
+            .unwrap();
         let tree = repo.find_tree(tree_id).unwrap();
         let meta = CommitMeta {
             v: META_VERSION,
@@ -90,7 +96,10 @@ fn blob_moved_under_a_valid_mac_still_fails_to_open() {
     assert_eq!(read(&mut vault, "/memories/a.txt").unwrap(), b"alpha");
     match read(&mut vault, "/memories/b.txt") {
         Err(StoreError::Damaged(_)) => {}
-        other => panic!("a moved blob must not open: {:?}", other.map(String::from_utf8)),
+        other => panic!(
+            "a moved blob must not open: {:?}",
+            other.map(String::from_utf8)
+        ),
     }
 }
 
@@ -144,7 +153,10 @@ fn edits_and_renames_keep_the_file_key() {
         })
         .unwrap();
     assert_eq!(read(&mut vault, "/memories/e/f/x.txt").unwrap(), b"two");
-    assert!(matches!(read(&mut vault, "/memories/d/x.txt"), Err(StoreError::NotFound)));
+    assert!(matches!(
+        read(&mut vault, "/memories/d/x.txt"),
+        Err(StoreError::NotFound)
+    ));
     assert_eq!(vault.key_state.file_key_count(), 1);
     let log = vault.log().unwrap();
     assert_eq!(log[0].1.op, "rename");
@@ -158,7 +170,13 @@ fn a_second_handle_sees_new_file_keys_written_by_the_first() {
     let key = KeyFileKey::generate();
     let bytes = *key.expose_secret();
     let dir = tmp.path().join("v");
-    let mut a = Vault::init(&dir, InitSecret::KeyFile(key), VaultConfig::default(), who()).unwrap();
+    let mut a = Vault::init(
+        &dir,
+        InitSecret::KeyFile(key),
+        VaultConfig::default(),
+        who(),
+    )
+    .unwrap();
     let key2 = KeyFileKey::from_bytes(&bytes).unwrap();
     let mut b = Vault::open(&dir, &Unlock::KeyFile(&key2), who()).unwrap();
     put(&mut a, "/memories/new.txt", b"fresh");
@@ -166,7 +184,9 @@ fn a_second_handle_sees_new_file_keys_written_by_the_first() {
     let got = b
         .read(&mut |snap| {
             let p = MemoryPath::parse("/memories/new.txt").unwrap();
-            Ok(ToolResult::ok(String::from_utf8(snap.read(&p)?.to_vec()).unwrap()))
+            Ok(ToolResult::ok(
+                String::from_utf8(snap.read(&p)?.to_vec()).unwrap(),
+            ))
         })
         .unwrap();
     assert_eq!(got.text(), Some("fresh"));

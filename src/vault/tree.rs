@@ -104,7 +104,8 @@ impl<'a> VaultSnapshot<'a> {
             return Ok(None);
         };
         let bytes = self.blob_bytes(oid)?;
-        let id = crypto::blob_key_id(&bytes).map_err(|_| damaged("a stored file has a bad header"))?;
+        let id =
+            crypto::blob_key_id(&bytes).map_err(|_| damaged("a stored file has a bad header"))?;
         Ok(Some(id))
     }
 
@@ -121,16 +122,20 @@ impl<'a> VaultSnapshot<'a> {
         match self.entry(path)? {
             None => {}
             Some((_, NodeKind::File)) => out.push(path.clone()),
-            Some((oid, NodeKind::Dir)) => {
-                if self.tree.is_some() {
-                    self.collect_files(path, oid, &mut out)?;
-                }
+            Some((oid, NodeKind::Dir)) if self.tree.is_some() => {
+                self.collect_files(path, oid, &mut out)?;
             }
+            Some((_, NodeKind::Dir)) => {}
         }
         Ok(out)
     }
 
-    fn collect_files(&self, dir: &MemoryPath, oid: Oid, out: &mut Vec<MemoryPath>) -> Result<(), StoreError> {
+    fn collect_files(
+        &self,
+        dir: &MemoryPath,
+        oid: Oid,
+        out: &mut Vec<MemoryPath>,
+    ) -> Result<(), StoreError> {
         for (name, kind, id) in self.children(dir, oid)? {
             let child = dir
                 .join(&name)
@@ -144,7 +149,11 @@ impl<'a> VaultSnapshot<'a> {
     }
 
     /// Decrypted children of the tree `oid` at `dir`, sorted by name.
-    fn children(&self, dir: &MemoryPath, oid: Oid) -> Result<Vec<(String, NodeKind, Oid)>, StoreError> {
+    fn children(
+        &self,
+        dir: &MemoryPath,
+        oid: Oid,
+    ) -> Result<Vec<(String, NodeKind, Oid)>, StoreError> {
         let tree = self
             .repo
             .find_tree(oid)
@@ -168,7 +177,10 @@ impl<'a> VaultSnapshot<'a> {
     }
 
     fn blob_plain_size(&self, oid: Oid) -> Result<u64, StoreError> {
-        let odb = self.odb.as_ref().ok_or_else(|| damaged("the object database is unreadable"))?;
+        let odb = self
+            .odb
+            .as_ref()
+            .ok_or_else(|| damaged("the object database is unreadable"))?;
         let (len, kind) = odb
             .read_header(oid)
             .map_err(|_| damaged("a stored file is unreadable"))?;
@@ -273,7 +285,8 @@ impl Snapshot for VaultSnapshot<'_> {
             return Err(StoreError::NotFound);
         };
         let bytes = self.blob_bytes(oid)?;
-        let id = crypto::blob_key_id(&bytes).map_err(|_| damaged("a stored file has a bad header"))?;
+        let id =
+            crypto::blob_key_id(&bytes).map_err(|_| damaged("a stored file has a bad header"))?;
         let key = self
             .key_state
             .file_key(&id)

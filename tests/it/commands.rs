@@ -6,7 +6,9 @@ use serde_json::{Value, json};
 use crate::util::*;
 
 fn script() -> Vec<Value> {
-    let long: String = (1..=3000).map(|i| format!("line {i} of a long note\n")).collect();
+    let long: String = (1..=3000)
+        .map(|i| format!("line {i} of a long note\n"))
+        .collect();
     vec![
         json!({"command": "view", "path": "/memories"}),
         json!({"command": "create", "path": "/memories/notes.txt", "file_text": "Hello World\nThis is line two\n"}),
@@ -100,8 +102,14 @@ fn exact_strings_through_the_vault() {
     let header = "Here're the files and directories up to 2 levels deep in /memories, excluding hidden items and node_modules:";
     assert_eq!(text(&out[0]), format!("{header}\n0B\t/memories"));
     assert!(!is_error(&out[0]));
-    assert_eq!(text(&out[1]), "File created successfully at: /memories/notes.txt");
-    assert_eq!(text(&out[2]), "Error: File /memories/notes.txt already exists");
+    assert_eq!(
+        text(&out[1]),
+        "File created successfully at: /memories/notes.txt"
+    );
+    assert_eq!(
+        text(&out[2]),
+        "Error: File /memories/notes.txt already exists"
+    );
     assert!(is_error(&out[2]));
     assert_eq!(
         text(&out[3]),
@@ -116,12 +124,18 @@ fn exact_strings_through_the_vault() {
         "No replacement was performed, old_str `zzz` did not appear verbatim in /memories/notes.txt."
     );
     assert!(is_error(&out[5]));
-    assert_eq!(text(&out[6]), "The file /memories/notes.txt has been edited.");
+    assert_eq!(
+        text(&out[6]),
+        "The file /memories/notes.txt has been edited."
+    );
     assert_eq!(
         text(&out[7]),
         "Error: Invalid `insert_line` parameter: 7. It should be within the range of lines of the file: [0, 3]"
     );
-    assert_eq!(text(&out[8]), "Successfully renamed /memories/notes.txt to /memories/d/n.txt");
+    assert_eq!(
+        text(&out[8]),
+        "Successfully renamed /memories/notes.txt to /memories/d/n.txt"
+    );
     assert_eq!(
         text(&out[9]),
         format!("{header}\n34B\t/memories\n34B\t/memories/d/\n34B\t/memories/d/n.txt")
@@ -137,7 +151,9 @@ fn exact_strings_through_the_vault() {
 #[test]
 fn a_new_session_resumes_from_the_same_vault() {
     let v = TestVault::new();
-    v.one(json!({"command": "create", "path": "/memories/progress.md", "file_text": "step 1 done\n"}));
+    v.one(
+        json!({"command": "create", "path": "/memories/progress.md", "file_text": "step 1 done\n"}),
+    );
     // A second, separate process sees the first one's memory.
     let out = v.one(json!({"command": "view", "path": "/memories/progress.md"}));
     assert_eq!(
@@ -151,12 +167,20 @@ fn image_files_come_back_as_image_blocks() {
     let v = TestVault::new();
     // Images reach a vault through the library (e.g. import); write one
     // with a mutation through the Store trait.
-    use memvault::memory::{Change, ChangeFacts, MemoryPath, Mutation, Op, Outcome, Store, ToolResult};
+    use memvault::memory::{
+        Change, ChangeFacts, MemoryPath, Mutation, Op, Outcome, Store, ToolResult,
+    };
     let key = memvault::crypto::KeyFileKey::from_bytes(&std::fs::read(&v.key).unwrap()).unwrap();
-    let who = memvault::vault::Attribution { session: "t".into(), actor: "t".into() };
+    let who = memvault::vault::Attribution {
+        session: "t".into(),
+        actor: "t".into(),
+    };
     let mut vault =
-        memvault::vault::Vault::open(&v.vault, &memvault::crypto::Unlock::KeyFile(&key), who).unwrap();
-    let png: Vec<u8> = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13, 0xff, 0xfe];
+        memvault::vault::Vault::open(&v.vault, &memvault::crypto::Unlock::KeyFile(&key), who)
+            .unwrap();
+    let png: Vec<u8> = vec![
+        0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13, 0xff, 0xfe,
+    ];
     let path = MemoryPath::parse("/memories/pic.PNG").unwrap();
     let png2 = png.clone();
     vault
@@ -165,7 +189,10 @@ fn image_files_come_back_as_image_blocks() {
                 result: ToolResult::ok("ok"),
                 mutation: Some(Mutation {
                     op: Op::Create,
-                    change: Change::Write { path: path.clone(), content: zeroize::Zeroizing::new(png2.clone()) },
+                    change: Change::Write {
+                        path: path.clone(),
+                        content: zeroize::Zeroizing::new(png2.clone()),
+                    },
                     facts: ChangeFacts::default(),
                 }),
             })
@@ -178,7 +205,9 @@ fn image_files_come_back_as_image_blocks() {
     assert_eq!(block["type"], "image");
     assert_eq!(block["source"]["type"], "base64");
     assert_eq!(block["source"]["media_type"], "image/png");
-    let data = data_encoding::BASE64.decode(block["source"]["data"].as_str().unwrap().as_bytes()).unwrap();
+    let data = data_encoding::BASE64
+        .decode(block["source"]["data"].as_str().unwrap().as_bytes())
+        .unwrap();
     assert_eq!(data, png);
 }
 
@@ -187,9 +216,19 @@ fn overwrite_setting_lets_create_replace_a_file() {
     let tmp = tempfile::tempdir().unwrap();
     let vault = tmp.path().join("v");
     let key = tmp.path().join("k");
-    assert!(std::process::Command::new(bin()).arg("keygen").arg(&key).status().unwrap().success());
+    assert!(
+        std::process::Command::new(bin())
+            .arg("keygen")
+            .arg(&key)
+            .status()
+            .unwrap()
+            .success()
+    );
     let st = std::process::Command::new(bin())
-        .arg("--vault").arg(&vault).arg("--key-file").arg(&key)
+        .arg("--vault")
+        .arg(&vault)
+        .arg("--key-file")
+        .arg(&key)
         .args(["init", "--overwrite-on-create"])
         .status()
         .unwrap();
@@ -200,7 +239,10 @@ fn overwrite_setting_lets_create_replace_a_file() {
         json!({"command": "create", "path": "/memories/a.txt", "file_text": "two\n"}).to_string(),
         json!({"command": "view", "path": "/memories/a.txt"}).to_string(),
     ]);
-    assert_eq!(text(&out[1]), "File created successfully at: /memories/a.txt");
+    assert_eq!(
+        text(&out[1]),
+        "File created successfully at: /memories/a.txt"
+    );
     assert!(text(&out[2]).ends_with("     1\ttwo"));
     assert_eq!(v.commits(), 3);
 }

@@ -35,15 +35,22 @@ fn four_writers_making_100_mutations_each_lose_none() {
         children.push((cmd, input));
     }
     // The shared file must exist before writers insert into it.
-    let first = v.one(json!({"command": "create", "path": "/memories/shared.log", "file_text": ""}));
+    let first =
+        v.one(json!({"command": "create", "path": "/memories/shared.log", "file_text": ""}));
     assert!(!is_error(&first));
     let handles: Vec<_> = children
         .into_iter()
-        .map(|(mut cmd, input)| std::thread::spawn(move || run_with_stdin(&mut cmd, input.as_bytes())))
+        .map(|(mut cmd, input)| {
+            std::thread::spawn(move || run_with_stdin(&mut cmd, input.as_bytes()))
+        })
         .collect();
     for h in handles {
         let out = h.join().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let results = parse_lines(&out.stdout);
         assert_eq!(results.len(), per);
         for r in &results {
@@ -56,14 +63,26 @@ fn four_writers_making_100_mutations_each_lose_none() {
     let shared = text(&listing);
     for w in 0..writers {
         for i in (0..per).filter(|i| i % 4 == 3) {
-            assert!(shared.contains(&format!("\tw{w} line {i}\n")) || shared.ends_with(&format!("\tw{w} line {i}")), "lost w{w} line {i}");
+            assert!(
+                shared.contains(&format!("\tw{w} line {i}\n"))
+                    || shared.ends_with(&format!("\tw{w} line {i}")),
+                "lost w{w} line {i}"
+            );
         }
         let mut reqs = Vec::new();
         for i in (0..per).filter(|i| i % 4 != 3) {
-            reqs.push(json!({"command": "view", "path": format!("/memories/w{w}/n{i:03}.md")}).to_string());
+            reqs.push(
+                json!({"command": "view", "path": format!("/memories/w{w}/n{i:03}.md")})
+                    .to_string(),
+            );
         }
         for (r, i) in v.serve(&reqs).iter().zip((0..per).filter(|i| i % 4 != 3)) {
-            assert_eq!(text(r), format!("Here's the content of /memories/w{w}/n{i:03}.md with line numbers:\n     1\twriter {w} note {i}"));
+            assert_eq!(
+                text(r),
+                format!(
+                    "Here's the content of /memories/w{w}/n{i:03}.md with line numbers:\n     1\twriter {w} note {i}"
+                )
+            );
         }
     }
 }

@@ -31,7 +31,14 @@ fn no_plaintext_on_disk_content_file_name_or_directory_name() {
         assert!(!is_error(o), "{o}");
     }
     assert!(text(&out[5]).contains(content_marker));
-    for marker in [content_marker, file_marker, dir_marker, "/memories", "str_replace", "session"] {
+    for marker in [
+        content_marker,
+        file_marker,
+        dir_marker,
+        "/memories",
+        "str_replace",
+        "session",
+    ] {
         let found = plaintext_anywhere(&v.vault, marker);
         assert!(found.is_empty(), "{marker:?} found in {found:?}");
     }
@@ -44,26 +51,57 @@ fn each_mutation_is_one_commit_and_failures_make_none() {
     let v = TestVault::new();
     assert_eq!(v.commits(), 1, "a new vault holds only its creation commit");
     let cases = [
-        (json!({"command": "create", "path": "/memories/a.txt", "file_text": "1\n2\n"}), true),
-        (json!({"command": "create", "path": "/memories/a.txt", "file_text": "again"}), false),
+        (
+            json!({"command": "create", "path": "/memories/a.txt", "file_text": "1\n2\n"}),
+            true,
+        ),
+        (
+            json!({"command": "create", "path": "/memories/a.txt", "file_text": "again"}),
+            false,
+        ),
         (json!({"command": "view", "path": "/memories/a.txt"}), false),
         (json!({"command": "view", "path": "/memories"}), false),
-        (json!({"command": "str_replace", "path": "/memories/a.txt", "old_str": "1", "new_str": "one"}), true),
-        (json!({"command": "str_replace", "path": "/memories/a.txt", "old_str": "nope", "new_str": "x"}), false),
-        (json!({"command": "insert", "path": "/memories/a.txt", "insert_line": 2, "insert_text": "3"}), true),
-        (json!({"command": "insert", "path": "/memories/a.txt", "insert_line": 99, "insert_text": "3"}), false),
-        (json!({"command": "rename", "old_path": "/memories/a.txt", "new_path": "/memories/d/b.txt"}), true),
-        (json!({"command": "rename", "old_path": "/memories/a.txt", "new_path": "/memories/c.txt"}), false),
+        (
+            json!({"command": "str_replace", "path": "/memories/a.txt", "old_str": "1", "new_str": "one"}),
+            true,
+        ),
+        (
+            json!({"command": "str_replace", "path": "/memories/a.txt", "old_str": "nope", "new_str": "x"}),
+            false,
+        ),
+        (
+            json!({"command": "insert", "path": "/memories/a.txt", "insert_line": 2, "insert_text": "3"}),
+            true,
+        ),
+        (
+            json!({"command": "insert", "path": "/memories/a.txt", "insert_line": 99, "insert_text": "3"}),
+            false,
+        ),
+        (
+            json!({"command": "rename", "old_path": "/memories/a.txt", "new_path": "/memories/d/b.txt"}),
+            true,
+        ),
+        (
+            json!({"command": "rename", "old_path": "/memories/a.txt", "new_path": "/memories/c.txt"}),
+            false,
+        ),
         (json!({"command": "delete", "path": "/memories/d"}), true),
         (json!({"command": "delete", "path": "/memories/d"}), false),
         (json!({"command": "delete", "path": "/memories"}), false),
-        (json!({"command": "create", "path": "/memories/../x", "file_text": "x"}), false),
+        (
+            json!({"command": "create", "path": "/memories/../x", "file_text": "x"}),
+            false,
+        ),
         (json!({"command": "bogus"}), false),
     ];
     let mut expected = 1;
     for (cmd, commits) in cases {
         let out = v.one(cmd.clone());
-        assert_eq!(!is_error(&out) && cmd["command"] != "view", commits, "{cmd} -> {out}");
+        assert_eq!(
+            !is_error(&out) && cmd["command"] != "view",
+            commits,
+            "{cmd} -> {out}"
+        );
         if commits {
             expected += 1;
         }
@@ -80,14 +118,25 @@ fn commits_carry_encrypted_metadata_and_a_mac() {
     assert!(raw.contains("\nmvmac "), "no MAC header: {raw}");
     assert!(raw.contains("author memvault <memvault> 0 +0000"), "{raw}");
     let message = raw.split("\n\n").nth(1).unwrap();
-    assert!(!message.contains("create") && !message.contains("meta-check"), "{message}");
-    assert!(data_encoding::BASE64.decode(message.trim().as_bytes()).is_ok());
+    assert!(
+        !message.contains("create") && !message.contains("meta-check"),
+        "{message}"
+    );
+    assert!(
+        data_encoding::BASE64
+            .decode(message.trim().as_bytes())
+            .is_ok()
+    );
 
     // The library decrypts it: operation, path, session, size, hash.
     let key = memvault::crypto::KeyFileKey::from_bytes(&std::fs::read(&v.key).unwrap()).unwrap();
-    let who = memvault::vault::Attribution { session: "x".into(), actor: "x".into() };
+    let who = memvault::vault::Attribution {
+        session: "x".into(),
+        actor: "x".into(),
+    };
     let mut vault =
-        memvault::vault::Vault::open(&v.vault, &memvault::crypto::Unlock::KeyFile(&key), who).unwrap();
+        memvault::vault::Vault::open(&v.vault, &memvault::crypto::Unlock::KeyFile(&key), who)
+            .unwrap();
     let log = vault.log().unwrap();
     assert_eq!(log.len(), 2);
     let meta = &log[0].1;

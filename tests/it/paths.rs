@@ -40,11 +40,23 @@ fn hostile_paths_are_refused_and_change_nothing() {
     for p in HOSTILE {
         lines.push(json!({"command": "view", "path": p}).to_string());
         lines.push(json!({"command": "create", "path": p, "file_text": "x"}).to_string());
-        lines.push(json!({"command": "str_replace", "path": p, "old_str": "keep", "new_str": "y"}).to_string());
-        lines.push(json!({"command": "insert", "path": p, "insert_line": 0, "insert_text": "x"}).to_string());
+        lines.push(
+            json!({"command": "str_replace", "path": p, "old_str": "keep", "new_str": "y"})
+                .to_string(),
+        );
+        lines.push(
+            json!({"command": "insert", "path": p, "insert_line": 0, "insert_text": "x"})
+                .to_string(),
+        );
         lines.push(json!({"command": "delete", "path": p}).to_string());
-        lines.push(json!({"command": "rename", "old_path": "/memories/keep.txt", "new_path": p}).to_string());
-        lines.push(json!({"command": "rename", "old_path": p, "new_path": "/memories/stolen.txt"}).to_string());
+        lines.push(
+            json!({"command": "rename", "old_path": "/memories/keep.txt", "new_path": p})
+                .to_string(),
+        );
+        lines.push(
+            json!({"command": "rename", "old_path": p, "new_path": "/memories/stolen.txt"})
+                .to_string(),
+        );
     }
     let out = v.serve(&lines);
     assert_eq!(out.len(), lines.len());

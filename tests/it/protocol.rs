@@ -55,13 +55,19 @@ fn exec_runs_one_command_from_argument_or_stdin() {
     let v = TestVault::new();
     let out = v
         .cmd()
-        .args(["exec", r#"{"command":"create","path":"/memories/e.txt","file_text":"via exec\n"}"#])
+        .args([
+            "exec",
+            r#"{"command":"create","path":"/memories/e.txt","file_text":"via exec\n"}"#,
+        ])
         .output()
         .unwrap();
     assert!(out.status.success());
     let lines = parse_lines(&out.stdout);
     assert_eq!(lines.len(), 1);
-    assert_eq!(text(&lines[0]), "File created successfully at: /memories/e.txt");
+    assert_eq!(
+        text(&lines[0]),
+        "File created successfully at: /memories/e.txt"
+    );
     let out = run_with_stdin(
         v.cmd().arg("exec"),
         br#"{"type":"tool_use","id":"toolu_x","name":"memory","input":{"command":"view","path":"/memories/nope"}}"#,
@@ -79,5 +85,8 @@ fn end_of_input_ends_serve_with_status_0_and_stdout_holds_only_results() {
     assert!(out.status.success());
     assert!(out.stdout.is_empty());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("session s-"), "a generated session id is announced on stderr: {err}");
+    assert!(
+        err.contains("session s-"),
+        "a generated session id is announced on stderr: {err}"
+    );
 }

@@ -12,8 +12,10 @@ const SECRET_TEXT: &str = "the quarterly numbers are 42\n";
 fn vault_with_two_files() -> TestVault {
     let v = TestVault::new();
     let out = v.serve(&[
-        json!({"command": "create", "path": "/memories/a.txt", "file_text": SECRET_TEXT}).to_string(),
-        json!({"command": "create", "path": "/memories/b.txt", "file_text": "other file\n"}).to_string(),
+        json!({"command": "create", "path": "/memories/a.txt", "file_text": SECRET_TEXT})
+            .to_string(),
+        json!({"command": "create", "path": "/memories/b.txt", "file_text": "other file\n"})
+            .to_string(),
     ]);
     assert!(out.iter().all(|o| !is_error(o)));
     v
@@ -28,7 +30,12 @@ fn root_entries(v: &TestVault) -> Vec<(String, String, String, String)> {
         .map(|l| {
             let (meta, name) = l.split_once('\t').unwrap();
             let parts: Vec<&str> = meta.split(' ').collect();
-            (parts[0].into(), parts[1].into(), parts[2].into(), name.into())
+            (
+                parts[0].into(),
+                parts[1].into(),
+                parts[2].into(),
+                name.into(),
+            )
         })
         .collect()
 }
@@ -40,7 +47,10 @@ fn object_file(v: &TestVault, oid: &str) -> PathBuf {
 fn assert_damaged(out: &Value) {
     assert!(is_error(out), "expected an error: {out}");
     let t = text(out);
-    assert!(t.contains("damaged"), "should say the vault is damaged: {t}");
+    assert!(
+        t.contains("damaged"),
+        "should say the vault is damaged: {t}"
+    );
     assert!(!t.contains("quarterly"), "content leaked: {t}");
 }
 
@@ -97,15 +107,29 @@ fn blob_moved_to_another_path_is_damage() {
     // access to the repository could.
     let tree_input = format!(
         "{} {} {}\t{}\n{} {} {}\t{}\n",
-        entries[0].0, entries[0].1, entries[1].2, entries[0].3, entries[1].0, entries[1].1, entries[0].2, entries[1].3
+        entries[0].0,
+        entries[0].1,
+        entries[1].2,
+        entries[0].3,
+        entries[1].0,
+        entries[1].1,
+        entries[0].2,
+        entries[1].3
     );
     let tree = run_with_stdin(
-        std::process::Command::new("git").arg("--git-dir").arg(&v.vault).arg("mktree"),
+        std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&v.vault)
+            .arg("mktree"),
         tree_input.as_bytes(),
     );
     assert!(tree.status.success());
     let tree = String::from_utf8(tree.stdout).unwrap().trim().to_string();
-    let commit = git(&v.vault, &["commit-tree", &tree, "-p", "refs/heads/main", "-m", "swap"]).stdout;
+    let commit = git(
+        &v.vault,
+        &["commit-tree", &tree, "-p", "refs/heads/main", "-m", "swap"],
+    )
+    .stdout;
     let commit = String::from_utf8(commit).unwrap().trim().to_string();
     git(&v.vault, &["update-ref", "refs/heads/main", &commit]);
     for o in &view_both(&v) {
@@ -129,7 +153,18 @@ fn altered_commit_is_damage() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("c");
     std::fs::write(&f, &raw).unwrap();
-    let oid = git(&v.vault, &["hash-object", "-t", "commit", "-w", "--literally", f.to_str().unwrap()]).stdout;
+    let oid = git(
+        &v.vault,
+        &[
+            "hash-object",
+            "-t",
+            "commit",
+            "-w",
+            "--literally",
+            f.to_str().unwrap(),
+        ],
+    )
+    .stdout;
     let oid = String::from_utf8(oid).unwrap().trim().to_string();
     git(&v.vault, &["update-ref", "refs/heads/main", &oid]);
     for o in &view_both(&v) {
@@ -150,7 +185,11 @@ fn commit_without_the_vault_mac_is_damage() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("c");
     std::fs::write(&f, &stripped).unwrap();
-    let oid = git(&v.vault, &["hash-object", "-t", "commit", "-w", f.to_str().unwrap()]).stdout;
+    let oid = git(
+        &v.vault,
+        &["hash-object", "-t", "commit", "-w", f.to_str().unwrap()],
+    )
+    .stdout;
     let oid = String::from_utf8(oid).unwrap().trim().to_string();
     git(&v.vault, &["update-ref", "refs/heads/main", &oid]);
     for o in &view_both(&v) {

@@ -25,7 +25,11 @@ fn passphrase_vault_opens_with_the_right_passphrase_only() {
         .env("MEMVAULT_PASSPHRASE", "correct horse battery staple")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let ok = plain_cmd()
         .arg("--vault")
@@ -34,7 +38,11 @@ fn passphrase_vault_opens_with_the_right_passphrase_only() {
         .env("MEMVAULT_PASSPHRASE", "correct horse battery staple")
         .output()
         .unwrap();
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
 
     let pf = tmp.path().join("pass.txt");
     std::fs::write(&pf, "correct horse battery staple\n").unwrap();
@@ -46,7 +54,11 @@ fn passphrase_vault_opens_with_the_right_passphrase_only() {
         .args(["exec", VIEW])
         .output()
         .unwrap();
-    assert!(ok.status.success(), "passphrase file: {}", String::from_utf8_lossy(&ok.stderr));
+    assert!(
+        ok.status.success(),
+        "passphrase file: {}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
 
     let bad = plain_cmd()
         .arg("--vault")
@@ -66,7 +78,14 @@ fn passphrase_vault_opens_with_the_right_passphrase_only() {
 fn wrong_key_file_is_refused() {
     let v = TestVault::new();
     let other = v.tmp.path().join("other.key");
-    assert!(plain_cmd().arg("keygen").arg(&other).status().unwrap().success());
+    assert!(
+        plain_cmd()
+            .arg("keygen")
+            .arg(&other)
+            .status()
+            .unwrap()
+            .success()
+    );
     let out = plain_cmd()
         .arg("--vault")
         .arg(&v.vault)
@@ -117,7 +136,11 @@ fn key_file_via_environment_and_default_vault_location() {
         .args(["exec", VIEW])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -125,7 +148,14 @@ fn keygen_writes_mode_0600_and_never_overwrites() {
     use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();
     let key = tmp.path().join("k");
-    assert!(plain_cmd().arg("keygen").arg(&key).status().unwrap().success());
+    assert!(
+        plain_cmd()
+            .arg("keygen")
+            .arg(&key)
+            .status()
+            .unwrap()
+            .success()
+    );
     let meta = std::fs::metadata(&key).unwrap();
     assert_eq!(meta.len(), 32);
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
@@ -158,7 +188,10 @@ fn init_refuses_an_existing_vault_and_open_refuses_a_missing_one() {
 fn usage_errors_exit_2() {
     let out = plain_cmd().arg("frobnicate").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let out = plain_cmd().args(["init", "--argon2-memory", "notanumber"]).output().unwrap();
+    let out = plain_cmd()
+        .args(["init", "--argon2-memory", "notanumber"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
 
@@ -168,7 +201,13 @@ fn hostile_argon2_parameters_are_refused_before_any_work() {
     let out = plain_cmd()
         .arg("--vault")
         .arg(tmp.path().join("v"))
-        .args(["init", "--argon2-memory", "4294967295", "--argon2-passes", "1000000"])
+        .args([
+            "init",
+            "--argon2-memory",
+            "4294967295",
+            "--argon2-passes",
+            "1000000",
+        ])
         .env("MEMVAULT_PASSPHRASE", "x")
         .output()
         .unwrap();

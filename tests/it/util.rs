@@ -22,18 +22,33 @@ impl TestVault {
         let tmp = tempfile::tempdir().unwrap();
         let vault = tmp.path().join("vault");
         let key = tmp.path().join("vault.key");
-        let out = Command::new(bin()).arg("keygen").arg(&key).output().unwrap();
-        assert!(out.status.success(), "keygen: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(bin())
+            .arg("keygen")
+            .arg(&key)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "keygen: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let t = TestVault { tmp, vault, key };
         let out = t.cmd().arg("init").output().unwrap();
-        assert!(out.status.success(), "init: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "init: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         t
     }
 
     /// A `memvault` command with this vault and key selected.
     pub fn cmd(&self) -> Command {
         let mut c = Command::new(bin());
-        c.arg("--vault").arg(&self.vault).arg("--key-file").arg(&self.key);
+        c.arg("--vault")
+            .arg(&self.vault)
+            .arg("--key-file")
+            .arg(&self.key);
         c.env_remove("MEMVAULT_DIR")
             .env_remove("MEMVAULT_KEY_FILE")
             .env_remove("MEMVAULT_PASSPHRASE")
@@ -49,8 +64,15 @@ impl TestVault {
             input.push_str(l);
             input.push('\n');
         }
-        let out = run_with_stdin(self.cmd().arg("serve").arg("--session").arg("test"), input.as_bytes());
-        assert!(out.status.success(), "serve failed: {}", String::from_utf8_lossy(&out.stderr));
+        let out = run_with_stdin(
+            self.cmd().arg("serve").arg("--session").arg("test"),
+            input.as_bytes(),
+        );
+        assert!(
+            out.status.success(),
+            "serve failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         parse_lines(&out.stdout)
     }
 
@@ -64,7 +86,11 @@ impl TestVault {
     /// Number of commits on refs/heads/main.
     pub fn commits(&self) -> usize {
         let out = git(&self.vault, &["rev-list", "--count", "refs/heads/main"]);
-        String::from_utf8(out.stdout).unwrap().trim().parse().unwrap()
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
     }
 }
 
@@ -100,13 +126,19 @@ pub fn git(repo: &Path, args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out
 }
 
 /// The text content of a tool result.
 pub fn text(v: &Value) -> &str {
-    v["content"].as_str().unwrap_or_else(|| panic!("no text content: {v}"))
+    v["content"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text content: {v}"))
 }
 
 pub fn is_error(v: &Value) -> bool {
@@ -138,7 +170,10 @@ pub fn plaintext_anywhere(dir: &Path, needle: &str) -> Vec<String> {
         .output()
         .unwrap();
     assert!(out.status.success());
-    assert!(out.stdout.len() > 100, "git cat-file printed almost nothing");
+    assert!(
+        out.stdout.len() > 100,
+        "git cat-file printed almost nothing"
+    );
     if contains(&out.stdout, needle.as_bytes()) {
         found.push("a git object".into());
     }

@@ -1,0 +1,833 @@
+//! Credentials written as assignments: `password = ...`, `api_key: ...`,
+//! `"token": "..."`, `export DB_PASS=...`, `--password ...`,
+//! `<password>...</password>`, `Authorization: Bearer ...`, and prose such
+//! as "the password is ...".
+//!
+//! Run at each hit of a keyword (`pass`, `pwd`, `secret`, `token`, `key`,
+//! `authoriz`, `credential`, `bearer` in three casings), the parser takes
+//! the identifier around the hit as the key, splits it into words
+//! (`dbPassword` -> `db`, `password`), decides whether it names a password,
+//! a secret or neither, then reads the operator and the value. Only the
+//! value is redacted, so the note keeps `password = [REDACTED:...]`.
+//!
+//! The value must also look like a secret: placeholders (`xxxx`,
+//! `<your-key>`), references (`${VAR}`, `$VAR`, `os.environ[...]`), paths,
+//! URLs, type names and ordinary words are left alone. Passwords are
+//! accepted with less randomness than API keys, since people choose them.
+
+use std::sync::OnceLock;
+
+use super::checks::{
+    Classes, contains_ci, entropy, fails_known_checksum, is_hex, is_placeholder, is_uuid,
+};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Class {
+    Password,
+    Secret,
+}
+
+/// How sure the key makes us that its value is a secret.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Tier {
+    /// `api_key`, `client_secret`, `access_token`: a token-shaped value is enough.
+    Normal,
+    /// A bare `key`, or a qualifier we do not know (`stripe_key`): the value
+    /// must look generated.
+    Strict,
+    /// `Bearer <value>`.
+    Bearer,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Op {
+    /// `:` `=` `:=` `=>` `==`
+    Assign,
+    /// `<password>value</password>`
+    Xml,
+    /// `--password value`, `Bearer value`
+    Space,
+    /// `is`, `was`, `are`, or a space before a value in prose.
+    Prose,
+}
+
+pub(crate) fn password(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<(usize, usize)> {
+    assignment(text, s, e, skip, Class::Password)
+}
+
+pub(crate) fn secret(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<(usize, usize)> {
+    assignment(text, s, e, skip, Class::Secret)
+}
+
+/// Passwords on command lines that have no `password` keyword:
+/// `mysql -u root -pSecret` and `curl -u user:secret` (or `--user`). The
+/// hit is `mysql` or `curl`; the rest of its line is read (at most 400
+/// bytes).
+pub(crate) fn command_line(
+    text: &str,
+    s: usize,
+    e: usize,
+    skip: &mut usize,
+) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    if s > 0 && (b[s - 1].is_ascii_alphanumeric() || b[s - 1] == b'_') {
+        return None;
+    }
+    let mut le = e;
+    while le < b.len() && le - e < 400 && b[le] != b'\n' {
+        le += 1;
+    }
+    *skip = le;
+    let line = &b[e..le];
+    let mysql = b[s] == b'm';
+    let mut i = 0;
+    while i + 3 < line.len() {
+        let at_flag = is_blank(line[i]) && line[i + 1] == b'-';
+        if !at_flag {
+            i += 1;
+            continue;
+        }
+        let flag_start = i + 1;
+        let mut j = flag_start;
+        while j < line.len() && !is_blank(line[j]) && line[j] != b'=' {
+            j += 1;
+        }
+        let flag = &line[flag_start..j];
+        let value_start =
+            if mysql && flag.len() > 2 && flag.starts_with(b"-p") && !flag.starts_with(b"--") {
+                Some(flag_start + 2)
+            } else if !mysql && (flag == b"-u" || flag == b"--user") {
+                let k = skip_blank(line, if line.get(j) == Some(&b'=') { j + 1 } else { j });
+                (k > j || line.get(j) == Some(&b'=')).then_some(k)
+            } else {
+                None
+            };
+        if let Some(vs) = value_start {
+            let quote = line.get(vs).copied().filter(|&q| q == b'"' || q == b'\'');
+            let vs = vs + usize::from(quote.is_some());
+            let mut ve = vs;
+            while ve < line.len() && !is_blank(line[ve]) && Some(line[ve]) != quote {
+                ve += 1;
+            }
+            let mut ps = vs;
+            if !mysql {
+                // `user:password`
+                ps = line[vs..ve]
+                    .iter()
+                    .position(|&c| c == b':')
+                    .map(|p| vs + p + 1)?;
+            }
+            let v = &line[ps..ve];
+            let shaped = v.len() >= 4 && (!plain_word(v) || v.len() >= 6);
+            if shaped && !common_rejects(v) {
+                return Some((e + ps, e + ve));
+            }
+            return None;
+        }
+        i = j;
+    }
+    None
+}
+
+fn is_key_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')
+}
+
+fn is_blank(b: u8) -> bool {
+    b == b' ' || b == b'\t'
+}
+
+const MAX_KEY: usize = 80;
+const MAX_VALUE: usize = 1024;
+
+fn assignment(
+    text: &str,
+    s: usize,
+    e: usize,
+    skip: &mut usize,
+    want: Class,
+) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    let n = b.len();
+    let mut ks = s;
+    while ks > s.saturating_sub(MAX_KEY) && is_key_byte(b[ks - 1]) {
+        ks -= 1;
+    }
+    let mut ke = e;
+    while ke < n && ke < e + MAX_KEY && is_key_byte(b[ke]) {
+        ke += 1;
+    }
+    *skip = ke;
+    // `${DB_PASSWORD}`, `$PWD`, `%API_KEY%`: a reference, not a key.
+    if ks > 0 && matches!(b[ks - 1], b'$' | b'{' | b'%' | b'@') {
+        return None;
+    }
+    let mut key_start = ks;
+    let mut cli = false;
+    while key_start < ke && b[key_start] == b'-' {
+        key_start += 1;
+        cli = true;
+    }
+    let mut key_end = ke;
+    while key_end > key_start && matches!(b[key_end - 1], b'.' | b'-') {
+        key_end -= 1;
+    }
+    if key_start >= key_end {
+        return None;
+    }
+    let key = &b[key_start..key_end];
+    let xml = ks > 0 && b[ks - 1] == b'<';
+    let bearer = key.eq_ignore_ascii_case(b"bearer");
+    let (op, mut vs) = operator(b, key_end, cli, xml, bearer)?;
+    // `Authorization: Bearer <token>`: the scheme is not the secret.
+    if want == Class::Secret && op == Op::Assign {
+        vs = skip_scheme(b, vs);
+    }
+    let (vs, ve, quoted) = value(b, vs, op)?;
+    // Keywords inside this value are not keys: skip them (keeps the work
+    // linear on text like `password=password=...`).
+    *skip = (*skip).max(ve);
+    let v = &b[vs..ve];
+    if !may_be_secret(v, op, want) {
+        return None;
+    }
+    let (class, tier) = classify(key)?;
+    if class != want {
+        return None;
+    }
+    let ok = match class {
+        Class::Password => {
+            let config = op == Op::Assign && config_line(b, ks, ve, quoted);
+            password_shape(v, op, quoted, config)
+        }
+        Class::Secret => secret_shape(v, op, tier),
+    };
+    ok.then_some((vs, ve))
+}
+
+/// The weakest shape any key could accept, tested before the key is
+/// looked at (most keyword hits in prose stop here).
+fn may_be_secret(v: &[u8], op: Op, want: Class) -> bool {
+    let loose = matches!(op, Op::Assign | Op::Xml);
+    match want {
+        Class::Password => {
+            v.len() >= 4 && (loose || op == Op::Space || (v.len() >= 6 && !plain_word(v)))
+        }
+        Class::Secret => {
+            v.len() >= 8
+                && (loose || op == Op::Space || (v.len() >= 16 && v.iter().any(u8::is_ascii_digit)))
+        }
+    }
+}
+
+// ---------------------------------------------------------------- key
+
+/// Splits an identifier into lowercase words at `_ . -` and camelCase
+/// boundaries (`APIKey` -> `api`, `key`).
+fn words(key: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for (i, &c) in key.iter().enumerate() {
+        if !c.is_ascii_alphanumeric() {
+            if !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+            continue;
+        }
+        if c.is_ascii_uppercase() && !cur.is_empty() {
+            let prev = key[i - 1];
+            let next_lower = key.get(i + 1).is_some_and(u8::is_ascii_lowercase);
+            if prev.is_ascii_lowercase()
+                || prev.is_ascii_digit()
+                || (prev.is_ascii_uppercase() && next_lower)
+            {
+                out.push(std::mem::take(&mut cur));
+            }
+        }
+        cur.push(c.to_ascii_lowercase() as char);
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+static PASSWORD_WORDS: Words = Words::new("pass passcode passphrase passwd password pwd pword");
+const PASSWORD_SUFFIXES: &[&str] = &["password", "passwd", "passphrase"];
+static SECRET_WORDS: Words = Words::new(
+    "accesskey apikey authorization bearer credential credentials privatekey secret secretkey \
+     secrets token",
+);
+const SECRET_SUFFIXES: &[&str] = &[
+    "secret",
+    "token",
+    "apikey",
+    "accesskey",
+    "secretkey",
+    "privatekey",
+];
+
+/// Words before `key` that make it a secret key.
+static KEY_QUALIFIERS: Words = Words::new(
+    "access account admin aes api app application auth backend bot client consumer cookie crypto \
+     deploy dev developer encrypt encryption hmac integration jwt licence license live master \
+     merchant org organization partner personal private prod production project rest root secret \
+     server service session shared sign signing storage subscription user vault webhook write x",
+);
+
+/// Words before `key` that make it something else (a database key, a
+/// public key, a dictionary key).
+static KEY_NOT_SECRET: Words = Words::new(
+    "bar bucket cache cluster column composite cursor cut dedup dedupe dict dictionary entry first \
+     foo foreign gpg group hash host hot i18n idempotency index item json known kv label last lookup \
+     map next node object page partition pgp prev previous primary pub public publishable range \
+     redis registry routing row s3 shard short sign sort ssh toml translation turn unique yaml",
+);
+
+/// Words that make a `token` key something other than a credential.
+static TOKEN_NOT_SECRET: Words = Words::new(
+    "bos cancel cancellation cls completion completions continuation count css cursor design eos \
+     input lexer mask max min next num output pad page pagination parser prompt sep special sync \
+     tokens total unk",
+);
+
+/// A key whose last word is one of these describes a secret, it is not one.
+static STOP_LAST: Words = Words::new(
+    "age algo algorithm arn audience button bytes changed check checksum claims class client cmd \
+     column command complexity component count desc description digest dir directory disable \
+     disabled display dto enable enabled encoding endpoint env error expiration expire expires \
+     expiry factory field fields file files flow form format generator get handler hash hashed \
+     header help helper hint hints host id ids input invalid issuer key keys kind label len length \
+     lifetime limit list location login logout manager max message method min modal mode model name \
+     names page param parameter params path pattern placeholder policies policy prefix prompt props \
+     provider ref reference regex request required reset response rotate rotation rule rules salt \
+     schema scope scopes screen sent service set signup size source spec state status storage store \
+     strength struct suffix table test tests text timeout ttl type types ui uri url usage used util \
+     utils valid validation validator var variable version view",
+);
+
+/// A set of words, written as one space-separated string and sorted for
+/// lookup on first use.
+struct Words {
+    text: &'static str,
+    sorted: OnceLock<Vec<&'static str>>,
+}
+
+impl Words {
+    const fn new(text: &'static str) -> Words {
+        Words {
+            text,
+            sorted: OnceLock::new(),
+        }
+    }
+
+    fn has(&self, w: &str) -> bool {
+        self.sorted
+            .get_or_init(|| {
+                let mut v: Vec<&str> = self.text.split_whitespace().collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            })
+            .binary_search(&w)
+            .is_ok()
+    }
+
+    fn any(&self, ws: &[String]) -> bool {
+        ws.iter().any(|w| self.has(w))
+    }
+}
+
+fn classify(key: &[u8]) -> Option<(Class, Tier)> {
+    let ws = words(key);
+    let last = ws.last()?;
+    let is_password = ws
+        .iter()
+        .any(|w| PASSWORD_WORDS.has(w) || PASSWORD_SUFFIXES.iter().any(|s| w.ends_with(s)));
+    if is_password {
+        if STOP_LAST.has(last) && !PASSWORD_WORDS.has(last) {
+            return None;
+        }
+        return Some((Class::Password, Tier::Normal));
+    }
+    if ws
+        .iter()
+        .any(|w| matches!(w.as_str(), "public" | "pub" | "publishable" | "pubkey"))
+    {
+        return None;
+    }
+    let secret_word = ws
+        .iter()
+        .any(|w| SECRET_WORDS.has(w) || SECRET_SUFFIXES.iter().any(|s| w.ends_with(s)));
+    let key_at = ws.iter().rposition(|w| w == "key");
+    // `sessionid`, `session_id`, `PHPSESSID`: a session id is a credential.
+    let session = ws
+        .iter()
+        .any(|w| w.starts_with("session") || w.ends_with("sessid") || w.ends_with("sessionid"));
+    if session
+        && (ws.len() == 1 || matches!(last.as_str(), "id" | "key" | "token" | "secret" | "cookie"))
+    {
+        return Some((Class::Secret, Tier::Normal));
+    }
+    if ws.iter().any(|w| w == "token" || w.ends_with("token")) && TOKEN_NOT_SECRET.any(&ws) {
+        return None;
+    }
+    // The last word decides what the key names: `secret_key` is a key,
+    // `secret_name` a name.
+    let last_is_key = last == "key";
+    if STOP_LAST.has(last) && !last_is_key {
+        return None;
+    }
+    if ws.len() == 1 && (last == "bearer") {
+        return Some((Class::Secret, Tier::Bearer));
+    }
+    if secret_word {
+        return Some((Class::Secret, Tier::Normal));
+    }
+    let i = key_at?;
+    if i + 1 != ws.len() {
+        return None;
+    }
+    if i == 0 {
+        return Some((Class::Secret, Tier::Strict));
+    }
+    let before = &ws[..i];
+    if KEY_NOT_SECRET.any(before) {
+        return None;
+    }
+    if KEY_QUALIFIERS.any(before) {
+        Some((Class::Secret, Tier::Normal))
+    } else {
+        Some((Class::Secret, Tier::Strict))
+    }
+}
+
+// ---------------------------------------------------------------- operator and value
+
+fn skip_blank(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && is_blank(b[i]) {
+        i += 1;
+    }
+    i
+}
+
+fn word_at(b: &[u8], i: usize) -> &[u8] {
+    let mut j = i;
+    while j < b.len()
+        && j - i < 40
+        && (b[j].is_ascii_alphanumeric() || matches!(b[j], b'_' | b'.' | b'@' | b'-'))
+    {
+        j += 1;
+    }
+    &b[i..j]
+}
+
+fn prose_verb(w: &[u8]) -> bool {
+    [&b"is"[..], b"was", b"are", b"IS", b"Is"].contains(&w)
+}
+
+/// Reads the operator after a key; returns it and where the value starts.
+fn operator(b: &[u8], key_end: usize, cli: bool, xml: bool, bearer: bool) -> Option<(Op, usize)> {
+    let n = b.len();
+    let mut i = key_end;
+    if i < n && matches!(b[i], b'"' | b'\'' | b'`') {
+        i += 1;
+    }
+    if xml && i < n && b[i] == b'>' {
+        return Some((Op::Xml, i + 1));
+    }
+    let after_key = i;
+    let j = skip_blank(b, i);
+    if j < n {
+        match b[j] {
+            b':' => {
+                if b.get(j + 1) == Some(&b':') || b.get(j + 1) == Some(&b'/') {
+                    return None;
+                }
+                let k = if b.get(j + 1) == Some(&b'=') {
+                    j + 2
+                } else {
+                    j + 1
+                };
+                return Some((Op::Assign, skip_blank(b, k)));
+            }
+            b'=' => {
+                let mut k = j + 1;
+                if b.get(k) == Some(&b'>') {
+                    k += 1;
+                } else {
+                    while b.get(k) == Some(&b'=') && k < j + 3 {
+                        k += 1;
+                    }
+                }
+                return Some((Op::Assign, skip_blank(b, k)));
+            }
+            _ => {}
+        }
+    }
+    if j == after_key || j >= n {
+        return None;
+    }
+    // A space, then a word: `--password value`, `Bearer value`, prose.
+    let w = word_at(b, j);
+    if prose_verb(w) {
+        let k = skip_blank(b, j + w.len());
+        return (k > j + w.len()).then_some((Op::Prose, k));
+    }
+    // `password for the staging db is ...`, `API key for prod: ...`
+    if [&b"for"[..], b"of", b"on", b"to", b"in", b"at"].contains(&w) {
+        let mut k = skip_blank(b, j + w.len());
+        for _ in 0..3 {
+            let w2 = word_at(b, k);
+            if w2.is_empty() {
+                break;
+            }
+            let after = k + w2.len();
+            if b.get(after) == Some(&b':') {
+                return Some((Op::Prose, skip_blank(b, after + 1)));
+            }
+            let k2 = skip_blank(b, after);
+            let w3 = word_at(b, k2);
+            if prose_verb(w3) {
+                let k3 = skip_blank(b, k2 + w3.len());
+                return (k3 > k2 + w3.len()).then_some((Op::Prose, k3));
+            }
+            k = k2;
+        }
+        return None;
+    }
+    if cli || bearer {
+        return Some((Op::Space, j));
+    }
+    Some((Op::Prose, j))
+}
+
+fn skip_scheme(b: &[u8], i: usize) -> usize {
+    let w = word_at(b, i);
+    let scheme = [
+        &b"Bearer"[..],
+        b"bearer",
+        b"BEARER",
+        b"Basic",
+        b"basic",
+        b"Token",
+        b"token",
+        b"Bot",
+        b"Digest",
+    ];
+    if scheme.contains(&w) && b.get(i + w.len()) == Some(&b' ') {
+        skip_blank(b, i + w.len())
+    } else {
+        i
+    }
+}
+
+/// Reads a value: quoted (same line), up to `<` after an XML tag, or a
+/// bare word. Returns its span without quotes and whether it was quoted.
+fn value(b: &[u8], i: usize, op: Op) -> Option<(usize, usize, bool)> {
+    let n = b.len();
+    if i >= n {
+        return None;
+    }
+    let q = b[i];
+    if matches!(q, b'"' | b'\'' | b'`') {
+        let mut k = i + 1;
+        while k < n && k - i <= MAX_VALUE {
+            match b[k] {
+                b'\\' => k += 2,
+                b'\n' | b'\r' => return None,
+                c if c == q => return Some((i + 1, k, true)),
+                _ => k += 1,
+            }
+        }
+        return None;
+    }
+    if op == Op::Xml {
+        let mut k = i;
+        while k < n && k - i <= MAX_VALUE && b[k] != b'<' && b[k] != b'\n' {
+            k += 1;
+        }
+        if k >= n || b[k] != b'<' {
+            return None;
+        }
+        let mut ve = k;
+        while ve > i && b[ve - 1].is_ascii_whitespace() {
+            ve -= 1;
+        }
+        return (ve > i).then_some((i, ve, true));
+    }
+    let mut k = i;
+    while k < n
+        && k - i <= MAX_VALUE
+        && !b[k].is_ascii_whitespace()
+        && !matches!(b[k], b'"' | b'\'' | b'`' | b'&' | b'<' | b'>')
+    {
+        k += 1;
+    }
+    if k - i > MAX_VALUE {
+        return None;
+    }
+    while k > i
+        && matches!(
+            b[k - 1],
+            b'.' | b',' | b';' | b':' | b')' | b']' | b'}' | b'!' | b'?'
+        )
+    {
+        k -= 1;
+    }
+    (k > i).then_some((i, k, false))
+}
+
+/// The key starts its line (after indentation and `export`, `set`, `- `,
+/// a quote or `{`) and the value ends it (up to `,` or a `#` comment):
+/// a config file line, where a plain word is a real value.
+fn config_line(b: &[u8], ks: usize, ve: usize, quoted: bool) -> bool {
+    // The line start, looked for at most 16 bytes back.
+    let mut ls = ks;
+    while ls > 0 && b[ls - 1] != b'\n' {
+        if ks - ls >= 16 {
+            return false;
+        }
+        ls -= 1;
+    }
+    let prefix: Vec<u8> = b[ls..ks]
+        .iter()
+        .copied()
+        .filter(|c| !c.is_ascii_whitespace())
+        .collect();
+    let prefix_ok = matches!(
+        prefix.as_slice(),
+        b"" | b"-"
+            | b"\""
+            | b"'"
+            | b"{"
+            | b"{\""
+            | b"-\""
+            | b"export"
+            | b"set"
+            | b"ENV"
+            | b"$env:"
+            | b"const"
+            | b"let"
+            | b"var"
+    );
+    if !prefix_ok {
+        return false;
+    }
+    let mut k = ve + usize::from(quoted);
+    while k < b.len() && is_blank(b[k]) {
+        k += 1;
+    }
+    k >= b.len() || matches!(b[k], b'\n' | b'\r' | b',' | b'#' | b';' | b'}')
+}
+
+// ---------------------------------------------------------------- value shape
+
+static STOP_VALUES: Words = Words::new(
+    "admin123 any bool boolean bytes changeit changeme default empty encrypted env environment \
+     expired false hidden incorrect int integer internal invalid key masked missing n/a nil no none \
+     null number object off omitted on option<string> optional pass passwd password plaintext \
+     private protected public redacted required required. revoked secret secrets secretstr \
+     secretstring sensitive set str str? string string? tbd text token true undefined unknown unset \
+     valid value values varchar wrong yes",
+);
+
+const REFERENCE_MARKS: &[&str] = &[
+    "${",
+    "{{",
+    "}}",
+    "%(",
+    "process.env",
+    "os.environ",
+    "getenv",
+    "env(",
+    "env[",
+    "env.",
+    "vault:",
+    "ref+",
+    "!ref",
+    "arn:aws",
+    "keyring",
+    "@microsoft.keyvault",
+    "secretkeyref",
+    "valuefrom",
+    "secrets.",
+    "config.",
+    "settings.",
+];
+
+/// `$VAR`, `${VAR}`, `%VAR%`, `{{ secrets.X }}`, `<your-key>`,
+/// `[REDACTED:...]`, `!vault`, `os.environ[...]` and the like.
+fn is_reference(v: &[u8]) -> bool {
+    matches!(
+        v[0],
+        b'$' | b'%' | b'{' | b'<' | b'[' | b'(' | b'@' | b'&' | b'*' | b'!'
+    ) || super::checks::contains_any_ci(v, REFERENCE_MARKS)
+}
+
+fn is_stop_value(v: &[u8]) -> bool {
+    v.len() <= 16 && std::str::from_utf8(v).is_ok_and(|v| STOP_VALUES.has(&v.to_ascii_lowercase()))
+}
+
+fn is_ident(part: &[u8]) -> bool {
+    !part.is_empty()
+        && (part[0].is_ascii_alphabetic() || part[0] == b'_')
+        && part.iter().all(|&c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// `self.password`, `settings.API_KEY`, `foo(bar)`, `/etc/secret`.
+fn is_code_or_path(v: &[u8]) -> bool {
+    let dotted = v.contains(&b'.') && v.split(|&c| c == b'.').all(is_ident);
+    let call = v
+        .iter()
+        .position(|&c| c == b'(')
+        .is_some_and(|p| p > 0 && is_ident_path(&v[..p]));
+    let path_start = v.starts_with(b"/")
+        || v.starts_with(b"~/")
+        || v.starts_with(b"./")
+        || v.starts_with(b"../");
+    let path = path_start
+        && v.iter().filter(|&&c| c == b'/').count() >= 2
+        && v.iter()
+            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'/' | b'.' | b'_' | b'-' | b'~'))
+        && v.iter().filter(|c| c.is_ascii_uppercase()).count() * 5 < v.len();
+    let windows_path = v.len() > 3 && v[0].is_ascii_alphabetic() && v[1] == b':' && v[2] == b'\\';
+    dotted || call || path || windows_path || contains_ci(v, b"://")
+}
+
+fn is_ident_path(v: &[u8]) -> bool {
+    v.split(|&c| c == b'.' || c == b':')
+        .filter(|p| !p.is_empty())
+        .all(is_ident)
+}
+
+/// Letters only (`hunter`, `Sunshine`).
+fn plain_word(v: &[u8]) -> bool {
+    v.iter().all(u8::is_ascii_alphabetic)
+}
+
+/// Words joined by `_`, `-` or `.` with no digit (`access_token`, `MY-APP`).
+fn identifier_words(v: &[u8]) -> bool {
+    v.iter()
+        .all(|&c| c.is_ascii_alphabetic() || matches!(c, b'_' | b'-' | b'.'))
+}
+
+/// Cheapest tests first: this runs on every value that has the shape.
+fn common_rejects(v: &[u8]) -> bool {
+    v.is_empty()
+        || is_reference(v)
+        || is_stop_value(v)
+        || is_code_or_path(v)
+        || is_placeholder(v)
+        || fails_known_checksum(v)
+}
+
+/// Words that mark a quoted value with spaces as a description, not a
+/// passphrase.
+static PROSE_WORDS: Words = Words::new(
+    "a an and at be by characters chars enter for from here in is least must not of or password \
+     please required should the to use user user's with your",
+);
+
+/// A quoted passphrase such as `"correct horse battery staple"`: two to
+/// eight words, none of them the small words of a sentence.
+fn passphrase(v: &[u8]) -> bool {
+    let Ok(v) = std::str::from_utf8(v) else {
+        return false;
+    };
+    let words: Vec<String> = v.split(' ').map(str::to_ascii_lowercase).collect();
+    (2..=8).contains(&words.len())
+        && v.len() >= 12
+        && words.iter().all(|w| !w.is_empty() && !PROSE_WORDS.has(w))
+}
+
+fn password_shape(v: &[u8], op: Op, quoted: bool, config: bool) -> bool {
+    if v.len() < 4 {
+        return false;
+    }
+    if v.contains(&b' ') {
+        return quoted && config && passphrase(v) && !common_rejects(v);
+    }
+    let c = Classes::of(v);
+    let shaped = match op {
+        Op::Prose => v.len() >= 6 && !plain_word(v) && (c.digit || c.other) && !identifier_words(v),
+        Op::Assign | Op::Xml | Op::Space => {
+            if plain_word(v) {
+                (quoted || config) && v.len() >= 5
+            } else {
+                v.len() >= 5 && !(identifier_words(v) && !quoted && !config)
+            }
+        }
+    };
+    shaped && !common_rejects(v)
+}
+
+fn secret_shape(v: &[u8], op: Op, tier: Tier) -> bool {
+    if v.len() < 8 || v.contains(&b' ') {
+        return false;
+    }
+    let c = Classes::of(v);
+    let strict =
+        tier == Tier::Strict || op == Op::Prose || (op == Op::Space && tier != Tier::Bearer);
+    let shaped = if strict {
+        v.len() >= 16
+            && c.letter()
+            && c.digit
+            && !is_uuid(v)
+            && !(is_hex(v) && matches!(v.len(), 40 | 64))
+            && entropy(v) >= 3.2
+    } else if tier == Tier::Bearer {
+        v.len() >= 12 && !plain_word(v) && (c.digit || c.other) && entropy(v) >= 3.0
+    } else if v.iter().all(u8::is_ascii_digit) {
+        v.len() >= 10
+    } else if identifier_words(v) {
+        plain_word(v) && v.len() >= 20 && c.upper && c.lower && entropy(v) >= 3.5
+    } else if [&b"sha1"[..], b"sha256", b"sha512", b"md5"]
+        .iter()
+        .any(|p| v.starts_with(p))
+    {
+        false
+    } else {
+        let h = entropy(v);
+        h >= 2.5 && ((c.letter() && c.digit) || (v.len() >= 16 && h >= 3.0))
+    };
+    shaped && !common_rejects(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_words() {
+        assert_eq!(words(b"dbPassword"), ["db", "password"]);
+        assert_eq!(words(b"APIKey"), ["api", "key"]);
+        assert_eq!(
+            words(b"AWS_SECRET_ACCESS_KEY"),
+            ["aws", "secret", "access", "key"]
+        );
+        assert_eq!(words(b"x-api-key"), ["x", "api", "key"]);
+        assert_eq!(words(b"OAuth2Token"), ["o", "auth2", "token"]);
+    }
+
+    #[test]
+    fn classifies_keys() {
+        let c = |k: &str| classify(k.as_bytes()).map(|(c, _)| c);
+        assert_eq!(c("password"), Some(Class::Password));
+        assert_eq!(c("PGPASSWORD"), Some(Class::Password));
+        assert_eq!(c("DB_PASS"), Some(Class::Password));
+        assert_eq!(c("api_key"), Some(Class::Secret));
+        assert_eq!(c("clientSecret"), Some(Class::Secret));
+        assert_eq!(c("GITHUB_TOKEN"), Some(Class::Secret));
+        assert_eq!(c("passport"), None);
+        assert_eq!(c("bypass"), None);
+        assert_eq!(c("password_hint"), None);
+        assert_eq!(c("public_key"), None);
+        assert_eq!(c("primary_key"), None);
+        assert_eq!(c("max_tokens"), None);
+        assert_eq!(c("next_page_token"), None);
+        assert_eq!(c("secret_name"), None);
+        assert_eq!(c("keyboard"), None);
+        assert_eq!(c("monkey"), None);
+    }
+}

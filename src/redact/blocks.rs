@@ -1,0 +1,252 @@
+//! Multi-part secrets read by hand: PEM private key blocks (RSA, EC, DSA,
+//! PKCS#8, encrypted PKCS#8, OpenSSH, PGP, SSH2), PuTTY key files, and
+//! JWTs.
+//!
+//! A key block is redacted whole: from the `BEGIN` line through the `END`
+//! line. When the `END` line is missing (a truncated paste) the block runs
+//! to the last line of its base64 body. Bodies may be split by real
+//! newlines, by `\n` escapes (a key inside a JSON string, as in a GCP
+//! service-account file), or by spaces (a key pasted onto one line). Each
+//! parser reads forward from its keyword over its own body only, so the
+//! total work stays linear in the text.
+
+use super::checks::{b64url_decode_prefix, contains_ci, is_b64, is_b64url};
+
+/// Skips whitespace and `\n`, `\r`, `\t` escapes.
+fn skip_seps(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() {
+        match b[i] {
+            b' ' | b'\t' | b'\r' | b'\n' => i += 1,
+            b'\\' if matches!(b.get(i + 1), Some(b'n' | b'r' | b't')) => i += 2,
+            _ => break,
+        }
+    }
+    i
+}
+
+fn ends_token(b: &[u8], i: usize) -> bool {
+    i >= b.len()
+        || matches!(b[i], b' ' | b'\t' | b'\r' | b'\n' | b'"' | b'\'' | b',')
+        || (b[i] == b'\\' && matches!(b.get(i + 1), Some(b'n' | b'r' | b't')))
+        || end_marker(b, i).is_some()
+}
+
+/// Four or five dashes, as PEM (`-----`) and SSH2 (`----`) write them.
+fn dashes(b: &[u8], mut i: usize) -> Option<usize> {
+    let s = i;
+    while i < b.len() && b[i] == b'-' && i - s < 5 {
+        i += 1;
+    }
+    (i - s >= 4).then_some(i)
+}
+
+/// Upper-case label words (`RSA PRIVATE KEY`), ending before the dashes.
+fn label(b: &[u8], mut i: usize) -> (usize, &[u8]) {
+    let s = i;
+    while i < b.len()
+        && i - s < 64
+        && (b[i].is_ascii_uppercase() || b[i].is_ascii_digit() || b[i] == b' ')
+    {
+        i += 1;
+    }
+    let mut e = i;
+    while e > s && b[e - 1] == b' ' {
+        e -= 1;
+    }
+    (i, &b[s..e])
+}
+
+/// `-----END ... -----` (or `---- END ... ----`) at `i`: its end.
+fn end_marker(b: &[u8], i: usize) -> Option<usize> {
+    let mut j = dashes(b, i)?;
+    if b.get(j) == Some(&b' ') {
+        j += 1;
+    }
+    if !b[j..].starts_with(b"END") {
+        return None;
+    }
+    let (j, _) = label(b, j + 3);
+    dashes(b, j)
+}
+
+/// Reads a key body from `i`: base64 tokens, and `Name: value` header
+/// lines (before the body, or anywhere for PuTTY). Returns where the
+/// block ends and how many base64 characters it held.
+fn body(b: &[u8], start: usize, headers_anywhere: bool, stop_after_mac: bool) -> (usize, usize) {
+    let n = b.len();
+    let mut end = start;
+    let mut count = 0usize;
+    let mut i = start;
+    loop {
+        let j = skip_seps(b, i);
+        if j >= n {
+            break;
+        }
+        if let Some(e) = end_marker(b, j) {
+            end = e;
+            break;
+        }
+        let mut k = j;
+        while k < n && is_b64(b[k]) {
+            k += 1;
+        }
+        if k > j && ends_token(b, k) {
+            let len = k - j;
+            let next_is_end = end_marker(b, skip_seps(b, k)).is_some();
+            if len >= 16
+                || b[j] == b'='
+                || b[k - 1] == b'='
+                || next_is_end
+                || (headers_anywhere && count > 0)
+            {
+                count += len;
+                end = k;
+                i = k;
+                if k < n && matches!(b[k], b'"' | b'\'' | b',') {
+                    break;
+                }
+                continue;
+            }
+            break;
+        }
+        if headers_anywhere || count == 0 {
+            let mut k = j;
+            while k < n && k - j < 40 && (b[k].is_ascii_alphanumeric() || b[k] == b'-') {
+                k += 1;
+            }
+            if k > j && b.get(k) == Some(&b':') {
+                let name = &b[j..k];
+                let mut m = k + 1;
+                while m < n
+                    && m - k < 200
+                    && b[m] != b'\n'
+                    && !(b[m] == b'\\' && b.get(m + 1) == Some(&b'n'))
+                {
+                    m += 1;
+                }
+                end = m;
+                i = m;
+                if stop_after_mac && (name == b"Private-MAC" || name == b"Private-Hash") {
+                    break;
+                }
+                continue;
+            }
+        }
+        break;
+    }
+    (end, count)
+}
+
+/// A PEM or PGP private key block; the hit is its `BEGIN`.
+pub(crate) fn pem(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    let mut a = s;
+    if a > 0 && b[a - 1] == b' ' {
+        a -= 1;
+    }
+    let mut d = 0;
+    while a > 0 && b[a - 1] == b'-' && d < 5 {
+        a -= 1;
+        d += 1;
+    }
+    if d < 4 || b.get(e) != Some(&b' ') {
+        return None;
+    }
+    let (i, lab) = label(b, e + 1);
+    if !(lab.ends_with(b"PRIVATE KEY") || lab.ends_with(b"PRIVATE KEY BLOCK")) {
+        return None;
+    }
+    let i = dashes(b, i)?;
+    let (end, count) = body(b, i, false, false);
+    *skip = end;
+    (count >= 32).then_some((a, end))
+}
+
+/// A PuTTY `.ppk` key file, through its `Private-MAC` line.
+pub(crate) fn putty(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    if s > 0 && b[s - 1].is_ascii_alphanumeric() {
+        return None;
+    }
+    let mut i = e;
+    while i < b.len() && b[i].is_ascii_digit() {
+        i += 1;
+    }
+    if i == e || b.get(i) != Some(&b':') {
+        return None;
+    }
+    while i < b.len()
+        && i - e < 200
+        && b[i] != b'\n'
+        && !(b[i] == b'\\' && b.get(i + 1) == Some(&b'n'))
+    {
+        i += 1;
+    }
+    let (end, count) = body(b, i, true, true);
+    *skip = end;
+    (count >= 32).then_some((s, end))
+}
+
+fn run_b64url(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && is_b64url(b[i]) {
+        i += 1;
+    }
+    i
+}
+
+/// A JWT (`header.payload.signature`, header and payload base64url JSON):
+/// the whole token, signature included. The header must decode to JSON
+/// naming an algorithm or type.
+pub(crate) fn jwt(text: &str, s: usize, _e: usize, skip: &mut usize) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    if s > 0 && (is_b64url(b[s - 1]) || b[s - 1] == b'.') {
+        return None;
+    }
+    let h_end = run_b64url(b, s);
+    *skip = h_end;
+    if h_end - s < 10 || b.get(h_end) != Some(&b'.') || !b[h_end + 1..].starts_with(b"eyJ") {
+        return None;
+    }
+    let p_end = run_b64url(b, h_end + 1);
+    *skip = p_end;
+    if p_end - h_end < 8 || b.get(p_end) != Some(&b'.') {
+        return None;
+    }
+    let mut end = run_b64url(b, p_end + 1);
+    // JWE: two more parts.
+    while b.get(end) == Some(&b'.') && b.get(end + 1).is_some_and(|&c| is_b64url(c)) {
+        end = run_b64url(b, end + 1);
+    }
+    *skip = end;
+    let header = b64url_decode_prefix(&b[s..h_end], 512)?;
+    let json_header = header.first() == Some(&b'{')
+        && (contains_ci(&header, b"\"alg\"") || contains_ci(&header, b"\"typ\""));
+    json_header.then_some((s, end))
+}
+
+/// A PEM private key block that was base64-encoded again, as kubeconfig
+/// (`client-key-data:`) and Kubernetes secrets store it: the hit is the
+/// encoding of `-----BEGIN`, and the decoded label must name a private key.
+pub(crate) fn pem_base64(
+    text: &str,
+    s: usize,
+    _e: usize,
+    skip: &mut usize,
+) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    if s > 0 && is_b64(b[s - 1]) {
+        return None;
+    }
+    let mut end = s;
+    while end < b.len() && is_b64(b[end]) {
+        end += 1;
+    }
+    *skip = end;
+    let head = b64url_decode_prefix(&b[s..end], 64)?;
+    let label_end = head
+        .iter()
+        .skip(10)
+        .position(|&c| c == b'-')
+        .map_or(head.len(), |i| i + 10);
+    contains_ci(&head[..label_end], b"PRIVATE KEY").then_some((s, end))
+}

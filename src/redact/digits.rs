@@ -1,0 +1,205 @@
+//! Numbers that are personal data: payment card numbers (Luhn and a card
+//! network's prefix and length), US Social Security numbers (valid
+//! ranges, dashed), and IBANs (registered length and mod-97 check digits).
+//!
+//! They have no keyword, so a word-at-a-time scan finds runs of digits
+//! (single spaces or dashes allowed between digits) with at least nine
+//! digits, and only those runs are parsed.
+
+use super::checks::{card_brand_ok, iban_length, iban_mod97, luhn, ssn_ok};
+
+/// Minimum digits in a run worth parsing (an SSN has nine).
+pub(crate) const MIN_RUN_DIGITS: usize = 9;
+
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+/// High bit set in each byte of `x` that is an ASCII digit.
+fn digit_mask(x: u64) -> u64 {
+    let y = x & !HI;
+    let ge0 = y.wrapping_add(LO * (0x80 - 0x30));
+    let ge10 = y.wrapping_add(LO * (0x80 - 0x3a));
+    ge0 & !ge10 & !x & HI
+}
+
+/// Calls `f(start, end)` for each maximal run of digits, where single
+/// spaces or dashes may separate digits, holding at least `min_digits`
+/// digits.
+pub(crate) fn runs(b: &[u8], min_digits: usize, mut f: impl FnMut(usize, usize)) {
+    let n = b.len();
+    let mut i = 0;
+    while i < n {
+        // Skip eight bytes at a time while none is a digit.
+        while i + 8 <= n {
+            let chunk: [u8; 8] = b[i..i + 8].try_into().unwrap_or([0; 8]);
+            let m = digit_mask(u64::from_le_bytes(chunk));
+            if m != 0 {
+                i += (m.trailing_zeros() / 8) as usize;
+                break;
+            }
+            i += 8;
+        }
+        while i < n && !b[i].is_ascii_digit() {
+            i += 1;
+        }
+        if i >= n {
+            break;
+        }
+        let start = i;
+        let mut count = 0;
+        loop {
+            while i < n && b[i].is_ascii_digit() {
+                i += 1;
+                count += 1;
+            }
+            if i + 1 < n && matches!(b[i], b' ' | b'-') && b[i + 1].is_ascii_digit() {
+                i += 1;
+            } else {
+                break;
+            }
+        }
+        if count >= min_digits {
+            f(start, i);
+        }
+    }
+}
+
+/// Bytes that may not touch a number on either side.
+fn glued(b: &[u8], i: usize, before: bool) -> bool {
+    let Some(&c) = b.get(i) else {
+        return false;
+    };
+    if c.is_ascii_alphanumeric() || c == b'_' {
+        return true;
+    }
+    // 3.14159…, 1,234: part of a larger number.
+    let other = if before {
+        i.checked_sub(1)
+    } else {
+        Some(i + 1)
+    };
+    matches!(c, b'.' | b',' | b'-' | b'/' | b':')
+        && other.and_then(|j| b.get(j)).is_some_and(u8::is_ascii_digit)
+}
+
+fn edges_ok(b: &[u8], s: usize, e: usize) -> bool {
+    (s == 0 || !glued(b, s - 1, true)) && !glued(b, e, false)
+}
+
+/// Digit groups of a run: `(start, end)` of each group, and separators.
+fn groups(b: &[u8], s: usize, e: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut i = s;
+    while i < e {
+        let gs = i;
+        while i < e && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        out.push((gs, i));
+        i += 1;
+    }
+    out
+}
+
+/// Card numbers: 13 to 19 digits, all together or in groups split by one
+/// kind of separator, with a network's prefix and length and a valid
+/// Luhn digit. The longest valid number from each group start wins.
+pub(crate) fn cards(text: &str, s: usize, e: usize, out: &mut Vec<(usize, usize)>) {
+    let b = text.as_bytes();
+    let gs = groups(b, s, e);
+    let mut i = 0;
+    let mut digits = Vec::with_capacity(19);
+    while i < gs.len() {
+        let mut best = None;
+        let mut total = 0;
+        digits.clear();
+        for j in i..gs.len() {
+            let (a, z) = gs[j];
+            total += z - a;
+            if total > 19 {
+                break;
+            }
+            if j > i && b[gs[j].0 - 1] != b[gs[i + 1].0 - 1] {
+                break;
+            }
+            digits.extend_from_slice(&b[a..z]);
+            if total >= 13 && card_brand_ok(&digits) && luhn(&digits) && edges_ok(b, gs[i].0, z) {
+                best = Some(j);
+            }
+        }
+        match best {
+            Some(j) => {
+                out.push((gs[i].0, gs[j].1));
+                i = j + 1;
+            }
+            None => i += 1,
+        }
+    }
+}
+
+/// `AAA-GG-SSSS` (dashes or spaces), the whole run, in valid ranges.
+pub(crate) fn ssn(text: &str, s: usize, e: usize, out: &mut Vec<(usize, usize)>) {
+    let b = text.as_bytes();
+    let gs = groups(b, s, e);
+    if gs.len() != 3 || !edges_ok(b, s, e) {
+        return;
+    }
+    let lens: Vec<usize> = gs.iter().map(|(a, z)| z - a).collect();
+    if lens != [3, 2, 4] || b[gs[1].0 - 1] != b[gs[2].0 - 1] {
+        return;
+    }
+    let num = |(a, z): (usize, usize)| {
+        b[a..z]
+            .iter()
+            .fold(0u32, |acc, &d| acc * 10 + u32::from(d - b'0'))
+    };
+    if ssn_ok(num(gs[0]), num(gs[1]), num(gs[2])) {
+        out.push((s, e));
+    }
+}
+
+/// IBANs near a run of digits: a country code and two check digits up to
+/// 40 bytes before the run, then the account part, compact or in groups
+/// split by single spaces, exactly as long as the country's IBAN.
+pub(crate) fn iban(text: &str, s: usize, e: usize, out: &mut Vec<(usize, usize)>) {
+    let b = text.as_bytes();
+    let lo = s.saturating_sub(40);
+    let mut q = lo;
+    let mut compact = Vec::with_capacity(34);
+    while q + 4 <= e {
+        let head = &b[q..q + 4];
+        let plausible = head[0].is_ascii_uppercase()
+            && head[1].is_ascii_uppercase()
+            && head[2].is_ascii_digit()
+            && head[3].is_ascii_digit()
+            && (q == 0 || !b[q - 1].is_ascii_alphanumeric());
+        let Some(len) = plausible.then(|| iban_length(&head[..2])).flatten() else {
+            q += 1;
+            continue;
+        };
+        compact.clear();
+        let mut i = q;
+        while i < b.len() && compact.len() < len {
+            let c = b[i];
+            if c.is_ascii_uppercase() || c.is_ascii_digit() {
+                compact.push(c);
+                i += 1;
+            } else if c == b' '
+                && i > q + 1
+                && b.get(i + 1)
+                    .is_some_and(|n| n.is_ascii_uppercase() || n.is_ascii_digit())
+            {
+                i += 1;
+            } else {
+                break;
+            }
+        }
+        let end_ok = b.get(i).is_none_or(|c| !c.is_ascii_alphanumeric());
+        if compact.len() == len && end_ok && iban_mod97(&compact) {
+            out.push((q, i));
+            q = i;
+        } else {
+            q += 1;
+        }
+    }
+}

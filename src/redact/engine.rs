@@ -1,0 +1,793 @@
+//! The scanner: finds keyword hits, runs each rule only around its own
+//! hits, and resolves overlaps.
+//!
+//! 1. Keyword search. All rule keywords are literal strings (case variants
+//!    listed explicitly), searched with SIMD multi-literal searchers (Teddy,
+//!    through `aho-corasick`'s packed API) in groups of at most 16, which
+//!    keeps each group's false-positive rate low; three-byte keywords share
+//!    groups so the others get four-byte fingerprints. Every occurrence is
+//!    reported, overlapping ones included.
+//! 2. Rules. A regex rule runs on the union of the windows around its hits
+//!    (each byte scanned once per rule); a parser rule runs at each hit and
+//!    reports how far it read, so later hits inside that stretch are
+//!    skipped; digit rules run on each run of nine or more digits.
+//! 3. Resolution. Matches that overlap an existing `[REDACTED:...]` marker
+//!    or base64 image data are dropped; overlapping matches merge into one
+//!    span that covers them all, named after the most specific rule.
+//! 4. Re-scan. The redacted text is scanned again around each new marker,
+//!    in case redaction changed what a rule sees (see [`Engine::scan`]).
+//!
+//! Every step is linear in the input (the regex crate guarantees linear
+//! time per search; windows are merged; parsers read bounded or
+//! non-overlapping stretches), so no input can make the scan hang.
+
+use aho_corasick::{Anchored, Input, MatchKind, packed};
+use regex::Regex;
+use regex::bytes::Regex as BytesRegex;
+
+use super::rules::{Edge, HitFn, How, RunFn, SPECS};
+use super::{CustomRule, RedactError, digits};
+
+/// Text that is never a secret: what to do at a hit of its keyword.
+#[derive(Clone, Copy, Debug)]
+enum Exclusion {
+    /// `[REDACTED:rule-id]`
+    Marker,
+    /// `data:image/png;base64,...`
+    DataUri,
+    /// Raw base64 of a PNG or JPEG.
+    RawImage,
+}
+
+const EXCLUSION_ANCHORS: &[(&str, Exclusion)] = &[
+    ("[REDACTED:", Exclusion::Marker),
+    (";base64,", Exclusion::DataUri),
+    ("iVBORw0KGgo", Exclusion::RawImage),
+    ("/9j/4AAQ", Exclusion::RawImage),
+];
+
+/// One compiled matcher of a rule.
+pub(crate) struct Pattern {
+    /// Index into [`Engine::ids`].
+    pub rule: usize,
+    pub prio: u8,
+    pub kind: Kind,
+}
+
+pub(crate) enum Kind {
+    Re {
+        re: Regex,
+        back: usize,
+        fwd: usize,
+        group: usize,
+        check_group: usize,
+        left: Edge,
+        right: Edge,
+        check: fn(&[u8]) -> bool,
+    },
+    Hit(HitFn),
+    Run(RunFn),
+}
+
+/// A user rule from the settings.
+struct Custom {
+    rule: usize,
+    re: Regex,
+    group: usize,
+    keywords: Option<BytesRegex>,
+}
+
+enum Searcher {
+    Teddy(packed::Searcher),
+    Dfa(aho_corasick::AhoCorasick),
+    One(BytesRegex),
+}
+
+/// A group of keywords searched together; `ids` maps a pattern index in
+/// the group to a keyword index.
+struct Group {
+    searcher: Searcher,
+    ids: Vec<usize>,
+}
+
+struct Anchor {
+    len: usize,
+    /// Patterns to run at a hit: this keyword's, and those of every
+    /// keyword that is a prefix of it (a hit reports the longest keyword
+    /// starting at a position).
+    patterns: Vec<usize>,
+    exclusion: Option<Exclusion>,
+}
+
+/// A match: byte span and rule index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Found {
+    pub start: usize,
+    pub end: usize,
+    pub rule: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Cand {
+    start: usize,
+    end: usize,
+    pattern: usize,
+}
+
+pub(crate) struct Engine {
+    /// Rule ids: built-in (enabled or not) then custom.
+    pub ids: Vec<String>,
+    groups: Vec<Group>,
+    anchors: Vec<Anchor>,
+    patterns: Vec<Pattern>,
+    digit_patterns: Vec<usize>,
+    customs: Vec<Custom>,
+}
+
+/// Largest number of keywords searched in one Teddy pass.
+const GROUP_SIZE: usize = 16;
+
+/// Passes over the text: the first, then re-scans around new markers (see
+/// [`Engine::scan`]).
+const MAX_ROUNDS: usize = 4;
+
+/// How far around a new marker the re-scan looks: more than any rule
+/// reads for context (a key name and operator before a value, a keyword
+/// before an AWS secret, a URL's scheme and user before its password).
+const RESCAN_REACH: usize = 512;
+
+impl Engine {
+    pub(crate) fn new(disabled: &[String], customs: &[CustomRule]) -> Result<Engine, RedactError> {
+        let builtin = super::rules::ids();
+        for id in disabled {
+            if !builtin.contains(&id.as_str()) {
+                return Err(RedactError::UnknownDisabledRule { id: id.clone() });
+            }
+        }
+        let mut ids: Vec<String> = builtin.iter().map(|s| (*s).to_owned()).collect();
+        let mut patterns = Vec::new();
+        let mut keyword_lists: Vec<(&'static str, usize)> = Vec::new();
+        let mut digit_patterns = Vec::new();
+        for spec in SPECS {
+            if disabled.iter().any(|d| d == spec.id) {
+                continue;
+            }
+            let rule = builtin.iter().position(|id| *id == spec.id).unwrap_or(0);
+            let kind = match &spec.how {
+                How::Re(r) => Kind::Re {
+                    // The built-in patterns are tested to compile; a failure
+                    // here is a bug, reported as an error rather than a panic.
+                    re: Regex::new(r.re).map_err(|e| RedactError::Internal {
+                        message: format!("built-in rule `{}` does not compile: {e}", spec.id),
+                    })?,
+                    back: r.back,
+                    fwd: r.fwd,
+                    group: r.group,
+                    check_group: r.check_group,
+                    left: r.left,
+                    right: r.right,
+                    check: r.check,
+                },
+                How::Hit(f) => Kind::Hit(*f),
+                How::Run(f) => Kind::Run(*f),
+            };
+            let index = patterns.len();
+            patterns.push(Pattern {
+                rule,
+                prio: spec.prio,
+                kind,
+            });
+            if matches!(spec.how, How::Run(_)) {
+                digit_patterns.push(index);
+            }
+            for a in spec.anchors {
+                keyword_lists.push((a, index));
+            }
+        }
+        let customs = compile_customs(customs, &mut ids)?;
+        let (groups, anchors) = build_anchors(&keyword_lists)?;
+        Ok(Engine {
+            ids,
+            groups,
+            anchors,
+            patterns,
+            digit_patterns,
+            customs,
+        })
+    }
+
+    /// All matches in `text`, in text coordinates, non-overlapping and
+    /// sorted.
+    ///
+    /// Redacting can change the context of text next to a secret (a
+    /// keyword moves closer to a value, a word boundary appears), so the
+    /// redacted text is scanned again around each new marker (within
+    /// [`RESCAN_REACH`] bytes, farther than any rule looks for context) and
+    /// anything new is added, until nothing changes. That makes redaction
+    /// idempotent: running the filter on its own output finds nothing.
+    ///
+    /// Also returns the redacted text when it was built along the way.
+    pub(crate) fn scan(&self, text: &str) -> (Vec<Found>, Option<String>) {
+        let mut found = self.scan_once(text, None, &[]);
+        let mut fresh = vec![true; found.len()];
+        for round in 1..=MAX_ROUNDS {
+            if found.is_empty() {
+                break;
+            }
+            let (redacted, markers) = self.apply(text, &found);
+            if round == MAX_ROUNDS {
+                return (found, Some(redacted));
+            }
+            let mut windows: Vec<(usize, usize)> = Vec::new();
+            for (&(ms, me), _) in markers.iter().zip(&fresh).filter(|(_, f)| **f) {
+                let ws = floor_boundary(&redacted, ms.saturating_sub(RESCAN_REACH));
+                let we = ceil_boundary(&redacted, me + RESCAN_REACH);
+                match windows.last_mut() {
+                    Some(last) if ws <= last.1 => last.1 = last.1.max(we),
+                    _ => windows.push((ws, we)),
+                }
+            }
+            let more = self.scan_once(&redacted, Some(&windows), &markers);
+            if more.is_empty() {
+                return (found, Some(redacted));
+            }
+            // Map back: none of `more` overlaps a marker.
+            let mut shift = Vec::with_capacity(markers.len() + 1);
+            shift.push(0isize);
+            for (i, &(ms, me)) in markers.iter().enumerate() {
+                let f = found[i];
+                let grown = (me - ms) as isize - (f.end - f.start) as isize;
+                shift.push(shift[i] + grown);
+            }
+            let mut merged: Vec<(Found, bool)> = found.iter().map(|&f| (f, false)).collect();
+            for m in more {
+                let k = markers.partition_point(|&(_, me)| me <= m.start);
+                let d = shift[k];
+                let start = (m.start as isize - d) as usize;
+                let end = (m.end as isize - d) as usize;
+                merged.push((
+                    Found {
+                        start,
+                        end,
+                        rule: m.rule,
+                    },
+                    true,
+                ));
+            }
+            merged.sort_unstable_by_key(|(f, _)| f.start);
+            found = merged.iter().map(|(f, _)| *f).collect();
+            fresh = merged.iter().map(|(_, n)| *n).collect();
+        }
+        (found, None)
+    }
+
+    /// The text with each match replaced by its marker, and the markers'
+    /// spans in the new text.
+    pub(crate) fn apply(&self, text: &str, found: &[Found]) -> (String, Vec<(usize, usize)>) {
+        let extra: usize = found.iter().map(|f| self.ids[f.rule].len() + 11).sum();
+        let mut out = String::with_capacity(text.len() + extra);
+        let mut spans = Vec::with_capacity(found.len());
+        let mut last = 0;
+        for f in found {
+            out.push_str(&text[last..f.start]);
+            let ms = out.len();
+            out.push_str("[REDACTED:");
+            out.push_str(&self.ids[f.rule]);
+            out.push(']');
+            spans.push((ms, out.len()));
+            last = f.end;
+        }
+        out.push_str(&text[last..]);
+        (out, spans)
+    }
+
+    /// One pass: the whole text, or only keyword hits and digit runs inside
+    /// `windows` (rules still read the whole text around them). `known`
+    /// spans (markers placed by an earlier pass) are excluded.
+    fn scan_once(
+        &self,
+        text: &str,
+        windows: Option<&[(usize, usize)]>,
+        known: &[(usize, usize)],
+    ) -> Vec<Found> {
+        let b = text.as_bytes();
+        let whole = [(0, b.len())];
+        let windows = windows.unwrap_or(&whole);
+        let mut hits: Vec<(usize, usize)> = Vec::new();
+        for g in &self.groups {
+            for &(ws, we) in windows {
+                g.collect(b, ws, we, &mut hits);
+            }
+        }
+        // Each group's hits are already sorted: a stable sort merges runs.
+        hits.sort();
+        let np = self.patterns.len();
+        let mut region: Vec<Option<(usize, usize)>> = vec![None; np];
+        let mut skip = vec![0usize; np];
+        let mut cands = Vec::new();
+        let mut excluded = known.to_vec();
+        for &(pos, a) in &hits {
+            let anchor = &self.anchors[a];
+            let end = pos + anchor.len;
+            if let Some(x) = anchor.exclusion {
+                if let Some(span) = exclusion(x, b, pos, end) {
+                    excluded.push(span);
+                }
+                continue;
+            }
+            for &p in &anchor.patterns {
+                match &self.patterns[p].kind {
+                    Kind::Re { back, fwd, .. } => {
+                        let ws = pos.saturating_sub(*back);
+                        let we = (end + fwd).min(b.len());
+                        match &mut region[p] {
+                            Some(r) if ws <= r.1 => r.1 = r.1.max(we),
+                            r => {
+                                if let Some((rs, re)) = r.take() {
+                                    self.run_re(p, text, rs, re, &mut cands);
+                                }
+                                *r = Some((ws, we));
+                            }
+                        }
+                    }
+                    Kind::Hit(f) => {
+                        if pos < skip[p] {
+                            continue;
+                        }
+                        if let Some((start, end)) = f(text, pos, end, &mut skip[p]) {
+                            cands.push(Cand {
+                                start,
+                                end,
+                                pattern: p,
+                            });
+                        }
+                    }
+                    Kind::Run(_) => {}
+                }
+            }
+        }
+        for (p, r) in region.iter().enumerate() {
+            if let Some((rs, re)) = *r {
+                self.run_re(p, text, rs, re, &mut cands);
+            }
+        }
+        if !self.digit_patterns.is_empty() {
+            let mut spans = Vec::new();
+            for &(ws, we) in windows {
+                digits::runs(&b[ws..we], digits::MIN_RUN_DIGITS, |rs, re| {
+                    for &p in &self.digit_patterns {
+                        if let Kind::Run(f) = self.patterns[p].kind {
+                            spans.clear();
+                            f(text, ws + rs, ws + re, &mut spans);
+                            cands.extend(spans.iter().map(|&(start, end)| Cand {
+                                start,
+                                end,
+                                pattern: p,
+                            }));
+                        }
+                    }
+                });
+            }
+        }
+        let mut custom_found = Vec::new();
+        for c in &self.customs {
+            c.run(text, &mut custom_found);
+        }
+        self.resolve(text, cands, custom_found, excluded)
+    }
+
+    /// Runs a regex pattern over `[rs, re)`, with the text before `rs` as
+    /// look-behind context and edges checked against the whole text.
+    fn run_re(&self, p: usize, text: &str, rs: usize, re: usize, out: &mut Vec<Cand>) {
+        let Kind::Re {
+            re: regex,
+            group,
+            check_group,
+            left,
+            right,
+            check,
+            ..
+        } = &self.patterns[p].kind
+        else {
+            return;
+        };
+        let b = text.as_bytes();
+        let rs = floor_boundary(text, rs);
+        let re = ceil_boundary(text, re);
+        let hay = &text[..re];
+        let mut locs = regex.capture_locations();
+        let mut at = rs;
+        while at < re {
+            let Some(m) = regex.captures_read_at(&mut locs, hay, at) else {
+                break;
+            };
+            at = if m.end() > m.start() {
+                m.end()
+            } else {
+                ceil_boundary(text, m.end() + 1)
+            };
+            let Some((gs, ge)) = locs.get(*group) else {
+                continue;
+            };
+            if gs == ge
+                || (gs > 0 && left.blocks(b[gs - 1]))
+                || (ge < b.len() && right.blocks(b[ge]))
+            {
+                continue;
+            }
+            let Some((cs, ce)) = locs.get(*check_group) else {
+                continue;
+            };
+            if check(&b[cs..ce]) {
+                out.push(Cand {
+                    start: gs,
+                    end: ge,
+                    pattern: p,
+                });
+            }
+        }
+    }
+
+    fn resolve(
+        &self,
+        text: &str,
+        mut cands: Vec<Cand>,
+        customs: Vec<Found>,
+        mut excluded: Vec<(usize, usize)>,
+    ) -> Vec<Found> {
+        if cands.is_empty() && customs.is_empty() {
+            return Vec::new();
+        }
+        // Custom rules rank as formats confirmed by context.
+        let mut all: Vec<(usize, usize, usize, u8)> = cands
+            .drain(..)
+            .map(|c| {
+                (
+                    c.start,
+                    c.end,
+                    self.patterns[c.pattern].rule,
+                    self.patterns[c.pattern].prio,
+                )
+            })
+            .chain(customs.into_iter().map(|f| (f.start, f.end, f.rule, 2)))
+            .collect();
+        // Parsers stop at ASCII bytes or at a length cap; make sure every
+        // span falls on character boundaries all the same.
+        for a in &mut all {
+            a.0 = floor_boundary(text, a.0);
+            a.1 = ceil_boundary(text, a.1);
+        }
+        all.retain(|a| a.0 < a.1);
+        excluded.sort_unstable();
+        let mut disjoint: Vec<(usize, usize)> = Vec::with_capacity(excluded.len());
+        for (xs, xe) in excluded {
+            match disjoint.last_mut() {
+                Some(last) if xs <= last.1 => last.1 = last.1.max(xe),
+                _ => disjoint.push((xs, xe)),
+            }
+        }
+        let excluded = disjoint;
+        all.retain(|&(s, e, _, _)| {
+            let k = excluded.partition_point(|&(_, xe)| xe <= s);
+            excluded[k..]
+                .iter()
+                .take_while(|&&(xs, _)| xs < e)
+                .all(|&(xs, xe)| xe <= s || xs >= e)
+        });
+        all.sort_unstable_by_key(|&(s, e, _, _)| (s, std::cmp::Reverse(e)));
+        let mut out: Vec<Found> = Vec::new();
+        let mut best: (u8, usize) = (0, 0);
+        for (s, e, rule, prio) in all {
+            match out.last_mut() {
+                Some(cur) if s < cur.end => {
+                    cur.end = cur.end.max(e);
+                    if (prio, e - s) > best {
+                        best = (prio, e - s);
+                        cur.rule = rule;
+                    }
+                }
+                _ => {
+                    out.push(Found {
+                        start: s,
+                        end: e,
+                        rule,
+                    });
+                    best = (prio, e - s);
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Group {
+    /// Every position in `[from, to)` where one of the group's keywords
+    /// starts (and ends before `to`).
+    fn collect(&self, hay: &[u8], from: usize, to: usize, out: &mut Vec<(usize, usize)>) {
+        let mut at = from;
+        while at < to {
+            let found = match &self.searcher {
+                Searcher::Teddy(s) => s
+                    .find_in(hay, aho_corasick::Span::from(at..to))
+                    .map(|m| (m.start(), m.pattern().as_usize())),
+                Searcher::Dfa(ac) => ac
+                    .find(Input::new(hay).span(at..to).anchored(Anchored::No))
+                    .map(|m| (m.start(), m.pattern().as_usize())),
+                Searcher::One(re) => re.find_at(&hay[..to], at).map(|m| (m.start(), 0)),
+            };
+            let Some((start, pid)) = found else {
+                break;
+            };
+            out.push((start, self.ids[pid]));
+            at = start + 1;
+        }
+    }
+}
+
+impl Custom {
+    fn run(&self, text: &str, out: &mut Vec<Found>) {
+        let b = text.as_bytes();
+        match &self.keywords {
+            None => self.run_window(text, 0, text.len(), out),
+            Some(kw) => {
+                // Lines holding a keyword, each scanned once.
+                let mut covered = 0;
+                for m in kw.find_iter(b) {
+                    if m.start() < covered {
+                        continue;
+                    }
+                    let mut ls = m.start();
+                    while ls > covered && b[ls - 1] != b'\n' {
+                        ls -= 1;
+                    }
+                    let le = b[m.end()..]
+                        .iter()
+                        .position(|&c| c == b'\n')
+                        .map_or(b.len(), |i| m.end() + i);
+                    self.run_window(text, ls, le, out);
+                    covered = le;
+                }
+            }
+        }
+    }
+
+    fn run_window(&self, text: &str, ws: usize, we: usize, out: &mut Vec<Found>) {
+        let hay = &text[..we];
+        let mut locs = self.re.capture_locations();
+        let mut at = ws;
+        while at < we {
+            let Some(m) = self.re.captures_read_at(&mut locs, hay, at) else {
+                break;
+            };
+            at = if m.end() > m.start() {
+                m.end()
+            } else {
+                ceil_boundary(text, m.end() + 1)
+            };
+            if let Some((s, e)) = locs.get(self.group).filter(|(s, e)| s < e) {
+                out.push(Found {
+                    start: s,
+                    end: e,
+                    rule: self.rule,
+                });
+            }
+        }
+    }
+}
+
+fn compile_customs(
+    customs: &[CustomRule],
+    ids: &mut Vec<String>,
+) -> Result<Vec<Custom>, RedactError> {
+    let mut out = Vec::new();
+    for (index, c) in customs.iter().enumerate() {
+        let id = c.id.clone();
+        if id.is_empty() {
+            return Err(RedactError::EmptyRuleId { index });
+        }
+        if !valid_id(&id) {
+            return Err(RedactError::InvalidRuleId { index, id });
+        }
+        if ids.contains(&id) {
+            let builtin = super::rules::ids().contains(&id.as_str());
+            return Err(RedactError::DuplicateRuleId { index, id, builtin });
+        }
+        let re = Regex::new(&c.regex).map_err(|e| RedactError::InvalidRegex {
+            index,
+            id: id.clone(),
+            message: e.to_string(),
+        })?;
+        if re.is_match("") {
+            return Err(RedactError::MatchesEmpty { index, id });
+        }
+        let group = re
+            .capture_names()
+            .position(|n| n == Some("secret"))
+            .unwrap_or(0);
+        let keywords = if c.keywords.is_empty() {
+            None
+        } else {
+            if c.keywords.iter().any(|k| k.is_empty()) {
+                return Err(RedactError::EmptyKeyword { index, id });
+            }
+            let alt: Vec<String> = c.keywords.iter().map(|k| regex::escape(k)).collect();
+            let kw = BytesRegex::new(&format!("(?i-u:{})", alt.join("|"))).map_err(|e| {
+                RedactError::InvalidRegex {
+                    index,
+                    id: id.clone(),
+                    message: format!("keywords: {e}"),
+                }
+            })?;
+            Some(kw)
+        };
+        ids.push(id);
+        out.push(Custom {
+            rule: ids.len() - 1,
+            re,
+            group,
+            keywords,
+        });
+    }
+    Ok(out)
+}
+
+/// Lowercase kebab-case: `[a-z0-9]+(-[a-z0-9]+)*`, at most 64 bytes.
+pub(crate) fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        && !id.starts_with('-')
+        && !id.ends_with('-')
+        && !id.contains("--")
+}
+
+fn build_anchors(
+    lists: &[(&'static str, usize)],
+) -> Result<(Vec<Group>, Vec<Anchor>), RedactError> {
+    let mut lits: Vec<&'static str> = Vec::new();
+    let mut anchors: Vec<Anchor> = Vec::new();
+    for &(lit, p) in lists {
+        match lits.iter().position(|l| *l == lit) {
+            Some(i) => anchors[i].patterns.push(p),
+            None => {
+                lits.push(lit);
+                anchors.push(Anchor {
+                    len: lit.len(),
+                    patterns: vec![p],
+                    exclusion: None,
+                });
+            }
+        }
+    }
+    for &(lit, x) in EXCLUSION_ANCHORS {
+        lits.push(lit);
+        anchors.push(Anchor {
+            len: lit.len(),
+            patterns: Vec::new(),
+            exclusion: Some(x),
+        });
+    }
+    // A hit reports one keyword per position (the longest): give it the
+    // patterns of the shorter keywords it starts with.
+    let own: Vec<Vec<usize>> = anchors.iter().map(|a| a.patterns.clone()).collect();
+    for (i, lit) in lits.iter().enumerate() {
+        for (j, other) in lits.iter().enumerate() {
+            if i != j && lit.starts_with(other) {
+                for &p in &own[j] {
+                    if !anchors[i].patterns.contains(&p) {
+                        anchors[i].patterns.push(p);
+                    }
+                }
+            }
+        }
+    }
+    // Two-byte keywords get a searcher each (memchr-based); the rest go in
+    // Teddy groups, longest first within a group so the longest keyword at
+    // a position is the one reported.
+    // Teddy fingerprints the first min(4, shortest keyword) bytes of each
+    // keyword, so three-byte keywords share groups and the rest get
+    // four-byte fingerprints (fewer false candidates in prose).
+    let mut order: Vec<usize> = (0..lits.len()).collect();
+    order.sort_by_key(|&i| (lits[i].len() <= 2, lits[i].len() > 3, i));
+    let (short, long): (Vec<usize>, Vec<usize>) =
+        order.into_iter().partition(|&i| lits[i].len() <= 2);
+    let mut groups = Vec::new();
+    for i in short {
+        let re = BytesRegex::new(&regex::escape(lits[i])).map_err(|e| RedactError::Internal {
+            message: format!("keyword does not compile: {e}"),
+        })?;
+        groups.push(Group {
+            searcher: Searcher::One(re),
+            ids: vec![i],
+        });
+    }
+    for chunk in long.chunks(GROUP_SIZE) {
+        let mut ids = chunk.to_vec();
+        ids.sort_by_key(|&i| std::cmp::Reverse(lits[i].len()));
+        let pats: Vec<&str> = ids.iter().map(|&i| lits[i]).collect();
+        let teddy = packed::Config::new()
+            .match_kind(packed::MatchKind::LeftmostFirst)
+            .builder()
+            .extend(&pats)
+            .build();
+        let searcher = match teddy {
+            Some(t) => Searcher::Teddy(t),
+            None => Searcher::Dfa(
+                aho_corasick::AhoCorasick::builder()
+                    .match_kind(MatchKind::LeftmostFirst)
+                    .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+                    .build(&pats)
+                    .map_err(|e| RedactError::Internal {
+                        message: format!("keyword search: {e}"),
+                    })?,
+            ),
+        };
+        groups.push(Group { searcher, ids });
+    }
+    Ok((groups, anchors))
+}
+
+/// The span of excluded text at a hit, if the hit really starts one.
+fn exclusion(x: Exclusion, b: &[u8], s: usize, e: usize) -> Option<(usize, usize)> {
+    match x {
+        Exclusion::Marker => {
+            let mut i = e;
+            while i < b.len()
+                && i - e < 64
+                && (b[i].is_ascii_lowercase() || b[i].is_ascii_digit() || b[i] == b'-')
+            {
+                i += 1;
+            }
+            (i > e && b.get(i) == Some(&b']')).then_some((s, i + 1))
+        }
+        Exclusion::DataUri => {
+            // data:<type>/<subtype>;base64,<payload>
+            let lo = s.saturating_sub(100);
+            let mut j = s;
+            while j > lo
+                && (b[j - 1].is_ascii_alphanumeric()
+                    || matches!(b[j - 1], b'/' | b'.' | b'+' | b'-' | b'=' | b';'))
+            {
+                j -= 1;
+            }
+            if j < 5 || &b[j - 5..j] != b"data:" {
+                return None;
+            }
+            let mut i = e;
+            while i < b.len() && (super::checks::is_b64(b[i]) || b[i] == b'\n' || b[i] == b'\r') {
+                i += 1;
+            }
+            Some((j - 5, i))
+        }
+        Exclusion::RawImage => {
+            if s > 0 && super::checks::is_b64(b[s - 1]) && b[s] != b'/' {
+                return None;
+            }
+            let mut i = s;
+            while i < b.len() && (super::checks::is_b64(b[i]) || b[i] == b'\n' || b[i] == b'\r') {
+                i += 1;
+            }
+            (i - s >= 64).then_some((s, i))
+        }
+    }
+}
+
+pub(crate) fn floor_boundary(text: &str, mut i: usize) -> usize {
+    i = i.min(text.len());
+    while !text.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+pub(crate) fn ceil_boundary(text: &str, mut i: usize) -> usize {
+    if i >= text.len() {
+        return text.len();
+    }
+    while !text.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
