@@ -6,6 +6,7 @@ mod concurrency;
 mod disk;
 mod paths;
 mod protocol;
+mod redaction;
 mod tamper;
 mod unlock;
 mod util;

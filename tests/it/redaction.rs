@@ -1,0 +1,109 @@
+//! Redaction end to end through `serve`: secrets never reach the vault.
+
+use serde_json::json;
+
+use crate::util::*;
+
+const AWS_ID: &str = "AKIAZ7QX3RBN2WLT4YHK";
+const STRIPE: &str = "sk_live_51HqLyjWDarjtT1zdp7dcXk2mQ9vRb4nZe8aYf3Lw";
+
+#[test]
+fn create_str_replace_and_insert_store_only_redacted_text() {
+    let v = TestVault::new();
+    let out = v.serve(&[
+        json!({"command": "create", "path": "/memories/creds.md", "file_text": format!("aws id {AWS_ID}\n")}).to_string(),
+        json!({"command": "str_replace", "path": "/memories/creds.md", "old_str": "aws id", "new_str": format!("stripe {STRIPE} and aws id")}).to_string(),
+        json!({"command": "insert", "path": "/memories/creds.md", "insert_line": 0, "insert_text": format!("again {AWS_ID}")}).to_string(),
+        json!({"command": "view", "path": "/memories/creds.md"}).to_string(),
+    ]);
+    assert_eq!(
+        text(&out[0]),
+        "File created successfully at: /memories/creds.md\nNote: 1 secret was redacted before saving (aws-access-key-id)."
+    );
+    assert!(
+        text(&out[1]).contains("Note: 1 secret was redacted before saving (stripe-secret-key)."),
+        "{}",
+        text(&out[1])
+    );
+    assert!(
+        text(&out[2]).starts_with("The file /memories/creds.md has been edited.\nNote: 1 secret")
+    );
+    let view = text(&out[3]);
+    assert!(
+        view.contains("[REDACTED:aws-access-key-id]")
+            && view.contains("[REDACTED:stripe-secret-key]"),
+        "{view}"
+    );
+    assert!(!view.contains(AWS_ID) && !view.contains(STRIPE));
+    for s in [AWS_ID, STRIPE, &STRIPE[12..30]] {
+        assert!(
+            plaintext_anywhere(&v.vault, s).is_empty(),
+            "{s} reached the disk"
+        );
+    }
+}
+
+#[test]
+fn reject_mode_stores_nothing_and_makes_no_commit() {
+    let v = TestVault::new();
+    let cfg_path = v.vault.join("memvault/config.json");
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&cfg_path).unwrap()).unwrap();
+    cfg["redaction"]["mode"] = json!("reject");
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let out = v.one(json!({"command": "create", "path": "/memories/c.md", "file_text": format!("key {AWS_ID}\n")}));
+    assert!(is_error(&out));
+    assert!(text(&out).contains("aws-access-key-id"), "{}", text(&out));
+    assert!(!text(&out).contains(AWS_ID));
+    assert_eq!(v.commits(), 1);
+    assert!(plaintext_anywhere(&v.vault, AWS_ID).is_empty());
+}
+
+#[test]
+fn invalid_redaction_settings_are_a_clear_error_at_start() {
+    let v = TestVault::new();
+    let cfg_path = v.vault.join("memvault/config.json");
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&cfg_path).unwrap()).unwrap();
+    cfg["redaction"]["disabled"] = json!(["no-such-rule"]);
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let out = v
+        .cmd()
+        .args(["exec", r#"{"command":"view","path":"/memories"}"#])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no-such-rule"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn redact_subcommand_prints_redacted_text_and_reports() {
+    let input = format!("token {AWS_ID} here\n");
+    let out = run_with_stdin(
+        std::process::Command::new(bin()).arg("redact"),
+        input.as_bytes(),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "token [REDACTED:aws-access-key-id] here\n"
+    );
+    let out = run_with_stdin(
+        std::process::Command::new(bin()).args(["redact", "--report"]),
+        input.as_bytes(),
+    );
+    let lines = parse_lines(&out.stdout);
+    assert_eq!(
+        lines,
+        vec![json!({"rule": "aws-access-key-id", "line": 1, "column": 7})]
+    );
+    let clean = run_with_stdin(
+        std::process::Command::new(bin()).arg("redact"),
+        b"nothing secret\n",
+    );
+    assert_eq!(clean.status.code(), Some(0));
+}
