@@ -103,7 +103,8 @@ fn bench_ops(label: &str, a: &Args, key: &KeyFileKey, dir: &std::path::Path) {
     rows.push(("create", create));
     let mut view = Vec::new();
     for i in 0..n {
-        let p = format!("/memories/d{:02}/note{:05}.md", i % 20, (i * 7) % a.notes);
+        let j = (i * 7) % a.notes;
+        let p = format!("/memories/d{:02}/note{j:05}.md", j % 20);
         view.push(run(
             &memory,
             &mut vault,
