@@ -43,6 +43,7 @@ pub use config::VaultConfig;
 use keys::{KeyState, verify_commit_mac, write_signed_commit};
 pub use meta::CommitMeta;
 use meta::{META_VERSION, meta_aad};
+use tree::Caches;
 pub use tree::VaultSnapshot;
 
 /// The branch that holds the memory history.
@@ -116,6 +117,7 @@ pub struct Vault {
     verified_tip: Option<Oid>,
     attribution: Attribution,
     lock: File,
+    caches: Caches,
 }
 
 pub(crate) fn fixed_signature() -> Result<Signature<'static>, git2::Error> {
@@ -301,6 +303,7 @@ impl Vault {
             verified_tip: None,
             attribution,
             lock,
+            caches: Caches::default(),
         };
         // A damaged tip is reported by each command, not here, so that a
         // server can still start and say what is wrong.
@@ -385,6 +388,7 @@ impl Vault {
             &self.repo,
             &self.keys,
             &self.key_state,
+            &self.caches,
             self.tree_of(commit)?,
         ))
     }
@@ -463,7 +467,13 @@ impl Vault {
                     &empty
                 }
             };
-            let snap = VaultSnapshot::new(&self.repo, &self.keys, &self.key_state, base.clone());
+            let snap = VaultSnapshot::new(
+                &self.repo,
+                &self.keys,
+                &self.key_state,
+                &self.caches,
+                base.clone(),
+            );
             let mut update = git2::build::TreeUpdateBuilder::new();
             match m.change {
                 Change::Write { path, content } => {

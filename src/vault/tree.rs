@@ -1,6 +1,8 @@
 //! Reading one encrypted tree: path lookup by encrypted name, listings
 //! with plaintext sizes taken from blob headers, and decryption of files.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::path::Path;
 
 use git2::{ObjectType, Odb, Oid, Repository, Tree};
@@ -10,12 +12,34 @@ use super::keys::KeyState;
 use crate::crypto::{self, FileKey, FileKeyId, VaultKeys};
 use crate::memory::{DirEntry, MemoryPath, NodeKind, Snapshot, StoreError};
 
+/// Memo of facts that never change for a given object or name: blob and
+/// tree plaintext sizes and file counts by object id (objects are content
+/// addressed), and decrypted names by (parent, encrypted name). Lives as
+/// long as the open vault, so a long-running `serve` lists quickly.
+#[derive(Default)]
+pub struct Caches {
+    names: RefCell<HashMap<(String, String), String>>,
+    sizes: RefCell<HashMap<Oid, u64>>,
+    counts: RefCell<HashMap<Oid, usize>>,
+}
+
+const CACHE_LIMIT: usize = 200_000;
+
+fn remember<K: std::hash::Hash + Eq, V>(map: &RefCell<HashMap<K, V>>, k: K, v: V) {
+    let mut m = map.borrow_mut();
+    if m.len() >= CACHE_LIMIT {
+        m.clear();
+    }
+    m.insert(k, v);
+}
+
 /// One state of the vault's tree, readable through [`Snapshot`].
 pub struct VaultSnapshot<'a> {
     repo: &'a Repository,
     odb: Option<Odb<'a>>,
     keys: &'a VaultKeys,
     key_state: &'a KeyState,
+    caches: &'a Caches,
     /// None: the empty tree.
     tree: Option<Tree<'a>>,
 }
@@ -29,6 +53,7 @@ impl<'a> VaultSnapshot<'a> {
         repo: &'a Repository,
         keys: &'a VaultKeys,
         key_state: &'a KeyState,
+        caches: &'a Caches,
         tree: Option<Tree<'a>>,
     ) -> Self {
         VaultSnapshot {
@@ -36,6 +61,7 @@ impl<'a> VaultSnapshot<'a> {
             odb: repo.odb().ok(),
             keys,
             key_state,
+            caches,
             tree,
         }
     }
@@ -161,10 +187,19 @@ impl<'a> VaultSnapshot<'a> {
         let mut out = Vec::with_capacity(tree.len());
         for e in tree.iter() {
             let enc = e.name().map_err(|_| damaged("a stored name is not text"))?;
-            let name = self
-                .keys
-                .decrypt_name(dir.as_str(), enc)
-                .map_err(|_| damaged("a stored name failed to decrypt"))?;
+            let cache_key = (dir.as_str().to_string(), enc.to_string());
+            let cached = self.caches.names.borrow().get(&cache_key).cloned();
+            let name = match cached {
+                Some(n) => n,
+                None => {
+                    let n = self
+                        .keys
+                        .decrypt_name(dir.as_str(), enc)
+                        .map_err(|_| damaged("a stored name failed to decrypt"))?;
+                    remember(&self.caches.names, cache_key, n.clone());
+                    n
+                }
+            };
             let kind = match e.kind() {
                 Some(ObjectType::Blob) => NodeKind::File,
                 Some(ObjectType::Tree) => NodeKind::Dir,
@@ -177,6 +212,15 @@ impl<'a> VaultSnapshot<'a> {
     }
 
     fn blob_plain_size(&self, oid: Oid) -> Result<u64, StoreError> {
+        if let Some(n) = self.caches.sizes.borrow().get(&oid) {
+            return Ok(*n);
+        }
+        let n = self.blob_plain_size_uncached(oid)?;
+        remember(&self.caches.sizes, oid, n);
+        Ok(n)
+    }
+
+    fn blob_plain_size_uncached(&self, oid: Oid) -> Result<u64, StoreError> {
         let odb = self
             .odb
             .as_ref()
@@ -191,6 +235,9 @@ impl<'a> VaultSnapshot<'a> {
     }
 
     fn tree_plain_size(&self, oid: Oid) -> Result<u64, StoreError> {
+        if let Some(n) = self.caches.sizes.borrow().get(&oid) {
+            return Ok(*n);
+        }
         let tree = self
             .repo
             .find_tree(oid)
@@ -203,12 +250,16 @@ impl<'a> VaultSnapshot<'a> {
                 _ => return Err(damaged("a tree entry has an unexpected type")),
             };
         }
+        remember(&self.caches.sizes, oid, total);
         Ok(total)
     }
 
     /// Number of files in the whole tree (no decryption needed).
     pub fn count_files(&self) -> Result<usize, StoreError> {
-        fn walk(repo: &Repository, oid: Oid) -> Result<usize, StoreError> {
+        fn walk(repo: &Repository, caches: &Caches, oid: Oid) -> Result<usize, StoreError> {
+            if let Some(n) = caches.counts.borrow().get(&oid) {
+                return Ok(*n);
+            }
             let tree = repo
                 .find_tree(oid)
                 .map_err(|_| StoreError::Damaged("a tree is unreadable".into()))?;
@@ -216,15 +267,16 @@ impl<'a> VaultSnapshot<'a> {
             for e in tree.iter() {
                 match e.kind() {
                     Some(ObjectType::Blob) => n += 1,
-                    Some(ObjectType::Tree) => n += walk(repo, e.id())?,
+                    Some(ObjectType::Tree) => n += walk(repo, caches, e.id())?,
                     _ => {}
                 }
             }
+            remember(&caches.counts, oid, n);
             Ok(n)
         }
         match &self.tree {
             None => Ok(0),
-            Some(t) => walk(self.repo, t.id()),
+            Some(t) => walk(self.repo, self.caches, t.id()),
         }
     }
 }
