@@ -3,6 +3,7 @@
 //! on success, 1 on failure, 2 on a usage error.
 
 mod demo;
+mod history;
 mod unlock;
 
 use std::io::{self, Read, Write};
@@ -104,6 +105,8 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         keep: Option<PathBuf>,
     },
+    /// List the changes in the vault, newest first (decrypted audit log)
+    History(history::HistoryArgs),
     /// Print text with secrets redacted (stdin by default)
     Redact {
         /// The file to read
@@ -265,6 +268,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Serve(session) => serve(&cli.global, &session),
         Command::Exec { session, json } => exec(&cli.global, &session, json),
         Command::Demo { keep } => demo::run(keep.as_deref()),
+        Command::History(args) => history::run(&cli.global, &args),
         Command::Redact { file, report } => redact(file.as_deref(), report),
     }
 }

@@ -107,3 +107,50 @@ fn redact_subcommand_prints_redacted_text_and_reports() {
     );
     assert_eq!(clean.status.code(), Some(0));
 }
+
+#[test]
+fn history_shows_redaction_kinds_and_counts_never_values() {
+    let v = TestVault::new();
+    v.one(json!({"command": "create", "path": "/memories/k.md", "file_text": format!("a {AWS_ID}\nb {STRIPE}\n")}));
+    v.one(json!({"command": "create", "path": "/memories/plain.md", "file_text": "nothing\n"}));
+    let out = v
+        .cmd()
+        .args(["history", "/memories/k.md"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    assert!(
+        lines[0].contains("  test  agent  create  /memories/k.md"),
+        "{text}"
+    );
+    assert!(
+        lines[0].contains("redacted: aws-access-key-id x1, stripe-secret-key x1"),
+        "{text}"
+    );
+    assert!(!text.contains(AWS_ID) && !text.contains(STRIPE));
+    let out = v
+        .cmd()
+        .args(["history", "--json", "--op", "create"])
+        .output()
+        .unwrap();
+    let rows = parse_lines(&out.stdout);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["path"], "/memories/plain.md");
+    assert_eq!(
+        rows[1]["redactions"],
+        json!([{"kind": "aws-access-key-id", "count": 1}, {"kind": "stripe-secret-key", "count": 1}])
+    );
+    let all = v
+        .cmd()
+        .args(["history", "--session", "nobody"])
+        .output()
+        .unwrap();
+    assert!(all.stdout.is_empty());
+}
