@@ -1,24 +1,28 @@
 //! Credentials written as assignments: `password = ...`, `api_key: ...`,
 //! `"token": "..."`, `export DB_PASS=...`, `--password ...`,
-//! `<password>...</password>`, `Authorization: Bearer ...`, and prose such
-//! as "the password is ...".
+//! `<password>...</password>`, `Authorization: Bearer ...`, a
+//! `name: DB_PASSWORD` / `value: ...` pair, `mysql -p...`, `curl -u
+//! user:...`, and prose such as "the password is ...".
 //!
 //! Run at each hit of a keyword (`pass`, `pwd`, `secret`, `token`, `key`,
-//! `authoriz`, `credential`, `bearer` in three casings), the parser takes
-//! the identifier around the hit as the key, splits it into words
-//! (`dbPassword` -> `db`, `password`), decides whether it names a password,
-//! a secret or neither, then reads the operator and the value. Only the
-//! value is redacted, so the note keeps `password = [REDACTED:...]`.
+//! `authoriz`, `credential`, `bearer`, `session`, in their usual casings),
+//! the parser takes the identifier around the hit as the key, splits it
+//! into words (`dbPassword` -> `db`, `password`), decides whether it names
+//! a password, a secret or neither, then reads the operator and the value.
+//! Only the value is redacted, so the note keeps `password = [REDACTED:...]`.
 //!
-//! The value must also look like a secret: placeholders (`xxxx`,
-//! `<your-key>`), references (`${VAR}`, `$VAR`, `os.environ[...]`), paths,
-//! URLs, type names and ordinary words are left alone. Passwords are
-//! accepted with less randomness than API keys, since people choose them.
+//! The value must also look like a secret. Left alone: placeholders
+//! (`xxxx`, `<your-key>`), references (`${VAR}`, `$VAR`,
+//! `os.environ[...]`), code (`self.password`, `Optional[str]`,
+//! `snake_case_names`), paths, file names, URLs, emails, dates, numbers
+//! with separators, UUIDs, type names, and ordinary words in prose.
+//! Passwords are accepted with less randomness than API keys, since people
+//! choose them; a value after a bare `key` or in prose must look generated.
 
 use std::sync::OnceLock;
 
 use super::checks::{
-    Classes, contains_ci, entropy, fails_known_checksum, is_hex, is_placeholder, is_uuid,
+    Classes, contains_ci, entropy, is_hex, is_placeholder, is_uuid, joined_words, reads_like_words,
 };
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -47,8 +51,12 @@ enum Op {
     Xml,
     /// `--password value`, `Bearer value`
     Space,
-    /// `is`, `was`, `are`, or a space before a value in prose.
+    /// `is`, `was`, `are` in prose ("the API key is ...").
     Prose,
+    /// Only a space ("api key 9f8e...", "password hunter2!"): the value
+    /// must look generated, or like a chosen password after the bare word
+    /// `password`.
+    Bare,
 }
 
 pub(crate) fn password(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<(usize, usize)> {
@@ -119,7 +127,7 @@ pub(crate) fn command_line(
             }
             let v = &line[ps..ve];
             let shaped = v.len() >= 4 && (!plain_word(v) || v.len() >= 6);
-            if shaped && !common_rejects(v) {
+            if shaped && !common_rejects(v, false) {
                 return Some((e + ps, e + ve));
             }
             return None;
@@ -159,7 +167,10 @@ fn assignment(
     }
     *skip = ke;
     // `${DB_PASSWORD}`, `$PWD`, `%API_KEY%`: a reference, not a key.
-    if ks > 0 && matches!(b[ks - 1], b'$' | b'{' | b'%' | b'@') {
+    // `AWS::SecretsManager::Secret`: a type path, not a key.
+    if ks > 0 && matches!(b[ks - 1], b'$' | b'{' | b'%' | b'@')
+        || (ks > 1 && &b[ks - 2..ks] == b"::")
+    {
         return None;
     }
     let mut key_start = ks;
@@ -178,31 +189,72 @@ fn assignment(
     let key = &b[key_start..key_end];
     let xml = ks > 0 && b[ks - 1] == b'<';
     let bearer = key.eq_ignore_ascii_case(b"bearer");
-    let (op, mut vs) = operator(b, key_end, cli, xml, bearer)?;
+    let (op, mut vs) = match named_value(b, ks, ke) {
+        Some(vs) => (Op::Assign, vs),
+        None => operator(b, key_end, cli, xml, bearer)?,
+    };
     // `Authorization: Bearer <token>`: the scheme is not the secret.
     if want == Class::Secret && op == Op::Assign {
         vs = skip_scheme(b, vs);
     }
-    let (vs, ve, quoted) = value(b, vs, op)?;
-    // Keywords inside this value are not keys: skip them (keeps the work
-    // linear on text like `password=password=...`).
-    *skip = (*skip).max(ve);
+    let (vs, ve, quoted) = match value(b, vs, op) {
+        Ok(v) => v,
+        Err(read) => {
+            // Past a value too long to be one: skip the keywords inside it.
+            *skip = (*skip).max(read);
+            return None;
+        }
+    };
+    if op == Op::Xml && !closes(b, ve, key) {
+        return None;
+    }
+    // Keywords inside a long value are not keys: skip them (keeps the work
+    // linear on text like `password=password=...`). A short value may
+    // itself name a key (`key="ApiKey" value="..."`), and re-reading it
+    // costs little.
+    if ve - vs > 64 {
+        *skip = (*skip).max(ve);
+    }
     let v = &b[vs..ve];
     if !may_be_secret(v, op, want) {
         return None;
     }
     let (class, tier) = classify(key)?;
-    if class != want {
+    if class != want || names_itself(v, key) {
         return None;
     }
+    // `password hunter2!` (a `.netrc` line) reads like prose; `pass it on`
+    // does not count.
+    let op = match op {
+        Op::Bare if class == Class::Password => {
+            if !(key.eq_ignore_ascii_case(b"password") || key.eq_ignore_ascii_case(b"passwd")) {
+                return None;
+            }
+            Op::Prose
+        }
+        // `crypto_key: Base64-encoded string of a key`: an unquoted value
+        // with more words after it on its line is a description.
+        Op::Assign if !quoted && !ends_line(b, ve) => Op::Prose,
+        op => op,
+    };
     let ok = match class {
         Class::Password => {
             let config = op == Op::Assign && config_line(b, ks, ve, quoted);
             password_shape(v, op, quoted, config)
         }
-        Class::Secret => secret_shape(v, op, tier),
+        Class::Secret => secret_shape(v, op, tier, quoted),
     };
     ok.then_some((vs, ve))
+}
+
+/// `password = password`, `self.passwd = passwd`: the value repeats the
+/// key or its last word (a variable passed along).
+fn names_itself(v: &[u8], key: &[u8]) -> bool {
+    let last = key
+        .rsplit(|&c| matches!(c, b'_' | b'.' | b'-'))
+        .next()
+        .unwrap_or(key);
+    v.eq_ignore_ascii_case(key) || v.eq_ignore_ascii_case(last)
 }
 
 /// The weakest shape any key could accept, tested before the key is
@@ -303,7 +355,9 @@ static STOP_LAST: Words = Words::new(
      provider ref reference regex request required reset response rotate rotation rule rules salt \
      schema scope scopes screen sent service set signup size source spec state status storage store \
      strength struct suffix table test tests text timeout ttl type types ui uri url usage used util \
-     utils valid validation validator var variable version view",
+     utils valid validation validator var variable version view at on by date time timestamp updated \
+     created email mail phone user username login owner contact address filename filepath \
+     dirname pathname stores config configuration settings options opts",
 );
 
 /// A set of words, written as one space-separated string and sorted for
@@ -499,7 +553,83 @@ fn operator(b: &[u8], key_end: usize, cli: bool, xml: bool, bearer: bool) -> Opt
     if cli || bearer {
         return Some((Op::Space, j));
     }
-    Some((Op::Prose, j))
+    Some((Op::Bare, j))
+}
+
+/// `name: DB_PASSWORD` then `value: ...` (a Kubernetes env entry), or
+/// `<add key="ApiKey" value="..."/>` (.NET settings): the key `[ks, ke)`
+/// is the value of a `name`/`key` field, and the secret is in the
+/// `value` field after it. Returns where that value starts.
+fn named_value(b: &[u8], ks: usize, ke: usize) -> Option<usize> {
+    let mut i = ks;
+    if i > 0 && matches!(b[i - 1], b'"' | b'\'') {
+        i -= 1;
+    }
+    while i > 0 && is_blank(b[i - 1]) {
+        i -= 1;
+    }
+    if i == 0 || !matches!(b[i - 1], b':' | b'=') {
+        return None;
+    }
+    i -= 1;
+    while i > 0 && is_blank(b[i - 1]) {
+        i -= 1;
+    }
+    let field_end = i;
+    while i > 0 && field_end - i < 4 && b[i - 1].is_ascii_alphabetic() {
+        i -= 1;
+    }
+    let field = &b[i..field_end];
+    let named = field.eq_ignore_ascii_case(b"name") || field.eq_ignore_ascii_case(b"key");
+    if !named || (i > 0 && b[i - 1].is_ascii_alphanumeric()) {
+        return None;
+    }
+    let mut j = ke;
+    if j < b.len() && matches!(b[j], b'"' | b'\'') {
+        j += 1;
+    }
+    j = skip_blank(b, j);
+    if b.get(j) == Some(&b',') {
+        j = skip_blank(b, j + 1);
+    }
+    if b.get(j) == Some(&b'\r') {
+        j += 1;
+    }
+    if b.get(j) == Some(&b'\n') {
+        j = skip_blank(b, j + 1);
+    }
+    if !b
+        .get(j..j + 5)
+        .is_some_and(|w| w.eq_ignore_ascii_case(b"value"))
+    {
+        return None;
+    }
+    j += 5;
+    if j < b.len() && matches!(b[j], b'"' | b'\'') {
+        j += 1;
+    }
+    j = skip_blank(b, j);
+    matches!(b.get(j), Some(b':' | b'=')).then(|| skip_blank(b, j + 1))
+}
+
+/// Only blanks, a comment, or closing punctuation follow the value on its line.
+fn ends_line(b: &[u8], ve: usize) -> bool {
+    let mut k = ve;
+    while k < b.len() && (is_blank(b[k]) || matches!(b[k], b',' | b';' | b'}' | b']' | b')')) {
+        k += 1;
+    }
+    k >= b.len()
+        || matches!(b[k], b'\n' | b'\r' | b'#')
+        || b[k..].starts_with(b"//")
+        || b[k..].starts_with(b"\\n")
+}
+
+/// `</key>` right after an XML value.
+fn closes(b: &[u8], ve: usize, key: &[u8]) -> bool {
+    let rest = &b[ve..];
+    rest.len() > key.len() + 2
+        && rest.starts_with(b"</")
+        && rest[2..2 + key.len()].eq_ignore_ascii_case(key)
 }
 
 fn skip_scheme(b: &[u8], i: usize) -> usize {
@@ -514,6 +644,7 @@ fn skip_scheme(b: &[u8], i: usize) -> usize {
         b"token",
         b"Bot",
         b"Digest",
+        b"AWS4-HMAC-SHA256",
     ];
     if scheme.contains(&w) && b.get(i + w.len()) == Some(&b' ') {
         skip_blank(b, i + w.len())
@@ -523,11 +654,12 @@ fn skip_scheme(b: &[u8], i: usize) -> usize {
 }
 
 /// Reads a value: quoted (same line), up to `<` after an XML tag, or a
-/// bare word. Returns its span without quotes and whether it was quoted.
-fn value(b: &[u8], i: usize, op: Op) -> Option<(usize, usize, bool)> {
+/// bare word. Returns its span without quotes and whether it was quoted,
+/// or, when there is none, how far it read.
+fn value(b: &[u8], i: usize, op: Op) -> Result<(usize, usize, bool), usize> {
     let n = b.len();
     if i >= n {
-        return None;
+        return Err(i);
     }
     let q = b[i];
     if matches!(q, b'"' | b'\'' | b'`') {
@@ -535,12 +667,12 @@ fn value(b: &[u8], i: usize, op: Op) -> Option<(usize, usize, bool)> {
         while k < n && k - i <= MAX_VALUE {
             match b[k] {
                 b'\\' => k += 2,
-                b'\n' | b'\r' => return None,
-                c if c == q => return Some((i + 1, k, true)),
+                b'\n' | b'\r' => return Err(i),
+                c if c == q => return Ok((i + 1, k, true)),
                 _ => k += 1,
             }
         }
-        return None;
+        return Err(k);
     }
     if op == Op::Xml {
         let mut k = i;
@@ -548,34 +680,41 @@ fn value(b: &[u8], i: usize, op: Op) -> Option<(usize, usize, bool)> {
             k += 1;
         }
         if k >= n || b[k] != b'<' {
-            return None;
+            return Err(k);
         }
         let mut ve = k;
         while ve > i && b[ve - 1].is_ascii_whitespace() {
             ve -= 1;
         }
-        return (ve > i).then_some((i, ve, true));
+        return if ve > i { Ok((i, ve, true)) } else { Err(i) };
     }
     let mut k = i;
     while k < n
         && k - i <= MAX_VALUE
         && !b[k].is_ascii_whitespace()
-        && !matches!(b[k], b'"' | b'\'' | b'`' | b'&' | b'<' | b'>')
+        && !matches!(b[k], b'"' | b'\'' | b'`' | b'&' | b'<' | b'>' | b';')
     {
         k += 1;
     }
     if k - i > MAX_VALUE {
-        return None;
+        return Err(k);
     }
-    while k > i
-        && matches!(
-            b[k - 1],
-            b'.' | b',' | b';' | b':' | b')' | b']' | b'}' | b'!' | b'?'
-        )
-    {
-        k -= 1;
+    loop {
+        // A closing bracket is punctuation only when the value did not open it.
+        let closer = |c: u8, open: u8| c == b[k - 1] && !b[i..k].contains(&open);
+        let unbalanced = k > i && (closer(b')', b'(') || closer(b']', b'[') || closer(b'}', b'{'));
+        // Separators are dropped; `.`, `!` and `?` may end a password and
+        // go with it (a sentence's full stop is redacted with it).
+        if k > i && (matches!(b[k - 1], b',' | b';' | b':') || unbalanced) {
+            k -= 1;
+        } else if k > i + 1 && b[k - 2] == b'\\' && matches!(b[k - 1], b'n' | b't' | b'r') {
+            // A `\n` escape at the end of a value inside a string literal.
+            k -= 2;
+        } else {
+            break;
+        }
     }
-    (k > i).then_some((i, k, false))
+    if k > i { Ok((i, k, false)) } else { Err(i) }
 }
 
 /// The key starts its line (after indentation and `export`, `set`, `- `,
@@ -654,6 +793,15 @@ const REFERENCE_MARKS: &[&str] = &[
     "secrets.",
     "config.",
     "settings.",
+    "{}",
+    "%s",
+    "%d",
+    "{0}",
+    "self.",
+    "this.",
+    "::",
+    "=>",
+    "->",
 ];
 
 /// `$VAR`, `${VAR}`, `%VAR%`, `{{ secrets.X }}`, `<your-key>`,
@@ -661,7 +809,7 @@ const REFERENCE_MARKS: &[&str] = &[
 fn is_reference(v: &[u8]) -> bool {
     matches!(
         v[0],
-        b'$' | b'%' | b'{' | b'<' | b'[' | b'(' | b'@' | b'&' | b'*' | b'!'
+        b'$' | b'%' | b'{' | b'<' | b'[' | b'(' | b'@' | b'&' | b'*' | b'!' | b'\\'
     ) || super::checks::contains_any_ci(v, REFERENCE_MARKS)
 }
 
@@ -676,12 +824,12 @@ fn is_ident(part: &[u8]) -> bool {
 }
 
 /// `self.password`, `settings.API_KEY`, `foo(bar)`, `/etc/secret`.
-fn is_code_or_path(v: &[u8]) -> bool {
+fn is_code_or_path(v: &[u8], quoted: bool) -> bool {
     let dotted = v.contains(&b'.') && v.split(|&c| c == b'.').all(is_ident);
-    let call = v
-        .iter()
-        .position(|&c| c == b'(')
-        .is_some_and(|p| p > 0 && is_ident_path(&v[..p]));
+    let call = !quoted
+        && v.iter()
+            .position(|&c| c == b'(')
+            .is_some_and(|p| p > 0 && is_ident_path(&v[..p]));
     let path_start = v.starts_with(b"/")
         || v.starts_with(b"~/")
         || v.starts_with(b"./")
@@ -692,7 +840,61 @@ fn is_code_or_path(v: &[u8]) -> bool {
             .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'/' | b'.' | b'_' | b'-' | b'~'))
         && v.iter().filter(|c| c.is_ascii_uppercase()).count() * 5 < v.len();
     let windows_path = v.len() > 3 && v[0].is_ascii_alphabetic() && v[1] == b':' && v[2] == b'\\';
-    dotted || call || path || windows_path || contains_ci(v, b"://")
+    // `Optional[str]`, `tokens[0]`, `parenthesized!(x)`, `a+len(b)`
+    let index = !quoted
+        && v.iter().enumerate().any(|(i, &c)| {
+            matches!(c, b'(' | b'[')
+                && i >= 2
+                && v[i - 2..i]
+                    .iter()
+                    .all(|&p| p.is_ascii_alphanumeric() || p == b'_' || p == b'!')
+        });
+    // `key=value` pairs (base64 padding sits only at the end).
+    let pairs = v
+        .iter()
+        .rposition(|&c| c != b'=')
+        .is_some_and(|last| v[..last].contains(&b'='));
+    // `projects/my-project/secrets/db`, `zones/us-central1-a`
+    let resource_path = v.contains(&b'/')
+        && v.iter().all(|&c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'/' | b'-' | b'_' | b'.')
+        });
+    // `ALL_CAPS_CONSTANT`, `snake_case_variable`
+    // A name with `_` in one case: unquoted, `snake_case` or
+    // `ALL_CAPS` is a variable; quoted, only `ALL_CAPS_CONSTANT` is a name.
+    let lower = v.iter().any(u8::is_ascii_lowercase);
+    let upper = v.iter().any(u8::is_ascii_uppercase);
+    let digit = v.iter().any(u8::is_ascii_digit);
+    let identifier = v.contains(&b'_')
+        && is_ident(v)
+        && if quoted {
+            !lower && !digit
+        } else {
+            !(lower && upper)
+        };
+    // `foo)[0]`, `f(x`: a fragment of code or prose.
+    let count = |c: u8| v.iter().filter(|&&x| x == c).count();
+    let unbalanced = count(b'(') != count(b')') || count(b'[') != count(b']');
+    // `server.pem`, `id_rsa.pub`: a file holding the secret, not the secret.
+    let file = [
+        ".pem", ".key", ".crt", ".cer", ".der", ".p12", ".pfx", ".json", ".txt", ".yaml", ".yml",
+        ".env", ".pub", ".csr", ".jks",
+    ]
+    .iter()
+    .any(|ext| {
+        v.len() > ext.len() && v[v.len() - ext.len()..].eq_ignore_ascii_case(ext.as_bytes())
+    });
+    dotted
+        || unbalanced
+        || file
+        || call
+        || path
+        || windows_path
+        || index
+        || pairs
+        || resource_path
+        || identifier
+        || contains_ci(v, b"://")
 }
 
 fn is_ident_path(v: &[u8]) -> bool {
@@ -706,6 +908,15 @@ fn plain_word(v: &[u8]) -> bool {
     v.iter().all(u8::is_ascii_alphabetic)
 }
 
+/// `SafeString`, `challengePassword`: a type or field name.
+fn camel_case(v: &[u8]) -> bool {
+    let humps = v
+        .windows(2)
+        .filter(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase())
+        .count();
+    humps >= 1 && v.iter().filter(|c| c.is_ascii_uppercase()).count() <= humps + 1
+}
+
 /// Words joined by `_`, `-` or `.` with no digit (`access_token`, `MY-APP`).
 fn identifier_words(v: &[u8]) -> bool {
     v.iter()
@@ -713,13 +924,41 @@ fn identifier_words(v: &[u8]) -> bool {
 }
 
 /// Cheapest tests first: this runs on every value that has the shape.
-fn common_rejects(v: &[u8]) -> bool {
+/// Dates, times, versions and addresses: digits and `-:./TZ+,` only.
+fn is_date_or_number(v: &[u8]) -> bool {
+    let hex_literal =
+        v.len() > 2 && (v.starts_with(b"0x") || v.starts_with(b"0X")) && is_hex(&v[2..]);
+    hex_literal
+        || v.iter()
+            .all(|c| c.is_ascii_digit() || b"-:./TZ+,".contains(c))
+            && v.iter().any(|c| b"-:./".contains(c))
+}
+
+/// `name@host.tld`
+fn is_email(v: &[u8]) -> bool {
+    let Some(at) = v.iter().position(|&c| c == b'@') else {
+        return false;
+    };
+    let (user, host) = (&v[..at], &v[at + 1..]);
+    let dot = host.iter().rposition(|&c| c == b'.');
+    !user.is_empty()
+        && dot.is_some_and(|d| {
+            d > 0 && host.len() - d > 2 && host[d + 1..].iter().all(u8::is_ascii_alphabetic)
+        })
+        && host
+            .iter()
+            .all(|&c| c.is_ascii_alphanumeric() || c == b'.' || c == b'-')
+}
+
+fn common_rejects(v: &[u8], quoted: bool) -> bool {
     v.is_empty()
+        || is_date_or_number(v)
+        || is_uuid(v)
+        || is_email(v)
         || is_reference(v)
         || is_stop_value(v)
-        || is_code_or_path(v)
+        || is_code_or_path(v, quoted)
         || is_placeholder(v)
-        || fails_known_checksum(v)
 }
 
 /// Words that mark a quoted value with spaces as a description, not a
@@ -746,29 +985,37 @@ fn password_shape(v: &[u8], op: Op, quoted: bool, config: bool) -> bool {
         return false;
     }
     if v.contains(&b' ') {
-        return quoted && config && passphrase(v) && !common_rejects(v);
+        return quoted && config && passphrase(v) && !common_rejects(v, quoted);
     }
     let c = Classes::of(v);
     let shaped = match op {
-        Op::Prose => v.len() >= 6 && !plain_word(v) && (c.digit || c.other) && !identifier_words(v),
+        Op::Bare => false, // see `assignment`
+        Op::Prose => {
+            v.len() >= 6 && (c.digit || (c.upper && c.lower && c.other)) && !identifier_words(v)
+        }
         Op::Assign | Op::Xml | Op::Space => {
             if plain_word(v) {
-                (quoted || config) && v.len() >= 5
+                (quoted || config) && v.len() >= 5 && !camel_case(v)
             } else {
                 v.len() >= 5 && !(identifier_words(v) && !quoted && !config)
             }
         }
     };
-    shaped && !common_rejects(v)
+    shaped && !common_rejects(v, quoted)
 }
 
-fn secret_shape(v: &[u8], op: Op, tier: Tier) -> bool {
+fn secret_shape(v: &[u8], op: Op, tier: Tier, quoted: bool) -> bool {
     if v.len() < 8 || v.contains(&b' ') {
         return false;
     }
+    // `kerberos-5p-read-only`, `a,b,c`: names and lists.
+    if joined_words(v) || (!quoted && v.contains(&b',')) {
+        return false;
+    }
     let c = Classes::of(v);
-    let strict =
-        tier == Tier::Strict || op == Op::Prose || (op == Op::Space && tier != Tier::Bearer);
+    let strict = tier == Tier::Strict
+        || matches!(op, Op::Prose | Op::Bare)
+        || (op == Op::Space && tier != Tier::Bearer);
     let shaped = if strict {
         v.len() >= 16
             && c.letter()
@@ -776,12 +1023,18 @@ fn secret_shape(v: &[u8], op: Op, tier: Tier) -> bool {
             && !is_uuid(v)
             && !(is_hex(v) && matches!(v.len(), 40 | 64))
             && entropy(v) >= 3.2
+            && !reads_like_words(v)
     } else if tier == Tier::Bearer {
         v.len() >= 12 && !plain_word(v) && (c.digit || c.other) && entropy(v) >= 3.0
     } else if v.iter().all(u8::is_ascii_digit) {
         v.len() >= 10
     } else if identifier_words(v) {
-        plain_word(v) && v.len() >= 20 && c.upper && c.lower && entropy(v) >= 3.5
+        plain_word(v)
+            && v.len() >= 20
+            && c.upper
+            && c.lower
+            && entropy(v) >= 3.5
+            && !reads_like_words(v)
     } else if [&b"sha1"[..], b"sha256", b"sha512", b"md5"]
         .iter()
         .any(|p| v.starts_with(p))
@@ -789,9 +1042,16 @@ fn secret_shape(v: &[u8], op: Op, tier: Tier) -> bool {
         false
     } else {
         let h = entropy(v);
-        h >= 2.5 && ((c.letter() && c.digit) || (v.len() >= 16 && h >= 3.0))
+        h >= 2.5 && ((c.letter() && c.digit) || (v.len() >= 16 && h >= 3.0)) && !reads_like_words(v)
     };
-    shaped && !common_rejects(v)
+    // `MYTOKEN2`, `api_key_here`: a value naming what it stands for.
+    let names_a_secret = super::checks::contains_any_ci(
+        v,
+        &[
+            "token", "secret", "apikey", "api_key", "api-key", "password",
+        ],
+    );
+    shaped && !names_a_secret && !common_rejects(v, quoted)
 }
 
 #[cfg(test)]

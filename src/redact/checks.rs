@@ -261,19 +261,6 @@ pub(crate) fn github_checksum_ok(token: &[u8]) -> bool {
     base62_6(crc32(body)) == token[34..40]
 }
 
-/// A value shaped like a format that carries a checksum (GitHub classic
-/// token, age secret key) whose checksum is wrong: a look-alike, left
-/// alone even where a key name says "secret".
-pub(crate) fn fails_known_checksum(v: &[u8]) -> bool {
-    let github_shape = v.len() == 40
-        && v.starts_with(b"gh")
-        && matches!(v[2], b'p' | b'o' | b'u' | b's' | b'r')
-        && v[3] == b'_'
-        && v[4..].iter().all(u8::is_ascii_alphanumeric);
-    let age_shape = v.len() == 74 && v[..16].eq_ignore_ascii_case(b"AGE-SECRET-KEY-1");
-    (github_shape && !github_checksum_ok(v)) || (age_shape && !bech32_ok(v))
-}
-
 // ---------------------------------------------------------------- bech32
 
 const BECH32: &[u8; 32] = b"qpzry9x8gf2tvdw0s3jn54khce6mua7l";
@@ -404,6 +391,41 @@ pub(crate) fn entropy(s: &[u8]) -> f64 {
             -p * p.log2()
         })
         .sum()
+}
+
+/// How often the character class (upper, lower, digit, other) changes
+/// from one byte to the next: about two thirds of the bytes in random
+/// base62, about one in five in `PascalCaseIdentifiers`.
+pub(crate) fn class_changes(s: &[u8]) -> usize {
+    let class = |b: u8| match b {
+        b'a'..=b'z' => 0,
+        b'A'..=b'Z' => 1,
+        b'0'..=b'9' => 2,
+        _ => 3,
+    };
+    s.windows(2).filter(|w| class(w[0]) != class(w[1])).count()
+}
+
+/// Mixed-case text of 16 bytes or more that changes class as seldom as
+/// joined-up words do.
+pub(crate) fn reads_like_words(s: &[u8]) -> bool {
+    let c = Classes::of(s);
+    s.len() >= 16 && c.upper && c.lower && class_changes(s) * 5 < s.len() * 2
+}
+
+/// Three or more parts joined by `-`, `_` or `.`, each a lower-case word
+/// or a short tag (`kerberos-5p-read-only`, `my-tag-value-v2`).
+pub(crate) fn joined_words(s: &[u8]) -> bool {
+    let parts: Vec<&[u8]> = s.split(|&c| matches!(c, b'-' | b'_' | b'.')).collect();
+    let word = |p: &[u8]| {
+        p.len() >= 2
+            && p.iter()
+                .enumerate()
+                .all(|(i, c)| c.is_ascii_lowercase() || (i == 0 && c.is_ascii_uppercase()))
+    };
+    parts.len() >= 3
+        && parts.iter().filter(|p| word(p)).count() * 2 >= parts.len()
+        && parts.iter().all(|p| word(p) || p.len() <= 4)
 }
 
 /// Number of distinct bytes.

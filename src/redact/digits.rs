@@ -24,12 +24,11 @@ fn digit_mask(x: u64) -> u64 {
 
 /// Calls `f(start, end)` for each maximal run of digits, where single
 /// spaces or dashes may separate digits, holding at least `min_digits`
-/// digits.
+/// digits. Text without digits is skipped eight bytes at a time.
 pub(crate) fn runs(b: &[u8], min_digits: usize, mut f: impl FnMut(usize, usize)) {
     let n = b.len();
     let mut i = 0;
     while i < n {
-        // Skip eight bytes at a time while none is a digit.
         while i + 8 <= n {
             let chunk: [u8; 8] = b[i..i + 8].try_into().unwrap_or([0; 8]);
             let m = digit_mask(u64::from_le_bytes(chunk));
@@ -116,7 +115,10 @@ pub(crate) fn cards(text: &str, s: usize, e: usize, out: &mut Vec<(usize, usize)
         for j in i..gs.len() {
             let (a, z) = gs[j];
             total += z - a;
-            if total > 19 {
+            // All together, or groups of three to six digits after a first
+            // group of four (4-4-4-4, 4-6-5, 4-4-4-4-3).
+            let grouping_ok = j == i || ((gs[i].1 - gs[i].0) == 4 && (3..=6).contains(&(z - a)));
+            if total > 19 || !grouping_ok {
                 break;
             }
             if j > i && b[gs[j].0 - 1] != b[gs[i + 1].0 - 1] {
@@ -200,6 +202,65 @@ pub(crate) fn iban(text: &str, s: usize, e: usize, out: &mut Vec<(usize, usize)>
             q = i;
         } else {
             q += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every maximal run, read byte by byte.
+    fn naive(b: &[u8], min_digits: usize) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            if !b[i].is_ascii_digit() {
+                i += 1;
+                continue;
+            }
+            let (start, mut count) = (i, 0);
+            loop {
+                while i < b.len() && b[i].is_ascii_digit() {
+                    i += 1;
+                    count += 1;
+                }
+                if i + 1 < b.len() && matches!(b[i], b' ' | b'-') && b[i + 1].is_ascii_digit() {
+                    i += 1;
+                } else {
+                    break;
+                }
+            }
+            if count >= min_digits {
+                out.push((start, i));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn word_skipping_runs_match_a_byte_by_byte_reading() {
+        let mut x = 0x1234_5678_9abc_def1u64;
+        let alphabet = b"0123456789 -a.\xc3";
+        for len in 0..300 {
+            for _ in 0..20 {
+                let text: Vec<u8> = (0..len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        alphabet[(x % alphabet.len() as u64) as usize]
+                    })
+                    .collect();
+                for min in [1, 5, 9] {
+                    let mut got = Vec::new();
+                    super::runs(&text, min, |s, e| got.push((s, e)));
+                    assert_eq!(
+                        got,
+                        naive(&text, min),
+                        "{:?}",
+                        String::from_utf8_lossy(&text)
+                    );
+                }
+            }
         }
     }
 }

@@ -37,7 +37,7 @@
 //!
 //! - The text around a secret is kept; for assignments and URLs only the
 //!   value or password is replaced, so the note stays readable.
-//! - Left alone: UUIDs and hashes on their own, base64 image data,
+//! - Left alone: UUIDs, git and content hashes, base64 image data,
 //!   documented example keys (`AKIAIOSFODNN7EXAMPLE`), placeholders
 //!   (`xxxx`, `<your-key>`, `${VAR}`, `changeme`, `your_api_key_here`),
 //!   references (`$VAR`, `os.environ[...]`, `{{ secrets.X }}`), ordinary
@@ -60,9 +60,11 @@
 //!   (`password`, `PASSWORD`, `Password`, `dbPassword`), not in other mixes.
 //! - A GitHub classic token or an age key whose checksum does not verify
 //!   is a look-alike, even after `token =`.
-//! - A value after a secret key name is judged by its shape: a UUID after
-//!   `api_key =` is redacted (some vendors issue UUID keys), a plain word
-//!   after `password:` in prose is not.
+//! - A value after a secret key name is judged by its shape: a UUID is
+//!   left alone even after `api_key =` (so a vendor key that is a bare
+//!   UUID is not found), a plain word after `password` in prose is left
+//!   alone, and code on the right of `password =` (`self.password`,
+//!   `get_password()`) is taken for code.
 //! - Custom rules are trusted: their regex is linear-time, but how well it
 //!   tells secrets from look-alikes is up to its author.
 

@@ -9,8 +9,8 @@
 //! rule id; disabling the id disables them all.
 
 use super::checks::{
-    Classes, b64url_decode_prefix, bech32_ok, contains_ci, entropy, github_checksum_ok, is_hex,
-    random_suffix,
+    Classes, b64url_decode_prefix, bech32_ok, class_changes, contains_ci, entropy,
+    github_checksum_ok, is_hex, random_suffix,
 };
 use super::{assign, blocks, digits};
 
@@ -148,6 +148,7 @@ fn aws_secret(v: &[u8]) -> bool {
         && !contains_ci(v, b"EXAMPLE")
         && !is_hex(v)
         && entropy(v) >= 3.5
+        && class_changes(v) >= 16
         && random_suffix(v, 0)
 }
 
@@ -457,18 +458,6 @@ pub(crate) const SPECS: &[Spec] = &[
         ),
     },
     Spec {
-        id: "gitlab-token",
-        prio: 3,
-        anchors: &["GR1348941"],
-        how: token(
-            "GR1348941[0-9A-Za-z_-]{20}",
-            30,
-            Edge::Token,
-            Edge::Token,
-            random_tail,
-        ),
-    },
-    Spec {
         id: "npm-token",
         prio: 3,
         anchors: &["npm_"],
@@ -622,7 +611,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 3,
         anchors: &["key"],
         how: token(
-            "key-[0-9a-f]{32}",
+            "key-[0-9a-z]{32}",
             36,
             Edge::Alnum,
             Edge::Alnum,
@@ -864,7 +853,7 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "password-assignment",
         prio: 1,
-        anchors: &["pass", "PASS", "assw", "ASSW", "pwd", "PWD"],
+        anchors: &["pass", "PASS", "assw", "ASSW", "pwd", "Pwd", "PWD"],
         how: How::Hit(assign::password),
     },
     Spec {

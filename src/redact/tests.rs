@@ -512,7 +512,10 @@ mod saas {
         assert_redacted(&format!("twilio api key sid {t}"), &t, "twilio-api-key");
         let t = format!("SG.{}.{}", rand(231, B64URL, 22), rand(232, B64URL, 43));
         assert_redacted(&format!("SENDGRID_API_KEY='{t}'"), &t, "sendgrid-api-key");
-        let t = format!("key-{}", rand(233, HEX, 32));
+        let t = format!(
+            "key-{}",
+            rand(233, "abcdefghijklmnopqrstuvwxyz0123456789", 32)
+        );
         assert_redacted(&format!("mailgun: {t}"), &t, "mailgun-api-key");
         let t = format!(
             "{}-{}-{}",
@@ -802,6 +805,13 @@ mod credentials {
             ("<password>", "xml-Secret-77", "</password>\n"),
             ("smtp:\n  pass: ", "mail2024pw!", "\n"),
             ("dbPassword := \"", "G0lang#pw", "\"\n"),
+            (
+                "env:\n- name: DB_PASSWORD\n  value: \"",
+                "k8s-Pa55word",
+                "\"\n",
+            ),
+            ("Server=db;Uid=app;Pwd=", "Abc!2345x", ";\n"),
+            ("spring.datasource.password=", "S3cr3tSpr1ng!", "\n"),
             ("DB_PASSWORD=", "sunshinemeadow", "\n"),
         ];
         for (pre, secret, post) in cases {
@@ -836,9 +846,14 @@ mod credentials {
             ("OPENWEATHER_KEY=", rand(618, HEX, 32), ""),
             ("apiKey: '", rand(619, ALNUM, 24), "',"),
             (
-                "HEROKU_API_KEY=",
-                "01234567-89ab-4def-8123-456789abcdef".to_owned(),
-                "",
+                "<add key=\"ApiKey\" value=\"",
+                rand(620, ALNUM, 32),
+                "\" />",
+            ),
+            (
+                "SECRET_KEY = '",
+                "django-insecure-9x!@k2#m$p7&q*w3e(r)t5y".to_owned(),
+                "'",
             ),
         ];
         for (pre, secret, post) in cases {
@@ -885,6 +900,43 @@ mod credentials {
             "api_key = getenv(\"API_KEY\")",
             "password: !vault |",
             "SECRET_KEY=[REDACTED:secret-assignment]",
+            "API key rotation: 2024-05-01T00:00:00Z",
+            "HEROKU_API_KEY=01234567-89ab-4def-8123-456789abcdef",
+            "please pass async_req=True to the call",
+            "USER_PASSWORD_AUTH = \"USER_PASSWORD_AUTH\"",
+            "self.passwd = password_mgr",
+            "self._passphrase = passphrase",
+            "proxy_password=self._socks_options[\"password\"],",
+            "credentials: Optional[ga_credentials.Credentials] = None,",
+            "let paren_token = parenthesized!(content in input);",
+            "pub const DEVCONF_STABLE_SECRET: _bindgen_ty_3 = _bindgen_ty_3::DEVCONF_STABLE_SECRET;",
+            "    \"AWS::SecretsManager::Secret\": \"c85175a4ebcce361\",",
+            "--targets \"Key=instanceids,Values=i-1234567890abcdef0\"",
+            "'automount_service_account_token': 'automountServiceAccountToken'",
+            "//registry.example.com/:_authToken=MYTOKEN2",
+            "--seed-phrase-reference-secret=projects/my-project/secrets/my-seed-phrase",
+            "m = re.match(r\"^projects/(?P<project>.+?)/secrets/(?P<secret>.+?)/versions\")",
+            "format!(\"ANTHROPIC_API_KEY=sk-ant-api03-{}\\n\", body)",
+            "secretsTarget = _messages.MessageField('GooglePrivacyDlpV2SecretsDiscoveryTarget', 5)",
+            "crypto_key: Base64-encoded string of a CSEK, or the name of a KMS key",
+            "if key == 'kerberos-5p-read-only':",
+            "key=usage_text.GetArgSortKey)[0],",
+            "loader = get_loader(token_filename=\"not_exists_file_1123\")",
+            "CREDENTIALS_FROM_PASSWORD_STORES: T1555",
+            "Utilities to get a password and/or the current user name.",
+            "DEVSTAT_TYPE_PASS = 0x100,",
+            "make_cert('localhost-ecc', key='param:secp384r1.pem')",
+            "(key = 'ExistingLabelKey1', value = 'ExistingLabelValue1')",
+            "key: PKCS12PrivateKeyTypes | None,",
+            "oauth2ClientCredentialsConfig: Oauth2.0 Client Credentials.",
+            "Example key: zones/us-central1-a",
+            "passwd anonymous@",
+            "    password: SafeString,",
+            "\"dataStorePassword\": \"dataStoreTestQuery\",",
+            "password_changed_at: 2024-05-01T10:00:00Z",
+            "secret: 10.0.0.5",
+            "token_owner: ops@example.com",
+            "api_key: ops-team@example.com",
         ] {
             assert_clean(text);
         }
@@ -1053,6 +1105,7 @@ mod personal {
         assert_clean("timestamp 1716239022123 ms; phone +1 555-123-4567");
         assert_clean("uuid 550e8400-e29b-41d4-a716-446655440000");
         assert_clean("0000 0000 0000 0000");
+        assert_clean("26 => (0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25)");
     }
 
     #[test]
@@ -1610,6 +1663,54 @@ mod properties {
 
 mod adversarial {
     use super::*;
+
+    /// Every keyword (and some longer prefixes) repeated back to back: each
+    /// parser and window must stay linear on its own worst case. Set
+    /// `REPEAT_SIZE=10000000` to try 10 MB of each (in release: under half
+    /// a second each).
+    #[test]
+    fn each_keyword_repeated_finishes() {
+        let size: usize = std::env::var("REPEAT_SIZE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(50_000);
+        let mut pieces: Vec<&str> = super::super::rules::SPECS
+            .iter()
+            .flat_map(|s| s.anchors.iter().copied())
+            .collect();
+        pieces.extend([
+            "-----BEGIN RSA PRIVATE KEY-----",
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA",
+            "password=",
+            "password: \"",
+            "key=\"ApiKey\" value=",
+            "- name: DB_PASSWORD\n  value: ",
+            "mysql -pX",
+            "curl -u a:",
+            "://a:b@",
+            "eyJhbGciOiJIUzI1NiJ9.",
+            "4111 ",
+            "123-45-",
+            "GB82 ",
+            "[REDACTED:x]",
+            "data:image/png;base64,",
+            "sv=1&sig=",
+            "the password is ",
+            "9",
+            "a",
+            "=",
+        ]);
+        for p in pieces {
+            let text = p.repeat(size / p.len() + 1);
+            let start = std::time::Instant::now();
+            let out = redactor().redact(&text);
+            assert_eq!(redactor().redact(&out.text).text, out.text, "{p:?}");
+            let took = start.elapsed();
+            if took.as_millis() > 50 {
+                eprintln!("repeated {p:?}: {} bytes in {took:?}", text.len());
+            }
+        }
+    }
 
     /// About 10 MB of key-shaped runs and partial prefixes. Not timed: it
     /// must simply finish (linear time; see the report for release timings).
