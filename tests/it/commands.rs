@@ -170,14 +170,7 @@ fn image_files_come_back_as_image_blocks() {
     use memvault::memory::{
         Change, ChangeFacts, MemoryPath, Mutation, Op, Outcome, Store, ToolResult,
     };
-    let key = memvault::crypto::KeyFileKey::from_bytes(&std::fs::read(&v.key).unwrap()).unwrap();
-    let who = memvault::vault::Attribution {
-        session: "t".into(),
-        actor: "t".into(),
-    };
-    let mut vault =
-        memvault::vault::Vault::open(&v.vault, &memvault::crypto::Unlock::KeyFile(&key), who)
-            .unwrap();
+    let mut vault = v.open_library("t");
     let png: Vec<u8> = vec![
         0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13, 0xff, 0xfe,
     ];

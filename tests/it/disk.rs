@@ -129,14 +129,7 @@ fn commits_carry_encrypted_metadata_and_a_mac() {
     );
 
     // The library decrypts it: operation, path, session, size, hash.
-    let key = memvault::crypto::KeyFileKey::from_bytes(&std::fs::read(&v.key).unwrap()).unwrap();
-    let who = memvault::vault::Attribution {
-        session: "x".into(),
-        actor: "x".into(),
-    };
-    let mut vault =
-        memvault::vault::Vault::open(&v.vault, &memvault::crypto::Unlock::KeyFile(&key), who)
-            .unwrap();
+    let mut vault = v.open_library("x");
     let log = vault.log().unwrap();
     assert_eq!(log.len(), 2);
     let meta = &log[0].1;

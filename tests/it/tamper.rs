@@ -44,6 +44,24 @@ fn object_file(v: &TestVault, oid: &str) -> PathBuf {
     v.vault.join("objects").join(&oid[..2]).join(&oid[2..])
 }
 
+/// Write `raw` as a commit object (as an attacker with write access could)
+/// and point main at it.
+fn replace_tip_commit(v: &TestVault, raw: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("c");
+    std::fs::write(&f, raw).unwrap();
+    let args = [
+        "hash-object",
+        "-t",
+        "commit",
+        "-w",
+        "--literally",
+        f.to_str().unwrap(),
+    ];
+    let oid = String::from_utf8(git(&v.vault, &args).stdout).unwrap();
+    git(&v.vault, &["update-ref", "refs/heads/main", oid.trim()]);
+}
+
 fn assert_damaged(out: &Value) {
     assert!(is_error(out), "expected an error: {out}");
     let t = text(out);
@@ -150,23 +168,7 @@ fn altered_commit_is_damage() {
     let c = raw.as_bytes()[pos];
     let replacement = if c == b'A' { "B" } else { "A" };
     raw.replace_range(pos..pos + 1, replacement);
-    let dir = tempfile::tempdir().unwrap();
-    let f = dir.path().join("c");
-    std::fs::write(&f, &raw).unwrap();
-    let oid = git(
-        &v.vault,
-        &[
-            "hash-object",
-            "-t",
-            "commit",
-            "-w",
-            "--literally",
-            f.to_str().unwrap(),
-        ],
-    )
-    .stdout;
-    let oid = String::from_utf8(oid).unwrap().trim().to_string();
-    git(&v.vault, &["update-ref", "refs/heads/main", &oid]);
+    replace_tip_commit(&v, &raw);
     for o in &view_both(&v) {
         assert_damaged(o);
     }
@@ -182,16 +184,7 @@ fn commit_without_the_vault_mac_is_damage() {
         .filter(|l| !l.starts_with("mvmac "))
         .collect();
     assert_ne!(stripped, raw);
-    let dir = tempfile::tempdir().unwrap();
-    let f = dir.path().join("c");
-    std::fs::write(&f, &stripped).unwrap();
-    let oid = git(
-        &v.vault,
-        &["hash-object", "-t", "commit", "-w", f.to_str().unwrap()],
-    )
-    .stdout;
-    let oid = String::from_utf8(oid).unwrap().trim().to_string();
-    git(&v.vault, &["update-ref", "refs/heads/main", &oid]);
+    replace_tip_commit(&v, &stripped);
     for o in &view_both(&v) {
         assert_damaged(o);
     }

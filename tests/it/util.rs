@@ -83,6 +83,18 @@ impl TestVault {
         v.remove(0)
     }
 
+    /// Open this vault through the library, as a Rust agent would.
+    pub fn open_library(&self, session: &str) -> memvault::vault::Vault {
+        let key =
+            memvault::crypto::KeyFileKey::from_bytes(&std::fs::read(&self.key).unwrap()).unwrap();
+        let who = memvault::vault::Attribution {
+            session: session.into(),
+            actor: session.into(),
+        };
+        memvault::vault::Vault::open(&self.vault, &memvault::crypto::Unlock::KeyFile(&key), who)
+            .unwrap()
+    }
+
     /// Number of commits on refs/heads/main.
     pub fn commits(&self) -> usize {
         let out = git(&self.vault, &["rev-list", "--count", "refs/heads/main"]);
