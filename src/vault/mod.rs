@@ -432,6 +432,23 @@ impl Vault {
         Ok(out)
     }
 
+    /// Run `f` holding the writer lock, with the current (MAC-checked) tip.
+    /// Every mutation of the vault goes through here.
+    pub(crate) fn with_writer_lock<T>(
+        &mut self,
+        f: impl FnOnce(&mut Vault, Option<Oid>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let lock = self
+            .lock
+            .try_clone()
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        lock.lock()
+            .map_err(|e| StoreError::Unavailable(format!("cannot take the writer lock: {e}")))?;
+        let _guard = LockGuard(&lock);
+        let tip = self.refresh()?;
+        f(self, tip)
+    }
+
     /// Apply one mutation on top of `parent` and move main to it. The
     /// caller holds the writer lock.
     fn apply(&mut self, parent: Option<Oid>, m: Mutation) -> Result<(), StoreError> {
@@ -541,27 +558,39 @@ impl Vault {
                 }
             }
             drop(snap);
-            let tree_id = update.create_updated(&self.repo, base_tree).map_err(ge)?;
-            self.repo.find_tree(tree_id).map_err(ge)?
+            update.create_updated(&self.repo, base_tree).map_err(ge)?
         };
-        // The file key must be durable before any commit refers to it.
-        if let Some((id, key)) = new_key {
+        let new_keys = new_key
+            .map(|(id, key)| (id, Some(key)))
+            .into_iter()
+            .collect();
+        self.publish(parent, new_tree, new_keys, &meta)?;
+        Ok(())
+    }
+
+    /// Make a staged tree the new tip: first the key-table changes it needs
+    /// (durable before any commit refers to them), then the MAC'd commit
+    /// with `meta`, then a compare-and-swap move of main from `parent`.
+    /// The caller holds the writer lock.
+    pub(crate) fn publish(
+        &mut self,
+        parent: Option<Oid>,
+        tree: Oid,
+        key_changes: Vec<(FileKeyId, Option<FileKey>)>,
+        meta: &CommitMeta,
+    ) -> Result<Oid, StoreError> {
+        if !key_changes.is_empty() {
             self.key_state
-                .commit_changes(&self.repo, &self.keys, vec![(id, Some(key))], None)
+                .commit_changes(&self.repo, &self.keys, key_changes, None)
                 .map_err(StoreError::from)?;
         }
         let parent_commit = match parent {
             Some(p) => Some(self.repo.find_commit(p).map_err(ge)?),
             None => None,
         };
-        let commit = write_commit(
-            &self.repo,
-            &self.keys,
-            &new_tree,
-            parent_commit.as_ref(),
-            &meta,
-        )
-        .map_err(StoreError::from)?;
+        let tree = self.repo.find_tree(tree).map_err(ge)?;
+        let commit = write_commit(&self.repo, &self.keys, &tree, parent_commit.as_ref(), meta)
+            .map_err(StoreError::from)?;
         let moved = match parent {
             Some(p) => self
                 .repo
@@ -571,7 +600,7 @@ impl Vault {
         match moved {
             Ok(_) => {
                 self.verified_tip = Some(commit);
-                Ok(())
+                Ok(commit)
             }
             Err(e) if matches!(e.code(), ErrorCode::Modified | ErrorCode::Locked | ErrorCode::Exists) => {
                 Err(StoreError::Unavailable(
@@ -662,21 +691,15 @@ impl Store for Vault {
         &mut self,
         f: &mut dyn FnMut(&dyn Snapshot) -> Result<Outcome, StoreError>,
     ) -> Result<ToolResult, StoreError> {
-        let lock = self
-            .lock
-            .try_clone()
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        lock.lock()
-            .map_err(|e| StoreError::Unavailable(format!("cannot take the writer lock: {e}")))?;
-        let _guard = LockGuard(&lock);
-        let tip = self.refresh()?;
-        let outcome = {
-            let snap = self.snapshot_at(tip)?;
-            f(&snap)?
-        };
-        if let Some(m) = outcome.mutation {
-            self.apply(tip, m)?;
-        }
-        Ok(outcome.result)
+        self.with_writer_lock(|vault, tip| {
+            let outcome = {
+                let snap = vault.snapshot_at(tip)?;
+                f(&snap)?
+            };
+            if let Some(m) = outcome.mutation {
+                vault.apply(tip, m)?;
+            }
+            Ok(outcome.result)
+        })
     }
 }
