@@ -22,11 +22,14 @@
 
 pub mod config;
 pub mod fsync;
+pub mod history;
 pub mod keys;
 pub mod meta;
 #[cfg(test)]
 mod tests;
 mod tree;
+pub mod undo;
+pub mod verify;
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -40,11 +43,14 @@ use crate::crypto::{
 };
 use crate::memory::{Change, Mutation, Outcome, Snapshot, Store, StoreError, ToolResult};
 pub use config::VaultConfig;
+pub use history::{FileChange, RevisionStore, Walk};
 use keys::{KeyState, verify_commit_mac, write_signed_commit};
 pub use meta::CommitMeta;
 use meta::{META_VERSION, meta_aad};
 use tree::Caches;
 pub use tree::VaultSnapshot;
+pub use undo::{Conflict, UndoOutcome, UndoTarget};
+pub use verify::{Problem, VerifyReport};
 
 /// The branch that holds the memory history.
 pub const MAIN_REF: &str = "refs/heads/main";
@@ -71,6 +77,12 @@ pub enum VaultError {
     ExcessiveWork,
     #[error("the vault is damaged: {0}")]
     Damaged(String),
+    #[error(
+        "{0:?} is not a revision on this vault's main branch (give a commit id from `memvault history`, or HEAD~N)"
+    )]
+    BadRevision(String),
+    #[error("{0}")]
+    Refused(String),
     #[error("invalid vault settings in memvault/config.json: {0}")]
     Config(String),
     #[error("git error: {0}")]

@@ -284,7 +284,7 @@ impl<'a> VaultSnapshot<'a> {
 /// Refuse a loose object whose zlib stream is cut short before libgit2
 /// reads it: libgit2 1.9 loops forever on such an object (seen with a
 /// truncated blob), which would turn damage into a hang.
-fn check_loose_object(repo: &Repository, oid: Oid) -> Result<(), StoreError> {
+pub(crate) fn check_loose_object(repo: &Repository, oid: Oid) -> Result<(), StoreError> {
     let hex = oid.to_string();
     let path = repo.path().join("objects").join(&hex[..2]).join(&hex[2..]);
     let Ok(compressed) = std::fs::read(&path) else {

@@ -1,0 +1,228 @@
+//! Reading history: walking main lazily, naming revisions, and the files
+//! one commit changed (by comparing encrypted trees, then decrypting the
+//! names of what differs).
+
+use std::path::Path;
+
+use git2::{DiffOptions, Oid};
+
+use super::{Vault, VaultError, damaged};
+use crate::memory::MemoryPath;
+use crate::vault::CommitMeta;
+
+/// One file whose stored blob differs between two trees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileChange {
+    /// The decrypted memory path.
+    pub path: MemoryPath,
+    /// The encrypted git path (stable for a given path and vault key).
+    pub git_path: String,
+    /// The blob in the older tree (None: the file did not exist).
+    pub old: Option<Oid>,
+    /// The blob in the newer tree (None: the file does not exist).
+    pub new: Option<Oid>,
+}
+
+/// Main, newest first, one commit at a time (metadata decrypted lazily).
+pub struct Walk<'v> {
+    vault: &'v Vault,
+    next: Option<Oid>,
+}
+
+impl Iterator for Walk<'_> {
+    type Item = Result<(Oid, CommitMeta), VaultError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let id = self.next.take()?;
+        let item = self.vault.commit_meta(id).and_then(|meta| {
+            self.next = self.vault.parent_of(id)?;
+            Ok((id, meta))
+        });
+        Some(item)
+    }
+}
+
+impl Vault {
+    /// Refuse a truncated loose object before libgit2 reads it (see
+    /// `tree::check_loose_object`).
+    pub(crate) fn check_object(&self, id: Oid) -> Result<(), VaultError> {
+        super::tree::check_loose_object(&self.repo, id)
+            .map_err(|_| damaged("a stored object is truncated or corrupt"))
+    }
+
+    /// Walk main from its tip, newest first.
+    pub fn walk(&mut self) -> Result<Walk<'_>, VaultError> {
+        let tip = self.refresh()?;
+        Ok(Walk {
+            vault: self,
+            next: tip,
+        })
+    }
+
+    /// The first parent of a commit (main is linear).
+    pub fn parent_of(&self, id: Oid) -> Result<Option<Oid>, VaultError> {
+        self.check_object(id)?;
+        let commit = self
+            .repo
+            .find_commit(id)
+            .map_err(|_| damaged("a commit is unreadable"))?;
+        Ok(commit.parent_ids().next())
+    }
+
+    /// Resolve a revision as a person types it: a commit id or a prefix of
+    /// at least 4 hex digits, `HEAD`, or `HEAD~N`. It must be on main.
+    pub fn resolve_rev(&mut self, rev: &str) -> Result<Oid, VaultError> {
+        let bad = || VaultError::BadRevision(rev.to_string());
+        let tip = self.refresh()?.ok_or_else(bad)?;
+        if let Some(rest) = rev.strip_prefix("HEAD") {
+            let back: usize = match rest {
+                "" => 0,
+                r => r
+                    .strip_prefix('~')
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(bad)?,
+            };
+            let mut id = tip;
+            for _ in 0..back {
+                id = self.parent_of(id)?.ok_or_else(bad)?;
+            }
+            return Ok(id);
+        }
+        if rev.len() < 4 || rev.len() > 40 || !rev.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        let id = self
+            .repo
+            .find_commit_by_prefix(&rev.to_ascii_lowercase())
+            .map_err(|_| bad())?
+            .id();
+        if id != tip && !self.repo.graph_descendant_of(tip, id).unwrap_or(false) {
+            return Err(bad());
+        }
+        Ok(id)
+    }
+
+    /// The decrypted memory path of an encrypted git path.
+    pub fn decrypt_git_path(&self, git_path: &str) -> Result<MemoryPath, VaultError> {
+        let mut path = MemoryPath::root();
+        for enc in git_path.split('/') {
+            let name = self
+                .keys
+                .decrypt_name(path.as_str(), enc)
+                .map_err(|_| damaged("a stored name failed to decrypt"))?;
+            path = path
+                .join(&name)
+                .map_err(|_| damaged("a stored name is not a valid path"))?;
+        }
+        Ok(path)
+    }
+
+    /// The git path of a memory path ("" for the root).
+    pub fn git_path_of(&self, path: &MemoryPath) -> Result<String, VaultError> {
+        let mut out = String::new();
+        let mut parent = MemoryPath::root();
+        for seg in path.segments() {
+            let enc = self
+                .keys
+                .encrypt_name(parent.as_str(), seg)
+                .map_err(|_| damaged("a path segment is too long to store"))?;
+            if !out.is_empty() {
+                out.push('/');
+            }
+            out.push_str(&enc);
+            parent = parent
+                .join(seg)
+                .map_err(|_| damaged("a path is too long"))?;
+        }
+        Ok(out)
+    }
+
+    /// The files whose blobs differ between the trees of two commits
+    /// (None: the empty tree), optionally only at or below `under`, in
+    /// git path order.
+    pub fn changed_files(
+        &self,
+        old: Option<Oid>,
+        new: Option<Oid>,
+        under: Option<&MemoryPath>,
+    ) -> Result<Vec<FileChange>, VaultError> {
+        for id in [old, new].into_iter().flatten() {
+            self.check_object(id)?;
+        }
+        let old_tree = self.tree_of(old)?;
+        let new_tree = self.tree_of(new)?;
+        let mut opts = DiffOptions::new();
+        opts.skip_binary_check(true);
+        if let Some(p) = under.filter(|p| !p.is_root()) {
+            opts.pathspec(self.git_path_of(p)?)
+                .disable_pathspec_match(true);
+        }
+        let diff = self
+            .repo
+            .diff_tree_to_tree(old_tree.as_ref(), new_tree.as_ref(), Some(&mut opts))
+            .map_err(|_| damaged("a tree is unreadable"))?;
+        let mut out = Vec::new();
+        for delta in diff.deltas() {
+            let side = if delta.new_file().exists() {
+                delta.new_file()
+            } else {
+                delta.old_file()
+            };
+            let git_path = side
+                .path()
+                .and_then(Path::to_str)
+                .ok_or_else(|| damaged("a stored name is not text"))?
+                .to_string();
+            let id = |f: git2::DiffFile<'_>| f.exists().then(|| f.id());
+            out.push(FileChange {
+                path: self.decrypt_git_path(&git_path)?,
+                git_path,
+                old: id(delta.old_file()),
+                new: id(delta.new_file()),
+            });
+        }
+        Ok(out)
+    }
+
+    /// The files one commit changed, compared with its parent.
+    pub fn commit_changes(&self, id: Oid) -> Result<Vec<FileChange>, VaultError> {
+        self.changed_files(self.parent_of(id)?, Some(id), None)
+    }
+}
+
+/// A read-only [`Store`](crate::memory::Store) over the tree of one
+/// revision, so `show` renders exactly as `view` does.
+pub struct RevisionStore<'v> {
+    vault: &'v Vault,
+    rev: Option<Oid>,
+}
+
+impl Vault {
+    /// The vault as it was at `rev`, read-only.
+    pub fn at_revision(&self, rev: Option<Oid>) -> RevisionStore<'_> {
+        RevisionStore { vault: self, rev }
+    }
+}
+
+impl crate::memory::Store for RevisionStore<'_> {
+    fn read(
+        &mut self,
+        f: &mut dyn FnMut(
+            &dyn crate::memory::Snapshot,
+        ) -> Result<crate::memory::ToolResult, crate::memory::StoreError>,
+    ) -> Result<crate::memory::ToolResult, crate::memory::StoreError> {
+        let snap = self.vault.snapshot_at(self.rev)?;
+        f(&snap)
+    }
+
+    fn write(
+        &mut self,
+        _f: &mut dyn FnMut(
+            &dyn crate::memory::Snapshot,
+        ) -> Result<crate::memory::Outcome, crate::memory::StoreError>,
+    ) -> Result<crate::memory::ToolResult, crate::memory::StoreError> {
+        Err(crate::memory::StoreError::Unavailable(
+            "a past revision is read-only".into(),
+        ))
+    }
+}
