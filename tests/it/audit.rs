@@ -703,14 +703,7 @@ fn revert_revert_session_and_restore_each_make_one_commit() {
         Some(1)
     );
     assert_eq!(v.commits(), n + 1);
-    assert_eq!(
-        stdout(&run(&v, &["verify"]))
-            .lines()
-            .last()
-            .unwrap()
-            .starts_with("ok:"),
-        true
-    );
+    assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
 }
 
 #[test]
