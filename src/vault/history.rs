@@ -6,6 +6,7 @@ use std::path::Path;
 
 use git2::{DiffOptions, Oid};
 
+use super::index::{Entry, Index};
 use super::{Vault, VaultError, damaged};
 use crate::memory::MemoryPath;
 use crate::vault::CommitMeta;
@@ -23,21 +24,98 @@ pub struct FileChange {
     pub new: Option<Oid>,
 }
 
-/// Main, newest first, one commit at a time (metadata decrypted lazily).
+/// Commits read from git before the walk looks in the history index: a
+/// first page of history never pays for loading the index.
+const GIT_FIRST: usize = 256;
+
+/// Main, newest first, one commit at a time: from git for the newest
+/// commits, then from the history index once the walk reaches a commit the
+/// index holds (see `index`). The metadata a walk yields has no
+/// `content_hash` or `key_id`; [`Vault::commit_meta`] has them.
 pub struct Walk<'v> {
     vault: &'v Vault,
     next: Option<Oid>,
+    /// Commits read from git so far, newest first.
+    from_git: Vec<Entry>,
+    index: Option<Index>,
+    /// Reading from the index: entries `..pos` are still to come.
+    index_pos: Option<usize>,
+}
+
+impl Walk<'_> {
+    fn from_index(&mut self, pos: usize) -> Option<Result<(Oid, CommitMeta), VaultError>> {
+        let index = self.index.as_mut()?;
+        if pos == 0 {
+            self.index_pos = Some(0);
+            return None;
+        }
+        // Each entry is yielded once: move its metadata out.
+        let e = &mut index.entries[pos - 1];
+        self.index_pos = Some(pos - 1);
+        let id = Oid::from_str(&e.id).ok()?;
+        self.next = e.parent.as_deref().and_then(|p| Oid::from_str(p).ok());
+        Some(Ok((id, std::mem::take(&mut e.meta))))
+    }
+
+    fn newest_first_to_oldest(&self) -> Vec<Entry> {
+        self.from_git.iter().rev().cloned().collect()
+    }
 }
 
 impl Iterator for Walk<'_> {
     type Item = Result<(Oid, CommitMeta), VaultError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(pos) = self.index_pos {
+            return self.from_index(pos);
+        }
         let id = self.next.take()?;
-        let item = self.vault.commit_meta(id).and_then(|meta| {
-            self.next = self.vault.parent_of(id)?;
-            Ok((id, meta))
-        });
+        if self.from_git.len() >= GIT_FIRST {
+            if self.index.is_none() {
+                self.index = Some(self.vault.read_index());
+            }
+            let found = self
+                .index
+                .as_ref()
+                .and_then(|i| i.position.get(&id).copied());
+            if let Some(p) = found {
+                // Reached by walking main: the index is good from here down.
+                let newer = self.newest_first_to_oldest();
+                if let Some(index) = &self.index {
+                    self.vault.extend_index(index, p + 1, &newer);
+                }
+                self.from_git.clear();
+                return self.from_index(p + 1);
+            }
+        }
+        let item = self
+            .vault
+            .read_commit(id)
+            .and_then(|(tree, parent, message)| {
+                // The walk relies on the metadata's AEAD, which binds it to this
+                // commit's tree and parent: only a key holder can have written
+                // it. The tip's MAC was checked when the walk began; `verify`
+                // checks every MAC.
+                let mut meta = self.vault.open_meta_message(tree, parent, &message)?;
+                // Walks carry what history needs; the per-file content hash and
+                // key id stay in the commit (see `commit_meta`).
+                meta.content_hash = None;
+                meta.key_id = None;
+                self.next = parent;
+                self.from_git.push(Entry {
+                    id: id.to_string(),
+                    parent: parent.map(|p| p.to_string()),
+                    meta: meta.clone(),
+                });
+                if parent.is_none() && self.from_git.len() >= GIT_FIRST {
+                    // All of main came from git: write the index afresh.
+                    let all = self.newest_first_to_oldest();
+                    let empty = self.index.take().unwrap_or_else(|| self.vault.read_index());
+                    self.vault.extend_index(&empty, 0, &all);
+                    self.from_git.clear();
+                }
+                Ok((id, meta))
+            });
         Some(item)
     }
 }
@@ -50,23 +128,80 @@ impl Vault {
             .map_err(|_| damaged("a stored object is truncated or corrupt"))
     }
 
+    /// A commit's tree, first parent and message, reading the object once.
+    /// Loose commits are inflated and parsed here (no second read by
+    /// libgit2); packed ones are read through libgit2.
+    pub(crate) fn read_commit(&self, id: Oid) -> Result<(Oid, Option<Oid>, Vec<u8>), VaultError> {
+        let bad = || damaged("a commit is unreadable");
+        let loose = super::tree::inflate_loose(&self.repo, id)
+            .map_err(|_| damaged("a stored object is truncated or corrupt"))?;
+        let Some(raw) = loose else {
+            let c = self.repo.find_commit(id).map_err(|_| bad())?;
+            return Ok((
+                c.tree_id(),
+                c.parent_ids().next(),
+                c.message_bytes().to_vec(),
+            ));
+        };
+        let nul = raw.iter().position(|&b| b == 0).ok_or_else(bad)?;
+        if !raw.starts_with(b"commit ") {
+            return Err(bad());
+        }
+        let body = &raw[nul + 1..];
+        let split = body.windows(2).position(|w| w == b"\n\n").ok_or_else(bad)?;
+        let (headers, message) = (&body[..split], &body[split + 2..]);
+        let mut tree = None;
+        let mut parent = None;
+        for line in headers.split(|&b| b == b'\n') {
+            let hex = |rest: &[u8]| {
+                std::str::from_utf8(rest)
+                    .ok()
+                    .and_then(|h| Oid::from_str(h).ok())
+            };
+            if let Some(rest) = line.strip_prefix(b"tree ") {
+                tree = hex(rest);
+            } else if let Some(rest) = line.strip_prefix(b"parent ")
+                && parent.is_none()
+            {
+                parent = Some(hex(rest).ok_or_else(bad)?);
+            }
+        }
+        Ok((tree.ok_or_else(bad)?, parent, message.to_vec()))
+    }
+
+    /// Open the sealed metadata in a commit message, bound to its tree and
+    /// parent.
+    pub(crate) fn open_meta_message(
+        &self,
+        tree: Oid,
+        parent: Option<Oid>,
+        message: &[u8],
+    ) -> Result<CommitMeta, VaultError> {
+        let sealed = data_encoding::BASE64
+            .decode(message.trim_ascii())
+            .map_err(|_| damaged("commit metadata does not decode"))?;
+        let plain = self
+            .keys
+            .open_meta(&super::meta::meta_aad(tree, parent), &sealed)
+            .map_err(|_| damaged("commit metadata failed to decrypt"))?;
+        serde_json::from_slice(&plain).map_err(|_| damaged("commit metadata does not parse"))
+    }
+
     /// Walk main from its tip, newest first.
     pub fn walk(&mut self) -> Result<Walk<'_>, VaultError> {
         let tip = self.refresh()?;
         Ok(Walk {
             vault: self,
             next: tip,
+            from_git: Vec::new(),
+            index: None,
+            index_pos: None,
         })
     }
 
     /// The first parent of a commit (main is linear).
     pub fn parent_of(&self, id: Oid) -> Result<Option<Oid>, VaultError> {
-        self.check_object(id)?;
-        let commit = self
-            .repo
-            .find_commit(id)
-            .map_err(|_| damaged("a commit is unreadable"))?;
-        Ok(commit.parent_ids().next())
+        Ok(self.read_commit(id)?.1)
     }
 
     /// Resolve a revision as a person types it: a commit id or a prefix of

@@ -23,6 +23,7 @@
 pub mod config;
 pub mod fsync;
 pub mod history;
+mod index;
 pub mod keys;
 pub mod meta;
 #[cfg(test)]
