@@ -43,7 +43,7 @@ pub struct Walk<'v> {
 }
 
 impl Walk<'_> {
-    fn from_index(&mut self, pos: usize) -> Option<Result<(Oid, CommitMeta), VaultError>> {
+    fn yield_indexed(&mut self, pos: usize) -> Option<Result<(Oid, CommitMeta), VaultError>> {
         let index = self.index.as_mut()?;
         if pos == 0 {
             self.index_pos = Some(0);
@@ -67,7 +67,7 @@ impl Iterator for Walk<'_> {
 
     fn next(&mut self) -> Option<Self::Item> {
         if let Some(pos) = self.index_pos {
-            return self.from_index(pos);
+            return self.yield_indexed(pos);
         }
         let id = self.next.take()?;
         if self.from_git.len() >= GIT_FIRST {
@@ -85,7 +85,7 @@ impl Iterator for Walk<'_> {
                     self.vault.extend_index(index, p + 1, &newer);
                 }
                 self.from_git.clear();
-                return self.from_index(p + 1);
+                return self.yield_indexed(p + 1);
             }
         }
         let item = self
