@@ -154,10 +154,15 @@ pub fn diff_text(
     sorted.sort_by(|a, b| a.path.as_str().cmp(b.path.as_str()));
     for c in sorted {
         let read = |snap: &crate::vault::VaultSnapshot<'_>, exists: bool| {
-            if exists {
-                snap.read(&c.path).map(Some).map_err(store_err)
-            } else {
-                Ok(None)
+            if !exists {
+                return Ok(None);
+            }
+            match snap.read(&c.path) {
+                Ok(v) => Ok(Some(v)),
+                Err(crate::memory::StoreError::Erased) => Ok(Some(zeroize::Zeroizing::new(
+                    b"[this version was erased: its key was destroyed]\n".to_vec(),
+                ))),
+                Err(e) => Err(store_err(e)),
             }
         };
         let a = read(&old_snap, c.old.is_some())?;

@@ -4,6 +4,7 @@
 
 mod audit;
 mod demo;
+mod expiry;
 mod history;
 mod unlock;
 
@@ -122,6 +123,10 @@ pub enum Command {
     Resume(audit::ResumeArgs),
     /// Check all of history: MACs, every stored file, the key table, rollback
     Verify(audit::VerifyArgs),
+    /// Remove files not viewed or written recently, and destroy their keys
+    Expire(expiry::ExpireArgs),
+    /// Erase a file or directory from all of history (destroys its keys)
+    Purge(expiry::PurgeArgs),
     /// Print text with secrets redacted (stdin by default)
     Redact {
         /// The file to read
@@ -156,6 +161,10 @@ pub struct ServeArgs {
     /// JSON line: {"briefing": TEXT}
     #[arg(long)]
     pub briefing: bool,
+    /// Also run the expiry sweep (`memvault expire`, the vault's period)
+    /// every AGE (e.g. 1h) inside this process
+    #[arg(long, value_name = "AGE")]
+    pub expire_every: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -301,6 +310,8 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Sessions(args) => audit::sessions(&cli.global, &args),
         Command::Resume(args) => audit::resume(&cli.global, &args),
         Command::Verify(args) => audit::verify(&cli.global, &args),
+        Command::Expire(args) => expiry::expire(&cli.global, &args),
+        Command::Purge(args) => expiry::purge(&cli.global, &args),
         Command::Redact { file, report } => redact(file.as_deref(), report),
     }
 }
@@ -367,6 +378,29 @@ fn serve(global: &Global, args: &ServeArgs) -> Result<u8, CliError> {
     if args.briefing {
         let text = audit::briefing(&mut vault, None)?;
         eprintln!("{}", serde_json::json!({ "briefing": text }));
+    }
+    if let Some(every) = &args.expire_every {
+        let every = crate::vault::erase::parse_duration_ms(every).ok_or_else(|| CliError {
+            message: format!("--expire-every {every:?}: give a period such as 90m, 1h or 1d"),
+            code: 2,
+        })?;
+        let period = expiry::period_ms(&vault, None)?;
+        let mut sweeper = vault.reopen(Attribution {
+            session: new_session_id(),
+            actor: "expiry".into(),
+        })?;
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(std::time::Duration::from_millis(every));
+                match sweeper.expire(period, false) {
+                    Ok(r) if !r.expired.is_empty() => {
+                        eprintln!("memvault: expiry sweep removed {} file(s)", r.expired.len())
+                    }
+                    Ok(_) => {}
+                    Err(e) => eprintln!("memvault: expiry sweep failed: {e}"),
+                }
+            }
+        });
     }
     let memory = memory_for(vault.config())?;
     let max_line = vault.config().max_line_bytes;

@@ -199,6 +199,13 @@ impl Keyring {
         epoch
     }
 
+    /// A second copy, for a second handle on the same vault in this
+    /// process (the expiry thread of `serve`). Not `Clone`: copies of
+    /// secrets are made on purpose only.
+    pub fn duplicate(&self) -> Keyring {
+        Keyring::from_bytes(&self.to_bytes()).expect("a keyring round-trips")
+    }
+
     pub(super) fn epochs(&self) -> impl Iterator<Item = (u32, &DataKey)> {
         self.keys.iter().map(|(e, k)| (*e, k))
     }

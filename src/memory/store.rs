@@ -125,6 +125,11 @@ pub enum StoreError {
         "the vault is damaged ({0}); nothing was returned or changed. Run `memvault verify` to locate the damage"
     )]
     Damaged(String),
+    /// This version of a file was erased on purpose: its key was destroyed.
+    #[error(
+        "this version of the file was erased (its key was destroyed by expiry or purge); it can no longer be read"
+    )]
+    Erased,
     /// A limit of the store refused the change before any work was done.
     #[error("{0}")]
     Limit(String),

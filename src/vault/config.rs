@@ -21,6 +21,9 @@ pub struct VaultConfig {
     pub max_line_bytes: usize,
     /// Most files the vault may hold.
     pub max_files: usize,
+    /// `memvault expire` removes files neither viewed nor written for this
+    /// many days (unless given `--older-than`).
+    pub expire_after_days: u32,
     /// The secret filter.
     pub redaction: RedactConfig,
 }
@@ -33,6 +36,7 @@ impl Default for VaultConfig {
             max_view_chars: 16_000,
             max_line_bytes: 8 << 20,
             max_files: 100_000,
+            expire_after_days: 30,
             redaction: RedactConfig::default(),
         }
     }
@@ -49,6 +53,9 @@ impl VaultConfig {
         }
         if self.max_line_bytes < 1_024 {
             return Err("max_line_bytes must be at least 1024".into());
+        }
+        if self.expire_after_days == 0 {
+            return Err("expire_after_days must be at least 1".into());
         }
         if self.max_files == 0 {
             return Err("max_files must be at least 1".into());

@@ -32,6 +32,10 @@ pub struct KeyState {
     pub slots: BTreeMap<String, Vec<u8>>,
     /// Decrypted table shards by shard byte, with the blob they came from.
     shards: BTreeMap<u8, (Oid, KeyTable)>,
+    /// Ids of file keys destroyed on purpose (expiry, purge), so a version
+    /// whose key is gone reads as erased rather than damaged. Kept as the
+    /// blob `erased` (ids only; covered by the key-state MAC).
+    pub erased: std::collections::BTreeSet<FileKeyId>,
 }
 
 /// Read the keyslot blobs without any key (needed to unlock).
@@ -102,6 +106,7 @@ impl KeyState {
             commit,
             slots,
             shards: BTreeMap::new(),
+            erased: Default::default(),
         };
         state.load_shards(repo, keys)?;
         Ok(state)
@@ -109,6 +114,17 @@ impl KeyState {
 
     fn load_shards(&mut self, repo: &Repository, keys: &VaultKeys) -> Result<(), VaultError> {
         let tree = repo.find_commit(self.commit)?.tree()?;
+        self.erased.clear();
+        if let Some(entry) = tree.get_name("erased") {
+            let blob = repo
+                .find_blob(entry.id())
+                .map_err(|_| damaged("the erased-key list is unreadable"))?;
+            for c in blob.content().chunks_exact(16) {
+                let mut id = [0u8; 16];
+                id.copy_from_slice(c);
+                self.erased.insert(FileKeyId(id));
+            }
+        }
         let mut shards = BTreeMap::new();
         if let Some(entry) = tree.get_name("table") {
             let sub = repo.find_tree(entry.id())?;
@@ -220,6 +236,7 @@ impl KeyState {
                 }
                 None => {
                     table.remove(&id);
+                    self.erased.insert(id);
                 }
             }
         }
@@ -237,9 +254,10 @@ impl KeyState {
         if let Some(s) = slots {
             self.slots = s;
         }
-        let commit = write_key_commit(repo, keys, &self.slots, &self.shards)?;
+        let commit = write_key_commit(repo, keys, &self.slots, &self.shards, &self.erased)?;
         repo.reference_matching(KEYS_REF, commit, true, old_commit, "memvault keys")?;
         self.commit = commit;
+        note_garbage(repo, old_commit);
         Ok(())
     }
 
@@ -250,14 +268,31 @@ impl KeyState {
         slots: BTreeMap<String, Vec<u8>>,
     ) -> Result<KeyState, VaultError> {
         let shards = BTreeMap::new();
-        let commit = write_key_commit(repo, keys, &slots, &shards)?;
+        let erased = Default::default();
+        let commit = write_key_commit(repo, keys, &slots, &shards, &erased)?;
         repo.reference(KEYS_REF, commit, false, "memvault init")?;
         Ok(KeyState {
             commit,
             slots,
             shards,
+            erased,
         })
     }
+}
+
+/// The list of replaced key-state commits, for the prune that makes
+/// erased keys physically gone (object ids only: nothing secret).
+pub const GARBAGE_FILE: &str = "memvault/keys-garbage";
+
+/// Remember a replaced key-state commit (best effort: `prune` also finds
+/// key-state commits by scanning when asked for a full prune).
+fn note_garbage(repo: &Repository, old: Oid) {
+    use std::io::Write;
+    let _ = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(repo.path().join(GARBAGE_FILE))
+        .and_then(|mut f| writeln!(f, "{old}"));
 }
 
 fn write_key_commit(
@@ -265,6 +300,7 @@ fn write_key_commit(
     keys: &VaultKeys,
     slots: &BTreeMap<String, Vec<u8>>,
     shards: &BTreeMap<u8, (Oid, KeyTable)>,
+    erased: &std::collections::BTreeSet<FileKeyId>,
 ) -> Result<Oid, VaultError> {
     let mut slot_tree = repo.treebuilder(None)?;
     for (name, bytes) in slots {
@@ -280,6 +316,10 @@ fn write_key_commit(
     let mut root = repo.treebuilder(None)?;
     root.insert("slots", slot_tree, FileMode::Tree.into())?;
     root.insert("table", table_tree, FileMode::Tree.into())?;
+    if !erased.is_empty() {
+        let ids: Vec<u8> = erased.iter().flat_map(|id| id.0).collect();
+        root.insert("erased", repo.blob(&ids)?, FileMode::Blob.into())?;
+    }
     let root = repo.find_tree(root.write()?)?;
     let sig = super::fixed_signature()?;
     let buf = repo.commit_create_buffer(&sig, &sig, "memvault key state v1\n", &root, &[])?;

@@ -20,7 +20,9 @@
 //! cannot be seen from the repository alone (see `verify`'s high-water
 //! mark); the shape of trees and the sizes of blobs are visible.
 
+pub mod access;
 pub mod config;
+pub mod erase;
 pub mod fsync;
 pub mod history;
 mod index;
@@ -291,6 +293,14 @@ impl Vault {
         Self::finish_open(dir, repo, keyring, attribution)
     }
 
+    /// A second, independent handle on this vault (its own repository
+    /// handle and writer-lock descriptor), e.g. for a sweeper thread.
+    pub fn reopen(&self, attribution: Attribution) -> Result<Vault, VaultError> {
+        let repo = Repository::open_bare(&self.dir)
+            .map_err(|_| VaultError::NotAVault(self.dir.clone()))?;
+        Self::finish_open(&self.dir, repo, self.keyring.duplicate(), attribution)
+    }
+
     fn finish_open(
         dir: &Path,
         repo: Repository,
@@ -459,6 +469,11 @@ impl Vault {
             .map_err(|e| StoreError::Unavailable(format!("cannot take the writer lock: {e}")))?;
         let _guard = LockGuard(&lock);
         let tip = self.refresh()?;
+        // An erasure a crash interrupted is finished before anything else.
+        if self.dir.join("memvault/erase-pending").exists() {
+            self.finish_pending_erasure(tip)
+                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        }
         f(self, tip)
     }
 
@@ -478,6 +493,7 @@ impl Vault {
             ..Default::default()
         };
         let mut new_key: Option<(FileKeyId, FileKey)> = None;
+        let mut written: Vec<FileKeyId> = Vec::new();
         let new_tree = {
             let base = self.tree_of(parent)?;
             let empty;
@@ -539,6 +555,7 @@ impl Vault {
                         new_key = Some(f);
                     }
                     meta.key_id = Some(id.to_hex());
+                    written.push(id);
                     meta.files = vec![path.as_str().to_string()];
                     meta.path = Some(path.as_str().to_string());
                 }
@@ -558,6 +575,7 @@ impl Vault {
                             return Err(StoreError::Damaged("rename target out of range".into()));
                         };
                         let id = snap.file_key_id(file)?.ok_or(StoreError::NotFound)?;
+                        written.push(id);
                         let key = snap.file_key(&id)?;
                         let content = snap.read(file)?;
                         let sealed = crypto::seal_blob(key, &id, target.as_str(), &content);
@@ -578,6 +596,13 @@ impl Vault {
             .into_iter()
             .collect();
         self.publish(parent, new_tree, new_keys, &meta)?;
+        // For expiry: a write counts as use (no fsync; see `access`).
+        let time = meta.time_ms;
+        let records: Vec<_> = written
+            .into_iter()
+            .map(|id| (id, access::Kind::Written, time))
+            .collect();
+        self.append_access(&records);
         Ok(())
     }
 
@@ -714,5 +739,14 @@ impl Store for Vault {
             }
             Ok(outcome.result)
         })
+    }
+
+    fn note_viewed(&mut self, path: &crate::memory::MemoryPath) {
+        let last = self.caches.last_read.borrow_mut().take();
+        if let Some((p, id)) = last
+            && p == path.as_str()
+        {
+            self.record_access(&[(id, access::Kind::Viewed, now_ms())]);
+        }
     }
 }

@@ -21,6 +21,8 @@ pub struct Caches {
     names: RefCell<HashMap<(String, String), String>>,
     sizes: RefCell<HashMap<Oid, u64>>,
     counts: RefCell<HashMap<Oid, usize>>,
+    /// The path and file key of the last file read, for access tracking.
+    pub(crate) last_read: RefCell<Option<(String, FileKeyId)>>,
 }
 
 const CACHE_LIMIT: usize = 200_000;
@@ -358,10 +360,14 @@ impl Snapshot for VaultSnapshot<'_> {
         let bytes = self.blob_bytes(oid)?;
         let id =
             crypto::blob_key_id(&bytes).map_err(|_| damaged("a stored file has a bad header"))?;
-        let key = self
-            .key_state
-            .file_key(&id)
-            .ok_or_else(|| damaged("a stored file's key is missing from the key table"))?;
+        let key = match self.key_state.file_key(&id) {
+            Some(k) => k,
+            None if self.key_state.erased.contains(&id) => return Err(StoreError::Erased),
+            None => {
+                return Err(damaged("a stored file's key is missing from the key table"));
+            }
+        };
+        *self.caches.last_read.borrow_mut() = Some((path.as_str().to_string(), id));
         crypto::open_blob(key, path.as_str(), &bytes)
             .map_err(|_| damaged("a stored file failed to decrypt (altered, truncated or moved)"))
     }

@@ -136,7 +136,7 @@ impl Walker<'_> {
             return self.problem(rev, p, "the stored file has a bad header");
         };
         let Some(key) = self.vault.key_state.file_key(&id) else {
-            if self.erased.contains(&id) {
+            if self.erased.contains(&id) || self.vault.key_state.erased.contains(&id) {
                 self.report.erased_versions += 1;
                 return;
             }

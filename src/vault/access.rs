@@ -1,0 +1,149 @@
+//! Access tracking for expiry: when each file was last viewed and last
+//! written, kept outside git (reads must not create commits or reveal
+//! reading patterns in history) in `memvault/access`, encrypted.
+//!
+//! Files are tracked by file-key id, which follows a file across renames
+//! and edits and names no path. The file is a log of records, each
+//! `u16 LE length || sealed(n × (key id 16 || kind 1 || time_ms u64 LE))`
+//! under the access subkey. Views and writes append a record without
+//! fsync: after a crash a record may be missing, so a time can only be
+//! older than the truth, never newer. Appending takes the writer lock
+//! shared; compaction (by the sweeper, holding it exclusively) rewrites the
+//! log as one record and renames it into place, so no append is lost to a
+//! rewrite. A record that does not open is skipped.
+
+use std::collections::HashMap;
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+
+use super::{Vault, VaultError, write_durable};
+use crate::crypto::FileKeyId;
+
+pub(crate) const ACCESS_FILE: &str = "memvault/access";
+const AAD: &[u8] = b"memvault access v1\0";
+const ENTRY: usize = 16 + 1 + 8;
+const VIEWED: u8 = 1;
+const WRITTEN: u8 = 2;
+
+/// What is known of one file's use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Access {
+    pub viewed_ms: Option<u64>,
+    pub written_ms: Option<u64>,
+}
+
+impl Access {
+    /// The later of the two, if any.
+    pub fn last_active(&self) -> Option<u64> {
+        self.viewed_ms.max(self.written_ms)
+    }
+}
+
+/// The kind of an access record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Viewed,
+    Written,
+}
+
+impl Vault {
+    fn seal_access_record(&self, entries: &[(FileKeyId, Kind, u64)]) -> Vec<u8> {
+        let mut plain = zeroize::Zeroizing::new(Vec::with_capacity(entries.len() * ENTRY));
+        for (id, kind, t) in entries {
+            plain.extend_from_slice(&id.0);
+            plain.push(match kind {
+                Kind::Viewed => VIEWED,
+                Kind::Written => WRITTEN,
+            });
+            plain.extend_from_slice(&t.to_le_bytes());
+        }
+        let sealed = self.keys.seal_access(AAD, &plain);
+        let mut out = (sealed.len() as u16).to_le_bytes().to_vec();
+        out.extend_from_slice(&sealed);
+        out
+    }
+
+    /// Append access records (no fsync). The caller holds the writer lock,
+    /// shared or exclusive.
+    pub(crate) fn append_access(&self, entries: &[(FileKeyId, Kind, u64)]) {
+        // At most 2,000 entries per record keeps the length within u16.
+        for chunk in entries.chunks(2_000) {
+            let record = self.seal_access_record(chunk);
+            let _ = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.dir.join(ACCESS_FILE))
+                .and_then(|mut f| f.write_all(&record));
+        }
+    }
+
+    /// Record accesses, taking the writer lock shared for the append.
+    pub(crate) fn record_access(&self, entries: &[(FileKeyId, Kind, u64)]) {
+        let Ok(lock) = self.lock.try_clone() else {
+            return;
+        };
+        if lock.lock_shared().is_err() {
+            return;
+        }
+        self.append_access(entries);
+        let _ = lock.unlock();
+    }
+
+    /// The access table: the newest view and write time per file key.
+    pub fn access_table(&self) -> Result<HashMap<FileKeyId, Access>, VaultError> {
+        let bytes = match fs::read(self.dir.join(ACCESS_FILE)) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        let mut table: HashMap<FileKeyId, Access> = HashMap::new();
+        let mut at = 0;
+        while at + 2 <= bytes.len() {
+            let len = u16::from_le_bytes([bytes[at], bytes[at + 1]]) as usize;
+            let Some(sealed) = bytes.get(at + 2..at + 2 + len) else {
+                break; // cut short by a crash
+            };
+            at += 2 + len;
+            let Ok(plain) = self.keys.open_access(AAD, sealed) else {
+                continue;
+            };
+            for e in plain.chunks_exact(ENTRY) {
+                let mut id = [0u8; 16];
+                id.copy_from_slice(&e[..16]);
+                let mut t = [0u8; 8];
+                t.copy_from_slice(&e[17..]);
+                let t = u64::from_le_bytes(t);
+                let a = table.entry(FileKeyId(id)).or_default();
+                match e[16] {
+                    VIEWED => a.viewed_ms = a.viewed_ms.max(Some(t)),
+                    WRITTEN => a.written_ms = a.written_ms.max(Some(t)),
+                    _ => {}
+                }
+            }
+        }
+        Ok(table)
+    }
+
+    /// Rewrite the log as one record holding `table` (durably). The
+    /// caller holds the writer lock exclusively.
+    pub(crate) fn compact_access(
+        &self,
+        table: &HashMap<FileKeyId, Access>,
+    ) -> Result<(), VaultError> {
+        let mut entries = Vec::with_capacity(table.len() * 2);
+        for (id, a) in table {
+            if let Some(t) = a.viewed_ms {
+                entries.push((*id, Kind::Viewed, t));
+            }
+            if let Some(t) = a.written_ms {
+                entries.push((*id, Kind::Written, t));
+            }
+        }
+        let mut bytes = Vec::new();
+        for chunk in entries.chunks(2_000) {
+            bytes.extend_from_slice(&self.seal_access_record(chunk));
+        }
+        write_durable(&self.dir.join(ACCESS_FILE), &bytes)?;
+        Ok(())
+    }
+}

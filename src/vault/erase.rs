@@ -1,0 +1,566 @@
+//! Expiry and purge: deletion that really deletes, by crypto-erasure.
+//!
+//! Destroying a file key makes every version of that file, in every
+//! commit, unreadable, while the commits and their hashes stay: the audit
+//! trail holds. One sweep or purge is:
+//!
+//! 1. under the writer lock, write `memvault/erase-pending` (the doomed key
+//!    ids, sealed) durably;
+//! 2. commit the new tree (files removed; live files that shared a doomed
+//!    key re-encrypted under new keys), marked `expire` or `purge`, with
+//!    the erased key ids in its metadata (the tombstone);
+//! 3. remove the doomed keys from the key table (a new key-state commit);
+//! 4. delete the marker, then prune the replaced key-state objects (and
+//!    repack if any was packed) so the destroyed keys are physically gone.
+//!
+//! A crash after 1 leaves the marker: the next writer finishes the job,
+//! erasing only doomed keys that no file at the tip uses. So a crash
+//! before 2 applies none of the sweep, and one after 2 all of it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fs;
+use std::path::Path;
+
+use git2::{FileMode, ObjectType, Oid};
+use zeroize::Zeroizing;
+
+use super::access::{Access, Kind};
+use super::keys::{GARBAGE_FILE, KEYS_REF};
+use super::meta::META_VERSION;
+use super::{MAIN_REF, Vault, VaultError, damaged, now_ms, sync_dir, write_durable};
+use crate::crypto::{self, FileKey, FileKeyId};
+use crate::memory::{MemoryPath, Snapshot, StoreError};
+use crate::vault::CommitMeta;
+
+const MARKER: &str = "memvault/erase-pending";
+const MARKER_AAD: &[u8] = b"memvault erase pending v1\0";
+
+/// A file the sweep removes (or would, with `--dry-run`).
+#[derive(Debug, Clone)]
+pub struct Expired {
+    pub path: MemoryPath,
+    pub access: Access,
+}
+
+/// What `expire` did or would do.
+#[derive(Debug, Default)]
+pub struct SweepReport {
+    pub expired: Vec<Expired>,
+    /// Files with no access record: kept, and counted from now on.
+    pub unrecorded: Vec<MemoryPath>,
+    pub kept: usize,
+    pub commit: Option<Oid>,
+    pub erased_keys: usize,
+    /// Live files re-encrypted because they shared a destroyed key.
+    pub rekeyed: Vec<MemoryPath>,
+    pub pruned_objects: usize,
+}
+
+/// What `purge` did.
+#[derive(Debug, Default)]
+pub struct PurgeReport {
+    pub removed: Vec<MemoryPath>,
+    pub rekeyed: Vec<MemoryPath>,
+    pub erased_keys: usize,
+    pub commit: Option<Oid>,
+    pub pruned_objects: usize,
+}
+
+/// A live file: path, git path and key id.
+#[derive(Clone)]
+struct LiveFile {
+    path: MemoryPath,
+    git_path: String,
+    key: FileKeyId,
+}
+
+fn test_crash(point: &str) {
+    // Test hook: `MEMVAULT_TEST_CRASH=<point>` aborts the process there, so
+    // crash tests can stop a sweep at each step. Not for production use.
+    if std::env::var("MEMVAULT_TEST_CRASH").is_ok_and(|p| p == point) {
+        std::process::abort();
+    }
+}
+
+fn se(e: VaultError) -> StoreError {
+    match e {
+        VaultError::Damaged(w) => StoreError::Damaged(w),
+        other => StoreError::Unavailable(other.to_string()),
+    }
+}
+
+fn ve(e: StoreError) -> VaultError {
+    match e {
+        StoreError::Damaged(w) => VaultError::Damaged(w),
+        other => VaultError::Refused(other.to_string()),
+    }
+}
+
+impl Vault {
+    /// Every file at `tip` with its key id.
+    fn live_files(&self, tip: Option<Oid>) -> Result<Vec<LiveFile>, VaultError> {
+        let snap = self.snapshot_at(tip)?;
+        let mut out = Vec::new();
+        for path in snap.files_below(&MemoryPath::root()).map_err(ve)? {
+            let key = snap
+                .file_key_id(&path)
+                .map_err(ve)?
+                .ok_or_else(|| damaged("a listed file vanished"))?;
+            let git_path = snap.git_path(&path).map_err(ve)?;
+            out.push(LiveFile {
+                path,
+                git_path,
+                key,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Remove `expired` files from the tip (and re-key live files sharing a
+    /// doomed key), destroy the doomed keys, prune. Holds the writer lock.
+    fn erase_locked(
+        &mut self,
+        tip: Option<Oid>,
+        removals: &[&LiveFile],
+        mut keep_current: Vec<LiveFile>,
+        doomed: BTreeSet<FileKeyId>,
+        mut meta: CommitMeta,
+    ) -> Result<(Option<Oid>, Vec<MemoryPath>, usize), VaultError> {
+        let live = self.live_files(tip)?;
+        let removing: HashSet<&str> = removals.iter().map(|f| f.git_path.as_str()).collect();
+        // Live files outside the removal that use a doomed key keep their
+        // present content under a new key.
+        for f in &live {
+            if doomed.contains(&f.key)
+                && !removing.contains(f.git_path.as_str())
+                && !keep_current.iter().any(|k| k.git_path == f.git_path)
+            {
+                keep_current.push(f.clone());
+            }
+        }
+        if removals.is_empty() && keep_current.is_empty() && doomed.is_empty() {
+            return Ok((None, Vec::new(), 0));
+        }
+        // 1. The marker, durable before anything changes.
+        let mut plain = Zeroizing::new(Vec::new());
+        for id in &doomed {
+            plain.extend_from_slice(&id.0);
+        }
+        let sealed = self.keys.seal_access(MARKER_AAD, &plain);
+        write_durable(&self.dir.join(MARKER), &sealed)?;
+        test_crash("after-marker");
+
+        // 2. The new tree and its commit.
+        let mut new_keys: Vec<(FileKeyId, Option<FileKey>)> = Vec::new();
+        let mut rekeyed = Vec::new();
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        let mut access_moves: Vec<(FileKeyId, FileKeyId)> = Vec::new();
+        {
+            let snap = self.snapshot_at(tip)?;
+            for f in removals {
+                update.remove(f.git_path.as_str());
+            }
+            for f in &keep_current {
+                let content = snap.read(&f.path).map_err(ve)?;
+                let id = FileKeyId::generate();
+                let key = FileKey::generate();
+                let sealed = crypto::seal_blob(&key, &id, f.path.as_str(), &content);
+                let blob = self.repo.blob(&sealed)?;
+                update.upsert(f.git_path.as_str(), blob, FileMode::Blob);
+                new_keys.push((id, Some(key)));
+                access_moves.push((f.key, id));
+                rekeyed.push(f.path.clone());
+            }
+        }
+        let base = match self.tree_of(tip)? {
+            Some(t) => t,
+            None => self.repo.find_tree(self.repo.treebuilder(None)?.write()?)?,
+        };
+        let tree = update.create_updated(&self.repo, &base)?;
+        drop(base);
+        meta.erased_keys = doomed.iter().map(FileKeyId::to_hex).collect();
+        let commit = self
+            .publish(tip, tree, new_keys, &meta)
+            .map_err(|e| VaultError::Refused(e.to_string()))?;
+        test_crash("after-commit");
+
+        // 3. Destroy the keys, 4. drop the marker and prune.
+        let erased = self.finish_erasure(Some(commit), &doomed)?;
+        // Access records follow re-keyed files; erased keys are dropped.
+        let mut table = self.access_table()?;
+        for (old, new) in access_moves {
+            if let Some(a) = table.get(&old).copied() {
+                table.insert(new, a);
+            }
+        }
+        table.retain(|id, _| !doomed.contains(id));
+        self.compact_access(&table)?;
+        Ok((Some(commit), rekeyed, erased))
+    }
+
+    /// Erase the doomed keys that no file at `tip` uses, remove the marker,
+    /// prune. Returns how many keys were erased.
+    fn finish_erasure(
+        &mut self,
+        tip: Option<Oid>,
+        doomed: &BTreeSet<FileKeyId>,
+    ) -> Result<usize, VaultError> {
+        let in_use: HashSet<FileKeyId> = self.live_files(tip)?.into_iter().map(|f| f.key).collect();
+        let erase: Vec<(FileKeyId, Option<FileKey>)> = doomed
+            .iter()
+            .filter(|id| !in_use.contains(id) && self.key_state.file_key(id).is_some())
+            .map(|id| (*id, None))
+            .collect();
+        let n = erase.len();
+        if !erase.is_empty() {
+            self.key_state
+                .commit_changes(&self.repo, &self.keys, erase, None)?;
+        }
+        test_crash("after-erase");
+        match fs::remove_file(self.dir.join(MARKER)) {
+            Ok(()) => sync_dir(&self.dir.join("memvault")),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.prune_key_garbage()?;
+        Ok(n)
+    }
+
+    /// Finish an erasure a crash interrupted (see the module docs). The
+    /// caller holds the writer lock.
+    pub(crate) fn finish_pending_erasure(&mut self, tip: Option<Oid>) -> Result<(), VaultError> {
+        let sealed = match fs::read(self.dir.join(MARKER)) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let plain = self
+            .keys
+            .open_access(MARKER_AAD, &sealed)
+            .map_err(|_| damaged("memvault/erase-pending does not open"))?;
+        let doomed: BTreeSet<FileKeyId> = plain
+            .chunks_exact(16)
+            .map(|c| {
+                let mut id = [0u8; 16];
+                id.copy_from_slice(c);
+                FileKeyId(id)
+            })
+            .collect();
+        self.finish_erasure(tip, &doomed)?;
+        Ok(())
+    }
+
+    /// `expire`: remove every file not viewed or written within
+    /// `older_than_ms` of `now`, in one commit, and destroy their keys.
+    pub fn expire(&mut self, older_than_ms: u64, dry_run: bool) -> Result<SweepReport, VaultError> {
+        let now = now_ms();
+        self.with_writer_lock(|vault, tip| {
+            vault
+                .expire_locked(tip, now, older_than_ms, dry_run)
+                .map_err(se)
+        })
+        .map_err(ve)
+    }
+
+    fn expire_locked(
+        &mut self,
+        tip: Option<Oid>,
+        now: u64,
+        older_than_ms: u64,
+        dry_run: bool,
+    ) -> Result<SweepReport, VaultError> {
+        let live = self.live_files(tip)?;
+        let table = self.access_table()?;
+        let cutoff = now.saturating_sub(older_than_ms);
+        let mut report = SweepReport::default();
+        let mut removals: Vec<&LiveFile> = Vec::new();
+        let mut seed = Vec::new();
+        for f in &live {
+            let access = table.get(&f.key).copied().unwrap_or_default();
+            match access.last_active() {
+                None => {
+                    report.unrecorded.push(f.path.clone());
+                    seed.push((f.key, Kind::Written, now));
+                }
+                Some(t) if t < cutoff => {
+                    report.expired.push(Expired {
+                        path: f.path.clone(),
+                        access,
+                    });
+                    removals.push(f);
+                }
+                Some(_) => report.kept += 1,
+            }
+        }
+        report.kept += report.unrecorded.len();
+        if dry_run {
+            return Ok(report);
+        }
+        self.append_access(&seed);
+        if removals.is_empty() {
+            return Ok(report);
+        }
+        let doomed: BTreeSet<FileKeyId> = removals.iter().map(|f| f.key).collect();
+        let attribution = self.attribution.clone();
+        let meta = CommitMeta {
+            v: META_VERSION,
+            op: "expire".into(),
+            time_ms: now,
+            session: attribution.session,
+            actor: attribution.actor,
+            files: removals
+                .iter()
+                .map(|f| f.path.as_str().to_string())
+                .collect(),
+            ..Default::default()
+        };
+        let (commit, rekeyed, erased) =
+            self.erase_locked(tip, &removals, Vec::new(), doomed, meta)?;
+        report.commit = commit;
+        report.rekeyed = rekeyed;
+        report.erased_keys = erased;
+        Ok(report)
+    }
+
+    /// `purge`: erase a file or directory from all of history by
+    /// destroying the keys of every version ever stored at or below
+    /// `path`. With `keep_current` the present files stay, re-encrypted
+    /// under new keys, so only the past is erased.
+    pub fn purge(
+        &mut self,
+        path: &MemoryPath,
+        keep_current: bool,
+    ) -> Result<PurgeReport, VaultError> {
+        let path = path.clone();
+        self.with_writer_lock(|vault, tip| vault.purge_locked(tip, &path, keep_current).map_err(se))
+            .map_err(ve)
+    }
+
+    fn purge_locked(
+        &mut self,
+        tip: Option<Oid>,
+        path: &MemoryPath,
+        keep_current: bool,
+    ) -> Result<PurgeReport, VaultError> {
+        if path.is_root() {
+            return Err(VaultError::Refused(
+                "purge names a file or directory below /memories, not the whole memory".into(),
+            ));
+        }
+        let git_path = self.git_path_of(path)?;
+        // Every key ever used at or below the path, over all of history.
+        let mut doomed = BTreeSet::new();
+        let mut seen_trees = HashSet::new();
+        let mut seen_blobs = HashSet::new();
+        let mut next = tip;
+        let mut commits = 0usize;
+        while let Some(id) = next {
+            let (tree, parent, _) = self.read_commit(id)?;
+            next = parent;
+            commits += 1;
+            self.check_object(tree)?;
+            let root = self.repo.find_tree(tree)?;
+            let Ok(entry) = root.get_path(Path::new(&git_path)) else {
+                continue;
+            };
+            self.collect_keys(
+                entry.id(),
+                entry.kind(),
+                &mut seen_trees,
+                &mut seen_blobs,
+                &mut doomed,
+            )?;
+        }
+        let _ = commits;
+        let live = self.live_files(tip)?;
+        let below: Vec<&LiveFile> = live.iter().filter(|f| f.path.starts_with(path)).collect();
+        if doomed.is_empty() && below.is_empty() {
+            return Err(VaultError::Refused(format!(
+                "{} never held a file; nothing to purge",
+                path.as_str()
+            )));
+        }
+        let (removals, keep): (Vec<&LiveFile>, Vec<LiveFile>) = if keep_current {
+            (Vec::new(), below.iter().map(|f| (*f).clone()).collect())
+        } else {
+            (below.clone(), Vec::new())
+        };
+        let attribution = self.attribution.clone();
+        let meta = CommitMeta {
+            v: META_VERSION,
+            op: "purge".into(),
+            path: Some(path.as_str().to_string()),
+            time_ms: now_ms(),
+            session: attribution.session,
+            actor: attribution.actor,
+            files: below.iter().map(|f| f.path.as_str().to_string()).collect(),
+            ..Default::default()
+        };
+        let n_doomed = doomed.len();
+        let (commit, rekeyed, erased) = self.erase_locked(tip, &removals, keep, doomed, meta)?;
+        let _ = n_doomed;
+        Ok(PurgeReport {
+            removed: removals.iter().map(|f| f.path.clone()).collect(),
+            rekeyed,
+            erased_keys: erased,
+            commit,
+            pruned_objects: 0,
+        })
+    }
+
+    fn collect_keys(
+        &self,
+        oid: Oid,
+        kind: Option<ObjectType>,
+        seen_trees: &mut HashSet<Oid>,
+        seen_blobs: &mut HashSet<Oid>,
+        out: &mut BTreeSet<FileKeyId>,
+    ) -> Result<(), VaultError> {
+        match kind {
+            Some(ObjectType::Blob) => {
+                if seen_blobs.insert(oid) {
+                    self.check_object(oid)?;
+                    let blob = self.repo.find_blob(oid)?;
+                    if let Ok(id) = crypto::blob_key_id(blob.content()) {
+                        out.insert(id);
+                    }
+                }
+            }
+            Some(ObjectType::Tree) => {
+                if seen_trees.insert(oid) {
+                    self.check_object(oid)?;
+                    let tree = self.repo.find_tree(oid)?;
+                    let children: Vec<(Oid, Option<ObjectType>)> =
+                        tree.iter().map(|e| (e.id(), e.kind())).collect();
+                    for (id, k) in children {
+                        self.collect_keys(id, k, seen_trees, seen_blobs, out)?;
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Delete the objects of replaced key-state commits that the current
+    /// key state does not share (they hold keys that may since have been
+    /// destroyed). Loose objects are removed; if any was packed, the
+    /// repository is repacked from its refs. Returns the objects removed.
+    pub fn prune_key_garbage(&self) -> Result<usize, VaultError> {
+        let list_path = self.dir.join(GARBAGE_FILE);
+        let text = match fs::read_to_string(&list_path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(e.into()),
+        };
+        let current = self
+            .repo
+            .refname_to_id(KEYS_REF)
+            .map_err(|_| damaged("the key state (refs/memvault/keys) is missing"))?;
+        let mut live = HashSet::new();
+        self.collect_objects(current, &mut live);
+        let mut doomed = HashSet::new();
+        for line in text.lines() {
+            if let Ok(id) = Oid::from_str(line.trim())
+                && id != current
+            {
+                self.collect_objects(id, &mut doomed);
+            }
+        }
+        let mut removed = 0;
+        let mut packed = false;
+        let odb = self.repo.odb()?;
+        for oid in doomed.difference(&live) {
+            let hex = oid.to_string();
+            let loose = self.dir.join("objects").join(&hex[..2]).join(&hex[2..]);
+            match fs::remove_file(&loose) {
+                Ok(()) => removed += 1,
+                Err(_) if odb.exists(*oid) => packed = true,
+                Err(_) => {}
+            }
+        }
+        drop(odb);
+        if packed {
+            self.repack_from_refs()?;
+        }
+        test_crash("mid-prune");
+        write_durable(&list_path, b"")?;
+        Ok(removed)
+    }
+
+    /// The ids of a commit, its tree and everything below (best effort:
+    /// objects already gone are skipped).
+    fn collect_objects(&self, commit: Oid, out: &mut HashSet<Oid>) {
+        out.insert(commit);
+        let Ok(c) = self.repo.find_commit(commit) else {
+            return;
+        };
+        let mut stack = vec![c.tree_id()];
+        while let Some(t) = stack.pop() {
+            if !out.insert(t) {
+                continue;
+            }
+            let Ok(tree) = self.repo.find_tree(t) else {
+                continue;
+            };
+            for e in tree.iter() {
+                match e.kind() {
+                    Some(ObjectType::Tree) => stack.push(e.id()),
+                    _ => {
+                        out.insert(e.id());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Write one pack of everything reachable from main and the key state,
+    /// then delete every other pack: unreachable packed objects are gone.
+    pub fn repack_from_refs(&self) -> Result<(), VaultError> {
+        let pack_dir = self.dir.join("objects").join("pack");
+        let old: Vec<std::path::PathBuf> = fs::read_dir(&pack_dir)
+            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        let mut pb = self.repo.packbuilder()?;
+        if let Ok(tip) = self.repo.refname_to_id(MAIN_REF) {
+            let mut walk = self.repo.revwalk()?;
+            walk.push(tip)?;
+            pb.insert_walk(&mut walk)?;
+        }
+        pb.insert_commit(self.repo.refname_to_id(KEYS_REF)?)?;
+        fs::create_dir_all(&pack_dir)?;
+        pb.write(&pack_dir, 0o444)?;
+        let new: BTreeMap<std::path::PathBuf, ()> = fs::read_dir(&pack_dir)?
+            .filter_map(|e| e.ok().map(|e| (e.path(), ())))
+            .collect();
+        let fresh: Vec<&std::path::PathBuf> = new.keys().filter(|p| !old.contains(p)).collect();
+        if fresh.is_empty() {
+            // The same pack name: it already held exactly these objects.
+            return Ok(());
+        }
+        for p in old {
+            let _ = fs::remove_file(p);
+        }
+        sync_dir(&pack_dir);
+        Ok(())
+    }
+}
+
+/// Durations as people write them: `90s`, `30m`, `12h`, `30d`, `2w`.
+pub fn parse_duration_ms(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let unit = s.chars().last()?;
+    let n: u64 = s[..s.len() - unit.len_utf8()].parse().ok()?;
+    let ms = match unit {
+        's' => 1_000,
+        'm' => 60_000,
+        'h' => 3_600_000,
+        'd' => 86_400_000,
+        'w' => 604_800_000,
+        _ => return None,
+    };
+    n.checked_mul(ms).filter(|&v| v > 0)
+}
+
+/// Keep `HashMap` in the imports used by callers of the access table.
+pub type AccessTable = HashMap<FileKeyId, Access>;
