@@ -417,24 +417,20 @@ impl Vault {
         out: &mut BTreeSet<FileKeyId>,
     ) -> Result<(), VaultError> {
         match kind {
-            Some(ObjectType::Blob) => {
-                if seen_blobs.insert(oid) {
-                    self.check_object(oid)?;
-                    let blob = self.repo.find_blob(oid)?;
-                    if let Ok(id) = crypto::blob_key_id(blob.content()) {
-                        out.insert(id);
-                    }
+            Some(ObjectType::Blob) if seen_blobs.insert(oid) => {
+                self.check_object(oid)?;
+                let blob = self.repo.find_blob(oid)?;
+                if let Ok(id) = crypto::blob_key_id(blob.content()) {
+                    out.insert(id);
                 }
             }
-            Some(ObjectType::Tree) => {
-                if seen_trees.insert(oid) {
-                    self.check_object(oid)?;
-                    let tree = self.repo.find_tree(oid)?;
-                    let children: Vec<(Oid, Option<ObjectType>)> =
-                        tree.iter().map(|e| (e.id(), e.kind())).collect();
-                    for (id, k) in children {
-                        self.collect_keys(id, k, seen_trees, seen_blobs, out)?;
-                    }
+            Some(ObjectType::Tree) if seen_trees.insert(oid) => {
+                self.check_object(oid)?;
+                let tree = self.repo.find_tree(oid)?;
+                let children: Vec<(Oid, Option<ObjectType>)> =
+                    tree.iter().map(|e| (e.id(), e.kind())).collect();
+                for (id, k) in children {
+                    self.collect_keys(id, k, seen_trees, seen_blobs, out)?;
                 }
             }
             _ => {}
