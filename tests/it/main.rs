@@ -5,6 +5,7 @@ mod audit;
 mod commands;
 mod concurrency;
 mod disk;
+mod expiry;
 mod paths;
 mod protocol;
 mod redaction;

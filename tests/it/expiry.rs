@@ -1,0 +1,485 @@
+//! Expiry and erasure: the access log, `expire`, `purge`, the prune that
+//! makes destroyed keys physically gone, crashes in the middle, and a
+//! sweep running beside a live `serve`. Time comes from
+//! MEMVAULT_TEST_NOW_MS (a test-only clock).
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+
+use crate::util::*;
+
+const DAY: u64 = 86_400_000;
+/// 2026-01-01T00:00:00Z.
+const T0: u64 = 1_767_225_600_000;
+
+fn at(c: &mut Command, t: u64) -> &mut Command {
+    c.env("MEMVAULT_TEST_NOW_MS", t.to_string())
+}
+
+fn serve_at(v: &TestVault, t: u64, cmds: &[Value]) -> Vec<Value> {
+    let input: String = cmds.iter().map(|c| format!("{c}\n")).collect();
+    let out = run_with_stdin(
+        at(v.cmd().args(["serve", "--session", "t"]), t),
+        input.as_bytes(),
+    );
+    assert!(out.status.success());
+    parse_lines(&out.stdout)
+}
+
+fn create(path: &str, text: &str) -> Value {
+    json!({"command": "create", "path": path, "file_text": text})
+}
+
+fn view(path: &str) -> Value {
+    json!({"command": "view", "path": path})
+}
+
+fn run_at(v: &TestVault, t: u64, args: &[&str]) -> Output {
+    at(v.cmd().args(args), t).output().unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "failed ({:?}): {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+/// The files at the tip.
+fn files(v: &TestVault) -> BTreeSet<String> {
+    let listing = v.one(view("/memories"));
+    text(&listing)
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once('\t').map(|(_, p)| p.to_string()))
+        .filter(|p| !p.ends_with('/') && p != "/memories")
+        .collect()
+}
+
+fn set(paths: &[&str]) -> BTreeSet<String> {
+    paths.iter().map(|p| p.to_string()).collect()
+}
+
+/// a, b, c/d written at T0; a viewed at T0+20d; c/ listed (a directory
+/// view) at T0+25d; e written at T0+15d.
+fn aged_vault() -> TestVault {
+    let v = TestVault::new();
+    serve_at(
+        &v,
+        T0,
+        &[
+            create("/memories/a.md", "alpha\n"),
+            create("/memories/b.md", "bravo\n"),
+            create("/memories/c/d.md", "delta\n"),
+        ],
+    );
+    serve_at(&v, T0 + 15 * DAY, &[create("/memories/e.md", "echo\n")]);
+    let r = serve_at(&v, T0 + 20 * DAY, &[view("/memories/a.md")]);
+    assert!(!is_error(&r[0]));
+    serve_at(&v, T0 + 25 * DAY, &[view("/memories/c"), view("/memories")]);
+    v
+}
+
+#[test]
+fn expire_keeps_what_was_viewed_or_written_recently_and_dry_run_changes_nothing() {
+    let v = aged_vault();
+    let now = T0 + 40 * DAY;
+    // Dry run: lists b and c/d (never viewed; the directory view does not
+    // count), with their last use; changes nothing at all.
+    let commits = v.commits();
+    let access = std::fs::read(v.vault.join("memvault/access")).unwrap();
+    let out = ok(&run_at(
+        &v,
+        now,
+        &["expire", "--older-than", "30d", "--dry-run", "--json"],
+    ));
+    let lines: Vec<Value> = parse_lines(out.as_bytes());
+    let listed: BTreeSet<String> = lines
+        .iter()
+        .filter_map(|l| l["path"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(listed, set(&["/memories/b.md", "/memories/c/d.md"]));
+    let b = lines
+        .iter()
+        .find(|l| l["path"] == "/memories/b.md")
+        .unwrap();
+    assert_eq!(b["last_written"], "2026-01-01T00:00:00Z");
+    assert_eq!(b["last_viewed"], Value::Null);
+    assert_eq!(lines.last().unwrap()["dry_run"], true);
+    assert_eq!(v.commits(), commits);
+    assert_eq!(
+        std::fs::read(v.vault.join("memvault/access")).unwrap(),
+        access
+    );
+    assert_eq!(files(&v).len(), 4);
+
+    // The real sweep: one commit marked as an expiry.
+    let out = ok(&run_at(&v, now, &["expire", "--older-than", "30d"]));
+    assert!(out.contains("2 files expired"), "{out}");
+    assert_eq!(v.commits(), commits + 1);
+    assert_eq!(files(&v), set(&["/memories/a.md", "/memories/e.md"]));
+    let top =
+        &parse_lines(ok(&run_at(&v, now, &["history", "--json", "--limit", "1"])).as_bytes())[0];
+    assert_eq!(top["op"], "expire");
+    // e (written at +15d) goes once 30 days have passed since its write;
+    // a since its view at +20d.
+    ok(&run_at(
+        &v,
+        T0 + 46 * DAY,
+        &["expire", "--older-than", "30d"],
+    ));
+    assert_eq!(files(&v), set(&["/memories/a.md"]));
+    ok(&run_at(
+        &v,
+        T0 + 51 * DAY,
+        &["expire", "--older-than", "30d"],
+    ));
+    assert!(files(&v).is_empty());
+    assert!(ok(&v.cmd().arg("verify").output().unwrap()).starts_with("ok:"));
+    // Bad periods are usage errors.
+    assert_eq!(
+        run_at(&v, now, &["expire", "--older-than", "soon"])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        run_at(&v, now, &["expire", "--older-than", "0d"])
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+#[test]
+fn erased_versions_no_longer_open_while_other_history_stays_intact() {
+    let v = aged_vault();
+    let revs: Vec<String> =
+        parse_lines(ok(&v.cmd().args(["history", "--json"]).output().unwrap()).as_bytes())
+            .iter()
+            .map(|l| l["rev"].as_str().unwrap().to_string())
+            .collect();
+    let first = revs[revs.len() - 2].clone(); // the create of a.md
+    let third = revs[revs.len() - 4].clone(); // after c/d.md was created
+    assert_eq!(
+        ok(&v
+            .cmd()
+            .args(["show", &third, "/memories/b.md", "--raw"])
+            .output()
+            .unwrap()),
+        "bravo\n"
+    );
+    ok(&run_at(
+        &v,
+        T0 + 40 * DAY,
+        &["expire", "--older-than", "30d"],
+    ));
+    // Every old version of the expired files is gone for good...
+    for p in ["/memories/b.md", "/memories/c/d.md"] {
+        let o = v.cmd().args(["show", &third, p, "--raw"]).output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{p} still opens");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("erased"));
+    }
+    // ...while the others' history is intact.
+    assert_eq!(
+        ok(&v
+            .cmd()
+            .args(["show", &first, "/memories/a.md", "--raw"])
+            .output()
+            .unwrap()),
+        "alpha\n"
+    );
+    // Purge with --keep-current: a's past is erased, its present stays.
+    ok(&v
+        .cmd()
+        .args(["purge", "/memories/a.md", "--keep-current"])
+        .output()
+        .unwrap());
+    assert!(text(&v.one(view("/memories/a.md"))).contains("alpha"));
+    let o = v
+        .cmd()
+        .args(["show", &first, "/memories/a.md", "--raw"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    // diff and verify report erased versions as erased, not damage.
+    let d = ok(&v.cmd().args(["diff", &first]).output().unwrap());
+    assert!(d.contains("erased"), "{d}");
+    let report: Value =
+        serde_json::from_str(&ok(&v.cmd().args(["verify", "--json"]).output().unwrap())).unwrap();
+    assert_eq!(report["ok"], true, "{report}");
+    assert!(report["erased_versions"].as_u64().unwrap() >= 3, "{report}");
+    // Reverting the creation of an expired file skips it and says so.
+    let create_b = &revs[revs.len() - 3];
+    let o = v
+        .cmd()
+        .args(["revert", create_b, "--force"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        said.contains("nothing to undo") || said.contains("erased"),
+        "{said}"
+    );
+}
+
+/// Every file key any key-table object in the repository holds, reachable
+/// or not, opened with the vault's keys.
+fn keys_in_any_object(v: &TestVault) -> BTreeSet<String> {
+    let vault = v.open_library("probe");
+    let list = git(
+        &v.vault,
+        &["cat-file", "--batch-all-objects", "--batch-check"],
+    )
+    .stdout;
+    let mut found = BTreeSet::new();
+    for line in String::from_utf8(list).unwrap().lines() {
+        let mut parts = line.split(' ');
+        let (oid, kind) = (parts.next().unwrap(), parts.next().unwrap());
+        if kind != "blob" {
+            continue;
+        }
+        let bytes = git(&v.vault, &["cat-file", "blob", oid]).stdout;
+        for shard in 0..=255u8 {
+            if let Ok(table) = vault.keys().open_table_shard(shard, &bytes) {
+                for (id, _) in table.iter() {
+                    found.insert(id.to_hex());
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn after_purge_and_prune_no_object_holds_the_erased_key() {
+    let v = TestVault::new();
+    serve_at(
+        &v,
+        T0,
+        &[
+            create("/memories/secret.md", "salary: 1\n"),
+            create("/memories/keep.md", "keep\n"),
+            json!({"command": "str_replace", "path": "/memories/secret.md", "old_str": "1", "new_str": "2"}),
+            create("/memories/other.md", "other\n"),
+        ],
+    );
+    // Pack what exists, so the prune must handle packed key states too.
+    git(&v.vault, &["repack", "-a", "-d", "-q"]);
+    serve_at(&v, T0, &[create("/memories/late.md", "late\n")]);
+    let secret_key = {
+        let mut vault = v.open_library("probe");
+        let tip = vault.tip().unwrap();
+        let snap = vault.snapshot_at(tip).unwrap();
+        snap.file_key_id(&memvault::memory::MemoryPath::parse("/memories/secret.md").unwrap())
+            .unwrap()
+            .unwrap()
+            .to_hex()
+    };
+    // The probe can find it before the purge (so the check below can fail).
+    assert!(keys_in_any_object(&v).contains(&secret_key));
+    let out = ok(&v
+        .cmd()
+        .args(["purge", "/memories/secret.md"])
+        .output()
+        .unwrap());
+    assert!(out.contains("erased 1 key"), "{out}");
+    let left = keys_in_any_object(&v);
+    assert!(
+        !left.contains(&secret_key),
+        "the erased key survives in some object"
+    );
+    assert_eq!(
+        left.len(),
+        3,
+        "the other files' keys are still there: {left:?}"
+    );
+    assert!(ok(&v.cmd().arg("verify").output().unwrap()).starts_with("ok:"));
+    assert_eq!(
+        files(&v),
+        set(&[
+            "/memories/keep.md",
+            "/memories/other.md",
+            "/memories/late.md"
+        ])
+    );
+    // The tombstone says what was erased and when, without content.
+    let top = &parse_lines(
+        ok(&v
+            .cmd()
+            .args(["history", "--json", "--limit", "1"])
+            .output()
+            .unwrap())
+        .as_bytes(),
+    )[0];
+    assert_eq!(top["op"], "purge");
+    assert_eq!(top["path"], "/memories/secret.md");
+    let found = plaintext_anywhere(&v.vault, "salary");
+    assert!(found.is_empty(), "{found:?}");
+}
+
+#[test]
+fn a_crash_at_any_step_of_expire_or_purge_applies_all_or_nothing() {
+    for point in ["after-marker", "after-commit", "after-erase", "mid-prune"] {
+        for purge in [false, true] {
+            let v = aged_vault();
+            let now = T0 + 40 * DAY;
+            let args: Vec<&str> = if purge {
+                vec!["purge", "/memories/b.md"]
+            } else {
+                vec!["expire", "--older-than", "30d"]
+            };
+            let o = at(v.cmd().args(&args), now)
+                .env("MEMVAULT_TEST_CRASH", point)
+                .output()
+                .unwrap();
+            assert!(!o.status.success(), "{point}: the crash hook did not fire");
+            // The vault passes verify right after the crash...
+            let report = ok(&v.cmd().arg("verify").output().unwrap());
+            assert!(report.starts_with("ok:"), "{point}: {report}");
+            // ...and holds either none or all of the change.
+            let gone: BTreeSet<String> = if purge {
+                set(&["/memories/b.md"])
+            } else {
+                set(&["/memories/b.md", "/memories/c/d.md"])
+            };
+            let now_files = files(&v);
+            let all = set(&[
+                "/memories/a.md",
+                "/memories/b.md",
+                "/memories/c/d.md",
+                "/memories/e.md",
+            ]);
+            if point == "after-marker" {
+                assert_eq!(now_files, all, "{point} {args:?}: applied in part");
+            } else {
+                assert_eq!(
+                    now_files,
+                    all.difference(&gone).cloned().collect(),
+                    "{point} {args:?}"
+                );
+            }
+            // The next writer finishes any interrupted erasure: old versions
+            // of removed files no longer open, the rest do.
+            serve_at(&v, now, &[create("/memories/z.md", "z\n")]);
+            let first =
+                parse_lines(ok(&v.cmd().args(["history", "--json"]).output().unwrap()).as_bytes())
+                    .iter()
+                    .rev()
+                    .nth(3)
+                    .unwrap()["rev"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+            for p in &gone {
+                let o = v.cmd().args(["show", &first, p, "--raw"]).output().unwrap();
+                assert_eq!(
+                    o.status.success(),
+                    point == "after-marker",
+                    "{point} {args:?}: {p}"
+                );
+            }
+            assert!(ok(&v.cmd().arg("verify").output().unwrap()).starts_with("ok:"));
+            assert!(!v.vault.join("memvault/erase-pending").exists());
+        }
+    }
+}
+
+#[test]
+fn a_sweep_beside_a_live_serve_loses_no_write_and_spares_what_was_just_viewed() {
+    let v = TestVault::new();
+    let now = T0 + 40 * DAY;
+    serve_at(
+        &v,
+        T0,
+        &[
+            create("/memories/viewed.md", "v\n"),
+            create("/memories/stale.md", "s\n"),
+        ],
+    );
+    let mut child = at(v.cmd().args(["serve", "--session", "live"]), now)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut ask = |cmd: Value| -> Value {
+        writeln!(stdin, "{cmd}").unwrap();
+        stdin.flush().unwrap();
+        serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap()
+    };
+    // The view is answered before the sweep starts.
+    assert!(!is_error(&ask(view("/memories/viewed.md"))));
+    let sweep = std::thread::spawn({
+        let mut c = v.cmd();
+        move || {
+            at(c.args(["expire", "--older-than", "30d"]), now)
+                .output()
+                .unwrap()
+        }
+    });
+    let mut acked = Vec::new();
+    for i in 0..40 {
+        let p = format!("/memories/new/n{i}.md");
+        let r = ask(create(&p, "fresh\n"));
+        assert!(!is_error(&r), "{r}");
+        acked.push(p);
+    }
+    let sweep = sweep.join().unwrap();
+    assert!(
+        sweep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sweep.stderr)
+    );
+    drop(ask);
+    drop(stdin);
+    child.wait().unwrap();
+    let after = files(&v);
+    assert!(after.contains("/memories/viewed.md"));
+    assert!(!after.contains("/memories/stale.md"));
+    for p in &acked {
+        assert!(after.contains(p), "acknowledged write {p} lost");
+    }
+    assert!(ok(&v.cmd().arg("verify").output().unwrap()).starts_with("ok:"));
+}
+
+#[test]
+fn serve_expire_every_sweeps_inside_the_server() {
+    let v = TestVault::new();
+    serve_at(&v, T0, &[create("/memories/old.md", "o\n")]);
+    let mut child = at(
+        v.cmd()
+            .args(["serve", "--session", "s", "--expire-every", "1s"]),
+        T0 + 40 * DAY,
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{}", view("/memories")).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let r = parse_lines(&out.stdout);
+    assert!(!text(&r[0]).contains("old.md"), "{}", text(&r[0]));
+    let top = &parse_lines(
+        ok(&v
+            .cmd()
+            .args(["history", "--json", "--limit", "1"])
+            .output()
+            .unwrap())
+        .as_bytes(),
+    )[0];
+    assert_eq!(top["op"], "expire");
+    assert_eq!(top["actor"], "expiry");
+}
