@@ -439,7 +439,6 @@ fn a_sweep_beside_a_live_serve_loses_no_write_and_spares_what_was_just_viewed() 
         "{}",
         String::from_utf8_lossy(&sweep.stderr)
     );
-    drop(ask);
     drop(stdin);
     child.wait().unwrap();
     let after = files(&v);
