@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 
 use git2::{FileMode, Oid, Repository};
 
+use super::wal::{Record, Wal};
 use super::{VaultError, damaged};
 use crate::crypto::{FileKey, FileKeyId, KeyTable, VaultKeys};
 
@@ -177,7 +178,9 @@ impl KeyState {
 
     /// Write a new keys commit with `changes` applied (insert `Some`, erase
     /// `None`) and the given slots, and move the ref to it (compare and
-    /// swap on the current commit). Durable when it returns.
+    /// swap on the current commit). Durable when it returns: the change
+    /// goes through the write-ahead log like every mutation. The caller
+    /// holds the writer lock (see `Vault::with_writer_lock`).
     pub fn commit_changes(
         &mut self,
         repo: &Repository,
@@ -188,12 +191,7 @@ impl KeyState {
         let old_commit = self.commit;
         let result = self.try_commit_changes(repo, keys, changes, slots, old_commit);
         if result.is_err() {
-            // The in-memory tables were edited in place: re-read the state
-            // that is really on disk.
-            self.commit = Oid::ZERO_SHA1;
-            self.shards.clear();
-            let reloaded = KeyState::load(repo, keys)?;
-            *self = reloaded;
+            self.reload(repo, keys)?;
         }
         result
     }
@@ -206,6 +204,42 @@ impl KeyState {
         slots: Option<BTreeMap<String, Vec<u8>>>,
         old_commit: Oid,
     ) -> Result<(), VaultError> {
+        let commit = self.stage_changes(repo, keys, changes, slots)?;
+        let mut record = Record::default();
+        self.add_to_record(repo, &mut record, old_commit, commit)?;
+        let mut wal = Wal::open(repo.path())?;
+        let start = wal.append(&record)?;
+        if let Err(e) = repo.reference_matching(KEYS_REF, commit, true, old_commit, "memvault keys")
+        {
+            wal.truncate_to(start)?;
+            return Err(e.into());
+        }
+        wal.sync()?;
+        self.commit = commit;
+        Ok(())
+    }
+
+    /// Re-read the state that is really on disk (after a staged change
+    /// was abandoned: the in-memory tables were edited in place).
+    pub(crate) fn reload(&mut self, repo: &Repository, keys: &VaultKeys) -> Result<(), VaultError> {
+        self.commit = Oid::ZERO_SHA1;
+        self.shards.clear();
+        *self = KeyState::load(repo, keys)?;
+        Ok(())
+    }
+
+    /// Write the objects of a new keys commit with `changes` applied, and
+    /// return it, without moving the ref or making anything durable: the
+    /// caller logs it (see [`KeyState::add_to_record`]), moves the ref and
+    /// then calls [`KeyState::published`], or [`KeyState::reload`] on
+    /// failure. The in-memory table already holds the changes.
+    pub(crate) fn stage_changes(
+        &mut self,
+        repo: &Repository,
+        keys: &VaultKeys,
+        changes: Vec<(FileKeyId, Option<FileKey>)>,
+        slots: Option<BTreeMap<String, Vec<u8>>>,
+    ) -> Result<Oid, VaultError> {
         let mut touched = std::collections::BTreeSet::new();
         for (id, key) in changes {
             let shard = KeyTable::shard_of(&id);
@@ -237,10 +271,31 @@ impl KeyState {
         if let Some(s) = slots {
             self.slots = s;
         }
-        let commit = write_key_commit(repo, keys, &self.slots, &self.shards)?;
-        repo.reference_matching(KEYS_REF, commit, true, old_commit, "memvault keys")?;
-        self.commit = commit;
+        write_key_commit(repo, keys, &self.slots, &self.shards)
+    }
+
+    /// Add a staged keys commit and the objects it needs beyond `old` to a
+    /// log record, with the ref target.
+    pub(crate) fn add_to_record(
+        &self,
+        repo: &Repository,
+        record: &mut Record,
+        old: Oid,
+        new: Oid,
+    ) -> Result<(), VaultError> {
+        let odb = repo.odb()?;
+        record.add_object(&odb, new)?;
+        let new_tree = repo.find_commit(new)?.tree_id();
+        let old_tree = repo.find_commit(old).ok().map(|c| c.tree_id());
+        let mut seen = std::collections::HashSet::new();
+        record.add_tree_diff(&odb, repo, new_tree, old_tree, &mut seen)?;
+        record.refs.push((KEYS_REF.to_string(), new));
         Ok(())
+    }
+
+    /// The ref now points at the staged commit.
+    pub(crate) fn published(&mut self, commit: Oid) {
+        self.commit = commit;
     }
 
     /// Initial key state for a new vault.

@@ -27,8 +27,9 @@ pub mod meta;
 #[cfg(test)]
 mod tests;
 mod tree;
+mod wal;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
 
@@ -45,6 +46,7 @@ pub use meta::CommitMeta;
 use meta::{META_VERSION, meta_aad};
 use tree::Caches;
 pub use tree::VaultSnapshot;
+use wal::{Record, Refs, Wal};
 
 /// The branch that holds the memory history.
 pub const MAIN_REF: &str = "refs/heads/main";
@@ -118,6 +120,10 @@ pub struct Vault {
     attribution: Attribution,
     lock: File,
     caches: Caches,
+    /// The write-ahead log (see [`wal`]).
+    wal: Wal,
+    /// A record was appended under the lock and still needs its sync.
+    pending_sync: bool,
 }
 
 pub(crate) fn fixed_signature() -> Result<Signature<'static>, git2::Error> {
@@ -190,7 +196,8 @@ impl Vault {
         sync_dir(parent);
         let keyring = result?;
         let repo = Repository::open_bare(dir)?;
-        Self::finish_open(dir, repo, keyring, attribution)
+        let wal = Wal::open(dir)?;
+        Self::finish_open(dir, repo, wal, keyring, attribution)
     }
 
     fn build(tmp: &Path, secret: InitSecret, config: &VaultConfig) -> Result<Keyring, VaultError> {
@@ -233,6 +240,16 @@ impl Vault {
         };
         let commit = write_commit(&repo, &keys, &tree, None, &meta)?;
         repo.reference(MAIN_REF, commit, false, "memvault init")?;
+        // libgit2 writes without fsync (see `fsync`): sync the new vault
+        // as a whole, then start its log at this state.
+        let mut wal = Wal::open(tmp)?;
+        let keys_commit = repo.refname_to_id(keys::KEYS_REF)?;
+        sync_tree(tmp)?;
+        wal.reset(vec![
+            (MAIN_REF.to_string(), commit),
+            (keys::KEYS_REF.to_string(), keys_commit),
+        ])?;
+        wal.mark_swept()?;
         Ok(keyring)
     }
 
@@ -251,6 +268,7 @@ impl Vault {
         }
         let repo =
             Repository::open_bare(dir).map_err(|_| VaultError::NotAVault(dir.to_path_buf()))?;
+        let wal = recover_on_open(dir, &repo)?;
         let (_, slots) = keys::read_slots(&repo)?;
         let mut keyring = None;
         let mut tried = false;
@@ -275,12 +293,13 @@ impl Vault {
             None if tried => return Err(VaultError::WrongSecret),
             None => return Err(VaultError::NoSlotOfKind),
         };
-        Self::finish_open(dir, repo, keyring, attribution)
+        Self::finish_open(dir, repo, wal, keyring, attribution)
     }
 
     fn finish_open(
         dir: &Path,
         repo: Repository,
+        wal: Wal,
         keyring: Keyring,
         attribution: Attribution,
     ) -> Result<Vault, VaultError> {
@@ -304,6 +323,8 @@ impl Vault {
             attribution,
             lock,
             caches: Caches::default(),
+            wal,
+            pending_sync: false,
         };
         // A damaged tip is reported by each command, not here, so that a
         // server can still start and say what is wrong.
@@ -444,9 +465,52 @@ impl Vault {
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         lock.lock()
             .map_err(|e| StoreError::Unavailable(format!("cannot take the writer lock: {e}")))?;
+        let guard = LockGuard(&lock);
+        let result = self
+            .recover_if_needed()
+            .map_err(StoreError::from)
+            .and_then(|()| {
+                let tip = self.refresh()?;
+                f(self, tip)
+            });
+        drop(guard);
+        // Group commit: the record was appended and the refs moved under
+        // the lock; its sync runs outside it, so the syncs of concurrent
+        // writers overlap. Nothing is acknowledged before its own sync.
+        if std::mem::take(&mut self.pending_sync) {
+            self.wal.sync().map_err(|e| {
+                StoreError::Unavailable(format!(
+                    "the change was written but could not be made durable ({e}); check the disk"
+                ))
+            })?;
+        }
+        if result.is_ok() && self.wal.len().unwrap_or(0) > wal::CHECKPOINT_BYTES {
+            self.checkpoint().map_err(StoreError::from)?;
+        }
+        result
+    }
+
+    /// Under the writer lock: check that the log's tail is what the refs
+    /// say (a writer that died between its log record and its ref moves
+    /// leaves them apart) and recover if not.
+    fn recover_if_needed(&mut self) -> Result<(), VaultError> {
+        let consistent = match self.wal.catch_up()? {
+            Some(tail) => refs_match(&self.repo, &tail),
+            None => false,
+        };
+        if !consistent {
+            checkpoint_locked(&self.repo, &mut self.wal, false)?;
+        }
+        Ok(())
+    }
+
+    /// Make everything in the log durable in git (one pack, refs synced)
+    /// and empty the log. Takes the writer lock.
+    pub fn checkpoint(&mut self) -> Result<(), VaultError> {
+        let lock = self.lock.try_clone()?;
+        lock.lock()?;
         let _guard = LockGuard(&lock);
-        let tip = self.refresh()?;
-        f(self, tip)
+        checkpoint_locked(&self.repo, &mut self.wal, false)
     }
 
     /// Apply one mutation on top of `parent` and move main to it. The
@@ -579,11 +643,36 @@ impl Vault {
         key_changes: Vec<(FileKeyId, Option<FileKey>)>,
         meta: &CommitMeta,
     ) -> Result<Oid, StoreError> {
-        if !key_changes.is_empty() {
-            self.key_state
-                .commit_changes(&self.repo, &self.keys, key_changes, None)
-                .map_err(StoreError::from)?;
+        let old_keys = self.key_state.commit;
+        let had_keys = !key_changes.is_empty();
+        let result = self.try_publish(parent, tree, key_changes, meta, old_keys);
+        if result.is_err() && had_keys {
+            let _ = self.key_state.reload(&self.repo, &self.keys);
         }
+        result
+    }
+
+    fn try_publish(
+        &mut self,
+        parent: Option<Oid>,
+        tree: Oid,
+        key_changes: Vec<(FileKeyId, Option<FileKey>)>,
+        meta: &CommitMeta,
+        old_keys: Oid,
+    ) -> Result<Oid, StoreError> {
+        let mut record = Record::default();
+        let new_keys = if key_changes.is_empty() {
+            None
+        } else {
+            let staged = self
+                .key_state
+                .stage_changes(&self.repo, &self.keys, key_changes, None)
+                .map_err(StoreError::from)?;
+            self.key_state
+                .add_to_record(&self.repo, &mut record, old_keys, staged)
+                .map_err(StoreError::from)?;
+            Some(staged)
+        };
         let parent_commit = match parent {
             Some(p) => Some(self.repo.find_commit(p).map_err(ge)?),
             None => None,
@@ -591,25 +680,191 @@ impl Vault {
         let tree = self.repo.find_tree(tree).map_err(ge)?;
         let commit = write_commit(&self.repo, &self.keys, &tree, parent_commit.as_ref(), meta)
             .map_err(StoreError::from)?;
-        let moved = match parent {
+        {
+            let odb = self.repo.odb().map_err(ge)?;
+            record.add_object(&odb, commit).map_err(ge)?;
+            let mut seen = HashSet::new();
+            let old_tree = parent_commit.as_ref().map(|c| c.tree_id());
+            record
+                .add_tree_diff(&odb, &self.repo, tree.id(), old_tree, &mut seen)
+                .map_err(ge)?;
+        }
+        record.refs.push((MAIN_REF.to_string(), commit));
+        // The acknowledgement point is the sync of this record (see
+        // `with_writer_lock`); the ref moves below need no fsync.
+        let start = self
+            .wal
+            .append(&record)
+            .map_err(|e| StoreError::Unavailable(format!("cannot write the vault's log: {e}")))?;
+        let moved = self.move_refs(parent, commit, new_keys.map(|k| (old_keys, k)));
+        match moved {
+            Ok(()) => {
+                self.pending_sync = true;
+                if let Some(k) = new_keys {
+                    self.key_state.published(k);
+                }
+                self.verified_tip = Some(commit);
+                Ok(commit)
+            }
+            Err(e) => {
+                // Take the record back: the refs did not move.
+                let _ = self.wal.truncate_to(start);
+                if new_keys.is_some() {
+                    let _ = self
+                        .repo
+                        .reference(keys::KEYS_REF, old_keys, true, "memvault");
+                }
+                match e.code() {
+                    ErrorCode::Modified | ErrorCode::Locked | ErrorCode::Exists => {
+                        Err(StoreError::Unavailable(
+                            "the vault was changed by a writer that did not take the lock; nothing was changed, try again".into(),
+                        ))
+                    }
+                    _ => Err(ge(e)),
+                }
+            }
+        }
+    }
+
+    fn move_refs(
+        &self,
+        parent: Option<Oid>,
+        commit: Oid,
+        keys: Option<(Oid, Oid)>,
+    ) -> Result<(), git2::Error> {
+        if let Some((old, new)) = keys {
+            self.repo
+                .reference_matching(keys::KEYS_REF, new, true, old, "memvault keys")?;
+        }
+        match parent {
             Some(p) => self
                 .repo
                 .reference_matching(MAIN_REF, commit, true, p, "memvault"),
             None => self.repo.reference(MAIN_REF, commit, false, "memvault"),
+        }
+        .map(|_| ())
+    }
+}
+
+/// Do the refs on disk point where the log's tail says?
+fn refs_match(repo: &Repository, tail: &Refs) -> bool {
+    tail.iter()
+        .all(|(name, id)| repo.refname_to_id(name).ok() == Some(*id))
+}
+
+/// At open: recover from a crash if the log says so (its tail is not what
+/// the refs say, it ends in a torn record, or the machine rebooted since
+/// loose objects were written without fsync).
+fn recover_on_open(dir: &Path, repo: &Repository) -> Result<Wal, VaultError> {
+    let mut wal = Wal::open(dir)?;
+    let sweep = wal.needs_sweep();
+    let consistent = !sweep
+        && match wal.catch_up()? {
+            Some(tail) => refs_match(repo, &tail),
+            None => false,
         };
-        match moved {
-            Ok(_) => {
-                self.verified_tip = Some(commit);
-                Ok(commit)
-            }
-            Err(e) if matches!(e.code(), ErrorCode::Modified | ErrorCode::Locked | ErrorCode::Exists) => {
-                Err(StoreError::Unavailable(
-                    "the vault was changed by a writer that did not take the lock; nothing was changed, try again".into(),
-                ))
-            }
-            Err(e) => Err(ge(e)),
+    if !consistent {
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(LOCK_FILE))?;
+        lock.lock()?;
+        let _guard = LockGuard(&lock);
+        let sweep = wal.needs_sweep();
+        checkpoint_locked(repo, &mut wal, sweep)?;
+    }
+    Ok(wal)
+}
+
+/// The checkpoint (the caller holds the writer lock): write every object
+/// of the log into one synced pack, set the refs to the log's tail, sync
+/// them, then reset the log to a head naming them.
+///
+/// Which tail: a ref on disk that does not read, names a missing object, or
+/// names an older target from the log (a writer died before moving it) is
+/// set to the log's tail; a ref that is gone or names something the log
+/// never wrote was changed outside memvault and is kept as it is (the MAC
+/// checks judge it).
+fn checkpoint_locked(repo: &Repository, wal: &mut Wal, sweep: bool) -> Result<(), VaultError> {
+    if sweep {
+        wal::sweep_loose_objects(repo)?;
+    }
+    let contents = wal.read_all()?;
+    let tail = contents.tail();
+    let odb = repo.odb()?;
+    let mut target: Refs = Vec::new();
+    for name in [MAIN_REF, keys::KEYS_REF] {
+        // A ref file that exists but does not read was cut short by a
+        // crash; a ref that is gone was deleted on purpose.
+        let disk = match repo.refname_to_id(name) {
+            Ok(id) => Some(id),
+            Err(e) if e.code() == ErrorCode::NotFound => None,
+            Err(_) => Some(Oid::ZERO_SHA1),
+        };
+        let logged = tail.iter().find(|(n, _)| n == name).map(|(_, id)| *id);
+        let earlier = |id: Oid| {
+            contents
+                .head
+                .iter()
+                .flat_map(|h| h.refs.iter())
+                .chain(contents.records.iter().flat_map(|r| r.refs.iter()))
+                .any(|(n, v)| n == name && *v == id)
+        };
+        let t = match (disk, logged) {
+            (Some(d), Some(l)) if d == l || earlier(d) || !odb.exists(d) => Some(l),
+            (d, _) => d,
+        };
+        if let Some(t) = t.filter(|t| !t.is_zero()) {
+            target.push((name.to_string(), t));
         }
     }
+    let objects: Vec<&wal::Object> = contents
+        .records
+        .iter()
+        .flat_map(|r| r.objects.iter())
+        .collect();
+    wal::write_durable_pack(repo, &objects)?;
+    for (name, id) in &target {
+        if repo.refname_to_id(name).ok() != Some(*id)
+            && repo.reference(name, *id, true, "memvault recover").is_err()
+        {
+            // An unreadable ref file (cut short by a crash): replace it.
+            write_durable(&repo.path().join(name), format!("{id}\n").as_bytes())?;
+        }
+        let file = repo.path().join(name);
+        if file.exists() {
+            fsync::sync_path(&file)?;
+        }
+        if let Some(parent) = file.parent() {
+            fsync::sync_path(parent)?;
+        }
+    }
+    let packed = repo.path().join("packed-refs");
+    if packed.exists() {
+        fsync::sync_path(&packed)?;
+    }
+    wal.reset(target)?;
+    wal::remove_loose(repo, objects.iter().map(|o| o.id));
+    if sweep {
+        wal.mark_swept()?;
+    }
+    Ok(())
+}
+
+/// fsync every file and directory below `dir` (a new vault, before it is
+/// moved into place).
+fn sync_tree(dir: &Path) -> std::io::Result<()> {
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_type()?.is_dir() {
+            sync_tree(&e.path())?;
+        } else {
+            fsync::sync_path(&e.path())?;
+        }
+    }
+    fsync::sync_path(dir)
 }
 
 fn ge(e: git2::Error) -> StoreError {

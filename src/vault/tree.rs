@@ -290,7 +290,16 @@ fn check_loose_object(repo: &Repository, oid: Oid) -> Result<(), StoreError> {
     let Ok(compressed) = std::fs::read(&path) else {
         return Ok(()); // packed, or missing: libgit2 reports that itself
     };
-    let bad = || damaged("a stored object is truncated or corrupt");
+    match inflate_loose(&compressed) {
+        Some(_) => Ok(()),
+        None => Err(damaged("a stored object is truncated or corrupt")),
+    }
+}
+
+/// Inflate a loose object file: its type name and content, or None if the
+/// zlib stream is cut short or corrupt, or the content is not as long as
+/// its header says.
+pub(crate) fn inflate_loose(compressed: &[u8]) -> Option<(String, Vec<u8>)> {
     let mut z = flate2::Decompress::new(true);
     let mut out = Vec::with_capacity(compressed.len() * 4 + 64);
     loop {
@@ -301,30 +310,30 @@ fn check_loose_object(repo: &Repository, oid: Oid) -> Result<(), StoreError> {
                 &mut out,
                 flate2::FlushDecompress::Finish,
             )
-            .map_err(|_| bad())?;
+            .ok()?;
         match status {
             flate2::Status::StreamEnd => break,
             _ if out.len() == out.capacity() => {
                 if out.len() > (64 << 20) {
-                    return Err(bad());
+                    return None;
                 }
                 out.reserve(out.len().max(4096));
             }
-            _ if z.total_in() == before_in => return Err(bad()),
+            _ if z.total_in() == before_in => return None,
             _ => {}
         }
     }
     // The header says how long the object is: `<type> <size>\0`.
-    let nul = out.iter().position(|&b| b == 0).ok_or_else(bad)?;
-    let size: usize = std::str::from_utf8(&out[..nul])
-        .ok()
-        .and_then(|h| h.split(' ').nth(1))
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(bad)?;
+    let nul = out.iter().position(|&b| b == 0)?;
+    let header = std::str::from_utf8(&out[..nul]).ok()?;
+    let (kind, size) = header.split_once(' ')?;
+    let size: usize = size.parse().ok()?;
     if out.len() - nul - 1 != size {
-        return Err(bad());
+        return None;
     }
-    Ok(())
+    let kind = kind.to_string();
+    out.drain(..=nul);
+    Some((kind, out))
 }
 
 impl Snapshot for VaultSnapshot<'_> {
