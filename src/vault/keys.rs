@@ -66,17 +66,60 @@ pub fn read_slots(repo: &Repository) -> Result<(Oid, BTreeMap<String, Vec<u8>>),
 }
 
 /// Check that a commit carries a valid memvault MAC.
+///
+/// Parses the raw object itself rather than through libgit2's
+/// `git_commit_extract_signature`, which reads past the end of objects
+/// held by the in-memory object store (they are not NUL-terminated).
 pub fn verify_commit_mac(repo: &Repository, keys: &VaultKeys, id: Oid) -> bool {
-    let Ok((sig, signed)) = repo.extract_signature(&id, Some(MAC_FIELD)) else {
+    let Ok(odb) = repo.odb() else {
         return false;
     };
-    let Some(tag) = std::str::from_utf8(&sig)
-        .ok()
-        .and_then(|s| data_encoding::HEXLOWER.decode(s.trim().as_bytes()).ok())
-    else {
+    let Ok(obj) = odb.read(id) else {
+        return false;
+    };
+    if obj.kind() != git2::ObjectType::Commit {
+        return false;
+    }
+    let Some((tag, signed)) = split_mac(obj.data()) else {
         return false;
     };
     keys.verify_mac(&signed, &tag)
+}
+
+/// Split a commit object into its MAC and the buffer the MAC covers (the
+/// object without the `mvmac` header line). None if there is no such
+/// header, or more than one.
+fn split_mac(data: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let header_end = data.windows(2).position(|w| w == b"\n\n")? + 1;
+    let prefix = format!("{MAC_FIELD} ");
+    let mut found: Option<(usize, usize)> = None;
+    let mut start = 0;
+    while start < header_end {
+        let end = data[start..header_end]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(header_end, |p| start + p + 1);
+        if data[start..end].starts_with(prefix.as_bytes()) {
+            if found.is_some() {
+                return None;
+            }
+            found = Some((start, end));
+        }
+        start = end;
+    }
+    let (s, e) = found?;
+    // A continuation line would make the header multi-line: refuse.
+    if data.get(e) == Some(&b' ') {
+        return None;
+    }
+    let value = std::str::from_utf8(&data[s + prefix.len()..e]).ok()?;
+    let tag = data_encoding::HEXLOWER
+        .decode(value.trim().as_bytes())
+        .ok()?;
+    let mut signed = Vec::with_capacity(data.len());
+    signed.extend_from_slice(&data[..s]);
+    signed.extend_from_slice(&data[e..]);
+    Some((tag, signed))
 }
 
 /// Write a commit object from a buffer with memvault's MAC attached.

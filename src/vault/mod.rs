@@ -124,6 +124,9 @@ pub struct Vault {
     wal: Wal,
     /// A record was appended under the lock and still needs its sync.
     pending_sync: bool,
+    /// This process appended to the log since its last checkpoint (so it
+    /// checkpoints when it closes: git alone then shows every commit).
+    dirty: bool,
 }
 
 pub(crate) fn fixed_signature() -> Result<Signature<'static>, git2::Error> {
@@ -249,7 +252,6 @@ impl Vault {
             (MAIN_REF.to_string(), commit),
             (keys::KEYS_REF.to_string(), keys_commit),
         ])?;
-        wal.mark_swept()?;
         Ok(keyring)
     }
 
@@ -303,6 +305,9 @@ impl Vault {
         keyring: Keyring,
         attribution: Attribution,
     ) -> Result<Vault, VaultError> {
+        let mut wal = wal;
+        // Stage objects in memory from now on, with those of the log.
+        wal.catch_up(&repo)?;
         let keys = VaultKeys::derive(&keyring);
         let key_state = KeyState::load(&repo, &keys)?;
         let config = load_config(dir)?;
@@ -325,6 +330,7 @@ impl Vault {
             caches: Caches::default(),
             wal,
             pending_sync: false,
+            dirty: false,
         };
         // A damaged tip is reported by each command, not here, so that a
         // server can still start and say what is wrong.
@@ -384,6 +390,9 @@ impl Vault {
     }
 
     fn refresh(&mut self) -> Result<Option<Oid>, VaultError> {
+        // Objects of other processes' mutations are in the log until a
+        // checkpoint: load any new ones before following the refs.
+        self.wal.catch_up(&self.repo)?;
         self.key_state.refresh(&self.repo, &self.keys)?;
         self.tip()
     }
@@ -466,6 +475,7 @@ impl Vault {
         lock.lock()
             .map_err(|e| StoreError::Unavailable(format!("cannot take the writer lock: {e}")))?;
         let guard = LockGuard(&lock);
+        let len_before = self.wal.len().unwrap_or(0);
         let result = self
             .recover_if_needed()
             .map_err(StoreError::from)
@@ -473,6 +483,9 @@ impl Vault {
                 let tip = self.refresh()?;
                 f(self, tip)
             });
+        if self.wal.len().unwrap_or(0) != len_before {
+            self.dirty = true;
+        }
         drop(guard);
         // Group commit: the record was appended and the refs moved under
         // the lock; its sync runs outside it, so the syncs of concurrent
@@ -494,12 +507,9 @@ impl Vault {
     /// say (a writer that died between its log record and its ref moves
     /// leaves them apart) and recover if not.
     fn recover_if_needed(&mut self) -> Result<(), VaultError> {
-        let consistent = match self.wal.catch_up()? {
-            Some(tail) => refs_match(&self.repo, &tail),
-            None => false,
-        };
-        if !consistent {
-            checkpoint_locked(&self.repo, &mut self.wal, false)?;
+        let c = self.wal.catch_up(&self.repo)?;
+        if !c.clean || !refs_match(&self.repo, &c.tail) {
+            checkpoint_locked(&self.repo, &mut self.wal)?;
         }
         Ok(())
     }
@@ -510,7 +520,9 @@ impl Vault {
         let lock = self.lock.try_clone()?;
         lock.lock()?;
         let _guard = LockGuard(&lock);
-        checkpoint_locked(&self.repo, &mut self.wal, false)
+        checkpoint_locked(&self.repo, &mut self.wal)?;
+        self.dirty = false;
+        Ok(())
     }
 
     /// Apply one mutation on top of `parent` and move main to it. The
@@ -753,17 +765,11 @@ fn refs_match(repo: &Repository, tail: &Refs) -> bool {
 }
 
 /// At open: recover from a crash if the log says so (its tail is not what
-/// the refs say, it ends in a torn record, or the machine rebooted since
-/// loose objects were written without fsync).
+/// the refs say, or it ends in a torn record).
 fn recover_on_open(dir: &Path, repo: &Repository) -> Result<Wal, VaultError> {
     let mut wal = Wal::open(dir)?;
-    let sweep = wal.needs_sweep();
-    let consistent = !sweep
-        && match wal.catch_up()? {
-            Some(tail) => refs_match(repo, &tail),
-            None => false,
-        };
-    if !consistent {
+    let c = wal.catch_up(repo)?;
+    if !c.clean || !refs_match(repo, &c.tail) {
         let lock = OpenOptions::new()
             .read(true)
             .write(true)
@@ -772,8 +778,7 @@ fn recover_on_open(dir: &Path, repo: &Repository) -> Result<Wal, VaultError> {
             .open(dir.join(LOCK_FILE))?;
         lock.lock()?;
         let _guard = LockGuard(&lock);
-        let sweep = wal.needs_sweep();
-        checkpoint_locked(repo, &mut wal, sweep)?;
+        checkpoint_locked(repo, &mut wal)?;
     }
     Ok(wal)
 }
@@ -787,10 +792,7 @@ fn recover_on_open(dir: &Path, repo: &Repository) -> Result<Wal, VaultError> {
 /// set to the log's tail; a ref that is gone or names something the log
 /// never wrote was changed outside memvault and is kept as it is (the MAC
 /// checks judge it).
-fn checkpoint_locked(repo: &Repository, wal: &mut Wal, sweep: bool) -> Result<(), VaultError> {
-    if sweep {
-        wal::sweep_loose_objects(repo)?;
-    }
+fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), VaultError> {
     let contents = wal.read_all()?;
     let tail = contents.tail();
     let odb = repo.odb()?;
@@ -825,7 +827,7 @@ fn checkpoint_locked(repo: &Repository, wal: &mut Wal, sweep: bool) -> Result<()
         .iter()
         .flat_map(|r| r.objects.iter())
         .collect();
-    wal::write_durable_pack(repo, &objects)?;
+    wal::write_durable_objects(repo, &objects)?;
     for (name, id) in &target {
         if repo.refname_to_id(name).ok() != Some(*id)
             && repo.reference(name, *id, true, "memvault recover").is_err()
@@ -846,10 +848,8 @@ fn checkpoint_locked(repo: &Repository, wal: &mut Wal, sweep: bool) -> Result<()
         fsync::sync_path(&packed)?;
     }
     wal.reset(target)?;
-    wal::remove_loose(repo, objects.iter().map(|o| o.id));
-    if sweep {
-        wal.mark_swept()?;
-    }
+    // Everything is on disk now: drop the in-memory copies.
+    wal::install_odb(repo)?;
     Ok(())
 }
 
@@ -929,6 +929,16 @@ pub(crate) fn write_durable(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 fn sync_dir(dir: &Path) {
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
+    }
+}
+
+impl Drop for Vault {
+    /// A clean close checkpoints what this process logged, so that git
+    /// alone (without the log) shows every commit.
+    fn drop(&mut self) {
+        if self.dirty {
+            let _ = self.checkpoint();
+        }
     }
 }
 

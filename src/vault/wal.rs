@@ -1,20 +1,23 @@
 //! The write-ahead log: what makes a mutation durable with one
-//! `fdatasync`.
+//! `fdatasync`, and lets a mutation create no file at all.
 //!
-//! A mutation stages its new git objects (written loose, without fsync),
-//! then appends ONE record to `memvault/wal` holding the raw bytes of every
-//! object the new refs need beyond the previous durable state, and the new
-//! targets of `refs/heads/main` and `refs/memvault/keys`. Once that record
-//! is synced the mutation is durable, whatever happens to the unsynced
-//! loose objects and ref files; then the refs are moved (without fsync).
+//! A mutation stages its new git objects in memory (a mempack backend in
+//! front of the repository's object database, see [`install_odb`]), then
+//! appends ONE record to `memvault/wal` holding the raw bytes of every
+//! object the new refs need beyond the previous state, and the new targets
+//! of `refs/heads/main` and `refs/memvault/keys`. Once that record is
+//! synced the mutation is durable; the refs are moved without fsync. Other
+//! processes that see a ref move read the new records and load their
+//! objects into their own memory ([`Wal::catch_up`]).
 //!
 //! A checkpoint ([`super::Vault`] runs it every few MiB of log, on close, in
 //! `gc`, and whenever the log's tail is not what the refs say) writes every
-//! object of the log into one pack, syncs it, the ref files and their
-//! directories, and only then resets the log to a head entry naming the
-//! checkpointed ref targets. After a crash the refs are set back (or
-//! forward) to the log's tail, and the objects come from the log's bytes,
-//! never from loose files that may have been cut short.
+//! object of the log into git (one pack, or a few loose objects when there
+//! are few), syncs them, the ref files and their directories, and only then
+//! resets the log to a head entry naming the checkpointed ref targets.
+//! After a crash the refs are set back (or forward) to the log's tail, and
+//! the objects come from the log's bytes. No git file is ever written
+//! without being synced before the log forgets it.
 //!
 //! # Format
 //!
@@ -22,27 +25,24 @@
 //! where the checksum is the git blob hash (SHA-1) of everything before it.
 //! The first entry is the head (kind 1: an 8-byte generation, changed at
 //! every checkpoint, then the ref targets at that checkpoint); the rest are
-//! records (kind 2: ref targets, then objects as `type:u8 oid len:u32le
-//! bytes`). Reading stops at the first entry that is cut short or does not
-//! check out: that is a record whose writer died before it was synced, and
-//! which was therefore never acknowledged.
+//! records (kind 2: the generation, ref targets, then objects as
+//! `type:u8 oid len:u32le bytes`). Reading stops at the first entry that is
+//! cut short, does not check out, or belongs to another generation: that
+//! is a record whose writer died before it was synced, and which was
+//! therefore never acknowledged.
 //!
 //! # What it holds
 //!
-//! Only what git already holds: encrypted blobs, trees of encrypted names,
-//! commits with encrypted messages, the encrypted key table. Ref names are
-//! the only plain words. The checksum detects torn writes, not tampering:
-//! the MACs on commits do that.
-//!
-//! Limitations: the log is local state; a copy of the repository without a
-//! checkpoint (e.g. a file copy of a running vault) may miss the newest
-//! commits' objects durability-wise, though not in content.
+//! Only what git holds: encrypted blobs, trees of encrypted names, commits
+//! with encrypted messages, the encrypted key table. Ref names are the only
+//! plain words. The checksum detects torn writes, not tampering: the MACs
+//! on commits do that.
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use git2::{ObjectType, Odb, Oid, Repository};
 
@@ -50,8 +50,6 @@ use super::fsync;
 
 /// The log, relative to the repository directory.
 pub(crate) const WAL_FILE: &str = "memvault/wal";
-/// The boot that last used this vault (see [`Wal::needs_sweep`]).
-const BOOT_FILE: &str = "memvault/boot";
 const MAGIC: &[u8; 4] = b"MVWL";
 const KIND_HEAD: u8 = 1;
 const KIND_RECORD: u8 = 2;
@@ -137,9 +135,10 @@ impl Record {
         Ok(())
     }
 
-    fn encode(&self) -> Vec<u8> {
+    fn encode(&self, generation: &[u8; 8]) -> Vec<u8> {
         let size: usize = self.objects.iter().map(|o| o.data.len() + 25).sum();
         let mut body = Vec::with_capacity(size + 128);
+        body.extend_from_slice(generation);
         encode_refs(&mut body, &self.refs);
         body.extend_from_slice(&(self.objects.len() as u32).to_le_bytes());
         for o in &self.objects {
@@ -151,8 +150,11 @@ impl Record {
         entry(KIND_RECORD, &body)
     }
 
-    fn decode(body: &[u8]) -> Option<Record> {
+    fn decode(body: &[u8], generation: &[u8; 8]) -> Option<Record> {
         let mut r = Reader(body);
+        if r.take(8)? != generation {
+            return None;
+        }
         let refs = decode_refs(&mut r)?;
         let n = r.u32()? as usize;
         let mut objects = Vec::with_capacity(n.min(1 << 16));
@@ -292,8 +294,6 @@ pub(crate) struct Contents {
     pub records: Vec<Record>,
     /// Length of the part that checks out.
     pub valid_len: u64,
-    /// Length of the file.
-    pub file_len: u64,
 }
 
 impl Contents {
@@ -323,11 +323,20 @@ pub(crate) fn merge_refs(into: &mut Refs, from: &Refs) {
 
 /// This process's handle on the log, with what it has already read.
 pub(crate) struct Wal {
-    dir: PathBuf,
     file: File,
     /// The generation and length up to which this process has read (or
     /// written) the log, and the ref targets there.
     known: Option<([u8; 8], u64, Refs)>,
+}
+
+/// What [`Wal::catch_up`] found.
+pub(crate) struct CatchUp {
+    /// The ref targets at the end of the part that checks out (empty if
+    /// the log has no valid head).
+    pub tail: Refs,
+    /// The log checks out to its end (false: a writer died mid-append, or
+    /// one is appending right now).
+    pub clean: bool,
 }
 
 impl Wal {
@@ -340,11 +349,7 @@ impl Wal {
             .create(true)
             .truncate(false)
             .open(dir.join(WAL_FILE))?;
-        Ok(Wal {
-            dir: dir.to_path_buf(),
-            file,
-            known: None,
-        })
+        Ok(Wal { file, known: None })
     }
 
     /// Read the whole log.
@@ -352,17 +357,16 @@ impl Wal {
         let mut bytes = Vec::new();
         self.file.seek(SeekFrom::Start(0))?;
         self.file.read_to_end(&mut bytes)?;
-        let file_len = bytes.len() as u64;
-        let mut head = None;
+        let mut head: Option<Head> = None;
         let mut records = Vec::new();
         let mut pos = 0usize;
         while let Some((kind, body, len)) = parse_entry(&bytes[pos..]) {
-            match (kind, pos) {
-                (KIND_HEAD, 0) => match decode_head(body) {
+            match (kind, &head) {
+                (KIND_HEAD, None) if pos == 0 => match decode_head(body) {
                     Some(h) => head = Some(h),
                     None => break,
                 },
-                (KIND_RECORD, p) if p > 0 && head.is_some() => match Record::decode(body) {
+                (KIND_RECORD, Some(h)) => match Record::decode(body, &h.generation) {
                     Some(r) => records.push(r),
                     None => break,
                 },
@@ -374,7 +378,6 @@ impl Wal {
             head,
             records,
             valid_len: pos as u64,
-            file_len,
         };
         self.known = contents
             .head
@@ -383,57 +386,77 @@ impl Wal {
         Ok(contents)
     }
 
-    /// Bring this process's view of the log up to date (the caller holds
-    /// the writer lock). Returns the ref targets at the log's tail, or
-    /// None when the log must be recovered by a checkpoint: it has no
-    /// valid head, or ends in bytes that do not check out.
-    pub fn catch_up(&mut self) -> std::io::Result<Option<Refs>> {
-        let file_len = self.file.metadata()?.len();
+    /// Bring this process's view of the log up to date: load the objects
+    /// of records it has not seen into `repo`'s in-memory object store
+    /// (after another process's checkpoint, start a fresh one), and return
+    /// the ref targets at the tail. Safe without the writer lock (a reader
+    /// stops at a record still being appended).
+    pub fn catch_up(&mut self, repo: &Repository) -> Result<CatchUp, git2::Error> {
+        let file_len = self.file.metadata().map_err(io_git)?.len();
         let mut head_buf = [0u8; 512];
-        let n = self.file.read_at(&mut head_buf, 0)?;
+        let n = self.file.read_at(&mut head_buf, 0).map_err(io_git)?;
         let head = parse_entry(&head_buf[..n])
             .filter(|(k, _, _)| *k == KIND_HEAD)
             .and_then(|(_, body, _)| decode_head(body));
         let Some(head) = head else {
-            return Ok(None);
+            self.known = None;
+            return Ok(CatchUp {
+                tail: Vec::new(),
+                clean: false,
+            });
         };
         let (start, mut refs) = match &self.known {
             Some((g, len, refs)) if *g == head.generation && *len <= file_len => {
                 (*len, refs.clone())
             }
             _ => {
-                let c = self.read_all()?;
-                if c.valid_len != c.file_len || c.head.is_none() {
-                    return Ok(None);
-                }
-                return Ok(Some(c.tail()));
+                // First look, or another process checkpointed: everything
+                // before is in git now.
+                install_odb(repo)?;
+                let n = parse_entry(&head_buf[..n]).map(|(_, _, l)| l).unwrap_or(0);
+                (n as u64, head.refs.clone())
             }
         };
-        if start == file_len {
-            return Ok(Some(refs));
+        let mut clean = true;
+        let mut pos = start;
+        if start < file_len {
+            let mut bytes = vec![0u8; (file_len - start) as usize];
+            self.file.read_exact_at(&mut bytes, start).map_err(io_git)?;
+            let odb = repo.odb()?;
+            let mut at = 0usize;
+            while at < bytes.len() {
+                let Some((KIND_RECORD, body, len)) = parse_entry(&bytes[at..]) else {
+                    clean = false;
+                    break;
+                };
+                let Some(r) = Record::decode(body, &head.generation) else {
+                    clean = false;
+                    break;
+                };
+                for o in &r.objects {
+                    if odb.write(o.kind, &o.data)? != o.id {
+                        return Err(git2::Error::from_str(
+                            "a logged object does not match its id",
+                        ));
+                    }
+                }
+                merge_refs(&mut refs, &r.refs);
+                at += len;
+            }
+            pos = start + at as u64;
         }
-        let mut bytes = vec![0u8; (file_len - start) as usize];
-        self.file.read_exact_at(&mut bytes, start)?;
-        let mut pos = 0usize;
-        while pos < bytes.len() {
-            let Some((KIND_RECORD, body, len)) = parse_entry(&bytes[pos..]) else {
-                return Ok(None);
-            };
-            let Some(r) = Record::decode(body) else {
-                return Ok(None);
-            };
-            merge_refs(&mut refs, &r.refs);
-            pos += len;
-        }
-        self.known = Some((head.generation, file_len, refs.clone()));
-        Ok(Some(refs))
+        self.known = Some((head.generation, pos, refs.clone()));
+        Ok(CatchUp { tail: refs, clean })
     }
 
     /// Append a record (the caller holds the writer lock and has caught
     /// up). Not yet synced: call [`Wal::sync`]. Returns the log's length
     /// before the record, for [`Wal::truncate_to`].
     pub fn append(&mut self, record: &Record) -> std::io::Result<u64> {
-        let bytes = record.encode();
+        let Some((generation, _, _)) = &self.known else {
+            return Err(std::io::Error::other("the log was not read before writing"));
+        };
+        let bytes = record.encode(generation);
         let start = self.file.metadata()?.len();
         self.file.write_all_at(&bytes, start)?;
         if let Some((_, len, refs)) = &mut self.known {
@@ -475,48 +498,69 @@ impl Wal {
         self.known = Some((head.generation, bytes.len() as u64, head.refs));
         Ok(())
     }
-
-    /// Whether the machine rebooted since this vault was last opened: then
-    /// loose objects written without fsync before the reboot may be cut
-    /// short, and must be checked (see `sweep_loose_objects`). Unknown
-    /// (no boot id) counts as "no".
-    pub fn needs_sweep(&self) -> bool {
-        match current_boot() {
-            Some(now) => fs::read_to_string(self.dir.join(BOOT_FILE)).ok().as_deref() != Some(&now),
-            None => false,
-        }
-    }
-
-    /// Record that this boot has swept the loose objects.
-    pub fn mark_swept(&self) -> std::io::Result<()> {
-        if let Some(now) = current_boot() {
-            super::write_durable(&self.dir.join(BOOT_FILE), now.as_bytes())?;
-        }
-        Ok(())
-    }
 }
 
-fn current_boot() -> Option<String> {
-    let mut s = String::new();
-    File::open("/proc/sys/kernel/random/boot_id")
-        .ok()?
-        .read_to_string(&mut s)
-        .ok()?;
-    Some(s.trim().to_string())
+/// Put a fresh in-memory object store in front of the repository's object
+/// database: every object libgit2 writes for this repository goes to
+/// memory (the log makes it durable, a checkpoint writes it to git), and
+/// reads see memory first, then the objects on disk. Also drops what an
+/// earlier one held.
+pub(crate) fn install_odb(repo: &Repository) -> Result<(), git2::Error> {
+    let odb = Odb::new()?;
+    // The mempack backend lives as long as the object database; its handle
+    // is not needed (a checkpoint replaces the whole database).
+    let _mempack = odb.add_new_mempack_backend(1000)?;
+    let objects = repo.path().join("objects");
+    let objects = objects
+        .to_str()
+        .ok_or_else(|| git2::Error::from_str("the vault path is not valid UTF-8"))?;
+    // As an alternate, the disk is only read: writes go to memory.
+    odb.add_disk_alternate(objects)?;
+    repo.set_odb(&odb)?;
+    Ok(())
 }
 
-/// Write `objects` as one pack into the repository and make it durable
-/// (pack, index and directory synced). Returns after the repository's
-/// object database can see it.
-pub(crate) fn write_durable_pack(
+pub(crate) fn io_git(e: std::io::Error) -> git2::Error {
+    git2::Error::from_str(&format!("I/O error: {e}"))
+}
+
+/// Up to this many objects, a checkpoint writes loose objects (each
+/// synced); beyond, one pack.
+const LOOSE_LIMIT: usize = 64;
+
+/// Write `objects` into the repository's object directory and make them
+/// durable: one pack (pack, index and directory synced), or, for a few
+/// objects, loose files each synced before it gets its name.
+pub(crate) fn write_durable_objects(
     repo: &Repository,
     objects: &[&Object],
 ) -> Result<(), git2::Error> {
     if objects.is_empty() {
         return Ok(());
     }
-    // Build the pack from the log's bytes held in memory, never from loose
-    // files (which may be cut short after a crash).
+    let dir = repo.path().join("objects");
+    if objects.len() <= LOOSE_LIMIT {
+        let mut dirs = std::collections::BTreeSet::new();
+        for o in objects {
+            let hex = o.id.to_string();
+            let sub = dir.join(&hex[..2]);
+            let path = sub.join(&hex[2..]);
+            if path.exists() {
+                continue;
+            }
+            if !sub.exists() {
+                fs::create_dir_all(&sub).map_err(io_git)?;
+                dirs.insert(dir.clone());
+            }
+            write_loose(&sub, &path, o).map_err(io_git)?;
+            dirs.insert(sub);
+        }
+        for d in dirs {
+            fsync::sync_path(&d).map_err(io_git)?;
+        }
+        return Ok(());
+    }
+    // Build the pack from the log's bytes held in memory.
     let staging = Repository::from_odb(Odb::new()?)?;
     let odb = staging.odb()?;
     let _mempack = odb.add_new_mempack_backend(1)?;
@@ -533,7 +577,7 @@ pub(crate) fn write_durable_pack(
     for o in objects {
         pb.insert_object(o.id, None)?;
     }
-    let pack_dir = repo.path().join("objects").join("pack");
+    let pack_dir = dir.join("pack");
     fs::create_dir_all(&pack_dir).map_err(io_git)?;
     pb.write(&pack_dir, 0o444)?;
     let name = pb
@@ -544,47 +588,30 @@ pub(crate) fn write_durable_pack(
         fsync::sync_path(&pack_dir.join(format!("pack-{name}.{ext}"))).map_err(io_git)?;
     }
     fsync::sync_path(&pack_dir).map_err(io_git)?;
-    fsync::sync_path(&repo.path().join("objects")).map_err(io_git)?;
-    repo.odb()?.refresh()?;
+    fsync::sync_path(&dir).map_err(io_git)?;
     Ok(())
 }
 
-pub(crate) fn io_git(e: std::io::Error) -> git2::Error {
-    git2::Error::from_str(&format!("I/O error: {e}"))
-}
-
-/// Remove the loose copies of objects that are now in a durable pack.
-pub(crate) fn remove_loose(repo: &Repository, ids: impl Iterator<Item = Oid>) {
-    let objects = repo.path().join("objects");
-    for id in ids {
-        let hex = id.to_string();
-        let _ = fs::remove_file(objects.join(&hex[..2]).join(&hex[2..]));
+/// One loose object: zlib of `<type> <len>\0<bytes>`, written to a
+/// temporary name, synced, then renamed into place.
+fn write_loose(sub: &Path, path: &Path, o: &Object) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+    write!(z, "{} {}\0", o.kind.str(), o.data.len())?;
+    z.write_all(&o.data)?;
+    let bytes = z.finish()?;
+    let tmp = sub.join(format!(
+        "tmp_mv_{}",
+        data_encoding::HEXLOWER.encode(&crate::crypto::random_bytes::<6>())
+    ));
+    let result = (|| {
+        let mut f = File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        fsync::sync_data(&f)?;
+        fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
     }
-}
-
-/// Delete every loose object that does not inflate to its stated size (a
-/// file cut short by a crash). Run once per boot, before anything could
-/// reuse such an object.
-pub(crate) fn sweep_loose_objects(repo: &Repository) -> std::io::Result<usize> {
-    let objects = repo.path().join("objects");
-    let mut removed = 0;
-    for d in fs::read_dir(&objects)? {
-        let d = d?;
-        let name = d.file_name();
-        let name = name.to_string_lossy();
-        if name.len() != 2 || !d.file_type()?.is_dir() {
-            continue;
-        }
-        for f in fs::read_dir(d.path())? {
-            let f = f?;
-            let Ok(bytes) = fs::read(f.path()) else {
-                continue;
-            };
-            if super::tree::inflate_loose(&bytes).is_none() {
-                let _ = fs::remove_file(f.path());
-                removed += 1;
-            }
-        }
-    }
-    Ok(removed)
+    result
 }
