@@ -764,12 +764,13 @@ fn refs_match(repo: &Repository, tail: &Refs) -> bool {
         .all(|(name, id)| repo.refname_to_id(name).ok() == Some(*id))
 }
 
-/// At open: recover from a crash if the log says so (its tail is not what
-/// the refs say, or it ends in a torn record).
+/// At open: checkpoint if the log holds anything git does not (records
+/// of a writer that died or is still running, a tail the refs do not show,
+/// a torn record), so git alone shows every acknowledged commit.
 fn recover_on_open(dir: &Path, repo: &Repository) -> Result<Wal, VaultError> {
     let mut wal = Wal::open(dir)?;
     let c = wal.catch_up(repo)?;
-    if !c.clean || !refs_match(repo, &c.tail) {
+    if c.records || !c.clean || !refs_match(repo, &c.tail) {
         let lock = OpenOptions::new()
             .read(true)
             .write(true)

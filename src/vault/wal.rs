@@ -337,6 +337,8 @@ pub(crate) struct CatchUp {
     /// The log checks out to its end (false: a writer died mid-append, or
     /// one is appending right now).
     pub clean: bool,
+    /// The log holds records that are not yet checkpointed into git.
+    pub records: bool,
 }
 
 impl Wal {
@@ -403,8 +405,10 @@ impl Wal {
             return Ok(CatchUp {
                 tail: Vec::new(),
                 clean: false,
+                records: false,
             });
         };
+        let head_len = parse_entry(&head_buf[..n]).map_or(0, |(_, _, l)| l as u64);
         let (start, mut refs) = match &self.known {
             Some((g, len, refs)) if *g == head.generation && *len <= file_len => {
                 (*len, refs.clone())
@@ -413,8 +417,7 @@ impl Wal {
                 // First look, or another process checkpointed: everything
                 // before is in git now.
                 install_odb(repo)?;
-                let n = parse_entry(&head_buf[..n]).map(|(_, _, l)| l).unwrap_or(0);
-                (n as u64, head.refs.clone())
+                (head_len, head.refs.clone())
             }
         };
         let mut clean = true;
@@ -446,7 +449,11 @@ impl Wal {
             pos = start + at as u64;
         }
         self.known = Some((head.generation, pos, refs.clone()));
-        Ok(CatchUp { tail: refs, clean })
+        Ok(CatchUp {
+            tail: refs,
+            clean,
+            records: pos > head_len,
+        })
     }
 
     /// Append a record (the caller holds the writer lock and has caught

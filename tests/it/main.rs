@@ -3,6 +3,7 @@
 
 mod commands;
 mod concurrency;
+mod crash;
 mod disk;
 mod paths;
 mod protocol;
