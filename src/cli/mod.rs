@@ -107,6 +107,9 @@ pub enum Command {
     },
     /// List the changes in the vault, newest first (decrypted audit log)
     History(history::HistoryArgs),
+    /// Repack the vault into one pack and delete unreachable objects
+    /// (old key tables included); also runs by itself when packs pile up
+    Gc,
     /// Print text with secrets redacted (stdin by default)
     Redact {
         /// The file to read
@@ -269,6 +272,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Exec { session, json } => exec(&cli.global, &session, json),
         Command::Demo { keep } => demo::run(keep.as_deref()),
         Command::History(args) => history::run(&cli.global, &args),
+        Command::Gc => gc(&cli.global),
         Command::Redact { file, report } => redact(file.as_deref(), report),
     }
 }
@@ -366,6 +370,20 @@ fn exec(global: &Global, session: &SessionArgs, json: Option<String>) -> Result<
     writeln!(out, "{}", reply.to_line())?;
     out.flush()?;
     Ok(if reply.result.is_error { 1 } else { 0 })
+}
+
+fn gc(global: &Global) -> Result<u8, CliError> {
+    let attribution = Attribution {
+        session: "gc".into(),
+        actor: "memvault".into(),
+    };
+    let mut vault = open_vault(global, attribution)?;
+    let r = vault.gc()?;
+    eprintln!(
+        "memvault: repacked {} objects into one pack, removed {} files; objects/ went from {} to {} bytes",
+        r.objects, r.removed_files, r.bytes_before, r.bytes_after
+    );
+    Ok(0)
 }
 
 fn redact(file: Option<&Path>, report: bool) -> Result<u8, CliError> {

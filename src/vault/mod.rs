@@ -22,6 +22,7 @@
 
 pub mod config;
 pub mod fsync;
+mod gc;
 pub mod keys;
 pub mod meta;
 #[cfg(test)]
@@ -41,6 +42,7 @@ use crate::crypto::{
 };
 use crate::memory::{Change, Mutation, Outcome, Snapshot, Store, StoreError, ToolResult};
 pub use config::VaultConfig;
+pub use gc::GcReport;
 use keys::{KeyState, verify_commit_mac, write_signed_commit};
 pub use meta::CommitMeta;
 use meta::{META_VERSION, meta_aad};
@@ -851,6 +853,9 @@ fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), VaultError>
     wal.reset(target)?;
     // Everything is on disk now: drop the in-memory copies.
     wal::install_odb(repo)?;
+    if gc::pack_count(repo) > gc::AUTO_GC_PACKS {
+        gc::repack_locked(repo)?;
+    }
     Ok(())
 }
 

@@ -5,6 +5,7 @@ mod commands;
 mod concurrency;
 mod crash;
 mod disk;
+mod maintenance;
 mod paths;
 mod protocol;
 mod redaction;
