@@ -1,10 +1,11 @@
 //! `memvault history`: the audit log, newest first, decrypted.
 //!
-//! This first version lists every change with its revision, time, session,
-//! actor, operation, path(s), size, line counts and redaction kinds, with
-//! filters on path (exact or below), session, actor and operation, a limit,
-//! and `--json` (one object per line). Following a path across renames and
-//! time filters come with the audit issue.
+//! One line per change: revision, time, session, actor, operation, path(s),
+//! size, line counts, redaction kinds, and what an undo undid. Filters on
+//! path (exact or below, followed back across renames), session, actor,
+//! operation (or a group: `edit`, `undo`), time (`--since`, `--until`), a
+//! limit, and `--json` (one object per line). History is read lazily, so
+//! the first lines come without walking all of it.
 
 use std::io::Write;
 
@@ -24,9 +25,18 @@ pub struct HistoryArgs {
     /// Only changes made by this actor
     #[arg(long)]
     pub actor: Option<String>,
-    /// Only this operation (create, overwrite, str_replace, insert, delete, rename, init)
+    /// Only this operation: create, overwrite, str_replace, insert, delete,
+    /// rename, revert, restore, init; or a group: edit (overwrite,
+    /// str_replace, insert), undo (revert, restore)
     #[arg(long)]
     pub op: Option<String>,
+    /// Only changes at or after this time: 2026-11-30, 2026-11-30T12:00:00Z,
+    /// or an age such as 90m, 12h, 7d
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Only changes at or before this time (same forms as --since)
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
     /// At most this many lines
     #[arg(long)]
     pub limit: Option<usize>,
@@ -35,11 +45,76 @@ pub struct HistoryArgs {
     pub json: bool,
 }
 
+fn under(p: &str, path: &str) -> bool {
+    p == path || p.strip_prefix(path).is_some_and(|r| r.starts_with('/'))
+}
+
 fn touches(meta: &CommitMeta, path: &str) -> bool {
-    let under = |p: &str| p == path || p.strip_prefix(path).is_some_and(|r| r.starts_with('/'));
-    meta.path.as_deref().is_some_and(under)
-        || meta.new_path.as_deref().is_some_and(under)
-        || meta.files.iter().any(|f| under(f))
+    meta.path
+        .as_deref()
+        .is_some_and(|p| under(p, path) || under(path, p))
+        || meta
+            .new_path
+            .as_deref()
+            .is_some_and(|p| under(p, path) || under(path, p))
+        || meta.files.iter().any(|f| under(f, path))
+}
+
+/// Whether an operation matches `--op` (a name or a group).
+pub fn op_matches(filter: &str, op: &str) -> bool {
+    match filter {
+        "edit" => matches!(op, "overwrite" | "str_replace" | "insert"),
+        "undo" => matches!(op, "revert" | "restore"),
+        f => f == op,
+    }
+}
+
+/// Milliseconds since the epoch for `2026-11-30`, `2026-11-30T12:00:00Z`
+/// or an age (`90s`, `90m`, `12h`, `7d`) before `now_ms`.
+pub fn parse_time(s: &str, now_ms: u64) -> Option<u64> {
+    let s = s.trim();
+    if let Some(unit) = s.chars().last().filter(|c| "smhdw".contains(*c)) {
+        let n: u64 = s[..s.len() - 1].parse().ok()?;
+        let secs = match unit {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            _ => 604_800,
+        };
+        return Some(now_ms.saturating_sub(n.checked_mul(secs * 1000)?));
+    }
+    let (date, time) = match s.split_once('T') {
+        Some((d, t)) => (d, Some(t.strip_suffix('Z')?)),
+        None => (s, None),
+    };
+    let mut d = date.splitn(3, '-').map(|x| x.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || !(1970..=9999).contains(&y) {
+        return None;
+    }
+    let secs_of_day = match time {
+        None => 0,
+        Some(t) => {
+            let mut p = t.splitn(3, ':').map(|x| x.parse::<i64>().ok());
+            let (h, mi, se) = (p.next()??, p.next()??, p.next().unwrap_or(Some(0))?);
+            if !(0..24).contains(&h) || !(0..60).contains(&mi) || !(0..61).contains(&se) {
+                return None;
+            }
+            h * 3600 + mi * 60 + se
+        }
+    };
+    // Days from civil (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + secs_of_day)
+        .ok()
+        .map(|s| s * 1000)
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` for milliseconds since the epoch (UTC).
@@ -82,16 +157,64 @@ pub fn run(global: &Global, args: &HistoryArgs) -> Result<u8, CliError> {
         ),
         None => None,
     };
+    let now = crate::vault::now_ms();
+    let time = |t: &Option<String>| -> Result<Option<u64>, CliError> {
+        t.as_deref()
+            .map(|s| {
+                parse_time(s, now).ok_or_else(|| CliError {
+                    message: format!(
+                        "{s:?} is not a time: give 2026-11-30, 2026-11-30T12:00:00Z, or an age like 7d"
+                    ),
+                    code: 2,
+                })
+            })
+            .transpose()
+    };
+    let since = time(&args.since)?;
+    let until = time(&args.until)?.map(|u| {
+        // A bare date means the whole day.
+        if args.until.as_deref().is_some_and(|s| s.len() == 10) {
+            u + 86_399_999
+        } else {
+            u
+        }
+    });
+    // The names the path had, followed back across renames.
+    let mut names: Vec<String> = path.into_iter().collect();
+    let filtering_path = !names.is_empty();
     let mut out = std::io::stdout().lock();
     let mut shown = 0usize;
-    for (id, meta) in vault.log()? {
+    for item in vault.walk()? {
+        let (id, meta) = item?;
         if args.limit.is_some_and(|l| shown >= l) {
             break;
         }
-        if path.as_deref().is_some_and(|p| !touches(&meta, p))
+        if since.is_some_and(|s| meta.time_ms < s) {
+            // Main is in commit order; times can only go back so far
+            // (clock changes), so keep walking rather than stop.
+            continue;
+        }
+        let hit = names.iter().any(|p| touches(&meta, p));
+        if hit
+            && meta.op == "rename"
+            && let (Some(from), Some(to)) = (&meta.path, &meta.new_path)
+        {
+            let earlier: Vec<String> = names
+                .iter()
+                .filter(|n| under(n, to))
+                .map(|n| format!("{from}{}", &n[to.len()..]))
+                .collect();
+            for e in earlier {
+                if !names.contains(&e) {
+                    names.push(e);
+                }
+            }
+        }
+        if (filtering_path && !hit)
+            || until.is_some_and(|u| meta.time_ms > u)
             || args.session.as_deref().is_some_and(|s| s != meta.session)
             || args.actor.as_deref().is_some_and(|a| a != meta.actor)
-            || args.op.as_deref().is_some_and(|o| o != meta.op)
+            || args.op.as_deref().is_some_and(|o| !op_matches(o, &meta.op))
         {
             continue;
         }
@@ -103,6 +226,8 @@ pub fn run(global: &Global, args: &HistoryArgs) -> Result<u8, CliError> {
                 "actor": meta.actor, "op": meta.op, "path": meta.path, "new_path": meta.new_path,
                 "size": meta.size, "lines_added": meta.lines_added, "lines_removed": meta.lines_removed,
                 "redactions": meta.redactions.iter().map(|(k, n)| json!({"kind": k, "count": n})).collect::<Vec<_>>(),
+                "files": meta.files, "undoes": meta.undoes, "undone_session": meta.undone_session,
+                "at": meta.at,
             });
             writeln!(out, "{line}")?;
             continue;
@@ -126,6 +251,15 @@ pub fn run(global: &Global, args: &HistoryArgs) -> Result<u8, CliError> {
         }
         if meta.lines_added + meta.lines_removed > 0 {
             line.push_str(&format!("  +{} -{}", meta.lines_added, meta.lines_removed));
+        }
+        if let Some(s) = &meta.undone_session {
+            line.push_str(&format!("  undoes session {s}"));
+        } else if !meta.undoes.is_empty() {
+            let revs: Vec<&str> = meta.undoes.iter().map(|r| &r[..r.len().min(12)]).collect();
+            line.push_str(&format!("  undoes {}", revs.join(",")));
+        }
+        if let Some(at) = &meta.at {
+            line.push_str(&format!("  as at {}", &at[..at.len().min(12)]));
         }
         if !meta.redactions.is_empty() {
             let kinds: Vec<String> = meta
@@ -151,5 +285,37 @@ mod tests {
             super::rfc3339(1_796_083_200_000 + 3_661_000),
             "2026-12-01T01:01:01Z"
         );
+    }
+
+    #[test]
+    fn parse_time_round_trips_and_refuses_nonsense() {
+        let now = 1_796_083_200_000;
+        assert_eq!(super::parse_time("2026-12-01", now), Some(now));
+        assert_eq!(
+            super::parse_time("2026-12-01T01:01:01Z", now),
+            Some(now + 3_661_000)
+        );
+        assert_eq!(super::parse_time("2000-02-29", 0), Some(951_782_400_000));
+        assert_eq!(super::parse_time("7d", now), Some(now - 7 * 86_400_000));
+        assert_eq!(super::parse_time("90m", now), Some(now - 90 * 60_000));
+        for bad in [
+            "",
+            "yesterday",
+            "2026-13-01",
+            "2026-12-01T25:00:00Z",
+            "d",
+            "1.5h",
+        ] {
+            assert_eq!(super::parse_time(bad, now), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn op_groups() {
+        assert!(super::op_matches("edit", "insert"));
+        assert!(super::op_matches("edit", "str_replace"));
+        assert!(!super::op_matches("edit", "create"));
+        assert!(super::op_matches("undo", "restore"));
+        assert!(super::op_matches("delete", "delete"));
     }
 }

@@ -2,6 +2,7 @@
 //! subcommand. Results go to stdout, diagnostics to stderr; exit status 0
 //! on success, 1 on failure, 2 on a usage error.
 
+mod audit;
 mod demo;
 mod history;
 mod unlock;
@@ -91,7 +92,7 @@ pub enum Command {
         file: PathBuf,
     },
     /// Answer memory tool calls as JSON lines on stdin/stdout
-    Serve(SessionArgs),
+    Serve(ServeArgs),
     /// Run one memory command (JSON argument, or stdin) and print its result line
     Exec {
         #[command(flatten)]
@@ -110,6 +111,20 @@ pub enum Command {
     /// Repack the vault into one pack and delete unreachable objects
     /// (old key tables included); also runs by itself when packs pile up
     Gc,
+    /// Print a file or directory as it was at a revision (as `view` shows it)
+    Show(audit::ShowArgs),
+    /// Unified diff of decrypted content: REV against its parent, or REV..REV2
+    Diff(audit::DiffArgs),
+    /// Undo one change, or a whole session (--session), as a new commit
+    Revert(audit::RevertArgs),
+    /// Put a file or directory back as it was at a revision, as a new commit
+    Restore(audit::RestoreArgs),
+    /// One line per session: id, actor, first and last time, changes, files
+    Sessions(audit::SessionsArgs),
+    /// A briefing for the next agent session (fit for a system prompt)
+    Resume(audit::ResumeArgs),
+    /// Check all of history: MACs, every stored file, the key table, rollback
+    Verify(audit::VerifyArgs),
     /// Print text with secrets redacted (stdin by default)
     Redact {
         /// The file to read
@@ -134,6 +149,16 @@ pub struct InitArgs {
     /// `create` on an existing file overwrites it (history keeps the old one)
     #[arg(long)]
     pub overwrite_on_create: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// Before serving, write the `memvault resume` briefing to stderr as one
+    /// JSON line: {"briefing": TEXT}
+    #[arg(long)]
+    pub briefing: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -268,11 +293,18 @@ fn run(cli: Cli) -> Result<u8, CliError> {
     match cli.command {
         Command::Init(args) => init(&cli.global, &args),
         Command::Keygen { file } => keygen(&file),
-        Command::Serve(session) => serve(&cli.global, &session),
+        Command::Serve(args) => serve(&cli.global, &args),
         Command::Exec { session, json } => exec(&cli.global, &session, json),
         Command::Demo { keep } => demo::run(keep.as_deref()),
         Command::History(args) => history::run(&cli.global, &args),
         Command::Gc => gc(&cli.global),
+        Command::Show(args) => audit::show(&cli.global, &args),
+        Command::Diff(args) => audit::diff(&cli.global, &args),
+        Command::Revert(args) => audit::revert(&cli.global, &args),
+        Command::Restore(args) => audit::restore(&cli.global, &args),
+        Command::Sessions(args) => audit::sessions(&cli.global, &args),
+        Command::Resume(args) => audit::resume(&cli.global, &args),
+        Command::Verify(args) => audit::verify(&cli.global, &args),
         Command::Redact { file, report } => redact(file.as_deref(), report),
     }
 }
@@ -333,9 +365,13 @@ fn keygen(file: &Path) -> Result<u8, CliError> {
     Ok(0)
 }
 
-fn serve(global: &Global, session: &SessionArgs) -> Result<u8, CliError> {
-    let attribution = session.attribution(true)?;
+fn serve(global: &Global, args: &ServeArgs) -> Result<u8, CliError> {
+    let attribution = args.session.attribution(true)?;
     let mut vault = open_vault(global, attribution)?;
+    if args.briefing {
+        let text = audit::briefing(&mut vault, None)?;
+        eprintln!("{}", serde_json::json!({ "briefing": text }));
+    }
     let memory = memory_for(vault.config())?;
     let max_line = vault.config().max_line_bytes;
     let stdin = io::stdin();

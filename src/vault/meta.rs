@@ -49,6 +49,15 @@ pub struct CommitMeta {
     /// For undo operations: the revision(s) undone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub undoes: Vec<String>,
+    /// For `revert --session`: the session undone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undone_session: Option<String>,
+    /// For `restore`: the revision the path was put back to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    /// For expiry and purge: the hex ids of the file keys destroyed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub erased_keys: Vec<String>,
 }
 
 /// The additional data that binds sealed metadata to its commit.

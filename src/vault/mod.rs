@@ -23,11 +23,15 @@
 pub mod config;
 pub mod fsync;
 mod gc;
+pub mod history;
+mod index;
 pub mod keys;
 pub mod meta;
 #[cfg(test)]
 mod tests;
 mod tree;
+pub mod undo;
+pub mod verify;
 mod wal;
 
 use std::collections::{BTreeMap, HashSet};
@@ -43,11 +47,14 @@ use crate::crypto::{
 use crate::memory::{Change, Mutation, Outcome, Snapshot, Store, StoreError, ToolResult};
 pub use config::VaultConfig;
 pub use gc::GcReport;
+pub use history::{FileChange, RevisionStore, Walk};
 use keys::{KeyState, verify_commit_mac, write_signed_commit};
 pub use meta::CommitMeta;
 use meta::{META_VERSION, meta_aad};
 use tree::Caches;
 pub use tree::VaultSnapshot;
+pub use undo::{Conflict, UndoOutcome, UndoTarget};
+pub use verify::{Problem, VerifyReport};
 use wal::{Record, Refs, Wal};
 
 /// The branch that holds the memory history.
@@ -75,6 +82,12 @@ pub enum VaultError {
     ExcessiveWork,
     #[error("the vault is damaged: {0}")]
     Damaged(String),
+    #[error(
+        "{0:?} is not a revision on this vault's main branch (give a commit id from `memvault history`, or HEAD~N)"
+    )]
+    BadRevision(String),
+    #[error("{0}")]
+    Refused(String),
     #[error("invalid vault settings in memvault/config.json: {0}")]
     Config(String),
     #[error("git error: {0}")]
@@ -796,6 +809,11 @@ fn recover_on_open(dir: &Path, repo: &Repository) -> Result<Wal, VaultError> {
 /// never wrote was changed outside memvault and is kept as it is (the MAC
 /// checks judge it).
 fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), VaultError> {
+    // Under the writer lock no live memvault writer holds a ref lock: one
+    // left behind belongs to a writer killed while moving a ref.
+    for name in [MAIN_REF, keys::KEYS_REF, "packed-refs"] {
+        let _ = fs::remove_file(repo.path().join(format!("{name}.lock")));
+    }
     let contents = wal.read_all()?;
     let tail = contents.tail();
     let odb = repo.odb()?;

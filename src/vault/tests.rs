@@ -191,3 +191,57 @@ fn a_second_handle_sees_new_file_keys_written_by_the_first() {
         .unwrap();
     assert_eq!(got.text(), Some("fresh"));
 }
+
+fn walk_ids(vault: &mut Vault) -> Vec<(Oid, u64)> {
+    vault
+        .walk()
+        .unwrap()
+        .map(|r| r.map(|(id, m)| (id, m.time_ms)))
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+#[test]
+fn history_index_is_a_cache_that_never_changes_the_answer() {
+    let (_tmp, mut vault) = new_vault();
+    for i in 0..300 {
+        put(
+            &mut vault,
+            &format!("/memories/f{}.txt", i % 7),
+            format!("{i}").as_bytes(),
+        );
+    }
+    let from_git = walk_ids(&mut vault);
+    assert_eq!(from_git.len(), 301);
+    let index_file = vault.dir().join("memvault/history-index");
+    assert!(index_file.exists(), "a full walk writes the index");
+    // Read through the index: the same commits in the same order.
+    assert_eq!(walk_ids(&mut vault), from_git);
+    // New commits after the index: walked from git, then the index.
+    for i in 0..5 {
+        put(&mut vault, "/memories/new.txt", format!("{i}").as_bytes());
+    }
+    let longer = walk_ids(&mut vault);
+    assert_eq!(longer.len(), 306);
+    assert_eq!(&longer[5..], &from_git[..]);
+    assert_eq!(walk_ids(&mut vault), longer);
+    // A damaged index only makes it shorter (or unused).
+    let mut bytes = std::fs::read(&index_file).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 1;
+    std::fs::write(&index_file, &bytes).unwrap();
+    assert_eq!(walk_ids(&mut vault), longer);
+    // Main moved back (rollback): the index's newer commits are not shown.
+    let back = longer[100].0;
+    vault.repo.reference(MAIN_REF, back, true, "test").unwrap();
+    vault.verified_tip = None;
+    assert_eq!(walk_ids(&mut vault), longer[100..].to_vec());
+    // An index sealed with another vault's key is ignored.
+    let (_tmp2, mut other) = new_vault();
+    for i in 0..300 {
+        put(&mut other, "/memories/x.txt", format!("{i}").as_bytes());
+    }
+    walk_ids(&mut other);
+    std::fs::copy(other.dir().join("memvault/history-index"), &index_file).unwrap();
+    assert_eq!(walk_ids(&mut vault), longer[100..].to_vec());
+}

@@ -284,24 +284,38 @@ impl<'a> VaultSnapshot<'a> {
 /// Refuse a loose object whose zlib stream is cut short before libgit2
 /// reads it: libgit2 1.9 loops forever on such an object (seen with a
 /// truncated blob), which would turn damage into a hang.
-fn check_loose_object(repo: &Repository, oid: Oid) -> Result<(), StoreError> {
+pub(crate) fn check_loose_object(repo: &Repository, oid: Oid) -> Result<(), StoreError> {
+    inflate_loose(repo, oid).map(|_| ())
+}
+
+/// The inflated bytes (`<type> <size>\0<content>`) of a loose object, None
+/// when the object is not stored loose (packed, or missing: libgit2
+/// reports that itself). A stream cut short, or a size that does not match
+/// its header, is damage.
+pub(crate) fn inflate_loose(repo: &Repository, oid: Oid) -> Result<Option<Vec<u8>>, StoreError> {
     let hex = oid.to_string();
     let path = repo.path().join("objects").join(&hex[..2]).join(&hex[2..]);
     let Ok(compressed) = std::fs::read(&path) else {
-        return Ok(()); // packed, or missing: libgit2 reports that itself
+        return Ok(None);
     };
-    match inflate_loose(&compressed) {
-        Some(_) => Ok(()),
-        None => Err(damaged("a stored object is truncated or corrupt")),
+    let bad = || damaged("a stored object is truncated or corrupt");
+    thread_local! {
+        // One inflater per thread, reset per object: setting one up costs
+        // more than inflating a small commit.
+        static INFLATER: RefCell<flate2::Decompress> = RefCell::new(flate2::Decompress::new(true));
     }
+    INFLATER
+        .with(|z| {
+            let mut z = z.borrow_mut();
+            z.reset(true);
+            inflate_with(&mut z, &compressed)
+        })
+        .ok_or_else(bad)
+        .map(Some)
 }
 
-/// Inflate a loose object file: its type name and content, or None if the
-/// zlib stream is cut short or corrupt, or the content is not as long as
-/// its header says.
-pub(crate) fn inflate_loose(compressed: &[u8]) -> Option<(String, Vec<u8>)> {
-    let mut z = flate2::Decompress::new(true);
-    let mut out = Vec::with_capacity(compressed.len() * 4 + 64);
+fn inflate_with(z: &mut flate2::Decompress, compressed: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(compressed.len() * 2 + 256);
     loop {
         let before_in = z.total_in();
         let status = z
@@ -325,15 +339,11 @@ pub(crate) fn inflate_loose(compressed: &[u8]) -> Option<(String, Vec<u8>)> {
     }
     // The header says how long the object is: `<type> <size>\0`.
     let nul = out.iter().position(|&b| b == 0)?;
-    let header = std::str::from_utf8(&out[..nul]).ok()?;
-    let (kind, size) = header.split_once(' ')?;
-    let size: usize = size.parse().ok()?;
-    if out.len() - nul - 1 != size {
-        return None;
-    }
-    let kind = kind.to_string();
-    out.drain(..=nul);
-    Some((kind, out))
+    let size: usize = std::str::from_utf8(&out[..nul])
+        .ok()
+        .and_then(|h| h.split(' ').nth(1))
+        .and_then(|n| n.parse().ok())?;
+    (out.len() - nul - 1 == size).then_some(out)
 }
 
 impl Snapshot for VaultSnapshot<'_> {

@@ -1,6 +1,7 @@
 //! memvault's integration tests, one binary with a module per area; each
 //! drives the real `memvault` binary on a temporary vault.
 
+mod audit;
 mod commands;
 mod concurrency;
 mod crash;

@@ -204,3 +204,150 @@ fn missing_key_state_refuses_to_open() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("damaged"), "{err}");
 }
+
+/// `memvault verify` on the vault: (exit code, stdout).
+fn verify(v: &TestVault) -> (Option<i32>, String) {
+    let out = v.cmd().arg("verify").output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+fn flip_middle_byte(v: &TestVault, oid: &str) {
+    let path = object_file(v, oid);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+}
+
+fn swap_blobs(v: &TestVault) {
+    let e = root_entries(v);
+    let tree_input = format!(
+        "{} {} {}\t{}\n{} {} {}\t{}\n",
+        e[0].0, e[0].1, e[1].2, e[0].3, e[1].0, e[1].1, e[0].2, e[1].3
+    );
+    let tree = run_with_stdin(
+        std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&v.vault)
+            .arg("mktree"),
+        tree_input.as_bytes(),
+    );
+    let tree = String::from_utf8(tree.stdout).unwrap().trim().to_string();
+    let commit = git(
+        &v.vault,
+        &["commit-tree", &tree, "-p", "refs/heads/main", "-m", "swap"],
+    )
+    .stdout;
+    let commit = String::from_utf8(commit).unwrap().trim().to_string();
+    git(&v.vault, &["update-ref", "refs/heads/main", &commit]);
+}
+
+#[test]
+fn verify_passes_a_healthy_vault_and_reports_each_kind_of_damage() {
+    type Damage = fn(&TestVault);
+    let cases: Vec<(&str, Damage, &str)> = vec![
+        (
+            "flipped blob",
+            |v| flip_middle_byte(v, &root_entries(v)[0].2),
+            "/memories/",
+        ),
+        (
+            "truncated blob",
+            |v| {
+                let path = object_file(v, &root_entries(v)[0].2);
+                let bytes = std::fs::read(&path).unwrap();
+                std::fs::write(&path, &bytes[..bytes.len() - 7]).unwrap();
+            },
+            "truncated",
+        ),
+        ("blobs swapped between paths", swap_blobs, "does not open"),
+        (
+            "altered commit",
+            |v| {
+                let raw = git(&v.vault, &["cat-file", "commit", "refs/heads/main"]).stdout;
+                let mut raw = String::from_utf8(raw).unwrap();
+                let pos = raw.rfind("\n\n").unwrap() + 5;
+                let c = raw.as_bytes()[pos];
+                raw.replace_range(pos..pos + 1, if c == b'A' { "B" } else { "A" });
+                replace_tip_commit(v, &raw);
+            },
+            "MAC",
+        ),
+        (
+            "MAC removed",
+            |v| {
+                let raw = git(&v.vault, &["cat-file", "commit", "refs/heads/main"]).stdout;
+                let raw: String = String::from_utf8(raw)
+                    .unwrap()
+                    .split_inclusive('\n')
+                    .filter(|l| !l.starts_with("mvmac "))
+                    .collect();
+                replace_tip_commit(v, &raw);
+            },
+            "MAC",
+        ),
+        (
+            "key ref deleted",
+            |v| {
+                git(&v.vault, &["update-ref", "-d", "refs/memvault/keys"]);
+            },
+            "key state",
+        ),
+        (
+            "an old version damaged, the tip intact",
+            |v| {
+                // The blob of a.txt as first written is no longer at the tip.
+                let first = root_entries(v);
+                v.one(json!({"command": "str_replace", "path": "/memories/a.txt",
+                    "old_str": "42", "new_str": "43"}));
+                let now = root_entries(v);
+                let old = first.iter().find(|e| !now.contains(e)).unwrap();
+                flip_middle_byte(v, &old.2);
+                // The agent still reads the current files.
+                assert!(!is_error(
+                    &v.one(json!({"command": "view", "path": "/memories/a.txt"}))
+                ));
+            },
+            "/memories/a.txt",
+        ),
+        (
+            "main moved back to an older commit (rollback)",
+            |v| {
+                v.one(json!({"command": "delete", "path": "/memories/b.txt"}));
+                let (code, _) = verify(v);
+                assert_eq!(code, Some(0));
+                git(
+                    &v.vault,
+                    &["update-ref", "refs/heads/main", "refs/heads/main~1"],
+                );
+            },
+            "rollback",
+        ),
+    ];
+    for (name, damage, expect) in cases {
+        let v = vault_with_two_files();
+        let (code, out) = verify(&v);
+        assert_eq!(code, Some(0), "{name}: healthy vault fails verify:\n{out}");
+        assert!(out.starts_with("ok: "), "{out}");
+        damage(&v);
+        let (code, out) = verify(&v);
+        assert_eq!(
+            code,
+            Some(1),
+            "{name}: verify passed a damaged vault:\n{out}"
+        );
+        assert!(out.contains("PROBLEM"), "{name}: {out}");
+        assert!(
+            out.contains(expect),
+            "{name}: expected {expect:?} in:\n{out}"
+        );
+        assert!(!out.contains("quarterly"), "{name}: content leaked: {out}");
+        let json = v.cmd().args(["verify", "--json"]).output().unwrap();
+        assert_eq!(json.status.code(), Some(1));
+        let report: Value = serde_json::from_slice(&json.stdout).unwrap();
+        assert_eq!(report["ok"], false, "{name}");
+    }
+}

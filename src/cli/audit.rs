@@ -1,0 +1,583 @@
+//! Audit and undo subcommands: `show`, `diff`, `revert`, `restore`,
+//! `sessions`, `resume` and `verify`. All of them decrypt in memory only;
+//! nothing here writes plaintext to disk.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+
+use git2::Oid;
+use serde_json::json;
+
+use super::history::rfc3339;
+use super::{CliError, Global, memory_for, new_session_id, open_vault};
+use crate::memory::{MemoryPath, NodeKind, Snapshot, Store};
+use crate::vault::{Attribution, CommitMeta, UndoOutcome, UndoTarget, Vault, VaultError};
+
+fn reader() -> Attribution {
+    Attribution {
+        session: "audit".into(),
+        actor: "memvault".into(),
+    }
+}
+
+fn usage(message: impl Into<String>) -> CliError {
+    CliError {
+        message: message.into(),
+        code: 2,
+    }
+}
+
+fn parse_path(p: &str) -> Result<MemoryPath, CliError> {
+    MemoryPath::parse(p).map_err(|e| usage(e.to_string()))
+}
+
+fn short(id: Oid) -> String {
+    id.to_string()[..12].to_string()
+}
+
+fn not_a_rev(e: VaultError) -> CliError {
+    match e {
+        VaultError::BadRevision(_) => usage(e.to_string()),
+        other => other.into(),
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ShowArgs {
+    /// The revision (commit id or prefix from `memvault history`, or HEAD~N)
+    pub rev: String,
+    /// A file or directory [default: /memories]
+    pub path: Option<String>,
+    /// Print a file's content as stored, without `view`'s line numbers
+    #[arg(long)]
+    pub raw: bool,
+}
+
+/// `memvault show REV [PATH]`.
+pub fn show(global: &Global, args: &ShowArgs) -> Result<u8, CliError> {
+    let mut vault = open_vault(global, reader())?;
+    let rev = vault.resolve_rev(&args.rev).map_err(not_a_rev)?;
+    let path = parse_path(args.path.as_deref().unwrap_or("/memories"))?;
+    let mut out = std::io::stdout().lock();
+    if args.raw {
+        let snap = vault.snapshot_at(Some(rev))?;
+        match snap.kind(&path).map_err(store_err)? {
+            Some(NodeKind::File) => {
+                let content = snap.read(&path).map_err(store_err)?;
+                out.write_all(&content)?;
+                out.flush()?;
+                return Ok(0);
+            }
+            Some(NodeKind::Dir) => {
+                return Err(CliError::failure(format!(
+                    "{} was a directory at {}; --raw prints files only",
+                    path.as_str(),
+                    short(rev)
+                )));
+            }
+            None => {
+                return Err(CliError::failure(format!(
+                    "{} did not exist at {}",
+                    path.as_str(),
+                    short(rev)
+                )));
+            }
+        }
+    }
+    let memory = memory_for(vault.config())?;
+    let mut store = vault.at_revision(Some(rev));
+    let result = memory.execute_json(
+        &mut store as &mut dyn Store,
+        &json!({"command": "view", "path": path.as_str()}),
+    );
+    let text = result.text().unwrap_or_default();
+    writeln!(out, "{text}")?;
+    out.flush()?;
+    Ok(if result.is_error { 1 } else { 0 })
+}
+
+fn store_err(e: crate::memory::StoreError) -> CliError {
+    CliError::failure(e.to_string())
+}
+
+#[derive(clap::Args, Debug)]
+pub struct DiffArgs {
+    /// The revision to compare (against its parent, or against REV2)
+    pub rev: String,
+    /// `[REV2] [PATH]`: a second revision, and/or a path (starts with /memories)
+    #[arg(num_args = 0..=2)]
+    pub rest: Vec<String>,
+}
+
+/// `memvault diff REV [REV2] [PATH]`: a unified diff of decrypted content.
+pub fn diff(global: &Global, args: &DiffArgs) -> Result<u8, CliError> {
+    let mut vault = open_vault(global, reader())?;
+    let mut rev2 = None;
+    let mut path = None;
+    for r in &args.rest {
+        if r.starts_with('/') {
+            if path.is_some() {
+                return Err(usage("give at most one path"));
+            }
+            path = Some(parse_path(r)?);
+        } else if rev2.is_none() && path.is_none() {
+            rev2 = Some(r.clone());
+        } else {
+            return Err(usage("usage: memvault diff REV [REV2] [PATH]"));
+        }
+    }
+    let rev = vault.resolve_rev(&args.rev).map_err(not_a_rev)?;
+    let (old, new) = match rev2 {
+        Some(r2) => (Some(rev), Some(vault.resolve_rev(&r2).map_err(not_a_rev)?)),
+        None => (vault.parent_of(rev)?, Some(rev)),
+    };
+    let text = diff_text(&vault, old, new, path.as_ref())?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(0)
+}
+
+/// The unified diff between the trees of two commits (None: empty tree).
+pub fn diff_text(
+    vault: &Vault,
+    old: Option<Oid>,
+    new: Option<Oid>,
+    under: Option<&MemoryPath>,
+) -> Result<String, CliError> {
+    let changes = vault.changed_files(old, new, under)?;
+    let old_snap = vault.snapshot_at(old)?;
+    let new_snap = vault.snapshot_at(new)?;
+    let label = |id: Option<Oid>| id.map_or("(empty)".to_string(), short);
+    let mut out = String::new();
+    let mut sorted = changes;
+    sorted.sort_by(|a, b| a.path.as_str().cmp(b.path.as_str()));
+    for c in sorted {
+        let read = |snap: &crate::vault::VaultSnapshot<'_>, exists: bool| {
+            if exists {
+                snap.read(&c.path).map(Some).map_err(store_err)
+            } else {
+                Ok(None)
+            }
+        };
+        let a = read(&old_snap, c.old.is_some())?;
+        let b = read(&new_snap, c.new.is_some())?;
+        let a_name = if a.is_some() {
+            format!("a{} ({})", c.path.as_str(), label(old))
+        } else {
+            "/dev/null".to_string()
+        };
+        let b_name = if b.is_some() {
+            format!("b{} ({})", c.path.as_str(), label(new))
+        } else {
+            "/dev/null".to_string()
+        };
+        let a_text = a.as_ref().map(|v| std::str::from_utf8(v));
+        let b_text = b.as_ref().map(|v| std::str::from_utf8(v));
+        match (a_text.transpose(), b_text.transpose()) {
+            (Ok(a), Ok(b)) => {
+                let (a, b) = (a.unwrap_or(""), b.unwrap_or(""));
+                if a == b {
+                    continue;
+                }
+                let d = similar::TextDiff::from_lines(a, b);
+                out.push_str(&format!("diff {}\n", c.path.as_str()));
+                out.push_str(
+                    &d.unified_diff()
+                        .context_radius(3)
+                        .header(&a_name, &b_name)
+                        .to_string(),
+                );
+                if !out.ends_with('\n') {
+                    out.push('\n');
+                }
+            }
+            _ => out.push_str(&format!(
+                "diff {}\nBinary files {a_name} and {b_name} differ\n",
+                c.path.as_str()
+            )),
+        }
+    }
+    Ok(out)
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RevertArgs {
+    /// The revision to undo
+    #[arg(required_unless_present = "session", conflicts_with = "session")]
+    pub rev: Option<String>,
+    /// Undo everything this session did, as one commit
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Undo even when later changes touched the same files (they are lost
+    /// from the current state, not from history)
+    #[arg(long)]
+    pub force: bool,
+    /// Who is undoing (stored in the new commit)
+    #[arg(long, env = "MEMVAULT_ACTOR", default_value = "operator")]
+    pub actor: String,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RestoreArgs {
+    /// The file or directory to put back
+    pub path: String,
+    /// The revision to take it from
+    #[arg(long, value_name = "REV")]
+    pub at: String,
+    /// Restore even when that discards content written after REV (history keeps it)
+    #[arg(long)]
+    pub force: bool,
+    /// Who is restoring (stored in the new commit)
+    #[arg(long, env = "MEMVAULT_ACTOR", default_value = "operator")]
+    pub actor: String,
+}
+
+fn undoer(actor: &str) -> Result<Attribution, CliError> {
+    if actor.is_empty() || actor.len() > 128 || actor.chars().any(char::is_control) {
+        return Err(usage("an actor name is 1 to 128 printable characters"));
+    }
+    Ok(Attribution {
+        session: new_session_id(),
+        actor: actor.to_string(),
+    })
+}
+
+/// `memvault revert REV` / `memvault revert --session ID`.
+pub fn revert(global: &Global, args: &RevertArgs) -> Result<u8, CliError> {
+    let mut vault = open_vault(global, undoer(&args.actor)?)?;
+    let target = match (&args.rev, &args.session) {
+        (Some(rev), None) => UndoTarget::Commit(vault.resolve_rev(rev).map_err(not_a_rev)?),
+        (None, Some(s)) => UndoTarget::Session(s.clone()),
+        _ => return Err(usage("give a revision or --session ID")),
+    };
+    if let UndoTarget::Commit(c) = target
+        && vault.parent_of(c)?.is_none()
+    {
+        return Err(CliError::failure(
+            "that is the vault's first commit (its creation); there is nothing to revert",
+        ));
+    }
+    let what = match &target {
+        UndoTarget::Commit(c) => format!("revision {}", short(*c)),
+        UndoTarget::Session(s) => format!("session {s}"),
+        UndoTarget::Restore { .. } => unreachable!(),
+    };
+    finish_undo(&mut vault, target, args.force, &what)
+}
+
+/// `memvault restore PATH --at REV`.
+pub fn restore(global: &Global, args: &RestoreArgs) -> Result<u8, CliError> {
+    let mut vault = open_vault(global, undoer(&args.actor)?)?;
+    let path = parse_path(&args.path)?;
+    let at = vault.resolve_rev(&args.at).map_err(not_a_rev)?;
+    let what = format!("{} as at {}", path.as_str(), short(at));
+    finish_undo(
+        &mut vault,
+        UndoTarget::Restore { path, at },
+        args.force,
+        &what,
+    )
+}
+
+fn finish_undo(
+    vault: &mut Vault,
+    target: UndoTarget,
+    force: bool,
+    what: &str,
+) -> Result<u8, CliError> {
+    let outcome = vault.undo(target, force).map_err(|e| match e {
+        VaultError::Refused(m) => CliError::failure(format!("nothing was changed: {m}")),
+        other => other.into(),
+    })?;
+    let mut out = std::io::stdout().lock();
+    match outcome {
+        UndoOutcome::Done {
+            commit,
+            changed,
+            skipped_erased,
+            skipped_blocked,
+        } => {
+            writeln!(
+                out,
+                "undid {what} as revision {} ({} file{} changed)",
+                short(commit),
+                changed.len(),
+                if changed.len() == 1 { "" } else { "s" }
+            )?;
+            for p in changed {
+                writeln!(out, "  {}", p.as_str())?;
+            }
+            for p in skipped_erased {
+                writeln!(out, "  skipped {}: that version was erased", p.as_str())?;
+            }
+            for p in skipped_blocked {
+                writeln!(
+                    out,
+                    "  skipped {}: a file or directory now stands in its way",
+                    p.as_str()
+                )?;
+            }
+            out.flush()?;
+            Ok(0)
+        }
+        UndoOutcome::Nothing { skipped_erased } => {
+            writeln!(
+                out,
+                "nothing to undo for {what}: the files are already as it would leave them"
+            )?;
+            for p in skipped_erased {
+                writeln!(out, "  skipped {}: that version was erased", p.as_str())?;
+            }
+            out.flush()?;
+            Ok(0)
+        }
+        UndoOutcome::Refused { conflicts, blocked } => {
+            let mut msg = format!("refused to undo {what}; nothing was changed.");
+            if !conflicts.is_empty() {
+                msg.push_str(
+                    "\nLater changes touched the same files (give --force to undo anyway; history keeps them):",
+                );
+                for c in &conflicts {
+                    let op = vault
+                        .commit_meta(c.rev)
+                        .map(|m| m.op)
+                        .unwrap_or_else(|_| "?".into());
+                    msg.push_str(&format!("\n  {} {op} {}", short(c.rev), c.path.as_str()));
+                }
+            }
+            if !blocked.is_empty() {
+                msg.push_str("\nA file or directory now stands where these would go back:");
+                for p in &blocked {
+                    msg.push_str(&format!("\n  {}", p.as_str()));
+                }
+            }
+            Err(CliError::failure(msg))
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SessionsArgs {
+    /// One JSON object per line
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Default)]
+struct SessionAgg {
+    actors: BTreeSet<String>,
+    first: u64,
+    last: u64,
+    changes: usize,
+    files: BTreeSet<String>,
+}
+
+/// `memvault sessions`: one line per session, most recent first.
+pub fn sessions(global: &Global, args: &SessionsArgs) -> Result<u8, CliError> {
+    let mut vault = open_vault(global, reader())?;
+    let mut agg: BTreeMap<String, SessionAgg> = BTreeMap::new();
+    for item in vault.walk()? {
+        let (_, meta) = item?;
+        let a = agg.entry(meta.session.clone()).or_default();
+        if a.changes == 0 {
+            a.last = meta.time_ms;
+        }
+        a.first = meta.time_ms;
+        a.changes += 1;
+        a.actors.insert(meta.actor.clone());
+        for f in touched(&meta) {
+            a.files.insert(f);
+        }
+    }
+    let mut rows: Vec<(String, SessionAgg)> = agg.into_iter().collect();
+    rows.sort_by(|a, b| b.1.last.cmp(&a.1.last).then(a.0.cmp(&b.0)));
+    let mut out = std::io::stdout().lock();
+    for (id, a) in rows {
+        let actors: Vec<&str> = a.actors.iter().map(String::as_str).collect();
+        if args.json {
+            let line = json!({
+                "session": id, "actors": actors, "first": rfc3339(a.first),
+                "last": rfc3339(a.last), "changes": a.changes, "files": a.files.len(),
+            });
+            writeln!(out, "{line}")?;
+        } else {
+            writeln!(
+                out,
+                "{id}  {}  {}  {}  {} change{}  {} file{}",
+                actors.join(","),
+                rfc3339(a.first),
+                rfc3339(a.last),
+                a.changes,
+                if a.changes == 1 { "" } else { "s" },
+                a.files.len(),
+                if a.files.len() == 1 { "" } else { "s" }
+            )?;
+        }
+    }
+    out.flush()?;
+    Ok(0)
+}
+
+/// Every path a commit touched, as recorded in its metadata.
+fn touched(meta: &CommitMeta) -> Vec<String> {
+    let mut out: Vec<String> = meta.files.clone();
+    out.extend(meta.path.iter().cloned());
+    out.extend(meta.new_path.iter().cloned());
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ResumeArgs {
+    /// The session to brief on [default: the most recent agent session]
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+}
+
+/// `memvault resume`: print the briefing.
+pub fn resume(global: &Global, args: &ResumeArgs) -> Result<u8, CliError> {
+    let mut vault = open_vault(global, reader())?;
+    let text = briefing(&mut vault, args.session.as_deref())?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(0)
+}
+
+fn describe(meta: &CommitMeta) -> String {
+    let p = meta.path.as_deref().unwrap_or("?");
+    let lines = if meta.lines_added + meta.lines_removed > 0 {
+        format!(", +{} -{} lines", meta.lines_added, meta.lines_removed)
+    } else {
+        String::new()
+    };
+    match meta.op.as_str() {
+        "create" => format!("created {p}{lines}"),
+        "overwrite" => format!("overwrote {p}{lines}"),
+        "str_replace" => format!("edited {p} (replaced text{lines})"),
+        "insert" => format!("edited {p} (inserted text{lines})"),
+        "delete" => format!("deleted {p}"),
+        "rename" => format!("renamed {p} to {}", meta.new_path.as_deref().unwrap_or("?")),
+        "revert" => format!("reverted changes to {}", meta.files.join(", ")),
+        "restore" => format!("restored {p} from an earlier revision"),
+        other => format!("{other} {p}"),
+    }
+}
+
+/// The briefing text for the next session: what the last agent session
+/// (or the one named) changed, newest first, then the directory listing.
+pub fn briefing(vault: &mut Vault, session: Option<&str>) -> Result<String, CliError> {
+    let mut chosen: Option<String> = session.map(str::to_string);
+    let mut entries: Vec<CommitMeta> = Vec::new();
+    for item in vault.walk()? {
+        let (_, meta) = item?;
+        if chosen.is_none() && meta.actor != "memvault" && meta.op != "init" {
+            chosen = Some(meta.session.clone());
+        }
+        if chosen.as_deref() == Some(meta.session.as_str()) {
+            entries.push(meta);
+        }
+    }
+    let mut text = String::from("Memory briefing (from memvault).\n\n");
+    match (&chosen, entries.is_empty()) {
+        (None, _) => text.push_str("No earlier session has changed the memory directory.\n"),
+        (Some(s), true) => text.push_str(&format!("Session {s} made no changes.\n")),
+        (Some(s), false) => {
+            let last = entries.first().map_or(0, |m| m.time_ms);
+            let first = entries.last().map_or(0, |m| m.time_ms);
+            let actors: BTreeSet<&str> = entries.iter().map(|m| m.actor.as_str()).collect();
+            text.push_str(&format!(
+                "Last session {s} ({}), {} to {}, made {} change{}, newest first:\n",
+                actors.into_iter().collect::<Vec<_>>().join(", "),
+                rfc3339(first),
+                rfc3339(last),
+                entries.len(),
+                if entries.len() == 1 { "" } else { "s" }
+            ));
+            const MAX: usize = 50;
+            for m in entries.iter().take(MAX) {
+                text.push_str(&format!("- {} {}\n", rfc3339(m.time_ms), describe(m)));
+            }
+            if entries.len() > MAX {
+                text.push_str(&format!(
+                    "- ... and {} earlier changes\n",
+                    entries.len() - MAX
+                ));
+            }
+        }
+    }
+    let memory = memory_for(vault.config())?;
+    let tip = vault.tip()?;
+    let mut store = vault.at_revision(tip);
+    let listing = memory.execute_json(
+        &mut store as &mut dyn Store,
+        &json!({"command": "view", "path": "/memories"}),
+    );
+    text.push_str("\nThe memory directory now:\n");
+    text.push_str(listing.text().unwrap_or_default());
+    text.push('\n');
+    Ok(text)
+}
+
+#[derive(clap::Args, Debug)]
+pub struct VerifyArgs {
+    /// Print the report as one JSON object
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `memvault verify`: exit 0 only when all is well.
+pub fn verify(global: &Global, args: &VerifyArgs) -> Result<u8, CliError> {
+    let mut out = std::io::stdout().lock();
+    let mut vault = match open_vault(global, reader()) {
+        Ok(v) => v,
+        Err(e) if e.message.contains("damaged") => {
+            if args.json {
+                let line = json!({"ok": false, "problems": [{"rev": null, "path": null, "what": e.message}]});
+                writeln!(out, "{line}")?;
+            } else {
+                writeln!(out, "PROBLEM  {}", e.message)?;
+                writeln!(out, "1 problem found")?;
+            }
+            out.flush()?;
+            return Ok(1);
+        }
+        Err(e) => return Err(e),
+    };
+    let report = vault.verify()?;
+    if args.json {
+        let mut v = serde_json::to_value(&report)
+            .map_err(|_| CliError::failure("the report does not serialise"))?;
+        v["ok"] = json!(report.ok());
+        writeln!(out, "{v}")?;
+    } else {
+        for p in &report.problems {
+            writeln!(
+                out,
+                "PROBLEM  {}  {}  {}",
+                p.rev.as_deref().map_or("-", |r| &r[..12]),
+                p.path.as_deref().unwrap_or("-"),
+                p.what
+            )?;
+        }
+        if report.ok() {
+            writeln!(
+                out,
+                "ok: {} commits, {} file versions checked, {} erased on purpose",
+                report.commits, report.files_checked, report.erased_versions
+            )?;
+        } else {
+            writeln!(
+                out,
+                "{} problem{} found in {} commits",
+                report.problems.len(),
+                if report.problems.len() == 1 { "" } else { "s" },
+                report.commits
+            )?;
+        }
+    }
+    out.flush()?;
+    Ok(if report.ok() { 0 } else { 1 })
+}

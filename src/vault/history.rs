@@ -1,0 +1,363 @@
+//! Reading history: walking main lazily, naming revisions, and the files
+//! one commit changed (by comparing encrypted trees, then decrypting the
+//! names of what differs).
+
+use std::path::Path;
+
+use git2::{DiffOptions, Oid};
+
+use super::index::{Entry, Index};
+use super::{Vault, VaultError, damaged};
+use crate::memory::MemoryPath;
+use crate::vault::CommitMeta;
+
+/// One file whose stored blob differs between two trees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileChange {
+    /// The decrypted memory path.
+    pub path: MemoryPath,
+    /// The encrypted git path (stable for a given path and vault key).
+    pub git_path: String,
+    /// The blob in the older tree (None: the file did not exist).
+    pub old: Option<Oid>,
+    /// The blob in the newer tree (None: the file does not exist).
+    pub new: Option<Oid>,
+}
+
+/// Commits read from git before the walk looks in the history index: a
+/// first page of history never pays for loading the index.
+const GIT_FIRST: usize = 256;
+
+/// Main, newest first, one commit at a time: from git for the newest
+/// commits, then from the history index once the walk reaches a commit the
+/// index holds (see `index`). The metadata a walk yields has no
+/// `content_hash` or `key_id`; [`Vault::commit_meta`] has them.
+pub struct Walk<'v> {
+    vault: &'v Vault,
+    next: Option<Oid>,
+    /// Commits read from git so far, newest first.
+    from_git: Vec<Entry>,
+    index: Option<Index>,
+    /// Reading from the index: entries `..pos` are still to come.
+    index_pos: Option<usize>,
+}
+
+impl Walk<'_> {
+    fn yield_indexed(&mut self, pos: usize) -> Option<Result<(Oid, CommitMeta), VaultError>> {
+        let index = self.index.as_mut()?;
+        if pos == 0 {
+            self.index_pos = Some(0);
+            return None;
+        }
+        // Each entry is yielded once: move its metadata out.
+        let e = &mut index.entries[pos - 1];
+        self.index_pos = Some(pos - 1);
+        let id = Oid::from_str(&e.id).ok()?;
+        self.next = e.parent.as_deref().and_then(|p| Oid::from_str(p).ok());
+        Some(Ok((id, std::mem::take(&mut e.meta))))
+    }
+
+    fn newest_first_to_oldest(&self) -> Vec<Entry> {
+        self.from_git.iter().rev().cloned().collect()
+    }
+}
+
+impl Iterator for Walk<'_> {
+    type Item = Result<(Oid, CommitMeta), VaultError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(pos) = self.index_pos {
+            return self.yield_indexed(pos);
+        }
+        let id = self.next.take()?;
+        if self.from_git.len() >= GIT_FIRST {
+            if self.index.is_none() {
+                self.index = Some(self.vault.read_index());
+            }
+            let found = self
+                .index
+                .as_ref()
+                .and_then(|i| i.position.get(&id).copied());
+            if let Some(p) = found {
+                // Reached by walking main: the index is good from here down.
+                let newer = self.newest_first_to_oldest();
+                if let Some(index) = &self.index {
+                    self.vault.extend_index(index, p + 1, &newer);
+                }
+                self.from_git.clear();
+                return self.yield_indexed(p + 1);
+            }
+        }
+        let item = self
+            .vault
+            .read_commit(id)
+            .and_then(|(tree, parent, message)| {
+                // The walk relies on the metadata's AEAD, which binds it to this
+                // commit's tree and parent: only a key holder can have written
+                // it. The tip's MAC was checked when the walk began; `verify`
+                // checks every MAC.
+                let mut meta = self.vault.open_meta_message(tree, parent, &message)?;
+                // Walks carry what history needs; the per-file content hash and
+                // key id stay in the commit (see `commit_meta`).
+                meta.content_hash = None;
+                meta.key_id = None;
+                self.next = parent;
+                self.from_git.push(Entry {
+                    id: id.to_string(),
+                    parent: parent.map(|p| p.to_string()),
+                    meta: meta.clone(),
+                });
+                if parent.is_none() && self.from_git.len() >= GIT_FIRST {
+                    // All of main came from git: write the index afresh.
+                    let all = self.newest_first_to_oldest();
+                    let empty = self.index.take().unwrap_or_else(|| self.vault.read_index());
+                    self.vault.extend_index(&empty, 0, &all);
+                    self.from_git.clear();
+                }
+                Ok((id, meta))
+            });
+        Some(item)
+    }
+}
+
+impl Vault {
+    /// Refuse a truncated loose object before libgit2 reads it (see
+    /// `tree::check_loose_object`).
+    pub(crate) fn check_object(&self, id: Oid) -> Result<(), VaultError> {
+        super::tree::check_loose_object(&self.repo, id)
+            .map_err(|_| damaged("a stored object is truncated or corrupt"))
+    }
+
+    /// A commit's tree, first parent and message, reading the object once.
+    /// Loose commits are inflated and parsed here (no second read by
+    /// libgit2); packed ones are read through libgit2.
+    pub(crate) fn read_commit(&self, id: Oid) -> Result<(Oid, Option<Oid>, Vec<u8>), VaultError> {
+        let bad = || damaged("a commit is unreadable");
+        let loose = super::tree::inflate_loose(&self.repo, id)
+            .map_err(|_| damaged("a stored object is truncated or corrupt"))?;
+        let Some(raw) = loose else {
+            let c = self.repo.find_commit(id).map_err(|_| bad())?;
+            return Ok((
+                c.tree_id(),
+                c.parent_ids().next(),
+                c.message_bytes().to_vec(),
+            ));
+        };
+        let nul = raw.iter().position(|&b| b == 0).ok_or_else(bad)?;
+        if !raw.starts_with(b"commit ") {
+            return Err(bad());
+        }
+        let body = &raw[nul + 1..];
+        let split = body.windows(2).position(|w| w == b"\n\n").ok_or_else(bad)?;
+        let (headers, message) = (&body[..split], &body[split + 2..]);
+        let mut tree = None;
+        let mut parent = None;
+        for line in headers.split(|&b| b == b'\n') {
+            let hex = |rest: &[u8]| {
+                std::str::from_utf8(rest)
+                    .ok()
+                    .and_then(|h| Oid::from_str(h).ok())
+            };
+            if let Some(rest) = line.strip_prefix(b"tree ") {
+                tree = hex(rest);
+            } else if let Some(rest) = line.strip_prefix(b"parent ")
+                && parent.is_none()
+            {
+                parent = Some(hex(rest).ok_or_else(bad)?);
+            }
+        }
+        Ok((tree.ok_or_else(bad)?, parent, message.to_vec()))
+    }
+
+    /// Open the sealed metadata in a commit message, bound to its tree and
+    /// parent.
+    pub(crate) fn open_meta_message(
+        &self,
+        tree: Oid,
+        parent: Option<Oid>,
+        message: &[u8],
+    ) -> Result<CommitMeta, VaultError> {
+        let sealed = data_encoding::BASE64
+            .decode(message.trim_ascii())
+            .map_err(|_| damaged("commit metadata does not decode"))?;
+        let plain = self
+            .keys
+            .open_meta(&super::meta::meta_aad(tree, parent), &sealed)
+            .map_err(|_| damaged("commit metadata failed to decrypt"))?;
+        serde_json::from_slice(&plain).map_err(|_| damaged("commit metadata does not parse"))
+    }
+
+    /// Walk main from its tip, newest first.
+    pub fn walk(&mut self) -> Result<Walk<'_>, VaultError> {
+        let tip = self.refresh()?;
+        Ok(Walk {
+            vault: self,
+            next: tip,
+            from_git: Vec::new(),
+            index: None,
+            index_pos: None,
+        })
+    }
+
+    /// The first parent of a commit (main is linear).
+    pub fn parent_of(&self, id: Oid) -> Result<Option<Oid>, VaultError> {
+        Ok(self.read_commit(id)?.1)
+    }
+
+    /// Resolve a revision as a person types it: a commit id or a prefix of
+    /// at least 4 hex digits, `HEAD`, or `HEAD~N`. It must be on main.
+    pub fn resolve_rev(&mut self, rev: &str) -> Result<Oid, VaultError> {
+        let bad = || VaultError::BadRevision(rev.to_string());
+        let tip = self.refresh()?.ok_or_else(bad)?;
+        if let Some(rest) = rev.strip_prefix("HEAD") {
+            let back: usize = match rest {
+                "" => 0,
+                r => r
+                    .strip_prefix('~')
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(bad)?,
+            };
+            let mut id = tip;
+            for _ in 0..back {
+                id = self.parent_of(id)?.ok_or_else(bad)?;
+            }
+            return Ok(id);
+        }
+        if rev.len() < 4 || rev.len() > 40 || !rev.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        let id = self
+            .repo
+            .find_commit_by_prefix(&rev.to_ascii_lowercase())
+            .map_err(|_| bad())?
+            .id();
+        if id != tip && !self.repo.graph_descendant_of(tip, id).unwrap_or(false) {
+            return Err(bad());
+        }
+        Ok(id)
+    }
+
+    /// The decrypted memory path of an encrypted git path.
+    pub fn decrypt_git_path(&self, git_path: &str) -> Result<MemoryPath, VaultError> {
+        let mut path = MemoryPath::root();
+        for enc in git_path.split('/') {
+            let name = self
+                .keys
+                .decrypt_name(path.as_str(), enc)
+                .map_err(|_| damaged("a stored name failed to decrypt"))?;
+            path = path
+                .join(&name)
+                .map_err(|_| damaged("a stored name is not a valid path"))?;
+        }
+        Ok(path)
+    }
+
+    /// The git path of a memory path ("" for the root).
+    pub fn git_path_of(&self, path: &MemoryPath) -> Result<String, VaultError> {
+        let mut out = String::new();
+        let mut parent = MemoryPath::root();
+        for seg in path.segments() {
+            let enc = self
+                .keys
+                .encrypt_name(parent.as_str(), seg)
+                .map_err(|_| damaged("a path segment is too long to store"))?;
+            if !out.is_empty() {
+                out.push('/');
+            }
+            out.push_str(&enc);
+            parent = parent
+                .join(seg)
+                .map_err(|_| damaged("a path is too long"))?;
+        }
+        Ok(out)
+    }
+
+    /// The files whose blobs differ between the trees of two commits
+    /// (None: the empty tree), optionally only at or below `under`, in
+    /// git path order.
+    pub fn changed_files(
+        &self,
+        old: Option<Oid>,
+        new: Option<Oid>,
+        under: Option<&MemoryPath>,
+    ) -> Result<Vec<FileChange>, VaultError> {
+        for id in [old, new].into_iter().flatten() {
+            self.check_object(id)?;
+        }
+        let old_tree = self.tree_of(old)?;
+        let new_tree = self.tree_of(new)?;
+        let mut opts = DiffOptions::new();
+        opts.skip_binary_check(true);
+        if let Some(p) = under.filter(|p| !p.is_root()) {
+            opts.pathspec(self.git_path_of(p)?)
+                .disable_pathspec_match(true);
+        }
+        let diff = self
+            .repo
+            .diff_tree_to_tree(old_tree.as_ref(), new_tree.as_ref(), Some(&mut opts))
+            .map_err(|_| damaged("a tree is unreadable"))?;
+        let mut out = Vec::new();
+        for delta in diff.deltas() {
+            let side = if delta.new_file().exists() {
+                delta.new_file()
+            } else {
+                delta.old_file()
+            };
+            let git_path = side
+                .path()
+                .and_then(Path::to_str)
+                .ok_or_else(|| damaged("a stored name is not text"))?
+                .to_string();
+            let id = |f: git2::DiffFile<'_>| f.exists().then(|| f.id());
+            out.push(FileChange {
+                path: self.decrypt_git_path(&git_path)?,
+                git_path,
+                old: id(delta.old_file()),
+                new: id(delta.new_file()),
+            });
+        }
+        Ok(out)
+    }
+
+    /// The files one commit changed, compared with its parent.
+    pub fn commit_changes(&self, id: Oid) -> Result<Vec<FileChange>, VaultError> {
+        self.changed_files(self.parent_of(id)?, Some(id), None)
+    }
+}
+
+/// A read-only [`Store`](crate::memory::Store) over the tree of one
+/// revision, so `show` renders exactly as `view` does.
+pub struct RevisionStore<'v> {
+    vault: &'v Vault,
+    rev: Option<Oid>,
+}
+
+impl Vault {
+    /// The vault as it was at `rev`, read-only.
+    pub fn at_revision(&self, rev: Option<Oid>) -> RevisionStore<'_> {
+        RevisionStore { vault: self, rev }
+    }
+}
+
+impl crate::memory::Store for RevisionStore<'_> {
+    fn read(
+        &mut self,
+        f: &mut dyn FnMut(
+            &dyn crate::memory::Snapshot,
+        ) -> Result<crate::memory::ToolResult, crate::memory::StoreError>,
+    ) -> Result<crate::memory::ToolResult, crate::memory::StoreError> {
+        let snap = self.vault.snapshot_at(self.rev)?;
+        f(&snap)
+    }
+
+    fn write(
+        &mut self,
+        _f: &mut dyn FnMut(
+            &dyn crate::memory::Snapshot,
+        ) -> Result<crate::memory::Outcome, crate::memory::StoreError>,
+    ) -> Result<crate::memory::ToolResult, crate::memory::StoreError> {
+        Err(crate::memory::StoreError::Unavailable(
+            "a past revision is read-only".into(),
+        ))
+    }
+}

@@ -1,0 +1,359 @@
+//! Undo without rewriting history: `revert` of one commit or of a whole
+//! session, and `restore` of a path as it was at a revision. Each is one
+//! new commit, marked with what it undoes.
+//!
+//! Stored blobs are bound to their path and file key, and encrypted names
+//! are deterministic, so putting an old blob back at its own git path
+//! restores the old content exactly, with no re-encryption.
+//!
+//! Conflicts: a revert refuses when a later commit (not being undone)
+//! changed a file the revert would change; a restore refuses when it would
+//! overwrite or delete content written after the revision. `force`
+//! applies the undo anyway. A path whose parent is now a file, or which is
+//! now a directory, cannot be put back and is refused (skipped with
+//! `force`). A version whose file key was erased cannot be put back and is
+//! skipped, and said so.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use git2::{FileMode, ObjectType, Oid};
+
+use super::{Vault, VaultError, damaged, meta::META_VERSION, now_ms};
+use crate::crypto;
+use crate::memory::{MemoryPath, StoreError};
+use crate::vault::CommitMeta;
+
+/// What to undo.
+#[derive(Debug, Clone)]
+pub enum UndoTarget {
+    /// One commit on main.
+    Commit(Oid),
+    /// Every commit one session made.
+    Session(String),
+    /// A file or directory, as it was at a revision.
+    Restore { path: MemoryPath, at: Oid },
+}
+
+/// A later change that touched a file the undo would change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    pub rev: Oid,
+    pub path: MemoryPath,
+}
+
+/// What an undo did, or why it did nothing.
+#[derive(Debug)]
+pub enum UndoOutcome {
+    /// One new commit.
+    Done {
+        commit: Oid,
+        changed: Vec<MemoryPath>,
+        skipped_erased: Vec<MemoryPath>,
+        skipped_blocked: Vec<MemoryPath>,
+    },
+    /// The files are already as the undo would leave them.
+    Nothing { skipped_erased: Vec<MemoryPath> },
+    /// Refused; nothing was changed.
+    Refused {
+        conflicts: Vec<Conflict>,
+        blocked: Vec<MemoryPath>,
+    },
+}
+
+/// One file the undo wants to set: its path and the blob to put back
+/// (None: remove it).
+struct Target {
+    path: MemoryPath,
+    desired: Option<Oid>,
+}
+
+impl Vault {
+    /// Undo `target` as one new commit (see the module docs).
+    pub fn undo(&mut self, target: UndoTarget, force: bool) -> Result<UndoOutcome, VaultError> {
+        let result = self.with_writer_lock(|vault, tip| {
+            vault.undo_locked(tip, &target, force).map_err(|e| match e {
+                VaultError::Damaged(w) => StoreError::Damaged(w),
+                other => StoreError::Unavailable(other.to_string()),
+            })
+        });
+        result.map_err(|e| match e {
+            StoreError::Damaged(w) => VaultError::Damaged(w),
+            StoreError::Unavailable(w) | StoreError::Limit(w) => VaultError::Refused(w),
+            other => VaultError::Refused(other.to_string()),
+        })
+    }
+
+    /// The chain of main from the tip back to (and including) `oldest`,
+    /// newest first.
+    fn chain_to(&self, tip: Oid, oldest: Oid) -> Result<Vec<Oid>, VaultError> {
+        let mut chain = Vec::new();
+        let mut next = Some(tip);
+        while let Some(id) = next {
+            chain.push(id);
+            if id == oldest {
+                return Ok(chain);
+            }
+            next = self.parent_of(id)?;
+        }
+        Err(damaged("a revision is not on main"))
+    }
+
+    fn undo_locked(
+        &mut self,
+        tip: Option<Oid>,
+        target: &UndoTarget,
+        force: bool,
+    ) -> Result<UndoOutcome, VaultError> {
+        let Some(tip) = tip else {
+            return Ok(UndoOutcome::Nothing {
+                skipped_erased: Vec::new(),
+            });
+        };
+        let mut targets: BTreeMap<String, Target> = BTreeMap::new();
+        let mut conflicts = Vec::new();
+        let mut undoes = Vec::new();
+        match target {
+            UndoTarget::Commit(_) | UndoTarget::Session(_) => {
+                // The commits to undo, and the chain back to the oldest.
+                let mut set = BTreeSet::new();
+                let mut chain = Vec::new();
+                let mut next = Some(tip);
+                let mut oldest_index = None;
+                while let Some(id) = next {
+                    let member = match target {
+                        UndoTarget::Commit(c) => *c == id,
+                        UndoTarget::Session(s) => {
+                            let meta = self.commit_meta(id)?;
+                            meta.session == *s && meta.op != "init"
+                        }
+                        UndoTarget::Restore { .. } => false,
+                    };
+                    chain.push(id);
+                    if member {
+                        set.insert(id);
+                        oldest_index = Some(chain.len() - 1);
+                        if matches!(target, UndoTarget::Commit(_)) {
+                            break;
+                        }
+                    }
+                    next = self.parent_of(id)?;
+                }
+                let Some(oldest_index) = oldest_index else {
+                    return Err(match target {
+                        UndoTarget::Session(s) => {
+                            VaultError::Refused(format!("session {s:?} made no changes to undo"))
+                        }
+                        _ => damaged("a revision is not on main"),
+                    });
+                };
+                chain.truncate(oldest_index + 1);
+                // Oldest first: the first touch by the undone set fixes the
+                // state to return to; later touches by others conflict.
+                for &id in chain.iter().rev() {
+                    let changes = self.commit_changes(id)?;
+                    if set.contains(&id) {
+                        undoes.push(id.to_string());
+                        for c in changes {
+                            targets.entry(c.git_path).or_insert(Target {
+                                path: c.path,
+                                desired: c.old,
+                            });
+                        }
+                    } else {
+                        for c in changes {
+                            if targets.contains_key(&c.git_path) {
+                                conflicts.push((
+                                    c.git_path,
+                                    Conflict {
+                                        rev: id,
+                                        path: c.path,
+                                    },
+                                ));
+                            }
+                        }
+                    }
+                }
+                undoes.reverse();
+            }
+            UndoTarget::Restore { path, at } => {
+                for c in self.changed_files(Some(tip), Some(*at), Some(path))? {
+                    targets.insert(
+                        c.git_path,
+                        Target {
+                            path: c.path,
+                            desired: c.new,
+                        },
+                    );
+                }
+                // Content written after `at` that the restore would discard.
+                let at_risk: BTreeSet<String> = {
+                    let tip_tree = self.tree_of(Some(tip))?;
+                    targets
+                        .keys()
+                        .filter(|g| entry_at(tip_tree.as_ref(), g).is_some())
+                        .cloned()
+                        .collect()
+                };
+                if !at_risk.is_empty() {
+                    let chain = self.chain_to(tip, *at)?;
+                    for &id in chain.iter().rev().skip(1) {
+                        for c in self.commit_changes(id)? {
+                            if at_risk.contains(&c.git_path) {
+                                conflicts.push((
+                                    c.git_path,
+                                    Conflict {
+                                        rev: id,
+                                        path: c.path,
+                                    },
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        // Keep only what would really change.
+        let tip_tree = self.tree_of(Some(tip))?;
+        let mut edits = Vec::new();
+        let mut skipped_erased = Vec::new();
+        let mut blocked = Vec::new();
+        for (git_path, t) in &targets {
+            let current = entry_at(tip_tree.as_ref(), git_path);
+            if current.map(|(id, _)| id) == t.desired
+                && current.is_none_or(|(_, k)| k == ObjectType::Blob)
+            {
+                continue;
+            }
+            if current.is_some_and(|(_, k)| k != ObjectType::Blob) && t.desired.is_some() {
+                blocked.push(t.path.clone());
+                continue;
+            }
+            if t.desired.is_some() && parent_is_file(tip_tree.as_ref(), git_path) {
+                blocked.push(t.path.clone());
+                continue;
+            }
+            if let Some(blob) = t.desired {
+                self.check_object(blob)?;
+                let bytes = self
+                    .repo
+                    .find_blob(blob)
+                    .map_err(|_| damaged("a stored file is unreadable"))?;
+                let id = crypto::blob_key_id(bytes.content())
+                    .map_err(|_| damaged("a stored file has a bad header"))?;
+                if self.key_state.file_key(&id).is_none() {
+                    skipped_erased.push(t.path.clone());
+                    continue;
+                }
+            }
+            edits.push((git_path.clone(), t.path.clone(), t.desired));
+        }
+        let changing: BTreeSet<&str> = edits.iter().map(|(g, _, _)| g.as_str()).collect();
+        let mut conflicts: Vec<Conflict> = conflicts
+            .into_iter()
+            .filter(|(g, _)| changing.contains(g.as_str()))
+            .map(|(_, c)| c)
+            .collect();
+        conflicts.dedup();
+        if (!conflicts.is_empty() || !blocked.is_empty()) && !force {
+            return Ok(UndoOutcome::Refused { conflicts, blocked });
+        }
+        if edits.is_empty() {
+            return Ok(UndoOutcome::Nothing { skipped_erased });
+        }
+
+        // Stay within the file limit.
+        let added = edits
+            .iter()
+            .filter(|(g, _, d)| d.is_some() && entry_at(tip_tree.as_ref(), g).is_none())
+            .count();
+        if added > 0 {
+            let count = self
+                .snapshot_at(Some(tip))?
+                .count_files()
+                .map_err(|_| damaged("a tree is unreadable"))?;
+            if count + added > self.config.max_files {
+                return Err(VaultError::Refused(format!(
+                    "the undo would bring the vault to {} files, over its limit of {}",
+                    count + added,
+                    self.config.max_files
+                )));
+            }
+        }
+
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        for (git_path, _, desired) in &edits {
+            match desired {
+                Some(blob) => update.upsert(git_path.as_str(), *blob, FileMode::Blob),
+                None => update.remove(git_path.as_str()),
+            };
+        }
+        let base = match &tip_tree {
+            Some(t) => t.clone(),
+            None => self.repo.find_tree(self.repo.treebuilder(None)?.write()?)?,
+        };
+        let tree = update.create_updated(&self.repo, &base)?;
+        drop(base);
+        drop(tip_tree);
+        let attribution = self.attribution.clone();
+        let mut meta = CommitMeta {
+            v: META_VERSION,
+            time_ms: now_ms(),
+            session: attribution.session,
+            actor: attribution.actor,
+            files: edits
+                .iter()
+                .map(|(_, p, _)| p.as_str().to_string())
+                .collect(),
+            undoes,
+            ..Default::default()
+        };
+        match target {
+            UndoTarget::Commit(c) => {
+                meta.op = "revert".into();
+                let undone = self.commit_meta(*c)?;
+                meta.path = undone.path;
+                meta.new_path = undone.new_path;
+            }
+            UndoTarget::Session(s) => {
+                meta.op = "revert".into();
+                meta.undone_session = Some(s.clone());
+            }
+            UndoTarget::Restore { path, at } => {
+                meta.op = "restore".into();
+                meta.path = Some(path.as_str().to_string());
+                meta.at = Some(at.to_string());
+            }
+        }
+        let changed = edits.into_iter().map(|(_, p, _)| p).collect();
+        let commit = self
+            .publish(Some(tip), tree, Vec::new(), &meta)
+            .map_err(|e| VaultError::Refused(e.to_string()))?;
+        Ok(UndoOutcome::Done {
+            commit,
+            changed,
+            skipped_erased,
+            skipped_blocked: blocked,
+        })
+    }
+}
+
+/// The object at a git path in a tree, with its kind.
+fn entry_at(tree: Option<&git2::Tree<'_>>, git_path: &str) -> Option<(Oid, ObjectType)> {
+    let e = tree?.get_path(Path::new(git_path)).ok()?;
+    Some((e.id(), e.kind()?))
+}
+
+/// Whether some ancestor directory of `git_path` is a file in `tree`.
+fn parent_is_file(tree: Option<&git2::Tree<'_>>, git_path: &str) -> bool {
+    let mut end = 0;
+    while let Some(i) = git_path[end..].find('/') {
+        end += i;
+        if entry_at(tree, &git_path[..end]).is_some_and(|(_, k)| k == ObjectType::Blob) {
+            return true;
+        }
+        end += 1;
+    }
+    false
+}

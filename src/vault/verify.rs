@@ -1,0 +1,298 @@
+//! `verify`: walk all of main and check everything a key holder can check.
+//!
+//! For every commit: the object reads, its MAC holds, its metadata opens
+//! (bound to its tree and parent). For every file in every tree: the name
+//! decrypts under its parent path, the blob reads, its key is in the key
+//! table (or was erased on purpose, as recorded by an expiry or purge
+//! commit), and it opens with that key at that path. The key state is
+//! re-read and checked. Unchanged subtrees and blobs are checked once.
+//!
+//! Rollback: after a clean run the tip is recorded, with a MAC, in
+//! `memvault/verified-head` (local, outside git). A later run reports when
+//! that head is no longer the tip or one of its ancestors, meaning the
+//! branch was moved back or rewritten. Deleting the file loses the mark;
+//! the check is only as good as the file's survival.
+
+use std::collections::{HashMap, HashSet};
+
+use git2::{ObjectType, Oid};
+
+use super::keys::{KeyState, verify_commit_mac};
+use super::meta::meta_aad;
+use super::{MAIN_REF, Vault, VaultError, write_durable};
+use crate::crypto::{self, FileKeyId};
+use crate::memory::MemoryPath;
+
+const HWM_FILE: &str = "memvault/verified-head";
+
+/// One thing wrong, located as precisely as the damage allows.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    /// The commit (full hex) where it was found, if any.
+    pub rev: Option<String>,
+    /// The memory path (or what is known of it), if any.
+    pub path: Option<String>,
+    pub what: String,
+}
+
+/// The result of [`Vault::verify`].
+#[derive(Debug, Default, serde::Serialize)]
+pub struct VerifyReport {
+    pub head: Option<String>,
+    pub commits: usize,
+    pub files_checked: usize,
+    /// File versions whose key was erased on purpose (not damage).
+    pub erased_versions: usize,
+    pub problems: Vec<Problem>,
+}
+
+impl VerifyReport {
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+struct Walker<'v> {
+    vault: &'v Vault,
+    erased: HashSet<FileKeyId>,
+    trees_seen: HashSet<(Oid, String)>,
+    blobs_seen: HashSet<(Oid, String)>,
+    names: HashMap<(String, String), Option<String>>,
+    report: VerifyReport,
+}
+
+impl Walker<'_> {
+    fn problem(&mut self, rev: Oid, path: Option<&str>, what: &str) {
+        self.report.problems.push(Problem {
+            rev: Some(rev.to_string()),
+            path: path.map(str::to_string),
+            what: what.to_string(),
+        });
+    }
+
+    fn tree(&mut self, rev: Oid, oid: Oid, dir: &MemoryPath) {
+        if !self.trees_seen.insert((oid, dir.as_str().to_string())) {
+            return;
+        }
+        let repo = &self.vault.repo;
+        if self.vault.check_object(oid).is_err() {
+            return self.problem(
+                rev,
+                Some(dir.as_str()),
+                "a tree object is truncated or corrupt",
+            );
+        }
+        let Ok(tree) = repo.find_tree(oid) else {
+            return self.problem(
+                rev,
+                Some(dir.as_str()),
+                "a tree object is missing or unreadable",
+            );
+        };
+        let entries: Vec<(Option<String>, Option<ObjectType>, Oid)> = tree
+            .iter()
+            .map(|e| (e.name().ok().map(str::to_string), e.kind(), e.id()))
+            .collect();
+        drop(tree);
+        for (enc, kind, id) in entries {
+            let name = enc.and_then(|enc| {
+                let key = (dir.as_str().to_string(), enc);
+                if let Some(n) = self.names.get(&key) {
+                    return n.clone();
+                }
+                let n = self.vault.keys.decrypt_name(&key.0, &key.1).ok();
+                self.names.insert(key, n.clone());
+                n
+            });
+            let Some(path) = name.and_then(|n| dir.join(&n).ok()) else {
+                self.problem(
+                    rev,
+                    Some(dir.as_str()),
+                    "a name in this directory does not decrypt (altered or foreign entry)",
+                );
+                continue;
+            };
+            match kind {
+                Some(ObjectType::Tree) => self.tree(rev, id, &path),
+                Some(ObjectType::Blob) => self.blob(rev, id, &path),
+                _ => self.problem(rev, Some(path.as_str()), "an entry has an unexpected type"),
+            }
+        }
+    }
+
+    fn blob(&mut self, rev: Oid, oid: Oid, path: &MemoryPath) {
+        if !self.blobs_seen.insert((oid, path.as_str().to_string())) {
+            return;
+        }
+        self.report.files_checked += 1;
+        let p = Some(path.as_str());
+        if self.vault.check_object(oid).is_err() {
+            return self.problem(rev, p, "the stored file is truncated or corrupt");
+        }
+        let Ok(blob) = self.vault.repo.find_blob(oid) else {
+            return self.problem(rev, p, "the stored file is missing or unreadable");
+        };
+        let Ok(id) = crypto::blob_key_id(blob.content()) else {
+            return self.problem(rev, p, "the stored file has a bad header");
+        };
+        let Some(key) = self.vault.key_state.file_key(&id) else {
+            if self.erased.contains(&id) {
+                self.report.erased_versions += 1;
+                return;
+            }
+            return self.problem(rev, p, "the file's key is missing from the key table");
+        };
+        if crypto::open_blob(key, path.as_str(), blob.content()).is_err() {
+            self.problem(
+                rev,
+                p,
+                "the stored file does not open with its key at this path (altered or moved)",
+            );
+        }
+    }
+}
+
+impl Vault {
+    /// Check all of history (see the module docs). Problems are reported,
+    /// not returned as errors; an `Err` means verify itself could not run.
+    pub fn verify(&mut self) -> Result<VerifyReport, VaultError> {
+        let tip = match self.repo.refname_to_id(MAIN_REF) {
+            Ok(id) => Some(id),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => None,
+            Err(e) => return Err(e.into()),
+        };
+        let mut w = Walker {
+            vault: self,
+            erased: HashSet::new(),
+            trees_seen: HashSet::new(),
+            blobs_seen: HashSet::new(),
+            names: HashMap::new(),
+            report: VerifyReport {
+                head: tip.map(|t| t.to_string()),
+                ..Default::default()
+            },
+        };
+        match tip {
+            None => w.report.problems.push(Problem {
+                rev: None,
+                path: None,
+                what: "the vault has no main branch".into(),
+            }),
+            Some(tip) => {
+                // First pass: commits, MACs, metadata (and erasure records).
+                let mut commits = Vec::new();
+                let mut next = Some(tip);
+                while let Some(id) = next {
+                    if w.vault.check_object(id).is_err() {
+                        w.problem(id, None, "the commit object is truncated or corrupt");
+                        break;
+                    }
+                    let Ok(commit) = w.vault.repo.find_commit(id) else {
+                        w.problem(id, None, "the commit is missing or unreadable");
+                        break;
+                    };
+                    next = commit.parent_ids().next();
+                    let tree = commit.tree_id();
+                    let mac_ok = verify_commit_mac(&w.vault.repo, &w.vault.keys, id);
+                    let meta = data_encoding::BASE64
+                        .decode(commit.message_bytes().trim_ascii())
+                        .ok()
+                        .and_then(|sealed| {
+                            let aad = meta_aad(tree, next);
+                            w.vault.keys.open_meta(&aad, &sealed).ok()
+                        })
+                        .and_then(|plain| serde_json::from_slice::<super::CommitMeta>(&plain).ok());
+                    drop(commit);
+                    if !mac_ok {
+                        w.problem(
+                            id,
+                            None,
+                            "the commit's MAC does not match (not written with this vault's key, or altered)",
+                        );
+                    }
+                    match meta {
+                        Some(m) => {
+                            for k in &m.erased_keys {
+                                if let Some(id) = FileKeyId::from_hex(k) {
+                                    w.erased.insert(id);
+                                }
+                            }
+                        }
+                        None => w.problem(id, None, "the commit's metadata does not open"),
+                    }
+                    commits.push((id, tree));
+                }
+                w.report.commits = commits.len();
+                // Second pass: every tree, oldest first.
+                for &(id, tree) in commits.iter().rev() {
+                    w.tree(id, tree, &MemoryPath::root());
+                }
+            }
+        }
+        let mut report = w.report;
+        // The key state, read again from the repository.
+        if let Err(e) = KeyState::load(&self.repo, &self.keys) {
+            report.problems.push(Problem {
+                rev: None,
+                path: None,
+                what: format!("the key state is not sound: {e}"),
+            });
+        }
+        // Rollback against the high-water mark.
+        if let Some(tip) = tip {
+            if let Some(problem) = self.check_high_water(tip) {
+                report.problems.push(problem);
+            }
+            if report.ok() {
+                self.write_high_water(tip, report.commits)?;
+            }
+        }
+        Ok(report)
+    }
+
+    fn hwm_mac(&self, head: &str, commits: usize) -> String {
+        let msg = format!("memvault verified head v1\0{head}\0{commits}");
+        data_encoding::HEXLOWER.encode(&self.keys.mac(msg.as_bytes()))
+    }
+
+    fn check_high_water(&self, tip: Oid) -> Option<Problem> {
+        let text = std::fs::read_to_string(self.dir.join(HWM_FILE)).ok()?;
+        let parts: Vec<&str> = text.split_whitespace().collect();
+        let altered = || {
+            Some(Problem {
+                rev: None,
+                path: None,
+                what: "memvault/verified-head was altered (its MAC does not match)".into(),
+            })
+        };
+        let [version, head, commits, mac] = parts[..] else {
+            return altered();
+        };
+        let Ok(count) = commits.parse::<usize>() else {
+            return altered();
+        };
+        if version != "v1" || self.hwm_mac(head, count) != mac {
+            return altered();
+        }
+        let Ok(head_id) = Oid::from_str(head) else {
+            return altered();
+        };
+        if head_id == tip || self.repo.graph_descendant_of(tip, head_id).unwrap_or(false) {
+            return None;
+        }
+        Some(Problem {
+            rev: Some(tip.to_string()),
+            path: None,
+            what: format!(
+                "rollback: main no longer contains the last verified head {head} ({count} commits); it was moved back or rewritten"
+            ),
+        })
+    }
+
+    fn write_high_water(&self, tip: Oid, commits: usize) -> Result<(), VaultError> {
+        let head = tip.to_string();
+        let line = format!("v1 {head} {commits} {}\n", self.hwm_mac(&head, commits));
+        write_durable(&self.dir.join(HWM_FILE), line.as_bytes())?;
+        Ok(())
+    }
+}

@@ -1,0 +1,740 @@
+//! Audit and undo: a scripted run of 50 mutations across 3 sessions, then
+//! `history` (and its filters), `show`, `diff`, `sessions`, `resume`,
+//! `revert`, `restore` and `verify` checked against a model of what each
+//! revision held.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Output;
+
+use serde_json::{Value, json};
+
+use crate::util::*;
+
+const MARK: &str = "PLAINMARK";
+const DAY: u64 = 86_400_000;
+/// 2026-01-01T00:00:00Z.
+const T0: u64 = 1_767_225_600_000;
+
+#[derive(Clone, Debug)]
+struct Step {
+    session: &'static str,
+    actor: &'static str,
+    cmd: Value,
+    op: &'static str,
+    path: String,
+    new_path: Option<String>,
+    /// The files after this step.
+    after: BTreeMap<String, String>,
+}
+
+struct Script {
+    steps: Vec<Step>,
+    counter: u32,
+    rng: u64,
+}
+
+impl Script {
+    fn rand(&mut self, n: usize) -> usize {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        (self.rng % n as u64) as usize
+    }
+
+    fn word(&mut self) -> String {
+        self.counter += 1;
+        format!("{MARK}-w{}", self.counter)
+    }
+
+    fn files(&self) -> BTreeMap<String, String> {
+        self.steps
+            .last()
+            .map(|s| s.after.clone())
+            .unwrap_or_default()
+    }
+
+    fn push(
+        &mut self,
+        session: &'static str,
+        cmd: Value,
+        op: &'static str,
+        path: &str,
+        new_path: Option<&str>,
+        after: BTreeMap<String, String>,
+    ) {
+        let actor = if session == "s2" { "bob" } else { "alice" };
+        self.steps.push(Step {
+            session,
+            actor,
+            cmd,
+            op,
+            path: path.into(),
+            new_path: new_path.map(str::to_string),
+            after,
+        });
+    }
+
+    fn create(&mut self, session: &'static str, path: &str) {
+        let text = format!("{}\n{}\n", self.word(), self.word());
+        let mut after = self.files();
+        after.insert(path.into(), text.clone());
+        let cmd = json!({"command": "create", "path": path, "file_text": text});
+        self.push(session, cmd, "create", path, None, after);
+    }
+
+    fn str_replace(&mut self, session: &'static str, path: &str) {
+        let mut after = self.files();
+        let text = after[path].clone();
+        let lines: Vec<&str> = text.lines().collect();
+        let old = lines[self.rand(lines.len())].to_string();
+        let new = self.word();
+        after.insert(path.into(), text.replace(&old, &new));
+        let cmd = json!({"command": "str_replace", "path": path, "old_str": old, "new_str": new});
+        self.push(session, cmd, "str_replace", path, None, after);
+    }
+
+    fn insert(&mut self, session: &'static str, path: &str) {
+        let mut after = self.files();
+        let text = after[path].clone();
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        let at = self.rand(lines.len() + 1);
+        let word = self.word();
+        lines.insert(at, word.clone());
+        after.insert(path.into(), lines.join("\n") + "\n");
+        let cmd =
+            json!({"command": "insert", "path": path, "insert_line": at, "insert_text": word});
+        self.push(session, cmd, "insert", path, None, after);
+    }
+
+    fn delete(&mut self, session: &'static str, path: &str) {
+        let mut after = self.files();
+        after.remove(path);
+        let cmd = json!({"command": "delete", "path": path});
+        self.push(session, cmd, "delete", path, None, after);
+    }
+
+    fn rename(&mut self, session: &'static str, from: &str, to: &str) {
+        let mut after = self.files();
+        let text = after.remove(from).unwrap();
+        after.insert(to.into(), text);
+        let cmd = json!({"command": "rename", "old_path": from, "new_path": to});
+        self.push(session, cmd, "rename", from, Some(to), after);
+    }
+
+    /// One random mutation on files other than the tracked one.
+    fn random(&mut self, session: &'static str) {
+        let files: Vec<String> = self
+            .files()
+            .into_keys()
+            .filter(|f| !f.contains("track"))
+            .collect();
+        let choice = if files.len() < 3 { 0 } else { self.rand(5) };
+        let fresh = |s: &mut Script| {
+            let d = s.rand(3);
+            s.counter += 1;
+            format!("/memories/d{d}/f{}.md", s.counter)
+        };
+        match choice {
+            0 => {
+                let p = fresh(self);
+                self.create(session, &p)
+            }
+            1 => {
+                let p = files[self.rand(files.len())].clone();
+                self.str_replace(session, &p)
+            }
+            2 => {
+                let p = files[self.rand(files.len())].clone();
+                self.insert(session, &p)
+            }
+            3 => {
+                let p = files[self.rand(files.len())].clone();
+                self.delete(session, &p)
+            }
+            _ => {
+                let p = files[self.rand(files.len())].clone();
+                let to = fresh(self);
+                self.rename(session, &p, &to)
+            }
+        }
+    }
+}
+
+/// 50 mutations: s1 (17), s2 (17), s3 (16), with a tracked file created,
+/// edited, renamed and edited again across the three sessions.
+fn script() -> Vec<Step> {
+    let mut s = Script {
+        steps: Vec::new(),
+        counter: 0,
+        rng: 0x9e37_79b9_7f4a_7c15,
+    };
+    for i in 0..50 {
+        let session = match i {
+            0..17 => "s1",
+            17..34 => "s2",
+            _ => "s3",
+        };
+        match i {
+            0 => s.create(session, "/memories/track.md"),
+            5 => s.str_replace(session, "/memories/track.md"),
+            20 => s.rename(session, "/memories/track.md", "/memories/d1/tracked.md"),
+            40 => s.insert(session, "/memories/d1/tracked.md"),
+            _ => s.random(session),
+        }
+    }
+    assert_eq!(s.steps.len(), 50);
+    s.steps
+}
+
+fn session_time(session: &str) -> u64 {
+    match session {
+        "s1" => T0,
+        "s2" => T0 + DAY,
+        _ => T0 + 2 * DAY,
+    }
+}
+
+/// Run the script on a new vault, one `serve` per session.
+fn scripted_vault() -> (TestVault, Vec<Step>) {
+    let v = TestVault::new();
+    let steps = script();
+    for session in ["s1", "s2", "s3"] {
+        let mine: Vec<&Step> = steps.iter().filter(|s| s.session == session).collect();
+        let input: String = mine.iter().map(|s| format!("{}\n", s.cmd)).collect();
+        let out = run_with_stdin(
+            v.cmd()
+                .args(["serve", "--session", session, "--actor", mine[0].actor])
+                .env("MEMVAULT_TEST_NOW_MS", session_time(session).to_string()),
+            input.as_bytes(),
+        );
+        assert!(out.status.success());
+        for (r, s) in parse_lines(&out.stdout).iter().zip(&mine) {
+            assert!(!is_error(r), "{} failed: {r}", s.cmd);
+        }
+    }
+    (v, steps)
+}
+
+fn run(v: &TestVault, args: &[&str]) -> Output {
+    v.cmd().args(args).output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn json_lines(v: &TestVault, args: &[&str]) -> Vec<Value> {
+    parse_lines(stdout(&run(v, args)).as_bytes())
+}
+
+/// (op, path, new_path, session, actor) of history lines.
+type Row = (String, Option<String>, Option<String>, String, String);
+
+fn rows(lines: &[Value]) -> Vec<Row> {
+    lines
+        .iter()
+        .map(|l| {
+            (
+                l["op"].as_str().unwrap().to_string(),
+                l["path"].as_str().map(str::to_string),
+                l["new_path"].as_str().map(str::to_string),
+                l["session"].as_str().unwrap().to_string(),
+                l["actor"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn expected<'a>(steps: impl Iterator<Item = &'a Step>) -> Vec<Row> {
+    let mut v: Vec<Row> = steps
+        .map(|s| {
+            (
+                s.op.to_string(),
+                Some(s.path.clone()),
+                s.new_path.clone(),
+                s.session.to_string(),
+                s.actor.to_string(),
+            )
+        })
+        .collect();
+    v.reverse();
+    v
+}
+
+fn init_row() -> Row {
+    ("init".into(), None, None, "init".into(), "memvault".into())
+}
+
+#[test]
+fn history_and_its_filters_return_exactly_the_expected_changes() {
+    let (v, steps) = scripted_vault();
+    let all = json_lines(&v, &["history", "--json"]);
+    let mut want = expected(steps.iter());
+    want.push(init_row());
+    assert_eq!(rows(&all), want);
+    // Text form: one line per change.
+    assert_eq!(stdout(&run(&v, &["history"])).lines().count(), 51);
+
+    let s2 = json_lines(&v, &["history", "--session", "s2", "--json"]);
+    assert_eq!(
+        rows(&s2),
+        expected(steps.iter().filter(|s| s.session == "s2"))
+    );
+
+    let bob = json_lines(&v, &["history", "--actor", "bob", "--json"]);
+    assert_eq!(rows(&bob), rows(&s2));
+
+    let edits = json_lines(&v, &["history", "--op", "edit", "--json"]);
+    assert_eq!(
+        rows(&edits),
+        expected(
+            steps
+                .iter()
+                .filter(|s| s.op == "str_replace" || s.op == "insert")
+        )
+    );
+    let deletes = json_lines(&v, &["history", "--op", "delete", "--json"]);
+    assert_eq!(
+        rows(&deletes),
+        expected(steps.iter().filter(|s| s.op == "delete"))
+    );
+
+    // Sessions ran on three consecutive days.
+    let day2 = json_lines(
+        &v,
+        &[
+            "history",
+            "--since",
+            "2026-01-02",
+            "--until",
+            "2026-01-02",
+            "--json",
+        ],
+    );
+    assert_eq!(rows(&day2), rows(&s2));
+    // (The init commit carries the real time, long after the test clock.)
+    let from_day2 = json_lines(
+        &v,
+        &[
+            "history",
+            "--since",
+            "2026-01-02T00:00:00Z",
+            "--until",
+            "2026-01-31",
+            "--json",
+        ],
+    );
+    assert_eq!(
+        rows(&from_day2),
+        expected(steps.iter().filter(|s| s.session != "s1"))
+    );
+
+    // A path's history follows it back across its rename.
+    let tracked = json_lines(&v, &["history", "/memories/d1/tracked.md", "--json"]);
+    let chain: Vec<&Step> = [0, 5, 20, 40].iter().map(|&i| &steps[i]).collect();
+    assert_eq!(rows(&tracked), expected(chain.into_iter()));
+
+    let limited = json_lines(&v, &["history", "--limit", "3", "--json"]);
+    assert_eq!(rows(&limited), want[..3].to_vec());
+
+    // Bad filters are usage errors.
+    assert_eq!(
+        run(&v, &["history", "--since", "someday"]).status.code(),
+        Some(2)
+    );
+    assert_eq!(run(&v, &["history", "/etc/passwd"]).status.code(), Some(2));
+
+    // sessions: one line each, with counts.
+    let sessions = json_lines(&v, &["sessions", "--json"]);
+    let by_id: BTreeMap<&str, &Value> = sessions
+        .iter()
+        .map(|s| (s["session"].as_str().unwrap(), s))
+        .collect();
+    assert_eq!(by_id.len(), 4, "{sessions:?}");
+    for id in ["s1", "s2", "s3"] {
+        let mine: Vec<&Step> = steps.iter().filter(|s| s.session == id).collect();
+        assert_eq!(by_id[id]["changes"], mine.len(), "{id}");
+        let files: BTreeSet<&str> = mine
+            .iter()
+            .flat_map(|s| std::iter::once(s.path.as_str()).chain(s.new_path.as_deref()))
+            .collect();
+        assert_eq!(by_id[id]["files"], files.len(), "{id}");
+    }
+    // Most recent first (init carries the real clock, after the test clock).
+    let order: Vec<&str> = sessions
+        .iter()
+        .map(|s| s["session"].as_str().unwrap())
+        .filter(|s| *s != "init")
+        .collect();
+    assert_eq!(order, ["s3", "s2", "s1"]);
+}
+
+/// The regular files of a `view /memories` listing.
+fn listed_files(listing: &str) -> BTreeSet<String> {
+    listing
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once('\t').map(|(_, p)| p.to_string()))
+        .filter(|p| !p.ends_with('/') && p != "/memories")
+        .collect()
+}
+
+#[test]
+fn show_and_diff_at_every_revision_return_what_was_there() {
+    let (v, steps) = scripted_vault();
+    let revs: Vec<String> = json_lines(&v, &["history", "--json"])
+        .iter()
+        .map(|l| l["rev"].as_str().unwrap().to_string())
+        .collect();
+    // revs[0] is the last step, revs[50] the init commit.
+    let mut before: BTreeMap<String, String> = BTreeMap::new();
+    for (i, step) in steps.iter().enumerate() {
+        let rev = &revs[49 - i];
+        let listing = stdout(&run(&v, &["show", rev]));
+        let want: BTreeSet<String> = step.after.keys().cloned().collect();
+        assert_eq!(listed_files(&listing), want, "listing at step {i}");
+        // Every file the step changed, as it was then.
+        let changed: Vec<&String> = step
+            .after
+            .keys()
+            .chain(before.keys())
+            .filter(|p| step.after.get(*p) != before.get(*p))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        for p in &changed {
+            match step.after.get(*p) {
+                Some(content) => {
+                    assert_eq!(&stdout(&run(&v, &["show", rev, p, "--raw"])), content);
+                    let numbered = stdout(&run(&v, &["show", rev, p]));
+                    assert!(
+                        numbered
+                            .starts_with(&format!("Here's the content of {p} with line numbers:")),
+                        "{numbered}"
+                    );
+                }
+                None => {
+                    let o = run(&v, &["show", rev, p, "--raw"]);
+                    assert_eq!(o.status.code(), Some(1), "{p} should not exist at step {i}");
+                }
+            }
+        }
+        // The diff names exactly the changed files, with their lines.
+        let diff = stdout(&run(&v, &["diff", rev]));
+        let named: BTreeSet<String> = diff
+            .lines()
+            .filter_map(|l| l.strip_prefix("diff "))
+            .map(str::to_string)
+            .collect();
+        let changed_set: BTreeSet<String> = changed.iter().map(|s| s.to_string()).collect();
+        assert_eq!(named, changed_set, "diff at step {i}:\n{diff}");
+        let added: BTreeSet<&str> = diff
+            .lines()
+            .filter(|l| l.starts_with('+') && !l.starts_with("+++"))
+            .map(|l| &l[1..])
+            .collect();
+        let removed: BTreeSet<&str> = diff
+            .lines()
+            .filter(|l| l.starts_with('-') && !l.starts_with("---"))
+            .map(|l| &l[1..])
+            .collect();
+        let lines_of = |m: &BTreeMap<String, String>, p: &str| -> BTreeSet<String> {
+            m.get(p)
+                .map(|t| t.lines().map(str::to_string).collect())
+                .unwrap_or_default()
+        };
+        let mut want_added = BTreeSet::new();
+        let mut want_removed = BTreeSet::new();
+        for p in &changed {
+            let (a, b) = (lines_of(&before, p), lines_of(&step.after, p));
+            want_added.extend(b.difference(&a).cloned());
+            want_removed.extend(a.difference(&b).cloned());
+        }
+        assert!(
+            want_added.iter().all(|l| added.contains(l.as_str())),
+            "step {i}: {diff}"
+        );
+        assert!(
+            want_removed.iter().all(|l| removed.contains(l.as_str())),
+            "step {i}: {diff}"
+        );
+        before = step.after.clone();
+    }
+    // Two-revision diff: from the init commit to the tip names every file.
+    let full = stdout(&run(&v, &["diff", &revs[50], &revs[0]]));
+    let named: BTreeSet<String> = full
+        .lines()
+        .filter_map(|l| l.strip_prefix("diff "))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(named, steps[49].after.keys().cloned().collect());
+    // Unknown revisions are usage errors and print nothing.
+    let o = run(&v, &["show", "deadbeef"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn resume_names_exactly_what_the_last_session_changed() {
+    let (v, steps) = scripted_vault();
+    for (args, session) in [
+        (vec!["resume"], "s3"),
+        (vec!["resume", "--session", "s1"], "s1"),
+    ] {
+        let text = stdout(&run(&v, &args));
+        assert!(text.contains(&format!("Last session {session} ")), "{text}");
+        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("- ")).collect();
+        let mine: Vec<&Step> = steps
+            .iter()
+            .rev()
+            .filter(|s| s.session == session)
+            .collect();
+        assert_eq!(lines.len(), mine.len(), "{text}");
+        for (line, step) in lines.iter().zip(&mine) {
+            let verb = match step.op {
+                "create" => "created",
+                "delete" => "deleted",
+                "rename" => "renamed",
+                _ => "edited",
+            };
+            assert!(line.contains(verb), "{line} for {:?}", step.op);
+            assert!(line.contains(&step.path), "{line}");
+            if let Some(n) = &step.new_path {
+                assert!(line.contains(n.as_str()), "{line}");
+            }
+        }
+        // The listing of what is there now follows.
+        for f in steps[49].after.keys() {
+            assert!(text.contains(f.as_str()), "{f} missing from the listing");
+        }
+    }
+    // serve --briefing sends the same briefing first, as one JSON line on stderr.
+    let out = run_with_stdin(
+        v.cmd().args(["serve", "--briefing", "--session", "s4"]),
+        b"",
+    );
+    let first = String::from_utf8(out.stderr).unwrap();
+    let first: Value = serde_json::from_str(first.lines().next().unwrap()).unwrap();
+    assert!(
+        first["briefing"]
+            .as_str()
+            .unwrap()
+            .contains("Last session s3 ")
+    );
+}
+
+fn view(v: &TestVault, path: &str) -> Value {
+    v.one(json!({"command": "view", "path": path}))
+}
+
+fn file_text(v: &TestVault, rev: &str, path: &str) -> Option<String> {
+    let o = run(v, &["show", rev, path, "--raw"]);
+    o.status
+        .success()
+        .then(|| String::from_utf8(o.stdout).unwrap())
+}
+
+fn serve_as(v: &TestVault, session: &str, cmds: &[Value]) {
+    let input: String = cmds.iter().map(|c| format!("{c}\n")).collect();
+    let out = run_with_stdin(
+        v.cmd().args(["serve", "--session", session]),
+        input.as_bytes(),
+    );
+    for r in parse_lines(&out.stdout) {
+        assert!(!is_error(&r), "{r}");
+    }
+}
+
+fn head_rev(v: &TestVault, back: usize) -> String {
+    json_lines(v, &["history", "--json"])[back]["rev"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn revert_revert_session_and_restore_each_make_one_commit() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[
+            json!({"command": "create", "path": "/memories/a.md", "file_text": "alpha\n"}),
+            json!({"command": "create", "path": "/memories/b.md", "file_text": "bravo\n"}),
+        ],
+    );
+    serve_as(
+        &v,
+        "s2",
+        &[
+            json!({"command": "str_replace", "path": "/memories/a.md", "old_str": "alpha", "new_str": "ALPHA"}),
+            json!({"command": "delete", "path": "/memories/b.md"}),
+            json!({"command": "create", "path": "/memories/dir/c.md", "file_text": "charlie\n"}),
+        ],
+    );
+    let delete_b = head_rev(&v, 1);
+    let create_a = head_rev(&v, 4);
+
+    // 1. Revert one change: the deleted file comes back as it was.
+    let n = v.commits();
+    let o = run(&v, &["revert", &delete_b]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(v.commits(), n + 1);
+    assert_eq!(
+        file_text(&v, "HEAD", "/memories/b.md").as_deref(),
+        Some("bravo\n")
+    );
+    let top = &json_lines(&v, &["history", "--json", "--limit", "1"])[0];
+    assert_eq!(top["op"], "revert");
+    assert_eq!(top["undoes"][0], delete_b.as_str());
+
+    // 2. Refused: a later change (s2's edit) touched a.md. Nothing changes.
+    let n = v.commits();
+    let o = run(&v, &["revert", &create_a]);
+    assert_eq!(o.status.code(), Some(1));
+    let msg = String::from_utf8_lossy(&o.stderr);
+    assert!(msg.contains("nothing was changed"), "{msg}");
+    assert!(
+        msg.contains("/memories/a.md") && msg.contains("str_replace"),
+        "{msg}"
+    );
+    assert_eq!(v.commits(), n);
+    assert_eq!(
+        file_text(&v, "HEAD", "/memories/a.md").as_deref(),
+        Some("ALPHA\n")
+    );
+    // --force undoes it anyway: a.md did not exist before its creation.
+    let o = run(&v, &["revert", &create_a, "--force"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(v.commits(), n + 1);
+    assert_eq!(file_text(&v, "HEAD", "/memories/a.md"), None);
+
+    // 3. Restore a.md as it was after s2's edit (it is gone now: no conflict).
+    let edit_a = json_lines(&v, &["history", "--op", "str_replace", "--json"])[0]["rev"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let o = run(&v, &["restore", "/memories/a.md", "--at", &edit_a]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        file_text(&v, "HEAD", "/memories/a.md").as_deref(),
+        Some("ALPHA\n")
+    );
+    let top = &json_lines(&v, &["history", "--json", "--limit", "1"])[0];
+    assert_eq!(top["op"], "restore");
+    assert_eq!(top["at"], edit_a.as_str());
+
+    // 4. Restore that would discard later content is refused, then forced.
+    serve_as(
+        &v,
+        "s3",
+        &[
+            json!({"command": "str_replace", "path": "/memories/a.md", "old_str": "ALPHA", "new_str": "later"}),
+        ],
+    );
+    let n = v.commits();
+    let o = run(&v, &["restore", "/memories/a.md", "--at", &create_a]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/memories/a.md"));
+    assert_eq!(v.commits(), n);
+    let o = run(
+        &v,
+        &["restore", "/memories/a.md", "--at", &create_a, "--force"],
+    );
+    assert!(o.status.success());
+    assert_eq!(
+        file_text(&v, "HEAD", "/memories/a.md").as_deref(),
+        Some("alpha\n")
+    );
+
+    // 5. Revert a whole session as one commit: s2 created dir/c.md, which
+    // s4 then edited (a conflict until forced); its edit of a.md and its
+    // delete of b.md are already undone, so they change nothing.
+    serve_as(
+        &v,
+        "s4",
+        &[
+            json!({"command": "str_replace", "path": "/memories/dir/c.md", "old_str": "charlie", "new_str": "CHARLIE"}),
+        ],
+    );
+    let n = v.commits();
+    let o = run(&v, &["revert", "--session", "s2"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let msg = String::from_utf8_lossy(&o.stderr);
+    assert!(msg.contains("/memories/dir/c.md"), "{msg}");
+    assert!(!msg.contains("/memories/a.md"), "{msg}");
+    assert_eq!(v.commits(), n);
+    let o = run(&v, &["revert", "--session", "s2", "--force"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(v.commits(), n + 1);
+    assert_eq!(file_text(&v, "HEAD", "/memories/dir/c.md"), None);
+    assert_eq!(
+        file_text(&v, "HEAD", "/memories/b.md").as_deref(),
+        Some("bravo\n")
+    );
+    assert_eq!(
+        file_text(&v, "HEAD", "/memories/a.md").as_deref(),
+        Some("alpha\n")
+    );
+    let top = &json_lines(&v, &["history", "--json", "--limit", "1"])[0];
+    assert_eq!(top["undone_session"], "s2");
+    assert_eq!(top["undoes"].as_array().unwrap().len(), 3);
+    assert_eq!(top["files"], json!(["/memories/dir/c.md"]));
+    // Nothing left to undo: no new commit.
+    let o = run(&v, &["revert", "--session", "s2", "--force"]);
+    assert!(o.status.success());
+    assert_eq!(v.commits(), n + 1);
+    // Undo is visible to the agent through the normal commands.
+    assert!(text(&view(&v, "/memories/b.md")).contains("bravo"));
+    // Bad targets are clear errors that change nothing.
+    assert_eq!(run(&v, &["revert", "nothex!"]).status.code(), Some(2));
+    assert_eq!(
+        run(&v, &["revert", "--session", "nobody"]).status.code(),
+        Some(1)
+    );
+    assert_eq!(v.commits(), n + 1);
+    assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
+}
+
+#[test]
+fn no_audit_subcommand_writes_plaintext_to_disk() {
+    let (v, _) = scripted_vault();
+    let tip = head_rev(&v, 0);
+    let old = head_rev(&v, 30);
+    for args in [
+        vec!["history"],
+        vec!["history", "--json"],
+        vec!["show", &old],
+        vec!["diff", &old, &tip],
+        vec!["sessions"],
+        vec!["resume"],
+        vec!["verify", "--json"],
+        vec!["restore", "/memories/d1", "--at", &old, "--force"],
+        vec!["revert", "--session", "s3", "--force"],
+    ] {
+        let o = run(&v, &args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let found = plaintext_anywhere(&v.vault, MARK);
+    assert!(found.is_empty(), "plaintext found in {found:?}");
+    // The temporary directory holds only the vault and the key file.
+    let names: BTreeSet<String> = std::fs::read_dir(v.tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["vault", "vault.key"].map(String::from).into());
+}
