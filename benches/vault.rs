@@ -1,10 +1,16 @@
 //! memvault's vault benchmark: median and p99 per memory command on a vault
 //! of 2,000 notes of 1 KiB in 20 directories, with fsync on (the default)
-//! and off, plus unlock with the default Argon2 parameters.
+//! and off, through the library and through `memvault serve`; throughput
+//! of 1 and 4 concurrent `serve` writers; open without key derivation;
+//! repository size after `gc` against the sum of blob sizes; unlock with
+//! the default Argon2 parameters.
 //!
 //! Run: `cargo bench --bench vault` (add `-- --quick` for a short run,
 //! `--notes N`, `--samples N`).
 
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use memvault::crypto::{KdfParams, KeyFileKey, Passphrase, Unlock};
@@ -156,6 +162,116 @@ fn bench_ops(label: &str, a: &Args, key: &KeyFileKey, dir: &std::path::Path) {
     }
 }
 
+fn serve_cmd(dir: &Path, keyfile: &Path, session: &str) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_memvault"))
+        .arg("--vault")
+        .arg(dir)
+        .arg("--key-file")
+        .arg(keyfile)
+        .args(["serve", "--session", session])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn memvault serve")
+}
+
+/// Median and p99 per command through one `serve` process, one request
+/// at a time (round trip over the pipes included).
+fn bench_serve(a: &Args, dir: &Path, keyfile: &Path) {
+    let mut child = serve_cmd(dir, keyfile, "bench-serve");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let n = a.samples;
+    let mut line = String::new();
+    let mut call = |cmd: Value| {
+        let t = Instant::now();
+        writeln!(stdin, "{cmd}").unwrap();
+        stdin.flush().unwrap();
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        let d = t.elapsed();
+        assert!(!line.contains("\"is_error\":true"), "{cmd} -> {line}");
+        d
+    };
+    let mut rows: Vec<(&str, Vec<Duration>)> = Vec::new();
+    let p = |i: usize| format!("/memories/bench_serve/n{i}.md");
+    rows.push((
+        "create",
+        (0..n)
+            .map(|i| call(json!({"command": "create", "path": p(i), "file_text": note(i)})))
+            .collect(),
+    ));
+    rows.push(("view", (0..n).map(|i| {
+        let j = (i * 7) % a.notes;
+        call(json!({"command": "view", "path": format!("/memories/d{:02}/note{j:05}.md", j % 20)}))
+    }).collect()));
+    rows.push(("str_replace", (0..n).map(|i| call(json!({"command": "str_replace", "path": p(i), "old_str": format!("# Note {i}\n"), "new_str": format!("# Note {i} (edited)\n")}))).collect()));
+    rows.push(("insert", (0..n).map(|i| call(json!({"command": "insert", "path": p(i), "insert_line": 1, "insert_text": "- inserted line"}))).collect()));
+    rows.push(("rename", (0..n).map(|i| call(json!({"command": "rename", "old_path": p(i), "new_path": format!("/memories/bench_serve/r{i}.md")}))).collect()));
+    rows.push((
+        "delete",
+        (0..n)
+            .map(|i| {
+                call(json!({"command": "delete", "path": format!("/memories/bench_serve/r{i}.md")}))
+            })
+            .collect(),
+    ));
+    rows.push((
+        "view /memories (listing)",
+        (0..n.min(100))
+            .map(|_| call(json!({"command": "view", "path": "/memories"})))
+            .collect(),
+    ));
+    drop(stdin);
+    child.wait().unwrap();
+    println!(
+        "\nthrough `memvault serve` (fsync on): {n} samples per operation, round trip included"
+    );
+    println!("  {:<26} {:>10} {:>10}", "operation", "median", "p99");
+    for (name, v) in rows {
+        let (m, p) = stats(v);
+        println!("  {:<26} {:>10} {:>10}", name, fmt(m), fmt(p));
+    }
+}
+
+/// Creates per second with `clients` concurrent `serve` processes, each
+/// sending `per` creates as one stream.
+fn throughput(dir: &Path, keyfile: &Path, clients: usize, per: usize, tag: &str) -> f64 {
+    let t = Instant::now();
+    let handles: Vec<_> = (0..clients)
+        .map(|c| {
+            let dir = dir.to_path_buf();
+            let keyfile = keyfile.to_path_buf();
+            let tag = tag.to_string();
+            std::thread::spawn(move || {
+                let mut child = serve_cmd(&dir, &keyfile, &format!("tp-{tag}-{c}"));
+                let mut stdin = child.stdin.take().unwrap();
+                let writer = std::thread::spawn(move || {
+                    for i in 0..per {
+                        let cmd = json!({"command": "create", "path": format!("/memories/tp_{tag}_{c}/n{i}.md"), "file_text": note(i)});
+                        writeln!(stdin, "{cmd}").unwrap();
+                    }
+                });
+                let out = BufReader::new(child.stdout.take().unwrap());
+                let mut n = 0;
+                for l in out.lines() {
+                    let l = l.unwrap();
+                    assert!(!l.contains("\"is_error\":true"), "{l}");
+                    n += 1;
+                }
+                writer.join().unwrap();
+                child.wait().unwrap();
+                assert_eq!(n, per);
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    (clients * per) as f64 / t.elapsed().as_secs_f64()
+}
+
 fn main() {
     let a = args();
     let tmp = tempfile::tempdir().unwrap();
@@ -194,6 +310,17 @@ fn main() {
     bench_ops("fsync off (comparison)", &a, &key_copy, &dir);
     fsync::set_for_benchmark(true);
 
+    let keyfile = tmp.path().join("vault.key");
+    std::fs::write(&keyfile, key_copy.expose_secret()).unwrap();
+    bench_serve(&a, &dir, &keyfile);
+    let per = a.samples.max(20);
+    let one = throughput(&dir, &keyfile, 1, per, "one");
+    let four = throughput(&dir, &keyfile, 4, per, "four");
+    println!(
+        "\nthroughput of creates through `serve` (fsync on): 1 client {one:.0}/s, 4 concurrent clients {four:.0}/s ({:.2}x)",
+        four / one
+    );
+
     // Open without key derivation (key file), and unlock with the default
     // Argon2id parameters.
     let mut opens = Vec::new();
@@ -209,6 +336,58 @@ fn main() {
         fmt(m),
         fmt(p)
     );
+
+    // Repository size after maintenance against the blobs it must hold.
+    {
+        let mut v = Vault::open(&dir, &Unlock::KeyFile(&key_copy), who()).unwrap();
+        let t = Instant::now();
+        let r = v.gc().unwrap();
+        let gc_time = t.elapsed();
+        let (blobs, commits) = {
+            let repo = v.repo();
+            let odb = repo.odb().unwrap();
+            let mut blobs = 0u64;
+            let mut walk = repo.revwalk().unwrap();
+            walk.push_ref("refs/heads/main").unwrap();
+            let mut seen = std::collections::HashSet::new();
+            let mut commits = 0;
+            for c in walk {
+                commits += 1;
+                let tree = repo.find_commit(c.unwrap()).unwrap().tree().unwrap();
+                tree.walk(git2::TreeWalkMode::PreOrder, |_, e| {
+                    if e.kind() == Some(git2::ObjectType::Blob) && seen.insert(e.id()) {
+                        blobs += odb.read_header(e.id()).unwrap().0 as u64;
+                    }
+                    git2::TreeWalkResult::Ok
+                })
+                .unwrap();
+            }
+            (blobs, commits)
+        };
+        println!(
+            "gc: {} objects, {} commits, {:.1} s; objects/ {} bytes for {} bytes of distinct blobs ({:.2}x)",
+            r.objects,
+            commits,
+            gc_time.as_secs_f64(),
+            r.bytes_after,
+            blobs,
+            r.bytes_after as f64 / blobs as f64
+        );
+        drop(v);
+        let mut opens = Vec::new();
+        for _ in 0..20 {
+            let t = Instant::now();
+            let v = Vault::open(&dir, &Unlock::KeyFile(&key_copy), who()).unwrap();
+            opens.push(t.elapsed());
+            drop(v);
+        }
+        let (m, p) = stats(opens);
+        println!(
+            "open after gc (no key derivation): median {}, p99 {}",
+            fmt(m),
+            fmt(p)
+        );
+    }
 
     let pdir = tmp.path().join("pvault");
     let pass = Passphrase::new("correct horse battery staple".into());

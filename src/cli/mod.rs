@@ -109,6 +109,9 @@ pub enum Command {
     },
     /// List the changes in the vault, newest first (decrypted audit log)
     History(history::HistoryArgs),
+    /// Repack the vault into one pack and delete unreachable objects
+    /// (old key tables included); also runs by itself when packs pile up
+    Gc,
     /// Print a file or directory as it was at a revision (as `view` shows it)
     Show(audit::ShowArgs),
     /// Unified diff of decrypted content: REV against its parent, or REV..REV2
@@ -303,6 +306,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Exec { session, json } => exec(&cli.global, &session, json),
         Command::Demo { keep } => demo::run(keep.as_deref()),
         Command::History(args) => history::run(&cli.global, &args),
+        Command::Gc => gc(&cli.global),
         Command::Show(args) => audit::show(&cli.global, &args),
         Command::Diff(args) => audit::diff(&cli.global, &args),
         Command::Revert(args) => audit::revert(&cli.global, &args),
@@ -436,6 +440,20 @@ fn exec(global: &Global, session: &SessionArgs, json: Option<String>) -> Result<
     writeln!(out, "{}", reply.to_line())?;
     out.flush()?;
     Ok(if reply.result.is_error { 1 } else { 0 })
+}
+
+fn gc(global: &Global) -> Result<u8, CliError> {
+    let attribution = Attribution {
+        session: "gc".into(),
+        actor: "memvault".into(),
+    };
+    let mut vault = open_vault(global, attribution)?;
+    let r = vault.gc()?;
+    eprintln!(
+        "memvault: repacked {} objects into one pack, removed {} files; objects/ went from {} to {} bytes",
+        r.objects, r.removed_files, r.bytes_before, r.bytes_after
+    );
+    Ok(0)
 }
 
 fn redact(file: Option<&Path>, report: bool) -> Result<u8, CliError> {

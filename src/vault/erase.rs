@@ -17,7 +17,7 @@
 //! erasing only doomed keys that no file at the tip uses. So a crash
 //! before 2 applies none of the sweep, and one after 2 all of it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::path::Path;
 
@@ -27,7 +27,7 @@ use zeroize::Zeroizing;
 use super::access::{Access, Kind};
 use super::keys::{GARBAGE_FILE, KEYS_REF};
 use super::meta::META_VERSION;
-use super::{MAIN_REF, Vault, VaultError, damaged, now_ms, sync_dir, write_durable};
+use super::{Vault, VaultError, damaged, now_ms, sync_dir, write_durable};
 use crate::crypto::{self, FileKey, FileKeyId};
 use crate::memory::{MemoryPath, Snapshot, StoreError};
 use crate::vault::CommitMeta;
@@ -213,8 +213,7 @@ impl Vault {
             .collect();
         let n = erase.len();
         if !erase.is_empty() {
-            self.key_state
-                .commit_changes(&self.repo, &self.keys, erase, None)?;
+            self.commit_key_changes(erase)?;
         }
         test_crash("after-erase");
         match fs::remove_file(self.dir.join(MARKER)) {
@@ -442,7 +441,11 @@ impl Vault {
     /// key state does not share (they hold keys that may since have been
     /// destroyed). Loose objects are removed; if any was packed, the
     /// repository is repacked from its refs. Returns the objects removed.
-    pub fn prune_key_garbage(&self) -> Result<usize, VaultError> {
+    pub fn prune_key_garbage(&mut self) -> Result<usize, VaultError> {
+        // The write-ahead log still holds the objects of recent key states:
+        // checkpoint it first (its objects go to git, the log is emptied),
+        // then remove the replaced ones from git.
+        super::checkpoint_locked(&self.repo, &mut self.wal)?;
         let list_path = self.dir.join(GARBAGE_FILE);
         let text = match fs::read_to_string(&list_path) {
             Ok(t) => t,
@@ -477,7 +480,7 @@ impl Vault {
         }
         drop(odb);
         if packed {
-            self.repack_from_refs()?;
+            super::gc::repack_locked(&self.repo)?;
         }
         test_crash("mid-prune");
         write_durable(&list_path, b"")?;
@@ -508,37 +511,6 @@ impl Vault {
                 }
             }
         }
-    }
-
-    /// Write one pack of everything reachable from main and the key state,
-    /// then delete every other pack: unreachable packed objects are gone.
-    pub fn repack_from_refs(&self) -> Result<(), VaultError> {
-        let pack_dir = self.dir.join("objects").join("pack");
-        let old: Vec<std::path::PathBuf> = fs::read_dir(&pack_dir)
-            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
-            .unwrap_or_default();
-        let mut pb = self.repo.packbuilder()?;
-        if let Ok(tip) = self.repo.refname_to_id(MAIN_REF) {
-            let mut walk = self.repo.revwalk()?;
-            walk.push(tip)?;
-            pb.insert_walk(&mut walk)?;
-        }
-        pb.insert_commit(self.repo.refname_to_id(KEYS_REF)?)?;
-        fs::create_dir_all(&pack_dir)?;
-        pb.write(&pack_dir, 0o444)?;
-        let new: BTreeMap<std::path::PathBuf, ()> = fs::read_dir(&pack_dir)?
-            .filter_map(|e| e.ok().map(|e| (e.path(), ())))
-            .collect();
-        let fresh: Vec<&std::path::PathBuf> = new.keys().filter(|p| !old.contains(p)).collect();
-        if fresh.is_empty() {
-            // The same pack name: it already held exactly these objects.
-            return Ok(());
-        }
-        for p in old {
-            let _ = fs::remove_file(p);
-        }
-        sync_dir(&pack_dir);
-        Ok(())
     }
 }
 

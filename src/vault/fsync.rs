@@ -1,23 +1,33 @@
-//! The one libgit2 option memvault sets through the raw FFI.
+//! Durability switches: the one libgit2 option memvault sets through the
+//! raw FFI, and the process-wide "sync to disk" flag of the write-ahead log.
 //!
-//! git2 does not expose `GIT_OPT_ENABLE_FSYNC_GITDIR`, and without it
-//! libgit2 writes objects and refs without fsync: a power loss could lose a
-//! commit that memvault already acknowledged. [`enable`] turns it on once per
-//! process, before any repository is opened.
+//! memvault makes a mutation durable with one `fdatasync` of its
+//! write-ahead log record (see `wal`), not with libgit2's own fsyncs (about
+//! twelve per commit with loose objects). So [`enable`] turns libgit2's
+//! `GIT_OPT_ENABLE_FSYNC_GITDIR` *off*: objects and refs written through
+//! libgit2 are made durable later, in one go, by a checkpoint that writes a
+//! pack and syncs it, the refs and their directories itself.
+//!
+//! The benchmark's comparison mode turns the log's own syncing off with
+//! [`set_for_benchmark`]; nothing else may.
 #![allow(unsafe_code)]
 
 use std::ffi::c_int;
+use std::fs::File;
+use std::path::Path;
 use std::sync::Once;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-static FSYNC: Once = Once::new();
+static INIT: Once = Once::new();
+static SYNC: AtomicBool = AtomicBool::new(true);
 
-fn set_fsync(on: bool) {
+fn set_libgit2_fsync(on: bool) {
     // Initialise libgit2's global state through a safe git2 call first.
     git2::opts::strict_hash_verification(true);
     // SAFETY: `git_libgit2_opts(GIT_OPT_ENABLE_FSYNC_GITDIR, int)` takes
     // exactly one `int` vararg, which we pass as `c_int`, and only stores a
     // global flag. libgit2 is initialised by the call above. Callers reach
-    // this through `Once` (enable) or in a single-threaded benchmark set-up.
+    // this through `Once`.
     let rc = unsafe {
         libgit2_sys::git_libgit2_opts(
             libgit2_sys::GIT_OPT_ENABLE_FSYNC_GITDIR as c_int,
@@ -27,15 +37,39 @@ fn set_fsync(on: bool) {
     debug_assert!(rc >= 0, "libgit2 refused GIT_OPT_ENABLE_FSYNC_GITDIR");
 }
 
-/// Make every object, ref and directory write that libgit2 does durable.
-/// Safe to call many times; only the first call does anything.
+/// Set libgit2 up for memvault's durability scheme (its own fsyncs off:
+/// the write-ahead log and checkpoints sync instead). Safe to call many
+/// times; only the first call does anything. Call before opening any
+/// repository.
 pub fn enable() {
-    FSYNC.call_once(|| set_fsync(true));
+    INIT.call_once(|| set_libgit2_fsync(false));
 }
 
-/// Turn fsync on or off for the rest of the process: only for the
-/// benchmark's comparison mode, never in the CLI.
+/// Turn memvault's own syncing (log records, checkpoints) on or off for
+/// the rest of the process: only for the benchmark's comparison mode,
+/// never in the CLI. Off, an acknowledged mutation can be lost on power
+/// failure.
 pub fn set_for_benchmark(on: bool) {
     enable();
-    set_fsync(on);
+    SYNC.store(on, Ordering::SeqCst);
+}
+
+/// Whether memvault syncs its writes (always, except in the benchmark's
+/// comparison mode).
+pub(crate) fn syncing() -> bool {
+    SYNC.load(Ordering::Relaxed)
+}
+
+/// `fdatasync` a file (unless syncing is off for a benchmark).
+pub(crate) fn sync_data(f: &File) -> std::io::Result<()> {
+    if syncing() { f.sync_data() } else { Ok(()) }
+}
+
+/// `fsync` a file by path (unless syncing is off for a benchmark).
+pub(crate) fn sync_path(p: &Path) -> std::io::Result<()> {
+    if syncing() {
+        File::open(p)?.sync_all()
+    } else {
+        Ok(())
+    }
 }

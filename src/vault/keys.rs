@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 
 use git2::{FileMode, Oid, Repository};
 
+use super::wal::{Record, Wal};
 use super::{VaultError, damaged};
 use crate::crypto::{FileKey, FileKeyId, KeyTable, VaultKeys};
 
@@ -69,17 +70,60 @@ pub fn read_slots(repo: &Repository) -> Result<(Oid, BTreeMap<String, Vec<u8>>),
 }
 
 /// Check that a commit carries a valid memvault MAC.
+///
+/// Parses the raw object itself rather than through libgit2's
+/// `git_commit_extract_signature`, which reads past the end of objects
+/// held by the in-memory object store (they are not NUL-terminated).
 pub fn verify_commit_mac(repo: &Repository, keys: &VaultKeys, id: Oid) -> bool {
-    let Ok((sig, signed)) = repo.extract_signature(&id, Some(MAC_FIELD)) else {
+    let Ok(odb) = repo.odb() else {
         return false;
     };
-    let Some(tag) = std::str::from_utf8(&sig)
-        .ok()
-        .and_then(|s| data_encoding::HEXLOWER.decode(s.trim().as_bytes()).ok())
-    else {
+    let Ok(obj) = odb.read(id) else {
+        return false;
+    };
+    if obj.kind() != git2::ObjectType::Commit {
+        return false;
+    }
+    let Some((tag, signed)) = split_mac(obj.data()) else {
         return false;
     };
     keys.verify_mac(&signed, &tag)
+}
+
+/// Split a commit object into its MAC and the buffer the MAC covers (the
+/// object without the `mvmac` header line). None if there is no such
+/// header, or more than one.
+fn split_mac(data: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let header_end = data.windows(2).position(|w| w == b"\n\n")? + 1;
+    let prefix = format!("{MAC_FIELD} ");
+    let mut found: Option<(usize, usize)> = None;
+    let mut start = 0;
+    while start < header_end {
+        let end = data[start..header_end]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(header_end, |p| start + p + 1);
+        if data[start..end].starts_with(prefix.as_bytes()) {
+            if found.is_some() {
+                return None;
+            }
+            found = Some((start, end));
+        }
+        start = end;
+    }
+    let (s, e) = found?;
+    // A continuation line would make the header multi-line: refuse.
+    if data.get(e) == Some(&b' ') {
+        return None;
+    }
+    let value = std::str::from_utf8(&data[s + prefix.len()..e]).ok()?;
+    let tag = data_encoding::HEXLOWER
+        .decode(value.trim().as_bytes())
+        .ok()?;
+    let mut signed = Vec::with_capacity(data.len());
+    signed.extend_from_slice(&data[..s]);
+    signed.extend_from_slice(&data[e..]);
+    Some((tag, signed))
 }
 
 /// Write a commit object from a buffer with memvault's MAC attached.
@@ -193,7 +237,9 @@ impl KeyState {
 
     /// Write a new keys commit with `changes` applied (insert `Some`, erase
     /// `None`) and the given slots, and move the ref to it (compare and
-    /// swap on the current commit). Durable when it returns.
+    /// swap on the current commit). Durable when it returns: the change
+    /// goes through the write-ahead log like every mutation. The caller
+    /// holds the writer lock (see `Vault::with_writer_lock`).
     pub fn commit_changes(
         &mut self,
         repo: &Repository,
@@ -204,12 +250,7 @@ impl KeyState {
         let old_commit = self.commit;
         let result = self.try_commit_changes(repo, keys, changes, slots, old_commit);
         if result.is_err() {
-            // The in-memory tables were edited in place: re-read the state
-            // that is really on disk.
-            self.commit = Oid::ZERO_SHA1;
-            self.shards.clear();
-            let reloaded = KeyState::load(repo, keys)?;
-            *self = reloaded;
+            self.reload(repo, keys)?;
         }
         result
     }
@@ -222,6 +263,46 @@ impl KeyState {
         slots: Option<BTreeMap<String, Vec<u8>>>,
         old_commit: Oid,
     ) -> Result<(), VaultError> {
+        // Catch up with the log first: that reloads the staged objects'
+        // store, so staging must come after it.
+        let mut wal = Wal::open(repo.path())?;
+        wal.catch_up(repo)?;
+        let commit = self.stage_changes(repo, keys, changes, slots)?;
+        let mut record = Record::default();
+        self.add_to_record(repo, &mut record, old_commit, commit)?;
+        let start = wal.append(&record)?;
+        if let Err(e) = repo.reference_matching(KEYS_REF, commit, true, old_commit, "memvault keys")
+        {
+            wal.truncate_to(start)?;
+            return Err(e.into());
+        }
+        wal.sync()?;
+        note_garbage(repo, old_commit);
+        self.commit = commit;
+        Ok(())
+    }
+
+    /// Re-read the state that is really on disk (after a staged change
+    /// was abandoned: the in-memory tables were edited in place).
+    pub(crate) fn reload(&mut self, repo: &Repository, keys: &VaultKeys) -> Result<(), VaultError> {
+        self.commit = Oid::ZERO_SHA1;
+        self.shards.clear();
+        *self = KeyState::load(repo, keys)?;
+        Ok(())
+    }
+
+    /// Write the objects of a new keys commit with `changes` applied, and
+    /// return it, without moving the ref or making anything durable: the
+    /// caller logs it (see [`KeyState::add_to_record`]), moves the ref and
+    /// then calls [`KeyState::published`], or [`KeyState::reload`] on
+    /// failure. The in-memory table already holds the changes.
+    pub(crate) fn stage_changes(
+        &mut self,
+        repo: &Repository,
+        keys: &VaultKeys,
+        changes: Vec<(FileKeyId, Option<FileKey>)>,
+        slots: Option<BTreeMap<String, Vec<u8>>>,
+    ) -> Result<Oid, VaultError> {
         let mut touched = std::collections::BTreeSet::new();
         for (id, key) in changes {
             let shard = KeyTable::shard_of(&id);
@@ -254,11 +335,34 @@ impl KeyState {
         if let Some(s) = slots {
             self.slots = s;
         }
-        let commit = write_key_commit(repo, keys, &self.slots, &self.shards, &self.erased)?;
-        repo.reference_matching(KEYS_REF, commit, true, old_commit, "memvault keys")?;
-        self.commit = commit;
-        note_garbage(repo, old_commit);
+        write_key_commit(repo, keys, &self.slots, &self.shards, &self.erased)
+    }
+
+    /// Add a staged keys commit and the objects it needs beyond `old` to a
+    /// log record, with the ref target.
+    pub(crate) fn add_to_record(
+        &self,
+        repo: &Repository,
+        record: &mut Record,
+        old: Oid,
+        new: Oid,
+    ) -> Result<(), VaultError> {
+        let odb = repo.odb()?;
+        record.add_object(&odb, new)?;
+        let new_tree = repo.find_commit(new)?.tree_id();
+        let old_tree = repo.find_commit(old).ok().map(|c| c.tree_id());
+        let mut seen = std::collections::HashSet::new();
+        record.add_tree_diff(&odb, repo, new_tree, old_tree, &mut seen)?;
+        record.refs.push((KEYS_REF.to_string(), new));
         Ok(())
+    }
+
+    /// The ref now points at the staged commit.
+    pub(crate) fn published(&mut self, repo: &Repository, commit: Oid) {
+        if commit != self.commit {
+            note_garbage(repo, self.commit);
+        }
+        self.commit = commit;
     }
 
     /// Initial key state for a new vault.

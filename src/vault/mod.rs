@@ -24,6 +24,7 @@ pub mod access;
 pub mod config;
 pub mod erase;
 pub mod fsync;
+mod gc;
 pub mod history;
 mod index;
 pub mod keys;
@@ -33,8 +34,9 @@ mod tests;
 mod tree;
 pub mod undo;
 pub mod verify;
+mod wal;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
 
@@ -46,6 +48,7 @@ use crate::crypto::{
 };
 use crate::memory::{Change, Mutation, Outcome, Snapshot, Store, StoreError, ToolResult};
 pub use config::VaultConfig;
+pub use gc::GcReport;
 pub use history::{FileChange, RevisionStore, Walk};
 use keys::{KeyState, verify_commit_mac, write_signed_commit};
 pub use meta::CommitMeta;
@@ -54,6 +57,7 @@ use tree::Caches;
 pub use tree::VaultSnapshot;
 pub use undo::{Conflict, UndoOutcome, UndoTarget};
 pub use verify::{Problem, VerifyReport};
+use wal::{Record, Refs, Wal};
 
 /// The branch that holds the memory history.
 pub const MAIN_REF: &str = "refs/heads/main";
@@ -133,6 +137,13 @@ pub struct Vault {
     attribution: Attribution,
     lock: File,
     caches: Caches,
+    /// The write-ahead log (see [`wal`]).
+    wal: Wal,
+    /// A record was appended under the lock and still needs its sync.
+    pending_sync: bool,
+    /// This process appended to the log since its last checkpoint (so it
+    /// checkpoints when it closes: git alone then shows every commit).
+    dirty: bool,
 }
 
 pub(crate) fn fixed_signature() -> Result<Signature<'static>, git2::Error> {
@@ -205,7 +216,8 @@ impl Vault {
         sync_dir(parent);
         let keyring = result?;
         let repo = Repository::open_bare(dir)?;
-        Self::finish_open(dir, repo, keyring, attribution)
+        let wal = Wal::open(dir)?;
+        Self::finish_open(dir, repo, wal, keyring, attribution)
     }
 
     fn build(tmp: &Path, secret: InitSecret, config: &VaultConfig) -> Result<Keyring, VaultError> {
@@ -248,6 +260,15 @@ impl Vault {
         };
         let commit = write_commit(&repo, &keys, &tree, None, &meta)?;
         repo.reference(MAIN_REF, commit, false, "memvault init")?;
+        // libgit2 writes without fsync (see `fsync`): sync the new vault
+        // as a whole, then start its log at this state.
+        let mut wal = Wal::open(tmp)?;
+        let keys_commit = repo.refname_to_id(keys::KEYS_REF)?;
+        sync_tree(tmp)?;
+        wal.reset(vec![
+            (MAIN_REF.to_string(), commit),
+            (keys::KEYS_REF.to_string(), keys_commit),
+        ])?;
         Ok(keyring)
     }
 
@@ -266,7 +287,19 @@ impl Vault {
         }
         let repo =
             Repository::open_bare(dir).map_err(|_| VaultError::NotAVault(dir.to_path_buf()))?;
-        let (_, slots) = keys::read_slots(&repo)?;
+        let mut wal = recover_on_open(dir, &repo)?;
+        // As in `refresh`: a ref may name objects of a newer log record.
+        let mut attempt = 0;
+        let slots = loop {
+            match keys::read_slots(&repo) {
+                Ok((_, s)) => break s,
+                Err(VaultError::Damaged(_)) if attempt < 3 => {
+                    attempt += 1;
+                    wal.catch_up(&repo)?;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let mut keyring = None;
         let mut tried = false;
         let mut excessive = false;
@@ -290,7 +323,7 @@ impl Vault {
             None if tried => return Err(VaultError::WrongSecret),
             None => return Err(VaultError::NoSlotOfKind),
         };
-        Self::finish_open(dir, repo, keyring, attribution)
+        Self::finish_open(dir, repo, wal, keyring, attribution)
     }
 
     /// A second, independent handle on this vault (its own repository
@@ -298,17 +331,35 @@ impl Vault {
     pub fn reopen(&self, attribution: Attribution) -> Result<Vault, VaultError> {
         let repo = Repository::open_bare(&self.dir)
             .map_err(|_| VaultError::NotAVault(self.dir.clone()))?;
-        Self::finish_open(&self.dir, repo, self.keyring.duplicate(), attribution)
+        let wal = recover_on_open(&self.dir, &repo)?;
+        Self::finish_open(&self.dir, repo, wal, self.keyring.duplicate(), attribution)
     }
 
     fn finish_open(
         dir: &Path,
         repo: Repository,
+        wal: Wal,
         keyring: Keyring,
         attribution: Attribution,
     ) -> Result<Vault, VaultError> {
+        let mut wal = wal;
+        // Stage objects in memory from now on, with those of the log.
+        wal.catch_up(&repo)?;
         let keys = VaultKeys::derive(&keyring);
-        let key_state = KeyState::load(&repo, &keys)?;
+        // A writer in another process appends its log record before it
+        // moves the refs: a ref read after our catch-up may name objects
+        // only the newer log holds. Catch up again and retry.
+        let mut attempt = 0;
+        let key_state = loop {
+            match KeyState::load(&repo, &keys) {
+                Ok(k) => break k,
+                Err(VaultError::Damaged(_)) if attempt < 3 => {
+                    attempt += 1;
+                    wal.catch_up(&repo)?;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let config = load_config(dir)?;
         let lock = OpenOptions::new()
             .read(true)
@@ -327,6 +378,9 @@ impl Vault {
             attribution,
             lock,
             caches: Caches::default(),
+            wal,
+            pending_sync: false,
+            dirty: false,
         };
         // A damaged tip is reported by each command, not here, so that a
         // server can still start and say what is wrong.
@@ -386,8 +440,22 @@ impl Vault {
     }
 
     fn refresh(&mut self) -> Result<Option<Oid>, VaultError> {
-        self.key_state.refresh(&self.repo, &self.keys)?;
-        self.tip()
+        // Objects of other processes' mutations are in the log until a
+        // checkpoint: load any new ones before following the refs. A writer
+        // appends its record before moving the refs, so a ref that names an
+        // object we lack means a newer record: catch up again and retry.
+        let mut attempt = 0;
+        loop {
+            self.wal.catch_up(&self.repo)?;
+            match self
+                .key_state
+                .refresh(&self.repo, &self.keys)
+                .and_then(|()| self.tip())
+            {
+                Err(VaultError::Damaged(_)) if attempt < 3 => attempt += 1,
+                other => return other,
+            }
+        }
     }
 
     fn tree_of(&self, commit: Option<Oid>) -> Result<Option<git2::Tree<'_>>, VaultError> {
@@ -467,14 +535,60 @@ impl Vault {
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         lock.lock()
             .map_err(|e| StoreError::Unavailable(format!("cannot take the writer lock: {e}")))?;
-        let _guard = LockGuard(&lock);
-        let tip = self.refresh()?;
-        // An erasure a crash interrupted is finished before anything else.
-        if self.dir.join("memvault/erase-pending").exists() {
-            self.finish_pending_erasure(tip)
-                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let guard = LockGuard(&lock);
+        let len_before = self.wal.len().unwrap_or(0);
+        let result = self
+            .recover_if_needed()
+            .map_err(StoreError::from)
+            .and_then(|()| {
+                let tip = self.refresh()?;
+                // An erasure a crash interrupted is finished before anything else.
+                if self.dir.join("memvault/erase-pending").exists() {
+                    self.finish_pending_erasure(tip)
+                        .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                }
+                f(self, tip)
+            });
+        if self.wal.len().unwrap_or(0) != len_before {
+            self.dirty = true;
         }
-        f(self, tip)
+        drop(guard);
+        // Group commit: the record was appended and the refs moved under
+        // the lock; its sync runs outside it, so the syncs of concurrent
+        // writers overlap. Nothing is acknowledged before its own sync.
+        if std::mem::take(&mut self.pending_sync) {
+            self.wal.sync().map_err(|e| {
+                StoreError::Unavailable(format!(
+                    "the change was written but could not be made durable ({e}); check the disk"
+                ))
+            })?;
+        }
+        if result.is_ok() && self.wal.len().unwrap_or(0) > wal::CHECKPOINT_BYTES {
+            self.checkpoint().map_err(StoreError::from)?;
+        }
+        result
+    }
+
+    /// Under the writer lock: check that the log's tail is what the refs
+    /// say (a writer that died between its log record and its ref moves
+    /// leaves them apart) and recover if not.
+    fn recover_if_needed(&mut self) -> Result<(), VaultError> {
+        let c = self.wal.catch_up(&self.repo)?;
+        if !c.clean || !refs_match(&self.repo, &c.tail) {
+            checkpoint_locked(&self.repo, &mut self.wal)?;
+        }
+        Ok(())
+    }
+
+    /// Make everything in the log durable in git (one pack, refs synced)
+    /// and empty the log. Takes the writer lock.
+    pub fn checkpoint(&mut self) -> Result<(), VaultError> {
+        let lock = self.lock.try_clone()?;
+        lock.lock()?;
+        let _guard = LockGuard(&lock);
+        checkpoint_locked(&self.repo, &mut self.wal)?;
+        self.dirty = false;
+        Ok(())
     }
 
     /// Apply one mutation on top of `parent` and move main to it. The
@@ -617,11 +731,36 @@ impl Vault {
         key_changes: Vec<(FileKeyId, Option<FileKey>)>,
         meta: &CommitMeta,
     ) -> Result<Oid, StoreError> {
-        if !key_changes.is_empty() {
-            self.key_state
-                .commit_changes(&self.repo, &self.keys, key_changes, None)
-                .map_err(StoreError::from)?;
+        let old_keys = self.key_state.commit;
+        let had_keys = !key_changes.is_empty();
+        let result = self.try_publish(parent, tree, key_changes, meta, old_keys);
+        if result.is_err() && had_keys {
+            let _ = self.key_state.reload(&self.repo, &self.keys);
         }
+        result
+    }
+
+    fn try_publish(
+        &mut self,
+        parent: Option<Oid>,
+        tree: Oid,
+        key_changes: Vec<(FileKeyId, Option<FileKey>)>,
+        meta: &CommitMeta,
+        old_keys: Oid,
+    ) -> Result<Oid, StoreError> {
+        let mut record = Record::default();
+        let new_keys = if key_changes.is_empty() {
+            None
+        } else {
+            let staged = self
+                .key_state
+                .stage_changes(&self.repo, &self.keys, key_changes, None)
+                .map_err(StoreError::from)?;
+            self.key_state
+                .add_to_record(&self.repo, &mut record, old_keys, staged)
+                .map_err(StoreError::from)?;
+            Some(staged)
+        };
         let parent_commit = match parent {
             Some(p) => Some(self.repo.find_commit(p).map_err(ge)?),
             None => None,
@@ -629,25 +768,228 @@ impl Vault {
         let tree = self.repo.find_tree(tree).map_err(ge)?;
         let commit = write_commit(&self.repo, &self.keys, &tree, parent_commit.as_ref(), meta)
             .map_err(StoreError::from)?;
-        let moved = match parent {
+        {
+            let odb = self.repo.odb().map_err(ge)?;
+            record.add_object(&odb, commit).map_err(ge)?;
+            let mut seen = HashSet::new();
+            let old_tree = parent_commit.as_ref().map(|c| c.tree_id());
+            record
+                .add_tree_diff(&odb, &self.repo, tree.id(), old_tree, &mut seen)
+                .map_err(ge)?;
+        }
+        record.refs.push((MAIN_REF.to_string(), commit));
+        // The acknowledgement point is the sync of this record (see
+        // `with_writer_lock`); the ref moves below need no fsync.
+        let start = self
+            .wal
+            .append(&record)
+            .map_err(|e| StoreError::Unavailable(format!("cannot write the vault's log: {e}")))?;
+        let moved = self.move_refs(parent, commit, new_keys.map(|k| (old_keys, k)));
+        match moved {
+            Ok(()) => {
+                self.pending_sync = true;
+                if let Some(k) = new_keys {
+                    self.key_state.published(&self.repo, k);
+                }
+                self.verified_tip = Some(commit);
+                Ok(commit)
+            }
+            Err(e) => {
+                // Take the record back: the refs did not move.
+                let _ = self.wal.truncate_to(start);
+                if new_keys.is_some() {
+                    let _ = self
+                        .repo
+                        .reference(keys::KEYS_REF, old_keys, true, "memvault");
+                }
+                match e.code() {
+                    ErrorCode::Modified | ErrorCode::Locked | ErrorCode::Exists => {
+                        Err(StoreError::Unavailable(
+                            "the vault was changed by a writer that did not take the lock; nothing was changed, try again".into(),
+                        ))
+                    }
+                    _ => Err(ge(e)),
+                }
+            }
+        }
+    }
+
+    /// Change the key table alone (erasure), through the log like a
+    /// publish, and durably before returning. The caller holds the writer
+    /// lock.
+    pub(crate) fn commit_key_changes(
+        &mut self,
+        changes: Vec<(FileKeyId, Option<FileKey>)>,
+    ) -> Result<(), VaultError> {
+        let old_keys = self.key_state.commit;
+        let result = self.try_commit_key_changes(changes, old_keys);
+        if result.is_err() {
+            let _ = self.key_state.reload(&self.repo, &self.keys);
+        }
+        result
+    }
+
+    fn try_commit_key_changes(
+        &mut self,
+        changes: Vec<(FileKeyId, Option<FileKey>)>,
+        old_keys: Oid,
+    ) -> Result<(), VaultError> {
+        let staged = self
+            .key_state
+            .stage_changes(&self.repo, &self.keys, changes, None)?;
+        let mut record = Record::default();
+        self.key_state
+            .add_to_record(&self.repo, &mut record, old_keys, staged)?;
+        let start = self.wal.append(&record)?;
+        if let Err(e) =
+            self.repo
+                .reference_matching(keys::KEYS_REF, staged, true, old_keys, "memvault keys")
+        {
+            let _ = self.wal.truncate_to(start);
+            return Err(e.into());
+        }
+        self.wal.sync()?;
+        self.key_state.published(&self.repo, staged);
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn move_refs(
+        &self,
+        parent: Option<Oid>,
+        commit: Oid,
+        keys: Option<(Oid, Oid)>,
+    ) -> Result<(), git2::Error> {
+        if let Some((old, new)) = keys {
+            self.repo
+                .reference_matching(keys::KEYS_REF, new, true, old, "memvault keys")?;
+        }
+        match parent {
             Some(p) => self
                 .repo
                 .reference_matching(MAIN_REF, commit, true, p, "memvault"),
             None => self.repo.reference(MAIN_REF, commit, false, "memvault"),
+        }
+        .map(|_| ())
+    }
+}
+
+/// Do the refs on disk point where the log's tail says?
+fn refs_match(repo: &Repository, tail: &Refs) -> bool {
+    tail.iter()
+        .all(|(name, id)| repo.refname_to_id(name).ok() == Some(*id))
+}
+
+/// At open: checkpoint if the log holds anything git does not (records
+/// of a writer that died or is still running, a tail the refs do not show,
+/// a torn record), so git alone shows every acknowledged commit.
+fn recover_on_open(dir: &Path, repo: &Repository) -> Result<Wal, VaultError> {
+    let mut wal = Wal::open(dir)?;
+    let c = wal.catch_up(repo)?;
+    if c.records || !c.clean || !refs_match(repo, &c.tail) {
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(LOCK_FILE))?;
+        lock.lock()?;
+        let _guard = LockGuard(&lock);
+        checkpoint_locked(repo, &mut wal)?;
+    }
+    Ok(wal)
+}
+
+/// The checkpoint (the caller holds the writer lock): write every object
+/// of the log into one synced pack, set the refs to the log's tail, sync
+/// them, then reset the log to a head naming them.
+///
+/// Which tail: a ref on disk that does not read, names a missing object, or
+/// names an older target from the log (a writer died before moving it) is
+/// set to the log's tail; a ref that is gone or names something the log
+/// never wrote was changed outside memvault and is kept as it is (the MAC
+/// checks judge it).
+fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), VaultError> {
+    // Under the writer lock no live memvault writer holds a ref lock: one
+    // left behind belongs to a writer killed while moving a ref.
+    for name in [MAIN_REF, keys::KEYS_REF, "packed-refs"] {
+        let _ = fs::remove_file(repo.path().join(format!("{name}.lock")));
+    }
+    let contents = wal.read_all()?;
+    let tail = contents.tail();
+    let odb = repo.odb()?;
+    let mut target: Refs = Vec::new();
+    for name in [MAIN_REF, keys::KEYS_REF] {
+        // A ref file that exists but does not read was cut short by a
+        // crash; a ref that is gone was deleted on purpose.
+        let disk = match repo.refname_to_id(name) {
+            Ok(id) => Some(id),
+            Err(e) if e.code() == ErrorCode::NotFound => None,
+            Err(_) => Some(Oid::ZERO_SHA1),
         };
-        match moved {
-            Ok(_) => {
-                self.verified_tip = Some(commit);
-                Ok(commit)
-            }
-            Err(e) if matches!(e.code(), ErrorCode::Modified | ErrorCode::Locked | ErrorCode::Exists) => {
-                Err(StoreError::Unavailable(
-                    "the vault was changed by a writer that did not take the lock; nothing was changed, try again".into(),
-                ))
-            }
-            Err(e) => Err(ge(e)),
+        let logged = tail.iter().find(|(n, _)| n == name).map(|(_, id)| *id);
+        let earlier = |id: Oid| {
+            contents
+                .head
+                .iter()
+                .flat_map(|h| h.refs.iter())
+                .chain(contents.records.iter().flat_map(|r| r.refs.iter()))
+                .any(|(n, v)| n == name && *v == id)
+        };
+        let t = match (disk, logged) {
+            (Some(d), Some(l)) if d == l || earlier(d) || !odb.exists(d) => Some(l),
+            (d, _) => d,
+        };
+        if let Some(t) = t.filter(|t| !t.is_zero()) {
+            target.push((name.to_string(), t));
         }
     }
+    let objects: Vec<&wal::Object> = contents
+        .records
+        .iter()
+        .flat_map(|r| r.objects.iter())
+        .collect();
+    wal::write_durable_objects(repo, &objects)?;
+    for (name, id) in &target {
+        if repo.refname_to_id(name).ok() != Some(*id)
+            && repo.reference(name, *id, true, "memvault recover").is_err()
+        {
+            // An unreadable ref file (cut short by a crash): replace it.
+            write_durable(&repo.path().join(name), format!("{id}\n").as_bytes())?;
+        }
+        let file = repo.path().join(name);
+        if file.exists() {
+            fsync::sync_path(&file)?;
+        }
+        if let Some(parent) = file.parent() {
+            fsync::sync_path(parent)?;
+        }
+    }
+    let packed = repo.path().join("packed-refs");
+    if packed.exists() {
+        fsync::sync_path(&packed)?;
+    }
+    wal.reset(target)?;
+    // Everything is on disk now: drop the in-memory copies.
+    wal::install_odb(repo)?;
+    if gc::pack_count(repo) > gc::AUTO_GC_PACKS {
+        gc::repack_locked(repo)?;
+    }
+    Ok(())
+}
+
+/// fsync every file and directory below `dir` (a new vault, before it is
+/// moved into place).
+fn sync_tree(dir: &Path) -> std::io::Result<()> {
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_type()?.is_dir() {
+            sync_tree(&e.path())?;
+        } else {
+            fsync::sync_path(&e.path())?;
+        }
+    }
+    fsync::sync_path(dir)
 }
 
 fn ge(e: git2::Error) -> StoreError {
@@ -712,6 +1054,16 @@ pub(crate) fn write_durable(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 fn sync_dir(dir: &Path) {
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
+    }
+}
+
+impl Drop for Vault {
+    /// A clean close checkpoints what this process logged, so that git
+    /// alone (without the log) shows every commit.
+    fn drop(&mut self) {
+        if self.dirty {
+            let _ = self.checkpoint();
+        }
     }
 }
 

@@ -4,8 +4,10 @@
 mod audit;
 mod commands;
 mod concurrency;
+mod crash;
 mod disk;
 mod expiry;
+mod maintenance;
 mod paths;
 mod protocol;
 mod redaction;

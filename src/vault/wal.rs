@@ -1,0 +1,624 @@
+//! The write-ahead log: what makes a mutation durable with one
+//! `fdatasync`, and lets a mutation create no file at all.
+//!
+//! A mutation stages its new git objects in memory (a mempack backend in
+//! front of the repository's object database, see [`install_odb`]), then
+//! appends ONE record to `memvault/wal` holding the raw bytes of every
+//! object the new refs need beyond the previous state, and the new targets
+//! of `refs/heads/main` and `refs/memvault/keys`. Once that record is
+//! synced the mutation is durable; the refs are moved without fsync. Other
+//! processes that see a ref move read the new records and load their
+//! objects into their own memory ([`Wal::catch_up`]).
+//!
+//! A checkpoint ([`super::Vault`] runs it every few MiB of log, on close, in
+//! `gc`, and whenever the log's tail is not what the refs say) writes every
+//! object of the log into git (one pack, or a few loose objects when there
+//! are few), syncs them, the ref files and their directories, and only then
+//! resets the log to a head entry naming the checkpointed ref targets.
+//! After a crash the refs are set back (or forward) to the log's tail, and
+//! the objects come from the log's bytes. No git file is ever written
+//! without being synced before the log forgets it.
+//!
+//! # Format
+//!
+//! A sequence of entries, each `"MVWL" kind:u8 len:u32le body checksum`,
+//! where the checksum is the git blob hash (SHA-1) of everything before it.
+//! The first entry is the head (kind 1: an 8-byte generation, changed at
+//! every checkpoint, then the ref targets at that checkpoint); the rest are
+//! records (kind 2: the generation, ref targets, then objects as
+//! `type:u8 oid len:u32le bytes`). Reading stops at the first entry that is
+//! cut short, does not check out, or belongs to another generation: that
+//! is a record whose writer died before it was synced, and which was
+//! therefore never acknowledged.
+//!
+//! # What it holds
+//!
+//! Only what git holds: encrypted blobs, trees of encrypted names, commits
+//! with encrypted messages, the encrypted key table. Ref names are the only
+//! plain words. The checksum detects torn writes, not tampering: the MACs
+//! on commits do that.
+
+use std::collections::HashSet;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use git2::{ObjectType, Odb, Oid, Repository};
+
+use super::fsync;
+
+/// The log, relative to the repository directory.
+pub(crate) const WAL_FILE: &str = "memvault/wal";
+const MAGIC: &[u8; 4] = b"MVWL";
+const KIND_HEAD: u8 = 1;
+const KIND_RECORD: u8 = 2;
+const ENTRY_OVERHEAD: usize = 4 + 1 + 4 + 20;
+/// A checkpoint is due when the log grows past this.
+pub(crate) const CHECKPOINT_BYTES: u64 = 4 << 20;
+/// No single record may be larger than this (a corrupt length field must
+/// not make a reader allocate gigabytes).
+const MAX_ENTRY: usize = 1 << 30;
+
+/// Ref targets, by ref name.
+pub(crate) type Refs = Vec<(String, Oid)>;
+
+/// One git object, as stored in a record.
+pub(crate) struct Object {
+    pub kind: ObjectType,
+    pub id: Oid,
+    pub data: Vec<u8>,
+}
+
+/// One mutation: the objects it adds and where the refs point after it.
+#[derive(Default)]
+pub(crate) struct Record {
+    pub refs: Refs,
+    pub objects: Vec<Object>,
+}
+
+impl Record {
+    /// Add the objects a new tree needs that `old` (a durable tree, or
+    /// None) does not have: the trees on changed paths and their new
+    /// blobs. Objects already added are skipped.
+    pub fn add_tree_diff(
+        &mut self,
+        odb: &Odb<'_>,
+        repo: &Repository,
+        new: Oid,
+        old: Option<Oid>,
+        seen: &mut HashSet<Oid>,
+    ) -> Result<(), git2::Error> {
+        if Some(new) == old || !seen.insert(new) {
+            return Ok(());
+        }
+        self.add_object(odb, new)?;
+        let new_tree = repo.find_tree(new)?;
+        let old_tree = match old {
+            Some(o) => Some(repo.find_tree(o)?),
+            None => None,
+        };
+        for e in new_tree.iter() {
+            let before = old_tree.as_ref().and_then(|t| {
+                let name = e.name_bytes();
+                t.iter().find(|o| o.name_bytes() == name)
+            });
+            let before_id = before.as_ref().map(|b| b.id());
+            if before_id == Some(e.id()) {
+                continue;
+            }
+            match e.kind() {
+                Some(ObjectType::Tree) => {
+                    let old_sub = before
+                        .filter(|b| b.kind() == Some(ObjectType::Tree))
+                        .map(|b| b.id());
+                    self.add_tree_diff(odb, repo, e.id(), old_sub, seen)?;
+                }
+                _ => {
+                    if seen.insert(e.id()) {
+                        self.add_object(odb, e.id())?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Add one object by id, read back from the object database.
+    pub fn add_object(&mut self, odb: &Odb<'_>, id: Oid) -> Result<(), git2::Error> {
+        let obj = odb.read(id)?;
+        self.objects.push(Object {
+            kind: obj.kind(),
+            id,
+            data: obj.data().to_vec(),
+        });
+        Ok(())
+    }
+
+    fn encode(&self, generation: &[u8; 8]) -> Vec<u8> {
+        let size: usize = self.objects.iter().map(|o| o.data.len() + 25).sum();
+        let mut body = Vec::with_capacity(size + 128);
+        body.extend_from_slice(generation);
+        encode_refs(&mut body, &self.refs);
+        body.extend_from_slice(&(self.objects.len() as u32).to_le_bytes());
+        for o in &self.objects {
+            body.push(kind_byte(o.kind));
+            body.extend_from_slice(o.id.as_bytes());
+            body.extend_from_slice(&(o.data.len() as u32).to_le_bytes());
+            body.extend_from_slice(&o.data);
+        }
+        entry(KIND_RECORD, &body)
+    }
+
+    fn decode(body: &[u8], generation: &[u8; 8]) -> Option<Record> {
+        let mut r = Reader(body);
+        if r.take(8)? != generation {
+            return None;
+        }
+        let refs = decode_refs(&mut r)?;
+        let n = r.u32()? as usize;
+        let mut objects = Vec::with_capacity(n.min(1 << 16));
+        for _ in 0..n {
+            let kind = byte_kind(r.u8()?)?;
+            let id = Oid::from_bytes(r.take(20)?).ok()?;
+            let len = r.u32()? as usize;
+            let data = r.take(len)?.to_vec();
+            objects.push(Object { kind, id, data });
+        }
+        if !r.0.is_empty() {
+            return None;
+        }
+        Some(Record { refs, objects })
+    }
+}
+
+fn kind_byte(k: ObjectType) -> u8 {
+    match k {
+        ObjectType::Commit => 1,
+        ObjectType::Tree => 2,
+        ObjectType::Blob => 3,
+        ObjectType::Tag => 4,
+        _ => 0,
+    }
+}
+
+fn byte_kind(b: u8) -> Option<ObjectType> {
+    Some(match b {
+        1 => ObjectType::Commit,
+        2 => ObjectType::Tree,
+        3 => ObjectType::Blob,
+        4 => ObjectType::Tag,
+        _ => return None,
+    })
+}
+
+fn encode_refs(out: &mut Vec<u8>, refs: &Refs) {
+    out.push(refs.len() as u8);
+    for (name, id) in refs {
+        out.push(name.len() as u8);
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(id.as_bytes());
+    }
+}
+
+fn decode_refs(r: &mut Reader<'_>) -> Option<Refs> {
+    let n = r.u8()?;
+    let mut refs = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let len = r.u8()? as usize;
+        let name = std::str::from_utf8(r.take(len)?).ok()?.to_string();
+        let id = Oid::from_bytes(r.take(20)?).ok()?;
+        refs.push((name, id));
+    }
+    Some(refs)
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+}
+
+fn checksum(bytes: &[u8]) -> [u8; 20] {
+    let mut out = [0u8; 20];
+    if let Ok(id) = Oid::hash_object(ObjectType::Blob, bytes) {
+        out.copy_from_slice(id.as_bytes());
+    }
+    out
+}
+
+fn entry(kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + ENTRY_OVERHEAD);
+    out.extend_from_slice(MAGIC);
+    out.push(kind);
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(body);
+    let sum = checksum(&out);
+    out.extend_from_slice(&sum);
+    out
+}
+
+/// Parse one entry at the start of `bytes`: its kind, body and length.
+fn parse_entry(bytes: &[u8]) -> Option<(u8, &[u8], usize)> {
+    if bytes.len() < ENTRY_OVERHEAD || &bytes[..4] != MAGIC {
+        return None;
+    }
+    let kind = bytes[4];
+    let len = u32::from_le_bytes([bytes[5], bytes[6], bytes[7], bytes[8]]) as usize;
+    if len > MAX_ENTRY || bytes.len() < ENTRY_OVERHEAD + len {
+        return None;
+    }
+    let end = 9 + len;
+    if checksum(&bytes[..end]) != bytes[end..end + 20] {
+        return None;
+    }
+    Some((kind, &bytes[9..end], end + 20))
+}
+
+/// The head entry: the checkpoint the records build on.
+pub(crate) struct Head {
+    pub generation: [u8; 8],
+    pub refs: Refs,
+}
+
+fn encode_head(head: &Head) -> Vec<u8> {
+    let mut body = head.generation.to_vec();
+    encode_refs(&mut body, &head.refs);
+    entry(KIND_HEAD, &body)
+}
+
+fn decode_head(body: &[u8]) -> Option<Head> {
+    let mut r = Reader(body);
+    let generation: [u8; 8] = r.take(8)?.try_into().ok()?;
+    let refs = decode_refs(&mut r)?;
+    Some(Head { generation, refs })
+}
+
+/// Everything the log holds that checks out.
+pub(crate) struct Contents {
+    pub head: Option<Head>,
+    pub records: Vec<Record>,
+    /// Length of the part that checks out.
+    pub valid_len: u64,
+}
+
+impl Contents {
+    /// Where the refs must point: the head's targets with every record's
+    /// applied in order. Empty if the log holds nothing that checks out.
+    pub fn tail(&self) -> Refs {
+        let mut refs: Refs = self
+            .head
+            .as_ref()
+            .map(|h| h.refs.clone())
+            .unwrap_or_default();
+        for r in &self.records {
+            merge_refs(&mut refs, &r.refs);
+        }
+        refs
+    }
+}
+
+pub(crate) fn merge_refs(into: &mut Refs, from: &Refs) {
+    for (name, id) in from {
+        match into.iter_mut().find(|(n, _)| n == name) {
+            Some(slot) => slot.1 = *id,
+            None => into.push((name.clone(), *id)),
+        }
+    }
+}
+
+/// This process's handle on the log, with what it has already read.
+pub(crate) struct Wal {
+    file: File,
+    /// The generation and length up to which this process has read (or
+    /// written) the log, and the ref targets there.
+    known: Option<([u8; 8], u64, Refs)>,
+}
+
+/// What [`Wal::catch_up`] found.
+pub(crate) struct CatchUp {
+    /// The ref targets at the end of the part that checks out (empty if
+    /// the log has no valid head).
+    pub tail: Refs,
+    /// The log checks out to its end (false: a writer died mid-append, or
+    /// one is appending right now).
+    pub clean: bool,
+    /// The log holds records that are not yet checkpointed into git.
+    pub records: bool,
+}
+
+impl Wal {
+    /// Open (creating if missing, empty) the log of the repository at
+    /// `dir`. An empty log means "the refs on disk are the checkpoint".
+    pub fn open(dir: &Path) -> std::io::Result<Wal> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(WAL_FILE))?;
+        Ok(Wal { file, known: None })
+    }
+
+    /// Read the whole log.
+    pub fn read_all(&mut self) -> std::io::Result<Contents> {
+        let mut bytes = Vec::new();
+        self.file.seek(SeekFrom::Start(0))?;
+        self.file.read_to_end(&mut bytes)?;
+        let mut head: Option<Head> = None;
+        let mut records = Vec::new();
+        let mut pos = 0usize;
+        while let Some((kind, body, len)) = parse_entry(&bytes[pos..]) {
+            match (kind, &head) {
+                (KIND_HEAD, None) if pos == 0 => match decode_head(body) {
+                    Some(h) => head = Some(h),
+                    None => break,
+                },
+                (KIND_RECORD, Some(h)) => match Record::decode(body, &h.generation) {
+                    Some(r) => records.push(r),
+                    None => break,
+                },
+                _ => break,
+            }
+            pos += len;
+        }
+        let contents = Contents {
+            head,
+            records,
+            valid_len: pos as u64,
+        };
+        self.known = contents
+            .head
+            .as_ref()
+            .map(|h| (h.generation, contents.valid_len, contents.tail()));
+        Ok(contents)
+    }
+
+    /// Bring this process's view of the log up to date: load the objects
+    /// of records it has not seen into `repo`'s in-memory object store
+    /// (after another process's checkpoint, start a fresh one), and return
+    /// the ref targets at the tail. Safe without the writer lock (a reader
+    /// stops at a record still being appended).
+    pub fn catch_up(&mut self, repo: &Repository) -> Result<CatchUp, git2::Error> {
+        let file_len = self.file.metadata().map_err(io_git)?.len();
+        let mut head_buf = [0u8; 512];
+        let n = self.file.read_at(&mut head_buf, 0).map_err(io_git)?;
+        let head = parse_entry(&head_buf[..n])
+            .filter(|(k, _, _)| *k == KIND_HEAD)
+            .and_then(|(_, body, _)| decode_head(body));
+        let Some(head) = head else {
+            self.known = None;
+            return Ok(CatchUp {
+                tail: Vec::new(),
+                clean: false,
+                records: false,
+            });
+        };
+        let head_len = parse_entry(&head_buf[..n]).map_or(0, |(_, _, l)| l as u64);
+        let (start, mut refs) = match &self.known {
+            Some((g, len, refs)) if *g == head.generation && *len <= file_len => {
+                (*len, refs.clone())
+            }
+            _ => {
+                // First look, or another process checkpointed: everything
+                // before is in git now.
+                install_odb(repo)?;
+                (head_len, head.refs.clone())
+            }
+        };
+        let mut clean = true;
+        let mut pos = start;
+        if start < file_len {
+            let mut bytes = vec![0u8; (file_len - start) as usize];
+            self.file.read_exact_at(&mut bytes, start).map_err(io_git)?;
+            let odb = repo.odb()?;
+            let mut at = 0usize;
+            while at < bytes.len() {
+                let Some((KIND_RECORD, body, len)) = parse_entry(&bytes[at..]) else {
+                    clean = false;
+                    break;
+                };
+                let Some(r) = Record::decode(body, &head.generation) else {
+                    clean = false;
+                    break;
+                };
+                for o in &r.objects {
+                    if odb.write(o.kind, &o.data)? != o.id {
+                        return Err(git2::Error::from_str(
+                            "a logged object does not match its id",
+                        ));
+                    }
+                }
+                merge_refs(&mut refs, &r.refs);
+                at += len;
+            }
+            pos = start + at as u64;
+        }
+        self.known = Some((head.generation, pos, refs.clone()));
+        Ok(CatchUp {
+            tail: refs,
+            clean,
+            records: pos > head_len,
+        })
+    }
+
+    /// Append a record (the caller holds the writer lock and has caught
+    /// up). Not yet synced: call [`Wal::sync`]. Returns the log's length
+    /// before the record, for [`Wal::truncate_to`].
+    pub fn append(&mut self, record: &Record) -> std::io::Result<u64> {
+        let Some((generation, _, _)) = &self.known else {
+            return Err(std::io::Error::other("the log was not read before writing"));
+        };
+        let bytes = record.encode(generation);
+        let start = self.file.metadata()?.len();
+        self.file.write_all_at(&bytes, start)?;
+        if let Some((_, len, refs)) = &mut self.known {
+            *len = start + bytes.len() as u64;
+            merge_refs(refs, &record.refs);
+        }
+        Ok(start)
+    }
+
+    /// Drop everything after `len` (undo an append whose refs could not be
+    /// moved).
+    pub fn truncate_to(&mut self, len: u64) -> std::io::Result<()> {
+        self.file.set_len(len)?;
+        self.known = None;
+        Ok(())
+    }
+
+    /// Make everything appended so far durable.
+    pub fn sync(&self) -> std::io::Result<()> {
+        fsync::sync_data(&self.file)
+    }
+
+    /// The log's current length.
+    pub fn len(&self) -> std::io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+
+    /// Replace the log by a head naming `refs` as the checkpoint (the
+    /// caller holds the writer lock and has made git durable up to it).
+    pub fn reset(&mut self, refs: Refs) -> std::io::Result<()> {
+        let head = Head {
+            generation: crate::crypto::random_bytes::<8>(),
+            refs,
+        };
+        let bytes = encode_head(&head);
+        self.file.write_all_at(&bytes, 0)?;
+        self.file.set_len(bytes.len() as u64)?;
+        fsync::sync_data(&self.file)?;
+        self.known = Some((head.generation, bytes.len() as u64, head.refs));
+        Ok(())
+    }
+}
+
+/// Put a fresh in-memory object store in front of the repository's object
+/// database: every object libgit2 writes for this repository goes to
+/// memory (the log makes it durable, a checkpoint writes it to git), and
+/// reads see memory first, then the objects on disk. Also drops what an
+/// earlier one held.
+pub(crate) fn install_odb(repo: &Repository) -> Result<(), git2::Error> {
+    let odb = Odb::new()?;
+    // The mempack backend lives as long as the object database; its handle
+    // is not needed (a checkpoint replaces the whole database).
+    let _mempack = odb.add_new_mempack_backend(1000)?;
+    let objects = repo.path().join("objects");
+    let objects = objects
+        .to_str()
+        .ok_or_else(|| git2::Error::from_str("the vault path is not valid UTF-8"))?;
+    // As an alternate, the disk is only read: writes go to memory.
+    odb.add_disk_alternate(objects)?;
+    repo.set_odb(&odb)?;
+    Ok(())
+}
+
+pub(crate) fn io_git(e: std::io::Error) -> git2::Error {
+    git2::Error::from_str(&format!("I/O error: {e}"))
+}
+
+/// Up to this many objects, a checkpoint writes loose objects (each
+/// synced); beyond, one pack.
+const LOOSE_LIMIT: usize = 64;
+
+/// Write `objects` into the repository's object directory and make them
+/// durable: one pack (pack, index and directory synced), or, for a few
+/// objects, loose files each synced before it gets its name.
+pub(crate) fn write_durable_objects(
+    repo: &Repository,
+    objects: &[&Object],
+) -> Result<(), git2::Error> {
+    if objects.is_empty() {
+        return Ok(());
+    }
+    let dir = repo.path().join("objects");
+    if objects.len() <= LOOSE_LIMIT {
+        let mut dirs = std::collections::BTreeSet::new();
+        for o in objects {
+            let hex = o.id.to_string();
+            let sub = dir.join(&hex[..2]);
+            let path = sub.join(&hex[2..]);
+            if path.exists() {
+                continue;
+            }
+            if !sub.exists() {
+                fs::create_dir_all(&sub).map_err(io_git)?;
+                dirs.insert(dir.clone());
+            }
+            write_loose(&sub, &path, o).map_err(io_git)?;
+            dirs.insert(sub);
+        }
+        for d in dirs {
+            fsync::sync_path(&d).map_err(io_git)?;
+        }
+        return Ok(());
+    }
+    // Build the pack from the log's bytes held in memory.
+    let staging = Repository::from_odb(Odb::new()?)?;
+    let odb = staging.odb()?;
+    let _mempack = odb.add_new_mempack_backend(1)?;
+    for o in objects {
+        let id = odb.write(o.kind, &o.data)?;
+        if id != o.id {
+            return Err(git2::Error::from_str(
+                "a logged object does not match its id",
+            ));
+        }
+    }
+    let mut pb = staging.packbuilder()?;
+    pb.set_threads(1);
+    for o in objects {
+        pb.insert_object(o.id, None)?;
+    }
+    let pack_dir = dir.join("pack");
+    fs::create_dir_all(&pack_dir).map_err(io_git)?;
+    pb.write(&pack_dir, 0o444)?;
+    let name = pb
+        .name()?
+        .ok_or_else(|| git2::Error::from_str("the new pack has no name"))?
+        .to_string();
+    for ext in ["pack", "idx"] {
+        fsync::sync_path(&pack_dir.join(format!("pack-{name}.{ext}"))).map_err(io_git)?;
+    }
+    fsync::sync_path(&pack_dir).map_err(io_git)?;
+    fsync::sync_path(&dir).map_err(io_git)?;
+    Ok(())
+}
+
+/// One loose object: zlib of `<type> <len>\0<bytes>`, written to a
+/// temporary name, synced, then renamed into place.
+fn write_loose(sub: &Path, path: &Path, o: &Object) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+    write!(z, "{} {}\0", o.kind.str(), o.data.len())?;
+    z.write_all(&o.data)?;
+    let bytes = z.finish()?;
+    let tmp = sub.join(format!(
+        "tmp_mv_{}",
+        data_encoding::HEXLOWER.encode(&crate::crypto::random_bytes::<6>())
+    ));
+    let result = (|| {
+        let mut f = File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        fsync::sync_data(&f)?;
+        fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
