@@ -5,6 +5,7 @@ mod audit;
 mod commands;
 mod concurrency;
 mod disk;
+mod mcp;
 mod paths;
 mod protocol;
 mod redaction;
