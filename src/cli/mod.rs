@@ -6,6 +6,7 @@ mod audit;
 mod demo;
 mod expiry;
 mod history;
+mod mcp;
 mod unlock;
 
 use std::io::{self, Read, Write};
@@ -94,6 +95,8 @@ pub enum Command {
     },
     /// Answer memory tool calls as JSON lines on stdin/stdout
     Serve(ServeArgs),
+    /// Serve the memory tool to MCP clients (Claude Code, Claude Desktop) on stdin/stdout
+    Mcp(SessionArgs),
     /// Run one memory command (JSON argument, or stdin) and print its result line
     Exec {
         #[command(flatten)]
@@ -303,6 +306,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Init(args) => init(&cli.global, &args),
         Command::Keygen { file } => keygen(&file),
         Command::Serve(args) => serve(&cli.global, &args),
+        Command::Mcp(session) => mcp::run(&cli.global, &session),
         Command::Exec { session, json } => exec(&cli.global, &session, json),
         Command::Demo { keep } => demo::run(keep.as_deref()),
         Command::History(args) => history::run(&cli.global, &args),

@@ -8,6 +8,7 @@ mod crash;
 mod disk;
 mod expiry;
 mod maintenance;
+mod mcp;
 mod paths;
 mod protocol;
 mod redaction;
