@@ -7,6 +7,7 @@ mod demo;
 mod expiry;
 mod history;
 mod mcp;
+mod transfer;
 mod unlock;
 
 use std::io::{self, Read, Write};
@@ -133,6 +134,10 @@ pub enum Command {
     Expire(expiry::ExpireArgs),
     /// Erase a file or directory from all of history (destroys its keys)
     Purge(expiry::PurgeArgs),
+    /// Load a plain memory directory (the SDKs' <base>/memories) as one commit
+    Import(transfer::ImportArgs),
+    /// Write a decrypted copy of the memory to an empty directory (for an audit)
+    Export(transfer::ExportArgs),
     /// Print text with secrets redacted (stdin by default)
     Redact {
         /// The file to read
@@ -189,6 +194,11 @@ pub struct SessionArgs {
 }
 
 impl SessionArgs {
+    /// The attribution, with a generated session id when none was given.
+    pub fn attribution_quiet(&self) -> Result<Attribution, CliError> {
+        self.attribution(false)
+    }
+
     fn attribution(&self, announce: bool) -> Result<Attribution, CliError> {
         let session = match &self.session {
             Some(s) => {
@@ -319,6 +329,8 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Resume(args) => audit::resume(&cli.global, &args),
         Command::Verify(args) => audit::verify(&cli.global, &args),
         Command::Expire(args) => expiry::expire(&cli.global, &args),
+        Command::Import(args) => transfer::import(&cli.global, &args),
+        Command::Export(args) => transfer::export(&cli.global, &args),
         Command::Purge(args) => expiry::purge(&cli.global, &args),
         Command::Redact { file, report } => redact(file.as_deref(), report),
     }

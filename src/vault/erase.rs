@@ -85,6 +85,7 @@ fn test_crash(point: &str) {
 fn se(e: VaultError) -> StoreError {
     match e {
         VaultError::Damaged(w) => StoreError::Damaged(w),
+        VaultError::Refused(w) => StoreError::Limit(w),
         other => StoreError::Unavailable(other.to_string()),
     }
 }
@@ -92,6 +93,7 @@ fn se(e: VaultError) -> StoreError {
 fn ve(e: StoreError) -> VaultError {
     match e {
         StoreError::Damaged(w) => VaultError::Damaged(w),
+        StoreError::Limit(w) | StoreError::Unavailable(w) => VaultError::Refused(w),
         other => VaultError::Refused(other.to_string()),
     }
 }

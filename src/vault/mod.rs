@@ -21,6 +21,7 @@
 //! mark); the shape of trees and the sizes of blobs are visible.
 
 pub mod access;
+pub mod bulk;
 pub mod config;
 pub mod erase;
 pub mod fsync;

@@ -13,5 +13,6 @@ mod paths;
 mod protocol;
 mod redaction;
 mod tamper;
+mod transfer;
 mod unlock;
 mod util;

@@ -1,0 +1,248 @@
+//! `memvault import DIR` and `memvault export DIR`: migration from a plain
+//! memory directory (the SDKs' `<base>/memories` layout), and a decrypted
+//! copy for an audit.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use zeroize::Zeroizing;
+
+use super::{CliError, Global, SessionArgs, open_vault};
+use crate::memory::MemoryPath;
+use crate::redact::{Mode, RedactError, Redactor};
+use crate::vault::bulk::ImportFile;
+
+#[derive(clap::Args, Debug)]
+pub struct ImportArgs {
+    /// A memory directory: `<base>` holding `memories/`, or that folder itself
+    pub dir: PathBuf,
+    #[command(flatten)]
+    pub session: SessionArgs,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ExportArgs {
+    /// An empty or new directory; the files go to DIR/memories/ (mode 0600)
+    pub dir: PathBuf,
+    /// Export the vault as it was at this revision [default: the tip]
+    #[arg(long, value_name = "REV")]
+    pub at: Option<String>,
+}
+
+/// The folder that maps to `/memories`.
+fn memories_root(dir: &Path) -> PathBuf {
+    let inner = dir.join("memories");
+    if inner.is_dir() {
+        inner
+    } else {
+        dir.to_path_buf()
+    }
+}
+
+fn collect(
+    root: &Path,
+    dir: &Path,
+    base: &MemoryPath,
+    out: &mut Vec<(MemoryPath, PathBuf)>,
+) -> Result<(), CliError> {
+    let mut entries: Vec<fs::DirEntry> = fs::read_dir(dir)
+        .map_err(|e| CliError::failure(format!("cannot read {}: {e}", dir.display())))?
+        .collect::<Result<_, _>>()?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else {
+            return Err(CliError::failure(format!(
+                "{} has a name that is not UTF-8; rename it before importing",
+                e.path().display()
+            )));
+        };
+        let path = base.join(name).map_err(|err| {
+            CliError::failure(format!(
+                "{} cannot be a memory path ({err}); rename it before importing",
+                e.path().strip_prefix(root).unwrap_or(&e.path()).display()
+            ))
+        })?;
+        let kind = e.file_type()?;
+        if kind.is_symlink() {
+            return Err(CliError::failure(format!(
+                "{} is a symbolic link; import copies regular files only",
+                e.path().display()
+            )));
+        } else if kind.is_dir() {
+            collect(root, &e.path(), &path, out)?;
+        } else if kind.is_file() {
+            out.push((path, e.path()));
+        } else {
+            return Err(CliError::failure(format!(
+                "{} is not a regular file or directory",
+                e.path().display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `memvault import DIR`: every file as one commit, redacted as the vault's
+/// settings say; nothing is written when anything is refused.
+pub fn import(global: &Global, args: &ImportArgs) -> Result<u8, CliError> {
+    let root = memories_root(&args.dir);
+    if !root.is_dir() {
+        return Err(CliError::failure(format!(
+            "{} is not a directory",
+            args.dir.display()
+        )));
+    }
+    let mut found = Vec::new();
+    collect(&root, &root, &MemoryPath::root(), &mut found)?;
+    let attribution = args.session.attribution_quiet()?;
+    let mut vault = open_vault(global, attribution)?;
+    let redactor = Redactor::new(&vault.config().redaction).map_err(|e| {
+        CliError::failure(format!(
+            "invalid redaction settings in memvault/config.json: {e}"
+        ))
+    })?;
+    let mut files = Vec::with_capacity(found.len());
+    let mut redacted = 0usize;
+    for (path, source) in found {
+        let bytes =
+            Zeroizing::new(fs::read(&source).map_err(|e| {
+                CliError::failure(format!("cannot read {}: {e}", source.display()))
+            })?);
+        // Text goes through the secret filter; images and other binary
+        // files are stored as they are.
+        let (content, redactions) = match std::str::from_utf8(&bytes) {
+            Ok(text) if redactor.mode() != Mode::Off => match redactor.filter(text) {
+                Ok(r) => {
+                    let kinds = r.kinds();
+                    if !kinds.is_empty() {
+                        redacted += 1;
+                    }
+                    (Zeroizing::new(r.text.into_bytes()), kinds)
+                }
+                Err(RedactError::Rejected { kinds }) => {
+                    return Err(CliError::failure(format!(
+                        "nothing was imported: {} holds secrets ({}) and this vault rejects them",
+                        path.as_str(),
+                        kinds
+                            .iter()
+                            .map(|(k, _)| k.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+                Err(e) => return Err(CliError::failure(e.to_string())),
+            },
+            _ => (bytes, Vec::new()),
+        };
+        files.push(ImportFile {
+            path,
+            content,
+            redactions,
+        });
+    }
+    let n = files.len();
+    let commit = vault.import_files(files).map_err(|e| match e {
+        crate::vault::VaultError::Refused(m) => {
+            CliError::failure(format!("nothing was imported: {m}"))
+        }
+        other => other.into(),
+    })?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "imported {n} file{} as revision {}{}",
+        if n == 1 { "" } else { "s" },
+        &commit.to_string()[..12],
+        if redacted > 0 {
+            format!(" ({redacted} with secrets redacted)")
+        } else {
+            String::new()
+        }
+    )?;
+    out.flush()?;
+    Ok(0)
+}
+
+/// `memvault export DIR`: a decrypted copy under DIR/memories/, files
+/// 0600 and folders 0700; refuses a target that is not empty.
+pub fn export(global: &Global, args: &ExportArgs) -> Result<u8, CliError> {
+    if args.dir.exists() {
+        let mut entries = fs::read_dir(&args.dir)
+            .map_err(|e| CliError::failure(format!("cannot read {}: {e}", args.dir.display())))?;
+        if entries.next().is_some() {
+            return Err(CliError::failure(format!(
+                "{} is not empty; export writes only into an empty or new directory",
+                args.dir.display()
+            )));
+        }
+    }
+    let mut vault = open_vault(
+        global,
+        crate::vault::Attribution {
+            session: "export".into(),
+            actor: "memvault".into(),
+        },
+    )?;
+    let rev = match &args.at {
+        Some(r) => Some(vault.resolve_rev(r).map_err(|e| CliError {
+            message: e.to_string(),
+            code: 2,
+        })?),
+        None => vault.tip()?,
+    };
+    let files = vault.files_at(rev)?;
+    let root = args.dir.join("memories");
+    make_private_dir(&args.dir)?;
+    make_private_dir(&root)?;
+    for (path, content) in &files {
+        let rel: PathBuf = path.segments().collect();
+        let target = root.join(&rel);
+        if let Some(parent) = target.parent() {
+            let mut p = root.clone();
+            for seg in parent.strip_prefix(&root).unwrap_or(Path::new("")).iter() {
+                p.push(seg);
+                make_private_dir(&p)?;
+            }
+        }
+        let mut opts = fs::OpenOptions::new();
+        opts.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.mode(0o600);
+        }
+        let mut f = opts
+            .open(&target)
+            .map_err(|e| CliError::failure(format!("cannot create {}: {e}", target.display())))?;
+        f.write_all(content)?;
+        f.sync_all()?;
+    }
+    eprintln!(
+        "memvault: exported {} file{} to {} (decrypted: keep it safe, delete it when the audit is done)",
+        files.len(),
+        if files.len() == 1 { "" } else { "s" },
+        root.display()
+    );
+    Ok(0)
+}
+
+fn make_private_dir(p: &Path) -> Result<(), CliError> {
+    match fs::create_dir(p) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(CliError::failure(format!(
+                "cannot create {}: {e}",
+                p.display()
+            )));
+        }
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(p, fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! Many files in one commit (`memvault import`), and every file of a
+//! revision (`memvault export`).
+
+use git2::{FileMode, Oid};
+use zeroize::Zeroizing;
+
+use super::access::Kind;
+use super::meta::META_VERSION;
+use super::{Vault, VaultError, damaged, now_ms};
+use crate::crypto::{self, FileKey, FileKeyId};
+use crate::memory::{MemoryPath, NodeKind, Snapshot, StoreError};
+use crate::vault::CommitMeta;
+
+/// One file to import: its path, content, and the redaction kinds that
+/// were applied to it (already applied by the caller).
+pub struct ImportFile {
+    pub path: MemoryPath,
+    pub content: Zeroizing<Vec<u8>>,
+    pub redactions: Vec<(String, u32)>,
+}
+
+impl Vault {
+    /// Add `files` as one commit (op `import`). Refuses, changing nothing,
+    /// when any path (or a parent of one) already exists, when a file is
+    /// over the size limit, or when the vault would exceed its file limit.
+    pub fn import_files(&mut self, files: Vec<ImportFile>) -> Result<Oid, VaultError> {
+        self.with_writer_lock(|vault, tip| vault.import_locked(tip, files).map_err(se))
+            .map_err(|e| match e {
+                StoreError::Damaged(w) => VaultError::Damaged(w),
+                StoreError::Limit(w) | StoreError::Unavailable(w) => VaultError::Refused(w),
+                other => VaultError::Refused(other.to_string()),
+            })
+    }
+
+    fn import_locked(
+        &mut self,
+        tip: Option<Oid>,
+        files: Vec<ImportFile>,
+    ) -> Result<Oid, VaultError> {
+        if files.is_empty() {
+            return Err(VaultError::Refused("there is no file to import".into()));
+        }
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        let mut new_keys = Vec::with_capacity(files.len());
+        let mut written = Vec::with_capacity(files.len());
+        let mut meta = CommitMeta {
+            v: META_VERSION,
+            op: "import".into(),
+            time_ms: now_ms(),
+            session: self.attribution.session.clone(),
+            actor: self.attribution.actor.clone(),
+            ..Default::default()
+        };
+        {
+            let snap = self.snapshot_at(tip)?;
+            let existing = snap.count_files().map_err(ve)?;
+            if existing + files.len() > self.config.max_files {
+                return Err(VaultError::Refused(format!(
+                    "importing {} files would bring the vault to {}, over its limit of {}",
+                    files.len(),
+                    existing + files.len(),
+                    self.config.max_files
+                )));
+            }
+            let mut clashes = Vec::new();
+            for f in &files {
+                // The file itself, or an ancestor that is a file.
+                let taken = f
+                    .path
+                    .ancestors()
+                    .chain(std::iter::once(f.path.clone()))
+                    .any(|p| {
+                        !p.is_root()
+                            && match snap.kind(&p) {
+                                Ok(Some(NodeKind::File)) => true,
+                                Ok(Some(NodeKind::Dir)) => p == f.path,
+                                _ => false,
+                            }
+                    });
+                if taken {
+                    clashes.push(f.path.as_str().to_string());
+                }
+                if f.content.len() > self.config.max_file_bytes {
+                    return Err(VaultError::Refused(format!(
+                        "{} is {} bytes, over this vault's limit of {} bytes per file",
+                        f.path.as_str(),
+                        f.content.len(),
+                        self.config.max_file_bytes
+                    )));
+                }
+            }
+            if !clashes.is_empty() {
+                clashes.truncate(20);
+                return Err(VaultError::Refused(format!(
+                    "these paths already exist in the vault and import never overwrites: {}",
+                    clashes.join(", ")
+                )));
+            }
+            for f in &files {
+                let id = FileKeyId::generate();
+                let key = FileKey::generate();
+                let sealed = crypto::seal_blob(&key, &id, f.path.as_str(), &f.content);
+                let blob = self.repo.blob(&sealed)?;
+                update.upsert(snap.git_path(&f.path).map_err(ve)?, blob, FileMode::Blob);
+                new_keys.push((id, Some(key)));
+                written.push((id, Kind::Written, meta.time_ms));
+                meta.files.push(f.path.as_str().to_string());
+                meta.lines_added += count_lines(&f.content);
+                for (kind, n) in &f.redactions {
+                    match meta.redactions.iter_mut().find(|(k, _)| k == kind) {
+                        Some((_, m)) => *m += n,
+                        None => meta.redactions.push((kind.clone(), *n)),
+                    }
+                }
+            }
+        }
+        meta.size = Some(files.iter().map(|f| f.content.len() as u64).sum());
+        let base = match self.tree_of(tip)? {
+            Some(t) => t,
+            None => self.repo.find_tree(self.repo.treebuilder(None)?.write()?)?,
+        };
+        let tree = update.create_updated(&self.repo, &base)?;
+        drop(base);
+        let commit = self
+            .publish(tip, tree, new_keys, &meta)
+            .map_err(|e| VaultError::Refused(e.to_string()))?;
+        self.append_access(&written);
+        Ok(commit)
+    }
+
+    /// Every file at `rev` (None: the empty tree), decrypted, in path order.
+    pub fn files_at(
+        &self,
+        rev: Option<Oid>,
+    ) -> Result<Vec<(MemoryPath, Zeroizing<Vec<u8>>)>, VaultError> {
+        let snap = self.snapshot_at(rev)?;
+        let mut out = Vec::new();
+        for path in snap.files_below(&MemoryPath::root()).map_err(ve)? {
+            let content = snap.read(&path).map_err(ve)?;
+            out.push((path, content));
+        }
+        Ok(out)
+    }
+}
+
+fn count_lines(content: &[u8]) -> u32 {
+    match std::str::from_utf8(content) {
+        Ok(t) => t.lines().count() as u32,
+        Err(_) => 0,
+    }
+}
+
+fn se(e: VaultError) -> StoreError {
+    match e {
+        VaultError::Damaged(w) => StoreError::Damaged(w),
+        VaultError::Refused(w) => StoreError::Limit(w),
+        other => StoreError::Unavailable(other.to_string()),
+    }
+}
+
+fn ve(e: StoreError) -> VaultError {
+    match e {
+        StoreError::Damaged(w) => VaultError::Damaged(w),
+        StoreError::Erased => damaged("a file's key was erased"),
+        other => VaultError::Refused(other.to_string()),
+    }
+}

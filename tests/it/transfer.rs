@@ -1,0 +1,160 @@
+//! `import` and `export`: a plain memory directory in, a decrypted copy out,
+//! byte for byte; no overwrite on import, no non-empty target on export,
+//! no plaintext anywhere else.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::json;
+
+use crate::util::*;
+
+const STRIPE: &str = "sk_live_51HqLyjWDarjtT1zdp7dcXk2mQ9vRb4nZe8aYf3Lw";
+const MARK: &str = "TRANSFERMARK";
+
+fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                let rel = e
+                    .path()
+                    .strip_prefix(dir)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                out.insert(rel, std::fs::read(e.path()).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn source(base: &Path) -> BTreeMap<String, Vec<u8>> {
+    let m = base.join("memories");
+    std::fs::create_dir_all(m.join("projects/ünïcode/deeper")).unwrap();
+    std::fs::write(m.join("notes.md"), format!("{MARK} notes\n")).unwrap();
+    std::fs::write(m.join(".hidden"), format!("{MARK} hidden\n")).unwrap();
+    std::fs::write(
+        m.join("projects/ünïcode/deeper/çà.md"),
+        format!("{MARK} deep\n"),
+    )
+    .unwrap();
+    let png: Vec<u8> = [
+        b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR".as_slice(),
+        &[0xff, 0x00, 0x7f, 0x80],
+    ]
+    .concat();
+    std::fs::write(m.join("projects/pixel.png"), png).unwrap();
+    tree(&m)
+}
+
+#[test]
+fn import_then_export_round_trips_exactly_and_writes_plaintext_only_to_the_export() {
+    let v = TestVault::new();
+    let src = v.tmp.path().join("src");
+    let want = source(&src);
+    let n = v.commits();
+    let o = v
+        .cmd()
+        .args(["import"])
+        .arg(&src)
+        .args(["--session", "migration"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(v.commits(), n + 1, "one commit for the whole import");
+    let h = v
+        .cmd()
+        .args(["history", "--json", "--limit", "1"])
+        .output()
+        .unwrap();
+    let top: serde_json::Value = serde_json::from_slice(&h.stdout).unwrap();
+    assert_eq!(top["op"], "import");
+    assert_eq!(top["session"], "migration");
+    // Hidden files are imported but stay out of listings.
+    let listing = v.one(json!({"command": "view", "path": "/memories"}));
+    assert!(!text(&listing).contains(".hidden"), "{}", text(&listing));
+    let hidden = v.one(json!({"command": "view", "path": "/memories/.hidden"}));
+    assert!(text(&hidden).contains("hidden"));
+    // The vault holds no plaintext; the source and export are the user's.
+    std::fs::remove_dir_all(&src).unwrap();
+    assert!(plaintext_anywhere(&v.vault, MARK).is_empty());
+    let out = v.tmp.path().join("audit");
+    let o = v.cmd().arg("export").arg(&out).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(tree(&out.join("memories")), want);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&out.join("memories/notes.md")), 0o600);
+        assert_eq!(mode(&out.join("memories/projects")), 0o700);
+    }
+    // An export is importable again (the SDK layout), into a fresh vault.
+    let w = TestVault::new();
+    let o = w.cmd().arg("import").arg(&out).output().unwrap();
+    assert!(o.status.success());
+    let again = w.tmp.path().join("again");
+    assert!(
+        w.cmd()
+            .arg("export")
+            .arg(&again)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    assert_eq!(tree(&again.join("memories")), want);
+}
+
+#[test]
+fn import_never_overwrites_and_export_never_writes_into_a_non_empty_directory() {
+    let v = TestVault::new();
+    v.one(json!({"command": "create", "path": "/memories/notes.md", "file_text": "mine\n"}));
+    let src = v.tmp.path().join("src");
+    source(&src);
+    let n = v.commits();
+    let o = v.cmd().arg("import").arg(&src).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("/memories/notes.md") && err.contains("nothing was imported"),
+        "{err}"
+    );
+    assert_eq!(v.commits(), n);
+    assert!(
+        text(&v.one(json!({"command": "view", "path": "/memories/notes.md"}))).contains("mine")
+    );
+    // A directory that cannot be a memory path is refused before anything.
+    std::fs::write(src.join("memories/bad\u{7}name"), "x").unwrap();
+    let o = v.cmd().arg("import").arg(&src).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(v.commits(), n);
+    // Export into a non-empty directory is refused and touches nothing.
+    let target = v.tmp.path().join("busy");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::write(target.join("keep.txt"), "keep").unwrap();
+    let o = v.cmd().arg("export").arg(&target).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(tree(&target).len(), 1);
+}
+
+#[test]
+fn import_applies_the_secret_filter_to_text() {
+    let v = TestVault::new();
+    let src = v.tmp.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("billing.md"), format!("key: {STRIPE}\n")).unwrap();
+    let o = v.cmd().arg("import").arg(&src).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("redacted"));
+    let r = v.one(json!({"command": "view", "path": "/memories/billing.md"}));
+    assert!(!text(&r).contains(STRIPE));
+    assert!(text(&r).contains("[REDACTED:"), "{}", text(&r));
+    assert!(plaintext_anywhere(&v.vault, STRIPE).is_empty());
+}
