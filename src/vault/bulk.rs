@@ -11,6 +11,9 @@ use crate::crypto::{self, FileKey, FileKeyId};
 use crate::memory::{MemoryPath, NodeKind, Snapshot, StoreError};
 use crate::vault::CommitMeta;
 
+/// A file's path and decrypted content.
+pub type DecryptedFile = (MemoryPath, Zeroizing<Vec<u8>>);
+
 /// One file to import: its path, content, and the redaction kinds that
 /// were applied to it (already applied by the caller).
 pub struct ImportFile {
@@ -132,7 +135,7 @@ impl Vault {
     pub fn files_at(
         &self,
         rev: Option<Oid>,
-    ) -> Result<Vec<(MemoryPath, Zeroizing<Vec<u8>>)>, VaultError> {
+    ) -> Result<Vec<DecryptedFile>, VaultError> {
         let snap = self.snapshot_at(rev)?;
         let mut out = Vec::new();
         for path in snap.files_below(&MemoryPath::root()).map_err(ve)? {
