@@ -102,37 +102,34 @@ impl Vault {
     /// Every file at `tip` with its key id.
     fn live_files(&self, tip: Option<Oid>) -> Result<Vec<LiveFile>, VaultError> {
         let snap = self.snapshot_at(tip)?;
-        let mut out = Vec::new();
-        for path in snap.files_below(&MemoryPath::root()).map_err(ve)? {
-            let key = snap
-                .file_key_id(&path)
-                .map_err(ve)?
-                .ok_or_else(|| damaged("a listed file vanished"))?;
-            let git_path = snap.git_path(&path).map_err(ve)?;
-            out.push(LiveFile {
+        Ok(snap
+            .files_with_keys()
+            .map_err(ve)?
+            .into_iter()
+            .map(|(path, git_path, key)| LiveFile {
                 path,
                 git_path,
                 key,
-            });
-        }
-        Ok(out)
+            })
+            .collect())
     }
 
     /// Remove `expired` files from the tip (and re-key live files sharing a
     /// doomed key), destroy the doomed keys, prune. Holds the writer lock.
+    #[allow(clippy::too_many_arguments)]
     fn erase_locked(
         &mut self,
         tip: Option<Oid>,
+        live: &[LiveFile],
         removals: &[&LiveFile],
         mut keep_current: Vec<LiveFile>,
         doomed: BTreeSet<FileKeyId>,
         mut meta: CommitMeta,
     ) -> Result<(Option<Oid>, Vec<MemoryPath>, usize), VaultError> {
-        let live = self.live_files(tip)?;
         let removing: HashSet<&str> = removals.iter().map(|f| f.git_path.as_str()).collect();
         // Live files outside the removal that use a doomed key keep their
         // present content under a new key.
-        for f in &live {
+        for f in live {
             if doomed.contains(&f.key)
                 && !removing.contains(f.git_path.as_str())
                 && !keep_current.iter().any(|k| k.git_path == f.git_path)
@@ -187,7 +184,18 @@ impl Vault {
         test_crash("after-commit");
 
         // 3. Destroy the keys, 4. drop the marker and prune.
-        let erased = self.finish_erasure(Some(commit), &doomed)?;
+        // The keys still in use at the new tip: the files kept as they were.
+        let changed: HashSet<&str> = removing
+            .iter()
+            .copied()
+            .chain(keep_current.iter().map(|f| f.git_path.as_str()))
+            .collect();
+        let in_use: HashSet<FileKeyId> = live
+            .iter()
+            .filter(|f| !changed.contains(f.git_path.as_str()))
+            .map(|f| f.key)
+            .collect();
+        let erased = self.finish_erasure(Some(commit), &doomed, Some(in_use))?;
         // Access records follow re-keyed files; erased keys are dropped.
         let mut table = self.access_table()?;
         for (old, new) in access_moves {
@@ -206,8 +214,12 @@ impl Vault {
         &mut self,
         tip: Option<Oid>,
         doomed: &BTreeSet<FileKeyId>,
+        in_use: Option<HashSet<FileKeyId>>,
     ) -> Result<usize, VaultError> {
-        let in_use: HashSet<FileKeyId> = self.live_files(tip)?.into_iter().map(|f| f.key).collect();
+        let in_use: HashSet<FileKeyId> = match in_use {
+            Some(u) => u,
+            None => self.live_files(tip)?.into_iter().map(|f| f.key).collect(),
+        };
         let erase: Vec<(FileKeyId, Option<FileKey>)> = doomed
             .iter()
             .filter(|id| !in_use.contains(id) && self.key_state.file_key(id).is_some())
@@ -247,7 +259,7 @@ impl Vault {
                 FileKeyId(id)
             })
             .collect();
-        self.finish_erasure(tip, &doomed)?;
+        self.finish_erasure(tip, &doomed, None)?;
         Ok(())
     }
 
@@ -316,7 +328,7 @@ impl Vault {
             ..Default::default()
         };
         let (commit, rekeyed, erased) =
-            self.erase_locked(tip, &removals, Vec::new(), doomed, meta)?;
+            self.erase_locked(tip, &live, &removals, Vec::new(), doomed, meta)?;
         report.commit = commit;
         report.rekeyed = rekeyed;
         report.erased_keys = erased;
@@ -398,7 +410,8 @@ impl Vault {
             ..Default::default()
         };
         let n_doomed = doomed.len();
-        let (commit, rekeyed, erased) = self.erase_locked(tip, &removals, keep, doomed, meta)?;
+        let (commit, rekeyed, erased) =
+            self.erase_locked(tip, &live, &removals, keep, doomed, meta)?;
         let _ = n_doomed;
         Ok(PurgeReport {
             removed: removals.iter().map(|f| f.path.clone()).collect(),

@@ -463,12 +463,23 @@ impl Vault {
         match commit {
             None => Ok(None),
             Some(c) => {
-                let commit = self
-                    .repo
-                    .find_commit(c)
-                    .map_err(|_| damaged("a commit is unreadable"))?;
+                let cached = *self.caches.commit_tree.borrow();
+                let tree_id = match cached {
+                    Some((commit, tree)) if commit == c => tree,
+                    _ => {
+                        let commit = self
+                            .repo
+                            .find_commit(c)
+                            .map_err(|_| damaged("a commit is unreadable"))?;
+                        let tree = commit.tree_id();
+                        *self.caches.commit_tree.borrow_mut() = Some((c, tree));
+                        tree
+                    }
+                };
                 Ok(Some(
-                    commit.tree().map_err(|_| damaged("a tree is unreadable"))?,
+                    self.repo
+                        .find_tree(tree_id)
+                        .map_err(|_| damaged("a tree is unreadable"))?,
                 ))
             }
         }

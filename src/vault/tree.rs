@@ -23,6 +23,11 @@ pub struct Caches {
     counts: RefCell<HashMap<Oid, usize>>,
     /// The path and file key of the last file read, for access tracking.
     pub(crate) last_read: RefCell<Option<(String, FileKeyId)>>,
+    /// The file key id in each blob's header, by blob id.
+    key_ids: RefCell<HashMap<Oid, FileKeyId>>,
+    /// The tree of the last commit looked up (a commit may be large: an
+    /// import lists every file in its metadata).
+    pub(crate) commit_tree: RefCell<Option<(Oid, Oid)>>,
 }
 
 const CACHE_LIMIT: usize = 200_000;
@@ -156,6 +161,75 @@ impl<'a> VaultSnapshot<'a> {
             Some((_, NodeKind::Dir)) => {}
         }
         Ok(out)
+    }
+
+    /// Every file: its path, git path and file key id, in one pass over
+    /// the tree (blob headers are read once per blob and remembered).
+    pub fn files_with_keys(&self) -> Result<Vec<(MemoryPath, String, FileKeyId)>, StoreError> {
+        let mut out = Vec::new();
+        if let Some(tree) = &self.tree {
+            self.walk_keys(&MemoryPath::root(), "", tree.id(), &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn walk_keys(
+        &self,
+        dir: &MemoryPath,
+        git_dir: &str,
+        oid: Oid,
+        out: &mut Vec<(MemoryPath, String, FileKeyId)>,
+    ) -> Result<(), StoreError> {
+        let tree = self
+            .repo
+            .find_tree(oid)
+            .map_err(|_| damaged("a tree is unreadable"))?;
+        let entries: Vec<(String, Option<ObjectType>, Oid)> = tree
+            .iter()
+            .map(|e| (e.name().unwrap_or_default().to_string(), e.kind(), e.id()))
+            .collect();
+        drop(tree);
+        for (enc, kind, id) in entries {
+            let cache_key = (dir.as_str().to_string(), enc.clone());
+            let cached = self.caches.names.borrow().get(&cache_key).cloned();
+            let name = match cached {
+                Some(n) => n,
+                None => {
+                    let n = self
+                        .keys
+                        .decrypt_name(dir.as_str(), &enc)
+                        .map_err(|_| damaged("a stored name failed to decrypt"))?;
+                    remember(&self.caches.names, cache_key, n.clone());
+                    n
+                }
+            };
+            let path = dir
+                .join(&name)
+                .map_err(|_| damaged("a stored name is not a valid path"))?;
+            let git_path = if git_dir.is_empty() {
+                enc
+            } else {
+                format!("{git_dir}/{enc}")
+            };
+            match kind {
+                Some(ObjectType::Tree) => self.walk_keys(&path, &git_path, id, out)?,
+                Some(ObjectType::Blob) => {
+                    let cached = self.caches.key_ids.borrow().get(&id).copied();
+                    let key = match cached {
+                        Some(k) => k,
+                        None => {
+                            let k = crypto::blob_key_id(&self.blob_bytes(id)?)
+                                .map_err(|_| damaged("a stored file has a bad header"))?;
+                            remember(&self.caches.key_ids, id, k);
+                            k
+                        }
+                    };
+                    out.push((path, git_path, key));
+                }
+                _ => return Err(damaged("a tree entry has an unexpected type")),
+            }
+        }
+        Ok(())
     }
 
     fn collect_files(
