@@ -98,7 +98,11 @@ fn sigkill_during_a_stream_of_writes_loses_no_acknowledged_mutation() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x6d65_6d76_6175_6c74);
-    let rounds: u64 = 12;
+    // 12 rounds by default; CI runs 200 (MEMVAULT_CRASH_ROUNDS).
+    let rounds: u64 = std::env::var("MEMVAULT_CRASH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(12);
     let v = TestVault::new();
     let mut model = Model::new();
     let mut commits = v.commits();
@@ -176,6 +180,12 @@ fn sigkill_during_a_stream_of_writes_loses_no_acknowledged_mutation() {
         // Plain git sees every commit and object after the reopen.
         assert_eq!(v.commits(), commits, "round {round} (seed {seed})");
         git(&v.vault, &["fsck", "--connectivity-only", "--no-dangling"]);
+        let report = v.cmd().arg("verify").output().unwrap();
+        assert!(
+            report.status.success(),
+            "round {round} (seed {seed}): verify failed: {}",
+            String::from_utf8_lossy(&report.stdout)
+        );
         model = got;
     }
     // And the vault still works: a view through `exec` is clean.
