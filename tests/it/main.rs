@@ -4,6 +4,7 @@
 mod commands;
 mod concurrency;
 mod disk;
+mod fuzz_replay;
 mod paths;
 mod protocol;
 mod redaction;
