@@ -3,12 +3,16 @@
 //! were not sealed with the key, and a genuine sealed value opens only
 //! while it is unchanged.
 //!
-//! Keys are fixed, so a finding replays: a key-file slot sealed once with
-//! the key file `[0x4b; 32]` over a two-epoch keyring ([`GENUINE_SLOT`])
-//! gives the vault keys, and a shard sealed once under them
-//! ([`GENUINE_SHARD`], shard 0, two entries) gives the file keys. These
+//! Raw bytes are offered to fixed keys, so a finding replays: a key-file
+//! slot sealed once with the key file `[0x4b; 32]` over a two-epoch keyring
+//! ([`GENUINE_SLOT`]) gives the vault keys, and a shard sealed once under
+//! them ([`GENUINE_SHARD`], shard 0, two entries) gives the file keys. These
 //! constants also pin the formats: if one stops opening, the on-disk format
-//! changed.
+//! changed. Nothing else is ever sealed under the fixed keys: the mutation
+//! modes seal under keys made fresh for each input. (They once used the
+//! fixed keys, and libFuzzer, which watches comparisons, copied a genuine
+//! shard from `bytes == sealed` into a raw input: not a forgery, just the
+//! documented rollback limit, an old sealed value still opens.)
 //!
 //! Input: the first byte picks a mode.
 //! - 0..=3: the rest is raw bytes offered as slot, blob and shard;
@@ -26,7 +30,7 @@ use std::sync::OnceLock;
 use memvault::crypto::{
     BLOB_OVERHEAD, CryptoError, FileKey, FileKeyId, KdfParams, KeyFileKey, KeyTable, Keyring,
     Passphrase, SlotKind, Unlock, VaultKeys, blob_key_id, open_blob, open_slot, plaintext_len,
-    seal_blob, seal_keyfile_slot, seal_passphrase_slot, slot_info,
+    random_bytes, seal_blob, seal_keyfile_slot, seal_passphrase_slot, slot_info,
 };
 
 use super::input::Input;
@@ -47,6 +51,7 @@ const TINY: KdfParams = KdfParams {
     p: 1,
 };
 
+/// The passphrase raw bytes are offered to (the mutation mode uses a fresh one).
 const PASSPHRASE: &str = "correct horse";
 
 const PATHS: &[&str] = &["/memories/a", "/memories/b", "/memories/a/b.txt", ""];
@@ -89,12 +94,6 @@ fn unhex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-/// The fixed keyring, opened afresh (a `Keyring` cannot be cloned).
-fn keyring() -> Keyring {
-    let f = fixed();
-    open_slot(&f.slot, &Unlock::KeyFile(&f.key_file)).expect("the genuine slot opens")
-}
-
 /// A fingerprint of the keys a keyring derives (the keys stay hidden).
 fn fingerprint(keys: &VaultKeys) -> Vec<u8> {
     keys.mac(b"memvault fuzz fingerprint")
@@ -128,7 +127,8 @@ fn raw(bytes: &[u8]) {
             }
             SlotKind::Passphrase(params) => {
                 assert_eq!(opened.err(), Some(CryptoError::WrongKind));
-                passphrase_on(bytes, params, false);
+                let pass = Passphrase::new(PASSPHRASE.to_owned());
+                passphrase_on(bytes, &pass, params, false);
             }
         },
     }
@@ -161,11 +161,15 @@ fn raw(bytes: &[u8]) {
 /// A passphrase offered to a passphrase slot with `params`: parameters out
 /// of bounds are refused before any work; tiny ones are tried (and must
 /// fail unless `may_open`); others would cost too much to try here.
-fn passphrase_on(bytes: &[u8], params: KdfParams, may_open: bool) -> Option<Keyring> {
-    let pass = Passphrase::new(PASSPHRASE.to_owned());
+fn passphrase_on(
+    bytes: &[u8],
+    pass: &Passphrase,
+    params: KdfParams,
+    may_open: bool,
+) -> Option<Keyring> {
     if let Err(refused) = params.validate() {
         assert_eq!(
-            open_slot(bytes, &Unlock::Passphrase(&pass)).err(),
+            open_slot(bytes, &Unlock::Passphrase(pass)).err(),
             Some(refused)
         );
         return None;
@@ -173,7 +177,7 @@ fn passphrase_on(bytes: &[u8], params: KdfParams, may_open: bool) -> Option<Keyr
     if params.m_kib > 64 || params.t > 2 || params.p > 2 {
         return None;
     }
-    let opened = open_slot(bytes, &Unlock::Passphrase(&pass));
+    let opened = open_slot(bytes, &Unlock::Passphrase(pass));
     assert!(
         may_open || opened.is_err(),
         "a forged passphrase slot opened"
@@ -215,8 +219,11 @@ fn mutate(input: &mut Input, bytes: &[u8]) -> Vec<u8> {
 }
 
 fn blob(input: &mut Input) {
-    let f = fixed();
-    let entries: Vec<(&FileKeyId, &FileKey)> = f.table.iter().collect();
+    let mut table = KeyTable::new();
+    for n in 1..=2 {
+        table.insert(FileKeyId([n; 16]), FileKey::generate());
+    }
+    let entries: Vec<(&FileKeyId, &FileKey)> = table.iter().collect();
     let (id, key) = entries[input.below(entries.len())];
     let path = input.pick(PATHS);
     let open_at = input.pick(PATHS);
@@ -238,23 +245,28 @@ fn blob(input: &mut Input) {
 }
 
 fn keyfile_slot(input: &mut Input) {
-    let f = fixed();
-    let sealed = seal_keyfile_slot(&keyring(), &f.key_file);
+    let key_file = KeyFileKey::generate();
+    let ring = Keyring::new_random();
+    let sealed = seal_keyfile_slot(&ring, &key_file);
     let bytes = mutate(input, &sealed);
-    match open_slot(&bytes, &Unlock::KeyFile(&f.key_file)) {
-        Ok(ring) => {
+    match open_slot(&bytes, &Unlock::KeyFile(&key_file)) {
+        Ok(back) => {
             assert!(bytes == sealed, "a changed key-file slot opened");
-            assert_eq!(fingerprint(&VaultKeys::derive(&ring)), fingerprint(&f.keys));
+            assert_eq!(
+                fingerprint(&VaultKeys::derive(&back)),
+                fingerprint(&VaultKeys::derive(&ring))
+            );
         }
         Err(_) => assert!(bytes != sealed, "a genuine key-file slot did not open"),
     }
-    let wrong = KeyFileKey::from_bytes(&[0x4c; 32]).expect("32 bytes");
+    let wrong = KeyFileKey::generate();
     assert!(open_slot(&bytes, &Unlock::KeyFile(&wrong)).is_err());
 }
 
 fn passphrase_slot(input: &mut Input) {
-    let pass = Passphrase::new(PASSPHRASE.to_owned());
-    let sealed = seal_passphrase_slot(&keyring(), &pass, TINY).expect("tiny parameters are valid");
+    let pass = Passphrase::new(format!("{:?}", random_bytes::<16>()));
+    let ring = Keyring::new_random();
+    let sealed = seal_passphrase_slot(&ring, &pass, TINY).expect("tiny parameters are valid");
     let bytes = mutate(input, &sealed);
     let Ok(info) = slot_info(&bytes) else {
         assert!(open_slot(&bytes, &Unlock::Passphrase(&pass)).is_err());
@@ -264,11 +276,11 @@ fn passphrase_slot(input: &mut Input) {
         assert!(open_slot(&bytes, &Unlock::Passphrase(&pass)).is_err());
         return;
     };
-    let opened = passphrase_on(&bytes, params, bytes == sealed);
-    if let Some(ring) = &opened {
+    let opened = passphrase_on(&bytes, &pass, params, bytes == sealed);
+    if let Some(back) = &opened {
         assert_eq!(
-            fingerprint(&VaultKeys::derive(ring)),
-            fingerprint(&fixed().keys)
+            fingerprint(&VaultKeys::derive(back)),
+            fingerprint(&VaultKeys::derive(&ring))
         );
     }
     if bytes == sealed {
@@ -277,7 +289,7 @@ fn passphrase_slot(input: &mut Input) {
 }
 
 fn shard(input: &mut Input) {
-    let f = fixed();
+    let keys = VaultKeys::derive(&Keyring::new_random());
     let shard = input.byte();
     let mut table = KeyTable::new();
     for _ in 0..input.below(5) {
@@ -295,7 +307,7 @@ fn shard(input: &mut Input) {
         });
         table.insert(FileKeyId(id), FileKey::generate());
     }
-    let sealed = f.keys.seal_table_shard(shard, &table);
+    let sealed = keys.seal_table_shard(shard, &table);
     let open_as = if input.byte() < 0xf0 {
         shard
     } else {
@@ -303,7 +315,7 @@ fn shard(input: &mut Input) {
     };
     let bytes = mutate(input, &sealed);
     let genuine = bytes == sealed && open_as == shard;
-    match f.keys.open_table_shard(open_as, &bytes) {
+    match keys.open_table_shard(open_as, &bytes) {
         Ok(back) => {
             assert!(genuine, "a changed or moved shard opened");
             let want: Vec<(FileKeyId, [u8; 32])> = table
