@@ -7,6 +7,7 @@ mod concurrency;
 mod crash;
 mod disk;
 mod expiry;
+mod keys;
 mod maintenance;
 mod mcp;
 mod paths;
