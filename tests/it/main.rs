@@ -8,6 +8,7 @@ mod crash;
 mod disk;
 mod expiry;
 mod keys;
+mod limits;
 mod maintenance;
 mod mcp;
 mod paths;
