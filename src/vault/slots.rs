@@ -25,7 +25,9 @@
 //! old epoch still verifies, so an old-key holder can still forge commits.
 //! Rekey protects the content of files created afterwards and metadata.
 //! Slots whose secret is not offered cannot be rewrapped: rekey refuses
-//! while such slots exist unless told to drop them.
+//! while such slots exist unless told to drop them. A handle opened before
+//! a rekey elsewhere (a running `serve`) refuses to go on with a clear
+//! error until it is reopened.
 
 use std::collections::BTreeMap;
 
@@ -84,6 +86,14 @@ fn seal(keyring: &Keyring, secret: &NewSlot<'_>) -> Result<Vec<u8>, VaultError> 
             crypto::seal_passphrase_slot(keyring, p, *params).map_err(crypto_err)
         }
     }
+}
+
+/// A handle opened before another process rekeyed the vault does not hold
+/// the new epoch: it refuses to go on rather than report damage.
+pub(crate) fn rekeyed_elsewhere() -> VaultError {
+    VaultError::Refused(
+        "the vault was rekeyed by another process since this one unlocked it; nothing was changed. Restart this process (unlock again) to use the new key".into(),
+    )
 }
 
 fn unwrap_store(e: StoreError) -> VaultError {

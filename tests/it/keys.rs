@@ -574,3 +574,29 @@ fn passwd_killed_at_random_moments_leaves_one_passphrase_working() {
     eprintln!("passwd crash test: old passphrase kept {old_won} times, new one {new_won} times");
     assert!(old_won + new_won == 40);
 }
+
+/// A handle opened before a rekey (a running `serve`) cannot know the new
+/// epoch: it must refuse to write rather than write under the old epoch or
+/// damage anything; a fresh handle works.
+#[test]
+fn a_handle_from_before_the_rekey_refuses_to_write() {
+    let v = TestVault::new();
+    let mut stale = v.open_library("stale");
+    let out = v.cmd().arg("rekey").output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let memory = memvault::memory_for_vault(&stale).unwrap();
+    let input = json!({"command": "create", "path": "/memories/late.md", "file_text": "x\n"});
+    let result = memory.execute_json(&mut stale, &input);
+    assert!(result.is_error, "{result:?}");
+    let said = format!("{result:?}");
+    assert!(said.contains("rekeyed by another process"), "{said}");
+    drop(stale);
+    let r = v.one(view("/memories"));
+    assert!(!is_error(&r), "{r}");
+    assert!(!text(&r).contains("late.md"));
+    let out = v.cmd().arg("verify").output().unwrap();
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let r = v.one(json!({"command": "create", "path": "/memories/late.md", "file_text": "x\n"}));
+    assert!(!is_error(&r), "{r}");
+    assert_eq!(meta_epoch(&v.vault, "refs/heads/main"), 1);
+}
