@@ -118,6 +118,11 @@ fn passwd_old_stops_new_works_data_intact() {
     assert!(out.status.success(), "{}", stderr(&out));
     let commits = git(&v.vault, &["rev-list", "--count", "refs/heads/main"]).stdout;
 
+    let old_slot = git_text(&v.vault, &["ls-tree", "refs/memvault/keys:slots"], None)
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .to_string();
     let newfile = v.file("new.txt", "new secret\n");
     let out = v
         .cmd("old secret")
@@ -142,6 +147,17 @@ fn passwd_old_stops_new_works_data_intact() {
     // No data commit: only the key state changed.
     let after = git(&v.vault, &["rev-list", "--count", "refs/heads/main"]).stdout;
     assert_eq!(commits, after);
+
+    // After gc, the old slot (which the old passphrase opens) is gone.
+    let out = v.cmd("new secret").arg("gc").output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let gone = Command::new("git")
+        .arg("--git-dir")
+        .arg(&v.vault)
+        .args(["cat-file", "-e", &old_slot])
+        .output()
+        .unwrap();
+    assert!(!gone.status.success(), "the old keyslot survived gc");
 
     // Again through MEMVAULT_NEW_PASSPHRASE.
     let out = v
@@ -599,4 +615,61 @@ fn a_handle_from_before_the_rekey_refuses_to_write() {
     let r = v.one(json!({"command": "create", "path": "/memories/late.md", "file_text": "x\n"}));
     assert!(!is_error(&r), "{r}");
     assert_eq!(meta_epoch(&v.vault, "refs/heads/main"), 1);
+}
+
+/// `passwd` unlocked with a key file changes the only passphrase slot;
+/// `--slot` naming a key-file slot is refused.
+#[test]
+fn passwd_from_a_key_file_changes_the_passphrase_slot() {
+    let v = TestVault::new();
+    let out = v
+        .cmd()
+        .args(["key", "add"])
+        .args(TINY)
+        .env("MEMVAULT_NEW_PASSPHRASE", "first")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let list = stdout(&v.cmd().args(["key", "list"]).output().unwrap());
+    let keyfile_slot = list
+        .lines()
+        .find(|l| l.contains("key-file"))
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_string();
+    let out = v
+        .cmd()
+        .args(["passwd", "--slot", &keyfile_slot])
+        .env("MEMVAULT_NEW_PASSPHRASE", "second")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("not a passphrase slot"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = v
+        .cmd()
+        .arg("passwd")
+        .args(TINY)
+        .env("MEMVAULT_NEW_PASSPHRASE", "second")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(open_with_pass(&v.vault, "first").is_err());
+    assert!(open_with_pass(&v.vault, "second").is_ok());
+    assert!(
+        v.cmd()
+            .args(["key", "list"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let list = stdout(&v.cmd().args(["key", "list"]).output().unwrap());
+    assert_eq!(slot_ids(&list).len(), 2, "{list}");
 }
