@@ -673,3 +673,48 @@ fn passwd_from_a_key_file_changes_the_passphrase_slot() {
     let list = stdout(&v.cmd().args(["key", "list"]).output().unwrap());
     assert_eq!(slot_ids(&list).len(), 2, "{list}");
 }
+
+/// `memvault rekey` killed at seeded random moments: the key file always
+/// opens the vault, at the old epoch or the next, and old content reads.
+#[test]
+fn rekey_killed_at_random_moments_leaves_the_vault_open() {
+    let mut seed: u64 = 0x7265_6b65_795f_6b6c;
+    let mut below = |n: u64| {
+        seed ^= seed >> 12;
+        seed ^= seed << 25;
+        seed ^= seed >> 27;
+        seed.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    };
+    let v = TestVault::new();
+    let r =
+        v.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "survives\n"}));
+    assert!(!is_error(&r), "{r}");
+    let start = Instant::now();
+    assert!(v.cmd().arg("rekey").output().unwrap().status.success());
+    let full = start.elapsed().as_micros() as u64;
+    let mut epoch = 1;
+    for round in 0..20 {
+        let mut child = v
+            .cmd()
+            .arg("rekey")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_micros(below(full)));
+        let _ = child.kill();
+        child.wait().unwrap();
+        let lib = v.open_library("check");
+        let now = lib.keys().current_epoch();
+        assert!(
+            now == epoch || now == epoch + 1,
+            "round {round}: epoch {now}"
+        );
+        epoch = now;
+        drop(lib);
+        let r = v.one(view("/memories/a.md"));
+        assert!(text(&r).contains("survives"), "round {round}: {r}");
+    }
+    let out = v.cmd().arg("verify").output().unwrap();
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+}
