@@ -34,6 +34,8 @@
 
 pub mod cli;
 pub mod crypto;
+#[allow(unsafe_code)]
+pub mod hygiene;
 pub mod memory;
 pub mod protocol;
 pub mod redact;

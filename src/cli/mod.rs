@@ -6,6 +6,7 @@ mod audit;
 mod demo;
 mod expiry;
 mod history;
+mod keys;
 mod mcp;
 mod transfer;
 mod unlock;
@@ -138,6 +139,13 @@ pub enum Command {
     Import(transfer::ImportArgs),
     /// Write a decrypted copy of the memory to an empty directory (for an audit)
     Export(transfer::ExportArgs),
+    /// Change a passphrase: rewrites its keyslot, re-encrypts no data
+    Passwd(keys::PasswdArgs),
+    /// Manage keyslots: add, list, remove
+    #[command(subcommand)]
+    Key(keys::KeyCommand),
+    /// Start a new data-key epoch for future writes (old history is not re-encrypted)
+    Rekey(keys::RekeyArgs),
     /// Print text with secrets redacted (stdin by default)
     Redact {
         /// The file to read
@@ -269,12 +277,20 @@ fn source(global: &Global) -> SecretSource {
     }
 }
 
+/// Before a secret is read: no core dumps for the rest of the process.
+fn no_core_dumps() {
+    if let Err(e) = crate::hygiene::disable_core_dumps() {
+        eprintln!("memvault: warning: cannot disable core dumps: {e}");
+    }
+}
+
 /// Open and unlock the vault named by the global options.
 pub fn open_vault(global: &Global, attribution: Attribution) -> Result<Vault, CliError> {
     let dir = vault_dir(global)?;
     if !dir.exists() {
         return Err(VaultError::NotFound(dir).into());
     }
+    no_core_dumps();
     let secret = source(global).resolve()?;
     let unlock = match &secret {
         Secret::KeyFile(k) => Unlock::KeyFile(k),
@@ -332,6 +348,9 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Import(args) => transfer::import(&cli.global, &args),
         Command::Export(args) => transfer::export(&cli.global, &args),
         Command::Purge(args) => expiry::purge(&cli.global, &args),
+        Command::Passwd(args) => keys::passwd(&cli.global, &args),
+        Command::Key(cmd) => keys::key(&cli.global, &cmd),
+        Command::Rekey(args) => keys::rekey(&cli.global, &args),
         Command::Redact { file, report } => redact(file.as_deref(), report),
     }
 }
@@ -342,6 +361,7 @@ fn init(global: &Global, args: &InitArgs) -> Result<u8, CliError> {
         overwrite_on_create: args.overwrite_on_create,
         ..VaultConfig::default()
     };
+    no_core_dumps();
     let secret = match source(global).resolve_new()? {
         Secret::KeyFile(k) => InitSecret::KeyFile(k),
         Secret::Passphrase(p) => {

@@ -90,6 +90,15 @@ pub fn verify_commit_mac(repo: &Repository, keys: &VaultKeys, id: Oid) -> bool {
     keys.verify_mac(&signed, &tag)
 }
 
+/// The key epoch a commit's MAC claims (unverified: only to explain a
+/// failure).
+pub(crate) fn mac_epoch(repo: &Repository, id: Oid) -> Option<u32> {
+    let odb = repo.odb().ok()?;
+    let obj = odb.read(id).ok()?;
+    let (tag, _) = split_mac(obj.data())?;
+    Some(u32::from_be_bytes(tag.get(..4)?.try_into().ok()?))
+}
+
 /// Split a commit object into its MAC and the buffer the MAC covers (the
 /// object without the `mvmac` header line). None if there is no such
 /// header, or more than one.
@@ -207,6 +216,9 @@ impl KeyState {
             return Ok(());
         }
         if !verify_commit_mac(repo, keys, current) {
+            if mac_epoch(repo, current).is_some_and(|e| e > keys.current_epoch()) {
+                return Err(super::slots::rekeyed_elsewhere());
+            }
             return Err(damaged(
                 "the key state was not written with this vault's key",
             ));

@@ -30,6 +30,7 @@ pub mod history;
 mod index;
 pub mod keys;
 pub mod meta;
+pub mod slots;
 #[cfg(test)]
 mod tests;
 mod tree;
@@ -145,6 +146,8 @@ pub struct Vault {
     /// This process appended to the log since its last checkpoint (so it
     /// checkpoints when it closes: git alone then shows every commit).
     dirty: bool,
+    /// The name (hex id) of the keyslot this handle was unlocked with.
+    unlocked_slot: Option<String>,
 }
 
 pub(crate) fn fixed_signature() -> Result<Signature<'static>, git2::Error> {
@@ -218,7 +221,10 @@ impl Vault {
         let keyring = result?;
         let repo = Repository::open_bare(dir)?;
         let wal = Wal::open(dir)?;
-        Self::finish_open(dir, repo, wal, keyring, attribution)
+        let mut vault = Self::finish_open(dir, repo, wal, keyring, attribution)?;
+        // A new vault has exactly one slot: the one it was created with.
+        vault.unlocked_slot = vault.key_state.slots.keys().next().cloned();
+        Ok(vault)
     }
 
     fn build(tmp: &Path, secret: InitSecret, config: &VaultConfig) -> Result<Keyring, VaultError> {
@@ -304,10 +310,10 @@ impl Vault {
         let mut keyring = None;
         let mut tried = false;
         let mut excessive = false;
-        for bytes in slots.values() {
+        for (name, bytes) in &slots {
             match crypto::open_slot(bytes, secret) {
                 Ok(k) => {
-                    keyring = Some(k);
+                    keyring = Some((k, name.clone()));
                     break;
                 }
                 Err(crypto::CryptoError::WrongKind) => {}
@@ -318,13 +324,15 @@ impl Vault {
                 Err(_) => tried = true,
             }
         }
-        let keyring = match keyring {
+        let (keyring, slot) = match keyring {
             Some(k) => k,
             None if excessive => return Err(VaultError::ExcessiveWork),
             None if tried => return Err(VaultError::WrongSecret),
             None => return Err(VaultError::NoSlotOfKind),
         };
-        Self::finish_open(dir, repo, wal, keyring, attribution)
+        let mut vault = Self::finish_open(dir, repo, wal, keyring, attribution)?;
+        vault.unlocked_slot = Some(slot);
+        Ok(vault)
     }
 
     /// A second, independent handle on this vault (its own repository
@@ -333,7 +341,10 @@ impl Vault {
         let repo = Repository::open_bare(&self.dir)
             .map_err(|_| VaultError::NotAVault(self.dir.clone()))?;
         let wal = recover_on_open(&self.dir, &repo)?;
-        Self::finish_open(&self.dir, repo, wal, self.keyring.duplicate(), attribution)
+        let mut vault =
+            Self::finish_open(&self.dir, repo, wal, self.keyring.duplicate(), attribution)?;
+        vault.unlocked_slot = self.unlocked_slot.clone();
+        Ok(vault)
     }
 
     fn finish_open(
@@ -382,6 +393,7 @@ impl Vault {
             wal,
             pending_sync: false,
             dirty: false,
+            unlocked_slot: None,
         };
         // A damaged tip is reported by each command, not here, so that a
         // server can still start and say what is wrong.

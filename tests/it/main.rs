@@ -8,6 +8,8 @@ mod crash;
 mod disk;
 mod expiry;
 mod fuzz_replay;
+mod keys;
+mod limits;
 mod maintenance;
 mod mcp;
 mod paths;

@@ -1,0 +1,107 @@
+//! Process hygiene while a vault is unlocked: no core dumps.
+//!
+//! Owns: the only libc calls of memvault. [`disable_core_dumps`] sets
+//! `RLIMIT_CORE` to 0 (soft and hard) and, on Linux, `PR_SET_DUMPABLE` to 0,
+//! which also stops other processes of the same user from attaching with
+//! ptrace or reading `/proc/<pid>/mem`.
+//!
+//! Promises: called before any secret is read, a crash of the process
+//! writes no core file holding keys or plaintext.
+//!
+//! Does not protect: swap (memory is not locked), a debugger run by root,
+//! or a kernel `core_pattern` that pipes to a handler ignoring the limit
+//! (`PR_SET_DUMPABLE` 0 covers that case on Linux).
+
+use std::io;
+
+/// Turn core dumps off for this process (and its children, which inherit
+/// the limit). Safe to call more than once.
+pub fn disable_core_dumps() -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        let zero = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `setrlimit` reads the `rlimit` struct we pass by pointer,
+        // which lives for the whole call; it has no other memory effects.
+        if unsafe { libc::setrlimit(libc::RLIMIT_CORE, &zero) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: `prctl(PR_SET_DUMPABLE, 0)` takes integer arguments only
+        // (the unused ones as 0) and changes a flag of this process.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHILD: &str = "MEMVAULT_HYGIENE_CHILD";
+
+    /// Runs in a child process (see below): the test binary itself keeps
+    /// its core-dump setting.
+    #[test]
+    fn core_dumps_off_in_child() {
+        if std::env::var_os(CHILD).is_none() {
+            return;
+        }
+        disable_core_dumps().unwrap();
+        let mut lim = libc::rlimit {
+            rlim_cur: 1,
+            rlim_max: 1,
+        };
+        // SAFETY: `getrlimit` writes into the struct we own.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_CORE, &mut lim) }, 0);
+        assert_eq!((lim.rlim_cur, lim.rlim_max), (0, 0));
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: integer arguments only; returns the flag.
+            assert_eq!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) }, 0);
+        }
+        // Twice is fine.
+        disable_core_dumps().unwrap();
+    }
+
+    #[test]
+    fn core_dumps_are_disabled() {
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new(exe)
+            .args([
+                "--exact",
+                "hygiene::tests::core_dumps_off_in_child",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("1 passed"), "{text}");
+    }
+
+    #[test]
+    fn secret_types_wipe_on_drop() {
+        use crate::crypto::{DataKey, FileKey, KeyFileKey, Passphrase};
+        use zeroize::{Zeroize, ZeroizeOnDrop};
+        fn wipes<T: ZeroizeOnDrop + Zeroize>() {}
+        wipes::<DataKey>();
+        wipes::<FileKey>();
+        wipes::<KeyFileKey>();
+        wipes::<Passphrase>();
+        // Zeroize, which drop runs, clears the bytes of each.
+        let mut key = KeyFileKey::from_bytes(&[0x5a; 32]).unwrap();
+        key.zeroize();
+        assert_eq!(key.expose_secret(), &[0u8; 32]);
+        let mut pass = Passphrase::new("hunter2".to_owned());
+        pass.zeroize();
+        assert_eq!(pass.expose_secret(), "");
+    }
+}
