@@ -132,10 +132,7 @@ impl Vault {
     }
 
     /// Every file at `rev` (None: the empty tree), decrypted, in path order.
-    pub fn files_at(
-        &self,
-        rev: Option<Oid>,
-    ) -> Result<Vec<DecryptedFile>, VaultError> {
+    pub fn files_at(&self, rev: Option<Oid>) -> Result<Vec<DecryptedFile>, VaultError> {
         let snap = self.snapshot_at(rev)?;
         let mut out = Vec::new();
         for path in snap.files_below(&MemoryPath::root()).map_err(ve)? {

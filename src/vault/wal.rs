@@ -324,9 +324,33 @@ pub(crate) fn merge_refs(into: &mut Refs, from: &Refs) {
 /// This process's handle on the log, with what it has already read.
 pub(crate) struct Wal {
     file: File,
-    /// The generation and length up to which this process has read (or
-    /// written) the log, and the ref targets there.
-    known: Option<([u8; 8], u64, Refs)>,
+    /// How far this process has read (or written) the log.
+    known: Option<Known>,
+}
+
+/// A position in the log and the ref targets there.
+struct Known {
+    generation: [u8; 8],
+    /// Length read so far.
+    len: u64,
+    /// The checkpoint's ref targets (the head's).
+    head: Refs,
+    /// The ref targets at `len`.
+    tail: Refs,
+}
+
+fn target(refs: &Refs, name: &str) -> Option<Oid> {
+    refs.iter().find(|(n, _)| n == name).map(|(_, id)| *id)
+}
+
+/// A ref as its file says: None if there is none, the zero id if the file
+/// does not read (cut short by a crash).
+pub(crate) fn read_ref(repo: &Repository, name: &str) -> Option<Oid> {
+    match repo.refname_to_id(name) {
+        Ok(id) => Some(id),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => None,
+        Err(_) => Some(Oid::ZERO_SHA1),
+    }
 }
 
 /// What [`Wal::catch_up`] found.
@@ -381,10 +405,12 @@ impl Wal {
             records,
             valid_len: pos as u64,
         };
-        self.known = contents
-            .head
-            .as_ref()
-            .map(|h| (h.generation, contents.valid_len, contents.tail()));
+        self.known = contents.head.as_ref().map(|h| Known {
+            generation: h.generation,
+            len: contents.valid_len,
+            head: h.refs.clone(),
+            tail: contents.tail(),
+        });
         Ok(contents)
     }
 
@@ -410,8 +436,8 @@ impl Wal {
         };
         let head_len = parse_entry(&head_buf[..n]).map_or(0, |(_, _, l)| l as u64);
         let (start, mut refs) = match &self.known {
-            Some((g, len, refs)) if *g == head.generation && *len <= file_len => {
-                (*len, refs.clone())
+            Some(k) if k.generation == head.generation && k.len <= file_len => {
+                (k.len, k.tail.clone())
             }
             _ => {
                 // First look, or another process checkpointed: everything
@@ -448,7 +474,12 @@ impl Wal {
             }
             pos = start + at as u64;
         }
-        self.known = Some((head.generation, pos, refs.clone()));
+        self.known = Some(Known {
+            generation: head.generation,
+            len: pos,
+            head: head.refs,
+            tail: refs.clone(),
+        });
         Ok(CatchUp {
             tail: refs,
             clean,
@@ -460,15 +491,15 @@ impl Wal {
     /// up). Not yet synced: call [`Wal::sync`]. Returns the log's length
     /// before the record, for [`Wal::truncate_to`].
     pub fn append(&mut self, record: &Record) -> std::io::Result<u64> {
-        let Some((generation, _, _)) = &self.known else {
+        let Some(known) = &self.known else {
             return Err(std::io::Error::other("the log was not read before writing"));
         };
-        let bytes = record.encode(generation);
+        let bytes = record.encode(&known.generation);
         let start = self.file.metadata()?.len();
         self.file.write_all_at(&bytes, start)?;
-        if let Some((_, len, refs)) = &mut self.known {
-            *len = start + bytes.len() as u64;
-            merge_refs(refs, &record.refs);
+        if let Some(k) = &mut self.known {
+            k.len = start + bytes.len() as u64;
+            merge_refs(&mut k.tail, &record.refs);
         }
         Ok(start)
     }
@@ -491,6 +522,63 @@ impl Wal {
         Ok(self.file.metadata()?.len())
     }
 
+    /// Where the ref `name` points, as far as this process has caught up.
+    ///
+    /// memvault writes ref files only at checkpoints: between two, the
+    /// log's tail is the truth. So a ref file naming the checkpoint's
+    /// target (or the tail, which a checkpoint writes before it resets the
+    /// log) stands for the tail. A ref file naming anything else, or gone,
+    /// was changed outside memvault (or by a checkpoint this process has
+    /// not read yet: catch up once and look again) and is taken as it is,
+    /// for the MAC checks to judge.
+    pub fn ref_target(
+        &mut self,
+        repo: &Repository,
+        name: &str,
+    ) -> Result<Option<Oid>, git2::Error> {
+        let mut disk = read_ref(repo, name);
+        for attempt in 0..2 {
+            let Some(k) = &self.known else {
+                return Ok(disk);
+            };
+            let Some(tail) = target(&k.tail, name) else {
+                return Ok(disk);
+            };
+            match disk {
+                None => return Ok(None),
+                Some(d) if d.is_zero() || Some(d) == target(&k.head, name) || d == tail => {
+                    return Ok(Some(tail));
+                }
+                Some(_) if attempt == 0 => {
+                    self.catch_up(repo)?;
+                    disk = read_ref(repo, name);
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(disk)
+    }
+
+    /// The ref target at the tail this process has read (or written).
+    pub fn tail_target(&self, name: &str) -> Option<Oid> {
+        self.known.as_ref().and_then(|k| target(&k.tail, name))
+    }
+
+    /// Every ref file names the checkpoint's target or the tail (the
+    /// caller holds the writer lock and has caught up): false means a ref
+    /// was changed outside memvault, and a checkpoint should settle it.
+    pub fn refs_consistent(&self, repo: &Repository) -> bool {
+        let Some(k) = &self.known else {
+            return false;
+        };
+        k.tail
+            .iter()
+            .all(|(name, tail)| match read_ref(repo, name) {
+                Some(d) => d == *tail || Some(d) == target(&k.head, name),
+                None => false,
+            })
+    }
+
     /// Replace the log by a head naming `refs` as the checkpoint (the
     /// caller holds the writer lock and has made git durable up to it).
     pub fn reset(&mut self, refs: Refs) -> std::io::Result<()> {
@@ -502,7 +590,12 @@ impl Wal {
         self.file.write_all_at(&bytes, 0)?;
         self.file.set_len(bytes.len() as u64)?;
         fsync::sync_data(&self.file)?;
-        self.known = Some((head.generation, bytes.len() as u64, head.refs));
+        self.known = Some(Known {
+            generation: head.generation,
+            len: bytes.len() as u64,
+            tail: head.refs.clone(),
+            head: head.refs,
+        });
         Ok(())
     }
 }
