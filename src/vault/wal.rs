@@ -99,10 +99,15 @@ impl Record {
             None => None,
         };
         for e in new_tree.iter() {
-            let before = old_tree.as_ref().and_then(|t| {
-                let name = e.name_bytes();
-                t.iter().find(|o| o.name_bytes() == name)
-            });
+            // Trees are sorted by name: look the entry up, not scan for it.
+            let before = match (old_tree.as_ref(), e.name()) {
+                (Some(t), Ok(name)) => t.get_name(name).map(|o| o.to_owned()),
+                (Some(t), Err(_)) => {
+                    let name = e.name_bytes();
+                    t.iter().find(|o| o.name_bytes() == name)
+                }
+                (None, _) => None,
+            };
             let before_id = before.as_ref().map(|b| b.id());
             if before_id == Some(e.id()) {
                 continue;
@@ -355,9 +360,6 @@ pub(crate) fn read_ref(repo: &Repository, name: &str) -> Option<Oid> {
 
 /// What [`Wal::catch_up`] found.
 pub(crate) struct CatchUp {
-    /// The ref targets at the end of the part that checks out (empty if
-    /// the log has no valid head).
-    pub tail: Refs,
     /// The log checks out to its end (false: a writer died mid-append, or
     /// one is appending right now).
     pub clean: bool,
@@ -429,7 +431,6 @@ impl Wal {
         let Some(head) = head else {
             self.known = None;
             return Ok(CatchUp {
-                tail: Vec::new(),
                 clean: false,
                 records: false,
             });
@@ -478,10 +479,9 @@ impl Wal {
             generation: head.generation,
             len: pos,
             head: head.refs,
-            tail: refs.clone(),
+            tail: refs,
         });
         Ok(CatchUp {
-            tail: refs,
             clean,
             records: pos > head_len,
         })
@@ -502,14 +502,6 @@ impl Wal {
             merge_refs(&mut k.tail, &record.refs);
         }
         Ok(start)
-    }
-
-    /// Drop everything after `len` (undo an append whose refs could not be
-    /// moved).
-    pub fn truncate_to(&mut self, len: u64) -> std::io::Result<()> {
-        self.file.set_len(len)?;
-        self.known = None;
-        Ok(())
     }
 
     /// Make everything appended so far durable.
