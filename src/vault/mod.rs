@@ -6,15 +6,16 @@
 //! What it promises:
 //! - every mutation is one commit on `refs/heads/main`, written through
 //!   libgit2 with fsync on (see [`fsync`]), and acknowledged only after the
-//!   commit object and the ref update are durable;
+//!   commit object and the ref move (its log record) are durable;
 //! - names, content and commit metadata are only ever written encrypted
 //!   (see `crate::crypto` for the formats); there is no work tree and no
 //!   index;
 //! - every commit carries a MAC, checked whenever a new tip is read, so a
 //!   tip that was not written with the vault key is refused as damage;
 //! - one writer at a time: mutations take an exclusive lock on
-//!   `memvault/lock` and then re-read the tip; the ref update is also a
-//!   compare-and-swap on the tip they read.
+//!   `memvault/lock` and then re-read the tip; a mutation's synced log
+//!   record moves the refs (see [`wal`]: ref files follow at checkpoints)
+//!   and is refused unless the log's tail is the tip it was built on.
 //!
 //! Limitations: rolling `refs/heads/main` back to an older, genuine commit
 //! cannot be seen from the repository alone (see `verify`'s high-water

@@ -6,12 +6,20 @@
 //! appends ONE record to `memvault/wal` holding the raw bytes of every
 //! object the new refs need beyond the previous state, and the new targets
 //! of `refs/heads/main` and `refs/memvault/keys`. Once that record is
-//! synced the mutation is durable; the refs are moved without fsync. Other
-//! processes that see a ref move read the new records and load their
-//! objects into their own memory ([`Wal::catch_up`]).
+//! synced the mutation is durable. The record IS the ref move: ref files
+//! are written only at checkpoints, and between two checkpoints the log's
+//! tail is where the refs point. Every process reads refs through
+//! [`Wal::ref_target`] after catching up with the log ([`Wal::catch_up`],
+//! which also loads the new records' objects into its own memory): a ref
+//! file naming the checkpoint's target (or the tail) stands for the tail;
+//! any other value, or a missing ref, was set outside memvault and is
+//! taken as it is, so the MAC and rollback checks still judge it. Plain
+//! `git` sees the state of the last checkpoint (every memvault process
+//! checkpoints when it closes).
 //!
 //! A checkpoint ([`super::Vault`] runs it every few MiB of log, on close, in
-//! `gc`, and whenever the log's tail is not what the refs say) writes every
+//! `gc`, and under the writer lock whenever a ref file names neither the
+//! checkpoint nor the tail, i.e. was changed outside memvault) writes every
 //! object of the log into git (one pack, or a few loose objects when there
 //! are few), syncs them, the ref files and their directories, and only then
 //! resets the log to a head entry naming the checkpointed ref targets.
