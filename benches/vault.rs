@@ -402,9 +402,13 @@ fn scale(a: &Args) {
     if !dir.join("memvault/format").exists() || !keyfile.exists() {
         std::fs::create_dir_all(&root).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
+        // Build under another name: an interrupted fill is not a cache.
+        let building = root.join(format!("{name}.building"));
+        let _ = std::fs::remove_dir_all(&building);
         let key = KeyFileKey::generate();
         std::fs::write(&keyfile, key.expose_secret()).unwrap();
-        fill(a, &dir, key);
+        fill(a, &building, key);
+        std::fs::rename(&building, &dir).unwrap();
     } else {
         println!("using the cached vault {}", dir.display());
     }
