@@ -7,6 +7,13 @@
 //!
 //! Run: `cargo bench --bench vault` (add `-- --quick` for a short run,
 //! `--notes N`, `--samples N`).
+//!
+//! Scale runs: `cargo bench --bench vault -- --scale --notes 20000` and
+//! `-- --scale --commits 200000` build the vault once (fsync off), cache it
+//! under `target/bench-vaults/`, and report the write and read medians,
+//! open time, and repository size against blob bytes after `gc`, without
+//! the serve and unlock parts. `--commits N` makes N commits in all: the
+//! notes, then edits of them in turn.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -22,6 +29,8 @@ struct Args {
     notes: usize,
     samples: usize,
     unlock_samples: usize,
+    scale: bool,
+    commits: usize,
 }
 
 fn args() -> Args {
@@ -29,6 +38,8 @@ fn args() -> Args {
         notes: 2000,
         samples: 300,
         unlock_samples: 5,
+        scale: false,
+        commits: 0,
     };
     let argv: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -41,6 +52,11 @@ fn args() -> Args {
             }
             "--notes" => {
                 a.notes = argv[i + 1].parse().expect("--notes N");
+                i += 1;
+            }
+            "--scale" => a.scale = true,
+            "--commits" => {
+                a.commits = argv[i + 1].parse().expect("--commits N");
                 i += 1;
             }
             "--samples" => {
@@ -272,8 +288,144 @@ fn throughput(dir: &Path, keyfile: &Path, clients: usize, per: usize, tag: &str)
     (clients * per) as f64 / t.elapsed().as_secs_f64()
 }
 
+/// Fill a new vault at `dir` with `a.notes` notes, then edits up to
+/// `a.commits` commits in all (fsync off).
+fn fill(a: &Args, dir: &Path, key: KeyFileKey) {
+    fsync::set_for_benchmark(false);
+    let t = Instant::now();
+    let mut vault =
+        Vault::init(dir, InitSecret::KeyFile(key), VaultConfig::default(), who()).unwrap();
+    let memory = memvault::memory_for_vault(&vault).unwrap();
+    let path = |i: usize| format!("/memories/d{:02}/note{i:05}.md", i % 20);
+    for i in 0..a.notes {
+        run(
+            &memory,
+            &mut vault,
+            &json!({"command": "create", "path": path(i), "file_text": note(i)}),
+        );
+        if i % 5000 == 4999 {
+            eprintln!("  {} notes, {:.0} s", i + 1, t.elapsed().as_secs_f64());
+        }
+    }
+    for c in a.notes..a.commits {
+        let i = c % a.notes;
+        let round = c / a.notes;
+        let old = if round == 1 {
+            format!("end {i:05}")
+        } else {
+            format!("end {i:05} r{}", round - 1)
+        };
+        run(
+            &memory,
+            &mut vault,
+            &json!({"command": "str_replace", "path": path(i), "old_str": old, "new_str": format!("end {i:05} r{round}")}),
+        );
+        if c % 10000 == 9999 {
+            eprintln!("  {} commits, {:.0} s", c + 1, t.elapsed().as_secs_f64());
+        }
+    }
+    drop(vault);
+    println!(
+        "filled {} notes, {} commits in {:.1} s (fsync off)",
+        a.notes,
+        a.commits.max(a.notes),
+        t.elapsed().as_secs_f64()
+    );
+}
+
+/// Open times (no key derivation), median and p99.
+fn open_times(dir: &Path, key: &KeyFileKey, label: &str) {
+    let mut opens = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        let v = Vault::open(dir, &Unlock::KeyFile(key), who()).unwrap();
+        opens.push(t.elapsed());
+        drop(v);
+    }
+    let (m, p) = stats(opens);
+    println!("{label}: median {}, p99 {}", fmt(m), fmt(p));
+}
+
+/// gc, then the repository's object bytes against the distinct blob bytes
+/// reachable from main.
+fn gc_ratio(dir: &Path, key: &KeyFileKey) {
+    let mut v = Vault::open(dir, &Unlock::KeyFile(key), who()).unwrap();
+    let t = Instant::now();
+    let r = v.gc().unwrap();
+    let gc_time = t.elapsed();
+    let (blobs, commits) = {
+        let repo = v.repo();
+        let odb = repo.odb().unwrap();
+        let mut blobs = 0u64;
+        let mut walk = repo.revwalk().unwrap();
+        walk.push_ref("refs/heads/main").unwrap();
+        let mut seen = std::collections::HashSet::new();
+        let mut trees = std::collections::HashSet::new();
+        let mut commits = 0;
+        for c in walk {
+            commits += 1;
+            let tree = repo.find_commit(c.unwrap()).unwrap().tree().unwrap();
+            if !trees.insert(tree.id()) {
+                continue;
+            }
+            tree.walk(git2::TreeWalkMode::PreOrder, |_, e| {
+                if e.kind() == Some(git2::ObjectType::Tree) && !trees.insert(e.id()) {
+                    return git2::TreeWalkResult::Skip;
+                }
+                if e.kind() == Some(git2::ObjectType::Blob) && seen.insert(e.id()) {
+                    blobs += odb.read_header(e.id()).unwrap().0 as u64;
+                }
+                git2::TreeWalkResult::Ok
+            })
+            .unwrap();
+        }
+        (blobs, commits)
+    };
+    println!(
+        "gc: {} objects, {} commits, {:.1} s; objects/ {} bytes for {} bytes of distinct blobs ({:.2}x)",
+        r.objects,
+        commits,
+        gc_time.as_secs_f64(),
+        r.bytes_after,
+        blobs,
+        r.bytes_after as f64 / blobs as f64
+    );
+}
+
+/// The scale run: a cached vault of `a.notes` notes and `a.commits`
+/// commits.
+fn scale(a: &Args) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-vaults");
+    let name = format!("n{}-c{}", a.notes, a.commits.max(a.notes));
+    let dir = root.join(&name);
+    let keyfile = root.join(format!("{name}.key"));
+    if !dir.join("memvault/format").exists() || !keyfile.exists() {
+        std::fs::create_dir_all(&root).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        // Build under another name: an interrupted fill is not a cache.
+        let building = root.join(format!("{name}.building"));
+        let _ = std::fs::remove_dir_all(&building);
+        let key = KeyFileKey::generate();
+        std::fs::write(&keyfile, key.expose_secret()).unwrap();
+        fill(a, &building, key);
+        std::fs::rename(&building, &dir).unwrap();
+    } else {
+        println!("using the cached vault {}", dir.display());
+    }
+    let key = KeyFileKey::from_bytes(&std::fs::read(&keyfile).unwrap()).unwrap();
+    fsync::set_for_benchmark(true);
+    open_times(&dir, &key, "open with a key file (no key derivation)");
+    bench_ops("fsync on (default)", a, &key, &dir);
+    gc_ratio(&dir, &key);
+    open_times(&dir, &key, "open after gc (no key derivation)");
+}
+
 fn main() {
     let a = args();
+    if a.scale {
+        scale(&a);
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("vault");
     let key = KeyFileKey::generate();

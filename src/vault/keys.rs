@@ -39,11 +39,19 @@ pub struct KeyState {
     pub erased: std::collections::BTreeSet<FileKeyId>,
 }
 
-/// Read the keyslot blobs without any key (needed to unlock).
+/// Read the keyslot blobs without any key (needed to unlock), from the
+/// ref file (right after a checkpoint; otherwise see [`read_slots_at`]).
 pub fn read_slots(repo: &Repository) -> Result<(Oid, BTreeMap<String, Vec<u8>>), VaultError> {
-    let commit_id = repo
-        .refname_to_id(KEYS_REF)
-        .map_err(|_| damaged("the key state (refs/memvault/keys) is missing"))?;
+    read_slots_at(repo, repo.refname_to_id(KEYS_REF).ok())
+}
+
+/// Read the keyslot blobs of the key state at `at` (where the keys ref
+/// points, see `Wal::ref_target`; None: the ref is missing).
+pub fn read_slots_at(
+    repo: &Repository,
+    at: Option<Oid>,
+) -> Result<(Oid, BTreeMap<String, Vec<u8>>), VaultError> {
+    let commit_id = at.ok_or_else(|| damaged("the key state (refs/memvault/keys) is missing"))?;
     let commit = repo
         .find_commit(commit_id)
         .map_err(|_| damaged("the key state commit is unreadable"))?;
@@ -149,7 +157,16 @@ pub fn write_signed_commit(
 impl KeyState {
     /// Load the key state: verify the keys commit MAC and open every shard.
     pub fn load(repo: &Repository, keys: &VaultKeys) -> Result<KeyState, VaultError> {
-        let (commit, slots) = read_slots(repo)?;
+        Self::load_at(repo, keys, repo.refname_to_id(KEYS_REF).ok())
+    }
+
+    /// Load the key state at `at` (see [`read_slots_at`]).
+    pub fn load_at(
+        repo: &Repository,
+        keys: &VaultKeys,
+        at: Option<Oid>,
+    ) -> Result<KeyState, VaultError> {
+        let (commit, slots) = read_slots_at(repo, at)?;
         if !verify_commit_mac(repo, keys, commit) {
             return Err(damaged(
                 "the key state was not written with this vault's key",
@@ -207,11 +224,15 @@ impl KeyState {
         Ok(())
     }
 
-    /// Re-read the state if another process replaced it.
-    pub fn refresh(&mut self, repo: &Repository, keys: &VaultKeys) -> Result<(), VaultError> {
-        let current = repo
-            .refname_to_id(KEYS_REF)
-            .map_err(|_| damaged("the key state (refs/memvault/keys) is missing"))?;
+    /// Re-read the state if another process replaced it (`at`: where the
+    /// keys ref points now, see `Wal::ref_target`).
+    pub fn refresh(
+        &mut self,
+        repo: &Repository,
+        keys: &VaultKeys,
+        at: Option<Oid>,
+    ) -> Result<(), VaultError> {
+        let current = at.ok_or_else(|| damaged("the key state (refs/memvault/keys) is missing"))?;
         if current == self.commit {
             return Ok(());
         }
@@ -223,7 +244,7 @@ impl KeyState {
                 "the key state was not written with this vault's key",
             ));
         }
-        let (_, slots) = read_slots(repo)?;
+        let (_, slots) = read_slots_at(repo, Some(current))?;
         self.commit = current;
         self.slots = slots;
         self.load_shards(repo, keys)
@@ -248,8 +269,8 @@ impl KeyState {
     }
 
     /// Write a new keys commit with `changes` applied (insert `Some`, erase
-    /// `None`) and the given slots, and move the ref to it (compare and
-    /// swap on the current commit). Durable when it returns: the change
+    /// `None`) and the given slots, and move the ref to it (refused unless
+    /// the log's tail is the current commit). Durable when it returns: the change
     /// goes through the write-ahead log like every mutation. The caller
     /// holds the writer lock (see `Vault::with_writer_lock`).
     pub fn commit_changes(
@@ -262,7 +283,10 @@ impl KeyState {
         let old_commit = self.commit;
         let result = self.try_commit_changes(repo, keys, changes, slots, old_commit);
         if result.is_err() {
-            self.reload(repo, keys)?;
+            let mut wal = Wal::open(repo.path())?;
+            wal.catch_up(repo)?;
+            let at = wal.ref_target(repo, KEYS_REF)?;
+            self.reload(repo, keys, at)?;
         }
         result
     }
@@ -279,15 +303,16 @@ impl KeyState {
         // store, so staging must come after it.
         let mut wal = Wal::open(repo.path())?;
         wal.catch_up(repo)?;
+        if wal.tail_target(KEYS_REF).is_some_and(|t| t != old_commit) {
+            return Err(damaged(
+                "the key state changed under the writer lock; nothing was changed, try again",
+            ));
+        }
         let commit = self.stage_changes(repo, keys, changes, slots)?;
         let mut record = Record::default();
         self.add_to_record(repo, &mut record, old_commit, commit)?;
-        let start = wal.append(&record)?;
-        if let Err(e) = repo.reference_matching(KEYS_REF, commit, true, old_commit, "memvault keys")
-        {
-            wal.truncate_to(start)?;
-            return Err(e.into());
-        }
+        // The record moves the ref: ref files follow at the next checkpoint.
+        wal.append(&record)?;
         wal.sync()?;
         note_garbage(repo, old_commit);
         self.commit = commit;
@@ -296,10 +321,15 @@ impl KeyState {
 
     /// Re-read the state that is really on disk (after a staged change
     /// was abandoned: the in-memory tables were edited in place).
-    pub(crate) fn reload(&mut self, repo: &Repository, keys: &VaultKeys) -> Result<(), VaultError> {
+    pub(crate) fn reload(
+        &mut self,
+        repo: &Repository,
+        keys: &VaultKeys,
+        at: Option<Oid>,
+    ) -> Result<(), VaultError> {
         self.commit = Oid::ZERO_SHA1;
         self.shards.clear();
-        *self = KeyState::load(repo, keys)?;
+        *self = KeyState::load_at(repo, keys, at)?;
         Ok(())
     }
 

@@ -6,15 +6,16 @@
 //! What it promises:
 //! - every mutation is one commit on `refs/heads/main`, written through
 //!   libgit2 with fsync on (see [`fsync`]), and acknowledged only after the
-//!   commit object and the ref update are durable;
+//!   commit object and the ref move (its log record) are durable;
 //! - names, content and commit metadata are only ever written encrypted
 //!   (see `crate::crypto` for the formats); there is no work tree and no
 //!   index;
 //! - every commit carries a MAC, checked whenever a new tip is read, so a
 //!   tip that was not written with the vault key is refused as damage;
 //! - one writer at a time: mutations take an exclusive lock on
-//!   `memvault/lock` and then re-read the tip; the ref update is also a
-//!   compare-and-swap on the tip they read.
+//!   `memvault/lock` and then re-read the tip; a mutation's synced log
+//!   record moves the refs (see [`wal`]: ref files follow at checkpoints)
+//!   and is refused unless the log's tail is the tip it was built on.
 //!
 //! Limitations: rolling `refs/heads/main` back to an older, genuine commit
 //! cannot be seen from the repository alone (see `verify`'s high-water
@@ -298,7 +299,8 @@ impl Vault {
         // As in `refresh`: a ref may name objects of a newer log record.
         let mut attempt = 0;
         let slots = loop {
-            match keys::read_slots(&repo) {
+            let at = wal.ref_target(&repo, keys::KEYS_REF)?;
+            match keys::read_slots_at(&repo, at) {
                 Ok((_, s)) => break s,
                 Err(VaultError::Damaged(_)) if attempt < 3 => {
                     attempt += 1;
@@ -363,7 +365,8 @@ impl Vault {
         // only the newer log holds. Catch up again and retry.
         let mut attempt = 0;
         let key_state = loop {
-            match KeyState::load(&repo, &keys) {
+            let at = wal.ref_target(&repo, keys::KEYS_REF)?;
+            match KeyState::load_at(&repo, &keys, at) {
                 Ok(k) => break k,
                 Err(VaultError::Damaged(_)) if attempt < 3 => {
                     attempt += 1;
@@ -436,10 +439,8 @@ impl Vault {
 
     /// The current tip of `refs/heads/main`, MAC-checked.
     pub fn tip(&mut self) -> Result<Option<Oid>, VaultError> {
-        let tip = match self.repo.refname_to_id(MAIN_REF) {
-            Ok(id) => id,
-            Err(e) if e.code() == ErrorCode::NotFound => return Ok(None),
-            Err(e) => return Err(e.into()),
+        let Some(tip) = self.wal.ref_target(&self.repo, MAIN_REF)? else {
+            return Ok(None);
         };
         if self.verified_tip != Some(tip) {
             if !verify_commit_mac(&self.repo, &self.keys, tip) {
@@ -461,14 +462,19 @@ impl Vault {
         loop {
             self.wal.catch_up(&self.repo)?;
             match self
-                .key_state
-                .refresh(&self.repo, &self.keys)
+                .keys_target()
+                .and_then(|at| self.key_state.refresh(&self.repo, &self.keys, at))
                 .and_then(|()| self.tip())
             {
                 Err(VaultError::Damaged(_)) if attempt < 3 => attempt += 1,
                 other => return other,
             }
         }
+    }
+
+    /// Where `refs/memvault/keys` points now (see [`Wal::ref_target`]).
+    pub(crate) fn keys_target(&mut self) -> Result<Option<Oid>, VaultError> {
+        Ok(self.wal.ref_target(&self.repo, keys::KEYS_REF)?)
     }
 
     fn tree_of(&self, commit: Option<Oid>) -> Result<Option<git2::Tree<'_>>, VaultError> {
@@ -598,7 +604,7 @@ impl Vault {
     /// leaves them apart) and recover if not.
     fn recover_if_needed(&mut self) -> Result<(), VaultError> {
         let c = self.wal.catch_up(&self.repo)?;
-        if !c.clean || !refs_match(&self.repo, &c.tail) {
+        if !c.clean || !self.wal.refs_consistent(&self.repo) {
             checkpoint_locked(&self.repo, &mut self.wal)?;
         }
         Ok(())
@@ -759,7 +765,10 @@ impl Vault {
         let had_keys = !key_changes.is_empty();
         let result = self.try_publish(parent, tree, key_changes, meta, old_keys);
         if result.is_err() && had_keys {
-            let _ = self.key_state.reload(&self.repo, &self.keys);
+            let at = self.keys_target();
+            if let Ok(at) = at {
+                let _ = self.key_state.reload(&self.repo, &self.keys, at);
+            }
         }
         result
     }
@@ -802,40 +811,25 @@ impl Vault {
                 .map_err(ge)?;
         }
         record.refs.push((MAIN_REF.to_string(), commit));
-        // The acknowledgement point is the sync of this record (see
-        // `with_writer_lock`); the ref moves below need no fsync.
-        let start = self
-            .wal
+        // The record moves the refs: the log's tail is where they point
+        // (ref files follow at the next checkpoint). The acknowledgement
+        // point is the sync of this record (see `with_writer_lock`).
+        // Under the writer lock, after `recover_if_needed`, the tail is
+        // `parent`: no other writer can have moved it.
+        if self.wal.tail_target(MAIN_REF) != parent {
+            return Err(StoreError::Unavailable(
+                "the vault was changed by a writer that did not take the lock; nothing was changed, try again".into(),
+            ));
+        }
+        self.wal
             .append(&record)
             .map_err(|e| StoreError::Unavailable(format!("cannot write the vault's log: {e}")))?;
-        let moved = self.move_refs(parent, commit, new_keys.map(|k| (old_keys, k)));
-        match moved {
-            Ok(()) => {
-                self.pending_sync = true;
-                if let Some(k) = new_keys {
-                    self.key_state.published(&self.repo, k);
-                }
-                self.verified_tip = Some(commit);
-                Ok(commit)
-            }
-            Err(e) => {
-                // Take the record back: the refs did not move.
-                let _ = self.wal.truncate_to(start);
-                if new_keys.is_some() {
-                    let _ = self
-                        .repo
-                        .reference(keys::KEYS_REF, old_keys, true, "memvault");
-                }
-                match e.code() {
-                    ErrorCode::Modified | ErrorCode::Locked | ErrorCode::Exists => {
-                        Err(StoreError::Unavailable(
-                            "the vault was changed by a writer that did not take the lock; nothing was changed, try again".into(),
-                        ))
-                    }
-                    _ => Err(ge(e)),
-                }
-            }
+        self.pending_sync = true;
+        if let Some(k) = new_keys {
+            self.key_state.published(&self.repo, k);
         }
+        self.verified_tip = Some(commit);
+        Ok(commit)
     }
 
     /// Change the key table alone (erasure), through the log like a
@@ -847,8 +841,10 @@ impl Vault {
     ) -> Result<(), VaultError> {
         let old_keys = self.key_state.commit;
         let result = self.try_commit_key_changes(changes, old_keys);
-        if result.is_err() {
-            let _ = self.key_state.reload(&self.repo, &self.keys);
+        if result.is_err()
+            && let Ok(at) = self.keys_target()
+        {
+            let _ = self.key_state.reload(&self.repo, &self.keys, at);
         }
         result
     }
@@ -864,44 +860,13 @@ impl Vault {
         let mut record = Record::default();
         self.key_state
             .add_to_record(&self.repo, &mut record, old_keys, staged)?;
-        let start = self.wal.append(&record)?;
-        if let Err(e) =
-            self.repo
-                .reference_matching(keys::KEYS_REF, staged, true, old_keys, "memvault keys")
-        {
-            let _ = self.wal.truncate_to(start);
-            return Err(e.into());
-        }
+        // The record moves the ref (see `try_publish`).
+        self.wal.append(&record)?;
         self.wal.sync()?;
         self.key_state.published(&self.repo, staged);
         self.dirty = true;
         Ok(())
     }
-
-    fn move_refs(
-        &self,
-        parent: Option<Oid>,
-        commit: Oid,
-        keys: Option<(Oid, Oid)>,
-    ) -> Result<(), git2::Error> {
-        if let Some((old, new)) = keys {
-            self.repo
-                .reference_matching(keys::KEYS_REF, new, true, old, "memvault keys")?;
-        }
-        match parent {
-            Some(p) => self
-                .repo
-                .reference_matching(MAIN_REF, commit, true, p, "memvault"),
-            None => self.repo.reference(MAIN_REF, commit, false, "memvault"),
-        }
-        .map(|_| ())
-    }
-}
-
-/// Do the refs on disk point where the log's tail says?
-fn refs_match(repo: &Repository, tail: &Refs) -> bool {
-    tail.iter()
-        .all(|(name, id)| repo.refname_to_id(name).ok() == Some(*id))
 }
 
 /// At open: checkpoint if the log holds anything git does not (records
@@ -910,7 +875,7 @@ fn refs_match(repo: &Repository, tail: &Refs) -> bool {
 fn recover_on_open(dir: &Path, repo: &Repository) -> Result<Wal, VaultError> {
     let mut wal = Wal::open(dir)?;
     let c = wal.catch_up(repo)?;
-    if c.records || !c.clean || !refs_match(repo, &c.tail) {
+    if c.records || !c.clean || !wal.refs_consistent(repo) {
         let lock = OpenOptions::new()
             .read(true)
             .write(true)

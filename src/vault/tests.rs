@@ -90,7 +90,7 @@ fn blob_moved_under_a_valid_mac_still_fails_to_open() {
     };
     vault
         .repo
-        .reference_matching(MAIN_REF, new_commit, true, tip, "forge")
+        .reference(MAIN_REF, new_commit, true, "forge")
         .unwrap();
     assert!(verify_commit_mac(&vault.repo, &vault.keys, new_commit));
     assert_eq!(read(&mut vault, "/memories/a.txt").unwrap(), b"alpha");

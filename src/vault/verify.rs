@@ -156,11 +156,8 @@ impl Vault {
     /// Check all of history (see the module docs). Problems are reported,
     /// not returned as errors; an `Err` means verify itself could not run.
     pub fn verify(&mut self) -> Result<VerifyReport, VaultError> {
-        let tip = match self.repo.refname_to_id(MAIN_REF) {
-            Ok(id) => Some(id),
-            Err(e) if e.code() == git2::ErrorCode::NotFound => None,
-            Err(e) => return Err(e.into()),
-        };
+        self.wal.catch_up(&self.repo)?;
+        let tip = self.wal.ref_target(&self.repo, MAIN_REF)?;
         let mut w = Walker {
             vault: self,
             erased: HashSet::new(),
@@ -231,7 +228,8 @@ impl Vault {
         }
         let mut report = w.report;
         // The key state, read again from the repository.
-        if let Err(e) = KeyState::load(&self.repo, &self.keys) {
+        let at = self.keys_target()?;
+        if let Err(e) = KeyState::load_at(&self.repo, &self.keys, at) {
             report.problems.push(Problem {
                 rev: None,
                 path: None,

@@ -6,12 +6,20 @@
 //! appends ONE record to `memvault/wal` holding the raw bytes of every
 //! object the new refs need beyond the previous state, and the new targets
 //! of `refs/heads/main` and `refs/memvault/keys`. Once that record is
-//! synced the mutation is durable; the refs are moved without fsync. Other
-//! processes that see a ref move read the new records and load their
-//! objects into their own memory ([`Wal::catch_up`]).
+//! synced the mutation is durable. The record IS the ref move: ref files
+//! are written only at checkpoints, and between two checkpoints the log's
+//! tail is where the refs point. Every process reads refs through
+//! [`Wal::ref_target`] after catching up with the log ([`Wal::catch_up`],
+//! which also loads the new records' objects into its own memory): a ref
+//! file naming the checkpoint's target (or the tail) stands for the tail;
+//! any other value, or a missing ref, was set outside memvault and is
+//! taken as it is, so the MAC and rollback checks still judge it. Plain
+//! `git` sees the state of the last checkpoint (every memvault process
+//! checkpoints when it closes).
 //!
 //! A checkpoint ([`super::Vault`] runs it every few MiB of log, on close, in
-//! `gc`, and whenever the log's tail is not what the refs say) writes every
+//! `gc`, and under the writer lock whenever a ref file names neither the
+//! checkpoint nor the tail, i.e. was changed outside memvault) writes every
 //! object of the log into git (one pack, or a few loose objects when there
 //! are few), syncs them, the ref files and their directories, and only then
 //! resets the log to a head entry naming the checkpointed ref targets.
@@ -99,10 +107,15 @@ impl Record {
             None => None,
         };
         for e in new_tree.iter() {
-            let before = old_tree.as_ref().and_then(|t| {
-                let name = e.name_bytes();
-                t.iter().find(|o| o.name_bytes() == name)
-            });
+            // Trees are sorted by name: look the entry up, not scan for it.
+            let before = match (old_tree.as_ref(), e.name()) {
+                (Some(t), Ok(name)) => t.get_name(name).map(|o| o.to_owned()),
+                (Some(t), Err(_)) => {
+                    let name = e.name_bytes();
+                    t.iter().find(|o| o.name_bytes() == name)
+                }
+                (None, _) => None,
+            };
             let before_id = before.as_ref().map(|b| b.id());
             if before_id == Some(e.id()) {
                 continue;
@@ -324,16 +337,37 @@ pub(crate) fn merge_refs(into: &mut Refs, from: &Refs) {
 /// This process's handle on the log, with what it has already read.
 pub(crate) struct Wal {
     file: File,
-    /// The generation and length up to which this process has read (or
-    /// written) the log, and the ref targets there.
-    known: Option<([u8; 8], u64, Refs)>,
+    /// How far this process has read (or written) the log.
+    known: Option<Known>,
+}
+
+/// A position in the log and the ref targets there.
+struct Known {
+    generation: [u8; 8],
+    /// Length read so far.
+    len: u64,
+    /// The checkpoint's ref targets (the head's).
+    head: Refs,
+    /// The ref targets at `len`.
+    tail: Refs,
+}
+
+fn target(refs: &Refs, name: &str) -> Option<Oid> {
+    refs.iter().find(|(n, _)| n == name).map(|(_, id)| *id)
+}
+
+/// A ref as its file says: None if there is none, the zero id if the file
+/// does not read (cut short by a crash).
+pub(crate) fn read_ref(repo: &Repository, name: &str) -> Option<Oid> {
+    match repo.refname_to_id(name) {
+        Ok(id) => Some(id),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => None,
+        Err(_) => Some(Oid::ZERO_SHA1),
+    }
 }
 
 /// What [`Wal::catch_up`] found.
 pub(crate) struct CatchUp {
-    /// The ref targets at the end of the part that checks out (empty if
-    /// the log has no valid head).
-    pub tail: Refs,
     /// The log checks out to its end (false: a writer died mid-append, or
     /// one is appending right now).
     pub clean: bool,
@@ -381,10 +415,12 @@ impl Wal {
             records,
             valid_len: pos as u64,
         };
-        self.known = contents
-            .head
-            .as_ref()
-            .map(|h| (h.generation, contents.valid_len, contents.tail()));
+        self.known = contents.head.as_ref().map(|h| Known {
+            generation: h.generation,
+            len: contents.valid_len,
+            head: h.refs.clone(),
+            tail: contents.tail(),
+        });
         Ok(contents)
     }
 
@@ -403,15 +439,14 @@ impl Wal {
         let Some(head) = head else {
             self.known = None;
             return Ok(CatchUp {
-                tail: Vec::new(),
                 clean: false,
                 records: false,
             });
         };
         let head_len = parse_entry(&head_buf[..n]).map_or(0, |(_, _, l)| l as u64);
         let (start, mut refs) = match &self.known {
-            Some((g, len, refs)) if *g == head.generation && *len <= file_len => {
-                (*len, refs.clone())
+            Some(k) if k.generation == head.generation && k.len <= file_len => {
+                (k.len, k.tail.clone())
             }
             _ => {
                 // First look, or another process checkpointed: everything
@@ -448,9 +483,13 @@ impl Wal {
             }
             pos = start + at as u64;
         }
-        self.known = Some((head.generation, pos, refs.clone()));
-        Ok(CatchUp {
+        self.known = Some(Known {
+            generation: head.generation,
+            len: pos,
+            head: head.refs,
             tail: refs,
+        });
+        Ok(CatchUp {
             clean,
             records: pos > head_len,
         })
@@ -460,25 +499,17 @@ impl Wal {
     /// up). Not yet synced: call [`Wal::sync`]. Returns the log's length
     /// before the record, for [`Wal::truncate_to`].
     pub fn append(&mut self, record: &Record) -> std::io::Result<u64> {
-        let Some((generation, _, _)) = &self.known else {
+        let Some(known) = &self.known else {
             return Err(std::io::Error::other("the log was not read before writing"));
         };
-        let bytes = record.encode(generation);
+        let bytes = record.encode(&known.generation);
         let start = self.file.metadata()?.len();
         self.file.write_all_at(&bytes, start)?;
-        if let Some((_, len, refs)) = &mut self.known {
-            *len = start + bytes.len() as u64;
-            merge_refs(refs, &record.refs);
+        if let Some(k) = &mut self.known {
+            k.len = start + bytes.len() as u64;
+            merge_refs(&mut k.tail, &record.refs);
         }
         Ok(start)
-    }
-
-    /// Drop everything after `len` (undo an append whose refs could not be
-    /// moved).
-    pub fn truncate_to(&mut self, len: u64) -> std::io::Result<()> {
-        self.file.set_len(len)?;
-        self.known = None;
-        Ok(())
     }
 
     /// Make everything appended so far durable.
@@ -489,6 +520,63 @@ impl Wal {
     /// The log's current length.
     pub fn len(&self) -> std::io::Result<u64> {
         Ok(self.file.metadata()?.len())
+    }
+
+    /// Where the ref `name` points, as far as this process has caught up.
+    ///
+    /// memvault writes ref files only at checkpoints: between two, the
+    /// log's tail is the truth. So a ref file naming the checkpoint's
+    /// target (or the tail, which a checkpoint writes before it resets the
+    /// log) stands for the tail. A ref file naming anything else, or gone,
+    /// was changed outside memvault (or by a checkpoint this process has
+    /// not read yet: catch up once and look again) and is taken as it is,
+    /// for the MAC checks to judge.
+    pub fn ref_target(
+        &mut self,
+        repo: &Repository,
+        name: &str,
+    ) -> Result<Option<Oid>, git2::Error> {
+        let mut disk = read_ref(repo, name);
+        for attempt in 0..2 {
+            let Some(k) = &self.known else {
+                return Ok(disk);
+            };
+            let Some(tail) = target(&k.tail, name) else {
+                return Ok(disk);
+            };
+            match disk {
+                None => return Ok(None),
+                Some(d) if d.is_zero() || Some(d) == target(&k.head, name) || d == tail => {
+                    return Ok(Some(tail));
+                }
+                Some(_) if attempt == 0 => {
+                    self.catch_up(repo)?;
+                    disk = read_ref(repo, name);
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(disk)
+    }
+
+    /// The ref target at the tail this process has read (or written).
+    pub fn tail_target(&self, name: &str) -> Option<Oid> {
+        self.known.as_ref().and_then(|k| target(&k.tail, name))
+    }
+
+    /// Every ref file names the checkpoint's target or the tail (the
+    /// caller holds the writer lock and has caught up): false means a ref
+    /// was changed outside memvault, and a checkpoint should settle it.
+    pub fn refs_consistent(&self, repo: &Repository) -> bool {
+        let Some(k) = &self.known else {
+            return false;
+        };
+        k.tail
+            .iter()
+            .all(|(name, tail)| match read_ref(repo, name) {
+                Some(d) => d == *tail || Some(d) == target(&k.head, name),
+                None => false,
+            })
     }
 
     /// Replace the log by a head naming `refs` as the checkpoint (the
@@ -502,7 +590,12 @@ impl Wal {
         self.file.write_all_at(&bytes, 0)?;
         self.file.set_len(bytes.len() as u64)?;
         fsync::sync_data(&self.file)?;
-        self.known = Some((head.generation, bytes.len() as u64, head.refs));
+        self.known = Some(Known {
+            generation: head.generation,
+            len: bytes.len() as u64,
+            tail: head.refs.clone(),
+            head: head.refs,
+        });
         Ok(())
     }
 }
