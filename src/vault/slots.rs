@@ -31,7 +31,6 @@
 
 use std::collections::BTreeMap;
 
-use super::keys::KEYS_REF;
 use super::wal::Record;
 use super::{Vault, VaultError, damaged, slot_name};
 use crate::crypto::{
@@ -338,14 +337,8 @@ impl Vault {
             let mut record = Record::default();
             self.key_state
                 .add_to_record(&self.repo, &mut record, old_keys, staged)?;
-            let start = self.wal.append(&record)?;
-            if let Err(e) =
-                self.repo
-                    .reference_matching(KEYS_REF, staged, true, old_keys, "memvault keys")
-            {
-                let _ = self.wal.truncate_to(start);
-                return Err(VaultError::from(e));
-            }
+            // The record moves the ref (see `Vault::try_publish`).
+            self.wal.append(&record)?;
             self.wal.sync()?;
             Ok(staged)
         })();
@@ -360,7 +353,9 @@ impl Vault {
                 Ok(())
             }
             Err(e) => {
-                let _ = self.key_state.reload(&self.repo, &self.keys);
+                if let Ok(at) = self.keys_target() {
+                    let _ = self.key_state.reload(&self.repo, &self.keys, at);
+                }
                 Err(e)
             }
         }
