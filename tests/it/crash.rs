@@ -192,3 +192,92 @@ fn sigkill_during_a_stream_of_writes_loses_no_acknowledged_mutation() {
     let out = v.one(json!({"command": "view", "path": "/memories"}));
     assert!(!is_error(&out), "{out}");
 }
+
+/// `memvault init` killed at seeded moments leaves either no vault (and a
+/// new `init` works) or a whole vault that `verify` passes; never a vault
+/// that half exists.
+#[test]
+fn sigkill_during_init_leaves_no_vault_or_a_whole_one() {
+    let mut rng = Rng(0x696e_6974_6b69_6c6c);
+    let (mut none, mut whole) = (0, 0);
+    // Kill moments spread over 1.2 times a whole init on this machine.
+    let span = {
+        let tmp = tempfile::tempdir().unwrap();
+        let key = tmp.path().join("k");
+        std::process::Command::new(bin())
+            .arg("keygen")
+            .arg(&key)
+            .output()
+            .unwrap();
+        let t = std::time::Instant::now();
+        let out = std::process::Command::new(bin())
+            .arg("--vault")
+            .arg(tmp.path().join("v"))
+            .arg("--key-file")
+            .arg(&key)
+            .arg("init")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        (t.elapsed().as_micros() as u64 * 6 / 5).max(1_000)
+    };
+    for round in 0..30 {
+        let tmp = tempfile::tempdir().unwrap();
+        let key = tmp.path().join("k");
+        let vault = tmp.path().join("v");
+        let ok = std::process::Command::new(bin())
+            .arg("keygen")
+            .arg(&key)
+            .output()
+            .unwrap();
+        assert!(ok.status.success());
+        let cmd = |args: &[&str]| {
+            let mut c = std::process::Command::new(bin());
+            c.arg("--vault")
+                .arg(&vault)
+                .arg("--key-file")
+                .arg(&key)
+                .args(args);
+            c.env_remove("MEMVAULT_DIR")
+                .env_remove("MEMVAULT_PASSPHRASE");
+            c
+        };
+        let mut child = cmd(&["init"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_micros(rng.below(span)));
+        let _ = child.kill();
+        child.wait().unwrap();
+        if vault.exists() {
+            whole += 1;
+            let v = cmd(&["verify"]).output().unwrap();
+            assert!(
+                v.status.success(),
+                "round {round}: a vault exists but does not verify: {}{}",
+                String::from_utf8_lossy(&v.stdout),
+                String::from_utf8_lossy(&v.stderr)
+            );
+        } else {
+            none += 1;
+            let again = cmd(&["init"]).output().unwrap();
+            assert!(
+                again.status.success(),
+                "round {round}: init after a killed init failed: {}",
+                String::from_utf8_lossy(&again.stderr)
+            );
+        }
+        let w = cmd(&[
+            "exec",
+            r#"{"command":"create","path":"/memories/a.md","file_text":"a"}"#,
+        ])
+        .output()
+        .unwrap();
+        assert!(
+            w.status.success(),
+            "round {round}: the vault does not take a write"
+        );
+    }
+    eprintln!("init killed 30 times: {none} left no vault, {whole} a whole one");
+}
