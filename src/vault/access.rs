@@ -79,14 +79,12 @@ impl Vault {
 
     /// Record accesses, taking the writer lock shared for the append.
     pub(crate) fn record_access(&self, entries: &[(FileKeyId, Kind, u64)]) {
-        let Ok(lock) = self.lock.try_clone() else {
-            return;
-        };
-        if lock.lock_shared().is_err() {
+        // flock belongs to the open file description: no need for a dup.
+        if self.lock.lock_shared().is_err() {
             return;
         }
         self.append_access(entries);
-        let _ = lock.unlock();
+        let _ = self.lock.unlock();
     }
 
     /// The access table: the newest view and write time per file key.
