@@ -6,7 +6,8 @@
 //! the default Argon2 parameters.
 //!
 //! Run: `cargo bench --bench vault` (add `-- --quick` for a short run,
-//! `--notes N`, `--samples N`).
+//! `--notes N`, `--samples N`, `--library-only` to stop after the
+//! library figures, for profiling).
 //!
 //! Scale runs: `cargo bench --bench vault -- --scale --notes 20000` and
 //! `-- --scale --commits 200000` build the vault once (fsync off), cache it
@@ -31,6 +32,7 @@ struct Args {
     unlock_samples: usize,
     scale: bool,
     commits: usize,
+    library_only: bool,
 }
 
 fn args() -> Args {
@@ -40,6 +42,7 @@ fn args() -> Args {
         unlock_samples: 5,
         scale: false,
         commits: 0,
+        library_only: false,
     };
     let argv: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -55,6 +58,7 @@ fn args() -> Args {
                 i += 1;
             }
             "--scale" => a.scale = true,
+            "--library-only" => a.library_only = true,
             "--commits" => {
                 a.commits = argv[i + 1].parse().expect("--commits N");
                 i += 1;
@@ -461,6 +465,9 @@ fn main() {
     fsync::set_for_benchmark(false);
     bench_ops("fsync off (comparison)", &a, &key_copy, &dir);
     fsync::set_for_benchmark(true);
+    if a.library_only {
+        return;
+    }
 
     let keyfile = tmp.path().join("vault.key");
     std::fs::write(&keyfile, key_copy.expose_secret()).unwrap();

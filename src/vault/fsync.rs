@@ -35,6 +35,15 @@ fn set_libgit2_fsync(on: bool) {
         )
     };
     debug_assert!(rc >= 0, "libgit2 refused GIT_OPT_ENABLE_FSYNC_GITDIR");
+    // libgit2 caches parsed trees only up to 4 KiB by default, so a
+    // directory of a hundred files was read, inflated, hashed and parsed
+    // again on every lookup. Cache trees up to 1 MiB (the cache's total
+    // stays bounded by libgit2's 256 MiB default).
+    // SAFETY: `git_libgit2_opts(GIT_OPT_SET_CACHE_OBJECT_LIMIT, type, size)`
+    // only stores a global limit; libgit2 is initialised above, and this
+    // runs once, before any repository is opened.
+    let rc = unsafe { git2::opts::set_cache_object_limit(git2::ObjectType::Tree, 1 << 20) };
+    debug_assert!(rc.is_ok(), "libgit2 refused GIT_OPT_SET_CACHE_OBJECT_LIMIT");
 }
 
 /// Set libgit2 up for memvault's durability scheme (its own fsyncs off:
