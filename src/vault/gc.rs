@@ -30,8 +30,9 @@ pub struct GcReport {
     pub bytes_after: u64,
 }
 
-/// Repack when a checkpoint leaves more packs than this.
-pub(crate) const AUTO_GC_PACKS: usize = 24;
+/// A checkpoint that leaves more packs than this merges the smaller ones
+/// (see [`merge_small_packs`]).
+pub(crate) const AUTO_MERGE_PACKS: usize = 8;
 
 impl Vault {
     /// Checkpoint, then repack everything reachable into one pack and
@@ -46,15 +47,100 @@ impl Vault {
     }
 }
 
-/// Number of packs in the repository.
-pub(crate) fn pack_count(repo: &Repository) -> usize {
-    fs::read_dir(repo.path().join("objects/pack"))
+/// The packs in the repository: file stem (`pack-<hex>`) and size, with
+/// an index beside them, largest first.
+fn packs(repo: &Repository) -> Vec<(String, u64)> {
+    let dir = repo.path().join("objects/pack");
+    let mut out: Vec<(String, u64)> = fs::read_dir(&dir)
         .map(|d| {
             d.filter_map(Result::ok)
-                .filter(|e| e.file_name().to_string_lossy().ends_with(".pack"))
-                .count()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let stem = name.strip_suffix(".pack")?.to_string();
+                    if !dir.join(format!("{stem}.idx")).exists() {
+                        return None;
+                    }
+                    Some((stem, e.metadata().ok()?.len()))
+                })
+                .collect()
         })
-        .unwrap_or(0)
+        .unwrap_or_default();
+    out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
+/// Which of `sizes` (largest first) to merge: the smallest ones, rolled up
+/// while the next larger pack is less than twice what is gathered, so the
+/// packs that stay form a geometric progression and each byte is rewritten
+/// a logarithmic number of times. At least enough to get back under
+/// `limit`. Returns the index of the first pack to merge.
+fn merge_from(sizes: &[u64], limit: usize) -> usize {
+    let n = sizes.len();
+    if n <= limit {
+        return n;
+    }
+    let mut i = n - 1;
+    let mut gathered = sizes[i];
+    while i > 0 && sizes[i - 1] < gathered.saturating_mul(2) {
+        i -= 1;
+        gathered += sizes[i];
+    }
+    i.min(limit - 1)
+}
+
+/// Keep reads fast without a full repack: merge the smaller packs into one
+/// (no delta search) when there are more than [`AUTO_MERGE_PACKS`]. Run
+/// at checkpoints, under the writer lock; the new pack is synced before
+/// the old ones are deleted. Everything in the merged packs is kept
+/// (pruning is `gc`'s job).
+pub(crate) fn merge_small_packs(repo: &Repository) -> Result<usize, VaultError> {
+    let packs = packs(repo);
+    let sizes: Vec<u64> = packs.iter().map(|p| p.1).collect();
+    let from = merge_from(&sizes, AUTO_MERGE_PACKS);
+    if packs.len() - from < 2 {
+        return Ok(0);
+    }
+    let pack_dir = repo.path().join("objects/pack");
+    let odb = repo.odb()?;
+    let files = packs[from..]
+        .iter()
+        .map(|(stem, _)| super::pack::PackFile::open(&pack_dir, stem))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Whole objects are copied as they stand (no inflate, no deflate);
+    // deltas (from an earlier gc) are resolved and written whole.
+    let mut resolved = Vec::new();
+    let mut entries = Vec::new();
+    for f in &files {
+        for e in f.entries() {
+            match e {
+                super::pack::Read::Whole { id, crc, bytes } => {
+                    entries.push(super::pack::Entry::Raw { id, crc, bytes })
+                }
+                super::pack::Read::Delta(id) => {
+                    let o = odb.read(id)?;
+                    resolved.push(wal::Object {
+                        kind: o.kind(),
+                        id,
+                        data: o.data().to_vec(),
+                    });
+                }
+            }
+        }
+    }
+    entries.extend(resolved.iter().map(super::pack::Entry::Object));
+    let name = super::pack::write_entries(&pack_dir, &entries)?;
+    fsync::sync_path(&pack_dir)?;
+    let keep = format!("pack-{name}");
+    for (stem, _) in &packs[from..] {
+        if *stem != keep {
+            // The index first: a reader that lists packs then finds none.
+            let _ = fs::remove_file(pack_dir.join(format!("{stem}.idx")));
+            let _ = fs::remove_file(pack_dir.join(format!("{stem}.pack")));
+        }
+    }
+    fsync::sync_path(&pack_dir)?;
+    wal::install_odb(repo)?;
+    Ok(packs.len() - from)
 }
 
 fn dir_bytes(dir: &std::path::Path) -> u64 {
@@ -124,4 +210,23 @@ pub(crate) fn repack_locked(repo: &Repository) -> Result<GcReport, VaultError> {
     wal::install_odb(repo)?;
     report.bytes_after = dir_bytes(&objects_dir);
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_from;
+
+    #[test]
+    fn merges_roll_up_the_small_packs() {
+        // Under the limit: nothing.
+        assert_eq!(merge_from(&[100, 4, 4], 8), 3);
+        // A big gc pack and nine checkpoint packs: the checkpoints merge.
+        let mut s = vec![1000];
+        s.extend([4; 9]);
+        assert_eq!(merge_from(&s, 8), 1);
+        // A geometric series (factor 3) stays; the small tail merges.
+        assert_eq!(merge_from(&[2000, 600, 200, 60, 20, 6, 2, 1, 1], 8), 5);
+        // Similar sizes all merge.
+        assert_eq!(merge_from(&[5; 10], 8), 0);
+    }
 }

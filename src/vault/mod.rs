@@ -31,6 +31,7 @@ pub mod history;
 mod index;
 pub mod keys;
 pub mod meta;
+mod pack;
 pub mod slots;
 #[cfg(test)]
 mod tests;
@@ -961,9 +962,9 @@ fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), VaultError>
     wal.reset(target)?;
     // Everything is on disk now: drop the in-memory copies.
     wal::install_odb(repo)?;
-    if gc::pack_count(repo) > gc::AUTO_GC_PACKS {
-        gc::repack_locked(repo)?;
-    }
+    // A few packs at most: merge the small ones (a full repack with delta
+    // search and pruning is `memvault gc`'s, never a mutation's).
+    gc::merge_small_packs(repo)?;
     Ok(())
 }
 

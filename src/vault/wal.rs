@@ -247,11 +247,7 @@ impl<'a> Reader<'a> {
 }
 
 fn checksum(bytes: &[u8]) -> [u8; 20] {
-    let mut out = [0u8; 20];
-    if let Ok(id) = Oid::hash_object(ObjectType::Blob, bytes) {
-        out.copy_from_slice(id.as_bytes());
-    }
-    out
+    super::pack::blob_hash(bytes)
 }
 
 fn entry(kind: u8, body: &[u8]) -> Vec<u8> {
@@ -660,33 +656,10 @@ pub(crate) fn write_durable_objects(
         }
         return Ok(());
     }
-    // Build the pack from the log's bytes held in memory.
-    let staging = Repository::from_odb(Odb::new()?)?;
-    let odb = staging.odb()?;
-    let _mempack = odb.add_new_mempack_backend(1)?;
-    for o in objects {
-        let id = odb.write(o.kind, &o.data)?;
-        if id != o.id {
-            return Err(git2::Error::from_str(
-                "a logged object does not match its id",
-            ));
-        }
-    }
-    let mut pb = staging.packbuilder()?;
-    pb.set_threads(1);
-    for o in objects {
-        pb.insert_object(o.id, None)?;
-    }
+    // One pack, no delta search (gc finds deltas), synced before named.
     let pack_dir = dir.join("pack");
     fs::create_dir_all(&pack_dir).map_err(io_git)?;
-    pb.write(&pack_dir, 0o444)?;
-    let name = pb
-        .name()?
-        .ok_or_else(|| git2::Error::from_str("the new pack has no name"))?
-        .to_string();
-    for ext in ["pack", "idx"] {
-        fsync::sync_path(&pack_dir.join(format!("pack-{name}.{ext}"))).map_err(io_git)?;
-    }
+    super::pack::write(&pack_dir, objects).map_err(io_git)?;
     fsync::sync_path(&pack_dir).map_err(io_git)?;
     fsync::sync_path(&dir).map_err(io_git)?;
     Ok(())
