@@ -116,7 +116,7 @@ pub(crate) fn build_entries(all: &[Entry<'_>]) -> io::Result<(Vec<u8>, Vec<u8>, 
     let pack_sum: [u8; 20] = Sha1::digest(&pack).into();
     pack.extend_from_slice(&pack_sum);
 
-    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    entries.sort_unstable_by_key(|a| a.0);
     let mut idx = Vec::with_capacity(8 + 1024 + entries.len() * 28 + 40);
     idx.extend_from_slice(&[0xff, b't', b'O', b'c']);
     idx.extend_from_slice(&2u32.to_be_bytes());
