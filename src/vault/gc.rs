@@ -12,9 +12,10 @@
 //! grow with the repository); readers in other processes holding an old
 //! pack open keep reading it until they refresh.
 
+use std::collections::HashSet;
 use std::fs;
 
-use git2::Repository;
+use git2::{Oid, Repository};
 
 use super::{MAIN_REF, Vault, VaultError, checkpoint_locked, fsync, keys::KEYS_REF, wal};
 
@@ -157,6 +158,38 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
     total
 }
 
+/// Insert a tree and everything below it not inserted yet, each under
+/// its path.
+fn insert_tree(
+    repo: &Repository,
+    pb: &mut git2::PackBuilder<'_>,
+    seen: &mut HashSet<Oid>,
+    id: Oid,
+    path: &str,
+) -> Result<(), git2::Error> {
+    if !seen.insert(id) {
+        return Ok(());
+    }
+    pb.insert_object(id, Some(path))?;
+    let tree = repo.find_tree(id)?;
+    for e in tree.iter() {
+        let Ok(name) = e.name() else { continue };
+        let child = if path.is_empty() {
+            name.to_string()
+        } else {
+            format!("{path}/{name}")
+        };
+        match e.kind() {
+            Some(git2::ObjectType::Tree) => insert_tree(repo, pb, seen, e.id(), &child)?,
+            Some(git2::ObjectType::Blob) if seen.insert(e.id()) => {
+                pb.insert_object(e.id(), Some(&child))?
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// The repack (the caller holds the writer lock and has checkpointed).
 pub(crate) fn repack_locked(repo: &Repository) -> Result<GcReport, VaultError> {
     let objects_dir = repo.path().join("objects");
@@ -168,13 +201,25 @@ pub(crate) fn repack_locked(repo: &Repository) -> Result<GcReport, VaultError> {
     };
     let mut pb = repo.packbuilder()?;
     pb.set_threads(1);
+    // Objects go in with their paths, newest commits first, as git does:
+    // the delta search groups objects by path, so each directory's trees
+    // are compared with that directory's earlier versions (libgit2's own
+    // walk names no tree, and found almost no tree deltas).
+    let mut seen = HashSet::new();
     let mut walk = repo.revwalk()?;
     if let Ok(main) = repo.refname_to_id(MAIN_REF) {
         walk.push(main)?;
     }
-    pb.insert_walk(&mut walk)?;
+    let mut commits: Vec<Oid> = walk.collect::<Result<_, _>>()?;
     if let Ok(keys) = repo.refname_to_id(KEYS_REF) {
-        pb.insert_commit(keys)?;
+        commits.push(keys);
+    }
+    for id in commits {
+        if seen.insert(id) {
+            pb.insert_object(id, None)?;
+            let tree = repo.find_commit(id)?.tree_id();
+            insert_tree(repo, &mut pb, &mut seen, tree, "")?;
+        }
     }
     report.objects = pb.object_count();
     pb.write(&pack_dir, 0o444)?;
