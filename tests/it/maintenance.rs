@@ -61,3 +61,48 @@ fn gc_keeps_everything_reachable_in_one_pack_and_drops_the_rest() {
     let view = v.one(json!({"command": "view", "path": "/memories/d/n15.md"}));
     assert!(text(&view).contains("note 15"), "{view}");
 }
+
+fn pack_count(v: &TestVault) -> usize {
+    std::fs::read_dir(v.vault.join("objects/pack"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".pack"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn checkpoints_merge_small_packs_without_losing_anything() {
+    // Each `serve` checkpoints its log on close, as one pack when it holds
+    // more than a few objects. Past 8 packs, the smaller ones are merged.
+    let v = TestVault::new();
+    let mut most = 0;
+    for s in 0..12 {
+        let lines: Vec<String> = (0..20)
+            .map(|i| json!({"command": "create", "path": format!("/memories/s{s}/n{i}.md"), "file_text": format!("session {s} note {i}\n")}).to_string())
+            .collect();
+        for o in v.serve(&lines) {
+            assert!(!is_error(&o), "{o}");
+        }
+        most = most.max(pack_count(&v));
+    }
+    assert!(
+        most >= 8,
+        "the test must reach the merge threshold ({most})"
+    );
+    assert!(pack_count(&v) <= 8, "{} packs left", pack_count(&v));
+    for s in 0..12 {
+        for i in 0..20 {
+            let o = v.one(json!({"command": "view", "path": format!("/memories/s{s}/n{i}.md")}));
+            assert!(text(&o).contains(&format!("session {s} note {i}")), "{o}");
+        }
+    }
+    let out = v.cmd().arg("verify").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    git(&v.vault, &["fsck", "--connectivity-only", "--no-dangling"]);
+}
