@@ -89,15 +89,33 @@ fn merge_from(sizes: &[u64], limit: usize) -> usize {
     i.min(limit - 1)
 }
 
+/// Packs larger than this are never merged by a checkpoint (only `gc`
+/// rewrites them): a mutation's worst case stays bounded however large
+/// the repository grows.
+pub(crate) const AUTO_MERGE_MAX_BYTES: u64 = 32 << 20;
+
+/// [`merge_from`] over the packs a checkpoint may merge (those up to
+/// [`AUTO_MERGE_MAX_BYTES`], which come last in `sizes`, largest first),
+/// with the large ones counted against [`AUTO_MERGE_PACKS`].
+fn auto_merge_from(sizes: &[u64]) -> usize {
+    let large = sizes
+        .iter()
+        .take_while(|s| **s > AUTO_MERGE_MAX_BYTES)
+        .count();
+    let limit = AUTO_MERGE_PACKS.saturating_sub(large).max(1);
+    large + merge_from(&sizes[large..], limit)
+}
+
 /// Keep reads fast without a full repack: merge the smaller packs into one
-/// (no delta search) when there are more than [`AUTO_MERGE_PACKS`]. Run
+/// (no delta search) when there are more than [`AUTO_MERGE_PACKS`], never
+/// touching a pack over [`AUTO_MERGE_MAX_BYTES`]. Run
 /// at checkpoints, under the writer lock; the new pack is synced before
 /// the old ones are deleted. Everything in the merged packs is kept
 /// (pruning is `gc`'s job).
 pub(crate) fn merge_small_packs(repo: &Repository) -> Result<usize, VaultError> {
     let packs = packs(repo);
     let sizes: Vec<u64> = packs.iter().map(|p| p.1).collect();
-    let from = merge_from(&sizes, AUTO_MERGE_PACKS);
+    let from = auto_merge_from(&sizes);
     if packs.len() - from < 2 {
         return Ok(0);
     }
@@ -273,5 +291,25 @@ mod tests {
         assert_eq!(merge_from(&[2000, 600, 200, 60, 20, 6, 2, 1, 1], 8), 5);
         // Similar sizes all merge.
         assert_eq!(merge_from(&[5; 10], 8), 0);
+    }
+
+    #[test]
+    fn a_checkpoint_never_merges_a_large_pack() {
+        use super::{AUTO_MERGE_MAX_BYTES as MAX, auto_merge_from};
+        let mib = 1 << 20;
+        // A 400 MiB gc pack and nine small packs that together pass half
+        // of it: only the small ones merge.
+        let mut s = vec![400 * mib];
+        s.extend([30 * mib; 9]);
+        assert_eq!(auto_merge_from(&s), 1);
+        // Large packs count against the limit: with 7 of them, the two
+        // small ones are merged into one.
+        let mut s = vec![MAX + 1; 7];
+        s.extend([4 * mib, 4 * mib]);
+        assert_eq!(auto_merge_from(&s), 7);
+        // Only large packs: nothing to merge, however many.
+        assert_eq!(auto_merge_from(&[MAX + 1; 12]), 12);
+        // Few packs: nothing.
+        assert_eq!(auto_merge_from(&[MAX + 1, 4 * mib]), 2);
     }
 }
