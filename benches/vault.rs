@@ -480,73 +480,13 @@ fn main() {
         four / one
     );
 
-    // Open without key derivation (key file), and unlock with the default
-    // Argon2id parameters.
-    let mut opens = Vec::new();
-    for _ in 0..20 {
-        let t = Instant::now();
-        let v = Vault::open(&dir, &Unlock::KeyFile(&key_copy), who()).unwrap();
-        opens.push(t.elapsed());
-        drop(v);
-    }
-    let (m, p) = stats(opens);
-    println!(
-        "\nopen with a key file (no key derivation): median {}, p99 {}",
-        fmt(m),
-        fmt(p)
-    );
-
-    // Repository size after maintenance against the blobs it must hold.
-    {
-        let mut v = Vault::open(&dir, &Unlock::KeyFile(&key_copy), who()).unwrap();
-        let t = Instant::now();
-        let r = v.gc().unwrap();
-        let gc_time = t.elapsed();
-        let (blobs, commits) = {
-            let repo = v.repo();
-            let odb = repo.odb().unwrap();
-            let mut blobs = 0u64;
-            let mut walk = repo.revwalk().unwrap();
-            walk.push_ref("refs/heads/main").unwrap();
-            let mut seen = std::collections::HashSet::new();
-            let mut commits = 0;
-            for c in walk {
-                commits += 1;
-                let tree = repo.find_commit(c.unwrap()).unwrap().tree().unwrap();
-                tree.walk(git2::TreeWalkMode::PreOrder, |_, e| {
-                    if e.kind() == Some(git2::ObjectType::Blob) && seen.insert(e.id()) {
-                        blobs += odb.read_header(e.id()).unwrap().0 as u64;
-                    }
-                    git2::TreeWalkResult::Ok
-                })
-                .unwrap();
-            }
-            (blobs, commits)
-        };
-        println!(
-            "gc: {} objects, {} commits, {:.1} s; objects/ {} bytes for {} bytes of distinct blobs ({:.2}x)",
-            r.objects,
-            commits,
-            gc_time.as_secs_f64(),
-            r.bytes_after,
-            blobs,
-            r.bytes_after as f64 / blobs as f64
-        );
-        drop(v);
-        let mut opens = Vec::new();
-        for _ in 0..20 {
-            let t = Instant::now();
-            let v = Vault::open(&dir, &Unlock::KeyFile(&key_copy), who()).unwrap();
-            opens.push(t.elapsed());
-            drop(v);
-        }
-        let (m, p) = stats(opens);
-        println!(
-            "open after gc (no key derivation): median {}, p99 {}",
-            fmt(m),
-            fmt(p)
-        );
-    }
+    // Open without key derivation (key file); repository size after
+    // maintenance against the blobs it must hold; then unlock with the
+    // default Argon2id parameters.
+    println!();
+    open_times(&dir, &key_copy, "open with a key file (no key derivation)");
+    gc_ratio(&dir, &key_copy);
+    open_times(&dir, &key_copy, "open after gc (no key derivation)");
 
     let pdir = tmp.path().join("pvault");
     let pass = Passphrase::new("correct horse battery staple".into());
