@@ -7,7 +7,8 @@
 //!
 //! Run: `cargo bench --bench vault` (add `-- --quick` for a short run,
 //! `--notes N`, `--samples N`, `--library-only` to stop after the
-//! library figures, for profiling).
+//! library figures, `--throughput-only` to fill and then run only the
+//! 1- and 4-writer throughput, both for profiling).
 //!
 //! Scale runs: `cargo bench --bench vault -- --scale --notes 20000` and
 //! `-- --scale --commits 200000` build the vault once (fsync off), cache it
@@ -33,6 +34,7 @@ struct Args {
     scale: bool,
     commits: usize,
     library_only: bool,
+    throughput_only: bool,
 }
 
 fn args() -> Args {
@@ -43,6 +45,7 @@ fn args() -> Args {
         scale: false,
         commits: 0,
         library_only: false,
+        throughput_only: false,
     };
     let argv: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -59,6 +62,7 @@ fn args() -> Args {
             }
             "--scale" => a.scale = true,
             "--library-only" => a.library_only = true,
+            "--throughput-only" => a.throughput_only = true,
             "--commits" => {
                 a.commits = argv[i + 1].parse().expect("--commits N");
                 i += 1;
@@ -461,17 +465,18 @@ fn main() {
     );
 
     fsync::set_for_benchmark(true);
-    bench_ops("fsync on (default)", &a, &key_copy, &dir);
-    fsync::set_for_benchmark(false);
-    bench_ops("fsync off (comparison)", &a, &key_copy, &dir);
-    fsync::set_for_benchmark(true);
-    if a.library_only {
-        return;
-    }
-
     let keyfile = tmp.path().join("vault.key");
     std::fs::write(&keyfile, key_copy.expose_secret()).unwrap();
-    bench_serve(&a, &dir, &keyfile);
+    if !a.throughput_only {
+        bench_ops("fsync on (default)", &a, &key_copy, &dir);
+        fsync::set_for_benchmark(false);
+        bench_ops("fsync off (comparison)", &a, &key_copy, &dir);
+        fsync::set_for_benchmark(true);
+        if a.library_only {
+            return;
+        }
+        bench_serve(&a, &dir, &keyfile);
+    }
     let per = a.samples.max(20);
     let one = throughput(&dir, &keyfile, 1, per, "one");
     let four = throughput(&dir, &keyfile, 4, per, "four");
@@ -479,6 +484,9 @@ fn main() {
         "\nthroughput of creates through `serve` (fsync on): 1 client {one:.0}/s, 4 concurrent clients {four:.0}/s ({:.2}x)",
         four / one
     );
+    if a.throughput_only {
+        return;
+    }
 
     // Open without key derivation (key file); repository size after
     // maintenance against the blobs it must hold; then unlock with the

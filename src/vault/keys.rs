@@ -346,6 +346,7 @@ impl KeyState {
         slots: Option<BTreeMap<String, Vec<u8>>>,
     ) -> Result<Oid, VaultError> {
         let mut touched = std::collections::BTreeSet::new();
+        let mut erased_changed = false;
         for (id, key) in changes {
             let shard = KeyTable::shard_of(&id);
             touched.insert(shard);
@@ -359,25 +360,53 @@ impl KeyState {
                 }
                 None => {
                     table.remove(&id);
-                    self.erased.insert(id);
+                    erased_changed |= self.erased.insert(id);
                 }
             }
         }
-        for shard in touched {
-            let empty = self.shards.get(&shard).is_none_or(|(_, t)| t.is_empty());
+        for shard in &touched {
+            let empty = self.shards.get(shard).is_none_or(|(_, t)| t.is_empty());
             if empty {
-                self.shards.remove(&shard);
+                self.shards.remove(shard);
                 continue;
             }
-            if let Some((oid, table)) = self.shards.get_mut(&shard) {
-                let sealed = keys.seal_table_shard(shard, table);
+            if let Some((oid, table)) = self.shards.get_mut(shard) {
+                let sealed = keys.seal_table_shard(*shard, table);
                 *oid = repo.blob(&sealed)?;
             }
         }
+        // The common case (a create adds one key): update the previous
+        // tree in place rather than rebuild the slot tree and the 256-entry
+        // table from scratch. The result is the same tree.
+        let previous = match slots {
+            Some(_) => None,
+            None => repo.find_commit(self.commit).ok().map(|c| c.tree_id()),
+        };
         if let Some(s) = slots {
             self.slots = s;
         }
-        write_key_commit(repo, keys, &self.slots, &self.shards, &self.erased)
+        match previous {
+            Some(root) => {
+                let mut update = git2::build::TreeUpdateBuilder::new();
+                for shard in touched {
+                    let path = format!("table/{shard:02x}");
+                    match self.shards.get(&shard) {
+                        Some((oid, _)) => update.upsert(path, *oid, FileMode::Blob),
+                        None => update.remove(path),
+                    };
+                }
+                if erased_changed {
+                    update.upsert(
+                        "erased",
+                        repo.blob(&erased_bytes(&self.erased))?,
+                        FileMode::Blob,
+                    );
+                }
+                let root = repo.find_tree(update.create_updated(repo, &repo.find_tree(root)?)?)?;
+                sign_key_commit(repo, keys, &root)
+            }
+            None => write_key_commit(repo, keys, &self.slots, &self.shards, &self.erased),
+        }
     }
 
     /// Add a staged keys commit and the objects it needs beyond `old` to a
@@ -463,11 +492,80 @@ fn write_key_commit(
     root.insert("slots", slot_tree, FileMode::Tree.into())?;
     root.insert("table", table_tree, FileMode::Tree.into())?;
     if !erased.is_empty() {
-        let ids: Vec<u8> = erased.iter().flat_map(|id| id.0).collect();
-        root.insert("erased", repo.blob(&ids)?, FileMode::Blob.into())?;
+        root.insert(
+            "erased",
+            repo.blob(&erased_bytes(erased))?,
+            FileMode::Blob.into(),
+        )?;
     }
     let root = repo.find_tree(root.write()?)?;
+    sign_key_commit(repo, keys, &root)
+}
+
+/// The `erased` blob: the destroyed key ids, in order.
+fn erased_bytes(erased: &std::collections::BTreeSet<FileKeyId>) -> Vec<u8> {
+    erased.iter().flat_map(|id| id.0).collect()
+}
+
+/// The MAC'd keys commit (no parent) of a key-state tree.
+fn sign_key_commit(
+    repo: &Repository,
+    keys: &VaultKeys,
+    root: &git2::Tree<'_>,
+) -> Result<Oid, VaultError> {
     let sig = super::fixed_signature()?;
-    let buf = repo.commit_create_buffer(&sig, &sig, "memvault key state v1\n", &root, &[])?;
+    let buf = repo.commit_create_buffer(&sig, &sig, "memvault key state v1\n", root, &[])?;
     write_signed_commit(repo, keys, &buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::Keyring;
+
+    fn tree_of(repo: &Repository, commit: Oid) -> Oid {
+        repo.find_commit(commit).unwrap().tree_id()
+    }
+
+    /// The in-place update of the key tree gives exactly the tree a full
+    /// rebuild gives, through adds, removals (erasure) and emptied shards.
+    #[test]
+    fn incremental_key_tree_matches_a_full_rebuild() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        let keys = VaultKeys::derive(&Keyring::new_random());
+        let mut slots = BTreeMap::new();
+        slots.insert("00112233aabbccdd".to_string(), vec![7u8; 90]);
+        let mut state = KeyState::create(&repo, &keys, slots).unwrap();
+        let mut ids = Vec::new();
+        for round in 0..6 {
+            let mut changes = Vec::new();
+            for _ in 0..(1 + round * 7) {
+                let id = FileKeyId::generate();
+                ids.push(id);
+                changes.push((id, Some(FileKey::generate())));
+            }
+            if round >= 2 {
+                // Erase a few, emptying some shards.
+                for _ in 0..3 {
+                    let id = ids.remove(0);
+                    changes.push((id, None));
+                }
+            }
+            let staged = state.stage_changes(&repo, &keys, changes, None).unwrap();
+            let full =
+                write_key_commit(&repo, &keys, &state.slots, &state.shards, &state.erased).unwrap();
+            assert_eq!(
+                tree_of(&repo, staged),
+                tree_of(&repo, full),
+                "round {round}"
+            );
+            state.published(&repo, staged);
+            // And it reads back as the same table.
+            let again = KeyState::load_at(&repo, &keys, Some(staged)).unwrap();
+            assert_eq!(again.file_key_count(), state.file_key_count());
+            assert_eq!(again.erased, state.erased);
+        }
+        assert!(!state.erased.is_empty());
+    }
 }

@@ -639,6 +639,7 @@ impl Vault {
         };
         let mut new_key: Option<(FileKeyId, FileKey)> = None;
         let mut written: Vec<FileKeyId> = Vec::new();
+        let mut files_after: Option<usize> = None;
         let new_tree = {
             let base = self.tree_of(parent)?;
             let empty;
@@ -680,7 +681,17 @@ impl Vault {
                     let (id, key) = match existing {
                         Some(id) => (id, snap.file_key(&id)?),
                         None => {
-                            if snap.count_files()? >= self.config.max_files {
+                            let files = snap.count_files()?;
+                            // One more file, unless the write replaces a
+                            // whole directory (the memory layer refuses
+                            // that; do not count on it here).
+                            if base_tree
+                                .get_path(std::path::Path::new(&snap.git_path(&path)?))
+                                .is_err()
+                            {
+                                files_after = Some(files + 1);
+                            }
+                            if files >= self.config.max_files {
                                 return Err(StoreError::Limit(format!(
                                     "this vault already holds its limit of {} files; delete some before creating more",
                                     self.config.max_files
@@ -736,6 +747,9 @@ impl Vault {
             drop(snap);
             update.create_updated(&self.repo, base_tree).map_err(ge)?
         };
+        if let Some(n) = files_after {
+            self.caches.remember_count(new_tree, n);
+        }
         let new_keys = new_key
             .map(|(id, key)| (id, Some(key)))
             .into_iter()

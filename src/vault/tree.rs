@@ -32,6 +32,15 @@ pub struct Caches {
 
 const CACHE_LIMIT: usize = 200_000;
 
+impl Caches {
+    /// Record the file count of a tree this process just built (a create
+    /// adds one file to a tree whose count it checked), so the next
+    /// create's limit check does not walk the changed directory again.
+    pub(crate) fn remember_count(&self, tree: Oid, files: usize) {
+        remember(&self.counts, tree, files);
+    }
+}
+
 fn remember<K: std::hash::Hash + Eq, V>(map: &RefCell<HashMap<K, V>>, k: K, v: V) {
     let mut m = map.borrow_mut();
     if m.len() >= CACHE_LIMIT {
