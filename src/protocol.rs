@@ -207,6 +207,7 @@ pub fn serve(
         output.write_all(text.as_bytes())?;
         output.flush()?;
         answered += 1;
+        store.after_reply();
         after_each(store);
     }
 }

@@ -442,6 +442,8 @@ fn serve(global: &Global, args: &ServeArgs) -> Result<u8, CliError> {
             }
         });
     }
+    // Checkpoints run after a reply is written, not inside the request.
+    vault.defer_checkpoints(true);
     let memory = memory_for(vault.config())?;
     let max_line = vault.config().max_line_bytes;
     let stdin = io::stdin();

@@ -156,4 +156,9 @@ pub trait Store {
     /// Called after a `view` of a file returned its content, so a store
     /// may record the access (expiry). Directory views do not call it.
     fn note_viewed(&mut self, _path: &MemoryPath) {}
+
+    /// Called by `serve` once a reply has been written and flushed: the
+    /// moment for housekeeping the request need not wait for (a vault
+    /// runs a due checkpoint here).
+    fn after_reply(&mut self) {}
 }

@@ -145,6 +145,12 @@ pub struct Vault {
     wal: Wal,
     /// A record was appended under the lock and still needs its sync.
     pending_sync: bool,
+    /// Run checkpoints in [`Store::after_reply`] instead of inside the
+    /// mutation that filled the log (`serve`).
+    defer_checkpoints: bool,
+    /// The log is over its checkpoint size and a deferred checkpoint is
+    /// due.
+    checkpoint_due: bool,
     /// This process appended to the log since its last checkpoint (so it
     /// checkpoints when it closes: git alone then shows every commit).
     dirty: bool,
@@ -396,6 +402,8 @@ impl Vault {
             caches: Caches::default(),
             wal,
             pending_sync: false,
+            defer_checkpoints: false,
+            checkpoint_due: false,
             dirty: false,
             unlocked_slot: None,
         };
@@ -595,9 +603,20 @@ impl Vault {
             })?;
         }
         if result.is_ok() && self.wal.len().unwrap_or(0) > wal::CHECKPOINT_BYTES {
-            self.checkpoint().map_err(StoreError::from)?;
+            if self.defer_checkpoints {
+                self.checkpoint_due = true;
+            } else {
+                self.checkpoint().map_err(StoreError::from)?;
+            }
         }
         result
+    }
+
+    /// Defer the checkpoint a mutation makes due to [`Store::after_reply`],
+    /// so it does not add to that mutation's latency (`serve` does this;
+    /// the mutation is durable in the log either way).
+    pub fn defer_checkpoints(&mut self, on: bool) {
+        self.defer_checkpoints = on;
     }
 
     /// Under the writer lock: check that the log's tail is what the refs
@@ -1095,6 +1114,16 @@ impl Store for Vault {
             }
             Ok(outcome.result)
         })
+    }
+
+    fn after_reply(&mut self) {
+        if std::mem::take(&mut self.checkpoint_due)
+            && let Err(e) = self.checkpoint()
+        {
+            // Nothing is lost: the log still holds every record, and the
+            // next mutation makes the checkpoint due again.
+            eprintln!("memvault: checkpoint failed ({e}); it will be retried");
+        }
     }
 
     fn note_viewed(&mut self, path: &crate::memory::MemoryPath) {

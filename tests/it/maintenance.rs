@@ -106,3 +106,67 @@ fn checkpoints_merge_small_packs_without_losing_anything() {
     );
     git(&v.vault, &["fsck", "--connectivity-only", "--no-dangling"]);
 }
+
+/// `serve` runs a due checkpoint after the reply, not inside the request:
+/// the log shrinks while `serve` keeps running, and nothing is lost.
+#[test]
+fn serve_checkpoints_after_the_reply_while_it_keeps_running() {
+    use std::io::{BufRead, BufReader, Write};
+    let v = TestVault::new();
+    let mut child = v
+        .cmd()
+        .args(["serve", "--session", "ckpt"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut ask = |cmd: serde_json::Value| {
+        writeln!(stdin, "{cmd}").unwrap();
+        stdin.flush().unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        serde_json::from_str::<serde_json::Value>(&line).unwrap()
+    };
+    let body = |n: usize| -> String {
+        (0..2500)
+            .map(|l| format!("note {n} line {l} about the weather\n"))
+            .collect()
+    };
+    let wal = v.vault.join("memvault/wal");
+    let mut largest = 0;
+    for n in 0..60 {
+        let o = ask(
+            json!({"command": "create", "path": format!("/memories/big/n{n}.md"), "file_text": body(n)}),
+        );
+        assert!(!is_error(&o), "{o}");
+        // The reply of the next request comes after the previous
+        // request's deferred checkpoint.
+        let o =
+            ask(json!({"command": "view", "path": "/memories/big/n0.md", "view_range": [1, 1]}));
+        assert!(!is_error(&o), "{o}");
+        largest = largest.max(std::fs::metadata(&wal).unwrap().len());
+    }
+    assert!(
+        pack_count(&v) >= 1,
+        "no checkpoint ran while serve was open"
+    );
+    let now = std::fs::metadata(&wal).unwrap().len();
+    assert!(
+        largest < (4 << 20) + (1 << 20),
+        "the log grew to {largest} bytes"
+    );
+    assert!(now < largest, "the log never shrank ({now} bytes)");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    for n in 0..60 {
+        let o = v.one(json!({"command": "view", "path": format!("/memories/big/n{n}.md")}));
+        assert!(
+            text(&o).contains(&format!("note {n} line 2499 about")),
+            "note {n}"
+        );
+    }
+    let out = v.cmd().arg("verify").output().unwrap();
+    assert!(out.status.success());
+}
