@@ -46,7 +46,8 @@ replay_tests!(
     memory_path,
     crypto_open,
     redact,
-    differential
+    differential,
+    vault_log
 );
 
 #[test]
@@ -59,7 +60,8 @@ fn every_target_is_replayed() {
             "memory_path",
             "crypto_open",
             "redact",
-            "differential"
+            "differential",
+            "vault_log"
         ]
     );
 }

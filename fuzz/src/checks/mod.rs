@@ -13,6 +13,7 @@ pub mod input;
 pub mod memory_path;
 pub mod protocol_line;
 pub mod redact;
+pub mod vault_log;
 
 /// A target's check: panics when the property does not hold for the input.
 pub type Check = fn(&[u8]);
@@ -24,4 +25,5 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("crypto_open", crypto_open::check),
     ("redact", redact::check),
     ("differential", differential::check),
+    ("vault_log", vault_log::check),
 ];
