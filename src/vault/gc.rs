@@ -125,17 +125,34 @@ pub(crate) fn merge_small_packs(repo: &Repository) -> Result<usize, VaultError> 
         .iter()
         .map(|(stem, _)| super::pack::PackFile::open(&pack_dir, stem))
         .collect::<Result<Vec<_>, _>>()?;
-    // Whole objects are copied as they stand (no inflate, no deflate);
-    // deltas (from an earlier gc) are resolved and written whole.
+    // Whole objects are copied as they stand (no inflate, no deflate), and
+    // so are offset deltas whose base is copied before them (re-pointed);
+    // other deltas (from an earlier gc) are resolved and written whole.
     let mut resolved = Vec::new();
     let mut entries = Vec::new();
+    let mut copied = HashSet::new();
     for f in &files {
         for e in f.entries() {
             match e {
                 super::pack::Read::Whole { id, crc, bytes } => {
+                    copied.insert(id);
                     entries.push(super::pack::Entry::Raw { id, crc, bytes })
                 }
-                super::pack::Read::Delta(id) => {
+                super::pack::Read::OfsDelta {
+                    id,
+                    base,
+                    size,
+                    zdata,
+                } if copied.contains(&base) => {
+                    copied.insert(id);
+                    entries.push(super::pack::Entry::RawOfsDelta {
+                        id,
+                        base,
+                        size,
+                        zdata,
+                    })
+                }
+                super::pack::Read::OfsDelta { id, .. } | super::pack::Read::Delta(id) => {
                     let o = odb.read(id)?;
                     resolved.push(wal::Object {
                         kind: o.kind(),
@@ -147,7 +164,7 @@ pub(crate) fn merge_small_packs(repo: &Repository) -> Result<usize, VaultError> 
         }
     }
     entries.extend(resolved.iter().map(super::pack::Entry::Object));
-    let name = super::pack::write_entries(&pack_dir, &entries)?;
+    let name = super::pack::write_entries(&pack_dir, &entries, &Default::default())?;
     fsync::sync_path(&pack_dir)?;
     let keep = format!("pack-{name}");
     for (stem, _) in &packs[from..] {
