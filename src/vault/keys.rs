@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use git2::{FileMode, Oid, Repository};
+use git2::{FileMode, ObjectType, Oid, Repository};
 
 use super::wal::{Record, Wal};
 use super::{VaultError, damaged};
@@ -37,6 +37,10 @@ pub struct KeyState {
     /// whose key is gone reads as erased rather than damaged. Kept as the
     /// blob `erased` (ids only; covered by the key-state MAC).
     pub erased: std::collections::BTreeSet<FileKeyId>,
+    /// The objects [`KeyState::stage_changes`] wrote for the commit it
+    /// staged (besides the commit), for [`KeyState::add_to_record`]; empty
+    /// when it does not know them.
+    staged: Option<(Oid, Vec<super::wal::Object>)>,
 }
 
 /// Read the keyslot blobs without any key (needed to unlock), from the
@@ -177,6 +181,7 @@ impl KeyState {
             slots,
             shards: BTreeMap::new(),
             erased: Default::default(),
+            staged: None,
         };
         state.load_shards(repo, keys)?;
         Ok(state)
@@ -364,6 +369,7 @@ impl KeyState {
                 }
             }
         }
+        let mut sealed_shards = Vec::new();
         for shard in &touched {
             let empty = self.shards.get(shard).is_none_or(|(_, t)| t.is_empty());
             if empty {
@@ -373,46 +379,60 @@ impl KeyState {
             if let Some((oid, table)) = self.shards.get_mut(shard) {
                 let sealed = keys.seal_table_shard(*shard, table);
                 *oid = repo.blob(&sealed)?;
+                sealed_shards.push(super::wal::Object {
+                    kind: ObjectType::Blob,
+                    id: *oid,
+                    data: sealed,
+                });
             }
         }
-        // The common case (a create adds one key): update the previous
-        // tree in place rather than rebuild the slot tree and the 256-entry
-        // table from scratch. The result is the same tree.
-        let previous = match slots {
+        // The common case (a create adds one key): the slots are unchanged,
+        // so write the table and root trees straight from the state (they
+        // are a fixed layout, see `write_key_commit`, which gives the same
+        // trees) and remember the objects for the log record, rather than
+        // rebuild through libgit2 and read everything back.
+        self.staged = None;
+        let slot_tree = match slots {
             Some(_) => None,
-            None => repo.find_commit(self.commit).ok().map(|c| c.tree_id()),
+            None => repo
+                .find_commit(self.commit)
+                .ok()
+                .and_then(|c| c.tree().ok())
+                .and_then(|t| t.get_name("slots").map(|e| e.id())),
         };
         if let Some(s) = slots {
             self.slots = s;
         }
-        match previous {
-            Some(root) => {
-                let mut update = git2::build::TreeUpdateBuilder::new();
-                for shard in touched {
-                    let path = format!("table/{shard:02x}");
-                    match self.shards.get(&shard) {
-                        Some((oid, _)) => update.upsert(path, *oid, FileMode::Blob),
-                        None => update.remove(path),
-                    };
-                }
-                if erased_changed {
-                    update.upsert(
-                        "erased",
-                        repo.blob(&erased_bytes(&self.erased))?,
-                        FileMode::Blob,
-                    );
-                }
-                let root = repo.find_tree(update.create_updated(repo, &repo.find_tree(root)?)?)?;
-                sign_key_commit(repo, keys, &root)
-            }
-            None => write_key_commit(repo, keys, &self.slots, &self.shards, &self.erased),
-        }
+        let Some(slot_tree) = slot_tree else {
+            return write_key_commit(repo, keys, &self.slots, &self.shards, &self.erased);
+        };
+        let odb = repo.odb()?;
+        let mut objects = sealed_shards;
+        let mut add = |kind: ObjectType, data: Vec<u8>| -> Result<Oid, VaultError> {
+            let id = odb.write(kind, &data)?;
+            objects.push(super::wal::Object { kind, id, data });
+            Ok(id)
+        };
+        let table = add(ObjectType::Tree, table_tree_bytes(&self.shards))?;
+        let erased = match self.erased.is_empty() {
+            true => None,
+            false if erased_changed => Some(add(ObjectType::Blob, erased_bytes(&self.erased))?),
+            false => repo
+                .find_commit(self.commit)?
+                .tree()?
+                .get_name("erased")
+                .map(|e| e.id()),
+        };
+        let root = add(ObjectType::Tree, root_tree_bytes(erased, slot_tree, table))?;
+        let commit = write_signed_commit(repo, keys, &key_commit_buffer(root))?;
+        self.staged = Some((commit, objects));
+        Ok(commit)
     }
 
     /// Add a staged keys commit and the objects it needs beyond `old` to a
     /// log record, with the ref target.
     pub(crate) fn add_to_record(
-        &self,
+        &mut self,
         repo: &Repository,
         record: &mut Record,
         old: Oid,
@@ -420,6 +440,13 @@ impl KeyState {
     ) -> Result<(), VaultError> {
         let odb = repo.odb()?;
         record.add_object(&odb, new)?;
+        if let Some((commit, objects)) = self.staged.take()
+            && commit == new
+        {
+            record.objects.extend(objects);
+            record.refs.push((KEYS_REF.to_string(), new));
+            return Ok(());
+        }
         let new_tree = repo.find_commit(new)?.tree_id();
         let old_tree = repo.find_commit(old).ok().map(|c| c.tree_id());
         let mut seen = std::collections::HashSet::new();
@@ -451,6 +478,7 @@ impl KeyState {
             slots,
             shards,
             erased,
+            staged: None,
         })
     }
 }
@@ -502,6 +530,44 @@ fn write_key_commit(
     sign_key_commit(repo, keys, &root)
 }
 
+/// The `table` tree: one blob entry per shard, named by its byte in two
+/// hex digits (fixed-length names, so byte order is git's tree order).
+fn table_tree_bytes(shards: &BTreeMap<u8, (Oid, KeyTable)>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(shards.len() * 30);
+    for (shard, (oid, _)) in shards {
+        out.extend_from_slice(format!("100644 {shard:02x}\0").as_bytes());
+        out.extend_from_slice(oid.as_bytes());
+    }
+    out
+}
+
+/// The key-state root tree: `erased` (when any key was erased), `slots`,
+/// `table`, in git's order.
+fn root_tree_bytes(erased: Option<Oid>, slots: Oid, table: Oid) -> Vec<u8> {
+    let mut out = Vec::with_capacity(3 * 32);
+    if let Some(e) = erased {
+        out.extend_from_slice(b"100644 erased\0");
+        out.extend_from_slice(e.as_bytes());
+    }
+    out.extend_from_slice(b"40000 slots\0");
+    out.extend_from_slice(slots.as_bytes());
+    out.extend_from_slice(b"40000 table\0");
+    out.extend_from_slice(table.as_bytes());
+    out
+}
+
+/// The unsigned buffer of a key-state commit (what
+/// `commit_create_buffer` gives with the fixed signature).
+fn key_commit_buffer(root: Oid) -> Vec<u8> {
+    format!(
+        "tree {root}\nauthor memvault <memvault> 0 +0000\ncommitter memvault <memvault> 0 +0000\n\n{KEY_COMMIT_MESSAGE}"
+    )
+    .into_bytes()
+}
+
+/// The message of every key-state commit.
+const KEY_COMMIT_MESSAGE: &str = "memvault key state v1\n";
+
 /// The `erased` blob: the destroyed key ids, in order.
 fn erased_bytes(erased: &std::collections::BTreeSet<FileKeyId>) -> Vec<u8> {
     erased.iter().flat_map(|id| id.0).collect()
@@ -514,7 +580,7 @@ fn sign_key_commit(
     root: &git2::Tree<'_>,
 ) -> Result<Oid, VaultError> {
     let sig = super::fixed_signature()?;
-    let buf = repo.commit_create_buffer(&sig, &sig, "memvault key state v1\n", root, &[])?;
+    let buf = repo.commit_create_buffer(&sig, &sig, KEY_COMMIT_MESSAGE, root, &[])?;
     write_signed_commit(repo, keys, &buf)
 }
 
@@ -560,6 +626,39 @@ mod tests {
                 tree_of(&repo, full),
                 "round {round}"
             );
+            // The commit is the one libgit2 would build (same buffer).
+            let tree = repo.find_tree(tree_of(&repo, staged)).unwrap();
+            let sig = super::super::fixed_signature().unwrap();
+            let libgit2 = repo
+                .commit_create_buffer(&sig, &sig, KEY_COMMIT_MESSAGE, &tree, &[])
+                .unwrap();
+            assert_eq!(&libgit2[..], &key_commit_buffer(tree.id())[..]);
+            // The record holds every object the new state needs beyond
+            // the old one, with its true bytes.
+            let mut record = Record::default();
+            let old = state.commit;
+            state
+                .add_to_record(&repo, &mut record, old, staged)
+                .unwrap();
+            let mut expected = Record::default();
+            let odb = repo.odb().unwrap();
+            expected.add_object(&odb, staged).unwrap();
+            let mut seen = std::collections::HashSet::new();
+            let old_tree = repo.find_commit(old).ok().map(|c| c.tree_id());
+            expected
+                .add_tree_diff(&odb, &repo, tree_of(&repo, staged), old_tree, &mut seen)
+                .unwrap();
+            let ids = |r: &Record| {
+                let mut v: Vec<Oid> = r.objects.iter().map(|o| o.id).collect();
+                v.sort();
+                v.dedup();
+                v
+            };
+            assert_eq!(ids(&record), ids(&expected), "round {round}");
+            for o in &record.objects {
+                assert_eq!(odb.read(o.id).unwrap().data(), &o.data[..]);
+            }
+            assert_eq!(record.refs, vec![(KEYS_REF.to_string(), staged)]);
             state.published(&repo, staged);
             // And it reads back as the same table.
             let again = KeyState::load_at(&repo, &keys, Some(staged)).unwrap();

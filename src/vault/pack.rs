@@ -191,10 +191,10 @@ fn subtrees(data: &[u8]) -> HashMap<&[u8], Oid> {
         let Some(id) = rest.get(sp + nul + 1..sp + nul + 21) else {
             break;
         };
-        if mode == b"40000" {
-            if let Ok(id) = Oid::from_bytes(id) {
-                out.insert(name, id);
-            }
+        if mode == b"40000"
+            && let Ok(id) = Oid::from_bytes(id)
+        {
+            out.insert(name, id);
         }
         rest = &rest[sp + nul + 21..];
     }
@@ -246,6 +246,11 @@ pub(crate) fn tree_bases(objects: &[&Object]) -> HashMap<Oid, Oid> {
     bases
 }
 
+/// Where an entry went in the pack being written: its offset, and for an
+/// object written from its bytes, those bytes and its delta depth (so it
+/// can serve as a base).
+type Written<'a> = (u64, Option<(&'a [u8], u8)>);
+
 /// The pack and index bytes for `entries` (duplicates written once), and
 /// the pack's name (the hex SHA-1 of its content, as git names packs).
 pub(crate) fn build_entries(
@@ -273,8 +278,7 @@ pub(crate) fn build_entries(
     let mut entries: Vec<([u8; 20], u32, u64)> = Vec::with_capacity(unique.len());
     // Where each object went, with its bytes and delta depth when it can
     // serve as a base.
-    let mut written: HashMap<Oid, (u64, Option<(&[u8], u8)>)> =
-        HashMap::with_capacity(unique.len());
+    let mut written: HashMap<Oid, Written<'_>> = HashMap::with_capacity(unique.len());
     // Stored, not deflated: blobs are ciphertext (and so is the key
     // table), which deflate cannot shrink; trees go as deltas where they
     // can; zlib level 1 on the rest cost a third of a write's CPU. `gc`
