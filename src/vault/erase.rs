@@ -461,6 +461,9 @@ impl Vault {
         // checkpoint it first (its objects go to git, the log is emptied),
         // then remove the replaced ones from git.
         super::checkpoint_locked(&self.repo, &mut self.wal)?;
+        // The log file keeps earlier records' bytes until overwritten
+        // (it is preallocated): zero them, replaced key tables among them.
+        self.wal.scrub()?;
         let list_path = self.dir.join(GARBAGE_FILE);
         let text = match fs::read_to_string(&list_path) {
             Ok(t) => t,

@@ -43,6 +43,9 @@ impl Vault {
         lock.lock()?;
         let _guard = super::LockGuard(&lock);
         checkpoint_locked(&self.repo, &mut self.wal)?;
+        // Earlier records' bytes (replaced key tables and keyslots among
+        // them) leave the preallocated log file, as they leave git.
+        self.wal.scrub()?;
         self.dirty = false;
         repack_locked(&self.repo)
     }
