@@ -458,7 +458,7 @@ impl Vault {
     /// repository is repacked from its refs. Returns the objects removed.
     pub fn prune_key_garbage(&mut self) -> Result<usize, VaultError> {
         // The write-ahead log still holds the objects of recent key states:
-        // checkpoint it first (its objects go to git, the log is emptied),
+        // checkpoint it first (its objects go to git, the log starts over),
         // then remove the replaced ones from git.
         super::checkpoint_locked(&self.repo, &mut self.wal)?;
         // The log file keeps earlier records' bytes until overwritten

@@ -392,18 +392,19 @@ impl KeyState {
         // trees) and remember the objects for the log record, rather than
         // rebuild through libgit2 and read everything back.
         self.staged = None;
-        let slot_tree = match slots {
+        let previous = match slots {
             Some(_) => None,
             None => repo
                 .find_commit(self.commit)
                 .ok()
-                .and_then(|c| c.tree().ok())
-                .and_then(|t| t.get_name("slots").map(|e| e.id())),
+                .and_then(|c| c.tree().ok()),
         };
         if let Some(s) = slots {
             self.slots = s;
         }
-        let Some(slot_tree) = slot_tree else {
+        let Some((previous, slot_tree)) =
+            previous.and_then(|t| t.get_name("slots").map(|e| e.id()).map(|id| (t, id)))
+        else {
             return write_key_commit(repo, keys, &self.slots, &self.shards, &self.erased);
         };
         let odb = repo.odb()?;
@@ -417,11 +418,7 @@ impl KeyState {
         let erased = match self.erased.is_empty() {
             true => None,
             false if erased_changed => Some(add(ObjectType::Blob, erased_bytes(&self.erased))?),
-            false => repo
-                .find_commit(self.commit)?
-                .tree()?
-                .get_name("erased")
-                .map(|e| e.id()),
+            false => previous.get_name("erased").map(|e| e.id()),
         };
         let root = add(ObjectType::Tree, root_tree_bytes(erased, slot_tree, table))?;
         let commit = write_signed_commit(repo, keys, &key_commit_buffer(root))?;

@@ -631,7 +631,7 @@ impl Vault {
     }
 
     /// Make everything in the log durable in git (one pack, refs synced)
-    /// and empty the log. Takes the writer lock.
+    /// and start the log over. Takes the writer lock.
     pub fn checkpoint(&mut self) -> Result<(), VaultError> {
         let lock = self.lock.try_clone()?;
         lock.lock()?;

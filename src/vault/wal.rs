@@ -396,8 +396,8 @@ pub(crate) fn read_ref(repo: &Repository, name: &str) -> Option<Oid> {
 
 /// What [`Wal::catch_up`] found.
 pub(crate) struct CatchUp {
-    /// The log checks out to its end (false: a writer died mid-append, or
-    /// one is appending right now).
+    /// The log has a head that checks out (false: new, or its head was
+    /// torn; a checkpoint writes one).
     pub clean: bool,
     /// The log holds records that are not yet checkpointed into git.
     pub records: bool,
@@ -505,7 +505,6 @@ impl Wal {
             merge_refs(&mut refs, &r.refs);
             pos += len;
         }
-        let clean = true;
         self.known = Some(Known {
             generation: head.generation,
             len: pos,
@@ -513,7 +512,9 @@ impl Wal {
             tail: refs,
         });
         Ok(CatchUp {
-            clean,
+            // A log with a head is clean: whatever follows its last valid
+            // entry is overwritten by the next record.
+            clean: true,
             records: pos > head_len,
         })
     }

@@ -12,7 +12,6 @@
 //! other's files), sometimes from raw input; texts and `old_str` likewise.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use memvault::crypto::KeyFileKey;
 use memvault::memory::{Command, MemStore, MemoryPath, NodeKind, Snapshot, Store, ToolResult};
@@ -114,11 +113,7 @@ pub fn check(data: &[u8]) {
         commands.push(command(&mut input));
     }
 
-    let tmp = match Path::new("/dev/shm").is_dir() {
-        true => tempfile::tempdir_in("/dev/shm"),
-        false => tempfile::tempdir(),
-    }
-    .expect("a temporary directory");
+    let tmp = super::scratch_dir();
     let key = KeyFileKey::from_bytes(&[0x4b; 32]).expect("32 bytes");
     let who = Attribution {
         session: "fuzz".into(),

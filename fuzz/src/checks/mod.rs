@@ -15,6 +15,16 @@ pub mod protocol_line;
 pub mod redact;
 pub mod vault_log;
 
+/// A temporary directory for a vault, under `/dev/shm` when it exists
+/// (the vault targets make or copy a vault per input).
+pub fn scratch_dir() -> tempfile::TempDir {
+    match std::path::Path::new("/dev/shm").is_dir() {
+        true => tempfile::tempdir_in("/dev/shm"),
+        false => tempfile::tempdir(),
+    }
+    .expect("a temporary directory")
+}
+
 /// A target's check: panics when the property does not hold for the input.
 pub type Check = fn(&[u8]);
 

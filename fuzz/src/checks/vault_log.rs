@@ -21,8 +21,6 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use memvault::crypto::{KeyFileKey, Unlock};
-use memvault::memory::Memory;
-use memvault::redact::{RedactConfig, Redactor};
 use memvault::vault::{Attribution, InitSecret, Vault, VaultConfig};
 use serde_json::json;
 
@@ -48,24 +46,14 @@ fn key() -> KeyFileKey {
     KeyFileKey::from_bytes(&KEY).expect("32 bytes make a key file")
 }
 
-/// The executor for the template's default settings, built once (the
-/// redaction filter's patterns are slow to compile under a sanitizer).
-fn memory() -> &'static Memory {
-    static MEMORY: OnceLock<Memory> = OnceLock::new();
-    MEMORY.get_or_init(|| {
-        let redactor = Redactor::new(&RedactConfig::default()).expect("default filter builds");
-        memvault::memory_for_config(&VaultConfig::default(), redactor)
-    })
-}
-
 fn run(vault: &mut Vault, cmd: serde_json::Value) {
-    let r = memory().execute_json(vault, &cmd);
+    let r = super::protocol_line::memory().execute_json(vault, &cmd);
     assert!(!r.is_error, "template step failed: {cmd}");
 }
 
 /// The content of every path of [`PATHS`] as the vault shows it.
 fn contents(vault: &mut Vault) -> BTreeMap<&'static str, Option<String>> {
-    let memory = memory();
+    let memory = super::protocol_line::memory();
     PATHS
         .iter()
         .map(|p| {
@@ -76,16 +64,6 @@ fn contents(vault: &mut Vault) -> BTreeMap<&'static str, Option<String>> {
             )
         })
         .collect()
-}
-
-/// A temporary directory, under `/dev/shm` when it exists (each input
-/// copies a vault).
-fn scratch() -> tempfile::TempDir {
-    match Path::new("/dev/shm").is_dir() {
-        true => tempfile::tempdir_in("/dev/shm"),
-        false => tempfile::tempdir(),
-    }
-    .expect("tempdir")
 }
 
 /// Copy a vault directory, except its log (each input writes its own).
@@ -108,7 +86,7 @@ fn copy_dir(from: &Path, to: &Path) {
 fn template() -> &'static Template {
     static T: OnceLock<Template> = OnceLock::new();
     T.get_or_init(|| {
-        let root = scratch();
+        let root = super::scratch_dir();
         let live = root.path().join("live");
         let mut vault = Vault::init(&live, InitSecret::KeyFile(key()), VaultConfig::default(), who())
             .expect("template vault");
@@ -170,7 +148,7 @@ pub fn check(data: &[u8]) {
     } else {
         mutate(t.wal.clone(), rest)
     };
-    let work = scratch();
+    let work = super::scratch_dir();
     let dir = work.path().join("vault");
     copy_dir(&t.dir, &dir);
     std::fs::write(dir.join("memvault/wal"), &log).expect("write the log");
