@@ -1,14 +1,17 @@
 //! memvault's vault benchmark: median and p99 per memory command on a vault
 //! of 2,000 notes of 1 KiB in 20 directories, with fsync on (the default)
 //! and off, through the library and through `memvault serve`; throughput
-//! of 1 and 4 concurrent `serve` writers; open without key derivation;
+//! of 1 and 4 concurrent `serve` writers (creates spread over the 20
+//! directories; clients that wait for each reply, as an agent does, and
+//! clients that stream their requests); open without key derivation;
 //! repository size after `gc` against the sum of blob sizes; unlock with
 //! the default Argon2 parameters.
 //!
 //! Run: `cargo bench --bench vault` (add `-- --quick` for a short run,
 //! `--notes N`, `--samples N`, `--library-only` to stop after the
 //! library figures, `--throughput-only` to fill and then run only the
-//! 1- and 4-writer throughput, both for profiling).
+//! 1- and 4-writer throughput, `--clients N` to run only N waiting
+//! clients; these three for profiling).
 //!
 //! Scale runs: `cargo bench --bench vault -- --scale --notes 20000` and
 //! `-- --scale --commits 200000` build the vault once (fsync off), cache it
@@ -35,6 +38,8 @@ struct Args {
     commits: usize,
     library_only: bool,
     throughput_only: bool,
+    /// `--clients N`: run only the N-client closed-loop throughput (profiling).
+    clients: Option<usize>,
 }
 
 fn args() -> Args {
@@ -46,6 +51,7 @@ fn args() -> Args {
         commits: 0,
         library_only: false,
         throughput_only: false,
+        clients: None,
     };
     let argv: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -63,6 +69,11 @@ fn args() -> Args {
             "--scale" => a.scale = true,
             "--library-only" => a.library_only = true,
             "--throughput-only" => a.throughput_only = true,
+            "--clients" => {
+                a.clients = Some(argv[i + 1].parse().expect("--clients N"));
+                a.throughput_only = true;
+                i += 1;
+            }
             "--commits" => {
                 a.commits = argv[i + 1].parse().expect("--commits N");
                 i += 1;
@@ -259,41 +270,79 @@ fn bench_serve(a: &Args, dir: &Path, keyfile: &Path) {
     }
 }
 
-/// Creates per second with `clients` concurrent `serve` processes, each
-/// sending `per` creates as one stream.
-fn throughput(dir: &Path, keyfile: &Path, clients: usize, per: usize, tag: &str) -> f64 {
-    let t = Instant::now();
+/// Creates per second with `clients` concurrent `serve` processes, timed
+/// from when every process has answered a first request to the last
+/// reply (process start, unlock and the closing checkpoint are not
+/// counted). `closed_loop`: each client sends a request and waits for its
+/// reply before the next, as an agent does with a tool call; otherwise it
+/// streams all its requests without waiting (pipelined).
+fn throughput(
+    dir: &Path,
+    keyfile: &Path,
+    clients: usize,
+    per: usize,
+    tag: &str,
+    closed_loop: bool,
+) -> f64 {
+    let ready = std::sync::Arc::new(std::sync::Barrier::new(clients + 1));
     let handles: Vec<_> = (0..clients)
         .map(|c| {
             let dir = dir.to_path_buf();
             let keyfile = keyfile.to_path_buf();
-            let tag = tag.to_string();
+            let tag = format!("{tag}{}", if closed_loop { "c" } else { "p" });
+            let ready = ready.clone();
             std::thread::spawn(move || {
                 let mut child = serve_cmd(&dir, &keyfile, &format!("tp-{tag}-{c}"));
                 let mut stdin = child.stdin.take().unwrap();
-                let writer = std::thread::spawn(move || {
-                    for i in 0..per {
-                        let cmd = json!({"command": "create", "path": format!("/memories/tp_{tag}_{c}/n{i}.md"), "file_text": note(i)});
-                        writeln!(stdin, "{cmd}").unwrap();
+                let mut out = BufReader::new(child.stdout.take().unwrap());
+                let mut line = String::new();
+                // Warm-up: the process is open and answering.
+                writeln!(stdin, "{}", json!({"command": "view", "path": "/memories"})).unwrap();
+                out.read_line(&mut line).unwrap();
+                let lines: Vec<String> = (0..per)
+                    .map(|i| {
+                        let cmd = json!({"command": "create", "path": format!("/memories/d{:02}/tp_{tag}_{c}_{i}.md", i % 20), "file_text": note(i)});
+                        format!("{cmd}\n")
+                    })
+                    .collect();
+                ready.wait();
+                let check = |l: &str| assert!(!l.contains("\"is_error\":true"), "{l}");
+                if closed_loop {
+                    for l in &lines {
+                        stdin.write_all(l.as_bytes()).unwrap();
+                        line.clear();
+                        out.read_line(&mut line).unwrap();
+                        check(&line);
                     }
-                });
-                let out = BufReader::new(child.stdout.take().unwrap());
-                let mut n = 0;
-                for l in out.lines() {
-                    let l = l.unwrap();
-                    assert!(!l.contains("\"is_error\":true"), "{l}");
-                    n += 1;
+                } else {
+                    let writer = std::thread::spawn(move || {
+                        for l in &lines {
+                            stdin.write_all(l.as_bytes()).unwrap();
+                        }
+                        stdin
+                    });
+                    for _ in 0..per {
+                        line.clear();
+                        out.read_line(&mut line).unwrap();
+                        check(&line);
+                    }
+                    stdin = writer.join().unwrap();
                 }
-                writer.join().unwrap();
+                let end = Instant::now();
+                drop(stdin);
                 child.wait().unwrap();
-                assert_eq!(n, per);
+                end
             })
         })
         .collect();
-    for h in handles {
-        h.join().unwrap();
-    }
-    (clients * per) as f64 / t.elapsed().as_secs_f64()
+    ready.wait();
+    let t = Instant::now();
+    let end = handles
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .max()
+        .unwrap();
+    (clients * per) as f64 / (end - t).as_secs_f64()
 }
 
 /// Fill a new vault at `dir` with `a.notes` notes, then edits up to
@@ -478,12 +527,24 @@ fn main() {
         bench_serve(&a, &dir, &keyfile);
     }
     let per = a.samples.max(20);
-    let one = throughput(&dir, &keyfile, 1, per, "one");
-    let four = throughput(&dir, &keyfile, 4, per, "four");
-    println!(
-        "\nthroughput of creates through `serve` (fsync on): 1 client {one:.0}/s, 4 concurrent clients {four:.0}/s ({:.2}x)",
-        four / one
-    );
+    if let Some(n) = a.clients {
+        let r = throughput(&dir, &keyfile, n, per, "only", true);
+        println!("\nthroughput of creates through `serve` (fsync on): {n} clients {r:.0}/s");
+        return;
+    }
+    for closed_loop in [true, false] {
+        let one = throughput(&dir, &keyfile, 1, per, "one", closed_loop);
+        let four = throughput(&dir, &keyfile, 4, per, "four", closed_loop);
+        println!(
+            "\nthroughput of creates through `serve` (fsync on, {}): 1 client {one:.0}/s, 4 concurrent clients {four:.0}/s ({:.2}x)",
+            if closed_loop {
+                "each client waits for each reply"
+            } else {
+                "each client streams its requests"
+            },
+            four / one
+        );
+    }
     if a.throughput_only {
         return;
     }
