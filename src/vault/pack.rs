@@ -511,6 +511,11 @@ impl PackFile {
             entries.push((id, crc, offset));
         }
         entries.sort_unstable_by_key(|e| e.2);
+        // Two ids at one offset would make an entry of no bytes: such an
+        // index was not written by git or memvault.
+        if entries.windows(2).any(|w| w[0].2 == w[1].2) {
+            return Err(bad());
+        }
         Ok(PackFile { pack, entries })
     }
 
@@ -521,7 +526,7 @@ impl PackFile {
             let (id, crc, start) = self.entries[i];
             let stop = self.entries.get(i + 1).map_or(end, |e| e.2 as usize);
             let bytes = &self.pack[start as usize..stop];
-            match (bytes[0] >> 4) & 7 {
+            match (bytes.first().copied().unwrap_or(0) >> 4) & 7 {
                 1..=4 => Read::Whole { id, crc, bytes },
                 OFS_DELTA => self.ofs_delta(id, start, bytes).unwrap_or(Read::Delta(id)),
                 _ => Read::Delta(id),
@@ -874,5 +879,48 @@ mod tests {
         assert_eq!(repo.find_commit(objects[7].id).unwrap().tree_id(), tree_id);
         // git itself accepts the pack and its index.
         git_accepts(tmp.path());
+    }
+}
+
+#[cfg(test)]
+mod hostile {
+    use super::*;
+
+    /// An index (version 2) naming `offsets`, with made-up ids.
+    fn index(offsets: &[u32]) -> Vec<u8> {
+        let mut idx = vec![0xff, b't', b'O', b'c', 0, 0, 0, 2];
+        for _ in 0..256 {
+            idx.extend_from_slice(&(offsets.len() as u32).to_be_bytes());
+        }
+        for i in 0..offsets.len() {
+            idx.extend_from_slice(&[i as u8 + 1; 20]);
+        }
+        for _ in offsets {
+            idx.extend_from_slice(&[0; 4]);
+        }
+        for o in offsets {
+            idx.extend_from_slice(&o.to_be_bytes());
+        }
+        idx
+    }
+
+    fn parse(idx: &[u8], pack: &[u8]) -> io::Result<usize> {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("p.idx"), idx).unwrap();
+        fs::write(dir.path().join("p.pack"), pack).unwrap();
+        Ok(PackFile::open(dir.path(), "p")?.entries().count())
+    }
+
+    #[test]
+    fn hostile_packs_are_read_without_panicking() {
+        let mut pack = b"PACK\0\0\0\x02\0\0\0\x02".to_vec();
+        pack.extend_from_slice(&[0x60, 0x85, 0xff, 0xff, 0xff]);
+        pack.extend_from_slice(&[0u8; 40]);
+        // Two entries at one offset, an offset delta with a runaway
+        // distance, an entry of a reserved type.
+        assert!(parse(&index(&[12, 12]), &pack).is_err());
+        for offsets in [&[12, 13][..], &[13, 12, 14], &[12], &[14, 20, 12]] {
+            assert_eq!(parse(&index(offsets), &pack).unwrap(), offsets.len());
+        }
     }
 }

@@ -47,7 +47,8 @@ replay_tests!(
     crypto_open,
     redact,
     differential,
-    vault_log
+    vault_log,
+    pack_merge
 );
 
 #[test]
@@ -61,7 +62,8 @@ fn every_target_is_replayed() {
             "crypto_open",
             "redact",
             "differential",
-            "vault_log"
+            "vault_log",
+            "pack_merge"
         ]
     );
 }

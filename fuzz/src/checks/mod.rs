@@ -11,6 +11,7 @@ pub mod crypto_open;
 pub mod differential;
 pub mod input;
 pub mod memory_path;
+pub mod pack_merge;
 pub mod protocol_line;
 pub mod redact;
 pub mod vault_log;
@@ -36,4 +37,5 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("redact", redact::check),
     ("differential", differential::check),
     ("vault_log", vault_log::check),
+    ("pack_merge", pack_merge::check),
 ];
