@@ -30,6 +30,13 @@ cargo fuzz build
 
 if [ "$FUZZ_SECONDS" -gt 0 ]; then
   for target in $(cargo fuzz list); do
+    # pack_merge reaches a known crash in libgit2's own pack reader (C,
+    # fuzz/known/): CI builds it and replays its seeds (cargo test), but
+    # does not let libFuzzer look for that crash again here.
+    if [ "$target" = pack_merge ]; then
+      echo "== cargo fuzz run pack_merge: skipped (known libgit2 crash, see fuzz/README.md)"
+      continue
+    fi
     echo "== cargo fuzz run $target (${FUZZ_SECONDS}s)"
     # New inputs go to work/ (ignored by git); the committed seeds are read only.
     mkdir -p "work/$target"

@@ -489,6 +489,11 @@ impl PackFile {
         let crcs_at = ids_at + n * 20;
         let offs_at = crcs_at + n * 4;
         let large_at = offs_at + n * 4;
+        // The count comes from the file: check the index holds that many
+        // entries before reserving room for them.
+        if idx.len() < large_at {
+            return Err(bad());
+        }
         let mut entries = Vec::with_capacity(n);
         for i in 0..n {
             let id = idx
@@ -919,6 +924,10 @@ mod hostile {
         // Two entries at one offset, an offset delta with a runaway
         // distance, an entry of a reserved type.
         assert!(parse(&index(&[12, 12]), &pack).is_err());
+        // An index that claims more entries than it holds.
+        let mut huge = index(&[12]);
+        huge[8 + 255 * 4..8 + 256 * 4].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(parse(&huge, &pack).is_err());
         for offsets in [&[12, 13][..], &[13, 12, 14], &[12], &[14, 20, 12]] {
             assert_eq!(parse(&index(offsets), &pack).unwrap(), offsets.len());
         }
