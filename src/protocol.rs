@@ -121,8 +121,18 @@ pub fn handle_value(memory: &Memory, store: &mut dyn Store, value: &Value) -> Re
     }
 }
 
+/// The reply to a request line over `max_line` bytes (it is not read).
+pub(crate) fn too_long_reply(n: usize, max_line: usize) -> Reply {
+    error_reply(
+        None,
+        format!(
+            "Error: the request line is {n} bytes, over this server's limit of {max_line} bytes; nothing was done. Split the content into smaller files."
+        ),
+    )
+}
+
 /// Outcome of reading one bounded line.
-enum Line {
+pub(crate) enum Line {
     Ok(Vec<u8>),
     TooLong(usize),
     Eof,
@@ -130,7 +140,7 @@ enum Line {
 
 /// Read one line of at most `max` bytes (without the newline). A longer
 /// line is consumed to its end and reported, so the stream stays in step.
-fn read_bounded(input: &mut dyn BufRead, max: usize) -> io::Result<Line> {
+pub(crate) fn read_bounded(input: &mut dyn BufRead, max: usize) -> io::Result<Line> {
     let mut buf = Vec::new();
     let mut total = 0usize;
     let mut too_long = false;
@@ -189,12 +199,7 @@ pub fn serve(
     loop {
         let reply = match read_bounded(input, max_line)? {
             Line::Eof => return Ok(answered),
-            Line::TooLong(n) => error_reply(
-                None,
-                format!(
-                    "Error: the request line is {n} bytes, over this server's limit of {max_line} bytes; nothing was done. Split the content into smaller files."
-                ),
-            ),
+            Line::TooLong(n) => too_long_reply(n, max_line),
             Line::Ok(line) => {
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;

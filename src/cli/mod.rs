@@ -8,6 +8,7 @@ mod expiry;
 mod history;
 mod keys;
 mod mcp;
+mod serve;
 mod transfer;
 mod unlock;
 
@@ -18,7 +19,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::crypto::{KdfParams, KeyFileKey, Unlock};
-use crate::memory::{Memory, Store};
+use crate::memory::Memory;
 use crate::protocol;
 use crate::redact::{Mode, Redactor};
 use crate::vault::{Attribution, InitSecret, Vault, VaultConfig, VaultError};
@@ -446,18 +447,9 @@ fn serve(global: &Global, args: &ServeArgs) -> Result<u8, CliError> {
     vault.defer_checkpoints(true);
     let memory = memory_for(vault.config())?;
     let max_line = vault.config().max_line_bytes;
-    let stdin = io::stdin();
-    let mut input = stdin.lock();
-    let stdout = io::stdout();
-    let mut output = stdout.lock();
-    protocol::serve(
-        &memory,
-        &mut vault,
-        &mut input,
-        &mut output,
-        max_line,
-        |_: &mut dyn Store| {},
-    )?;
+    // Several `serve` processes on one vault hand their requests to one
+    // of them, which runs them in batches with one sync (see `serve`).
+    serve::run(&mut vault, &memory, max_line)?;
     Ok(0)
 }
 

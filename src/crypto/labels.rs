@@ -17,6 +17,9 @@ pub const COMMIT_MAC: &[u8] = b"memvault commit mac";
 pub const ACCESS_TABLE: &[u8] = b"memvault access table";
 /// HKDF info: XChaCha20-Poly1305 key for file-key table shards.
 pub const KEY_TABLE: &[u8] = b"memvault key table";
+/// Prefix of what the `serve` handshake MACs (under the commit MAC key;
+/// a commit buffer starts with `tree `, so the two never coincide).
+pub const SERVE_HANDSHAKE: &[u8] = b"memvault serve handshake v1\0";
 /// HKDF info: wrap key of a key-file slot (salt = the slot's salt).
 pub const KEYFILE_SLOT: &[u8] = b"memvault keyfile slot";
 

@@ -127,6 +127,14 @@ impl VaultKeys {
             .is_ok()
     }
 
+    /// The key `serve` processes prove to each other that they hold this
+    /// vault's keys with (HMAC of a fixed label under the current epoch's
+    /// MAC key; see `cli::serve`).
+    pub fn serve_key(&self) -> Zeroizing<[u8; 32]> {
+        let tag = hmac(self.current_keys().mac.expose(), &[labels::SERVE_HANDSHAKE]).finalize();
+        Zeroizing::new(tag.into_bytes().into())
+    }
+
     fn seal_epoch(
         &self,
         pick: fn(&EpochKeys) -> &SecretBytes<32>,
@@ -148,6 +156,17 @@ impl VaultKeys {
             .ok_or(CryptoError::DecryptionFailed)?;
         open(pick(keys).expose(), sealed, EPOCH_LEN + NONCE_LEN, aad)
     }
+}
+
+/// A `serve` handshake proof: HMAC-SHA256 under a [`VaultKeys::serve_key`]
+/// of the `role` and both sides' nonces.
+pub fn serve_tag(key: &[u8; 32], role: &[u8], nonces: &[u8]) -> [u8; 32] {
+    hmac(key, &[role, nonces]).finalize().into_bytes().into()
+}
+
+/// Checks a [`serve_tag`] in constant time.
+pub fn serve_tag_ok(key: &[u8; 32], role: &[u8], nonces: &[u8], tag: &[u8]) -> bool {
+    hmac(key, &[role, nonces]).verify_slice(tag).is_ok()
 }
 
 impl fmt::Debug for VaultKeys {

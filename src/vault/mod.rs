@@ -145,6 +145,8 @@ pub struct Vault {
     wal: Wal,
     /// A record was appended under the lock and still needs its sync.
     pending_sync: bool,
+    /// Syncs wait for [`Vault::sync_deferred`] (see [`Vault::defer_sync`]).
+    defer_sync: bool,
     /// Run checkpoints in [`Store::after_reply`] instead of inside the
     /// mutation that filled the log (`serve`).
     defer_checkpoints: bool,
@@ -402,6 +404,7 @@ impl Vault {
             caches: Caches::default(),
             wal,
             pending_sync: false,
+            defer_sync: false,
             defer_checkpoints: false,
             checkpoint_due: false,
             dirty: false,
@@ -595,7 +598,7 @@ impl Vault {
         // Group commit: the record was appended and the refs moved under
         // the lock; its sync runs outside it, so the syncs of concurrent
         // writers overlap. Nothing is acknowledged before its own sync.
-        if std::mem::take(&mut self.pending_sync) {
+        if !self.defer_sync && std::mem::take(&mut self.pending_sync) {
             self.wal.sync().map_err(|e| {
                 StoreError::Unavailable(format!(
                     "the change was written but could not be made durable ({e}); check the disk"
@@ -610,6 +613,27 @@ impl Vault {
             }
         }
         result
+    }
+
+    /// Leave the `fdatasync` of each mutation's log record to
+    /// [`sync_deferred`](Self::sync_deferred), so one sync covers a batch
+    /// of mutations (`serve` does this for the requests it runs together).
+    /// The caller must call `sync_deferred` before it reports any of them.
+    pub fn defer_sync(&mut self, on: bool) {
+        self.defer_sync = on;
+    }
+
+    /// Make every record appended since the last sync durable (one
+    /// `fdatasync` of the log covers them all).
+    pub fn sync_deferred(&mut self) -> Result<(), StoreError> {
+        if std::mem::take(&mut self.pending_sync) {
+            self.wal.sync().map_err(|e| {
+                StoreError::Unavailable(format!(
+                    "the change was written but could not be made durable ({e}); check the disk"
+                ))
+            })?;
+        }
+        Ok(())
     }
 
     /// Defer the checkpoint a mutation makes due to [`Store::after_reply`],

@@ -86,3 +86,207 @@ fn four_writers_making_100_mutations_each_lose_none() {
         }
     }
 }
+
+/// A `serve` process kept open: send a request, read its reply.
+struct Client {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Client {
+    fn start(v: &TestVault, session: &str) -> Client {
+        let mut child = v
+            .cmd()
+            .args(["serve", "--session", session, "--actor", session])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        Client { child, stdin, out }
+    }
+
+    fn call(&mut self, cmd: serde_json::Value) -> serde_json::Value {
+        use std::io::{BufRead, Write};
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{cmd}").unwrap();
+        stdin.flush().unwrap();
+        let mut line = String::new();
+        assert!(
+            self.out.read_line(&mut line).unwrap() > 0,
+            "no reply to {cmd}"
+        );
+        serde_json::from_str(&line).unwrap()
+    }
+
+    fn create(&mut self, path: &str, text: &str) {
+        let r = self.call(json!({"command": "create", "path": path, "file_text": text}));
+        assert!(!is_error(&r), "{r}");
+    }
+
+    /// Close its input and wait for it to exit, at most `secs` seconds.
+    fn finish(mut self, secs: u64) -> std::process::ExitStatus {
+        drop(self.stdin.take());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "serve did not exit within {secs} s of its input ending"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+fn content(v: &TestVault, path: &str) -> String {
+    let r = v.one(json!({"command": "view", "path": path}));
+    assert!(!is_error(&r), "{path}: {r}");
+    text(&r).to_string()
+}
+
+#[test]
+fn serve_processes_hand_writes_to_one_leader_and_keep_each_session() {
+    let v = TestVault::new();
+    let mut a = Client::start(&v, "alpha");
+    a.create("/memories/a0.md", "a0\n");
+    let sock = v.vault.join("memvault/serve.sock");
+    assert!(sock.exists(), "the first serve process leads");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let mut b = Client::start(&v, "beta");
+    let mut c = Client::start(&v, "gamma");
+    for i in 0..5 {
+        b.create(&format!("/memories/b{i}.md"), &format!("b{i}\n"));
+        c.create(&format!("/memories/c{i}.md"), &format!("c{i}\n"));
+        a.create(
+            &format!("/memories/a{}.md", i + 1),
+            &format!("a{}\n", i + 1),
+        );
+    }
+    for client in [a, b, c] {
+        assert!(client.finish(20).success());
+    }
+    // Every commit carries the session of the client that asked for it.
+    let mut vault = v.open_library("check");
+    let log = vault.log().unwrap();
+    let mut seen = std::collections::BTreeMap::new();
+    for (_, meta) in &log {
+        if let Some(path) = &meta.path {
+            seen.insert(path.clone(), (meta.session.clone(), meta.actor.clone()));
+        }
+    }
+    for (prefix, who) in [("a", "alpha"), ("b", "beta"), ("c", "gamma")] {
+        for i in 0..5 {
+            let path = format!("/memories/{prefix}{i}.md");
+            assert_eq!(
+                seen.get(&path),
+                Some(&(who.to_string(), who.to_string())),
+                "{path}"
+            );
+        }
+    }
+    drop(vault);
+    assert_eq!(
+        content(&v, "/memories/c4.md"),
+        "Here's the content of /memories/c4.md with line numbers:\n     1\tc4"
+    );
+}
+
+#[test]
+fn a_leader_whose_client_is_done_exits_and_its_followers_carry_on() {
+    let v = TestVault::new();
+    let mut leader = Client::start(&v, "leader");
+    leader.create("/memories/l.md", "l\n");
+    let mut f1 = Client::start(&v, "f1");
+    let mut f2 = Client::start(&v, "f2");
+    f1.create("/memories/f1_0.md", "x\n");
+    f2.create("/memories/f2_0.md", "x\n");
+    // The leader's client closes its input: it exits promptly although
+    // two followers are still connected and idle.
+    assert!(leader.finish(15).success());
+    for i in 1..4 {
+        f1.create(&format!("/memories/f1_{i}.md"), "x\n");
+        f2.create(&format!("/memories/f2_{i}.md"), "x\n");
+    }
+    assert!(f1.finish(15).success());
+    assert!(f2.finish(15).success());
+    assert_eq!(v.commits(), 1 + 1 + 2 * 4);
+    for i in 0..4 {
+        content(&v, &format!("/memories/f1_{i}.md"));
+        content(&v, &format!("/memories/f2_{i}.md"));
+    }
+}
+
+#[test]
+fn followers_of_a_killed_leader_lose_nothing_and_keep_working() {
+    let v = TestVault::new();
+    let mut leader = Client::start(&v, "leader");
+    leader.create("/memories/l.md", "l\n");
+    let mut f = Client::start(&v, "follower");
+    f.create("/memories/f0.md", "x\n");
+    leader.child.kill().unwrap();
+    leader.child.wait().unwrap();
+    // The follower was idle: its next requests reach a new leader (itself).
+    for i in 1..4 {
+        f.create(&format!("/memories/f{i}.md"), "x\n");
+    }
+    assert!(f.finish(15).success());
+    assert_eq!(v.commits(), 1 + 1 + 4);
+    content(&v, "/memories/l.md");
+    let out = v.cmd().arg("verify").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_peer_without_the_vault_keys_gets_nothing_run() {
+    use std::io::{BufRead, BufReader, Write};
+    let v = TestVault::new();
+    let mut leader = Client::start(&v, "leader");
+    leader.create("/memories/l.md", "l\n");
+    let sock = v.vault.join("memvault/serve.sock");
+    // A wrong proof, then a request: the leader hangs up and runs nothing.
+    let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    writeln!(s, "hello {}", "00".repeat(32)).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.starts_with("leader "), "{line}");
+    writeln!(s, "follower {}", "11".repeat(32)).unwrap();
+    let request = json!({"command": "create", "path": "/memories/evil.md", "file_text": "x"});
+    let _ = writeln!(
+        s,
+        "{}\n{request}",
+        json!({"session": "evil", "actor": "evil"})
+    );
+    line.clear();
+    assert_eq!(r.read_line(&mut line).unwrap_or(0), 0, "got {line:?}");
+    // No handshake at all: also nothing.
+    let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    let _ = writeln!(
+        s,
+        "{}\n{request}",
+        json!({"session": "evil", "actor": "evil"})
+    );
+    drop(s);
+    leader.create("/memories/l2.md", "l\n");
+    assert!(leader.finish(15).success());
+    // init, l.md, l2.md: nothing for the peers.
+    assert_eq!(v.commits(), 3);
+    let r = v.one(json!({"command": "view", "path": "/memories/evil.md"}));
+    assert!(is_error(&r));
+}
