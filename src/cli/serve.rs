@@ -98,6 +98,10 @@ pub(crate) fn run(vault: &mut Vault, memory: &Memory, max_line: usize) -> io::Re
         peers: HashMap::new(),
         own_eof: false,
         leaving: None,
+        test_pause: std::env::var("MEMVAULT_TEST_LEADER_PAUSE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_millis),
     };
     rt.mode = rt.elect(true);
     rt.main_loop(&rx);
@@ -155,6 +159,10 @@ struct Runtime<'a> {
     own_eof: bool,
     /// When this leader started leaving.
     leaving: Option<Instant>,
+    /// `MEMVAULT_TEST_LEADER_PAUSE_MS`: a leader waits this long after
+    /// running a follower's request, before its sync and reply. It exists
+    /// only so tests can kill a leader with a request in flight.
+    test_pause: Option<Duration>,
 }
 
 impl Runtime<'_> {
@@ -325,6 +333,9 @@ impl Runtime<'_> {
                         protocol::handle_line(self.memory, &mut *self.vault, b"").to_line() + "\n"
                     });
                     replies.push((Target::Peer(id), r));
+                    if let Some(pause) = self.test_pause {
+                        std::thread::sleep(pause);
+                    }
                 }
                 Event::PeerJoined(id, mut w) => {
                     if self.leaving.is_some() {

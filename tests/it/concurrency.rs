@@ -290,3 +290,49 @@ fn a_peer_without_the_vault_keys_gets_nothing_run() {
     let r = v.one(json!({"command": "view", "path": "/memories/evil.md"}));
     assert!(is_error(&r));
 }
+
+#[test]
+fn a_follower_whose_leader_dies_mid_request_says_the_outcome_is_unknown() {
+    let v = TestVault::new();
+    let mut cmd = v.cmd();
+    cmd.env("MEMVAULT_TEST_LEADER_PAUSE_MS", "5000");
+    let mut leader = {
+        let mut child = cmd
+            .args(["serve", "--session", "leader"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        Client { child, stdin, out }
+    };
+    leader.create("/memories/l.md", "l\n");
+    let mut f = Client::start(&v, "follower");
+    let pending = std::thread::spawn(move || {
+        let r = f.call(
+            json!({"type": "tool_use", "id": "toolu_9", "name": "memory",
+            "input": {"command": "create", "path": "/memories/inflight.md", "file_text": "x\n"}}),
+        );
+        (f, r)
+    });
+    // The leader has run the request and waits before replying: kill it.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    leader.child.kill().unwrap();
+    leader.child.wait().unwrap();
+    let (mut f, r) = pending.join().unwrap();
+    assert!(is_error(&r), "{r}");
+    assert_eq!(r["tool_use_id"], "toolu_9");
+    assert!(text(&r).contains("may or may not have been applied"), "{r}");
+    // The follower carries on (it leads now), and nothing is half done.
+    f.create("/memories/after.md", "y\n");
+    assert!(f.finish(15).success());
+    content(&v, "/memories/after.md");
+    let out = v.cmd().arg("verify").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
