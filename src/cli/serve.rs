@@ -84,7 +84,8 @@ enum Target {
 /// Serve the process's own client (stdin/stdout) until its input ends.
 pub(crate) fn run(vault: &mut Vault, memory: &Memory, max_line: usize) -> io::Result<()> {
     let (tx, rx) = mpsc::channel();
-    spawn_stdin(tx.clone(), max_line);
+    let (ack, ack_rx) = mpsc::channel();
+    spawn_stdin(tx.clone(), ack_rx, max_line);
     let own = vault.attribution().clone();
     let mut rt = Runtime {
         vault,
@@ -92,6 +93,7 @@ pub(crate) fn run(vault: &mut Vault, memory: &Memory, max_line: usize) -> io::Re
         own,
         max_line,
         tx,
+        ack,
         mode: Mode::Local,
         pending_own: VecDeque::new(),
         last_try: Instant::now(),
@@ -109,7 +111,10 @@ pub(crate) fn run(vault: &mut Vault, memory: &Memory, max_line: usize) -> io::Re
     Ok(())
 }
 
-fn spawn_stdin(tx: Sender<Event>, max_line: usize) {
+/// Read the client's lines, each only once the one before is answered
+/// (`ack`), as a pipe's reader would: a client that streams requests is
+/// held back by the pipe, not buffered here.
+fn spawn_stdin(tx: Sender<Event>, ack: Receiver<()>, max_line: usize) {
     std::thread::spawn(move || {
         let stdin = io::stdin();
         let mut input = stdin.lock();
@@ -120,7 +125,7 @@ fn spawn_stdin(tx: Sender<Event>, max_line: usize) {
                     return;
                 }
                 Ok(line) => {
-                    if tx.send(Event::Own(line)).is_err() {
+                    if tx.send(Event::Own(line)).is_err() || ack.recv().is_err() {
                         return;
                     }
                 }
@@ -149,6 +154,8 @@ struct Runtime<'a> {
     own: Attribution,
     max_line: usize,
     tx: Sender<Event>,
+    /// Lets the stdin reader read the next line (see [`spawn_stdin`]).
+    ack: Sender<()>,
     mode: Mode,
     /// This process's own requests waiting for the one before them to be
     /// answered: its client has at most one request running at a time,
@@ -197,6 +204,7 @@ impl Runtime<'_> {
             match ev {
                 Event::Own(line) => {
                     self.one(line);
+                    let _ = self.ack.send(());
                     if self.own_eof {
                         // Its client is gone (the reply could not be written).
                         return;
@@ -318,10 +326,12 @@ impl Runtime<'_> {
         }
         let mut replies: Vec<(Target, String)> = Vec::new();
         let mut gone = Vec::new();
+        let mut owns = 0;
         self.vault.defer_sync(true);
         for ev in batch {
             match ev {
                 Event::Own(line) => {
+                    owns += 1;
                     let own = self.own.clone();
                     if let Some(r) = self.reply(&own, line) {
                         replies.push((Target::Own, r));
@@ -377,6 +387,9 @@ impl Runtime<'_> {
         }
         for id in gone {
             self.peers.remove(&id);
+        }
+        for _ in 0..owns {
+            let _ = self.ack.send(());
         }
         self.vault.after_reply();
     }
