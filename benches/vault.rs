@@ -11,7 +11,8 @@
 //! `--notes N`, `--samples N`, `--library-only` to stop after the
 //! library figures, `--throughput-only` to fill and then run only the
 //! 1- and 4-writer throughput, `--clients N` to run only N waiting
-//! clients; these three for profiling).
+//! clients, `--serve-only` for the per-command figures through `serve`;
+//! these for profiling and comparisons).
 //!
 //! Scale runs: `cargo bench --bench vault -- --scale --notes 20000` and
 //! `-- --scale --commits 200000` build the vault once (fsync off), cache it
@@ -38,6 +39,8 @@ struct Args {
     commits: usize,
     library_only: bool,
     throughput_only: bool,
+    /// `--serve-only`: only the per-command figures through `serve`.
+    serve_only: bool,
     /// `--clients N`: run only the N-client closed-loop throughput (profiling).
     clients: Option<usize>,
 }
@@ -51,6 +54,7 @@ fn args() -> Args {
         commits: 0,
         library_only: false,
         throughput_only: false,
+        serve_only: false,
         clients: None,
     };
     let argv: Vec<String> = std::env::args().collect();
@@ -69,6 +73,7 @@ fn args() -> Args {
             "--scale" => a.scale = true,
             "--library-only" => a.library_only = true,
             "--throughput-only" => a.throughput_only = true,
+            "--serve-only" => a.serve_only = true,
             "--clients" => {
                 a.clients = Some(argv[i + 1].parse().expect("--clients N"));
                 a.throughput_only = true;
@@ -516,6 +521,10 @@ fn main() {
     fsync::set_for_benchmark(true);
     let keyfile = tmp.path().join("vault.key");
     std::fs::write(&keyfile, key_copy.expose_secret()).unwrap();
+    if a.serve_only {
+        bench_serve(&a, &dir, &keyfile);
+        return;
+    }
     if !a.throughput_only {
         bench_ops("fsync on (default)", &a, &key_copy, &dir);
         fsync::set_for_benchmark(false);
