@@ -5,17 +5,23 @@
 //! vault becomes the *leader*: it holds `memvault/serve.lock` and listens
 //! on `memvault/serve.sock` (mode 0600, in the vault's own directory). The
 //! others are *followers*: they hand each request of their client to the
-//! leader over that socket and relay its reply. The leader runs the
-//! requests of all its clients in batches, with one `fdatasync` of the log
-//! per batch (group commit), and no process loads objects another wrote.
+//! leader over that socket and relay its reply. In the leader, one thread
+//! per client (its own stdin, and each follower's connection) runs that
+//! client's requests one at a time on the one open vault; a request's log
+//! record is made durable by one `fdatasync` that covers every record
+//! written before it, so while one thread syncs, the others go on and the
+//! next sync covers them all (group commit). No process loads objects
+//! another wrote.
 //!
 //! What holds:
-//! - a reply leaves the leader only after the log records of its batch are
-//!   synced;
+//! - a reply is written only after the log record of its request is
+//!   synced; each client has one request running at a time, so a crash
+//!   lands at most one request its client was not answered for;
 //! - before anything else, the leader and a follower each prove they hold
 //!   the vault's keys (HMAC over both sides' random nonces under
-//!   [`VaultKeys::serve_key`]); a peer that cannot is dropped, and a
-//!   follower that cannot reach a genuine leader runs requests itself;
+//!   [`VaultKeys::serve_key`](crate::crypto::VaultKeys::serve_key)); a
+//!   peer that cannot is dropped, and a follower that cannot reach a
+//!   genuine leader runs requests itself;
 //! - a request is run only if its frame arrived whole (newline included),
 //!   so a follower that could not send one may run it elsewhere;
 //! - when the leader's own client is done, it stops taking followers,
@@ -29,15 +35,16 @@
 //!   writer lock, as every mutation does anyway: the writer lock and the
 //!   log, not this module, keep concurrent writers correct.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::Scope;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -46,17 +53,15 @@ use zeroize::Zeroizing;
 use crate::crypto::{random_bytes, serve_tag, serve_tag_ok};
 use crate::memory::{Memory, Store, ToolResult};
 use crate::protocol::{self, Line, Reply};
-use crate::vault::{Attribution, Vault};
+use crate::vault::{Attribution, Vault, fsync};
 
 const SOCKET: &str = "memvault/serve.sock";
 const LEAD_LOCK: &str = "memvault/serve.lock";
-/// Requests run together under one sync, at most.
-const MAX_BATCH: usize = 64;
 const BYE: &str = r#"{"memvault":"bye"}"#;
 const BYE_ACK: &str = r#"{"memvault":"bye_ack"}"#;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a leader that is leaving waits for its followers' last
-/// requests before it exits anyway.
+/// requests before it hangs up on them.
 const LEAVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a process that runs requests itself looks for a leader.
 const RETRY_EVERY: Duration = Duration::from_secs(1);
@@ -68,70 +73,132 @@ const MAX_REPLY: usize = 256 << 20;
 
 const UNKNOWN_OUTCOME: &str = "Error: the memvault serve process that was running this command for the vault stopped before it answered, so the command may or may not have been applied. View the file to check before you repeat it.";
 
-enum Event {
-    Own(Line),
-    OwnEof,
-    Peer(u64, Attribution, Line),
-    PeerJoined(u64, UnixStream),
-    PeerGone(u64),
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-enum Target {
-    Own,
-    Peer(u64),
+/// A follower's connection, shared by the thread that answers it and the
+/// leader's leaving notice.
+type PeerConn = Arc<Mutex<UnixStream>>;
+
+/// The leader's followers, and whether it is leaving.
+type Peers = (HashMap<u64, PeerConn>, bool);
+
+/// What every thread of a serving process shares.
+struct Shared<'v> {
+    vault: Mutex<&'v mut Vault>,
+    memory: &'v Memory,
+    max_line: usize,
+    /// Log records this process appended (numbered from 1).
+    appended: AtomicU64,
+    /// The highest record number known durable; held while syncing.
+    synced: Mutex<u64>,
+    /// The log file, to sync without holding the vault.
+    log: File,
+    key: Zeroizing<[u8; 32]>,
+    dir: PathBuf,
+    /// Each follower's connection (for replies and the leaving notice),
+    /// and whether this leader is leaving.
+    peers: Mutex<Peers>,
+    /// `MEMVAULT_TEST_LEADER_PAUSE_MS`: a leader waits this long after
+    /// running a follower's request, before its sync and reply. It exists
+    /// only so tests can kill a leader with a request in flight.
+    test_pause: Option<Duration>,
+}
+
+impl Shared<'_> {
+    /// Run one request line as `who` and make it durable; `None` for a
+    /// blank line (no reply).
+    fn execute(&self, who: &Attribution, line: Line) -> Option<String> {
+        let (mut reply, seq) = {
+            let mut vault = lock(&self.vault);
+            let reply = match line {
+                Line::Eof => return None,
+                Line::TooLong(n) => protocol::too_long_reply(n, self.max_line),
+                Line::Ok(bytes) => {
+                    if bytes.iter().all(u8::is_ascii_whitespace) {
+                        return None;
+                    }
+                    vault.set_attribution(who.clone());
+                    protocol::handle_line(self.memory, &mut **vault, &bytes)
+                }
+            };
+            // Numbered while the vault is held, after the record's write.
+            let seq = if vault.take_pending_sync() {
+                self.appended.fetch_add(1, Ordering::SeqCst) + 1
+            } else {
+                0
+            };
+            (reply, seq)
+        };
+        if seq > 0
+            && let Err(e) = self.make_durable(seq)
+        {
+            reply.result = ToolResult::error(format!(
+                "Error: the change was written but could not be made durable ({e}); check the disk"
+            ));
+        }
+        Some(reply.to_line() + "\n")
+    }
+
+    /// Group commit: sync the log unless a sync that started after record
+    /// `seq` was written has already finished; one sync covers every
+    /// record written before it began.
+    fn make_durable(&self, seq: u64) -> io::Result<()> {
+        let mut synced = lock(&self.synced);
+        if *synced >= seq {
+            return Ok(());
+        }
+        let covered = self.appended.load(Ordering::SeqCst);
+        fsync::sync_data(&self.log)?;
+        *synced = covered;
+        Ok(())
+    }
+
+    /// Run a checkpoint the last request made due (see `Vault::after_reply`).
+    fn after_reply(&self) {
+        lock(&self.vault).after_reply();
+    }
 }
 
 /// Serve the process's own client (stdin/stdout) until its input ends.
 pub(crate) fn run(vault: &mut Vault, memory: &Memory, max_line: usize) -> io::Result<()> {
-    let (tx, rx) = mpsc::channel();
-    let (ack, ack_rx) = mpsc::channel();
-    spawn_stdin(tx.clone(), ack_rx, max_line);
     let own = vault.attribution().clone();
-    let mut rt = Runtime {
-        vault,
+    let key = vault.keys().serve_key();
+    let dir = vault.dir().to_path_buf();
+    let log = vault.log_sync_handle()?;
+    vault.defer_sync(true);
+    let shared = Shared {
+        vault: Mutex::new(&mut *vault),
         memory,
-        own,
         max_line,
-        tx,
-        ack,
-        mode: Mode::Local,
-        pending_own: VecDeque::new(),
-        last_try: Instant::now(),
-        peers: HashMap::new(),
-        own_eof: false,
-        leaving: None,
+        appended: AtomicU64::new(0),
+        synced: Mutex::new(0),
+        log,
+        key,
+        dir,
+        peers: Mutex::new((HashMap::new(), false)),
         test_pause: std::env::var("MEMVAULT_TEST_LEADER_PAUSE_MS")
             .ok()
             .and_then(|v| v.parse().ok())
             .map(Duration::from_millis),
     };
-    rt.mode = rt.elect(true);
-    rt.main_loop(&rx);
-    rt.vault.set_attribution(rt.own.clone());
-    Ok(())
-}
-
-/// Read the client's lines, each only once the one before is answered
-/// (`ack`), as a pipe's reader would: a client that streams requests is
-/// held back by the pipe, not buffered here.
-fn spawn_stdin(tx: Sender<Event>, ack: Receiver<()>, max_line: usize) {
-    std::thread::spawn(move || {
-        let stdin = io::stdin();
-        let mut input = stdin.lock();
-        loop {
-            match protocol::read_bounded(&mut input, max_line) {
-                Ok(Line::Eof) | Err(_) => {
-                    let _ = tx.send(Event::OwnEof);
-                    return;
-                }
-                Ok(line) => {
-                    if tx.send(Event::Own(line)).is_err() || ack.recv().is_err() {
-                        return;
-                    }
-                }
-            }
-        }
+    let result = std::thread::scope(|s| {
+        let mut node = Node {
+            shared: &shared,
+            scope: s,
+            own,
+            mode: Mode::Local,
+            last_try: Instant::now(),
+        };
+        node.mode = node.elect(true);
+        let result = node.serve_own();
+        node.leave();
+        result
     });
+    drop(shared);
+    vault.defer_sync(false);
+    result
 }
 
 enum Mode {
@@ -148,265 +215,99 @@ struct Leader {
     stop: Arc<AtomicBool>,
 }
 
-struct Runtime<'a> {
-    vault: &'a mut Vault,
-    memory: &'a Memory,
+/// This process's own client, and the lead or follow it takes.
+struct Node<'s, 'v, 'e> {
+    shared: &'s Shared<'v>,
+    scope: &'s Scope<'s, 'e>,
     own: Attribution,
-    max_line: usize,
-    tx: Sender<Event>,
-    /// Lets the stdin reader read the next line (see [`spawn_stdin`]).
-    ack: Sender<()>,
     mode: Mode,
-    /// This process's own requests waiting for the one before them to be
-    /// answered: its client has at most one request running at a time,
-    /// so a crash lands at most one request it was not answered for.
-    pending_own: VecDeque<Event>,
     last_try: Instant,
-    peers: HashMap<u64, UnixStream>,
-    own_eof: bool,
-    /// When this leader started leaving.
-    leaving: Option<Instant>,
-    /// `MEMVAULT_TEST_LEADER_PAUSE_MS`: a leader waits this long after
-    /// running a follower's request, before its sync and reply. It exists
-    /// only so tests can kill a leader with a request in flight.
-    test_pause: Option<Duration>,
 }
 
-impl Runtime<'_> {
-    fn main_loop(&mut self, rx: &Receiver<Event>) {
-        loop {
-            let ev = match self.leaving {
-                Some(since) => {
-                    if self.peers.is_empty() {
-                        return;
-                    }
-                    let left = LEAVE_TIMEOUT.saturating_sub(since.elapsed());
-                    match rx.recv_timeout(left) {
-                        Ok(ev) => ev,
-                        Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return,
-                    }
-                }
-                None => match self.pending_own.pop_front() {
-                    Some(ev) => ev,
-                    None => match rx.recv() {
-                        Ok(ev) => ev,
-                        Err(_) => return,
-                    },
-                },
-            };
-            if matches!(self.mode, Mode::Leader(_)) {
-                self.lead_batch(ev, rx);
-                if self.own_eof && self.leaving.is_none() {
-                    self.start_leaving();
-                }
-                continue;
-            }
-            match ev {
-                Event::Own(line) => {
-                    self.one(line);
-                    let _ = self.ack.send(());
-                    if self.own_eof {
-                        // Its client is gone (the reply could not be written).
-                        return;
-                    }
-                }
-                Event::OwnEof => return,
-                // Only a leader has peers; a stale event is ignored.
-                Event::Peer(..) | Event::PeerJoined(..) | Event::PeerGone(_) => {}
-            }
-        }
-    }
-
-    /// Write a reply to this process's own client, before anything else
-    /// of its runs. A client that is gone ends serving.
-    fn send_own(&mut self, reply: &str) {
+impl<'s, 'v: 's, 'e> Node<'s, 'v, 'e> {
+    /// Answer this process's own client, one line at a time: the next line
+    /// is read only once the one before is answered.
+    fn serve_own(&mut self) -> io::Result<()> {
+        let stdin = io::stdin();
+        let mut input = stdin.lock();
         let stdout = io::stdout();
         let mut out = stdout.lock();
-        if out.write_all(reply.as_bytes()).is_err() || out.flush().is_err() {
-            self.own_eof = true;
+        loop {
+            let line = match protocol::read_bounded(&mut input, self.shared.max_line)? {
+                Line::Eof => return Ok(()),
+                line => line,
+            };
+            if let Some(reply) = self.one(line, true) {
+                out.write_all(reply.as_bytes())?;
+                out.flush()?;
+            }
+            if !matches!(self.mode, Mode::Follower(_)) {
+                self.shared.after_reply();
+            }
         }
     }
 
-    /// The reply to one line, run here with `who`'s attribution (`None`
-    /// for a blank line, which gets no reply).
-    fn reply(&mut self, who: &Attribution, line: Line) -> Option<String> {
-        let reply = match line {
-            Line::Eof => return None,
-            Line::TooLong(n) => protocol::too_long_reply(n, self.max_line),
-            Line::Ok(bytes) => {
-                if bytes.iter().all(u8::is_ascii_whitespace) {
-                    return None;
-                }
-                self.vault.set_attribution(who.clone());
-                protocol::handle_line(self.memory, &mut *self.vault, &bytes)
-            }
-        };
-        Some(reply.to_line() + "\n")
-    }
-
-    /// One request of this process's own client, as a follower or here.
-    fn one(&mut self, line: Line) {
-        self.one_try(line, true);
-    }
-
-    /// `retry`: a request the leader never got may go to the next one
-    /// (once; after that it runs here).
-    fn one_try(&mut self, line: Line, retry: bool) {
+    /// The reply to one request of this process's own client, run here
+    /// or by the leader. `retry`: a request the leader never got may go
+    /// to the next one (once; after that it runs here).
+    fn one(&mut self, line: Line, retry: bool) -> Option<String> {
         if matches!(self.mode, Mode::Local) && self.last_try.elapsed() > RETRY_EVERY {
             self.mode = self.elect(false);
         }
-        let own = self.own.clone();
-        let bytes = match line {
-            Line::Ok(b) if !b.iter().all(u8::is_ascii_whitespace) => b,
-            // Too long or blank: answered here, nothing to run.
-            other => {
-                if let Some(r) = self.reply(&own, other) {
-                    self.send_own(&r);
-                }
-                return;
-            }
+        let bytes = match (&self.mode, line) {
+            (Mode::Follower(_), Line::Ok(b)) if !b.iter().all(u8::is_ascii_whitespace) => b,
+            // Leading or alone, or nothing to run: answered here.
+            (_, line) => return self.shared.execute(&self.own, line),
         };
-        match std::mem::replace(&mut self.mode, Mode::Local) {
-            Mode::Leader(l) => {
-                // Promoted while the line waited.
-                self.mode = Mode::Leader(l);
-                let (_tx, rx) = mpsc::channel();
-                self.lead_batch(Event::Own(Line::Ok(bytes)), &rx);
-            }
-            Mode::Local => {
-                if let Some(r) = self.reply(&own, Line::Ok(bytes)) {
-                    self.send_own(&r);
-                    self.vault.after_reply();
-                }
-            }
-            Mode::Follower(mut f) => match f.call(&own, &bytes) {
-                Ok(reply) => {
-                    self.mode = Mode::Follower(f);
-                    self.send_own(&reply);
-                }
-                Err(Sent::No) => {
-                    drop(f);
-                    if retry {
-                        self.mode = self.elect(true);
-                    }
-                    self.one_try(Line::Ok(bytes), false);
-                }
-                Err(Sent::Unknown) => {
-                    drop(f);
-                    let r = Reply {
-                        tool_use_id: request_id(&bytes),
-                        result: ToolResult::error(UNKNOWN_OUTCOME),
-                    };
-                    self.send_own(&(r.to_line() + "\n"));
+        let Mode::Follower(f) = &mut self.mode else {
+            unreachable!("matched a follower above")
+        };
+        match f.call(&self.own, &bytes) {
+            Ok(reply) => Some(reply),
+            Err(Sent::No) => {
+                self.mode = Mode::Local;
+                if retry {
                     self.mode = self.elect(true);
                 }
-            },
-        }
-    }
-
-    /// Lead: run `first` and whatever else is waiting (up to
-    /// [`MAX_BATCH`] requests), sync once, then send every reply.
-    fn lead_batch(&mut self, first: Event, rx: &Receiver<Event>) {
-        let is_own = |ev: &Event| matches!(ev, Event::Own(_) | Event::OwnEof);
-        let mut has_own = is_own(&first);
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                // One own request per batch (see `pending_own`); followers
-                // have one in flight each anyway.
-                Ok(ev) if is_own(&ev) && (has_own || !self.pending_own.is_empty()) => {
-                    self.pending_own.push_back(ev);
-                }
-                Ok(ev) => {
-                    has_own |= is_own(&ev);
-                    batch.push(ev);
-                }
-                Err(_) => break,
+                self.one(Line::Ok(bytes), false)
+            }
+            Err(Sent::Unknown) => {
+                self.mode = Mode::Local;
+                self.mode = self.elect(true);
+                let r = Reply {
+                    tool_use_id: request_id(&bytes),
+                    result: ToolResult::error(UNKNOWN_OUTCOME),
+                };
+                Some(r.to_line() + "\n")
             }
         }
-        let mut replies: Vec<(Target, String)> = Vec::new();
-        let mut gone = Vec::new();
-        let mut owns = 0;
-        self.vault.defer_sync(true);
-        for ev in batch {
-            match ev {
-                Event::Own(line) => {
-                    owns += 1;
-                    let own = self.own.clone();
-                    if let Some(r) = self.reply(&own, line) {
-                        replies.push((Target::Own, r));
-                    }
-                }
-                Event::OwnEof => self.own_eof = true,
-                Event::Peer(id, who, line) => {
-                    let r = self.reply(&who, line).unwrap_or_else(|| {
-                        protocol::handle_line(self.memory, &mut *self.vault, b"").to_line() + "\n"
-                    });
-                    replies.push((Target::Peer(id), r));
-                    if let Some(pause) = self.test_pause {
-                        std::thread::sleep(pause);
-                    }
-                }
-                Event::PeerJoined(id, mut w) => {
-                    if self.leaving.is_some() {
-                        let _ = w.write_all(format!("{BYE}\n").as_bytes());
-                    }
-                    self.peers.insert(id, w);
-                }
-                Event::PeerGone(id) => gone.push(id),
-            }
-        }
-        self.vault.set_attribution(self.own.clone());
-        let synced = self.vault.sync_deferred();
-        self.vault.defer_sync(false);
-        if let Err(e) = synced {
-            // Nothing in this batch is acknowledged: every reply says so.
-            for (_, r) in &mut replies {
-                let id = serde_json::from_str::<Value>(r)
-                    .ok()
-                    .and_then(|v| v["tool_use_id"].as_str().map(str::to_string));
-                *r = Reply {
-                    tool_use_id: id,
-                    result: ToolResult::error(format!("Error: {e}")),
-                }
-                .to_line()
-                    + "\n";
-            }
-        }
-        for (target, r) in replies {
-            match target {
-                Target::Own => {
-                    self.send_own(&r);
-                }
-                Target::Peer(id) => {
-                    if let Some(w) = self.peers.get_mut(&id) {
-                        let _ = w.write_all(r.as_bytes());
-                    }
-                }
-            }
-        }
-        for id in gone {
-            self.peers.remove(&id);
-        }
-        for _ in 0..owns {
-            let _ = self.ack.send(());
-        }
-        self.vault.after_reply();
     }
 
     /// Stop leading: no new followers, release the lead, tell each
-    /// follower. Their last requests are still answered (see `main_loop`).
-    fn start_leaving(&mut self) {
-        self.leaving = Some(Instant::now());
-        if let Mode::Leader(l) = &mut self.mode {
-            l.stop.store(true, Ordering::SeqCst);
-            // Wake the acceptor so it sees `stop`, then take the name away.
-            let _ = UnixStream::connect(&l.socket);
-            let _ = fs::remove_file(&l.socket);
-            l.lock = None;
+    /// follower, answer what they sent before acknowledging, then hang up
+    /// on any that have not gone after [`LEAVE_TIMEOUT`].
+    fn leave(&mut self) {
+        let Mode::Leader(l) = &mut self.mode else {
+            return;
+        };
+        l.stop.store(true, Ordering::SeqCst);
+        // Wake the acceptor so it sees `stop`, then take the name away.
+        let _ = UnixStream::connect(&l.socket);
+        let _ = fs::remove_file(&l.socket);
+        l.lock = None;
+        {
+            let mut peers = lock(&self.shared.peers);
+            peers.1 = true;
+            for w in peers.0.values() {
+                let _ = lock(w).write_all(format!("{BYE}\n").as_bytes());
+            }
         }
-        for w in self.peers.values_mut() {
-            let _ = w.write_all(format!("{BYE}\n").as_bytes());
+        let deadline = Instant::now() + LEAVE_TIMEOUT;
+        while !lock(&self.shared.peers).0.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for w in lock(&self.shared.peers).0.values() {
+            let _ = lock(w).shutdown(std::net::Shutdown::Both);
         }
     }
 
@@ -414,28 +315,27 @@ impl Runtime<'_> {
     /// `wait`: give a leader that is starting a moment to listen.
     fn elect(&mut self, wait: bool) -> Mode {
         self.last_try = Instant::now();
-        let dir = self.vault.dir().to_path_buf();
-        let lock = OpenOptions::new()
+        let dir = &self.shared.dir;
+        let lead = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(dir.join(LEAD_LOCK));
-        if let Ok(lock) = lock
-            && lock.try_lock().is_ok()
+        if let Ok(lead) = lead
+            && lead.try_lock().is_ok()
         {
-            return match self.listen(&dir) {
+            return match self.listen() {
                 Ok((socket, stop)) => Mode::Leader(Leader {
-                    lock: Some(lock),
+                    lock: Some(lead),
                     socket,
                     stop,
                 }),
                 Err(_) => Mode::Local,
             };
         }
-        let key = self.vault.keys().serve_key();
         let tries = if wait { 50 } else { 1 };
         for i in 0..tries {
-            match Follower::connect(&dir.join(SOCKET), &key) {
+            match Follower::connect(&dir.join(SOCKET), &self.shared.key) {
                 Ok(f) => return Mode::Follower(f),
                 Err(e)
                     if i + 1 < tries
@@ -452,39 +352,40 @@ impl Runtime<'_> {
         Mode::Local
     }
 
-    fn listen(&mut self, dir: &Path) -> io::Result<(PathBuf, Arc<AtomicBool>)> {
-        let socket = dir.join(SOCKET);
+    fn listen(&mut self) -> io::Result<(PathBuf, Arc<AtomicBool>)> {
+        let socket = self.shared.dir.join(SOCKET);
         // Left by a leader that died: we hold the lead lock now.
         let _ = fs::remove_file(&socket);
         let listener = UnixListener::bind(&socket)?;
         fs::set_permissions(&socket, fs::Permissions::from_mode(0o600))?;
+        // A new lead takes followers again.
+        lock(&self.shared.peers).1 = false;
         let stop = Arc::new(AtomicBool::new(false));
-        let key = Arc::new(self.vault.keys().serve_key());
-        let tx = self.tx.clone();
-        let max_line = self.max_line;
         let stop_flag = stop.clone();
-        std::thread::spawn(move || {
+        let (shared, scope) = (self.shared, self.scope);
+        scope.spawn(move || {
             for (id, conn) in (0u64..).zip(listener.incoming()) {
                 if stop_flag.load(Ordering::SeqCst) {
                     return;
                 }
                 let Ok(conn) = conn else { continue };
-                let (tx, key) = (tx.clone(), key.clone());
-                std::thread::spawn(move || serve_peer(conn, id, &key, &tx, max_line));
+                scope.spawn(move || serve_peer(shared, conn, id));
             }
         });
         Ok((socket, stop))
     }
 }
 
-/// The leader's side of one follower: handshake, then its requests into
-/// the leader's queue until it acknowledges the leader's leaving or goes.
-fn serve_peer(conn: UnixStream, id: u64, key: &[u8; 32], tx: &Sender<Event>, max_line: usize) {
+/// The leader's side of one follower: handshake, then its requests, run
+/// and answered one at a time, until it acknowledges the leader's leaving
+/// or goes.
+fn serve_peer(shared: &Shared<'_>, conn: UnixStream, id: u64) {
     let Ok(read_half) = conn.try_clone() else {
         return;
     };
     let mut r = BufReader::new(read_half);
     let mut w = conn;
+    let key: &[u8; 32] = &shared.key;
     let handshake = (|| -> io::Result<()> {
         w.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
         let hello = read_frame(&mut r, SMALL_LINE)?;
@@ -504,9 +405,13 @@ fn serve_peer(conn: UnixStream, id: u64, key: &[u8; 32], tx: &Sender<Event>, max
     if handshake.is_err() {
         return;
     }
-    let Ok(writer) = w.try_clone() else { return };
-    if tx.send(Event::PeerJoined(id, writer)).is_err() {
-        return;
+    let w = Arc::new(Mutex::new(w));
+    {
+        let mut peers = lock(&shared.peers);
+        if peers.1 {
+            let _ = lock(&w).write_all(format!("{BYE}\n").as_bytes());
+        }
+        peers.0.insert(id, w.clone());
     }
     while let Ok(header) = read_frame(&mut r, SMALL_LINE) {
         if header == BYE_ACK.as_bytes() {
@@ -515,17 +420,25 @@ fn serve_peer(conn: UnixStream, id: u64, key: &[u8; 32], tx: &Sender<Event>, max
         let Some(who) = attribution(&header) else {
             break;
         };
-        let line = match read_line(&mut r, max_line) {
+        let line = match read_line(&mut r, shared.max_line) {
             Ok((bytes, _)) => Line::Ok(bytes),
             // Over the limit: the rest of the line was read and dropped.
             Err(Frame::TooLong(n)) => Line::TooLong(n),
             Err(Frame::Io(_)) => break,
         };
-        if tx.send(Event::Peer(id, who, line)).is_err() {
-            return;
+        // A blank line still gets an answer: the follower waits for one.
+        let reply = shared.execute(&who, line).unwrap_or_else(|| {
+            shared.execute(&who, Line::Ok(b"-".to_vec())).unwrap_or_default()
+        });
+        if let Some(pause) = shared.test_pause {
+            std::thread::sleep(pause);
         }
+        if lock(&w).write_all(reply.as_bytes()).is_err() {
+            break;
+        }
+        shared.after_reply();
     }
-    let _ = tx.send(Event::PeerGone(id));
+    lock(&shared.peers).0.remove(&id);
 }
 
 /// Whether a request reached the leader.

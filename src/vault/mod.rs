@@ -636,6 +636,20 @@ impl Vault {
         Ok(())
     }
 
+    /// Whether a mutation appended a log record that still needs its sync
+    /// (with [`defer_sync`](Self::defer_sync) on), clearing the mark: the
+    /// caller then makes it durable itself, e.g. with
+    /// [`log_sync_handle`](Self::log_sync_handle).
+    pub fn take_pending_sync(&mut self) -> bool {
+        std::mem::take(&mut self.pending_sync)
+    }
+
+    /// A handle on the write-ahead log file for syncing it outside this
+    /// `Vault` (one `fdatasync` covers every record written before it).
+    pub fn log_sync_handle(&self) -> std::io::Result<File> {
+        self.wal.sync_handle()
+    }
+
     /// Defer the checkpoint a mutation makes due to [`Store::after_reply`],
     /// so it does not add to that mutation's latency (`serve` does this;
     /// the mutation is durable in the log either way).

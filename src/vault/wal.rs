@@ -542,6 +542,13 @@ impl Wal {
         fsync::sync_data(&self.file)
     }
 
+    /// A second handle on the log file, to sync it without this `Wal`
+    /// (the file is opened once and never replaced, so the handle stays
+    /// on the log).
+    pub fn sync_handle(&self) -> std::io::Result<File> {
+        self.file.try_clone()
+    }
+
     /// The log's current length.
     pub fn len(&self) -> std::io::Result<u64> {
         Ok(self.known.as_ref().map_or(0, |k| k.len))
