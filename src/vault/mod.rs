@@ -145,7 +145,7 @@ pub struct Vault {
     wal: Wal,
     /// A record was appended under the lock and still needs its sync.
     pending_sync: bool,
-    /// Syncs wait for [`Vault::sync_deferred`] (see [`Vault::defer_sync`]).
+    /// Syncs are left to the caller (see [`Vault::defer_sync`]).
     defer_sync: bool,
     /// Run checkpoints in [`Store::after_reply`] instead of inside the
     /// mutation that filled the log (`serve`).
@@ -615,25 +615,13 @@ impl Vault {
         result
     }
 
-    /// Leave the `fdatasync` of each mutation's log record to
-    /// [`sync_deferred`](Self::sync_deferred), so one sync covers a batch
-    /// of mutations (`serve` does this for the requests it runs together).
-    /// The caller must call `sync_deferred` before it reports any of them.
+    /// Leave the `fdatasync` of each mutation's log record to the caller,
+    /// so one sync can cover the records of several mutations (`serve`'s
+    /// group commit). The caller must make a mutation durable, with
+    /// [`take_pending_sync`](Self::take_pending_sync) and
+    /// [`log_sync_handle`](Self::log_sync_handle), before it reports it.
     pub fn defer_sync(&mut self, on: bool) {
         self.defer_sync = on;
-    }
-
-    /// Make every record appended since the last sync durable (one
-    /// `fdatasync` of the log covers them all).
-    pub fn sync_deferred(&mut self) -> Result<(), StoreError> {
-        if std::mem::take(&mut self.pending_sync) {
-            self.wal.sync().map_err(|e| {
-                StoreError::Unavailable(format!(
-                    "the change was written but could not be made durable ({e}); check the disk"
-                ))
-            })?;
-        }
-        Ok(())
     }
 
     /// Whether a mutation appended a log record that still needs its sync
