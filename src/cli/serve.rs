@@ -428,7 +428,9 @@ fn serve_peer(shared: &Shared<'_>, conn: UnixStream, id: u64) {
         };
         // A blank line still gets an answer: the follower waits for one.
         let reply = shared.execute(&who, line).unwrap_or_else(|| {
-            shared.execute(&who, Line::Ok(b"-".to_vec())).unwrap_or_default()
+            shared
+                .execute(&who, Line::Ok(b"-".to_vec()))
+                .unwrap_or_default()
         });
         if let Some(pause) = shared.test_pause {
             std::thread::sleep(pause);
