@@ -141,14 +141,21 @@ pub(crate) enum Line {
 /// Read one line of at most `max` bytes (without the newline). A longer
 /// line is consumed to its end and reported, so the stream stays in step.
 pub(crate) fn read_bounded(input: &mut dyn BufRead, max: usize) -> io::Result<Line> {
+    read_bounded_ended(input, max).map(|(line, _)| line)
+}
+
+/// [`read_bounded`], and whether the line ended with a newline (false for
+/// a last line cut short by the end of the stream).
+pub(crate) fn read_bounded_ended(input: &mut dyn BufRead, max: usize) -> io::Result<(Line, bool)> {
     let mut buf = Vec::new();
     let mut total = 0usize;
     let mut too_long = false;
+    let mut ended = false;
     loop {
         let chunk = input.fill_buf()?;
         if chunk.is_empty() {
             if total == 0 {
-                return Ok(Line::Eof);
+                return Ok((Line::Eof, false));
             }
             break;
         }
@@ -167,17 +174,15 @@ pub(crate) fn read_bounded(input: &mut dyn BufRead, max: usize) -> io::Result<Li
         }
         input.consume(if done { take + 1 } else { take });
         if done {
-            if total == 0 && !too_long {
-                // An empty line still counts as a line (handled by the caller).
-                return Ok(Line::Ok(buf));
-            }
+            ended = true;
             break;
         }
     }
+    // An empty line still counts as a line (handled by the caller).
     if too_long {
-        Ok(Line::TooLong(total))
+        Ok((Line::TooLong(total), ended))
     } else {
-        Ok(Line::Ok(buf))
+        Ok((Line::Ok(buf), ended))
     }
 }
 

@@ -420,11 +420,9 @@ fn serve_peer(shared: &Shared<'_>, conn: UnixStream, id: u64) {
         let Some(who) = attribution(&header) else {
             break;
         };
-        let line = match read_line(&mut r, shared.max_line) {
-            Ok((bytes, _)) => Line::Ok(bytes),
-            // Over the limit: the rest of the line was read and dropped.
-            Err(Frame::TooLong(n)) => Line::TooLong(n),
-            Err(Frame::Io(_)) => break,
+        // Over the limit: `TooLong`, the rest of the line read and dropped.
+        let Ok(line) = read_line(&mut r, shared.max_line) else {
+            break;
         };
         // A blank line still gets an answer: the follower waits for one.
         let reply = shared.execute(&who, line).unwrap_or_else(|| {
@@ -550,55 +548,23 @@ impl Drop for Follower {
     }
 }
 
-/// Why a frame was not read.
-enum Frame {
-    /// The line was over the limit (its length); it was read and dropped.
-    TooLong(usize),
-    Io(io::Error),
-}
-
-/// One `\n`-terminated line of at most `max` bytes, without the newline,
-/// and its length. A line cut short by the end of the stream is an error,
-/// never a line; a longer line is read to its end and refused.
-fn read_line(r: &mut impl BufRead, max: usize) -> Result<(Vec<u8>, usize), Frame> {
-    let mut buf = Vec::new();
-    let mut total = 0usize;
-    let mut too_long = false;
-    loop {
-        let chunk = r.fill_buf().map_err(Frame::Io)?;
-        if chunk.is_empty() {
-            return Err(Frame::Io(io::ErrorKind::UnexpectedEof.into()));
-        }
-        let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
-            Some(i) => (i, true),
-            None => (chunk.len(), false),
-        };
-        total += take;
-        if !too_long {
-            if buf.len() + take > max {
-                too_long = true;
-                buf = Vec::new();
-            } else {
-                buf.extend_from_slice(&chunk[..take]);
-            }
-        }
-        r.consume(if done { take + 1 } else { take });
-        if done {
-            return if too_long {
-                Err(Frame::TooLong(total))
-            } else {
-                Ok((buf, total))
-            };
-        }
+/// One `\n`-terminated line of at most `max` bytes, without the newline
+/// ([`protocol::read_bounded`]; a longer line is read to its end and
+/// reported). A line cut short by the end of the stream is an error,
+/// never a line.
+fn read_line(r: &mut dyn BufRead, max: usize) -> io::Result<Line> {
+    match protocol::read_bounded_ended(r, max)? {
+        (line @ (Line::Ok(_) | Line::TooLong(_)), true) => Ok(line),
+        _ => Err(io::ErrorKind::UnexpectedEof.into()),
     }
 }
 
-/// [`read_line`] for the handshake and control lines.
-fn read_frame(r: &mut impl BufRead, max: usize) -> io::Result<Vec<u8>> {
-    match read_line(r, max) {
-        Ok((line, _)) => Ok(line),
-        Err(Frame::TooLong(_)) => Err(io::ErrorKind::InvalidData.into()),
-        Err(Frame::Io(e)) => Err(e),
+/// [`read_line`] for the handshake, control and reply lines: one over the
+/// limit is an error too.
+fn read_frame(r: &mut dyn BufRead, max: usize) -> io::Result<Vec<u8>> {
+    match read_line(r, max)? {
+        Line::Ok(line) => Ok(line),
+        _ => Err(io::ErrorKind::InvalidData.into()),
     }
 }
 

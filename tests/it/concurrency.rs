@@ -96,8 +96,11 @@ struct Client {
 
 impl Client {
     fn start(v: &TestVault, session: &str) -> Client {
-        let mut child = v
-            .cmd()
+        Client::start_cmd(v.cmd(), session)
+    }
+
+    fn start_cmd(mut cmd: std::process::Command, session: &str) -> Client {
+        let mut child = cmd
             .args(["serve", "--session", session, "--actor", session])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -296,18 +299,7 @@ fn a_follower_whose_leader_dies_mid_request_says_the_outcome_is_unknown() {
     let v = TestVault::new();
     let mut cmd = v.cmd();
     cmd.env("MEMVAULT_TEST_LEADER_PAUSE_MS", "5000");
-    let mut leader = {
-        let mut child = cmd
-            .args(["serve", "--session", "leader"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take();
-        let out = std::io::BufReader::new(child.stdout.take().unwrap());
-        Client { child, stdin, out }
-    };
+    let mut leader = Client::start_cmd(cmd, "leader");
     leader.create("/memories/l.md", "l\n");
     let mut f = Client::start(&v, "follower");
     let pending = std::thread::spawn(move || {

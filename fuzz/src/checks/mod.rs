@@ -26,6 +26,24 @@ pub fn scratch_dir() -> tempfile::TempDir {
     .expect("a temporary directory")
 }
 
+/// Copy a vault directory, except the files named in `skip` (at any
+/// depth).
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path, skip: &[&str]) {
+    std::fs::create_dir_all(to).expect("copy target");
+    for e in std::fs::read_dir(from).expect("template dir") {
+        let e = e.expect("template entry");
+        if skip.iter().any(|s| e.file_name() == *s) {
+            continue;
+        }
+        let target = to.join(e.file_name());
+        if e.file_type().expect("file type").is_dir() {
+            copy_dir(&e.path(), &target, skip);
+        } else {
+            std::fs::copy(e.path(), &target).expect("copy a template file");
+        }
+    }
+}
+
 /// A target's check: panics when the property does not hold for the input.
 pub type Check = fn(&[u8]);
 

@@ -73,19 +73,6 @@ fn packs(dir: &Path) -> Vec<String> {
     out.into_iter().map(|(_, s)| s).collect()
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("copy target");
-    for e in std::fs::read_dir(from).expect("template dir") {
-        let e = e.expect("template entry");
-        let target = to.join(e.file_name());
-        if e.file_type().expect("file type").is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).expect("copy a template file");
-        }
-    }
-}
-
 fn template() -> &'static Template {
     static T: OnceLock<Template> = OnceLock::new();
     T.get_or_init(|| {
@@ -170,7 +157,7 @@ pub fn check(data: &[u8]) {
     };
     let work = super::scratch_dir();
     let dir = work.path().join("vault");
-    copy_dir(&t.dir, &dir);
+    super::copy_dir(&t.dir, &dir, &[]);
     std::fs::write(dir.join(format!("objects/pack/{EXTRA}.idx")), &idx).expect("write");
     std::fs::write(dir.join(format!("objects/pack/{EXTRA}.pack")), &pack).expect("write");
 

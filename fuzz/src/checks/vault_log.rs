@@ -17,7 +17,7 @@
 //! Each input runs on a fresh copy of the template.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use memvault::crypto::{KeyFileKey, Unlock};
@@ -66,23 +66,6 @@ fn contents(vault: &mut Vault) -> BTreeMap<&'static str, Option<String>> {
         .collect()
 }
 
-/// Copy a vault directory, except its log (each input writes its own).
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("copy target");
-    for e in std::fs::read_dir(from).expect("template dir") {
-        let e = e.expect("template entry");
-        if e.file_name() == "wal" {
-            continue;
-        }
-        let target = to.join(e.file_name());
-        if e.file_type().expect("file type").is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).expect("copy a template file");
-        }
-    }
-}
-
 fn template() -> &'static Template {
     static T: OnceLock<Template> = OnceLock::new();
     T.get_or_init(|| {
@@ -103,7 +86,8 @@ fn template() -> &'static Template {
         states.push(contents(&mut vault));
         // The crash image: copied while the writer is open.
         let dir = root.path().join("image");
-        copy_dir(&live, &dir);
+        // The log is copied last, below (each input writes its own).
+        super::copy_dir(&live, &dir, &["wal"]);
         std::fs::copy(live.join("memvault/wal"), dir.join("memvault/wal")).expect("copy the log");
         drop(vault);
         let mut wal = std::fs::read(dir.join("memvault/wal")).expect("the log");
@@ -150,7 +134,7 @@ pub fn check(data: &[u8]) {
     };
     let work = super::scratch_dir();
     let dir = work.path().join("vault");
-    copy_dir(&t.dir, &dir);
+    super::copy_dir(&t.dir, &dir, &["wal"]);
     std::fs::write(dir.join("memvault/wal"), &log).expect("write the log");
 
     let key = key();
