@@ -125,7 +125,7 @@ impl Vault {
         let tree = update.create_updated(&self.repo, &base)?;
         drop(base);
         let commit = self
-            .publish(tip, tree, new_keys, &meta)
+            .publish(tip, tree, new_keys, &meta, None)
             .map_err(|e| VaultError::Refused(e.to_string()))?;
         self.append_access(&written);
         Ok(commit)

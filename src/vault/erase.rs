@@ -179,7 +179,7 @@ impl Vault {
         drop(base);
         meta.erased_keys = doomed.iter().map(FileKeyId::to_hex).collect();
         let commit = self
-            .publish(tip, tree, new_keys, &meta)
+            .publish(tip, tree, new_keys, &meta, None)
             .map_err(|e| VaultError::Refused(e.to_string()))?;
         test_crash("after-commit");
 

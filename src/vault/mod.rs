@@ -36,6 +36,7 @@ pub mod slots;
 #[cfg(test)]
 mod tests;
 mod tree;
+mod treeedit;
 pub mod undo;
 pub mod verify;
 mod wal;
@@ -44,7 +45,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
 
-use git2::{ErrorCode, FileMode, Oid, Repository, RepositoryInitOptions, Signature};
+use git2::{ErrorCode, Oid, Repository, RepositoryInitOptions, Signature};
 use zeroize::Zeroizing;
 
 use crate::crypto::{
@@ -59,9 +60,10 @@ pub use meta::CommitMeta;
 use meta::{META_VERSION, meta_aad};
 use tree::Caches;
 pub use tree::VaultSnapshot;
+use treeedit::TreeEdits;
 pub use undo::{Conflict, UndoOutcome, UndoTarget};
 pub use verify::{Problem, VerifyReport};
-use wal::{Record, Refs, Wal};
+use wal::{Object, Record, Refs, Wal};
 
 /// The branch that holds the memory history.
 pub const MAIN_REF: &str = "refs/heads/main";
@@ -685,25 +687,10 @@ impl Vault {
         let mut new_key: Option<(FileKeyId, FileKey)> = None;
         let mut written: Vec<FileKeyId> = Vec::new();
         let mut files_after: Option<usize> = None;
+        // Every object the new tree adds, with its bytes, for the log.
+        let mut objects: Vec<Object> = Vec::new();
         let new_tree = {
             let base = self.tree_of(parent)?;
-            let empty;
-            let base_tree = match &base {
-                Some(t) => t,
-                None => {
-                    empty = self
-                        .repo
-                        .find_tree(
-                            self.repo
-                                .treebuilder(None)
-                                .map_err(ge)?
-                                .write()
-                                .map_err(ge)?,
-                        )
-                        .map_err(ge)?;
-                    &empty
-                }
-            };
             let snap = VaultSnapshot::new(
                 &self.repo,
                 &self.keys,
@@ -711,7 +698,7 @@ impl Vault {
                 &self.caches,
                 base.clone(),
             );
-            let mut update = git2::build::TreeUpdateBuilder::new();
+            let mut update = TreeEdits::default();
             match m.change {
                 Change::Write { path, content } => {
                     if content.len() > self.config.max_file_bytes {
@@ -730,10 +717,10 @@ impl Vault {
                             // One more file, unless the write replaces a
                             // whole directory (the memory layer refuses
                             // that; do not count on it here).
-                            if base_tree
-                                .get_path(std::path::Path::new(&snap.git_path(&path)?))
-                                .is_err()
-                            {
+                            let git_path = snap.git_path(&path)?;
+                            if base.as_ref().is_none_or(|t| {
+                                t.get_path(std::path::Path::new(&git_path)).is_err()
+                            }) {
                                 files_after = Some(files + 1);
                             }
                             if files >= self.config.max_files {
@@ -748,7 +735,12 @@ impl Vault {
                     };
                     let sealed = crypto::seal_blob(key, &id, path.as_str(), &content);
                     let oid = self.repo.blob(&sealed).map_err(ge)?;
-                    update.upsert(snap.git_path(&path)?, oid, FileMode::Blob);
+                    update.upsert(&snap.git_path(&path)?, oid);
+                    objects.push(Object {
+                        kind: git2::ObjectType::Blob,
+                        id: oid,
+                        data: sealed,
+                    });
                     meta.size = Some(content.len() as u64);
                     meta.content_hash =
                         Some(data_encoding::HEXLOWER.encode(&key.content_hash(&content)));
@@ -766,7 +758,7 @@ impl Vault {
                         .into_iter()
                         .map(|p| p.as_str().to_string())
                         .collect();
-                    update.remove(snap.git_path(&path)?);
+                    update.remove(&snap.git_path(&path)?);
                     meta.path = Some(path.as_str().to_string());
                 }
                 Change::Rename { from, to } => {
@@ -781,16 +773,22 @@ impl Vault {
                         let content = snap.read(file)?;
                         let sealed = crypto::seal_blob(key, &id, target.as_str(), &content);
                         let oid = self.repo.blob(&sealed).map_err(ge)?;
-                        update.upsert(snap.git_path(&target)?, oid, FileMode::Blob);
+                        update.upsert(&snap.git_path(&target)?, oid);
+                        objects.push(Object {
+                            kind: git2::ObjectType::Blob,
+                            id: oid,
+                            data: sealed,
+                        });
                     }
-                    update.remove(snap.git_path(&from)?);
+                    update.remove(&snap.git_path(&from)?);
                     meta.files = files.iter().map(|p| p.as_str().to_string()).collect();
                     meta.path = Some(from.as_str().to_string());
                     meta.new_path = Some(to.as_str().to_string());
                 }
             }
             drop(snap);
-            update.create_updated(&self.repo, base_tree).map_err(ge)?
+            let base = base.map(|t| t.id());
+            update.write(&self.repo, base, &mut objects).map_err(ge)?
         };
         if let Some(n) = files_after {
             self.caches.remember_count(new_tree, n);
@@ -799,7 +797,7 @@ impl Vault {
             .map(|(id, key)| (id, Some(key)))
             .into_iter()
             .collect();
-        self.publish(parent, new_tree, new_keys, &meta)?;
+        self.publish(parent, new_tree, new_keys, &meta, Some(objects))?;
         // For expiry: a write counts as use (no fsync; see `access`).
         let time = meta.time_ms;
         let records: Vec<_> = written
@@ -813,6 +811,8 @@ impl Vault {
     /// Make a staged tree the new tip: first the key-table changes it needs
     /// (durable before any commit refers to them), then the MAC'd commit
     /// with `meta`, then a compare-and-swap move of main from `parent`.
+    /// `objects`: every object `tree` adds to its parent's tree, if the
+    /// caller has them (else they are found by comparing the two trees).
     /// The caller holds the writer lock.
     pub(crate) fn publish(
         &mut self,
@@ -820,10 +820,11 @@ impl Vault {
         tree: Oid,
         key_changes: Vec<(FileKeyId, Option<FileKey>)>,
         meta: &CommitMeta,
+        objects: Option<Vec<Object>>,
     ) -> Result<Oid, StoreError> {
         let old_keys = self.key_state.commit;
         let had_keys = !key_changes.is_empty();
-        let result = self.try_publish(parent, tree, key_changes, meta, old_keys);
+        let result = self.try_publish(parent, tree, key_changes, meta, old_keys, objects);
         if result.is_err() && had_keys {
             let at = self.keys_target();
             if let Ok(at) = at {
@@ -840,6 +841,7 @@ impl Vault {
         key_changes: Vec<(FileKeyId, Option<FileKey>)>,
         meta: &CommitMeta,
         old_keys: Oid,
+        objects: Option<Vec<Object>>,
     ) -> Result<Oid, StoreError> {
         let mut record = Record::default();
         let new_keys = if key_changes.is_empty() {
@@ -864,11 +866,16 @@ impl Vault {
         {
             let odb = self.repo.odb().map_err(ge)?;
             record.add_object(&odb, commit).map_err(ge)?;
-            let mut seen = HashSet::new();
-            let old_tree = parent_commit.as_ref().map(|c| c.tree_id());
-            record
-                .add_tree_diff(&odb, &self.repo, tree.id(), old_tree, &mut seen)
-                .map_err(ge)?;
+            match objects {
+                Some(objects) => record.objects.extend(objects),
+                None => {
+                    let mut seen = HashSet::new();
+                    let old_tree = parent_commit.as_ref().map(|c| c.tree_id());
+                    record
+                        .add_tree_diff(&odb, &self.repo, tree.id(), old_tree, &mut seen)
+                        .map_err(ge)?;
+                }
+            }
         }
         record.refs.push((MAIN_REF.to_string(), commit));
         // The record moves the refs: the log's tail is where they point

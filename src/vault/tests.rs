@@ -76,7 +76,7 @@ fn blob_moved_under_a_valid_mac_still_fails_to_open() {
         let repo = &vault.repo;
         let parent = repo.find_commit(tip).unwrap();
         let mut update = git2::build::TreeUpdateBuilder::new();
-        update.upsert(b_git.as_str(), a_oid, FileMode::Blob);
+        update.upsert(b_git.as_str(), a_oid, git2::FileMode::Blob);
         let tree_id = update
             .create_updated(repo, &parent.tree().unwrap())
             .unwrap();

@@ -328,7 +328,7 @@ impl Vault {
         }
         let changed = edits.into_iter().map(|(_, p, _)| p).collect();
         let commit = self
-            .publish(Some(tip), tree, Vec::new(), &meta)
+            .publish(Some(tip), tree, Vec::new(), &meta, None)
             .map_err(|e| VaultError::Refused(e.to_string()))?;
         Ok(UndoOutcome::Done {
             commit,
