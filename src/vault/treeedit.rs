@@ -175,7 +175,7 @@ fn write_level(
         return Ok(None);
     }
     if resort {
-        entries.sort_by(|a, b| git_order(a, b));
+        entries.sort_by(git_order);
     }
     write_tree(repo, entries, base, out).map(Some)
 }
