@@ -717,10 +717,7 @@ impl Vault {
                             // One more file, unless the write replaces a
                             // whole directory (the memory layer refuses
                             // that; do not count on it here).
-                            let git_path = snap.git_path(&path)?;
-                            if base.as_ref().is_none_or(|t| {
-                                t.get_path(std::path::Path::new(&git_path)).is_err()
-                            }) {
+                            if snap.entry(&path)?.is_none() {
                                 files_after = Some(files + 1);
                             }
                             if files >= self.config.max_files {
@@ -788,7 +785,9 @@ impl Vault {
             }
             drop(snap);
             let base = base.map(|t| t.id());
-            update.write(&self.repo, base, &mut objects).map_err(ge)?
+            update
+                .write(&self.repo, &self.caches, base, &mut objects)
+                .map_err(ge)?
         };
         if let Some(n) = files_after {
             self.caches.remember_count(new_tree, n);

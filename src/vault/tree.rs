@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::path::Path;
+use std::sync::Arc;
 
 use git2::{ObjectType, Odb, Oid, Repository, Tree};
 use zeroize::Zeroizing;
@@ -28,9 +28,30 @@ pub struct Caches {
     /// The tree of the last commit looked up (a commit may be large: an
     /// import lists every file in its metadata).
     pub(crate) commit_tree: RefCell<Option<(Oid, Oid)>>,
+    /// The entries of trees this process wrote or edited lately, by id. A
+    /// mutation's path lookups and tree edits start from the trees the
+    /// previous one wrote: from here they are neither read back through
+    /// libgit2 (which hashes every object it reads) nor parsed again.
+    trees: RefCell<HashMap<Oid, Entries>>,
 }
 
 const CACHE_LIMIT: usize = 200_000;
+/// Trees kept in [`Caches::trees`] (a directory of 100 files is about
+/// 9 KiB).
+const TREE_CACHE_LIMIT: usize = 512;
+
+/// One entry of a git tree.
+pub(crate) struct TreeEntry {
+    pub name: Vec<u8>,
+    pub mode: i32,
+    pub id: Oid,
+}
+
+/// A tree's entries, in git's order.
+pub(crate) type Entries = Arc<Vec<TreeEntry>>;
+
+/// Git's mode of a tree entry that is a directory.
+pub(crate) const MODE_TREE: i32 = 0o040000;
 
 impl Caches {
     /// Record the file count of a tree this process just built (a create
@@ -38,6 +59,35 @@ impl Caches {
     /// create's limit check does not walk the changed directory again.
     pub(crate) fn remember_count(&self, tree: Oid, files: usize) {
         remember(&self.counts, tree, files);
+    }
+
+    /// Remember the entries of a tree just written.
+    pub(crate) fn remember_tree(&self, tree: Oid, entries: Entries) {
+        let mut m = self.trees.borrow_mut();
+        if m.len() >= TREE_CACHE_LIMIT {
+            m.clear();
+        }
+        m.insert(tree, entries);
+    }
+
+    /// The entries of tree `id`: remembered, or read through libgit2 (and
+    /// remembered).
+    pub(crate) fn tree_entries(&self, repo: &Repository, id: Oid) -> Result<Entries, git2::Error> {
+        if let Some(e) = self.trees.borrow().get(&id) {
+            return Ok(e.clone());
+        }
+        let tree = repo.find_tree(id)?;
+        let entries: Entries = Arc::new(
+            tree.iter()
+                .map(|e| TreeEntry {
+                    name: e.name_bytes().to_vec(),
+                    mode: e.filemode(),
+                    id: e.id(),
+                })
+                .collect(),
+        );
+        self.remember_tree(id, entries.clone());
+        Ok(entries)
     }
 }
 
@@ -120,14 +170,25 @@ impl<'a> VaultSnapshot<'a> {
             return Ok(Some((tree.id(), NodeKind::Dir)));
         }
         let git_path = self.git_path(path)?;
-        match tree.get_path(Path::new(&git_path)) {
-            Ok(e) => match e.kind() {
-                Some(ObjectType::Blob) => Ok(Some((e.id(), NodeKind::File))),
-                Some(ObjectType::Tree) => Ok(Some((e.id(), NodeKind::Dir))),
-                _ => Err(damaged("a tree entry has an unexpected type")),
-            },
-            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
-            Err(_) => Err(damaged("a tree is unreadable")),
+        let mut at = (tree.id(), MODE_TREE);
+        for name in git_path.split('/') {
+            if at.1 != MODE_TREE {
+                return Ok(None);
+            }
+            let entries = self
+                .caches
+                .tree_entries(self.repo, at.0)
+                .map_err(|_| damaged("a tree is unreadable"))?;
+            match entries.iter().find(|e| e.name == name.as_bytes()) {
+                Some(e) => at = (e.id, e.mode),
+                None => return Ok(None),
+            }
+        }
+        match at.1 {
+            MODE_TREE => Ok(Some((at.0, NodeKind::Dir))),
+            // What libgit2 calls a blob: files and links.
+            m if m & 0o170000 == 0o100000 || m == 0o120000 => Ok(Some((at.0, NodeKind::File))),
+            _ => Err(damaged("a tree entry has an unexpected type")),
         }
     }
 

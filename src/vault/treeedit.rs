@@ -11,11 +11,13 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use git2::{ObjectType, Oid, Repository};
 
+use super::tree::{Caches, MODE_TREE, TreeEntry as Entry};
 use super::wal::Object;
 
-const MODE_TREE: i32 = 0o040000;
 /// The mode of every file memvault stores.
 pub(crate) const MODE_BLOB: i32 = 0o100644;
 
@@ -85,99 +87,130 @@ impl TreeEdits {
     pub(crate) fn write(
         &self,
         repo: &Repository,
+        caches: &Caches,
         base: Option<Oid>,
         out: &mut Vec<Object>,
     ) -> Result<Oid, git2::Error> {
         if self.conflict {
             return Err(invalid("one path is both a file and a directory"));
         }
-        match write_level(repo, base, &self.root, out)? {
+        let w = Writer { repo, caches };
+        match w.level(base, &self.root, out)? {
             Some(id) => Ok(id),
             // Everything was removed: the root is the empty tree.
-            None => write_tree(repo, Vec::new(), base, out),
+            None => w.tree(Vec::new(), base, out),
         }
     }
 }
 
-struct Entry {
-    name: Vec<u8>,
-    mode: i32,
-    id: Oid,
+struct Writer<'a> {
+    repo: &'a Repository,
+    caches: &'a Caches,
 }
 
-/// Apply `edits` to the tree `base` (None: empty). Returns the new tree's
-/// id, or None if it came out empty (its parent drops it, as libgit2 does).
-fn write_level(
-    repo: &Repository,
-    base: Option<Oid>,
-    edits: &BTreeMap<Vec<u8>, Edit>,
-    out: &mut Vec<Object>,
-) -> Result<Option<Oid>, git2::Error> {
-    let mut entries: Vec<Entry> = match base {
-        Some(id) => {
-            let tree = repo.find_tree(id)?;
-            tree.iter()
+impl Writer<'_> {
+    /// Apply `edits` to the tree `base` (None: empty). Returns the new tree's
+    /// id, or None if it came out empty (its parent drops it, as libgit2 does).
+    fn level(
+        &self,
+        base: Option<Oid>,
+        edits: &BTreeMap<Vec<u8>, Edit>,
+        out: &mut Vec<Object>,
+    ) -> Result<Option<Oid>, git2::Error> {
+        let mut entries: Vec<Entry> = match base {
+            Some(id) => self
+                .caches
+                .tree_entries(self.repo, id)?
+                .iter()
                 .map(|e| Entry {
-                    name: e.name_bytes().to_vec(),
-                    mode: e.filemode(),
-                    id: e.id(),
+                    name: e.name.clone(),
+                    mode: e.mode,
+                    id: e.id,
                 })
-                .collect()
-        }
-        None => Vec::new(),
-    };
-    let mut resort = false;
-    for (name, edit) in edits {
-        let at = entries.iter().position(|e| &e.name == name);
-        let new = match edit {
-            Edit::Set(id) => {
-                if at.is_some_and(|i| entries[i].mode == MODE_TREE) {
-                    return Err(invalid("a directory cannot be replaced by a file"));
-                }
-                Some((MODE_BLOB, *id))
-            }
-            Edit::Remove => {
-                let Some(i) = at else {
-                    return Err(invalid("removing a name that is not in the tree"));
-                };
-                entries.remove(i);
-                continue;
-            }
-            Edit::Dir(children) => {
-                if at.is_some_and(|i| entries[i].mode != MODE_TREE) {
-                    return Err(invalid("a file cannot be replaced by a directory"));
-                }
-                let sub_base = at.map(|i| entries[i].id);
-                write_level(repo, sub_base, children, out)?.map(|id| (MODE_TREE, id))
-            }
+                .collect(),
+            None => Vec::new(),
         };
-        match (at, new) {
-            (Some(i), Some((mode, id))) => {
-                resort |= entries[i].mode != mode;
-                entries[i].mode = mode;
-                entries[i].id = id;
+        let mut resort = false;
+        for (name, edit) in edits {
+            let at = entries.iter().position(|e| &e.name == name);
+            let new = match edit {
+                Edit::Set(id) => {
+                    if at.is_some_and(|i| entries[i].mode == MODE_TREE) {
+                        return Err(invalid("a directory cannot be replaced by a file"));
+                    }
+                    Some((MODE_BLOB, *id))
+                }
+                Edit::Remove => {
+                    let Some(i) = at else {
+                        return Err(invalid("removing a name that is not in the tree"));
+                    };
+                    entries.remove(i);
+                    continue;
+                }
+                Edit::Dir(children) => {
+                    if at.is_some_and(|i| entries[i].mode != MODE_TREE) {
+                        return Err(invalid("a file cannot be replaced by a directory"));
+                    }
+                    let sub_base = at.map(|i| entries[i].id);
+                    self.level(sub_base, children, out)?
+                        .map(|id| (MODE_TREE, id))
+                }
+            };
+            match (at, new) {
+                (Some(i), Some((mode, id))) => {
+                    resort |= entries[i].mode != mode;
+                    entries[i].mode = mode;
+                    entries[i].id = id;
+                }
+                (Some(i), None) => {
+                    entries.remove(i);
+                }
+                (None, Some((mode, id))) => {
+                    resort = true;
+                    entries.push(Entry {
+                        name: name.clone(),
+                        mode,
+                        id,
+                    });
+                }
+                (None, None) => {}
             }
-            (Some(i), None) => {
-                entries.remove(i);
-            }
-            (None, Some((mode, id))) => {
-                resort = true;
-                entries.push(Entry {
-                    name: name.clone(),
-                    mode,
-                    id,
-                });
-            }
-            (None, None) => {}
         }
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        if resort {
+            entries.sort_by(git_order);
+        }
+        self.tree(entries, base, out).map(Some)
     }
-    if entries.is_empty() {
-        return Ok(None);
+
+    fn tree(
+        &self,
+        entries: Vec<Entry>,
+        base: Option<Oid>,
+        out: &mut Vec<Object>,
+    ) -> Result<Oid, git2::Error> {
+        let mut data = Vec::with_capacity(entries.iter().map(|e| e.name.len() + 28).sum());
+        for e in &entries {
+            data.extend_from_slice(format!("{:o} ", e.mode).as_bytes());
+            data.extend_from_slice(&e.name);
+            data.push(0);
+            data.extend_from_slice(e.id.as_bytes());
+        }
+        // Writing an object the database has is a lookup, no write.
+        let written = self.repo.odb()?.write(ObjectType::Tree, &data)?;
+        if Some(written) == base {
+            return Ok(written);
+        }
+        self.caches.remember_tree(written, Arc::new(entries));
+        out.push(Object {
+            kind: ObjectType::Tree,
+            id: written,
+            data,
+        });
+        Ok(written)
     }
-    if resort {
-        entries.sort_by(git_order);
-    }
-    write_tree(repo, entries, base, out).map(Some)
 }
 
 /// Git's tree order: names compared bytewise, a directory's name as if it
@@ -188,32 +221,6 @@ fn git_order(a: &Entry, b: &Entry) -> Ordering {
         .iter()
         .chain(tail(a))
         .cmp(b.name.iter().chain(tail(b)))
-}
-
-fn write_tree(
-    repo: &Repository,
-    entries: Vec<Entry>,
-    base: Option<Oid>,
-    out: &mut Vec<Object>,
-) -> Result<Oid, git2::Error> {
-    let mut data = Vec::with_capacity(entries.iter().map(|e| e.name.len() + 28).sum());
-    for e in &entries {
-        data.extend_from_slice(format!("{:o} ", e.mode).as_bytes());
-        data.extend_from_slice(&e.name);
-        data.push(0);
-        data.extend_from_slice(e.id.as_bytes());
-    }
-    // Writing an object the database has is a lookup, no write.
-    let written = repo.odb()?.write(ObjectType::Tree, &data)?;
-    if Some(written) == base {
-        return Ok(written);
-    }
-    out.push(Object {
-        kind: ObjectType::Tree,
-        id: written,
-        data,
-    });
-    Ok(written)
 }
 
 #[cfg(test)]
@@ -237,6 +244,7 @@ mod tests {
     }
 
     fn repo() -> (tempfile::TempDir, Repository) {
+        crate::vault::fsync::enable();
         let dir = tempfile::tempdir().unwrap();
         let repo = Repository::init_bare(dir.path()).unwrap();
         (dir, repo)
@@ -258,6 +266,7 @@ mod tests {
     #[test]
     fn same_trees_as_libgit2() {
         let (_dir, repo) = repo();
+        let caches = Caches::default();
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let mut base: Option<Oid> = None;
         let (mut checked, mut refused) = (0, 0);
@@ -292,7 +301,10 @@ mod tests {
             }
             if conflicting {
                 let mut out = Vec::new();
-                assert!(ours.write(&repo, base, &mut out).is_err(), "{ops:?}");
+                assert!(
+                    ours.write(&repo, &caches, base, &mut out).is_err(),
+                    "{ops:?}"
+                );
                 assert!(out.is_empty());
                 refused += 1;
                 continue;
@@ -310,14 +322,14 @@ mod tests {
                 refused += 1;
                 let mut out = Vec::new();
                 assert!(
-                    ours.write(&repo, base, &mut out).is_err(),
+                    ours.write(&repo, &caches, base, &mut out).is_err(),
                     "round {round}: {ops:?}"
                 );
                 continue;
             };
             let mut out = Vec::new();
             let got = ours
-                .write(&repo, base, &mut out)
+                .write(&repo, &caches, base, &mut out)
                 .unwrap_or_else(|e| panic!("round {round}: {ops:?}: {e}"));
             assert_eq!(got, expected, "round {round}: {ops:?}");
             for o in &out {
@@ -338,16 +350,17 @@ mod tests {
     #[test]
     fn removing_everything_leaves_the_empty_tree() {
         let (_dir, repo) = repo();
+        let caches = Caches::default();
         let blob = repo.blob(b"x").unwrap();
         let mut add = TreeEdits::default();
         add.upsert("d/e/f", blob);
         let mut out = Vec::new();
-        let t = add.write(&repo, None, &mut out).unwrap();
+        let t = add.write(&repo, &caches, None, &mut out).unwrap();
         assert_eq!(out.len(), 3);
         let mut rm = TreeEdits::default();
         rm.remove("d/e/f");
         let mut out = Vec::new();
-        let empty = rm.write(&repo, Some(t), &mut out).unwrap();
+        let empty = rm.write(&repo, &caches, Some(t), &mut out).unwrap();
         assert_eq!(
             empty,
             Oid::hash_object(ObjectType::Tree, b"").unwrap(),
