@@ -32,13 +32,14 @@ pub struct Caches {
     /// mutation's path lookups and tree edits start from the trees the
     /// previous one wrote: from here they are neither read back through
     /// libgit2 (which hashes every object it reads) nor parsed again.
-    trees: RefCell<HashMap<Oid, Entries>>,
+    /// With the bytes they take, roughly.
+    trees: RefCell<(HashMap<Oid, Entries>, usize)>,
 }
 
 const CACHE_LIMIT: usize = 200_000;
-/// Trees kept in [`Caches::trees`] (a directory of 100 files is about
-/// 9 KiB).
-const TREE_CACHE_LIMIT: usize = 512;
+/// Bytes of tree entries kept in [`Caches::trees`] (a directory of 100
+/// files takes about 12 KiB there).
+const TREE_CACHE_BYTES: usize = 16 << 20;
 
 /// One entry of a git tree.
 pub(crate) struct TreeEntry {
@@ -53,6 +54,28 @@ pub(crate) type Entries = Arc<Vec<TreeEntry>>;
 /// Git's mode of a tree entry that is a directory.
 pub(crate) const MODE_TREE: i32 = 0o040000;
 
+/// Git's tree order: names compared bytewise, a directory's name as if it
+/// ended in '/'.
+pub(crate) fn git_order(a: &TreeEntry, b: &TreeEntry) -> std::cmp::Ordering {
+    git_key(a).cmp(git_key(b))
+}
+
+fn git_key(e: &TreeEntry) -> impl Iterator<Item = &u8> + Clone {
+    let tail: &'static [u8] = if e.mode == MODE_TREE { b"/" } else { b"" };
+    e.name.iter().chain(tail)
+}
+
+/// The position of the entry called `name` in `entries` (in git's order,
+/// as every tree memvault writes or accepts is): a binary search for it as
+/// a file, then as a directory.
+pub(crate) fn find_entry(entries: &[TreeEntry], name: &[u8]) -> Option<usize> {
+    let as_dir = [name, b"/"].concat();
+    entries
+        .binary_search_by(|e| git_key(e).cmp(name.iter()))
+        .or_else(|_| entries.binary_search_by(|e| git_key(e).cmp(as_dir.iter())))
+        .ok()
+}
+
 impl Caches {
     /// Record the file count of a tree this process just built (a create
     /// adds one file to a tree whose count it checked), so the next
@@ -63,17 +86,27 @@ impl Caches {
 
     /// Remember the entries of a tree just written.
     pub(crate) fn remember_tree(&self, tree: Oid, entries: Entries) {
+        let size: usize = entries.iter().map(|e| e.name.len() + 64).sum();
         let mut m = self.trees.borrow_mut();
-        if m.len() >= TREE_CACHE_LIMIT {
-            m.clear();
+        if m.1 + size > TREE_CACHE_BYTES {
+            m.0.clear();
+            m.1 = 0;
         }
-        m.insert(tree, entries);
+        if size <= TREE_CACHE_BYTES && m.0.insert(tree, entries).is_none() {
+            m.1 += size;
+        }
+    }
+
+    /// Bytes the tree cache holds (for tests).
+    #[cfg(test)]
+    pub(crate) fn tree_bytes(&self) -> usize {
+        self.trees.borrow().1
     }
 
     /// The entries of tree `id`: remembered, or read through libgit2 (and
     /// remembered).
     pub(crate) fn tree_entries(&self, repo: &Repository, id: Oid) -> Result<Entries, git2::Error> {
-        if let Some(e) = self.trees.borrow().get(&id) {
+        if let Some(e) = self.trees.borrow().0.get(&id) {
             return Ok(e.clone());
         }
         let tree = repo.find_tree(id)?;
@@ -179,8 +212,8 @@ impl<'a> VaultSnapshot<'a> {
                 .caches
                 .tree_entries(self.repo, at.0)
                 .map_err(|_| damaged("a tree is unreadable"))?;
-            match entries.iter().find(|e| e.name == name.as_bytes()) {
-                Some(e) => at = (e.id, e.mode),
+            match find_entry(&entries, name.as_bytes()) {
+                Some(i) => at = (entries[i].id, entries[i].mode),
                 None => return Ok(None),
             }
         }

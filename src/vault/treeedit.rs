@@ -8,14 +8,13 @@
 //! its edits to a sorted list and writes the result, and the record takes
 //! the bytes it already has.
 
-use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use std::sync::Arc;
 
 use git2::{ObjectType, Oid, Repository};
 
-use super::tree::{Caches, MODE_TREE, TreeEntry as Entry};
+use super::tree::{Caches, MODE_TREE, TreeEntry as Entry, find_entry, git_order};
 use super::wal::Object;
 
 /// The mode of every file memvault stores.
@@ -130,9 +129,12 @@ impl Writer<'_> {
                 .collect(),
             None => Vec::new(),
         };
-        let mut resort = false;
+        // Entries keep their places (and so their order) until the end:
+        // removed ones are marked, new ones kept apart.
+        let mut removed = vec![false; entries.len()];
+        let mut added: Vec<Entry> = Vec::new();
         for (name, edit) in edits {
-            let at = entries.iter().position(|e| &e.name == name);
+            let at = find_entry(&entries, name).filter(|&i| !removed[i]);
             let new = match edit {
                 Edit::Set(id) => {
                     if at.is_some_and(|i| entries[i].mode == MODE_TREE) {
@@ -144,7 +146,7 @@ impl Writer<'_> {
                     let Some(i) = at else {
                         return Err(invalid("removing a name that is not in the tree"));
                     };
-                    entries.remove(i);
+                    removed[i] = true;
                     continue;
                 }
                 Edit::Dir(children) => {
@@ -157,30 +159,28 @@ impl Writer<'_> {
                 }
             };
             match (at, new) {
-                (Some(i), Some((mode, id))) => {
-                    resort |= entries[i].mode != mode;
-                    entries[i].mode = mode;
-                    entries[i].id = id;
-                }
-                (Some(i), None) => {
-                    entries.remove(i);
-                }
-                (None, Some((mode, id))) => {
-                    resort = true;
-                    entries.push(Entry {
-                        name: name.clone(),
-                        mode,
-                        id,
-                    });
-                }
+                // Same kind (checked above): the entry keeps its place.
+                (Some(i), Some((_, id))) => entries[i].id = id,
+                (Some(i), None) => removed[i] = true,
+                (None, Some((mode, id))) => added.push(Entry {
+                    name: name.clone(),
+                    mode,
+                    id,
+                }),
                 (None, None) => {}
             }
         }
+        let mut i = 0;
+        entries.retain(|_| {
+            i += 1;
+            !removed[i - 1]
+        });
+        if !added.is_empty() {
+            entries.append(&mut added);
+            entries.sort_by(git_order);
+        }
         if entries.is_empty() {
             return Ok(None);
-        }
-        if resort {
-            entries.sort_by(git_order);
         }
         self.tree(entries, base, out).map(Some)
     }
@@ -211,16 +211,6 @@ impl Writer<'_> {
         });
         Ok(written)
     }
-}
-
-/// Git's tree order: names compared bytewise, a directory's name as if it
-/// ended in '/'.
-fn git_order(a: &Entry, b: &Entry) -> Ordering {
-    let tail = |e: &Entry| -> &'static [u8] { if e.mode == MODE_TREE { b"/" } else { b"" } };
-    a.name
-        .iter()
-        .chain(tail(a))
-        .cmp(b.name.iter().chain(tail(b)))
 }
 
 #[cfg(test)]
@@ -366,5 +356,30 @@ mod tests {
             Oid::hash_object(ObjectType::Tree, b"").unwrap(),
             "empty directories are dropped up to the root"
         );
+    }
+
+    /// The cache answers for trees written through it, and stays within
+    /// its byte budget (a huge tree is simply not kept).
+    #[test]
+    fn the_tree_cache_answers_and_stays_bounded() {
+        let (_dir, repo) = repo();
+        let caches = Caches::default();
+        let blob = repo.blob(b"x").unwrap();
+        let mut add = TreeEdits::default();
+        add.upsert("d/f", blob);
+        let t = add.write(&repo, &caches, None, &mut Vec::new()).unwrap();
+        let root = caches.tree_entries(&repo, t).unwrap();
+        assert_eq!(root.len(), 1);
+        assert_eq!(root[0].name, b"d");
+        assert_eq!(caches.tree_bytes(), 2 * (1 + 64), "two trees of one entry");
+        let names: Vec<String> = (0..200_000).map(|i| format!("{i:080}")).collect();
+        let mut big = TreeEdits::default();
+        for n in &names {
+            big.upsert(n, blob);
+        }
+        let b = big.write(&repo, &caches, None, &mut Vec::new()).unwrap();
+        assert!(caches.tree_bytes() <= 16 << 20);
+        // Read back through libgit2 (too big to keep): still right.
+        assert_eq!(caches.tree_entries(&repo, b).unwrap().len(), names.len());
     }
 }
