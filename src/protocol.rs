@@ -131,6 +131,15 @@ pub(crate) fn too_long_reply(n: usize, max_line: usize) -> Reply {
     )
 }
 
+/// The answer to an empty request frame (a `serve` follower never sends
+/// one; its client's blank lines get no answer).
+pub(crate) fn blank_reply() -> Reply {
+    error_reply(
+        None,
+        "Error: the request is empty; nothing was done. Send one JSON object per line.".into(),
+    )
+}
+
 /// Outcome of reading one bounded line.
 pub(crate) enum Line {
     Ok(Vec<u8>),

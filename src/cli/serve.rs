@@ -106,7 +106,31 @@ struct Shared<'v> {
     test_pause: Option<Duration>,
 }
 
-impl Shared<'_> {
+impl<'v> Shared<'v> {
+    /// Share `vault` among the threads of a serving process (its syncs
+    /// deferred to [`Shared::make_durable`] until the caller undoes it).
+    fn new(vault: &'v mut Vault, memory: &'v Memory, max_line: usize) -> io::Result<Shared<'v>> {
+        let key = vault.keys().serve_key();
+        let dir = vault.dir().to_path_buf();
+        let log = vault.log_sync_handle()?;
+        vault.defer_sync(true);
+        Ok(Shared {
+            vault: Mutex::new(vault),
+            memory,
+            max_line,
+            appended: AtomicU64::new(0),
+            synced: Mutex::new(0),
+            log,
+            key,
+            dir,
+            peers: Mutex::new((HashMap::new(), false)),
+            test_pause: std::env::var("MEMVAULT_TEST_LEADER_PAUSE_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map(Duration::from_millis),
+        })
+    }
+
     /// Run one request line as `who` and make it durable; `None` for a
     /// blank line (no reply).
     fn execute(&self, who: &Attribution, line: Line) -> Option<String> {
@@ -164,25 +188,7 @@ impl Shared<'_> {
 /// Serve the process's own client (stdin/stdout) until its input ends.
 pub(crate) fn run(vault: &mut Vault, memory: &Memory, max_line: usize) -> io::Result<()> {
     let own = vault.attribution().clone();
-    let key = vault.keys().serve_key();
-    let dir = vault.dir().to_path_buf();
-    let log = vault.log_sync_handle()?;
-    vault.defer_sync(true);
-    let shared = Shared {
-        vault: Mutex::new(&mut *vault),
-        memory,
-        max_line,
-        appended: AtomicU64::new(0),
-        synced: Mutex::new(0),
-        log,
-        key,
-        dir,
-        peers: Mutex::new((HashMap::new(), false)),
-        test_pause: std::env::var("MEMVAULT_TEST_LEADER_PAUSE_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map(Duration::from_millis),
-    };
+    let shared = Shared::new(&mut *vault, memory, max_line)?;
     let result = std::thread::scope(|s| {
         let mut node = Node {
             shared: &shared,
@@ -424,12 +430,10 @@ fn serve_peer(shared: &Shared<'_>, conn: UnixStream, id: u64) {
         let Ok(line) = read_line(&mut r, shared.max_line) else {
             break;
         };
-        // A blank line still gets an answer: the follower waits for one.
-        let reply = shared.execute(&who, line).unwrap_or_else(|| {
-            shared
-                .execute(&who, Line::Ok(b"-".to_vec()))
-                .unwrap_or_default()
-        });
+        // A blank frame still gets an answer: a peer waits for one.
+        let reply = shared
+            .execute(&who, line)
+            .unwrap_or_else(|| protocol::blank_reply().to_line() + "\n");
         if let Some(pause) = shared.test_pause {
             std::thread::sleep(pause);
         }
@@ -615,6 +619,69 @@ mod tests {
     use std::io::Read;
 
     use super::*;
+
+    /// An authenticated peer's requests run under its own attribution, and
+    /// a blank frame gets an error answer and changes nothing (the peer
+    /// waits for one answer per frame).
+    #[test]
+    fn a_peer_is_answered_every_frame_and_its_blank_frame_changes_nothing() {
+        use crate::crypto::KeyFileKey;
+        use crate::vault::{InitSecret, VaultConfig};
+        let tmp = tempfile::tempdir().unwrap();
+        let who = Attribution {
+            session: "leader".into(),
+            actor: "unit".into(),
+        };
+        let mut vault = Vault::init(
+            &tmp.path().join("v"),
+            InitSecret::KeyFile(KeyFileKey::generate()),
+            VaultConfig::default(),
+            who,
+        )
+        .unwrap();
+        let memory = Memory::new(Default::default(), None);
+        let before = vault.walk().unwrap().count();
+        let key = vault.keys().serve_key();
+        let shared = Shared::new(&mut vault, &memory, 1 << 20).unwrap();
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let replies = std::thread::scope(|s| {
+            s.spawn(|| serve_peer(&shared, theirs, 1));
+            let mut w = ours.try_clone().unwrap();
+            let mut r = BufReader::new(ours);
+            let nf = random_bytes::<32>();
+            writeln!(w, "hello {}", hex(&nf)).unwrap();
+            let line = read_frame(&mut r, SMALL_LINE).unwrap();
+            let mut parts = line.strip_prefix(b"leader ").unwrap().split(|&b| b == b' ');
+            let nl = unhex(parts.next().unwrap(), 32).unwrap();
+            let proof = unhex(parts.next().unwrap(), 32).unwrap();
+            let nonces = [&nf[..], &nl[..]].concat();
+            assert!(serve_tag_ok(&key, b"leader", &nonces, &proof));
+            let tag = serve_tag(&key, b"follower", &nonces);
+            writeln!(w, "follower {}", hex(&tag)).unwrap();
+            assert_eq!(read_frame(&mut r, SMALL_LINE).unwrap(), b"ok");
+            let header = r#"{"session":"peer","actor":"unit"}"#;
+            let mut replies = Vec::new();
+            for request in [
+                "   ",
+                r#"{"command":"create","path":"/memories/a.md","file_text":"x"}"#,
+            ] {
+                writeln!(w, "{header}\n{request}").unwrap();
+                replies.push(read_frame(&mut r, 1 << 20).unwrap());
+            }
+            writeln!(w, "{BYE_ACK}").unwrap();
+            replies
+        });
+        drop(shared);
+        let blank: serde_json::Value = serde_json::from_slice(&replies[0]).unwrap();
+        assert_eq!(blank["is_error"], true, "{blank}");
+        assert!(blank["content"].as_str().unwrap().contains("empty"));
+        let created: serde_json::Value = serde_json::from_slice(&replies[1]).unwrap();
+        assert_eq!(created["is_error"], false, "{created}");
+        // One commit more: the create, under the peer's session.
+        let history: Vec<_> = vault.walk().unwrap().map(Result::unwrap).collect();
+        assert_eq!(history.len(), before + 1);
+        assert_eq!(history[0].1.session, "peer");
+    }
 
     #[test]
     fn a_frame_cut_short_is_never_a_line() {
