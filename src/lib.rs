@@ -41,6 +41,16 @@ pub mod protocol;
 pub mod redact;
 pub mod vault;
 
+/// A pseudo-random number below `n` from a xorshift64 state: for tests
+/// that want varied but repeatable input, without a dependency.
+#[cfg(test)]
+pub(crate) fn test_rand(state: &mut u64, n: usize) -> usize {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    (*state % n as u64) as usize
+}
+
 use memory::{FilterOutcome, Memory, MemoryConfig, TextFilter};
 use redact::{Mode, Redactor};
 use vault::{Vault, VaultConfig};

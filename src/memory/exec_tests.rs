@@ -1628,12 +1628,7 @@ fn random_commands_keep_the_contracts() {
         "\u{0}\u{ff}",
     ];
     let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
-    let mut next = move |n: usize| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        usize::try_from(seed % n as u64).unwrap()
-    };
+    let mut next = move |n: usize| crate::test_rand(&mut seed, n);
     let m = Memory::new(
         MemoryConfig {
             overwrite_on_create: false,

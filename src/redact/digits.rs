@@ -243,12 +243,7 @@ mod tests {
         for len in 0..300 {
             for _ in 0..20 {
                 let text: Vec<u8> = (0..len)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        alphabet[(x % alphabet.len() as u64) as usize]
-                    })
+                    .map(|_| alphabet[crate::test_rand(&mut x, alphabet.len())])
                     .collect();
                 for min in [1, 5, 9] {
                     let mut got = Vec::new();

@@ -219,17 +219,11 @@ mod tests {
     use git2::FileMode;
     use git2::build::TreeUpdateBuilder;
 
-    /// A small deterministic generator (no extra dependency).
+    /// Repeatable choices (see `crate::test_rand`).
     struct Rng(u64);
     impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
         fn pick(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
+            crate::test_rand(&mut self.0, n)
         }
     }
 
