@@ -12,7 +12,7 @@
 //! grow with the repository); readers in other processes holding an old
 //! pack open keep reading it until they refresh.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 
 use git2::{Oid, Repository};
@@ -131,13 +131,33 @@ pub(crate) fn merge_small_packs(repo: &Repository) -> Result<usize, VaultError> 
     // Whole objects are copied as they stand (no inflate, no deflate), and
     // so are offset deltas whose base is copied before them (re-pointed);
     // other deltas (from an earlier gc) are resolved and written whole.
+    // An id in more than one pack is copied from a whole entry that
+    // checks out against it: a copy that does not (a damaged or planted
+    // pack) must not push out the good one, which the merge deletes.
+    let mut seen_in = HashMap::new();
+    for f in &files {
+        for id in f.ids() {
+            *seen_in.entry(id).or_insert(0u32) += 1;
+        }
+    }
     let mut resolved = Vec::new();
     let mut entries = Vec::new();
     let mut copied = HashSet::new();
+    let mut unchecked = Vec::new();
     for f in &files {
         for e in f.entries() {
             match e {
                 super::pack::Read::Whole { id, crc, bytes } => {
+                    if seen_in.get(&id).is_some_and(|&n| n > 1) {
+                        if copied.contains(&id) {
+                            continue;
+                        }
+                        if !super::pack::whole_entry_holds(id, bytes) {
+                            // Kept only if no copy checks out (below).
+                            unchecked.push(super::pack::Entry::Raw { id, crc, bytes });
+                            continue;
+                        }
+                    }
                     copied.insert(id);
                     entries.push(super::pack::Entry::Raw { id, crc, bytes })
                 }
@@ -167,6 +187,9 @@ pub(crate) fn merge_small_packs(repo: &Repository) -> Result<usize, VaultError> 
         }
     }
     entries.extend(resolved.iter().map(super::pack::Entry::Object));
+    // Every copy of these failed its check: keep one as it stands (reads
+    // of it fail their hash check, as they did before the merge).
+    entries.extend(unchecked);
     let name = super::pack::write_entries(&pack_dir, &entries, &Default::default())?;
     fsync::sync_path(&pack_dir)?;
     let keep = format!("pack-{name}");
@@ -298,6 +321,60 @@ pub(crate) fn repack_locked(repo: &Repository) -> Result<GcReport, VaultError> {
 #[cfg(test)]
 mod tests {
     use super::merge_from;
+
+    /// A planted pack that claims a genuine object's id, and sorts first,
+    /// does not push the genuine copy out when checkpoint packs merge:
+    /// afterwards the object still reads as itself.
+    #[test]
+    fn a_merge_keeps_the_copy_that_checks_out() {
+        use super::super::pack::{Entry, write, write_entries};
+        use super::super::wal::Object;
+        use git2::{ObjectType, Oid, Repository};
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(tmp.path()).unwrap();
+        let pack_dir = tmp.path().join("objects/pack");
+        std::fs::create_dir_all(&pack_dir).unwrap();
+        let blob = |data: Vec<u8>| Object {
+            kind: ObjectType::Blob,
+            id: Oid::hash_object(ObjectType::Blob, &data).unwrap(),
+            data,
+        };
+        let genuine = blob(vec![7; 2000]);
+        // Nine ordinary checkpoint packs, the genuine object in the last.
+        for i in 0..9u8 {
+            let other = blob(vec![i; 2000]);
+            let mut objects = vec![&other];
+            if i == 8 {
+                objects.push(&genuine);
+            }
+            write(&pack_dir, &objects).unwrap();
+        }
+        // The planted pack: the genuine id over other bytes (a stored
+        // zlib block of 2,000 other bytes), a little larger than the rest
+        // so it comes first.
+        let mut planted = vec![0x30 | (2000 & 0x0f) as u8 | 0x80, (2000 >> 4) as u8];
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::none());
+        std::io::Write::write_all(&mut z, &[9; 2000]).unwrap();
+        planted.extend(z.finish().unwrap());
+        let padding = blob(vec![1; 9000]);
+        write_entries(
+            &pack_dir,
+            &[
+                Entry::Raw {
+                    id: genuine.id,
+                    crc: 0,
+                    bytes: &planted,
+                },
+                Entry::Object(&padding),
+            ],
+            &Default::default(),
+        )
+        .unwrap();
+        assert_eq!(super::merge_small_packs(&repo).unwrap(), 10);
+        let repo = Repository::open_bare(tmp.path()).unwrap();
+        let odb = repo.odb().unwrap();
+        assert_eq!(odb.read(genuine.id).unwrap().data(), &genuine.data[..]);
+    }
 
     #[test]
     fn merges_roll_up_the_small_packs() {

@@ -22,7 +22,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io::{self, Read as _, Write};
 use std::path::Path;
 
 use git2::{ObjectType, Oid};
@@ -525,6 +525,11 @@ impl PackFile {
     }
 
     /// Every entry, in pack order.
+    /// The ids the index lists.
+    pub(crate) fn ids(&self) -> impl Iterator<Item = Oid> + '_ {
+        self.entries.iter().map(|e| e.0)
+    }
+
     pub(crate) fn entries(&self) -> impl Iterator<Item = Read<'_>> {
         let end = self.pack.len() - 20;
         (0..self.entries.len()).map(move |i| {
@@ -573,6 +578,49 @@ impl PackFile {
     }
 }
 
+/// The largest object [`whole_entry_holds`] inflates to check it (a
+/// vault's largest tree, 100,000 files in one directory, is about 9 MiB).
+const CHECK_LIMIT: u64 = 64 << 20;
+
+/// Whether a whole (non-delta) pack entry, its type-and-size header and
+/// zlib data as [`Read::Whole`] gives them, holds the object `id`: its
+/// inflated bytes hash to it. False for anything that does not parse,
+/// inflate to the size it declares, or stay under [`CHECK_LIMIT`].
+pub(crate) fn whole_entry_holds(id: Oid, bytes: &[u8]) -> bool {
+    let Some(&first) = bytes.first() else {
+        return false;
+    };
+    let kind = match (first >> 4) & 7 {
+        1 => ObjectType::Commit,
+        2 => ObjectType::Tree,
+        3 => ObjectType::Blob,
+        4 => ObjectType::Tag,
+        _ => return false,
+    };
+    let mut size = u64::from(first & 0x0f);
+    let (mut i, mut shift) = (0, 4);
+    while bytes[i] & 0x80 != 0 {
+        i += 1;
+        let Some(&b) = bytes.get(i) else {
+            return false;
+        };
+        if shift > 56 {
+            return false;
+        }
+        size |= u64::from(b & 0x7f) << shift;
+        shift += 7;
+    }
+    if size > CHECK_LIMIT {
+        return false;
+    }
+    let mut data = Vec::with_capacity(size as usize);
+    let mut z = flate2::read::ZlibDecoder::new(&bytes[i + 1..]).take(size + 1);
+    if z.read_to_end(&mut data).is_err() || data.len() as u64 != size {
+        return false;
+    }
+    object_hash(kind, &data) == id.as_bytes()
+}
+
 /// Git's object id of `bytes` as an object of `kind`, computed without
 /// libgit2 (whose collision-detecting SHA-1 is several times slower).
 pub(crate) fn object_hash(kind: ObjectType, bytes: &[u8]) -> [u8; 20] {
@@ -615,6 +663,40 @@ mod tests {
         assert!(build_entries(&[Entry::Object(&o)], &HashMap::new()).is_err());
         let t = object(ObjectType::Tree, b"");
         assert_eq!(&object_hash(ObjectType::Tree, b"")[..], t.id.as_bytes());
+    }
+
+    /// A whole entry checks out against its own id only, and not once it
+    /// is damaged, cut short, or declares another size.
+    #[test]
+    fn whole_entries_are_checked_against_their_id() {
+        let (_tmp, pack_dir) = bare_repo();
+        let objects: Vec<Object> = [ObjectType::Blob, ObjectType::Tree, ObjectType::Commit]
+            .into_iter()
+            .map(|k| object(k, &[b'x'; 300]))
+            .collect();
+        let name = write(&pack_dir, &objects.iter().collect::<Vec<_>>()).unwrap();
+        let f = PackFile::open(&pack_dir, &format!("pack-{name}")).unwrap();
+        let mut checked = 0;
+        for e in f.entries() {
+            let Read::Whole { id, bytes, .. } = e else {
+                panic!("a checkpoint pack of three different objects has no deltas")
+            };
+            assert!(whole_entry_holds(id, bytes));
+            let other = objects.iter().find(|o| o.id != id).unwrap().id;
+            assert!(!whole_entry_holds(other, bytes));
+            assert!(!whole_entry_holds(id, &bytes[..bytes.len() / 2]));
+            let mut damaged = bytes.to_vec();
+            let at = damaged.len() - 10;
+            damaged[at] ^= 1;
+            assert!(!whole_entry_holds(id, &damaged));
+            let mut resized = bytes.to_vec();
+            resized[0] ^= 1;
+            assert!(!whole_entry_holds(id, &resized));
+            checked += 1;
+        }
+        assert_eq!(checked, 3);
+        assert!(!whole_entry_holds(objects[0].id, &[]));
+        assert!(!whole_entry_holds(objects[0].id, &[0xbf; 12]));
     }
 
     #[test]
