@@ -4,12 +4,13 @@
 //! libgit2's tree update copies each changed tree into a hash map, sorts
 //! it again and writes it; the record then read every new tree and blob
 //! back from the object database (hashing each again). A mutation here
-//! reads each base tree once (from libgit2's parsed-object cache), applies
-//! its edits to a sorted list and writes the result, and the record takes
-//! the bytes it already has.
+//! takes each base tree's entries from [`Caches::tree_entries`] (usually
+//! the tree the previous mutation wrote), applies its edits to the sorted
+//! list and writes the result, and the record takes the bytes it already
+//! has.
 
 use std::collections::BTreeMap;
-
+use std::io::Write as _;
 use std::sync::Arc;
 
 use git2::{ObjectType, Oid, Repository};
@@ -160,7 +161,10 @@ impl Writer<'_> {
             };
             match (at, new) {
                 // Same kind (checked above): the entry keeps its place.
-                (Some(i), Some((_, id))) => entries[i].id = id,
+                (Some(i), Some((mode, id))) => {
+                    entries[i].mode = mode;
+                    entries[i].id = id;
+                }
                 (Some(i), None) => removed[i] = true,
                 (None, Some((mode, id))) => added.push(Entry {
                     name: name.clone(),
@@ -193,7 +197,7 @@ impl Writer<'_> {
     ) -> Result<Oid, git2::Error> {
         let mut data = Vec::with_capacity(entries.iter().map(|e| e.name.len() + 28).sum());
         for e in &entries {
-            data.extend_from_slice(format!("{:o} ", e.mode).as_bytes());
+            write!(data, "{:o} ", e.mode).expect("writing to a Vec cannot fail");
             data.extend_from_slice(&e.name);
             data.push(0);
             data.extend_from_slice(e.id.as_bytes());
