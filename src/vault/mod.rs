@@ -51,7 +51,7 @@ use zeroize::Zeroizing;
 use crate::crypto::{
     self, FileKey, FileKeyId, KdfParams, KeyFileKey, Keyring, Passphrase, Unlock, VaultKeys,
 };
-use crate::memory::{Change, Mutation, Outcome, Snapshot, Store, StoreError, ToolResult};
+use crate::memory::{Change, Mutation, NodeKind, Outcome, Snapshot, Store, StoreError, ToolResult};
 pub use config::VaultConfig;
 pub use gc::GcReport;
 pub use history::{FileChange, RevisionStore, Walk};
@@ -708,7 +708,14 @@ impl Vault {
                             self.config.max_file_bytes
                         )));
                     }
-                    let existing = snap.file_key_id(&path)?;
+                    // The git path is computed once (a name encryption per
+                    // segment): for the lookup and for the edit.
+                    let git_path = snap.git_path(&path)?;
+                    let at = snap.entry_at(&git_path)?;
+                    let existing = match at {
+                        Some((oid, NodeKind::File)) => Some(snap.blob_key_id(oid)?),
+                        _ => None,
+                    };
                     let mut fresh: Option<(FileKeyId, FileKey)> = None;
                     let (id, key) = match existing {
                         Some(id) => (id, snap.file_key(&id)?),
@@ -717,7 +724,7 @@ impl Vault {
                             // One more file, unless the write replaces a
                             // whole directory (the memory layer refuses
                             // that; do not count on it here).
-                            if snap.entry(&path)?.is_none() {
+                            if at.is_none() {
                                 files_after = Some(files + 1);
                             }
                             if files >= self.config.max_files {
@@ -731,13 +738,7 @@ impl Vault {
                         }
                     };
                     let sealed = crypto::seal_blob(key, &id, path.as_str(), &content);
-                    let oid = self.repo.blob(&sealed).map_err(ge)?;
-                    update.upsert(&snap.git_path(&path)?, oid);
-                    objects.push(Object {
-                        kind: git2::ObjectType::Blob,
-                        id: oid,
-                        data: sealed,
-                    });
+                    update.upsert(&git_path, stage_blob(&self.repo, sealed, &mut objects)?);
                     meta.size = Some(content.len() as u64);
                     meta.content_hash =
                         Some(data_encoding::HEXLOWER.encode(&key.content_hash(&content)));
@@ -769,13 +770,8 @@ impl Vault {
                         let key = snap.file_key(&id)?;
                         let content = snap.read(file)?;
                         let sealed = crypto::seal_blob(key, &id, target.as_str(), &content);
-                        let oid = self.repo.blob(&sealed).map_err(ge)?;
+                        let oid = stage_blob(&self.repo, sealed, &mut objects)?;
                         update.upsert(&snap.git_path(&target)?, oid);
-                        objects.push(Object {
-                            kind: git2::ObjectType::Blob,
-                            id: oid,
-                            data: sealed,
-                        });
                     }
                     update.remove(&snap.git_path(&from)?);
                     meta.files = files.iter().map(|p| p.as_str().to_string()).collect();
@@ -1045,6 +1041,22 @@ fn sync_tree(dir: &Path) -> std::io::Result<()> {
         }
     }
     fsync::sync_path(dir)
+}
+
+/// Write a sealed blob to the object store and keep its bytes for the log
+/// record.
+fn stage_blob(
+    repo: &Repository,
+    sealed: Vec<u8>,
+    objects: &mut Vec<Object>,
+) -> Result<Oid, StoreError> {
+    let id = repo.blob(&sealed).map_err(ge)?;
+    objects.push(Object {
+        kind: git2::ObjectType::Blob,
+        id,
+        data: sealed,
+    });
+    Ok(id)
 }
 
 fn ge(e: git2::Error) -> StoreError {

@@ -69,10 +69,9 @@ fn git_key(e: &TreeEntry) -> impl Iterator<Item = &u8> + Clone {
 /// as every tree memvault writes or accepts is): a binary search for it as
 /// a file, then as a directory.
 pub(crate) fn find_entry(entries: &[TreeEntry], name: &[u8]) -> Option<usize> {
-    let as_dir = [name, b"/"].concat();
     entries
         .binary_search_by(|e| git_key(e).cmp(name.iter()))
-        .or_else(|_| entries.binary_search_by(|e| git_key(e).cmp(as_dir.iter())))
+        .or_else(|_| entries.binary_search_by(|e| git_key(e).cmp(name.iter().chain(b"/"))))
         .ok()
 }
 
@@ -202,7 +201,15 @@ impl<'a> VaultSnapshot<'a> {
         if path.is_root() {
             return Ok(Some((tree.id(), NodeKind::Dir)));
         }
-        let git_path = self.git_path(path)?;
+        self.entry_at(&self.git_path(path)?)
+    }
+
+    /// The object at a (non-root) git path, as [`entry`](Self::entry)
+    /// gives it, for a caller that has the git path already.
+    pub(crate) fn entry_at(&self, git_path: &str) -> Result<Option<(Oid, NodeKind)>, StoreError> {
+        let Some(tree) = &self.tree else {
+            return Ok(None);
+        };
         let mut at = (tree.id(), MODE_TREE);
         for name in git_path.split('/') {
             if at.1 != MODE_TREE {
@@ -239,10 +246,13 @@ impl<'a> VaultSnapshot<'a> {
         let Some((oid, NodeKind::File)) = self.entry(path)? else {
             return Ok(None);
         };
+        self.blob_key_id(oid).map(Some)
+    }
+
+    /// The file-key id in the header of the stored file `oid`.
+    pub(crate) fn blob_key_id(&self, oid: Oid) -> Result<FileKeyId, StoreError> {
         let bytes = self.blob_bytes(oid)?;
-        let id =
-            crypto::blob_key_id(&bytes).map_err(|_| damaged("a stored file has a bad header"))?;
-        Ok(Some(id))
+        crypto::blob_key_id(&bytes).map_err(|_| damaged("a stored file has a bad header"))
     }
 
     /// The key with this id, from the key table.

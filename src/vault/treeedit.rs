@@ -335,15 +335,19 @@ mod tests {
         );
     }
 
+    /// A tree holding one file (a blob "x") at `path`.
+    fn one_file(repo: &Repository, caches: &Caches, path: &str, out: &mut Vec<Object>) -> Oid {
+        let mut add = TreeEdits::default();
+        add.upsert(path, repo.blob(b"x").unwrap());
+        add.write(repo, caches, None, out).unwrap()
+    }
+
     #[test]
     fn removing_everything_leaves_the_empty_tree() {
         let (_dir, repo) = repo();
         let caches = Caches::default();
-        let blob = repo.blob(b"x").unwrap();
-        let mut add = TreeEdits::default();
-        add.upsert("d/e/f", blob);
         let mut out = Vec::new();
-        let t = add.write(&repo, &caches, None, &mut out).unwrap();
+        let t = one_file(&repo, &caches, "d/e/f", &mut out);
         assert_eq!(out.len(), 3);
         let mut rm = TreeEdits::default();
         rm.remove("d/e/f");
@@ -362,10 +366,8 @@ mod tests {
     fn the_tree_cache_answers_and_stays_bounded() {
         let (_dir, repo) = repo();
         let caches = Caches::default();
+        let t = one_file(&repo, &caches, "d/f", &mut Vec::new());
         let blob = repo.blob(b"x").unwrap();
-        let mut add = TreeEdits::default();
-        add.upsert("d/f", blob);
-        let t = add.write(&repo, &caches, None, &mut Vec::new()).unwrap();
         let root = caches.tree_entries(&repo, t).unwrap();
         assert_eq!(root.len(), 1);
         assert_eq!(root[0].name, b"d");
