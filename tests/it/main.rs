@@ -7,6 +7,7 @@ mod concurrency;
 mod crash;
 mod disk;
 mod expiry;
+mod fixtures;
 mod fuzz_replay;
 mod keys;
 mod limits;

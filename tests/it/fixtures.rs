@@ -1,0 +1,168 @@
+//! The committed fixture vaults (`tests/fixtures/`, made as
+//! `tests/fixtures/make-v1.sh` says): a vault written by an earlier format
+//! must keep opening and working, and each named broken copy (`fail_*`)
+//! must be refused as damaged, never read as content.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::util::{TestVault, bin, is_error, text};
+
+/// A working copy of the fixture `name` (the committed one is never
+/// opened: opening may migrate or checkpoint it). Git keeps no empty
+/// directory, so the ones a bare repository has are made here.
+pub fn fixture(name: &str) -> TestVault {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    let tmp = tempfile::tempdir().unwrap();
+    copy_dir(&src, tmp.path());
+    let vault = tmp.path().join("vault");
+    for d in ["objects/info", "objects/pack", "refs/tags", "refs/heads"] {
+        std::fs::create_dir_all(vault.join(d)).unwrap();
+    }
+    let key = tmp.path().join("vault.key");
+    TestVault { tmp, vault, key }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+fn run(t: &TestVault, args: &[&str]) -> std::process::Output {
+    t.cmd().args(args).output().unwrap()
+}
+
+fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn format_1_vault_opens_reads_and_verifies() {
+    let t = fixture("v1");
+    let v = run(&t, &["verify"]);
+    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    let h = run(&t, &["history"]);
+    assert!(h.status.success(), "{}", stderr(&h));
+    let h = stdout(&h);
+    for op in ["purge", "delete", "rename", "insert", "str_replace", "init"] {
+        assert!(h.contains(op), "history lacks {op}: {h}");
+    }
+    let r = t.one(serde_json::json!({"command": "view", "path": "/memories/notes/project.md"}));
+    assert!(!is_error(&r), "{r}");
+    assert!(text(&r).contains("The deploy runs on Wednesdays."), "{r}");
+    let r = t.one(serde_json::json!({"command": "view", "path": "/memories/notes/prefs.md"}));
+    assert!(text(&r).contains("Answer in French."), "{r}");
+    // The purged file's past is erased, not readable.
+    let s = run(&t, &["show", "HEAD~1", "/memories/secret-plan.md"]);
+    assert!(!stdout(&s).contains("will be purged"), "{}", stdout(&s));
+}
+
+#[test]
+fn format_1_vault_unlocks_with_its_passphrase_slot() {
+    let t = fixture("v1");
+    let out = Command::new(bin())
+        .arg("--vault")
+        .arg(&t.vault)
+        .arg("--passphrase-file")
+        .arg(t.tmp.path().join("passphrase"))
+        .args(["show", "HEAD", "/memories/notes/project.md"])
+        .env_remove("MEMVAULT_KEY_FILE")
+        .env_remove("MEMVAULT_PASSPHRASE")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("Owner: Ana."));
+}
+
+#[test]
+fn format_1_vault_keeps_working_after_writes() {
+    let t = fixture("v1");
+    let r = t.serve(&[
+        serde_json::json!({"command": "create", "path": "/memories/new.md", "file_text": "hello\n"})
+            .to_string(),
+        serde_json::json!({"command": "str_replace", "path": "/memories/notes/project.md",
+            "old_str": "Ana", "new_str": "Bea"})
+        .to_string(),
+        serde_json::json!({"command": "view", "path": "/memories"}).to_string(),
+    ]);
+    assert!(r.iter().all(|v| !is_error(v)), "{r:?}");
+    let v = run(&t, &["verify"]);
+    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    // And it still opens again, old history and new.
+    let h = stdout(&run(&t, &["history"]));
+    assert!(h.contains("/memories/new.md") && h.contains("purge"), "{h}");
+    let r = t.one(serde_json::json!({"command": "view", "path": "/memories/notes/project.md"}));
+    assert!(text(&r).contains("Owner: Bea."), "{r}");
+}
+
+/// A key state rolled back to before a purge must not bring the purged
+/// file back, and `verify` must not say ok.
+#[test]
+fn fail_keys_rollback_is_refused() {
+    let t = fixture("fail_keys_rollback");
+    let s = run(&t, &["show", "HEAD~1", "/memories/secret-plan.md"]);
+    assert!(
+        !stdout(&s).contains("will be purged"),
+        "the purged file came back: {}",
+        stdout(&s)
+    );
+    assert!(!s.status.success());
+    let v = run(&t, &["verify"]);
+    assert!(!v.status.success(), "verify said ok: {}", stdout(&v));
+    let all = format!("{}{}", stdout(&v), stderr(&v));
+    assert!(all.contains("rolled back"), "{all}");
+}
+
+/// Run `cmd`, killing it if it has not finished within `secs` seconds
+/// (then the test fails: damage must never turn into a hang).
+pub fn run_bounded(cmd: &mut Command, secs: u64) -> std::process::Output {
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not finish within {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// A cut-short loose tree gives the damaged error, promptly, for a view
+/// as for `verify`.
+#[test]
+fn fail_truncated_tree_is_refused() {
+    let t = fixture("fail_truncated_tree");
+    let view = run_bounded(
+        t.cmd()
+            .args(["exec", r#"{"command":"view","path":"/memories"}"#]),
+        20,
+    );
+    let line = stdout(&view);
+    assert!(line.contains("damaged"), "{line}{}", stderr(&view));
+    assert!(line.contains(r#""is_error":true"#), "{line}");
+    let v = run_bounded(t.cmd().arg("verify"), 20);
+    assert!(!v.status.success(), "verify said ok: {}", stdout(&v));
+}
