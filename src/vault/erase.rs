@@ -33,6 +33,8 @@ use crate::memory::{MemoryPath, Snapshot, StoreError};
 use crate::vault::CommitMeta;
 
 const MARKER: &str = "memvault/erase-pending";
+/// git's empty tree.
+const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 const MARKER_AAD: &[u8] = b"memvault erase pending v1\0";
 
 /// A file the sweep removes (or would, with `--dry-run`).
@@ -476,6 +478,12 @@ impl Vault {
             .map_err(|_| damaged("the key state (refs/memvault/keys) is missing"))?;
         let mut live = HashSet::new();
         self.collect_objects(current, &mut live);
+        // The only object a key state can share with main: the empty tree
+        // (an empty `table` of the first key state is the init commit's
+        // tree). Key-state trees have plain names and main's encrypted
+        // ones, and every sealed blob has a random nonce, so nothing else
+        // is shared; deleting the empty tree broke main (`git fsck`).
+        live.insert(Oid::from_str(EMPTY_TREE).expect("a valid id"));
         let mut doomed = HashSet::new();
         for line in text.lines() {
             if let Ok(id) = Oid::from_str(line.trim())

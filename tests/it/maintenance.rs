@@ -228,3 +228,47 @@ fn gc_and_purge_leave_nothing_after_the_log_head() {
         assert!(text(&o).contains(&format!("note {i}")), "{o}");
     }
 }
+
+/// Regression: `purge` pruned the replaced key states' objects, among them
+/// the empty tree, which the init commit on main points to: `git fsck`
+/// then reported a missing tree, and a clone of the vault failed.
+#[test]
+fn purge_keeps_the_empty_tree_of_the_init_commit() {
+    let v = TestVault::new();
+    // Two key-state changes before the purge: the first key state (whose
+    // empty `table` tree is the init commit's tree) is then garbage.
+    for name in ["a", "b"] {
+        let r = v.one(json!({"command": "create", "path": format!("/memories/{name}.md"), "file_text": "gone\n"}));
+        assert!(!is_error(&r), "{r}");
+    }
+    let out = v.cmd().args(["purge", "/memories/a.md"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fsck = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&v.vault)
+        .args(["fsck", "--full", "--no-dangling"])
+        .output()
+        .unwrap();
+    assert!(
+        fsck.status.success(),
+        "git fsck: {}{}",
+        String::from_utf8_lossy(&fsck.stdout),
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    let dest = v.tmp.path().join("clone");
+    let clone = std::process::Command::new("git")
+        .args(["clone", "--bare", "-q"])
+        .arg(&v.vault)
+        .arg(&dest)
+        .output()
+        .unwrap();
+    assert!(
+        clone.status.success(),
+        "{}",
+        String::from_utf8_lossy(&clone.stderr)
+    );
+}
