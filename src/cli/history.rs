@@ -227,7 +227,7 @@ pub fn run(global: &Global, args: &HistoryArgs) -> Result<u8, CliError> {
                 "size": meta.size, "lines_added": meta.lines_added, "lines_removed": meta.lines_removed,
                 "redactions": meta.redactions.iter().map(|(k, n)| json!({"kind": k, "count": n})).collect::<Vec<_>>(),
                 "files": meta.files, "undoes": meta.undoes, "undone_session": meta.undone_session,
-                "at": meta.at,
+                "at": meta.at, "details": meta.details,
             });
             writeln!(out, "{line}")?;
             continue;
@@ -260,6 +260,9 @@ pub fn run(global: &Global, args: &HistoryArgs) -> Result<u8, CliError> {
         }
         if let Some(at) = &meta.at {
             line.push_str(&format!("  as at {}", &at[..at.len().min(12)]));
+        }
+        if !meta.details.is_empty() {
+            line.push_str(&format!("  {}", meta.details.join("; ")));
         }
         if !meta.redactions.is_empty() {
             let kinds: Vec<String> = meta

@@ -3,6 +3,7 @@
 //! on success, 1 on failure, 2 on a usage error.
 
 mod audit;
+mod config;
 mod demo;
 mod expiry;
 mod history;
@@ -147,6 +148,9 @@ pub enum Command {
     Key(keys::KeyCommand),
     /// Start a new data-key epoch for future writes (old history is not re-encrypted)
     Rekey(keys::RekeyArgs),
+    /// Show or change the vault's settings (authenticated; each change is recorded in history)
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
     /// Print text with secrets redacted (stdin by default)
     Redact {
         /// The file to read
@@ -304,7 +308,7 @@ pub fn open_vault(global: &Global, attribution: Attribution) -> Result<Vault, Cl
 pub fn memory_for(config: &VaultConfig) -> Result<Memory, CliError> {
     let redactor = Redactor::new(&config.redaction).map_err(|e| {
         CliError::failure(format!(
-            "invalid redaction settings in memvault/config.json: {e}"
+            "invalid redaction settings: {e} (change them with `memvault config set`)"
         ))
     })?;
     Ok(crate::memory_for_config(config, redactor))
@@ -352,6 +356,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Passwd(args) => keys::passwd(&cli.global, &args),
         Command::Key(cmd) => keys::key(&cli.global, &cmd),
         Command::Rekey(args) => keys::rekey(&cli.global, &args),
+        Command::Config(cmd) => config::run(&cli.global, &cmd),
         Command::Redact { file, report } => redact(file.as_deref(), report),
     }
 }

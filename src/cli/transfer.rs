@@ -100,7 +100,7 @@ pub fn import(global: &Global, args: &ImportArgs) -> Result<u8, CliError> {
     let mut vault = open_vault(global, attribution)?;
     let redactor = Redactor::new(&vault.config().redaction).map_err(|e| {
         CliError::failure(format!(
-            "invalid redaction settings in memvault/config.json: {e}"
+            "invalid redaction settings: {e} (change them with `memvault config set`)"
         ))
     })?;
     let mut files = Vec::with_capacity(found.len());

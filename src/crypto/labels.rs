@@ -17,6 +17,11 @@ pub const COMMIT_MAC: &[u8] = b"memvault commit mac";
 pub const ACCESS_TABLE: &[u8] = b"memvault access table";
 /// HKDF info: XChaCha20-Poly1305 key for file-key table shards.
 pub const KEY_TABLE: &[u8] = b"memvault key table";
+/// HKDF info: XChaCha20-Poly1305 key for the vault settings (kept in the
+/// key state, so that nobody without the key can weaken them).
+pub const SETTINGS: &[u8] = b"memvault settings";
+/// Associated data of the sealed settings.
+pub const SETTINGS_AD: &[u8] = b"memvault settings v1\0";
 /// Prefix of what the `serve` handshake MACs (under the commit MAC key;
 /// a commit buffer starts with `tree `, so the two never coincide).
 pub const SERVE_HANDSHAKE: &[u8] = b"memvault serve handshake v1\0";

@@ -29,6 +29,7 @@ pub(super) struct EpochKeys {
     meta: SecretBytes<32>,
     mac: SecretBytes<32>,
     access: SecretBytes<32>,
+    settings: SecretBytes<32>,
     pub(super) table: SecretBytes<32>,
 }
 
@@ -54,6 +55,7 @@ impl VaultKeys {
                     meta: sub(key, labels::COMMIT_META),
                     mac: sub(key, labels::COMMIT_MAC),
                     access: sub(key, labels::ACCESS_TABLE),
+                    settings: sub(key, labels::SETTINGS),
                     table: sub(key, labels::KEY_TABLE),
                 };
                 (epoch, keys)
@@ -105,6 +107,16 @@ impl VaultKeys {
         sealed: &[u8],
     ) -> Result<Zeroizing<Vec<u8>>, CryptoError> {
         self.open_epoch(|k| &k.access, aad, sealed)
+    }
+
+    /// Seals the vault settings (same layout as
+    /// [`seal_meta`](Self::seal_meta), under the settings key).
+    pub fn seal_settings(&self, plaintext: &[u8]) -> Vec<u8> {
+        self.seal_epoch(|k| &k.settings, labels::SETTINGS_AD, plaintext)
+    }
+
+    pub fn open_settings(&self, sealed: &[u8]) -> Result<Zeroizing<Vec<u8>>, CryptoError> {
+        self.open_epoch(|k| &k.settings, labels::SETTINGS_AD, sealed)
     }
 
     /// `epoch u32 BE || HMAC-SHA256(current mac key, epoch || data)`.

@@ -79,12 +79,10 @@ impl Vault {
 
     /// Record accesses, taking the writer lock shared for the append.
     pub(crate) fn record_access(&self, entries: &[(FileKeyId, Kind, u64)]) {
-        // flock belongs to the open file description: no need for a dup.
-        if self.lock.lock_shared().is_err() {
+        let Ok(_guard) = super::FileLock::shared(&self.lock) else {
             return;
-        }
+        };
         self.append_access(entries);
-        let _ = self.lock.unlock();
     }
 
     /// The access table: the newest view and write time per file key.

@@ -6,9 +6,9 @@ use zeroize::Zeroizing;
 
 use super::access::Kind;
 use super::meta::META_VERSION;
-use super::{Vault, VaultError, damaged, now_ms};
+use super::{KeyChange, Vault, VaultError, now_ms};
 use crate::crypto::{self, FileKey, FileKeyId};
-use crate::memory::{MemoryPath, NodeKind, Snapshot, StoreError};
+use crate::memory::{MemoryPath, NodeKind, Snapshot};
 use crate::vault::CommitMeta;
 
 /// A file's path and decrypted content.
@@ -27,12 +27,7 @@ impl Vault {
     /// when any path (or a parent of one) already exists, when a file is
     /// over the size limit, or when the vault would exceed its file limit.
     pub fn import_files(&mut self, files: Vec<ImportFile>) -> Result<Oid, VaultError> {
-        self.with_writer_lock(|vault, tip| vault.import_locked(tip, files).map_err(se))
-            .map_err(|e| match e {
-                StoreError::Damaged(w) => VaultError::Damaged(w),
-                StoreError::Limit(w) | StoreError::Unavailable(w) => VaultError::Refused(w),
-                other => VaultError::Refused(other.to_string()),
-            })
+        self.with_writer_lock(|vault, tip| vault.import_locked(tip, files))
     }
 
     fn import_locked(
@@ -56,7 +51,7 @@ impl Vault {
         };
         {
             let snap = self.snapshot_at(tip)?;
-            let existing = snap.count_files().map_err(ve)?;
+            let existing = snap.count_files()?;
             if existing + files.len() > self.config.max_files {
                 return Err(VaultError::Refused(format!(
                     "importing {} files would bring the vault to {}, over its limit of {}",
@@ -104,7 +99,7 @@ impl Vault {
                 let key = FileKey::generate();
                 let sealed = crypto::seal_blob(&key, &id, f.path.as_str(), &f.content);
                 let blob = self.repo.blob(&sealed)?;
-                update.upsert(snap.git_path(&f.path).map_err(ve)?, blob, FileMode::Blob);
+                update.upsert(snap.git_path(&f.path)?, blob, FileMode::Blob);
                 new_keys.push((id, Some(key)));
                 written.push((id, Kind::Written, meta.time_ms));
                 meta.files.push(f.path.as_str().to_string());
@@ -125,7 +120,7 @@ impl Vault {
         let tree = update.create_updated(&self.repo, &base)?;
         drop(base);
         let commit = self
-            .publish(tip, tree, new_keys, &meta, None)
+            .publish(tip, tree, KeyChange::files(new_keys), &meta, None)
             .map_err(|e| VaultError::Refused(e.to_string()))?;
         self.append_access(&written);
         Ok(commit)
@@ -135,8 +130,8 @@ impl Vault {
     pub fn files_at(&self, rev: Option<Oid>) -> Result<Vec<DecryptedFile>, VaultError> {
         let snap = self.snapshot_at(rev)?;
         let mut out = Vec::new();
-        for path in snap.files_below(&MemoryPath::root()).map_err(ve)? {
-            let content = snap.read(&path).map_err(ve)?;
+        for path in snap.files_below(&MemoryPath::root())? {
+            let content = snap.read(&path)?;
             out.push((path, content));
         }
         Ok(out)
@@ -147,21 +142,5 @@ fn count_lines(content: &[u8]) -> u32 {
     match std::str::from_utf8(content) {
         Ok(t) => t.lines().count() as u32,
         Err(_) => 0,
-    }
-}
-
-fn se(e: VaultError) -> StoreError {
-    match e {
-        VaultError::Damaged(w) => StoreError::Damaged(w),
-        VaultError::Refused(w) => StoreError::Limit(w),
-        other => StoreError::Unavailable(other.to_string()),
-    }
-}
-
-fn ve(e: StoreError) -> VaultError {
-    match e {
-        StoreError::Damaged(w) => VaultError::Damaged(w),
-        StoreError::Erased => damaged("a file's key was erased"),
-        other => VaultError::Refused(other.to_string()),
     }
 }

@@ -1,6 +1,10 @@
-//! Plain vault settings, kept in `memvault/config.json` beside the
-//! repository. They hold no secret and no path; they are local to the
-//! machine and are not part of the git history.
+//! The vault settings. They hold no secret and no path. From vault
+//! format 2 they live in the key state, sealed and MAC'd with the vault
+//! key (so whoever can write the vault directory but lacks the key cannot
+//! turn redaction off or loosen a limit), and change only through
+//! `memvault config set`, each change a `config` commit on main. Format 1
+//! kept them in a plain `memvault/config.json`, read once by the
+//! migration to format 2.
 
 use serde::{Deserialize, Serialize};
 

@@ -6,16 +6,18 @@
 //!
 //! 1. under the writer lock, write `memvault/erase-pending` (the doomed key
 //!    ids, sealed) durably;
-//! 2. commit the new tree (files removed; live files that shared a doomed
-//!    key re-encrypted under new keys), marked `expire` or `purge`, with
-//!    the erased key ids in its metadata (the tombstone);
-//! 3. remove the doomed keys from the key table (a new key-state commit);
-//! 4. delete the marker, then prune the replaced key-state objects (and
+//! 2. in one log record, commit the new tree (files removed; live files
+//!    that shared a doomed key re-encrypted under new keys), marked
+//!    `expire` or `purge`, with the erased key ids in its metadata (the
+//!    tombstone), and the key state without the doomed keys;
+//! 3. delete the marker, then prune the replaced key-state objects (and
 //!    repack if any was packed) so the destroyed keys are physically gone.
 //!
 //! A crash after 1 leaves the marker: the next writer finishes the job,
-//! erasing only doomed keys that no file at the tip uses. So a crash
-//! before 2 applies none of the sweep, and one after 2 all of it.
+//! erasing (in a commit of its own, `erase`) only doomed keys that no file
+//! at the tip uses, and pruning. So a crash before 2 applies none of the
+//! sweep (but the erasure of keys no live file uses), and one after 2 all
+//! of it.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
@@ -26,13 +28,12 @@ use zeroize::Zeroizing;
 
 use super::access::{Access, Kind};
 use super::keys::{GARBAGE_FILE, KEYS_REF};
-use super::meta::META_VERSION;
-use super::{Vault, VaultError, damaged, now_ms, sync_dir, write_durable};
+use super::{KeyChange, Vault, VaultError, damaged, now_ms, sync_dir, write_durable};
 use crate::crypto::{self, FileKey, FileKeyId};
-use crate::memory::{MemoryPath, Snapshot, StoreError};
+use crate::memory::{MemoryPath, Snapshot};
 use crate::vault::CommitMeta;
 
-const MARKER: &str = "memvault/erase-pending";
+pub(crate) const MARKER: &str = "memvault/erase-pending";
 /// git's empty tree.
 const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 const MARKER_AAD: &[u8] = b"memvault erase pending v1\0";
@@ -84,29 +85,12 @@ fn test_crash(point: &str) {
     }
 }
 
-fn se(e: VaultError) -> StoreError {
-    match e {
-        VaultError::Damaged(w) => StoreError::Damaged(w),
-        VaultError::Refused(w) => StoreError::Limit(w),
-        other => StoreError::Unavailable(other.to_string()),
-    }
-}
-
-fn ve(e: StoreError) -> VaultError {
-    match e {
-        StoreError::Damaged(w) => VaultError::Damaged(w),
-        StoreError::Limit(w) | StoreError::Unavailable(w) => VaultError::Refused(w),
-        other => VaultError::Refused(other.to_string()),
-    }
-}
-
 impl Vault {
     /// Every file at `tip` with its key id.
     fn live_files(&self, tip: Option<Oid>) -> Result<Vec<LiveFile>, VaultError> {
         let snap = self.snapshot_at(tip)?;
         Ok(snap
-            .files_with_keys()
-            .map_err(ve)?
+            .files_with_keys()?
             .into_iter()
             .map(|(path, git_path, key)| LiveFile {
                 path,
@@ -162,7 +146,7 @@ impl Vault {
                 update.remove(f.git_path.as_str());
             }
             for f in &keep_current {
-                let content = snap.read(&f.path).map_err(ve)?;
+                let content = snap.read(&f.path)?;
                 let id = FileKeyId::generate();
                 let key = FileKey::generate();
                 let sealed = crypto::seal_blob(&key, &id, f.path.as_str(), &content);
@@ -179,13 +163,6 @@ impl Vault {
         };
         let tree = update.create_updated(&self.repo, &base)?;
         drop(base);
-        meta.erased_keys = doomed.iter().map(FileKeyId::to_hex).collect();
-        let commit = self
-            .publish(tip, tree, new_keys, &meta, None)
-            .map_err(|e| VaultError::Refused(e.to_string()))?;
-        test_crash("after-commit");
-
-        // 3. Destroy the keys, 4. drop the marker and prune.
         // The keys still in use at the new tip: the files kept as they were.
         let changed: HashSet<&str> = removing
             .iter()
@@ -197,7 +174,13 @@ impl Vault {
             .filter(|f| !changed.contains(f.git_path.as_str()))
             .map(|f| f.key)
             .collect();
-        let erased = self.finish_erasure(Some(commit), &doomed, Some(in_use))?;
+        let erase = self.erasable(&doomed, &in_use);
+        let erased = erase.len();
+        new_keys.extend(erase);
+        meta.erased_keys = doomed.iter().map(FileKeyId::to_hex).collect();
+        let commit = self.publish(tip, tree, KeyChange::files(new_keys), &meta, None)?;
+        test_crash("after-commit");
+        self.finish_erasure(Some(commit), &doomed, Some(in_use))?;
         // Access records follow re-keyed files; erased keys are dropped.
         let mut table = self.access_table()?;
         for (old, new) in access_moves {
@@ -210,8 +193,22 @@ impl Vault {
         Ok((Some(commit), rekeyed, erased))
     }
 
-    /// Erase the doomed keys that no file at `tip` uses, remove the marker,
-    /// prune. Returns how many keys were erased.
+    /// The doomed keys the table still holds and no file at the tip uses,
+    /// as key-table removals.
+    fn erasable(
+        &self,
+        doomed: &BTreeSet<FileKeyId>,
+        in_use: &HashSet<FileKeyId>,
+    ) -> Vec<(FileKeyId, Option<FileKey>)> {
+        doomed
+            .iter()
+            .filter(|id| !in_use.contains(id) && self.key_state.file_key(id).is_some())
+            .map(|id| (*id, None))
+            .collect()
+    }
+
+    /// Erase the doomed keys that no file at `tip` uses (if a crash left
+    /// any), remove the marker, prune. Returns how many keys were erased.
     fn finish_erasure(
         &mut self,
         tip: Option<Oid>,
@@ -222,15 +219,16 @@ impl Vault {
             Some(u) => u,
             None => self.live_files(tip)?.into_iter().map(|f| f.key).collect(),
         };
-        let erase: Vec<(FileKeyId, Option<FileKey>)> = doomed
-            .iter()
-            .filter(|id| !in_use.contains(id) && self.key_state.file_key(id).is_some())
-            .map(|id| (*id, None))
-            .collect();
+        let erase = self.erasable(doomed, &in_use);
         let n = erase.len();
         if !erase.is_empty() {
-            self.commit_key_changes(erase)?;
+            // Only after a crash: the tombstone commit never made it.
+            let mut meta = self.new_meta("erase");
+            meta.erased_keys = erase.iter().map(|(id, _)| id.to_hex()).collect();
+            self.publish_key_change(tip, KeyChange::files(erase), meta)?;
         }
+        // The erasure is durable before its marker goes.
+        self.sync_now()?;
         test_crash("after-erase");
         match fs::remove_file(self.dir.join(MARKER)) {
             Ok(()) => sync_dir(&self.dir.join("memvault")),
@@ -269,12 +267,7 @@ impl Vault {
     /// `older_than_ms` of `now`, in one commit, and destroy their keys.
     pub fn expire(&mut self, older_than_ms: u64, dry_run: bool) -> Result<SweepReport, VaultError> {
         let now = now_ms();
-        self.with_writer_lock(|vault, tip| {
-            vault
-                .expire_locked(tip, now, older_than_ms, dry_run)
-                .map_err(se)
-        })
-        .map_err(ve)
+        self.with_writer_lock(|vault, tip| vault.expire_locked(tip, now, older_than_ms, dry_run))
     }
 
     fn expire_locked(
@@ -316,18 +309,13 @@ impl Vault {
             return Ok(report);
         }
         let doomed: BTreeSet<FileKeyId> = removals.iter().map(|f| f.key).collect();
-        let attribution = self.attribution.clone();
         let meta = CommitMeta {
-            v: META_VERSION,
-            op: "expire".into(),
             time_ms: now,
-            session: attribution.session,
-            actor: attribution.actor,
             files: removals
                 .iter()
                 .map(|f| f.path.as_str().to_string())
                 .collect(),
-            ..Default::default()
+            ..self.new_meta("expire")
         };
         let (commit, rekeyed, erased) =
             self.erase_locked(tip, &live, &removals, Vec::new(), doomed, meta)?;
@@ -347,8 +335,7 @@ impl Vault {
         keep_current: bool,
     ) -> Result<PurgeReport, VaultError> {
         let path = path.clone();
-        self.with_writer_lock(|vault, tip| vault.purge_locked(tip, &path, keep_current).map_err(se))
-            .map_err(ve)
+        self.with_writer_lock(|vault, tip| vault.purge_locked(tip, &path, keep_current))
     }
 
     fn purge_locked(
@@ -400,16 +387,10 @@ impl Vault {
         } else {
             (below.clone(), Vec::new())
         };
-        let attribution = self.attribution.clone();
         let meta = CommitMeta {
-            v: META_VERSION,
-            op: "purge".into(),
             path: Some(path.as_str().to_string()),
-            time_ms: now_ms(),
-            session: attribution.session,
-            actor: attribution.actor,
             files: below.iter().map(|f| f.path.as_str().to_string()).collect(),
-            ..Default::default()
+            ..self.new_meta("purge")
         };
         let n_doomed = doomed.len();
         let (commit, rekeyed, erased) =

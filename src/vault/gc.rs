@@ -39,9 +39,7 @@ impl Vault {
     /// Checkpoint, then repack everything reachable into one pack and
     /// delete every other pack and loose object. Takes the writer lock.
     pub fn gc(&mut self) -> Result<GcReport, VaultError> {
-        let lock = self.lock.try_clone()?;
-        lock.lock()?;
-        let _guard = super::LockGuard(&lock);
+        let _guard = super::FileLock::exclusive(&self.lock).map_err(VaultError::Lock)?;
         checkpoint_locked(&self.repo, &mut self.wal)?;
         // Earlier records' bytes (replaced key tables and keyslots among
         // them) leave the preallocated log file, as they leave git.

@@ -110,9 +110,9 @@ impl Vault {
         else {
             return;
         };
-        if lock.lock().is_err() {
+        let Ok(_guard) = super::FileLock::exclusive(&lock) else {
             return;
-        }
+        };
         let path = self.dir.join(INDEX_FILE);
         let current = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         let rewrite = keep < index.entries.len()
@@ -138,7 +138,6 @@ impl Vault {
                 .and_then(|mut f| f.write_all(&self.seal_chunk(newer)))
         };
         let _ = result;
-        let _ = lock.unlock();
     }
 
     fn seal_chunk(&self, entries: &[Entry]) -> Vec<u8> {

@@ -5,19 +5,28 @@
 //! change, so a destroyed file key leaves no reachable copy behind. Its tree:
 //!
 //! ```text
+//! erased           ids of the file keys destroyed on purpose
+//! settings         the vault settings, sealed (format 2)
 //! slots/<16 hex>   one keyslot (crypto::seal_*_slot)
 //! table/<2 hex>    one shard of the file-key table (by first id byte)
 //! ```
 //!
 //! The commit carries a MAC over its buffer in the `mvmac` header, checked
 //! after unlock, so a key state not written by a key holder is refused.
+//! Its message says its format and, from format 2 on, a counter that grows
+//! by one with every new key state (`memvault key state v2\ncounter N\n`,
+//! under the MAC). Every key state is written in the same log record as a
+//! commit on main whose metadata names that counter
+//! ([`super::CommitMeta::keys`]), so a key state older than main requires
+//! (a rollback of `refs/memvault/keys`, e.g. to bring back an erased file
+//! key or a removed keyslot) is detected: see `Vault::check_binding`.
 
 use std::collections::BTreeMap;
 
 use git2::{FileMode, ObjectType, Oid, Repository};
 
-use super::wal::{Record, Wal};
-use super::{VaultError, damaged};
+use super::wal::Record;
+use super::{VaultConfig, VaultError, damaged};
 use crate::crypto::{FileKey, FileKeyId, KeyTable, VaultKeys};
 
 /// The ref that holds the key state.
@@ -41,6 +50,62 @@ pub struct KeyState {
     /// staged (besides the commit), for [`KeyState::add_to_record`]; empty
     /// when it does not know them.
     staged: Option<(Oid, Vec<super::wal::Object>)>,
+    /// The key-state format: 1 (no counter, no settings) or 2.
+    pub format: u8,
+    /// Grows by one with every new key state (0 for format 1).
+    pub counter: u64,
+    /// The authenticated settings (None in a format-1 key state, whose
+    /// settings are still the plain `memvault/config.json`).
+    pub settings: Option<VaultConfig>,
+}
+
+/// One change of the key state: file keys to add (`Some`) or destroy
+/// (`None`), and optionally new keyslots or settings.
+#[derive(Default)]
+pub(crate) struct KeyChange {
+    pub files: Vec<(FileKeyId, Option<FileKey>)>,
+    pub slots: Option<BTreeMap<String, Vec<u8>>>,
+    pub settings: Option<VaultConfig>,
+    /// A new keyring (rekey): the new state and its commit on main are
+    /// sealed and MAC'd under it (taken by `Vault::publish`).
+    pub keyring: Option<crate::crypto::Keyring>,
+}
+
+impl KeyChange {
+    pub fn files(files: Vec<(FileKeyId, Option<FileKey>)>) -> KeyChange {
+        KeyChange {
+            files,
+            ..Default::default()
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+            && self.slots.is_none()
+            && self.settings.is_none()
+            && self.keyring.is_none()
+    }
+}
+
+/// The format and counter a key-state commit's message states (after its
+/// MAC was checked).
+fn read_header(repo: &Repository, commit: Oid) -> Result<(u8, u64), VaultError> {
+    let c = repo
+        .find_commit(commit)
+        .map_err(|_| damaged("the key state commit is unreadable"))?;
+    let msg = c.message_bytes();
+    if msg == KEY_COMMIT_V1.as_bytes() {
+        return Ok((1, 0));
+    }
+    let counter = msg
+        .strip_prefix(KEY_COMMIT_V2.as_bytes())
+        .and_then(|rest| std::str::from_utf8(rest).ok())
+        .and_then(|rest| rest.strip_prefix("counter "))
+        .and_then(|rest| rest.strip_suffix('\n'))
+        .filter(|n| !n.starts_with('0') || *n == "0")
+        .and_then(|n| n.parse::<u64>().ok())
+        .ok_or_else(|| damaged("the key state names a format this memvault does not know"))?;
+    Ok((2, counter))
 }
 
 /// Read the keyslot blobs without any key (needed to unlock), from the
@@ -176,12 +241,16 @@ impl KeyState {
                 "the key state was not written with this vault's key",
             ));
         }
+        let (format, counter) = read_header(repo, commit)?;
         let mut state = KeyState {
             commit,
             slots,
             shards: BTreeMap::new(),
             erased: Default::default(),
             staged: None,
+            format,
+            counter,
+            settings: None,
         };
         state.load_shards(repo, keys)?;
         Ok(state)
@@ -189,6 +258,26 @@ impl KeyState {
 
     fn load_shards(&mut self, repo: &Repository, keys: &VaultKeys) -> Result<(), VaultError> {
         let tree = repo.find_commit(self.commit)?.tree()?;
+        self.settings = match tree.get_name("settings") {
+            None if self.format >= 2 => {
+                return Err(damaged("the key state has no settings"));
+            }
+            None => None,
+            Some(entry) => {
+                let blob = repo
+                    .find_blob(entry.id())
+                    .map_err(|_| damaged("the vault settings are unreadable"))?;
+                let plain = keys
+                    .open_settings(blob.content())
+                    .map_err(|_| damaged("the vault settings failed to decrypt"))?;
+                let config: VaultConfig = serde_json::from_slice(&plain)
+                    .map_err(|_| damaged("the vault settings do not parse"))?;
+                config
+                    .validate()
+                    .map_err(|_| damaged("the vault settings are out of range"))?;
+                Some(config)
+            }
+        };
         self.erased.clear();
         if let Some(entry) = tree.get_name("erased") {
             let blob = repo
@@ -250,8 +339,11 @@ impl KeyState {
             ));
         }
         let (_, slots) = read_slots_at(repo, Some(current))?;
+        let (format, counter) = read_header(repo, current)?;
         self.commit = current;
         self.slots = slots;
+        self.format = format;
+        self.counter = counter;
         self.load_shards(repo, keys)
     }
 
@@ -271,57 +363,6 @@ impl KeyState {
             .values()
             .flat_map(|(_, t)| t.iter().map(|(id, _)| *id))
             .collect()
-    }
-
-    /// Write a new keys commit with `changes` applied (insert `Some`, erase
-    /// `None`) and the given slots, and move the ref to it (refused unless
-    /// the log's tail is the current commit). Durable when it returns: the change
-    /// goes through the write-ahead log like every mutation. The caller
-    /// holds the writer lock (see `Vault::with_writer_lock`).
-    pub fn commit_changes(
-        &mut self,
-        repo: &Repository,
-        keys: &VaultKeys,
-        changes: Vec<(FileKeyId, Option<FileKey>)>,
-        slots: Option<BTreeMap<String, Vec<u8>>>,
-    ) -> Result<(), VaultError> {
-        let old_commit = self.commit;
-        let result = self.try_commit_changes(repo, keys, changes, slots, old_commit);
-        if result.is_err() {
-            let mut wal = Wal::open(repo.path())?;
-            wal.catch_up(repo)?;
-            let at = wal.ref_target(repo, KEYS_REF)?;
-            self.reload(repo, keys, at)?;
-        }
-        result
-    }
-
-    fn try_commit_changes(
-        &mut self,
-        repo: &Repository,
-        keys: &VaultKeys,
-        changes: Vec<(FileKeyId, Option<FileKey>)>,
-        slots: Option<BTreeMap<String, Vec<u8>>>,
-        old_commit: Oid,
-    ) -> Result<(), VaultError> {
-        // Catch up with the log first: that reloads the staged objects'
-        // store, so staging must come after it.
-        let mut wal = Wal::open(repo.path())?;
-        wal.catch_up(repo)?;
-        if wal.tail_target(KEYS_REF).is_some_and(|t| t != old_commit) {
-            return Err(damaged(
-                "the key state changed under the writer lock; nothing was changed, try again",
-            ));
-        }
-        let commit = self.stage_changes(repo, keys, changes, slots)?;
-        let mut record = Record::default();
-        self.add_to_record(repo, &mut record, old_commit, commit)?;
-        // The record moves the ref: ref files follow at the next checkpoint.
-        wal.append(&record)?;
-        wal.sync()?;
-        note_garbage(repo, old_commit);
-        self.commit = commit;
-        Ok(())
     }
 
     /// Re-read the state that is really on disk (after a staged change
@@ -347,12 +388,29 @@ impl KeyState {
         &mut self,
         repo: &Repository,
         keys: &VaultKeys,
-        changes: Vec<(FileKeyId, Option<FileKey>)>,
-        slots: Option<BTreeMap<String, Vec<u8>>>,
+        change: KeyChange,
     ) -> Result<Oid, VaultError> {
+        let KeyChange {
+            files,
+            slots,
+            settings,
+            keyring: _,
+        } = change;
         let mut touched = std::collections::BTreeSet::new();
         let mut erased_changed = false;
-        for (id, key) in changes {
+        // Every new key state is format 2, with the next counter; a
+        // format-1 state gets its settings now (the caller gives them).
+        self.counter += 1;
+        self.format = 2;
+        let settings_changed = settings.is_some();
+        if let Some(s) = settings {
+            self.settings = Some(s);
+        }
+        let settings = self
+            .settings
+            .clone()
+            .ok_or_else(|| damaged("a key state without settings cannot be upgraded"))?;
+        for (id, key) in files {
             let shard = KeyTable::shard_of(&id);
             touched.insert(shard);
             let (_, table) = self
@@ -394,6 +452,7 @@ impl KeyState {
         self.staged = None;
         let previous = match slots {
             Some(_) => None,
+            None if self.format_of_previous(repo) < 2 => None,
             None => repo
                 .find_commit(self.commit)
                 .ok()
@@ -405,7 +464,7 @@ impl KeyState {
         let Some((previous, slot_tree)) =
             previous.and_then(|t| t.get_name("slots").map(|e| e.id()).map(|id| (t, id)))
         else {
-            return write_key_commit(repo, keys, &self.slots, &self.shards, &self.erased);
+            return write_key_commit(repo, keys, self, &settings);
         };
         let odb = repo.odb()?;
         let mut objects = sealed_shards;
@@ -420,8 +479,18 @@ impl KeyState {
             false if erased_changed => Some(add(ObjectType::Blob, erased_bytes(&self.erased))?),
             false => previous.get_name("erased").map(|e| e.id()),
         };
-        let root = add(ObjectType::Tree, root_tree_bytes(erased, slot_tree, table))?;
-        let commit = write_signed_commit(repo, keys, &key_commit_buffer(root))?;
+        let settings = match settings_changed {
+            true => add(ObjectType::Blob, seal_settings(keys, &settings)?)?,
+            false => previous
+                .get_name("settings")
+                .map(|e| e.id())
+                .ok_or_else(|| damaged("the key state has no settings"))?,
+        };
+        let root = add(
+            ObjectType::Tree,
+            root_tree_bytes(erased, settings, slot_tree, table),
+        )?;
+        let commit = write_signed_commit(repo, keys, &key_commit_buffer(root, self.counter))?;
         self.staged = Some((commit, objects));
         Ok(commit)
     }
@@ -465,18 +534,28 @@ impl KeyState {
         repo: &Repository,
         keys: &VaultKeys,
         slots: BTreeMap<String, Vec<u8>>,
+        settings: VaultConfig,
     ) -> Result<KeyState, VaultError> {
-        let shards = BTreeMap::new();
-        let erased = Default::default();
-        let commit = write_key_commit(repo, keys, &slots, &shards, &erased)?;
-        repo.reference(KEYS_REF, commit, false, "memvault init")?;
-        Ok(KeyState {
-            commit,
+        let mut state = KeyState {
+            commit: Oid::ZERO_SHA1,
             slots,
-            shards,
-            erased,
+            shards: BTreeMap::new(),
+            erased: Default::default(),
             staged: None,
-        })
+            format: 2,
+            counter: 1,
+            settings: Some(settings.clone()),
+        };
+        state.commit = write_key_commit(repo, keys, &state, &settings)?;
+        repo.reference(KEYS_REF, state.commit, false, "memvault init")?;
+        Ok(state)
+    }
+
+    /// The format of the key state this one was staged from (the commit
+    /// it replaces): the fast path reuses that commit's trees, which a
+    /// format-1 state lacks the settings of.
+    fn format_of_previous(&self, repo: &Repository) -> u8 {
+        read_header(repo, self.commit).map_or(1, |(f, _)| f)
     }
 }
 
@@ -498,33 +577,43 @@ fn note_garbage(repo: &Repository, old: Oid) {
 fn write_key_commit(
     repo: &Repository,
     keys: &VaultKeys,
-    slots: &BTreeMap<String, Vec<u8>>,
-    shards: &BTreeMap<u8, (Oid, KeyTable)>,
-    erased: &std::collections::BTreeSet<FileKeyId>,
+    state: &KeyState,
+    settings: &VaultConfig,
 ) -> Result<Oid, VaultError> {
     let mut slot_tree = repo.treebuilder(None)?;
-    for (name, bytes) in slots {
+    for (name, bytes) in &state.slots {
         let oid = repo.blob(bytes)?;
         slot_tree.insert(name, oid, FileMode::Blob.into())?;
     }
     let slot_tree = slot_tree.write()?;
     let mut table_tree = repo.treebuilder(None)?;
-    for (shard, (oid, _)) in shards {
+    for (shard, (oid, _)) in &state.shards {
         table_tree.insert(format!("{shard:02x}"), *oid, FileMode::Blob.into())?;
     }
     let table_tree = table_tree.write()?;
     let mut root = repo.treebuilder(None)?;
     root.insert("slots", slot_tree, FileMode::Tree.into())?;
     root.insert("table", table_tree, FileMode::Tree.into())?;
-    if !erased.is_empty() {
+    root.insert(
+        "settings",
+        repo.blob(&seal_settings(keys, settings)?)?,
+        FileMode::Blob.into(),
+    )?;
+    if !state.erased.is_empty() {
         root.insert(
             "erased",
-            repo.blob(&erased_bytes(erased))?,
+            repo.blob(&erased_bytes(&state.erased))?,
             FileMode::Blob.into(),
         )?;
     }
-    let root = repo.find_tree(root.write()?)?;
-    sign_key_commit(repo, keys, &root)
+    let root = root.write()?;
+    write_signed_commit(repo, keys, &key_commit_buffer(root, state.counter))
+}
+
+/// The sealed `settings` blob.
+fn seal_settings(keys: &VaultKeys, settings: &VaultConfig) -> Result<Vec<u8>, VaultError> {
+    let json = serde_json::to_vec(settings).map_err(|_| damaged("settings do not serialise"))?;
+    Ok(keys.seal_settings(&json))
 }
 
 /// The `table` tree: one blob entry per shard, named by its byte in two
@@ -538,14 +627,16 @@ fn table_tree_bytes(shards: &BTreeMap<u8, (Oid, KeyTable)>) -> Vec<u8> {
     out
 }
 
-/// The key-state root tree: `erased` (when any key was erased), `slots`,
-/// `table`, in git's order.
-fn root_tree_bytes(erased: Option<Oid>, slots: Oid, table: Oid) -> Vec<u8> {
-    let mut out = Vec::with_capacity(3 * 32);
+/// The key-state root tree: `erased` (when any key was erased),
+/// `settings`, `slots`, `table`, in git's order.
+fn root_tree_bytes(erased: Option<Oid>, settings: Oid, slots: Oid, table: Oid) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 * 32);
     if let Some(e) = erased {
         out.extend_from_slice(b"100644 erased\0");
         out.extend_from_slice(e.as_bytes());
     }
+    out.extend_from_slice(b"100644 settings\0");
+    out.extend_from_slice(settings.as_bytes());
     out.extend_from_slice(b"40000 slots\0");
     out.extend_from_slice(slots.as_bytes());
     out.extend_from_slice(b"40000 table\0");
@@ -555,30 +646,26 @@ fn root_tree_bytes(erased: Option<Oid>, slots: Oid, table: Oid) -> Vec<u8> {
 
 /// The unsigned buffer of a key-state commit (what
 /// `commit_create_buffer` gives with the fixed signature).
-fn key_commit_buffer(root: Oid) -> Vec<u8> {
+fn key_commit_buffer(root: Oid, counter: u64) -> Vec<u8> {
     format!(
-        "tree {root}\nauthor memvault <memvault> 0 +0000\ncommitter memvault <memvault> 0 +0000\n\n{KEY_COMMIT_MESSAGE}"
+        "tree {root}\nauthor memvault <memvault> 0 +0000\ncommitter memvault <memvault> 0 +0000\n\n{}",
+        key_commit_message(counter)
     )
     .into_bytes()
 }
 
-/// The message of every key-state commit.
-const KEY_COMMIT_MESSAGE: &str = "memvault key state v1\n";
+/// The message of a key-state commit of format 1 (read only).
+const KEY_COMMIT_V1: &str = "memvault key state v1\n";
+/// The first line of a key-state commit of format 2.
+const KEY_COMMIT_V2: &str = "memvault key state v2\n";
+
+fn key_commit_message(counter: u64) -> String {
+    format!("{KEY_COMMIT_V2}counter {counter}\n")
+}
 
 /// The `erased` blob: the destroyed key ids, in order.
 fn erased_bytes(erased: &std::collections::BTreeSet<FileKeyId>) -> Vec<u8> {
     erased.iter().flat_map(|id| id.0).collect()
-}
-
-/// The MAC'd keys commit (no parent) of a key-state tree.
-fn sign_key_commit(
-    repo: &Repository,
-    keys: &VaultKeys,
-    root: &git2::Tree<'_>,
-) -> Result<Oid, VaultError> {
-    let sig = super::fixed_signature()?;
-    let buf = repo.commit_create_buffer(&sig, &sig, KEY_COMMIT_MESSAGE, root, &[])?;
-    write_signed_commit(repo, keys, &buf)
 }
 
 #[cfg(test)]
@@ -599,7 +686,7 @@ mod tests {
         let keys = VaultKeys::derive(&Keyring::new_random());
         let mut slots = BTreeMap::new();
         slots.insert("00112233aabbccdd".to_string(), vec![7u8; 90]);
-        let mut state = KeyState::create(&repo, &keys, slots).unwrap();
+        let mut state = KeyState::create(&repo, &keys, slots, VaultConfig::default()).unwrap();
         let mut ids = Vec::new();
         for round in 0..6 {
             let mut changes = Vec::new();
@@ -615,21 +702,32 @@ mod tests {
                     changes.push((id, None));
                 }
             }
-            let staged = state.stage_changes(&repo, &keys, changes, None).unwrap();
-            let full =
-                write_key_commit(&repo, &keys, &state.slots, &state.shards, &state.erased).unwrap();
-            assert_eq!(
-                tree_of(&repo, staged),
-                tree_of(&repo, full),
-                "round {round}"
-            );
+            let staged = state
+                .stage_changes(&repo, &keys, KeyChange::files(changes))
+                .unwrap();
+            let settings = state.settings.clone().unwrap();
+            let full = write_key_commit(&repo, &keys, &state, &settings).unwrap();
+            // The same tree but for the settings blob, sealed anew (with a
+            // fresh nonce) by the full rebuild.
+            let entries = |c: Oid| {
+                let t = repo.find_tree(tree_of(&repo, c)).unwrap();
+                t.iter()
+                    .filter(|e| e.name().ok() != Some("settings"))
+                    .map(|e| (e.name().unwrap().to_string(), e.id()))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(entries(staged), entries(full), "round {round}");
             // The commit is the one libgit2 would build (same buffer).
             let tree = repo.find_tree(tree_of(&repo, staged)).unwrap();
             let sig = super::super::fixed_signature().unwrap();
+            let message = key_commit_message(state.counter);
             let libgit2 = repo
-                .commit_create_buffer(&sig, &sig, KEY_COMMIT_MESSAGE, &tree, &[])
+                .commit_create_buffer(&sig, &sig, &message, &tree, &[])
                 .unwrap();
-            assert_eq!(&libgit2[..], &key_commit_buffer(tree.id())[..]);
+            assert_eq!(
+                &libgit2[..],
+                &key_commit_buffer(tree.id(), state.counter)[..]
+            );
             // The record holds every object the new state needs beyond
             // the old one, with its true bytes.
             let mut record = Record::default();
@@ -661,6 +759,9 @@ mod tests {
             let again = KeyState::load_at(&repo, &keys, Some(staged)).unwrap();
             assert_eq!(again.file_key_count(), state.file_key_count());
             assert_eq!(again.erased, state.erased);
+            // The counter grows by one per state, and is read back.
+            assert_eq!(again.counter, 2 + round as u64);
+            assert_eq!(again.settings, state.settings);
         }
         assert!(!state.erased.is_empty());
     }

@@ -58,6 +58,15 @@ pub struct CommitMeta {
     /// For expiry and purge: the hex ids of the file keys destroyed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub erased_keys: Vec<String>,
+    /// The counter of the key state written with this commit, in the same
+    /// log record (vault format 2): a key state with a smaller counter was
+    /// rolled back. Absent in commits of format 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<u64>,
+    /// For key and settings changes (`keyslot`, `config`, `migrate`): what
+    /// changed, in words (slot ids, setting names; never a secret).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub details: Vec<String>,
 }
 
 /// The additional data that binds sealed metadata to its commit.

@@ -55,6 +55,7 @@ use crate::memory::{Change, Mutation, NodeKind, Outcome, Snapshot, Store, StoreE
 pub use config::VaultConfig;
 pub use gc::GcReport;
 pub use history::{FileChange, RevisionStore, Walk};
+pub(crate) use keys::KeyChange;
 use keys::{KeyState, verify_commit_mac, write_signed_commit};
 pub use meta::CommitMeta;
 use meta::{META_VERSION, meta_aad};
@@ -69,7 +70,12 @@ use wal::{Object, Record, Refs, Wal};
 pub const MAIN_REF: &str = "refs/heads/main";
 const STATE_DIR: &str = "memvault";
 const FORMAT_FILE: &str = "memvault/format";
-const FORMAT_LINE: &str = "memvault vault format 1\n";
+/// The vault format this memvault writes. 2: settings in the key state,
+/// the key state's counter bound into main's commits, a v2 log. A vault
+/// of format 1 is migrated when it is first opened (see `migrate`).
+pub const FORMAT: u32 = 2;
+const FORMAT_PREFIX: &str = "memvault vault format ";
+/// Format 1's plain settings file (read once, by the migration).
 const CONFIG_FILE: &str = "memvault/config.json";
 const LOCK_FILE: &str = "memvault/lock";
 
@@ -90,16 +96,34 @@ pub enum VaultError {
     ExcessiveWork,
     #[error("the vault is damaged: {0}")]
     Damaged(String),
+    /// A ref was set back to an older state than this vault has reached
+    /// (refused: it would bring back erased keys or removed keyslots).
+    #[error("the vault is damaged: {0}")]
+    RolledBack(&'static str),
     #[error(
         "{0:?} is not a revision on this vault's main branch (give a commit id from `memvault history`, or HEAD~N)"
     )]
     BadRevision(String),
     #[error("{0}")]
     Refused(String),
-    #[error("invalid vault settings in memvault/config.json: {0}")]
+    #[error("invalid vault settings: {0}")]
     Config(String),
+    #[error(
+        "this vault has format {0}, newer than this memvault understands (up to {FORMAT}): upgrade memvault"
+    )]
+    NewerFormat(u32),
+    #[error("cannot take the writer lock (memvault/lock): {0}")]
+    Lock(std::io::Error),
+    #[error("the change was written but could not be made durable ({0}); check the disk")]
+    NotDurable(std::io::Error),
+    /// An error of the memory layer's store, carried unchanged (so a
+    /// round trip through [`StoreError`] loses nothing).
+    #[error(transparent)]
+    Store(#[from] StoreError),
     #[error("git error: {0}")]
     Git(#[from] git2::Error),
+    #[error("cannot write the vault's log (memvault/wal): {0}")]
+    Log(std::io::Error),
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -108,10 +132,16 @@ pub(crate) fn damaged(what: &str) -> VaultError {
     VaultError::Damaged(what.to_string())
 }
 
+/// The one mapping from the vault's errors to the memory layer's (the
+/// other way is `VaultError::Store`, lossless).
 impl From<VaultError> for StoreError {
     fn from(e: VaultError) -> Self {
         match e {
+            VaultError::Store(e) => e,
             VaultError::Damaged(what) => StoreError::Damaged(what),
+            VaultError::RolledBack(what) => StoreError::Damaged(what.to_string()),
+            VaultError::Refused(what) => StoreError::Limit(what),
+            VaultError::Git(e) => StoreError::Unavailable(format!("git: {}", e.message())),
             other => StoreError::Unavailable(other.to_string()),
         }
     }
@@ -138,8 +168,9 @@ pub struct Vault {
     keyring: Keyring,
     key_state: KeyState,
     config: VaultConfig,
-    /// The newest tip seen whose MAC checked out.
-    verified_tip: Option<Oid>,
+    /// The newest tip seen whose MAC checked out, with the key state it
+    /// was checked against (see `check_binding`).
+    verified_tip: Option<(Oid, Oid)>,
     attribution: Attribution,
     lock: File,
     caches: Caches,
@@ -249,10 +280,7 @@ impl Vault {
             cfg.set_i32("gc.auto", 0)?;
         }
         fs::create_dir_all(tmp.join(STATE_DIR))?;
-        write_durable(&tmp.join(FORMAT_FILE), FORMAT_LINE.as_bytes())?;
-        let json =
-            serde_json::to_vec_pretty(config).map_err(|e| VaultError::Config(e.to_string()))?;
-        write_durable(&tmp.join(CONFIG_FILE), &json)?;
+        write_durable(&tmp.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
         write_durable(&tmp.join(LOCK_FILE), b"")?;
 
         let keyring = Keyring::new_random();
@@ -264,7 +292,7 @@ impl Vault {
         };
         let mut slots = BTreeMap::new();
         slots.insert(slot_name(&slot)?, slot);
-        KeyState::create(&repo, &keys, slots)?;
+        let key_state = KeyState::create(&repo, &keys, slots, config.clone())?;
 
         // The first commit: the empty tree, marking the vault's creation.
         let empty = repo.treebuilder(None)?.write()?;
@@ -275,6 +303,7 @@ impl Vault {
             time_ms: now_ms(),
             session: "init".into(),
             actor: "memvault".into(),
+            keys: Some(key_state.counter),
             ..Default::default()
         };
         let commit = write_commit(&repo, &keys, &tree, None, &meta)?;
@@ -301,9 +330,7 @@ impl Vault {
         if !dir.exists() {
             return Err(VaultError::NotFound(dir.to_path_buf()));
         }
-        if !dir.join(FORMAT_FILE).is_file() {
-            return Err(VaultError::NotAVault(dir.to_path_buf()));
-        }
+        read_format(dir)?;
         let repo =
             Repository::open_bare(dir).map_err(|_| VaultError::NotAVault(dir.to_path_buf()))?;
         let mut wal = recover_on_open(dir, &repo)?;
@@ -386,7 +413,12 @@ impl Vault {
                 Err(e) => return Err(e),
             }
         };
-        let config = load_config(dir)?;
+        // Format 2 keeps the settings in the key state, authenticated;
+        // format 1 in a plain file, until `migrate` moves them.
+        let config = match &key_state.settings {
+            Some(s) => s.clone(),
+            None => load_config(dir)?,
+        };
         let lock = OpenOptions::new()
             .read(true)
             .write(true)
@@ -412,9 +444,74 @@ impl Vault {
             dirty: false,
             unlocked_slot: None,
         };
+        let mut vault = vault;
+        vault.migrate()?;
         // A damaged tip is reported by each command, not here, so that a
         // server can still start and say what is wrong.
         Ok(vault)
+    }
+
+    /// Bring a vault of format 1 to format 2, once, under the writer lock:
+    /// its plain settings file becomes the authenticated settings of a new
+    /// key state (whose counter main's commits name from now on), in a
+    /// `migrate` commit on main; then the format file says 2 and the plain
+    /// file is removed. The key state decides (it is MAC'd, the format file
+    /// is not): a format-2 key state is never migrated again, so writing
+    /// "1" into the format file cannot bring a plain settings file back.
+    fn migrate(&mut self) -> Result<(), VaultError> {
+        if self.key_state.format >= 2 {
+            if read_format(&self.dir)? < FORMAT {
+                // A migration a crash interrupted after its commit.
+                write_durable(&self.dir.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
+            }
+            return Ok(());
+        }
+        self.with_writer_lock(|vault, tip| {
+            if vault.key_state.format >= 2 {
+                return Ok(()); // another process migrated it meanwhile
+            }
+            let settings = load_config(&vault.dir)?;
+            let meta = CommitMeta {
+                details: vec!["vault format 1 -> 2: settings moved into the key state".into()],
+                ..vault.new_meta("migrate")
+            };
+            let change = KeyChange {
+                settings: Some(settings),
+                ..Default::default()
+            };
+            vault.publish_key_change(tip, change, meta)?;
+            vault.sync_now()
+        })?;
+        write_durable(&self.dir.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
+        match fs::remove_file(self.dir.join(CONFIG_FILE)) {
+            Ok(()) => sync_dir(&self.dir.join(STATE_DIR)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(())
+    }
+
+    /// Change the vault's settings: a new key state holding them, with a
+    /// `config` commit on main naming the settings changed (`changed`),
+    /// durably. Refused (nothing changed) if they do not validate.
+    pub fn set_config(
+        &mut self,
+        config: VaultConfig,
+        changed: Vec<String>,
+    ) -> Result<(), VaultError> {
+        config.validate().map_err(VaultError::Config)?;
+        self.with_writer_lock(|vault, tip| {
+            let meta = CommitMeta {
+                details: changed,
+                ..vault.new_meta("config")
+            };
+            let change = KeyChange {
+                settings: Some(config),
+                ..Default::default()
+            };
+            vault.publish_key_change(tip, change, meta)?;
+            vault.sync_now()
+        })
     }
 
     /// The vault's directory.
@@ -456,13 +553,15 @@ impl Vault {
         let Some(tip) = self.wal.ref_target(&self.repo, MAIN_REF)? else {
             return Ok(None);
         };
-        if self.verified_tip != Some(tip) {
+        let pair = (tip, self.key_state.commit);
+        if self.verified_tip != Some(pair) {
             if !verify_commit_mac(&self.repo, &self.keys, tip) {
                 return Err(damaged(
                     "the newest commit was not written with this vault's key",
                 ));
             }
-            self.verified_tip = Some(tip);
+            self.check_binding(tip)?;
+            self.verified_tip = Some(pair);
         }
         Ok(Some(tip))
     }
@@ -480,7 +579,9 @@ impl Vault {
                 .and_then(|at| self.key_state.refresh(&self.repo, &self.keys, at))
                 .and_then(|()| self.tip())
             {
-                Err(VaultError::Damaged(_)) if attempt < 3 => attempt += 1,
+                Err(VaultError::Damaged(_) | VaultError::RolledBack(_)) if attempt < 3 => {
+                    attempt += 1
+                }
                 other => return other,
             }
         }
@@ -569,30 +670,24 @@ impl Vault {
 
     /// Run `f` holding the writer lock, with the current (MAC-checked) tip.
     /// Every mutation of the vault goes through here.
-    pub(crate) fn with_writer_lock<T>(
+    pub(crate) fn with_writer_lock<T, E: From<VaultError>>(
         &mut self,
-        f: impl FnOnce(&mut Vault, Option<Oid>) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let lock = self
-            .lock
-            .try_clone()
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        lock.lock()
-            .map_err(|e| StoreError::Unavailable(format!("cannot take the writer lock: {e}")))?;
-        let guard = LockGuard(&lock);
+        f: impl FnOnce(&mut Vault, Option<Oid>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let guard = FileLock::exclusive(&self.lock).map_err(VaultError::Lock)?;
         let len_before = self.wal.len().unwrap_or(0);
         let result = self
             .recover_if_needed()
-            .map_err(StoreError::from)
             .and_then(|()| {
                 let tip = self.refresh()?;
                 // An erasure a crash interrupted is finished before anything else.
-                if self.dir.join("memvault/erase-pending").exists() {
-                    self.finish_pending_erasure(tip)
-                        .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                if self.dir.join(erase::MARKER).exists() {
+                    self.finish_pending_erasure(tip)?;
                 }
-                f(self, tip)
-            });
+                Ok(tip)
+            })
+            .map_err(E::from)
+            .and_then(|tip| f(self, tip));
         if self.wal.len().unwrap_or(0) != len_before {
             self.dirty = true;
         }
@@ -601,17 +696,13 @@ impl Vault {
         // the lock; its sync runs outside it, so the syncs of concurrent
         // writers overlap. Nothing is acknowledged before its own sync.
         if !self.defer_sync && std::mem::take(&mut self.pending_sync) {
-            self.wal.sync().map_err(|e| {
-                StoreError::Unavailable(format!(
-                    "the change was written but could not be made durable ({e}); check the disk"
-                ))
-            })?;
+            self.wal.sync().map_err(VaultError::NotDurable)?;
         }
         if result.is_ok() && self.wal.len().unwrap_or(0) > wal::CHECKPOINT_BYTES {
             if self.defer_checkpoints {
                 self.checkpoint_due = true;
             } else {
-                self.checkpoint().map_err(StoreError::from)?;
+                self.checkpoint()?;
             }
         }
         result
@@ -661,9 +752,7 @@ impl Vault {
     /// Make everything in the log durable in git (one pack, refs synced)
     /// and start the log over. Takes the writer lock.
     pub fn checkpoint(&mut self) -> Result<(), VaultError> {
-        let lock = self.lock.try_clone()?;
-        lock.lock()?;
-        let _guard = LockGuard(&lock);
+        let _guard = FileLock::exclusive(&self.lock).map_err(VaultError::Lock)?;
         checkpoint_locked(&self.repo, &mut self.wal)?;
         self.dirty = false;
         Ok(())
@@ -672,17 +761,11 @@ impl Vault {
     /// Apply one mutation on top of `parent` and move main to it. The
     /// caller holds the writer lock.
     fn apply(&mut self, parent: Option<Oid>, m: Mutation) -> Result<(), StoreError> {
-        let attribution = self.attribution.clone();
         let mut meta = CommitMeta {
-            v: META_VERSION,
-            op: m.op.as_str().into(),
-            time_ms: now_ms(),
-            session: attribution.session,
-            actor: attribution.actor,
             lines_added: m.facts.lines_added,
             lines_removed: m.facts.lines_removed,
             redactions: m.facts.redactions,
-            ..Default::default()
+            ..self.new_meta(m.op.as_str())
         };
         let mut new_key: Option<(FileKeyId, FileKey)> = None;
         let mut written: Vec<FileKeyId> = Vec::new();
@@ -792,7 +875,13 @@ impl Vault {
             .map(|(id, key)| (id, Some(key)))
             .into_iter()
             .collect();
-        self.publish(parent, new_tree, new_keys, &meta, Some(objects))?;
+        self.publish(
+            parent,
+            new_tree,
+            KeyChange::files(new_keys),
+            &meta,
+            Some(objects),
+        )?;
         // For expiry: a write counts as use (no fsync; see `access`).
         let time = meta.time_ms;
         let records: Vec<_> = written
@@ -803,26 +892,31 @@ impl Vault {
         Ok(())
     }
 
-    /// Make a staged tree the new tip: first the key-table changes it needs
-    /// (durable before any commit refers to them), then the MAC'd commit
-    /// with `meta`, then a compare-and-swap move of main from `parent`.
+    /// Make a staged tree the new tip: the one publish path of the vault.
+    ///
+    /// One log record holds the key-state change `change` (if any: new or
+    /// destroyed file keys, keyslots, settings, a new keyring) and the MAC'd
+    /// commit on main with `meta`, whose metadata names the counter of the
+    /// key state that goes with it (see [`keys`]); the record moves both
+    /// refs at once. Refused unless the log's tail is `parent` (the caller
+    /// holds the writer lock, so no memvault writer can have moved it).
     /// `objects`: every object `tree` adds to its parent's tree, if the
     /// caller has them (else they are found by comparing the two trees).
-    /// The caller holds the writer lock.
+    /// Durable once the record is synced (see `with_writer_lock`).
     pub(crate) fn publish(
         &mut self,
         parent: Option<Oid>,
         tree: Oid,
-        key_changes: Vec<(FileKeyId, Option<FileKey>)>,
+        change: KeyChange,
         meta: &CommitMeta,
         objects: Option<Vec<Object>>,
-    ) -> Result<Oid, StoreError> {
-        let old_keys = self.key_state.commit;
-        let had_keys = !key_changes.is_empty();
-        let result = self.try_publish(parent, tree, key_changes, meta, old_keys, objects);
-        if result.is_err() && had_keys {
-            let at = self.keys_target();
-            if let Ok(at) = at {
+    ) -> Result<Oid, VaultError> {
+        let changes_keys = !change.is_empty();
+        let result = self.try_publish(parent, tree, change, meta, objects);
+        if result.is_err() && changes_keys {
+            // The in-memory tables were edited in place: read back the
+            // state that is really on disk.
+            if let Ok(at) = self.keys_target() {
                 let _ = self.key_state.reload(&self.repo, &self.keys, at);
             }
         }
@@ -833,42 +927,47 @@ impl Vault {
         &mut self,
         parent: Option<Oid>,
         tree: Oid,
-        key_changes: Vec<(FileKeyId, Option<FileKey>)>,
+        mut change: KeyChange,
         meta: &CommitMeta,
-        old_keys: Oid,
         objects: Option<Vec<Object>>,
-    ) -> Result<Oid, StoreError> {
+    ) -> Result<Oid, VaultError> {
+        if self.wal.tail_target(MAIN_REF) != parent {
+            return Err(VaultError::Refused(
+                "the vault was changed by a writer that did not take the lock; nothing was changed, try again".into(),
+            ));
+        }
+        let old_keys = self.key_state.commit;
+        // A new keyring (rekey): the key state and the commit are sealed and
+        // MAC'd under it.
+        let keyring = change.keyring.take();
+        let new_keys = keyring.as_ref().map(VaultKeys::derive);
+        let keys = new_keys.as_ref().unwrap_or(&self.keys);
         let mut record = Record::default();
-        let new_keys = if key_changes.is_empty() {
+        let staged = if change.is_empty() {
             None
         } else {
-            let staged = self
-                .key_state
-                .stage_changes(&self.repo, &self.keys, key_changes, None)
-                .map_err(StoreError::from)?;
+            let staged = self.key_state.stage_changes(&self.repo, keys, change)?;
             self.key_state
-                .add_to_record(&self.repo, &mut record, old_keys, staged)
-                .map_err(StoreError::from)?;
+                .add_to_record(&self.repo, &mut record, old_keys, staged)?;
             Some(staged)
         };
+        let mut meta = meta.clone();
+        meta.keys = Some(self.key_state.counter);
         let parent_commit = match parent {
-            Some(p) => Some(self.repo.find_commit(p).map_err(ge)?),
+            Some(p) => Some(self.repo.find_commit(p)?),
             None => None,
         };
-        let tree = self.repo.find_tree(tree).map_err(ge)?;
-        let commit = write_commit(&self.repo, &self.keys, &tree, parent_commit.as_ref(), meta)
-            .map_err(StoreError::from)?;
+        let tree = self.repo.find_tree(tree)?;
+        let commit = write_commit(&self.repo, keys, &tree, parent_commit.as_ref(), &meta)?;
         {
-            let odb = self.repo.odb().map_err(ge)?;
-            record.add_object(&odb, commit).map_err(ge)?;
+            let odb = self.repo.odb()?;
+            record.add_object(&odb, commit)?;
             match objects {
                 Some(objects) => record.objects.extend(objects),
                 None => {
                     let mut seen = HashSet::new();
                     let old_tree = parent_commit.as_ref().map(|c| c.tree_id());
-                    record
-                        .add_tree_diff(&odb, &self.repo, tree.id(), old_tree, &mut seen)
-                        .map_err(ge)?;
+                    record.add_tree_diff(&odb, &self.repo, tree.id(), old_tree, &mut seen)?;
                 }
             }
         }
@@ -876,57 +975,78 @@ impl Vault {
         // The record moves the refs: the log's tail is where they point
         // (ref files follow at the next checkpoint). The acknowledgement
         // point is the sync of this record (see `with_writer_lock`).
-        // Under the writer lock, after `recover_if_needed`, the tail is
-        // `parent`: no other writer can have moved it.
-        if self.wal.tail_target(MAIN_REF) != parent {
-            return Err(StoreError::Unavailable(
-                "the vault was changed by a writer that did not take the lock; nothing was changed, try again".into(),
-            ));
-        }
-        self.wal
-            .append(&record)
-            .map_err(|e| StoreError::Unavailable(format!("cannot write the vault's log: {e}")))?;
+        self.wal.append(&record).map_err(VaultError::Log)?;
         self.pending_sync = true;
-        if let Some(k) = new_keys {
+        if let Some(k) = staged {
             self.key_state.published(&self.repo, k);
+            if let Some(settings) = &self.key_state.settings {
+                self.config = settings.clone();
+            }
         }
-        self.verified_tip = Some(commit);
+        if let (Some(ring), Some(keys)) = (keyring, new_keys) {
+            self.keyring = ring;
+            self.keys = keys;
+        }
+        self.verified_tip = Some((commit, self.key_state.commit));
         Ok(commit)
     }
 
-    /// Change the key table alone (erasure), through the log like a
-    /// publish, and durably before returning. The caller holds the writer
-    /// lock.
-    pub(crate) fn commit_key_changes(
-        &mut self,
-        changes: Vec<(FileKeyId, Option<FileKey>)>,
-    ) -> Result<(), VaultError> {
-        let old_keys = self.key_state.commit;
-        let result = self.try_commit_key_changes(changes, old_keys);
-        if result.is_err()
-            && let Ok(at) = self.keys_target()
-        {
-            let _ = self.key_state.reload(&self.repo, &self.keys, at);
+    /// Sync the log now if a record still needs it (for the few steps
+    /// that must be durable before the next, inside the writer lock).
+    pub(crate) fn sync_now(&mut self) -> Result<(), VaultError> {
+        if std::mem::take(&mut self.pending_sync) {
+            self.wal.sync()?;
         }
-        result
+        Ok(())
     }
 
-    fn try_commit_key_changes(
+    /// A commit on main that changes the key state alone (keyslots,
+    /// settings, erasure after a crash): the tree stays the tip's. The
+    /// caller holds the writer lock; `tip` is the current tip.
+    pub(crate) fn publish_key_change(
         &mut self,
-        changes: Vec<(FileKeyId, Option<FileKey>)>,
-        old_keys: Oid,
-    ) -> Result<(), VaultError> {
-        let staged = self
-            .key_state
-            .stage_changes(&self.repo, &self.keys, changes, None)?;
-        let mut record = Record::default();
-        self.key_state
-            .add_to_record(&self.repo, &mut record, old_keys, staged)?;
-        // The record moves the ref (see `try_publish`).
-        self.wal.append(&record)?;
-        self.wal.sync()?;
-        self.key_state.published(&self.repo, staged);
-        self.dirty = true;
+        tip: Option<Oid>,
+        change: KeyChange,
+        meta: CommitMeta,
+    ) -> Result<Oid, VaultError> {
+        let tree = match self.tree_of(tip)? {
+            Some(t) => t.id(),
+            None => self.repo.treebuilder(None)?.write()?,
+        };
+        self.publish(tip, tree, change, &meta, Some(Vec::new()))
+    }
+
+    /// The metadata prologue every commit shares: operation, time, who.
+    pub(crate) fn new_meta(&self, op: &str) -> CommitMeta {
+        CommitMeta {
+            v: META_VERSION,
+            op: op.into(),
+            time_ms: now_ms(),
+            session: self.attribution.session.clone(),
+            actor: self.attribution.actor.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// Check that the key state is not older than the tip requires: the
+    /// tip names the counter of the key state written with it, and an
+    /// erasure's tombstone names the keys that must be gone (a format-1
+    /// commit names no counter, but its tombstone still binds).
+    fn check_binding(&self, tip: Oid) -> Result<(), VaultError> {
+        let meta = self.commit_meta(tip)?;
+        let ks = &self.key_state;
+        let older = meta.keys.is_some_and(|k| k > ks.counter);
+        let erasure_pending = self.dir.join(erase::MARKER).exists();
+        let unerased = !erasure_pending
+            && meta
+                .erased_keys
+                .iter()
+                .any(|hex| FileKeyId::from_hex(hex).is_some_and(|id| ks.file_key(&id).is_some()));
+        if older || unerased {
+            return Err(VaultError::RolledBack(
+                "the key state (refs/memvault/keys) was rolled back: it is older than the newest commit requires",
+            ));
+        }
         Ok(())
     }
 }
@@ -944,8 +1064,7 @@ fn recover_on_open(dir: &Path, repo: &Repository) -> Result<Wal, VaultError> {
             .create(true)
             .truncate(false)
             .open(dir.join(LOCK_FILE))?;
-        lock.lock()?;
-        let _guard = LockGuard(&lock);
+        let _guard = FileLock::exclusive(&lock).map_err(VaultError::Lock)?;
         checkpoint_locked(repo, &mut wal)?;
     }
     Ok(wal)
@@ -1063,9 +1182,33 @@ fn ge(e: git2::Error) -> StoreError {
     StoreError::Unavailable(format!("git: {}", e.message()))
 }
 
-struct LockGuard<'a>(&'a File);
+/// A `flock` held while the guard lives: the one lock type of the vault,
+/// for the writer lock (`memvault/lock`: exclusive for a mutation, a
+/// checkpoint or a recovery; shared for access-log appends, which may run
+/// beside each other but not beside the sweeper's compaction) and the
+/// history index's lock. Limitations: `flock` is advisory; it orders
+/// memvault processes, not other programs writing the vault directory
+/// (what they change is judged by the MACs and the log's checks).
+#[must_use = "the lock is released when the guard is dropped"]
+pub(crate) struct FileLock(File);
 
-impl Drop for LockGuard<'_> {
+impl FileLock {
+    /// Wait for the lock on `file` (`memvault/lock`), exclusively.
+    pub fn exclusive(file: &File) -> std::io::Result<FileLock> {
+        let file = file.try_clone()?;
+        file.lock()?;
+        Ok(FileLock(file))
+    }
+
+    /// Wait for the lock on `file`, shared with other shared holders.
+    pub fn shared(file: &File) -> std::io::Result<FileLock> {
+        let file = file.try_clone()?;
+        file.lock_shared()?;
+        Ok(FileLock(file))
+    }
+}
+
+impl Drop for FileLock {
     fn drop(&mut self) {
         let _ = self.0.unlock();
     }
@@ -1088,6 +1231,27 @@ fn write_commit(
     let parents: Vec<&git2::Commit<'_>> = parent.into_iter().collect();
     let buf = repo.commit_create_buffer(&sig, &sig, &message, tree, &parents)?;
     write_signed_commit(repo, keys, &buf)
+}
+
+fn format_line(n: u32) -> String {
+    format!("{FORMAT_PREFIX}{n}\n")
+}
+
+/// The format number of the vault at `dir`: refused if it is not a vault
+/// or is newer than this memvault.
+fn read_format(dir: &Path) -> Result<u32, VaultError> {
+    let not_a_vault = || VaultError::NotAVault(dir.to_path_buf());
+    let text = fs::read_to_string(dir.join(FORMAT_FILE)).map_err(|_| not_a_vault())?;
+    let n: u32 = text
+        .strip_prefix(FORMAT_PREFIX)
+        .and_then(|t| t.strip_suffix('\n'))
+        .and_then(|t| t.parse().ok())
+        .filter(|n| *n >= 1)
+        .ok_or_else(not_a_vault)?;
+    if n > FORMAT {
+        return Err(VaultError::NewerFormat(n));
+    }
+    Ok(n)
 }
 
 fn load_config(dir: &Path) -> Result<VaultConfig, VaultError> {

@@ -31,13 +31,10 @@
 
 use std::collections::BTreeMap;
 
-use super::wal::Record;
-use super::{Vault, VaultError, damaged, slot_name};
+use super::{CommitMeta, KeyChange, Vault, VaultError, damaged, slot_name};
 use crate::crypto::{
     self, CryptoError, KdfParams, KeyFileKey, Keyring, Passphrase, SlotInfo, SlotKind, Unlock,
-    VaultKeys,
 };
-use crate::memory::StoreError;
 
 /// A secret for a new keyslot.
 pub enum NewSlot<'a> {
@@ -95,13 +92,6 @@ pub(crate) fn rekeyed_elsewhere() -> VaultError {
     )
 }
 
-fn unwrap_store(e: StoreError) -> VaultError {
-    match e {
-        StoreError::Damaged(what) => VaultError::Damaged(what),
-        other => VaultError::Refused(other.to_string()),
-    }
-}
-
 impl Vault {
     /// The hex id of the slot this handle was unlocked with.
     pub fn unlocked_slot(&self) -> Option<&str> {
@@ -130,7 +120,8 @@ impl Vault {
         let slot = seal(&self.keyring, secret)?;
         let name = slot_name(&slot)?;
         let added = name.clone();
-        self.change_slots(move |_, slots| {
+        let details = vec![format!("added keyslot {name}")];
+        self.change_slots("keyslot", details, move |_, slots| {
             slots.insert(name, slot);
             Ok(None)
         })?;
@@ -142,7 +133,8 @@ impl Vault {
     pub fn remove_slot(&mut self, id: &str, force: bool) -> Result<(), VaultError> {
         let id = id.to_ascii_lowercase();
         let unlocked = self.unlocked_slot.clone();
-        self.change_slots(|_, slots| {
+        let details = vec![format!("removed keyslot {id}")];
+        self.change_slots("keyslot", details, |_, slots| {
             if !slots.contains_key(&id) {
                 return Err(VaultError::Refused(format!(
                     "this vault has no keyslot {id:?} (see `memvault key list`)"
@@ -178,7 +170,8 @@ impl Vault {
         let sealed = seal(&self.keyring, &NewSlot::Passphrase(new, params))?;
         let name = slot_name(&sealed)?;
         let added = name.clone();
-        self.change_slots(move |_, slots| {
+        let details = vec![format!("replaced keyslot {target} by {name}")];
+        self.change_slots("passwd", details, move |_, slots| {
             if slots.remove(&target).is_none() {
                 return Err(VaultError::Refused(format!(
                     "keyslot {target} was removed meanwhile; nothing was changed"
@@ -239,7 +232,8 @@ impl Vault {
             ));
         };
         let mut report = None;
-        self.change_slots(|vault, slots| {
+        let details = vec!["new data-key epoch".to_string()];
+        self.change_slots("rekey", details, |vault, slots| {
             let Some(bytes) = slots.get(&unlocked) else {
                 return Err(VaultError::Refused(
                     "the keyslot this command was unlocked with was removed meanwhile; nothing was changed".into(),
@@ -291,73 +285,32 @@ impl Vault {
     }
 
     /// Under the writer lock: let `edit` change a copy of the slots (and
-    /// optionally return a new keyring), then write one new key-state
-    /// commit through the log, durably, and move the keys ref (compare and
-    /// swap). On any failure the key state on disk is unchanged.
+    /// optionally return a new keyring), then publish the new key state
+    /// with a commit on main (`op`, `details`: what changed, no secret),
+    /// durably. On any failure the key state on disk is unchanged.
     fn change_slots(
         &mut self,
+        op: &'static str,
+        details: Vec<String>,
         edit: impl FnOnce(&Vault, &mut BTreeMap<String, Vec<u8>>) -> Result<Option<Keyring>, VaultError>,
     ) -> Result<(), VaultError> {
-        // Carry our own error out of the lock unchanged (the lock speaks
-        // `StoreError`, which would reword it).
-        let mut failed = None;
-        let result = self.with_writer_lock(|vault, _tip| {
+        self.with_writer_lock(|vault, tip| {
             let mut slots = vault.key_state.slots.clone();
-            let done = edit(vault, &mut slots).and_then(|keyring| {
-                if slots.is_empty() {
-                    return Err(damaged("a key change left no keyslot"));
-                }
-                vault.commit_slots(slots, keyring)
-            });
-            done.map_err(|e| {
-                let shown = StoreError::Unavailable(e.to_string());
-                failed = Some(e);
-                shown
-            })
-        });
-        match (result, failed) {
-            (Ok(()), _) => Ok(()),
-            (Err(_), Some(e)) => Err(e),
-            (Err(e), None) => Err(unwrap_store(e)),
-        }
-    }
-
-    fn commit_slots(
-        &mut self,
-        slots: BTreeMap<String, Vec<u8>>,
-        keyring: Option<Keyring>,
-    ) -> Result<(), VaultError> {
-        let old_keys = self.key_state.commit;
-        let new_keys = keyring.as_ref().map(VaultKeys::derive);
-        let keys = new_keys.as_ref().unwrap_or(&self.keys);
-        let result = (|| {
-            let staged = self
-                .key_state
-                .stage_changes(&self.repo, keys, Vec::new(), Some(slots))?;
-            let mut record = Record::default();
-            self.key_state
-                .add_to_record(&self.repo, &mut record, old_keys, staged)?;
-            // The record moves the ref (see `Vault::try_publish`).
-            self.wal.append(&record)?;
-            self.wal.sync()?;
-            Ok(staged)
-        })();
-        match result {
-            Ok(staged) => {
-                self.key_state.published(&self.repo, staged);
-                self.dirty = true;
-                if let (Some(ring), Some(keys)) = (keyring, new_keys) {
-                    self.keyring = ring;
-                    self.keys = keys;
-                }
-                Ok(())
+            let keyring = edit(vault, &mut slots)?;
+            if slots.is_empty() {
+                return Err(damaged("a key change left no keyslot"));
             }
-            Err(e) => {
-                if let Ok(at) = self.keys_target() {
-                    let _ = self.key_state.reload(&self.repo, &self.keys, at);
-                }
-                Err(e)
-            }
-        }
+            let change = KeyChange {
+                slots: Some(slots),
+                keyring,
+                ..Default::default()
+            };
+            let meta = CommitMeta {
+                details,
+                ..vault.new_meta(op)
+            };
+            vault.publish_key_change(tip, change, meta)?;
+            vault.sync_now()
+        })
     }
 }

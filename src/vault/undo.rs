@@ -19,9 +19,9 @@ use std::path::Path;
 
 use git2::{FileMode, ObjectType, Oid};
 
-use super::{Vault, VaultError, damaged, meta::META_VERSION, now_ms};
+use super::{KeyChange, Vault, VaultError, damaged, meta::META_VERSION, now_ms};
 use crate::crypto;
-use crate::memory::{MemoryPath, StoreError};
+use crate::memory::MemoryPath;
 use crate::vault::CommitMeta;
 
 /// What to undo.
@@ -71,17 +71,7 @@ struct Target {
 impl Vault {
     /// Undo `target` as one new commit (see the module docs).
     pub fn undo(&mut self, target: UndoTarget, force: bool) -> Result<UndoOutcome, VaultError> {
-        let result = self.with_writer_lock(|vault, tip| {
-            vault.undo_locked(tip, &target, force).map_err(|e| match e {
-                VaultError::Damaged(w) => StoreError::Damaged(w),
-                other => StoreError::Unavailable(other.to_string()),
-            })
-        });
-        result.map_err(|e| match e {
-            StoreError::Damaged(w) => VaultError::Damaged(w),
-            StoreError::Unavailable(w) | StoreError::Limit(w) => VaultError::Refused(w),
-            other => VaultError::Refused(other.to_string()),
-        })
+        self.with_writer_lock(|vault, tip| vault.undo_locked(tip, &target, force))
     }
 
     /// The chain of main from the tip back to (and including) `oldest`,
@@ -328,7 +318,7 @@ impl Vault {
         }
         let changed = edits.into_iter().map(|(_, p, _)| p).collect();
         let commit = self
-            .publish(Some(tip), tree, Vec::new(), &meta, None)
+            .publish(Some(tip), tree, KeyChange::default(), &meta, None)
             .map_err(|e| VaultError::Refused(e.to_string()))?;
         Ok(UndoOutcome::Done {
             commit,

@@ -229,12 +229,31 @@ impl Vault {
         let mut report = w.report;
         // The key state, read again from the repository.
         let at = self.keys_target()?;
-        if let Err(e) = KeyState::load_at(&self.repo, &self.keys, at) {
-            report.problems.push(Problem {
+        match KeyState::load_at(&self.repo, &self.keys, at) {
+            Err(e) => report.problems.push(Problem {
                 rev: None,
                 path: None,
                 what: format!("the key state is not sound: {e}"),
-            });
+            }),
+            Ok(ks) => {
+                // Bound to main: not older than the tip requires.
+                if let Some(tip) = tip
+                    && let Err(e) = self.check_binding(tip)
+                {
+                    report.problems.push(Problem {
+                        rev: Some(tip.to_string()),
+                        path: None,
+                        what: e.to_string(),
+                    });
+                }
+                if ks.format >= 2 && self.dir.join(super::CONFIG_FILE).exists() {
+                    report.problems.push(Problem {
+                        rev: None,
+                        path: None,
+                        what: "memvault/config.json exists, but since vault format 2 the settings live in the key state and that file is never read: someone wrote it (remove it; change settings with `memvault config set`)".into(),
+                    });
+                }
+            }
         }
         // Rollback against the high-water mark.
         if let Some(tip) = tip {

@@ -109,6 +109,51 @@ fn format_1_vault_keeps_working_after_writes() {
     assert!(text(&r).contains("Owner: Bea."), "{r}");
 }
 
+/// Opening a format-1 vault migrates it once: its plain settings file
+/// becomes the authenticated settings of the key state (a `migrate`
+/// commit), the format file says 2, and writing "1" back into it later
+/// brings no plain settings file back into force.
+#[test]
+fn format_1_vault_is_migrated_once_and_cannot_be_downgraded() {
+    let t = fixture("v1");
+    let cfg = t.vault.join("memvault/config.json");
+    assert!(cfg.exists());
+    let h = stdout(&run(&t, &["history"]));
+    assert!(h.lines().next().unwrap().contains("migrate"), "{h}");
+    assert!(!cfg.exists(), "the plain settings file is gone");
+    let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
+    assert_eq!(format, "memvault vault format 2\n");
+    let mode = stdout(&run(&t, &["config", "get", "redaction.mode"]));
+    assert_eq!(mode.trim(), "\"redact\"");
+    // A downgrade attempt: format 1 again, and a plain file turning
+    // redaction off.
+    std::fs::write(t.vault.join("memvault/format"), "memvault vault format 1\n").unwrap();
+    std::fs::write(&cfg, r#"{"redaction": {"mode": "off"}}"#).unwrap();
+    let r = t.one(
+        serde_json::json!({"command": "create", "path": "/memories/t.md",
+        "file_text": "aws key AKIAZ7QX3RBN2WLT4YHK\n"}),
+    );
+    assert!(!is_error(&r), "{r}");
+    let r = t.one(serde_json::json!({"command": "view", "path": "/memories/t.md"}));
+    assert!(!text(&r).contains("AKIAZ7QX3RBN2WLT4YHK"), "{r}");
+    let h = stdout(&run(&t, &["history"]));
+    assert_eq!(h.matches("migrate").count(), 1, "{h}");
+}
+
+/// A newer format than this memvault knows is refused, not guessed at.
+#[test]
+fn a_newer_format_is_refused() {
+    let t = fixture("v1");
+    std::fs::write(
+        t.vault.join("memvault/format"),
+        "memvault vault format 99\n",
+    )
+    .unwrap();
+    let out = run(&t, &["history"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("newer"), "{}", stderr(&out));
+}
+
 /// A key state rolled back to before a purge must not bring the purged
 /// file back, and `verify` must not say ok.
 #[test]

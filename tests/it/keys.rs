@@ -144,9 +144,20 @@ fn passwd_old_stops_new_works_data_intact() {
     let new = v.exec("new secret", view("/memories/a.md"));
     assert!(new.status.success(), "{}", stderr(&new));
     assert!(stdout(&new).contains("kept"), "{}", stdout(&new));
-    // No data commit: only the key state changed.
+    // One commit on main records the key change (the tree is unchanged).
+    let count = |o: Vec<u8>| {
+        String::from_utf8(o)
+            .unwrap()
+            .trim()
+            .parse::<usize>()
+            .unwrap()
+    };
     let after = git(&v.vault, &["rev-list", "--count", "refs/heads/main"]).stdout;
-    assert_eq!(commits, after);
+    assert_eq!(count(commits) + 1, count(after));
+    let tree = |r: &str| git_text(&v.vault, &["rev-parse", &format!("{r}^{{tree}}")], None);
+    assert_eq!(tree("refs/heads/main"), tree("refs/heads/main~1"));
+    let history = v.cmd("new secret").arg("history").output().unwrap();
+    assert!(stdout(&history).contains("passwd"), "{}", stdout(&history));
 
     // After gc, the old slot (which the old passphrase opens) is gone.
     let out = v.cmd("new secret").arg("gc").output().unwrap();
@@ -384,7 +395,10 @@ fn rekey_new_writes_use_the_new_epoch_old_history_opens() {
     let r = v.one(json!({"command": "create", "path": "/memories/new.md", "file_text": "after\n"}));
     assert!(!is_error(&r), "{r}");
     assert_eq!(meta_epoch(&v.vault, "refs/heads/main"), 1);
-    assert_eq!(meta_epoch(&v.vault, "refs/heads/main~1"), 0);
+    // main~1 is the rekey's own commit, sealed under the new epoch; the
+    // key add before it, under the old one.
+    assert_eq!(meta_epoch(&v.vault, "refs/heads/main~1"), 1);
+    assert_eq!(meta_epoch(&v.vault, "refs/heads/main~2"), 0);
     assert!(shard_epochs(&v.vault).contains(&1));
 
     // Old and new content, history and verify all work after the rekey.

@@ -1,16 +1,22 @@
-//! Every limit through the real binary, each set in `memvault/config.json`
-//! (or fixed, for paths): refused before any work, with a sentence that
-//! names the limit, and no commit made.
+//! Every limit through the real binary, each set with `memvault config
+//! set` (or fixed, for paths): refused before any work, with a sentence
+//! that names the limit, and no commit made.
 
 use serde_json::{Value, json};
 
 use crate::util::*;
 
-fn with_config(v: &TestVault, key: &str, value: Value) {
-    let path = v.vault.join("memvault/config.json");
-    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    cfg[key] = value;
-    std::fs::write(&path, cfg.to_string()).unwrap();
+pub fn with_config(v: &TestVault, key: &str, value: Value) {
+    let out = v
+        .cmd()
+        .args(["config", "set", key, &value.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "config set {key}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn create(path: &str, text: &str) -> Value {
@@ -48,7 +54,7 @@ fn max_line_bytes_refuses_a_longer_request_line() {
     assert!(is_error(&out[0]));
     assert!(text(&out[0]).contains("limit of 1024 bytes"), "{}", out[0]);
     assert!(!is_error(&out[1]));
-    assert_eq!(v.commits(), 1);
+    assert_eq!(v.commits(), 2, "init and the config change only");
 }
 
 #[test]
@@ -106,25 +112,25 @@ fn max_files_refuses_one_more_file() {
     }
     assert!(is_error(&out[3]));
     assert!(text(&out[3]).contains("limit of 3 files"), "{}", out[3]);
-    assert_eq!(v.commits(), 4);
+    assert_eq!(v.commits(), 5, "init, the config change, three creates");
     // Overwriting an existing file is not a new file.
     let r = v.one(json!({"command": "str_replace", "path": "/memories/f0.md", "old_str": "x", "new_str": "y"}));
     assert!(!is_error(&r), "{r}");
 }
 
 #[test]
-fn limits_below_their_minimum_are_refused_at_start() {
+fn limits_below_their_minimum_are_refused_when_set() {
+    let v = TestVault::new();
     for (key, value) in [
         ("max_file_bytes", json!(0)),
         ("max_line_bytes", json!(10)),
         ("max_view_chars", json!(10)),
         ("max_files", json!(0)),
     ] {
-        let v = TestVault::new();
-        with_config(&v, key, value);
+        let commits = v.commits();
         let out = v
             .cmd()
-            .args(["exec", r#"{"command":"view","path":"/memories"}"#])
+            .args(["config", "set", key, &value.to_string()])
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(1), "{key}");
@@ -133,5 +139,6 @@ fn limits_below_their_minimum_are_refused_at_start() {
             "{key}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        assert_eq!(v.commits(), commits, "{key}: nothing is committed");
     }
 }

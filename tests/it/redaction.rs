@@ -46,30 +46,23 @@ fn create_str_replace_and_insert_store_only_redacted_text() {
 #[test]
 fn reject_mode_stores_nothing_and_makes_no_commit() {
     let v = TestVault::new();
-    let cfg_path = v.vault.join("memvault/config.json");
-    let mut cfg: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&cfg_path).unwrap()).unwrap();
-    cfg["redaction"]["mode"] = json!("reject");
-    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    crate::limits::with_config(&v, "redaction.mode", json!("reject"));
+    let commits = v.commits();
     let out = v.one(json!({"command": "create", "path": "/memories/c.md", "file_text": format!("key {AWS_ID}\n")}));
     assert!(is_error(&out));
     assert!(text(&out).contains("aws-access-key-id"), "{}", text(&out));
     assert!(!text(&out).contains(AWS_ID));
-    assert_eq!(v.commits(), 1);
+    assert_eq!(v.commits(), commits);
     assert!(plaintext_anywhere(&v.vault, AWS_ID).is_empty());
 }
 
 #[test]
-fn invalid_redaction_settings_are_a_clear_error_at_start() {
+fn invalid_redaction_settings_are_refused_when_set() {
     let v = TestVault::new();
-    let cfg_path = v.vault.join("memvault/config.json");
-    let mut cfg: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&cfg_path).unwrap()).unwrap();
-    cfg["redaction"]["disabled"] = json!(["no-such-rule"]);
-    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let commits = v.commits();
     let out = v
         .cmd()
-        .args(["exec", r#"{"command":"view","path":"/memories"}"#])
+        .args(["config", "set", "redaction.disabled", r#"["no-such-rule"]"#])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -78,6 +71,7 @@ fn invalid_redaction_settings_are_a_clear_error_at_start() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert_eq!(v.commits(), commits);
 }
 
 #[test]

@@ -1,0 +1,120 @@
+//! `memvault config get|set`: the vault's settings, which live in the key
+//! state (sealed and MAC'd with the vault key, so nobody without the key
+//! can weaken them), changed only here, each change a `config` commit on
+//! main that history shows.
+
+use std::io::Write;
+
+use serde_json::Value;
+
+use super::{CliError, Global, memory_for, new_session_id, open_vault};
+use crate::vault::{Attribution, VaultConfig};
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ConfigCommand {
+    /// Print the settings as JSON, or one setting's value (KEY: a name such
+    /// as `max_files`, or a dotted path such as `redaction.mode`)
+    Get { key: Option<String> },
+    /// Change one setting: VALUE is JSON (`true`, `20000`, `"reject"`,
+    /// `["rule-id"]`), or a plain word taken as a string (`reject`)
+    Set {
+        key: String,
+        value: String,
+        /// Who is changing it (stored in the commit)
+        #[arg(long, env = "MEMVAULT_ACTOR", default_value = "operator")]
+        actor: String,
+    },
+}
+
+fn usage(message: impl Into<String>) -> CliError {
+    CliError {
+        message: message.into(),
+        code: 2,
+    }
+}
+
+/// The JSON pointer of a dotted key, refused unless it names a setting.
+fn pointer(current: &Value, key: &str) -> Result<String, CliError> {
+    let ptr = format!("/{}", key.replace('.', "/"));
+    if key.is_empty() || current.pointer(&ptr).is_none() {
+        let names: Vec<&String> = current
+            .as_object()
+            .map(|o| o.keys().collect())
+            .unwrap_or_default();
+        return Err(usage(format!(
+            "{key:?} is not a vault setting; the settings are {} (and redaction.mode, redaction.custom_rules, redaction.disabled)",
+            names
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    Ok(ptr)
+}
+
+pub fn run(global: &Global, cmd: &ConfigCommand) -> Result<u8, CliError> {
+    match cmd {
+        ConfigCommand::Get { key } => get(global, key.as_deref()),
+        ConfigCommand::Set { key, value, actor } => set(global, key, value, actor),
+    }
+}
+
+fn as_json(config: &VaultConfig) -> Value {
+    serde_json::to_value(config).expect("settings serialise")
+}
+
+fn get(global: &Global, key: Option<&str>) -> Result<u8, CliError> {
+    let who = Attribution {
+        session: new_session_id(),
+        actor: "operator".into(),
+    };
+    let vault = open_vault(global, who)?;
+    let all = as_json(vault.config());
+    let shown = match key {
+        None => all,
+        Some(k) => all
+            .pointer(&pointer(&all, k)?)
+            .cloned()
+            .unwrap_or(Value::Null),
+    };
+    let mut out = std::io::stdout().lock();
+    let text = serde_json::to_string_pretty(&shown).expect("JSON serialises");
+    writeln!(out, "{text}")?;
+    Ok(0)
+}
+
+fn set(global: &Global, key: &str, value: &str, actor: &str) -> Result<u8, CliError> {
+    if actor.is_empty() || actor.len() > 128 || actor.chars().any(char::is_control) {
+        return Err(usage("an actor name is 1 to 128 printable characters"));
+    }
+    let who = Attribution {
+        session: new_session_id(),
+        actor: actor.to_string(),
+    };
+    let mut vault = open_vault(global, who)?;
+    let mut all = as_json(vault.config());
+    let ptr = pointer(&all, key)?;
+    let parsed: Value =
+        serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_string()));
+    if let Some(slot) = all.pointer_mut(&ptr) {
+        *slot = parsed;
+    }
+    let config: VaultConfig = serde_json::from_value(all).map_err(|e| {
+        CliError::failure(format!("setting {key} refused: {e}; nothing was changed"))
+    })?;
+    config.validate().map_err(|e| {
+        CliError::failure(format!("setting {key} refused: {e}; nothing was changed"))
+    })?;
+    // The filter must build with the new rules (custom regexes, ids).
+    memory_for(&config)?;
+    if &config == vault.config() {
+        eprintln!("memvault: {key} already has that value; nothing was changed");
+        return Ok(0);
+    }
+    vault.set_config(config, vec![format!("setting {key}")])?;
+    eprintln!(
+        "memvault: set {key} (a `config` commit in history); restart running `serve`/`mcp` processes to use it"
+    );
+    Ok(0)
+}
