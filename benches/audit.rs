@@ -3,7 +3,7 @@
 //! page of `history`, `history PATH` for one file, `sessions`, `resume`,
 //! and `verify` throughput.
 //!
-//! Run: `cargo bench --bench audit` (`-- --quick` for 5,000 commits,
+//! Run: `cargo bench --all-features --bench audit` (`-- --quick` for 5,000 commits,
 //! `--commits N`). The vault is built once (fsync off, through the
 //! library) and kept under target/bench-audit-N for later runs.
 

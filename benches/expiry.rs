@@ -5,7 +5,7 @@
 //! of a file view with tracking, minus the same view with tracking
 //! switched off).
 //!
-//! Run: `cargo bench --bench expiry` (`-- --quick` for 1,000 files).
+//! Run: `cargo bench --all-features --bench expiry` (`-- --quick` for 1,000 files).
 
 use std::io::Write;
 use std::process::{Command, Stdio};

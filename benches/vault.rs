@@ -7,14 +7,14 @@
 //! repository size after `gc` against the sum of blob sizes; unlock with
 //! the default Argon2 parameters.
 //!
-//! Run: `cargo bench --bench vault` (add `-- --quick` for a short run,
+//! Run: `cargo bench --all-features --bench vault` (add `-- --quick` for a short run,
 //! `--notes N`, `--samples N`, `--library-only` to stop after the
 //! library figures, `--throughput-only` to fill and then run only the
 //! 1- and 4-writer throughput, `--clients N` to run only N waiting
 //! clients, `--serve-only` for the per-command figures through `serve`;
 //! these for profiling and comparisons).
 //!
-//! Scale runs: `cargo bench --bench vault -- --scale --notes 20000` and
+//! Scale runs: `cargo bench --all-features --bench vault -- --scale --notes 20000` and
 //! `-- --scale --commits 200000` build the vault once (fsync off), cache it
 //! under `target/bench-vaults/`, and report the write and read medians,
 //! open time, and repository size against blob bytes after `gc`, without

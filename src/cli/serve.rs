@@ -101,8 +101,10 @@ struct Shared<'v> {
     /// and whether this leader is leaving.
     peers: Mutex<Peers>,
     /// `MEMVAULT_TEST_LEADER_PAUSE_MS`: a leader waits this long after
-    /// running a follower's request, before its sync and reply. It exists
-    /// only so tests can kill a leader with a request in flight.
+    /// running a follower's request, before its sync and reply (saying so
+    /// on stderr first). Only in `test-hooks` builds, so tests can kill a
+    /// leader with a request in flight.
+    #[cfg(feature = "test-hooks")]
     test_pause: Option<Duration>,
 }
 
@@ -124,6 +126,7 @@ impl<'v> Shared<'v> {
             key,
             dir,
             peers: Mutex::new((HashMap::new(), false)),
+            #[cfg(feature = "test-hooks")]
             test_pause: std::env::var("MEMVAULT_TEST_LEADER_PAUSE_MS")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -434,7 +437,9 @@ fn serve_peer(shared: &Shared<'_>, conn: UnixStream, id: u64) {
         let reply = shared
             .execute(&who, line)
             .unwrap_or_else(|| protocol::blank_reply().to_line() + "\n");
+        #[cfg(feature = "test-hooks")]
         if let Some(pause) = shared.test_pause {
+            eprintln!("memvault: test hook: leader pausing before its reply");
             std::thread::sleep(pause);
         }
         if lock(&w).write_all(reply.as_bytes()).is_err() {

@@ -77,13 +77,17 @@ struct LiveFile {
     key: FileKeyId,
 }
 
+/// Test hook (`test-hooks` builds only): `MEMVAULT_TEST_CRASH=<point>`
+/// aborts the process there, so crash tests can stop a sweep at each step.
+#[cfg(feature = "test-hooks")]
 fn test_crash(point: &str) {
-    // Test hook: `MEMVAULT_TEST_CRASH=<point>` aborts the process there, so
-    // crash tests can stop a sweep at each step. Not for production use.
     if std::env::var("MEMVAULT_TEST_CRASH").is_ok_and(|p| p == point) {
         std::process::abort();
     }
 }
+
+#[cfg(not(feature = "test-hooks"))]
+fn test_crash(_point: &str) {}
 
 impl Vault {
     /// Every file at `tip` with its key id.

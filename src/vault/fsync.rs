@@ -8,17 +8,21 @@
 //! libgit2 are made durable later, in one go, by a checkpoint that writes a
 //! pack and syncs it, the refs and their directories itself.
 //!
-//! The benchmark's comparison mode turns the log's own syncing off with
-//! [`set_for_benchmark`]; nothing else may.
+//! The benchmarks' comparison mode and the fuzzers turn the log's own
+//! syncing off with `set_for_benchmark`, which exists only in a build with
+//! the `bench-hooks` feature (never a shipped binary: without it memvault
+//! always syncs).
 #![allow(unsafe_code)]
 
 use std::ffi::c_int;
 use std::fs::File;
 use std::path::Path;
 use std::sync::Once;
+#[cfg(feature = "bench-hooks")]
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static INIT: Once = Once::new();
+#[cfg(feature = "bench-hooks")]
 static SYNC: AtomicBool = AtomicBool::new(true);
 
 fn set_libgit2_fsync(on: bool) {
@@ -64,16 +68,20 @@ pub fn enable() {
 /// Turn memvault's own syncing (log records, checkpoints) on or off for
 /// the rest of the process: only for the benchmark's comparison mode,
 /// never in the CLI. Off, an acknowledged mutation can be lost on power
-/// failure.
+/// failure. Only in a build with the `bench-hooks` feature.
+#[cfg(feature = "bench-hooks")]
 pub fn set_for_benchmark(on: bool) {
     enable();
     SYNC.store(on, Ordering::SeqCst);
 }
 
-/// Whether memvault syncs its writes (always, except in the benchmark's
-/// comparison mode).
+/// Whether memvault syncs its writes: always, except in a `bench-hooks`
+/// build whose benchmark or fuzzer turned syncing off.
 pub(crate) fn syncing() -> bool {
-    SYNC.load(Ordering::Relaxed)
+    #[cfg(feature = "bench-hooks")]
+    return SYNC.load(Ordering::Relaxed);
+    #[cfg(not(feature = "bench-hooks"))]
+    true
 }
 
 /// `fdatasync` a file (unless syncing is off for a benchmark).

@@ -23,6 +23,7 @@
 
 pub mod access;
 pub mod bulk;
+pub mod clock;
 pub mod config;
 pub mod erase;
 pub mod fsync;
@@ -197,21 +198,10 @@ pub(crate) fn fixed_signature() -> Result<Signature<'static>, git2::Error> {
     Signature::new("memvault", "memvault", &git2::Time::new(0, 0))
 }
 
-/// Milliseconds since the Unix epoch, or the test clock.
-///
-/// `MEMVAULT_TEST_NOW_MS` replaces the clock; it exists only so tests can
-/// control time, and is documented as such.
+/// Milliseconds since the Unix epoch, by the clock in use (the system's,
+/// or one injected with [`clock::set`]; see [`clock`]).
 pub fn now_ms() -> u64 {
-    if let Some(ms) = std::env::var("MEMVAULT_TEST_NOW_MS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        return ms;
-    }
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    clock::now_ms()
 }
 
 fn slot_name(bytes: &[u8]) -> Result<String, VaultError> {

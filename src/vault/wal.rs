@@ -752,3 +752,254 @@ fn write_loose(sub: &Path, path: &Path, o: &Object) -> std::io::Result<()> {
     }
     result
 }
+
+#[cfg(test)]
+mod tests {
+    //! The log through its API (`open`, `reset`, `append`, `read_all`,
+    //! `catch_up`), with the file's bytes cut, changed or left over from an
+    //! earlier generation as a crash or a checkpoint leaves them.
+
+    use super::*;
+
+    const MAIN: &str = "refs/heads/main";
+    const KEYS: &str = "refs/memvault/keys";
+
+    /// A bare repository with a `memvault/` folder for the log.
+    fn repo() -> (tempfile::TempDir, Repository) {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(tmp.path()).unwrap();
+        fs::create_dir(tmp.path().join("memvault")).unwrap();
+        (tmp, repo)
+    }
+
+    fn oid(i: u8) -> Oid {
+        Oid::from_bytes(&[i; 20]).unwrap()
+    }
+
+    fn refs(i: u8) -> Refs {
+        vec![(MAIN.to_string(), oid(i)), (KEYS.to_string(), oid(i + 100))]
+    }
+
+    /// Record `i`: main moves to `oid(i)`, one blob of 40 bytes (so every
+    /// record has the same length).
+    fn record(i: u8) -> Record {
+        let data = vec![i; 40];
+        Record {
+            refs: vec![(MAIN.to_string(), oid(i))],
+            objects: vec![Object {
+                kind: ObjectType::Blob,
+                id: Oid::hash_object(ObjectType::Blob, &data).unwrap(),
+                data,
+            }],
+        }
+    }
+
+    type Summary = (Refs, Vec<(ObjectType, Oid, Vec<u8>)>);
+
+    fn summary(r: &Record) -> Summary {
+        let objects = r
+            .objects
+            .iter()
+            .map(|o| (o.kind, o.id, o.data.clone()))
+            .collect();
+        (r.refs.clone(), objects)
+    }
+
+    fn summaries(rs: &[Record]) -> Vec<Summary> {
+        rs.iter().map(summary).collect()
+    }
+
+    fn wal_path(dir: &Path) -> std::path::PathBuf {
+        dir.join(WAL_FILE)
+    }
+
+    /// A log with a head naming `refs(0)` and records 1..=n; the offsets
+    /// where each record starts, and the log's length.
+    fn log_with(dir: &Path, n: u8) -> (Vec<u64>, u64) {
+        let mut wal = Wal::open(dir).unwrap();
+        wal.read_all().unwrap();
+        wal.reset(refs(0)).unwrap();
+        let starts = (1..=n).map(|i| wal.append(&record(i)).unwrap()).collect();
+        wal.sync().unwrap();
+        (starts, wal.len().unwrap())
+    }
+
+    /// What a fresh handle reads, and the tail of main a fresh handle
+    /// catching up finds.
+    fn read_fresh(dir: &Path, repo: &Repository) -> (Contents, Option<Oid>) {
+        let contents = Wal::open(dir).unwrap().read_all().unwrap();
+        let mut wal = Wal::open(dir).unwrap();
+        let up = wal.catch_up(repo).unwrap();
+        assert_eq!(up.clean, contents.head.is_some());
+        assert_eq!(up.records, !contents.records.is_empty());
+        (contents, wal.tail_target(MAIN))
+    }
+
+    #[test]
+    fn a_new_log_holds_nothing_and_refuses_an_append_before_a_read() {
+        let (tmp, repo) = repo();
+        let mut wal = Wal::open(tmp.path()).unwrap();
+        assert!(wal.append(&record(1)).is_err());
+        let c = wal.read_all().unwrap();
+        assert!(c.head.is_none() && c.records.is_empty() && c.valid_len == 0);
+        assert!(c.tail().is_empty());
+        let up = Wal::open(tmp.path()).unwrap().catch_up(&repo).unwrap();
+        assert!(!up.clean && !up.records);
+    }
+
+    #[test]
+    fn the_head_and_records_read_back_as_written() {
+        let (tmp, repo) = repo();
+        let (starts, len) = log_with(tmp.path(), 3);
+        // The file is preallocated beyond what checks out.
+        assert!(fs::metadata(wal_path(tmp.path())).unwrap().len() >= PREALLOC_BYTES);
+        let (c, main) = read_fresh(tmp.path(), &repo);
+        assert_eq!(c.head.as_ref().unwrap().refs, refs(0));
+        assert_eq!(
+            summaries(&c.records),
+            summaries(&[record(1), record(2), record(3)])
+        );
+        assert_eq!(c.valid_len, len);
+        assert_eq!(
+            starts[0],
+            encode_head(c.head.as_ref().unwrap()).len() as u64
+        );
+        // The tail: main from the last record, keys from the head.
+        assert_eq!(
+            c.tail(),
+            vec![(MAIN.into(), oid(3)), (KEYS.into(), oid(100))]
+        );
+        assert_eq!(main, Some(oid(3)));
+        // catch_up loaded the logged objects into the repository.
+        let odb = repo.odb().unwrap();
+        for i in 1..=3 {
+            let o = &record(i).objects[0];
+            assert_eq!(odb.read(o.id).unwrap().data(), &o.data[..]);
+        }
+    }
+
+    #[test]
+    fn a_record_cut_at_any_byte_is_not_read_and_the_earlier_ones_are() {
+        let (tmp, repo) = repo();
+        let (starts, len) = log_with(tmp.path(), 2);
+        let full = fs::read(wal_path(tmp.path())).unwrap();
+        let (at, end) = (starts[1], len);
+        for cut in at..end {
+            // The file ends at the cut, or zeros follow it (preallocated).
+            for zeros in [false, true] {
+                let mut bytes = full[..cut as usize].to_vec();
+                if zeros {
+                    bytes.resize(end as usize + 4096, 0);
+                }
+                fs::write(wal_path(tmp.path()), &bytes).unwrap();
+                let (c, main) = read_fresh(tmp.path(), &repo);
+                assert_eq!(
+                    summaries(&c.records),
+                    summaries(&[record(1)]),
+                    "cut at {cut} of {at}..{end}, zeros {zeros}"
+                );
+                assert_eq!(c.valid_len, at, "cut at {cut}");
+                assert_eq!(main, Some(oid(1)), "cut at {cut}");
+            }
+        }
+        // The next record goes where the torn one began, and is read.
+        let mut wal = Wal::open(tmp.path()).unwrap();
+        wal.read_all().unwrap();
+        assert_eq!(wal.append(&record(7)).unwrap(), at);
+        let (c, main) = read_fresh(tmp.path(), &repo);
+        assert_eq!(summaries(&c.records), summaries(&[record(1), record(7)]));
+        assert_eq!(main, Some(oid(7)));
+    }
+
+    #[test]
+    fn a_record_with_any_byte_changed_is_not_read() {
+        let (tmp, repo) = repo();
+        let (starts, len) = log_with(tmp.path(), 2);
+        let full = fs::read(wal_path(tmp.path())).unwrap();
+        for i in starts[1]..len {
+            let mut bytes = full[..len as usize + 4096].to_vec();
+            bytes[i as usize] ^= 0x01;
+            fs::write(wal_path(tmp.path()), &bytes).unwrap();
+            let (c, main) = read_fresh(tmp.path(), &repo);
+            assert_eq!(summaries(&c.records), summaries(&[record(1)]), "byte {i}");
+            assert_eq!(main, Some(oid(1)), "byte {i}");
+        }
+    }
+
+    #[test]
+    fn records_of_an_earlier_generation_are_not_read_after_a_reset() {
+        let (tmp, repo) = repo();
+        let (starts, _) = log_with(tmp.path(), 3);
+        // A process that has read the old generation.
+        let mut old_reader = Wal::open(tmp.path()).unwrap();
+        old_reader.catch_up(&repo).unwrap();
+        assert_eq!(old_reader.tail_target(MAIN), Some(oid(3)));
+
+        // A checkpoint: a new head, as long as the old one, at offset 0;
+        // the old records stay in the file behind it.
+        let mut wal = Wal::open(tmp.path()).unwrap();
+        wal.read_all().unwrap();
+        wal.reset(refs(50)).unwrap();
+        assert_eq!(wal.len().unwrap(), starts[0]);
+        let (c, main) = read_fresh(tmp.path(), &repo);
+        assert!(c.records.is_empty());
+        assert_eq!(c.head.unwrap().refs, refs(50));
+        assert_eq!(c.valid_len, starts[0]);
+        assert_eq!(main, Some(oid(50)));
+
+        // A new record overwrites the first old one exactly; the second old
+        // one follows it, whole, and is still not read.
+        assert_eq!(wal.append(&record(9)).unwrap(), starts[0]);
+        let bytes = fs::read(wal_path(tmp.path())).unwrap();
+        assert_eq!(&bytes[starts[1] as usize..][..4], MAGIC);
+        let (c, main) = read_fresh(tmp.path(), &repo);
+        assert_eq!(summaries(&c.records), summaries(&[record(9)]));
+        assert_eq!(c.valid_len, starts[1]);
+        assert_eq!(main, Some(oid(9)));
+
+        // The process that knew the old generation starts over from the
+        // new head.
+        let up = old_reader.catch_up(&repo).unwrap();
+        assert!(up.clean && up.records);
+        assert_eq!(old_reader.tail_target(MAIN), Some(oid(9)));
+    }
+
+    #[test]
+    fn an_entry_header_claiming_more_than_the_limit_is_not_read() {
+        let (tmp, repo) = repo();
+        let (_, len) = log_with(tmp.path(), 1);
+        // After record 1, a record header claiming MAX_ENTRY + 1 bytes, in
+        // a file (sparse) long enough to hold them: a reader must not
+        // allocate or read a gigabyte for it, and stops there.
+        let file = OpenOptions::new()
+            .write(true)
+            .open(wal_path(tmp.path()))
+            .unwrap();
+        let mut header = MAGIC.to_vec();
+        header.push(KIND_RECORD);
+        header.extend_from_slice(&(MAX_ENTRY as u32 + 1).to_le_bytes());
+        file.write_all_at(&header, len).unwrap();
+        file.set_len(len + (ENTRY_OVERHEAD + MAX_ENTRY + 1) as u64)
+            .unwrap();
+        drop(file);
+        // A reader without the limit still stops (the checksum fails) but
+        // only after reading and hashing the gigabyte: seconds here, and a
+        // gigabyte of memory. With it, a few reads of a few bytes.
+        let t = std::time::Instant::now();
+        let (c, main) = read_fresh(tmp.path(), &repo);
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(3),
+            "the reader took {:?}: it read the oversized entry",
+            t.elapsed()
+        );
+        assert_eq!(summaries(&c.records), summaries(&[record(1)]));
+        assert_eq!(c.valid_len, len);
+        assert_eq!(main, Some(oid(1)));
+        // The next record overwrites the header.
+        let mut wal = Wal::open(tmp.path()).unwrap();
+        wal.read_all().unwrap();
+        assert_eq!(wal.append(&record(2)).unwrap(), len);
+        let (c, _) = read_fresh(tmp.path(), &repo);
+        assert_eq!(summaries(&c.records), summaries(&[record(1), record(2)]));
+    }
+}

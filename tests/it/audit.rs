@@ -204,6 +204,7 @@ fn scripted_vault() -> (TestVault, Vec<Step>) {
         let out = run_with_stdin(
             v.cmd()
                 .args(["serve", "--session", session, "--actor", mine[0].actor])
+                // Read by `test-hooks` builds only (elsewhere: the real time).
                 .env("MEMVAULT_TEST_NOW_MS", session_time(session).to_string()),
             input.as_bytes(),
         );
@@ -304,35 +305,12 @@ fn history_and_its_filters_return_exactly_the_expected_changes() {
         expected(steps.iter().filter(|s| s.op == "delete"))
     );
 
-    // Sessions ran on three consecutive days.
-    let day2 = json_lines(
-        &v,
-        &[
-            "history",
-            "--since",
-            "2026-01-02",
-            "--until",
-            "2026-01-02",
-            "--json",
-        ],
-    );
-    assert_eq!(rows(&day2), rows(&s2));
-    // (The init commit carries the real time, long after the test clock.)
-    let from_day2 = json_lines(
-        &v,
-        &[
-            "history",
-            "--since",
-            "2026-01-02T00:00:00Z",
-            "--until",
-            "2026-01-31",
-            "--json",
-        ],
-    );
-    assert_eq!(
-        rows(&from_day2),
-        expected(steps.iter().filter(|s| s.session != "s1"))
-    );
+    // Sessions ran on three consecutive days (by the test clock, which
+    // only a `test-hooks` build reads).
+    #[cfg(feature = "test-hooks")]
+    {
+        history_by_time(&v, &steps, &s2);
+    }
 
     // A path's history follows it back across its rename.
     let tracked = json_lines(&v, &["history", "/memories/d1/tracked.md", "--json"]);
@@ -382,6 +360,40 @@ fn listed_files(listing: &str) -> BTreeSet<String> {
         .filter_map(|l| l.split_once('\t').map(|(_, p)| p.to_string()))
         .filter(|p| !p.ends_with('/') && p != "/memories")
         .collect()
+}
+
+/// `--since` and `--until` select by the time of each change: the
+/// scripted sessions ran on three consecutive days.
+#[cfg(feature = "test-hooks")]
+fn history_by_time(v: &TestVault, steps: &[Step], s2: &[Value]) {
+    let day2 = json_lines(
+        v,
+        &[
+            "history",
+            "--since",
+            "2026-01-02",
+            "--until",
+            "2026-01-02",
+            "--json",
+        ],
+    );
+    assert_eq!(rows(&day2), rows(s2));
+    // (The init commit carries the real time, long after the test clock.)
+    let from_day2 = json_lines(
+        v,
+        &[
+            "history",
+            "--since",
+            "2026-01-02T00:00:00Z",
+            "--until",
+            "2026-01-31",
+            "--json",
+        ],
+    );
+    assert_eq!(
+        rows(&from_day2),
+        expected(steps.iter().filter(|s| s.session != "s1"))
+    );
 }
 
 #[test]
@@ -737,4 +749,40 @@ fn no_audit_subcommand_writes_plaintext_to_disk() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(names, ["vault", "vault.key"].map(String::from).into());
+}
+
+/// A default build (no `test-hooks` feature) reads no test hook from the
+/// environment: a change carries the real time whatever
+/// `MEMVAULT_TEST_NOW_MS` says, and `MEMVAULT_TEST_CRASH` stops no purge.
+#[cfg(not(feature = "test-hooks"))]
+#[test]
+fn the_binary_ignores_memvault_test_now_ms_and_test_crash_without_test_hooks() {
+    let v = TestVault::new();
+    let line = json!({"command": "create", "path": "/memories/a.md", "file_text": "a\n"});
+    let out = run_with_stdin(
+        v.cmd()
+            .args(["serve", "--session", "t"])
+            .env("MEMVAULT_TEST_NOW_MS", "0"),
+        format!("{line}\n").as_bytes(),
+    );
+    assert!(out.status.success());
+    let top = &json_lines(&v, &["history", "--json", "--limit", "1"])[0];
+    assert_eq!(top["op"], "create", "{top}");
+    assert!(!top["time"].as_str().unwrap().starts_with("1970"), "{top}");
+
+    let purge = v
+        .cmd()
+        .args(["purge", "/memories/a.md"])
+        .env("MEMVAULT_TEST_CRASH", "after-marker")
+        .output()
+        .unwrap();
+    assert!(
+        purge.status.success(),
+        "{:?}: {}",
+        purge.status,
+        String::from_utf8_lossy(&purge.stderr)
+    );
+    assert!(is_error(
+        &v.one(json!({"command": "view", "path": "/memories/a.md"}))
+    ));
 }

@@ -99,12 +99,18 @@ impl Client {
         Client::start_cmd(v.cmd(), session)
     }
 
-    fn start_cmd(mut cmd: std::process::Command, session: &str) -> Client {
+    fn start_cmd(cmd: std::process::Command, session: &str) -> Client {
+        Client::spawn(cmd, session, Stdio::null())
+    }
+
+    /// Start `serve` with its stderr going to `stderr` (piped: take it
+    /// from `child.stderr`).
+    fn spawn(mut cmd: std::process::Command, session: &str, stderr: Stdio) -> Client {
         let mut child = cmd
             .args(["serve", "--session", session, "--actor", session])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let stdin = child.stdin.take();
@@ -130,19 +136,24 @@ impl Client {
         assert!(!is_error(&r), "{r}");
     }
 
-    /// Close its input and wait for it to exit, at most `secs` seconds.
+    /// Close its input and wait for it to exit, at most `secs` seconds
+    /// (a thread waits for the exit; past the deadline it is killed).
     fn finish(mut self, secs: u64) -> std::process::ExitStatus {
         drop(self.stdin.take());
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
+        let pid = self.child.id();
+        let mut child = self.child;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        match rx.recv_timeout(std::time::Duration::from_secs(secs)) {
+            Ok(status) => status.unwrap(),
+            Err(_) => {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+                panic!("serve did not exit within {secs} s of its input ending");
             }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "serve did not exit within {secs} s of its input ending"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }
 }
@@ -294,12 +305,16 @@ fn a_peer_without_the_vault_keys_gets_nothing_run() {
     assert!(is_error(&r));
 }
 
+#[cfg(feature = "test-hooks")]
 #[test]
 fn a_follower_whose_leader_dies_mid_request_says_the_outcome_is_unknown() {
+    use std::io::BufRead;
     let v = TestVault::new();
     let mut cmd = v.cmd();
-    cmd.env("MEMVAULT_TEST_LEADER_PAUSE_MS", "5000");
-    let mut leader = Client::start_cmd(cmd, "leader");
+    // The leader is killed during its pause; it never ends by itself.
+    cmd.env("MEMVAULT_TEST_LEADER_PAUSE_MS", "600000");
+    let mut leader = Client::spawn(cmd, "leader", Stdio::piped());
+    let mut leader_err = std::io::BufReader::new(leader.child.stderr.take().unwrap()).lines();
     leader.create("/memories/l.md", "l\n");
     let mut f = Client::start(&v, "follower");
     let pending = std::thread::spawn(move || {
@@ -309,8 +324,17 @@ fn a_follower_whose_leader_dies_mid_request_says_the_outcome_is_unknown() {
         );
         (f, r)
     });
-    // The leader has run the request and waits before replying: kill it.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // The leader has run the request and waits before replying (it says
+    // so on stderr): kill it.
+    loop {
+        let line = leader_err
+            .next()
+            .expect("the leader ended before pausing")
+            .unwrap();
+        if line.contains("test hook: leader pausing") {
+            break;
+        }
+    }
     leader.child.kill().unwrap();
     leader.child.wait().unwrap();
     let (mut f, r) = pending.join().unwrap();
@@ -327,4 +351,28 @@ fn a_follower_whose_leader_dies_mid_request_says_the_outcome_is_unknown() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A build without the `test-hooks` feature has no leader pause:
+/// `MEMVAULT_TEST_LEADER_PAUSE_MS` is not read, and a follower's request is
+/// answered at once.
+#[cfg(not(feature = "test-hooks"))]
+#[test]
+fn a_leader_ignores_memvault_test_leader_pause_ms_without_test_hooks() {
+    let v = TestVault::new();
+    let mut cmd = v.cmd();
+    cmd.env("MEMVAULT_TEST_LEADER_PAUSE_MS", "60000");
+    let mut leader = Client::start_cmd(cmd, "leader");
+    leader.create("/memories/l.md", "l\n");
+    let mut f = Client::start(&v, "follower");
+    let t = std::time::Instant::now();
+    f.create("/memories/f.md", "f\n");
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(30),
+        "the leader paused for {:?}",
+        t.elapsed()
+    );
+    assert!(f.finish(15).success());
+    assert!(leader.finish(15).success());
+    content(&v, "/memories/f.md");
 }

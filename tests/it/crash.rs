@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
 use std::time::Duration;
 
-use memvault::memory::{MemoryPath, NodeKind, Store, ToolResult};
+use memvault::memory::{MemoryPath, NodeKind, Store, StoreError, ToolResult};
 use serde_json::{Value, json};
 
 use crate::util::*;
@@ -78,17 +78,22 @@ fn actual(v: &TestVault) -> Model {
     vault
         .read(&mut |snap| {
             let dir = MemoryPath::parse(DIR).unwrap();
-            if let Ok(entries) = snap.list(&dir) {
-                for e in entries {
-                    assert!(matches!(e.kind, NodeKind::File), "unexpected {}", e.name);
-                    let p = format!("{DIR}/{}", e.name);
-                    let bytes = snap.read(&MemoryPath::parse(&p).unwrap())?;
-                    found.insert(p, String::from_utf8(bytes.to_vec()).unwrap());
-                }
+            // No directory yet (or no more) is an empty model; any other
+            // error (a damaged vault) fails the test.
+            let entries = match snap.list(&dir) {
+                Ok(entries) => entries,
+                Err(StoreError::NotFound) => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            for e in entries {
+                assert!(matches!(e.kind, NodeKind::File), "unexpected {}", e.name);
+                let p = format!("{DIR}/{}", e.name);
+                let bytes = snap.read(&MemoryPath::parse(&p).unwrap())?;
+                found.insert(p, String::from_utf8(bytes.to_vec()).unwrap());
             }
             Ok(ToolResult::ok("read"))
         })
-        .unwrap();
+        .unwrap_or_else(|e| panic!("the vault does not read after the crash: {e}"));
     found
 }
 

@@ -1,7 +1,10 @@
 //! Expiry and erasure: the access log, `expire`, `purge`, the prune that
 //! makes destroyed keys physically gone, crashes in the middle, and a
 //! sweep running beside a live `serve`. Time comes from
-//! MEMVAULT_TEST_NOW_MS (a test-only clock).
+//! MEMVAULT_TEST_NOW_MS and crashes from MEMVAULT_TEST_CRASH, which only a
+//! `test-hooks` build reads: these tests run with
+//! `cargo test --features test-hooks` (as `.ci/test` does).
+#![cfg(feature = "test-hooks")]
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
@@ -461,10 +464,21 @@ fn serve_expire_every_sweeps_inside_the_server() {
     )
     .stdin(Stdio::piped())
     .stdout(Stdio::piped())
-    .stderr(Stdio::null())
+    .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(2500));
+    // The sweep says on stderr what it removed.
+    let mut err = BufReader::new(child.stderr.take().unwrap()).lines();
+    loop {
+        let line = err
+            .next()
+            .expect("serve ended before its sweep ran")
+            .unwrap();
+        assert!(!line.contains("sweep failed"), "{line}");
+        if line.contains("expiry sweep removed 1 file(s)") {
+            break;
+        }
+    }
     let mut stdin = child.stdin.take().unwrap();
     writeln!(stdin, "{}", view("/memories")).unwrap();
     drop(stdin);

@@ -31,14 +31,18 @@ fn replay(target: &str, check: fn(&[u8])) -> (usize, Vec<String>) {
 }
 
 macro_rules! replay_tests {
-    ($($target:ident),*) => {$(
-        #[test]
-        fn $target() {
-            let (ran, failed) = replay(stringify!($target), checks::$target::check);
-            assert!(ran > 0, "no committed inputs for {}", stringify!($target));
-            assert!(failed.is_empty(), "fuzz inputs fail their check: {failed:#?}");
-        }
-    )*};
+    ($($target:ident),*) => {
+        /// The targets replayed by a test of their own below.
+        const REPLAYED: &[&str] = &[$(stringify!($target)),*];
+        $(
+            #[test]
+            fn $target() {
+                let (ran, failed) = replay(stringify!($target), checks::$target::check);
+                assert!(ran > 0, "no committed inputs for {}", stringify!($target));
+                assert!(failed.is_empty(), "fuzz inputs fail their check: {failed:#?}");
+            }
+        )*
+    };
 }
 
 replay_tests!(
@@ -51,19 +55,54 @@ replay_tests!(
     pack_merge
 );
 
+/// The fuzz targets: the names of `fuzz/fuzz_targets/*.rs`, sorted.
+fn fuzz_targets() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/fuzz_targets");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .map(|p| p.file_stem().unwrap().to_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+fn sorted(names: impl IntoIterator<Item = impl ToString>) -> Vec<String> {
+    let mut v: Vec<String> = names.into_iter().map(|n| n.to_string()).collect();
+    v.sort();
+    v
+}
+
+/// Every file in `fuzz/fuzz_targets/` has a replay test here, a check in
+/// `checks::TARGETS`, a `[[bin]]` in `fuzz/Cargo.toml` and committed
+/// inputs in `fuzz/corpus/<target>/`: a new target that is never replayed
+/// fails this test.
 #[test]
 fn every_target_is_replayed() {
-    let names: Vec<&str> = checks::TARGETS.iter().map(|(name, _)| *name).collect();
+    let targets = fuzz_targets();
+    assert!(!targets.is_empty(), "no fuzz targets found");
     assert_eq!(
-        names,
-        [
-            "protocol_line",
-            "memory_path",
-            "crypto_open",
-            "redact",
-            "differential",
-            "vault_log",
-            "pack_merge"
-        ]
+        sorted(REPLAYED.iter()),
+        targets,
+        "replay_tests! must name every file in fuzz/fuzz_targets/"
     );
+    assert_eq!(
+        sorted(checks::TARGETS.iter().map(|(name, _)| *name)),
+        targets,
+        "checks::TARGETS must name every file in fuzz/fuzz_targets/"
+    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    for t in &targets {
+        assert!(
+            manifest.contains(&format!("path = \"fuzz_targets/{t}.rs\"")),
+            "fuzz/Cargo.toml has no [[bin]] for fuzz_targets/{t}.rs"
+        );
+        let corpus = root.join("corpus").join(t);
+        let seeds = std::fs::read_dir(&corpus)
+            .unwrap_or_else(|e| panic!("{}: {e}", corpus.display()))
+            .count();
+        assert!(seeds > 0, "{} holds no seed", corpus.display());
+    }
 }
