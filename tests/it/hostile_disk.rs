@@ -131,7 +131,7 @@ fn a_link_anywhere_inside_the_vault_is_refused_and_its_target_left_untouched() {
     ];
     for rel in paths {
         let p = plant_link(rel);
-        let commands: [(&str, Vec<&str>, String); 3] = [
+        let commands: [(&str, Vec<&str>, String); 5] = [
             (
                 "serve",
                 vec!["serve", "--session", "t"],
@@ -139,6 +139,12 @@ fn a_link_anywhere_inside_the_vault_is_refused_and_its_target_left_untouched() {
             ),
             ("gc", vec!["gc"], String::new()),
             ("verify", vec!["verify"], String::new()),
+            (
+                "expire",
+                vec!["expire", "--older-than", "1m"],
+                String::new(),
+            ),
+            ("purge", vec!["purge", "/memories/a.md"], String::new()),
         ];
         for (name, args, input) in commands {
             let (status, stderr) = run(p.v.cmd().args(&args), &input);
@@ -435,4 +441,36 @@ fn a_planted_serve_socket_does_not_stall_a_starting_serve() {
         assert_eq!(replies.len(), 2);
         assert!(replies.iter().all(|r| !is_error(r)), "{replies:?}");
     }
+}
+
+#[test]
+fn a_link_planted_while_serve_runs_is_not_written_through() {
+    let v = TestVault::new();
+    let mut leader = Client::start(&v);
+    let r = leader.call(&create("/memories/a.md"));
+    assert!(!is_error(&r), "{r}");
+    let outside = v.tmp.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    // The files a running serve opens again for each write: links to
+    // copies of them, or dangling links.
+    for name in ["access", "keys-garbage"] {
+        let inside = v.vault.join("memvault").join(name);
+        let target = outside.join(name);
+        if std::fs::symlink_metadata(&inside).is_ok() {
+            std::fs::copy(&inside, &target).unwrap();
+            std::fs::remove_file(&inside).unwrap();
+        }
+        std::os::unix::fs::symlink(&target, &inside).unwrap();
+    }
+    let before = snapshot(&outside);
+    for i in 0..3 {
+        // A new file: a key-state change (keys-garbage) and an access
+        // record (access).
+        let r = leader.call(&create(&format!("/memories/n{i}.md")));
+        assert!(!is_error(&r), "{r}");
+        let r = leader.call(&view(&format!("/memories/n{i}.md")));
+        assert!(!is_error(&r), "{r}");
+    }
+    assert!(leader.finish_within(Duration::from_secs(10)).is_some());
+    assert_eq!(snapshot(&outside), before);
 }
