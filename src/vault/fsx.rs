@@ -1,15 +1,17 @@
 //! Files inside a vault: never reached through a link, never open to other
 //! users.
 //!
-//! Every file memvault opens, creates or deletes inside a vault goes
-//! through this module (libgit2's own reads and writes aside):
+//! Every file memvault opens or creates inside a vault is opened here
+//! (libgit2's own reads and writes aside; deletions and renames do not
+//! follow a link at the name they act on, and the directories they act
+//! in are checked by [`check_vault`]):
 //! - files are opened with `O_NOFOLLOW`, so a symbolic link planted at
 //!   `memvault/wal`, `memvault/access`, a pack's temporary name, … is an
 //!   error ([`LinkRefused`]), never a write to wherever it points;
 //!   temporary files are created with `O_EXCL` (a name already there, link
 //!   or not, is removed first: removing a link removes the link);
-//! - files are created 0600 (objects and packs 0400) and directories 0700,
-//!   whatever the umask;
+//! - files are created 0600 (the packs `gc` has libgit2 write, 0400) and
+//!   directories 0700, whatever the umask;
 //! - [`check_vault`], at open, refuses a vault where a directory memvault
 //!   writes into (`memvault/`, `objects/`, `objects/pack`, a loose-object
 //!   fan-out directory, `refs/`…) or a file of `memvault/` is a link, or
@@ -29,7 +31,7 @@ use std::path::{Path, PathBuf};
 
 /// Mode of the files memvault writes into a vault.
 pub(crate) const FILE_MODE: u32 = 0o600;
-/// Mode of the files that never change once named (objects, packs).
+/// Mode of the packs `gc` has libgit2 write (never changed once named).
 pub(crate) const OBJECT_MODE: u32 = 0o400;
 /// Mode of a vault's directories.
 pub(crate) const DIR_MODE: u32 = 0o700;
@@ -55,14 +57,14 @@ const STATE_FILES: &[&str] = &[
 ];
 
 /// The directories memvault writes into, which must be real directories
-/// (if they exist; `memvault/`, `objects/` and `refs/` must).
-const STATE_DIRS: &[(&str, bool)] = &[
-    ("memvault", true),
-    ("objects", true),
-    ("objects/pack", false),
-    ("refs", true),
-    ("refs/heads", false),
-    ("refs/memvault", false),
+/// if they exist (one missing is for libgit2 to report).
+const STATE_DIRS: &[&str] = &[
+    "memvault",
+    "objects",
+    "objects/pack",
+    "refs",
+    "refs/heads",
+    "refs/memvault",
 ];
 
 /// Why a vault is not safe to use.
@@ -248,13 +250,13 @@ pub(crate) fn check_vault(dir: &Path) -> Result<(), Unsafe> {
     // The vault's own path may be a link (the user chose it).
     let top = fs::metadata(dir).map_err(|e| io("the vault directory", e))?;
     private("the vault directory", &top)?;
-    for (name, required) in STATE_DIRS {
+    for name in STATE_DIRS {
         match fs::symlink_metadata(dir.join(name)) {
             Ok(m) if m.file_type().is_symlink() => return Err(Unsafe::Link(name.to_string())),
             Ok(m) if !m.is_dir() => return Err(Unsafe::NotADir(name.to_string())),
             Ok(m) if *name == "memvault" => private("memvault/", &m)?,
             Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound && !required => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(io(name, e)),
         }
     }
@@ -271,7 +273,11 @@ pub(crate) fn check_vault(dir: &Path) -> Result<(), Unsafe> {
     }
     // Loose objects' fan-out directories (checkpoints write into them, gc
     // deletes what they hold).
-    let objects = fs::read_dir(dir.join("objects")).map_err(|e| io("objects", e))?;
+    let objects = match fs::read_dir(dir.join("objects")) {
+        Ok(d) => d,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io("objects", e)),
+    };
     for e in objects {
         let e = e.map_err(|e| io("objects", e))?;
         let t = e.file_type().map_err(|e| io("objects", e))?;
