@@ -116,11 +116,17 @@ fn options() -> OpenOptions {
 
 /// Open with `o`, refusing a link and anything but a regular file.
 fn open(o: &OpenOptions, path: &Path) -> io::Result<File> {
+    open_sized(o, path).map(|(f, _)| f)
+}
+
+/// [`open`], and the file's length.
+fn open_sized(o: &OpenOptions, path: &Path) -> io::Result<(File, u64)> {
     let f = o.open(path).map_err(|e| nofollow(path, e))?;
-    if !f.metadata()?.is_file() {
+    let m = f.metadata()?;
+    if !m.is_file() {
         return Err(io::Error::other(Unsafe::NotAFile(short(path))));
     }
-    Ok(f)
+    Ok((f, m.len()))
 }
 
 /// Open for reading, not through a link.
@@ -130,8 +136,9 @@ pub(crate) fn open_read(path: &Path) -> io::Result<File> {
 
 /// Read a whole file, not through a link.
 pub(crate) fn read(path: &Path) -> io::Result<Vec<u8>> {
-    let mut f = open_read(path)?;
+    let (mut f, len) = open_sized(options().read(true), path)?;
     let mut out = Vec::new();
+    out.try_reserve_exact(usize::try_from(len).unwrap_or(0))?;
     f.read_to_end(&mut out)?;
     Ok(out)
 }
