@@ -36,7 +36,7 @@
 //!   log, not this module, keep concurrent writers correct.
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -53,13 +53,21 @@ use zeroize::Zeroizing;
 use crate::crypto::{random_bytes, serve_tag, serve_tag_ok};
 use crate::memory::{Memory, Store, ToolResult};
 use crate::protocol::{self, Line, Reply};
-use crate::vault::{Attribution, Vault, fsync};
+use crate::vault::{Attribution, Vault, fsx, fsync};
 
 const SOCKET: &str = "memvault/serve.sock";
 const LEAD_LOCK: &str = "memvault/serve.lock";
 const BYE: &str = r#"{"memvault":"bye"}"#;
 const BYE_ACK: &str = r#"{"memvault":"bye_ack"}"#;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a follower gives `serve.sock` to connect and prove it is the
+/// leader: a genuine leader answers in microseconds, and a socket that
+/// does not (a listener that never answers, planted or hung) must not
+/// stall this process's client; it then runs requests itself.
+const FOLLOW_TIMEOUT: Duration = Duration::from_millis(300);
+/// Each election that finds no leader to follow doubles the wait before
+/// the next one, up to this.
+const RETRY_MAX: Duration = Duration::from_secs(64);
 /// How long a leader that is leaving waits for its followers' last
 /// requests before it hangs up on them.
 const LEAVE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -199,6 +207,7 @@ pub(crate) fn run(vault: &mut Vault, memory: &Memory, max_line: usize) -> io::Re
             own,
             mode: Mode::Local,
             last_try: Instant::now(),
+            retry_every: RETRY_EVERY,
         };
         node.mode = node.elect(true);
         let result = node.serve_own();
@@ -221,7 +230,13 @@ struct Leader {
     /// Holds `serve.lock` while this process leads.
     lock: Option<File>,
     socket: PathBuf,
+    /// The socket file's (device, inode), to tell it from one put in its
+    /// place.
+    socket_id: (u64, u64),
     stop: Arc<AtomicBool>,
+    /// Ends the loop that takes followers' connections (`None`), whatever
+    /// became of the socket's name.
+    wake: mpsc::Sender<Option<UnixStream>>,
 }
 
 /// This process's own client, and the lead or follow it takes.
@@ -231,6 +246,8 @@ struct Node<'s, 'v, 'e> {
     own: Attribution,
     mode: Mode,
     last_try: Instant,
+    /// How long to run requests here before looking for a leader again.
+    retry_every: Duration,
 }
 
 impl<'s, 'v: 's, 'e> Node<'s, 'v, 'e> {
@@ -260,7 +277,7 @@ impl<'s, 'v: 's, 'e> Node<'s, 'v, 'e> {
     /// or by the leader. `retry`: a request the leader never got may go
     /// to the next one (once; after that it runs here).
     fn one(&mut self, line: Line, retry: bool) -> Option<String> {
-        if matches!(self.mode, Mode::Local) && self.last_try.elapsed() > RETRY_EVERY {
+        if matches!(self.mode, Mode::Local) && self.last_try.elapsed() > self.retry_every {
             self.mode = self.elect(false);
         }
         let bytes = match (&self.mode, line) {
@@ -300,9 +317,16 @@ impl<'s, 'v: 's, 'e> Node<'s, 'v, 'e> {
             return;
         };
         l.stop.store(true, Ordering::SeqCst);
-        // Wake the acceptor so it sees `stop`, then take the name away.
-        let _ = UnixStream::connect(&l.socket);
-        let _ = fs::remove_file(&l.socket);
+        // Stop taking followers: this does not depend on the socket.
+        let _ = l.wake.send(None);
+        // If the name is still our socket's, wake the acceptor blocked on
+        // it so it sees `stop`, and take the name away. One deleted or
+        // replaced is left as it is (connecting to someone else's could
+        // block); the acceptor then ends with the process.
+        if socket_id(&l.socket).ok() == Some(l.socket_id) {
+            let _ = UnixStream::connect(&l.socket);
+            let _ = fs::remove_file(&l.socket);
+        }
         l.lock = None;
         {
             let mut peers = lock(&self.shared.peers);
@@ -323,28 +347,32 @@ impl<'s, 'v: 's, 'e> Node<'s, 'v, 'e> {
     /// Lead if nobody does, else follow the leader, else run requests here.
     /// `wait`: give a leader that is starting a moment to listen.
     fn elect(&mut self, wait: bool) -> Mode {
+        let mode = self.try_elect(wait);
         self.last_try = Instant::now();
+        self.retry_every = match mode {
+            Mode::Local => (self.retry_every * 2).min(RETRY_MAX),
+            _ => RETRY_EVERY,
+        };
+        mode
+    }
+
+    fn try_elect(&mut self, wait: bool) -> Mode {
         let dir = &self.shared.dir;
-        let lead = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(LEAD_LOCK));
+        let lead = fsx::open_rw(&dir.join(LEAD_LOCK));
         if let Ok(lead) = lead
             && lead.try_lock().is_ok()
         {
             return match self.listen() {
-                Ok((socket, stop)) => Mode::Leader(Leader {
-                    lock: Some(lead),
-                    socket,
-                    stop,
-                }),
+                Ok(mut l) => {
+                    l.lock = Some(lead);
+                    Mode::Leader(l)
+                }
                 Err(_) => Mode::Local,
             };
         }
         let tries = if wait { 50 } else { 1 };
         for i in 0..tries {
-            match Follower::connect(&dir.join(SOCKET), &self.shared.key) {
+            match Follower::connect_within(&dir.join(SOCKET), &self.shared.key) {
                 Ok(f) => return Mode::Follower(f),
                 Err(e)
                     if i + 1 < tries
@@ -361,27 +389,49 @@ impl<'s, 'v: 's, 'e> Node<'s, 'v, 'e> {
         Mode::Local
     }
 
-    fn listen(&mut self) -> io::Result<(PathBuf, Arc<AtomicBool>)> {
+    /// Listen on `serve.sock` (the caller holds the lead lock and puts it
+    /// in the returned [`Leader`]).
+    fn listen(&mut self) -> io::Result<Leader> {
         let socket = self.shared.dir.join(SOCKET);
         // Left by a leader that died: we hold the lead lock now.
         let _ = fs::remove_file(&socket);
         let listener = UnixListener::bind(&socket)?;
         fs::set_permissions(&socket, fs::Permissions::from_mode(0o600))?;
+        let socket_id = socket_id(&socket)?;
         // A new lead takes followers again.
         lock(&self.shared.peers).1 = false;
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = stop.clone();
-        let (shared, scope) = (self.shared, self.scope);
-        scope.spawn(move || {
-            for (id, conn) in (0u64..).zip(listener.incoming()) {
+        // The acceptor hands connections to a loop in the scope. It is not
+        // in the scope itself: if the socket's name was deleted or
+        // replaced, nothing can wake its `accept`, and the process must
+        // still exit when its client is done.
+        let (wake, conns) = mpsc::channel::<Option<UnixStream>>();
+        let to_loop = wake.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
                 if stop_flag.load(Ordering::SeqCst) {
                     return;
                 }
                 let Ok(conn) = conn else { continue };
+                if to_loop.send(Some(conn)).is_err() {
+                    return;
+                }
+            }
+        });
+        let (shared, scope) = (self.shared, self.scope);
+        scope.spawn(move || {
+            for (id, conn) in (0u64..).zip(conns.iter().map_while(|c| c)) {
                 scope.spawn(move || serve_peer(shared, conn, id));
             }
         });
-        Ok((socket, stop))
+        Ok(Leader {
+            lock: None,
+            socket,
+            socket_id,
+            stop,
+            wake,
+        })
     }
 }
 
@@ -466,9 +516,23 @@ struct Follower {
 }
 
 impl Follower {
+    /// [`Follower::connect`] within [`FOLLOW_TIMEOUT`], connect included
+    /// (a listener whose backlog is full blocks `connect` itself; the
+    /// helper thread is then left to end with the process).
+    fn connect_within(socket: &Path, key: &Zeroizing<[u8; 32]>) -> io::Result<Follower> {
+        let (tx, rx) = mpsc::channel();
+        let (socket, key) = (socket.to_path_buf(), key.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send(Follower::connect(&socket, &key));
+        });
+        rx.recv_timeout(FOLLOW_TIMEOUT)
+            .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()))
+    }
+
     fn connect(socket: &Path, key: &Zeroizing<[u8; 32]>) -> io::Result<Follower> {
         let mut s = UnixStream::connect(socket)?;
-        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+        s.set_read_timeout(Some(FOLLOW_TIMEOUT))?;
+        s.set_write_timeout(Some(FOLLOW_TIMEOUT))?;
         let mut r = BufReader::new(s.try_clone()?);
         let nf = random_bytes::<32>();
         s.write_all(format!("hello {}\n", hex(&nf)).as_bytes())?;
@@ -489,6 +553,7 @@ impl Follower {
             return Err(io::Error::other("the leader refused"));
         }
         s.set_read_timeout(None)?;
+        s.set_write_timeout(None)?;
         let w = Arc::new(Mutex::new((s.try_clone()?, false)));
         let (tx, replies) = mpsc::channel();
         let w2 = w.clone();
@@ -598,6 +663,13 @@ fn request_id(line: &[u8]) -> Option<String> {
     (v.get("type")?.as_str()? == "tool_use")
         .then(|| v.get("id")?.as_str().map(str::to_string))
         .flatten()
+}
+
+/// A file's (device, inode), links not followed.
+fn socket_id(path: &Path) -> io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::symlink_metadata(path)?;
+    Ok((m.dev(), m.ino()))
 }
 
 fn hex(bytes: &[u8]) -> String {

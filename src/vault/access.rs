@@ -13,7 +13,6 @@
 //! rewrite. A record that does not open is skipped.
 
 use std::collections::HashMap;
-use std::fs::{self, OpenOptions};
 use std::io::Write;
 
 use super::{Vault, VaultError, write_durable};
@@ -69,10 +68,7 @@ impl Vault {
         // At most 2,000 entries per record keeps the length within u16.
         for chunk in entries.chunks(2_000) {
             let record = self.seal_access_record(chunk);
-            let _ = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(self.dir.join(ACCESS_FILE))
+            let _ = super::fsx::open_append(&self.dir.join(ACCESS_FILE))
                 .and_then(|mut f| f.write_all(&record));
         }
     }
@@ -87,7 +83,7 @@ impl Vault {
 
     /// The access table: the newest view and write time per file key.
     pub fn access_table(&self) -> Result<HashMap<FileKeyId, Access>, VaultError> {
-        let bytes = match fs::read(self.dir.join(ACCESS_FILE)) {
+        let bytes = match super::fsx::read(&self.dir.join(ACCESS_FILE)) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(e.into()),

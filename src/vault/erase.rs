@@ -246,7 +246,7 @@ impl Vault {
     /// Finish an erasure a crash interrupted (see the module docs). The
     /// caller holds the writer lock.
     pub(crate) fn finish_pending_erasure(&mut self, tip: Option<Oid>) -> Result<(), VaultError> {
-        let sealed = match fs::read(self.dir.join(MARKER)) {
+        let sealed = match super::fsx::read(&self.dir.join(MARKER)) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e.into()),
@@ -452,7 +452,7 @@ impl Vault {
         // (it is preallocated): zero them, replaced key tables among them.
         self.wal.scrub()?;
         let list_path = self.dir.join(GARBAGE_FILE);
-        let text = match fs::read_to_string(&list_path) {
+        let text = match super::fsx::read_to_string(&list_path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
             Err(e) => return Err(e.into()),

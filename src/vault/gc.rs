@@ -17,7 +17,7 @@ use std::fs;
 
 use git2::{Oid, Repository};
 
-use super::{MAIN_REF, Vault, VaultError, checkpoint_locked, fsync, keys::KEYS_REF, wal};
+use super::{MAIN_REF, Vault, VaultError, checkpoint_locked, fsx, fsync, keys::KEYS_REF, wal};
 
 /// What a garbage collection did.
 #[derive(Debug, Clone, Default)]
@@ -121,6 +121,8 @@ pub(crate) fn merge_small_packs(repo: &Repository) -> Result<usize, VaultError> 
         return Ok(0);
     }
     let pack_dir = repo.path().join("objects/pack");
+    // Never merge from, write into or delete in a folder a link points to.
+    fsx::check_real_dir(&pack_dir)?;
     let odb = repo.odb()?;
     let files = packs[from..]
         .iter()
@@ -253,7 +255,8 @@ fn insert_tree(
 pub(crate) fn repack_locked(repo: &Repository) -> Result<GcReport, VaultError> {
     let objects_dir = repo.path().join("objects");
     let pack_dir = objects_dir.join("pack");
-    fs::create_dir_all(&pack_dir)?;
+    fsx::check_real_dir(&objects_dir)?;
+    fsx::mkdir_private(&pack_dir)?;
     let mut report = GcReport {
         bytes_before: dir_bytes(&objects_dir),
         ..Default::default()
@@ -281,7 +284,9 @@ pub(crate) fn repack_locked(repo: &Repository) -> Result<GcReport, VaultError> {
         }
     }
     report.objects = pb.object_count();
-    pb.write(&pack_dir, 0o444)?;
+    // libgit2 takes the umask off this mode; it has no group or other
+    // bits to begin with.
+    pb.write(&pack_dir, fsx::OBJECT_MODE)?;
     let name = pb
         .name()?
         .ok_or_else(|| super::damaged("the new pack has no name"))?
@@ -301,7 +306,9 @@ pub(crate) fn repack_locked(repo: &Repository) -> Result<GcReport, VaultError> {
     }
     for d in fs::read_dir(&objects_dir)?.filter_map(Result::ok) {
         let n = d.file_name().to_string_lossy().into_owned();
-        if n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit()) {
+        // A link is not followed (`file_type` does not follow it).
+        let real_dir = d.file_type().is_ok_and(|t| t.is_dir());
+        if real_dir && n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit()) {
             for f in fs::read_dir(d.path())?.filter_map(Result::ok) {
                 fs::remove_file(f.path())?;
                 report.removed_files += 1;

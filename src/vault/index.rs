@@ -14,13 +14,13 @@
 //! rewrite is a rename.
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs;
 use std::io::Write;
 
 use git2::Oid;
 use serde::{Deserialize, Serialize};
 
-use super::{CommitMeta, Vault};
+use super::{CommitMeta, Vault, fsx};
 
 const INDEX_FILE: &str = "memvault/history-index";
 const INDEX_LOCK: &str = "memvault/history-index.lock";
@@ -58,7 +58,7 @@ impl Vault {
             chunks: 0,
             file_len: 0,
         };
-        let Ok(bytes) = fs::read(self.dir.join(INDEX_FILE)) else {
+        let Ok(bytes) = fsx::read(&self.dir.join(INDEX_FILE)) else {
             return index;
         };
         let mut at = 0usize;
@@ -102,12 +102,7 @@ impl Vault {
         if newer.is_empty() {
             return;
         }
-        let Ok(lock) = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(self.dir.join(INDEX_LOCK))
-        else {
+        let Ok(lock) = fsx::open_rw(&self.dir.join(INDEX_LOCK)) else {
             return;
         };
         let Ok(_guard) = super::FileLock::exclusive(&lock) else {
@@ -122,7 +117,7 @@ impl Vault {
             let mut all: Vec<Entry> = index.entries[..keep].to_vec();
             all.extend_from_slice(newer);
             let tmp = path.with_extension("tmp");
-            File::create(&tmp)
+            fsx::create_new(&tmp, fsx::FILE_MODE)
                 .and_then(|mut f| {
                     for chunk in all.chunks(16_384) {
                         f.write_all(&self.seal_chunk(chunk))?;
@@ -131,11 +126,7 @@ impl Vault {
                 })
                 .and_then(|()| fs::rename(&tmp, &path))
         } else {
-            OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .and_then(|mut f| f.write_all(&self.seal_chunk(newer)))
+            fsx::open_append(&path).and_then(|mut f| f.write_all(&self.seal_chunk(newer)))
         };
         let _ = result;
     }

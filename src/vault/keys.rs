@@ -567,10 +567,7 @@ pub const GARBAGE_FILE: &str = "memvault/keys-garbage";
 /// key-state commits by scanning when asked for a full prune).
 fn note_garbage(repo: &Repository, old: Oid) {
     use std::io::Write;
-    let _ = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(repo.path().join(GARBAGE_FILE))
+    let _ = super::fsx::open_append(&repo.path().join(GARBAGE_FILE))
         .and_then(|mut f| writeln!(f, "{old}"));
 }
 

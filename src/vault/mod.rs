@@ -26,6 +26,7 @@ pub mod bulk;
 pub mod clock;
 pub mod config;
 pub mod erase;
+pub(crate) mod fsx;
 pub mod fsync;
 mod gc;
 pub mod history;
@@ -43,7 +44,7 @@ pub mod verify;
 mod wal;
 
 use std::collections::{BTreeMap, HashSet};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
 use git2::{ErrorCode, Oid, Repository, RepositoryInitOptions, Signature};
@@ -125,6 +126,8 @@ pub enum VaultError {
     Git(#[from] git2::Error),
     #[error("cannot write the vault's log (memvault/wal): {0}")]
     Log(std::io::Error),
+    #[error("the vault is not safe to use: {0}; nothing was changed")]
+    Unsafe(#[from] fsx::Unsafe),
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -261,15 +264,21 @@ impl Vault {
     }
 
     fn build(tmp: &Path, secret: InitSecret, config: &VaultConfig) -> Result<Keyring, VaultError> {
+        // The folder is ours and private before libgit2 fills it; what
+        // libgit2 makes with the umask's modes is made private below.
+        fsx::mkdir_private(tmp)?;
         let mut opts = RepositoryInitOptions::new();
-        opts.bare(true).initial_head("main").mkdir(true);
+        opts.bare(true)
+            .initial_head("main")
+            .mkdir(true)
+            .external_template(false);
         let repo = Repository::init_opts(tmp, &opts)?;
         {
             let mut cfg = repo.config()?;
             cfg.set_bool("core.logAllRefUpdates", false)?;
             cfg.set_i32("gc.auto", 0)?;
         }
-        fs::create_dir_all(tmp.join(STATE_DIR))?;
+        fsx::mkdir_private(&tmp.join(STATE_DIR))?;
         write_durable(&tmp.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
         write_durable(&tmp.join(LOCK_FILE), b"")?;
 
@@ -302,6 +311,7 @@ impl Vault {
         // as a whole, then start its log at this state.
         let mut wal = Wal::open(tmp)?;
         let keys_commit = repo.refname_to_id(keys::KEYS_REF)?;
+        fsx::make_private_tree(tmp)?;
         sync_tree(tmp)?;
         wal.reset(vec![
             (MAIN_REF.to_string(), commit),
@@ -320,6 +330,11 @@ impl Vault {
         if !dir.exists() {
             return Err(VaultError::NotFound(dir.to_path_buf()));
         }
+        if !dir.join(FORMAT_FILE).is_file() {
+            return Err(VaultError::NotAVault(dir.to_path_buf()));
+        }
+        // Before anything is read or written: no link, not open to others.
+        fsx::check_vault(dir)?;
         read_format(dir)?;
         let repo =
             Repository::open_bare(dir).map_err(|_| VaultError::NotAVault(dir.to_path_buf()))?;
@@ -368,6 +383,7 @@ impl Vault {
     /// A second, independent handle on this vault (its own repository
     /// handle and writer-lock descriptor), e.g. for a sweeper thread.
     pub fn reopen(&self, attribution: Attribution) -> Result<Vault, VaultError> {
+        fsx::check_vault(&self.dir)?;
         let repo = Repository::open_bare(&self.dir)
             .map_err(|_| VaultError::NotAVault(self.dir.clone()))?;
         let wal = recover_on_open(&self.dir, &repo)?;
@@ -409,12 +425,7 @@ impl Vault {
             Some(s) => s.clone(),
             None => load_config(dir)?,
         };
-        let lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(dir.join(LOCK_FILE))?;
+        let lock = fsx::open_rw(&dir.join(LOCK_FILE))?;
         let vault = Vault {
             dir: dir.to_path_buf(),
             repo,
@@ -1048,12 +1059,7 @@ fn recover_on_open(dir: &Path, repo: &Repository) -> Result<Wal, VaultError> {
     let mut wal = Wal::open(dir)?;
     let c = wal.catch_up(repo)?;
     if c.records || !c.clean || !wal.refs_consistent(repo) {
-        let lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(dir.join(LOCK_FILE))?;
+        let lock = fsx::open_rw(&dir.join(LOCK_FILE))?;
         let _guard = FileLock::exclusive(&lock).map_err(VaultError::Lock)?;
         checkpoint_locked(repo, &mut wal)?;
     }
@@ -1119,6 +1125,8 @@ fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), VaultError>
         }
         let file = repo.path().join(name);
         if file.exists() {
+            // libgit2 wrote it with the umask's mode.
+            fsx::make_private(&file)?;
             fsync::sync_path(&file)?;
         }
         if let Some(parent) = file.parent() {
@@ -1231,7 +1239,7 @@ fn format_line(n: u32) -> String {
 /// or is newer than this memvault.
 fn read_format(dir: &Path) -> Result<u32, VaultError> {
     let not_a_vault = || VaultError::NotAVault(dir.to_path_buf());
-    let text = fs::read_to_string(dir.join(FORMAT_FILE)).map_err(|_| not_a_vault())?;
+    let text = fsx::read_to_string(&dir.join(FORMAT_FILE)).map_err(|_| not_a_vault())?;
     let n: u32 = text
         .strip_prefix(FORMAT_PREFIX)
         .and_then(|t| t.strip_suffix('\n'))
@@ -1246,7 +1254,7 @@ fn read_format(dir: &Path) -> Result<u32, VaultError> {
 
 fn load_config(dir: &Path) -> Result<VaultConfig, VaultError> {
     let path = dir.join(CONFIG_FILE);
-    let config = match fs::read(&path) {
+    let config = match fsx::read(&path) {
         Ok(bytes) => serde_json::from_slice::<VaultConfig>(&bytes)
             .map_err(|e| VaultError::Config(e.to_string()))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => VaultConfig::default(),
@@ -1261,7 +1269,7 @@ pub(crate) fn write_durable(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
     {
-        let mut f = File::create(&tmp)?;
+        let mut f = fsx::create_new(&tmp, fsx::FILE_MODE)?;
         f.write_all(bytes)?;
         f.sync_all()?;
     }

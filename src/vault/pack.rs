@@ -21,7 +21,7 @@
 //! pack by its index). The caller syncs the directory.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, Read as _, Write};
 use std::path::Path;
 
@@ -399,7 +399,7 @@ fn write_synced(dir: &Path, bytes: &[u8]) -> io::Result<std::path::PathBuf> {
         data_encoding::HEXLOWER.encode(&crate::crypto::random_bytes::<6>())
     ));
     let result = (|| {
-        let mut f = File::create(&tmp)?;
+        let mut f = super::fsx::create_new(&tmp, super::fsx::FILE_MODE)?;
         f.write_all(bytes)?;
         fsync::sync_data(&f)
     })();
@@ -471,8 +471,8 @@ impl PackFile {
     /// Read `<stem>.pack` and `<stem>.idx` (index version 2).
     pub(crate) fn open(dir: &Path, stem: &str) -> io::Result<PackFile> {
         let bad = || io::Error::other("a pack or its index does not read");
-        let idx = fs::read(dir.join(format!("{stem}.idx")))?;
-        let pack = fs::read(dir.join(format!("{stem}.pack")))?;
+        let idx = super::fsx::read(&dir.join(format!("{stem}.idx")))?;
+        let pack = super::fsx::read(&dir.join(format!("{stem}.pack")))?;
         if idx.get(..8) != Some(&[0xff, b't', b'O', b'c', 0, 0, 0, 2][..])
             || pack.get(..4) != Some(&b"PACK"[..])
             || pack.len() < 32

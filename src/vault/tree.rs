@@ -484,7 +484,7 @@ pub(crate) fn check_loose_object(repo: &Repository, oid: Oid) -> Result<(), Stor
 pub(crate) fn inflate_loose(repo: &Repository, oid: Oid) -> Result<Option<Vec<u8>>, StoreError> {
     let hex = oid.to_string();
     let path = repo.path().join("objects").join(&hex[..2]).join(&hex[2..]);
-    let Ok(compressed) = std::fs::read(&path) else {
+    let Ok(compressed) = super::fsx::read(&path) else {
         return Ok(None);
     };
     let bad = || damaged("a stored object is truncated or corrupt");

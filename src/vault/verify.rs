@@ -273,7 +273,7 @@ impl Vault {
     }
 
     fn check_high_water(&self, tip: Oid) -> Option<Problem> {
-        let text = std::fs::read_to_string(self.dir.join(HWM_FILE)).ok()?;
+        let text = super::fsx::read_to_string(&self.dir.join(HWM_FILE)).ok()?;
         let parts: Vec<&str> = text.split_whitespace().collect();
         let altered = || {
             Some(Problem {

@@ -50,13 +50,13 @@
 //! on commits do that.
 
 use std::collections::HashSet;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use git2::{ObjectType, Odb, Oid, Repository};
 
-use super::fsync;
+use super::{fsx, fsync};
 
 /// The log, relative to the repository directory.
 pub(crate) const WAL_FILE: &str = "memvault/wal";
@@ -407,12 +407,7 @@ impl Wal {
     /// Open (creating if missing, empty) the log of the repository at
     /// `dir`. An empty log means "the refs on disk are the checkpoint".
     pub fn open(dir: &Path) -> std::io::Result<Wal> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(dir.join(WAL_FILE))?;
+        let file = fsx::open_rw(&dir.join(WAL_FILE))?;
         Ok(Wal { file, known: None })
     }
 
@@ -705,13 +700,14 @@ pub(crate) fn write_durable_objects(
             let hex = o.id.to_string();
             let sub = dir.join(&hex[..2]);
             let path = sub.join(&hex[2..]);
-            if path.exists() {
+            if fs::symlink_metadata(&path).is_ok() {
                 continue;
             }
-            if !sub.exists() {
-                fs::create_dir_all(&sub).map_err(io_git)?;
+            if fs::symlink_metadata(&sub).is_err() {
                 dirs.insert(dir.clone());
             }
+            // Created 0700, or refused if it is a link.
+            fsx::mkdir_private(&sub).map_err(io_git)?;
             write_loose(&sub, &path, o).map_err(io_git)?;
             dirs.insert(sub);
         }
@@ -722,7 +718,7 @@ pub(crate) fn write_durable_objects(
     }
     // One pack, no delta search (gc finds deltas), synced before named.
     let pack_dir = dir.join("pack");
-    fs::create_dir_all(&pack_dir).map_err(io_git)?;
+    fsx::mkdir_private(&pack_dir).map_err(io_git)?;
     super::pack::write(&pack_dir, objects).map_err(io_git)?;
     fsync::sync_path(&pack_dir).map_err(io_git)?;
     fsync::sync_path(&dir).map_err(io_git)?;
@@ -742,7 +738,7 @@ fn write_loose(sub: &Path, path: &Path, o: &Object) -> std::io::Result<()> {
         data_encoding::HEXLOWER.encode(&crate::crypto::random_bytes::<6>())
     ));
     let result = (|| {
-        let mut f = File::create(&tmp)?;
+        let mut f = fsx::create_new(&tmp, fsx::FILE_MODE)?;
         f.write_all(&bytes)?;
         fsync::sync_data(&f)?;
         fs::rename(&tmp, path)
@@ -760,6 +756,7 @@ mod tests {
     //! earlier generation as a crash or a checkpoint leaves them.
 
     use super::*;
+    use std::fs::OpenOptions;
 
     const MAIN: &str = "refs/heads/main";
     const KEYS: &str = "refs/memvault/keys";

@@ -9,6 +9,7 @@ mod disk;
 mod expiry;
 mod fixtures;
 mod fuzz_replay;
+mod hostile_disk;
 mod hostile_vault;
 mod keys;
 mod limits;

@@ -1,0 +1,476 @@
+//! A hostile vault directory on the local disk (issue 16, section 2, holes
+//! 3, 4 and 8): links planted inside the vault, permissions that let
+//! another user in, and a `serve.sock` that is not the leader's.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::util::{TestVault, bin, is_error, parse_lines, run_with_stdin};
+
+/// Every file and directory below `dir`, links not followed: its kind and
+/// bytes (a link: its target).
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        for e in std::fs::read_dir(&p).unwrap() {
+            let e = e.unwrap();
+            let t = e.file_type().unwrap();
+            let rel = e.path().strip_prefix(dir).unwrap().to_path_buf();
+            if t.is_symlink() {
+                let target = std::fs::read_link(e.path()).unwrap();
+                out.insert(rel, target.into_os_string().into_encoded_bytes());
+            } else if t.is_dir() {
+                out.insert(rel, b"<dir>".to_vec());
+                stack.push(e.path());
+            } else if t.is_file() {
+                out.insert(rel, std::fs::read(e.path()).unwrap());
+            } else {
+                out.insert(rel, b"<other>".to_vec());
+            }
+        }
+    }
+    out
+}
+
+fn create(path: &str) -> String {
+    json!({"command": "create", "path": path, "file_text": "x\n"}).to_string()
+}
+
+fn view(path: &str) -> String {
+    json!({"command": "view", "path": path}).to_string()
+}
+
+/// Run `cmd` with `input` on stdin; its exit status and stderr.
+fn run(cmd: &mut Command, input: &str) -> (ExitStatus, String) {
+    let out = run_with_stdin(cmd, input.as_bytes());
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A path inside the vault replaced by a link to a place outside it.
+struct Planted {
+    v: TestVault,
+    outside: PathBuf,
+    before: BTreeMap<PathBuf, Vec<u8>>,
+}
+
+/// Replace `rel` (a file or directory of the vault, or a name memvault
+/// creates there) by a symbolic link into a folder outside the vault. A
+/// file's link points to a copy of it (so following it would look like a
+/// healthy vault), a missing file's link dangles, a directory's link points
+/// to a copy holding a pack-like file gc would delete.
+fn plant_link(rel: &str) -> Planted {
+    let v = TestVault::new();
+    // Something for gc to repack and for views to read.
+    let r = v.serve(&[create("/memories/a.md")]);
+    assert!(!is_error(&r[0]), "{}", r[0]);
+    let outside = v.tmp.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let inside = v.vault.join(rel);
+    let target = outside.join("target");
+    match std::fs::symlink_metadata(&inside) {
+        Ok(m) if m.is_dir() => {
+            copy_dir(&inside, &target);
+            std::fs::write(target.join("pack-0000.keep"), b"not memvault's").unwrap();
+            std::fs::remove_dir_all(&inside).unwrap();
+        }
+        Ok(_) => {
+            std::fs::copy(&inside, &target).unwrap();
+            std::fs::remove_file(&inside).unwrap();
+        }
+        Err(_) => {} // dangling: memvault would create the file outside
+    }
+    std::os::unix::fs::symlink(&target, &inside).unwrap();
+    let before = snapshot(&outside);
+    Planted { v, outside, before }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_link_anywhere_inside_the_vault_is_refused_and_its_target_left_untouched() {
+    let paths = [
+        "memvault/wal",
+        "memvault/access",
+        "memvault/lock",
+        "memvault/keys-garbage",
+        "memvault/config.json",
+        "memvault/format",
+        "memvault/history-index",
+        "memvault/history-index.lock",
+        "memvault/verified-head",
+        "memvault/erase-pending",
+        "memvault/serve.lock",
+        "memvault/serve.sock",
+        "refs/heads/main",
+        "refs/memvault/keys",
+        "objects/pack",
+        "objects",
+        "refs",
+        "memvault",
+    ];
+    for rel in paths {
+        let p = plant_link(rel);
+        let commands: [(&str, Vec<&str>, String); 5] = [
+            (
+                "serve",
+                vec!["serve", "--session", "t"],
+                format!("{}\n{}\n", create("/memories/b.md"), view("/memories/a.md")),
+            ),
+            ("gc", vec!["gc"], String::new()),
+            ("verify", vec!["verify"], String::new()),
+            (
+                "expire",
+                vec!["expire", "--older-than", "1m"],
+                String::new(),
+            ),
+            ("purge", vec!["purge", "/memories/a.md"], String::new()),
+        ];
+        for (name, args, input) in commands {
+            let (status, stderr) = run(p.v.cmd().args(&args), &input);
+            assert_eq!(
+                status.code(),
+                Some(1),
+                "{name} with a link at {rel}: {stderr}"
+            );
+            assert!(
+                stderr.contains("symbolic link") && stderr.contains(rel),
+                "{name} with a link at {rel} must say so: {stderr}"
+            );
+        }
+        assert_eq!(
+            snapshot(&p.outside),
+            p.before,
+            "the target of the link at {rel} was changed"
+        );
+    }
+}
+
+#[test]
+fn a_linked_loose_object_directory_is_neither_written_nor_emptied_by_gc() {
+    let v = TestVault::new();
+    let outside = v.tmp.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("precious"), b"keep me").unwrap();
+    // Every possible fan-out directory that is not there yet links outside.
+    for i in 0..=255u8 {
+        let d = v.vault.join("objects").join(format!("{i:02x}"));
+        if std::fs::symlink_metadata(&d).is_err() {
+            std::os::unix::fs::symlink(&outside, &d).unwrap();
+        }
+    }
+    let before = snapshot(&outside);
+    let (status, stderr) = run(
+        v.cmd().args(["serve", "--session", "t"]),
+        &format!("{}\n", create("/memories/a.md")),
+    );
+    assert_eq!(status.code(), Some(1), "serve: {stderr}");
+    assert!(stderr.contains("symbolic link"), "{stderr}");
+    let (status, stderr) = run(v.cmd().arg("gc"), "");
+    assert_eq!(status.code(), Some(1), "gc: {stderr}");
+    assert!(stderr.contains("symbolic link"), "{stderr}");
+    assert_eq!(snapshot(&outside), before, "gc: {stderr}");
+}
+
+/// `sh -c 'umask 000; exec memvault …'`.
+fn under_umask_000(v: &TestVault, args: &[&str]) -> Command {
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg("umask 000; exec \"$@\"")
+        .arg("sh")
+        .arg(bin())
+        .arg("--vault")
+        .arg(&v.vault)
+        .arg("--key-file")
+        .arg(&v.key)
+        .args(args);
+    c
+}
+
+/// Paths below `dir` whose mode has any group or other bit.
+fn open_to_others(dir: &Path) -> Vec<String> {
+    let mut bad = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        if m.mode() & 0o077 != 0 {
+            bad.push(format!("{} {:o}", p.display(), m.mode() & 0o7777));
+        }
+        if m.is_dir() {
+            for e in std::fs::read_dir(&p).unwrap() {
+                stack.push(e.unwrap().path());
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn under_umask_000_nothing_in_the_vault_is_open_to_group_or_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    let v = TestVault {
+        vault: tmp.path().join("vault"),
+        key: tmp.path().join("vault.key"),
+        tmp,
+    };
+    let out = Command::new(bin())
+        .arg("keygen")
+        .arg(&v.key)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let (status, stderr) = run(&mut under_umask_000(&v, &["init"]), "");
+    assert!(status.success(), "init: {stderr}");
+    assert_eq!(open_to_others(&v.vault), Vec::<String>::new(), "after init");
+    // Enough objects for a checkpoint pack, then a few loose ones, then gc.
+    let lines: String = (0..12)
+        .map(|i| create(&format!("/memories/d{i}/f{i}.md")) + "\n")
+        .collect();
+    let (status, stderr) = run(
+        &mut under_umask_000(&v, &["serve", "--session", "t"]),
+        &lines,
+    );
+    assert!(status.success(), "serve: {stderr}");
+    let (status, stderr) = run(
+        &mut under_umask_000(&v, &["serve", "--session", "t"]),
+        &(create("/memories/one.md") + "\n" + &view("/memories/d1/f1.md") + "\n"),
+    );
+    assert!(status.success(), "serve: {stderr}");
+    assert_eq!(
+        open_to_others(&v.vault),
+        Vec::<String>::new(),
+        "after creates"
+    );
+    let (status, stderr) = run(&mut under_umask_000(&v, &["verify"]), "");
+    assert!(status.success(), "verify: {stderr}");
+    let (status, stderr) = run(&mut under_umask_000(&v, &["gc"]), "");
+    assert!(status.success(), "gc: {stderr}");
+    assert_eq!(open_to_others(&v.vault), Vec::<String>::new(), "after gc");
+}
+
+#[test]
+fn a_vault_or_state_directory_others_can_write_is_refused_and_left_as_it_is() {
+    for (rel, mode) in [
+        ("", 0o777),
+        ("", 0o770),
+        ("memvault", 0o777),
+        ("memvault", 0o722),
+    ] {
+        let v = TestVault::new();
+        let r = v.serve(&[create("/memories/a.md")]);
+        assert!(!is_error(&r[0]));
+        let dir = v.vault.join(rel);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        let before = snapshot(&v.vault);
+        for (args, input) in [
+            (
+                vec!["serve", "--session", "t"],
+                create("/memories/b.md") + "\n",
+            ),
+            (vec!["gc"], String::new()),
+        ] {
+            let (status, stderr) = run(v.cmd().args(&args), &input);
+            assert_eq!(
+                status.code(),
+                Some(1),
+                "{args:?} on {rel:?} {mode:o}: {stderr}"
+            );
+            assert!(
+                stderr.contains("writable by"),
+                "{args:?} on {rel:?} {mode:o} must say why: {stderr}"
+            );
+        }
+        assert_eq!(
+            snapshot(&v.vault),
+            before,
+            "{rel:?} {mode:o}: the vault changed"
+        );
+        let m = std::fs::metadata(&dir).unwrap().mode() & 0o777;
+        assert_eq!(m, mode);
+        // Put right, it opens again.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let r = v.one(json!({"command": "view", "path": "/memories/a.md"}));
+        assert!(!is_error(&r), "{r}");
+    }
+}
+
+/// A `serve` kept open.
+struct Client {
+    child: Child,
+    stdin: Option<std::process::ChildStdin>,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Client {
+    fn start(v: &TestVault) -> Client {
+        let mut child = v
+            .cmd()
+            .args(["serve", "--session", "t"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        Client { child, stdin, out }
+    }
+
+    fn call(&mut self, line: &str) -> serde_json::Value {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+        let mut reply = String::new();
+        assert!(self.out.read_line(&mut reply).unwrap() > 0, "no reply");
+        serde_json::from_str(&reply).unwrap()
+    }
+
+    /// Close its input; its exit status, or None if it has not exited
+    /// within `limit` (it is then killed).
+    fn finish_within(mut self, limit: Duration) -> Option<ExitStatus> {
+        drop(self.stdin.take());
+        wait_within(self.child, limit)
+    }
+}
+
+/// Wait for `child` at most `limit` (in a thread: no polling); kill it if
+/// it is still running then.
+fn wait_within(mut child: Child, limit: Duration) -> Option<ExitStatus> {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let _ = tx.send(child.wait().unwrap());
+    });
+    let status = rx.recv_timeout(limit).ok();
+    if status.is_none() {
+        let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+    }
+    waiter.join().unwrap();
+    status
+}
+
+#[test]
+fn a_leader_exits_when_its_input_ends_even_if_its_socket_was_deleted_or_replaced() {
+    for replace in [false, true] {
+        let v = TestVault::new();
+        let mut leader = Client::start(&v);
+        let r = leader.call(&create("/memories/a.md"));
+        assert!(!is_error(&r), "{r}");
+        let sock = v.vault.join("memvault/serve.sock");
+        assert!(sock.exists(), "the leader listens");
+        std::fs::remove_file(&sock).unwrap();
+        // A listener that never accepts, in its place.
+        let _planted = replace.then(|| std::os::unix::net::UnixListener::bind(&sock).unwrap());
+        let status = leader.finish_within(Duration::from_secs(10));
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "the leader did not exit after its input ended (socket {})",
+            if replace { "replaced" } else { "deleted" }
+        );
+    }
+}
+
+#[test]
+fn a_planted_serve_socket_does_not_stall_a_starting_serve() {
+    for silent_listener in [true, false] {
+        let v = TestVault::new();
+        // Someone holds the lead, and serve.sock is not theirs to answer on.
+        let lead = std::fs::OpenOptions::new()
+            .write(true)
+            .open(v.vault.join("memvault/serve.lock"))
+            .or_else(|_| std::fs::File::create(v.vault.join("memvault/serve.lock")))
+            .unwrap();
+        lead.lock().unwrap();
+        let sock = v.vault.join("memvault/serve.sock");
+        let _planted = if silent_listener {
+            Some(std::os::unix::net::UnixListener::bind(&sock).unwrap())
+        } else {
+            std::fs::write(&sock, b"not a socket").unwrap();
+            None
+        };
+        let input = format!("{}\n{}\n", create("/memories/a.md"), view("/memories/a.md"));
+        let mut child = v
+            .cmd()
+            .args(["serve", "--session", "t"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input.as_bytes()).unwrap();
+        drop(stdin);
+        let mut stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut s = Vec::new();
+            std::io::Read::read_to_end(&mut stdout, &mut s).unwrap();
+            s
+        });
+        let status = wait_within(child, Duration::from_secs(5));
+        let out = reader.join().unwrap();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "serve with a planted {} did not answer within 5 s",
+            if silent_listener {
+                "silent listener"
+            } else {
+                "regular file"
+            }
+        );
+        let replies = parse_lines(&out);
+        assert_eq!(replies.len(), 2);
+        assert!(replies.iter().all(|r| !is_error(r)), "{replies:?}");
+    }
+}
+
+#[test]
+fn a_link_planted_while_serve_runs_is_not_written_through() {
+    let v = TestVault::new();
+    let mut leader = Client::start(&v);
+    let r = leader.call(&create("/memories/a.md"));
+    assert!(!is_error(&r), "{r}");
+    let outside = v.tmp.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    // The files a running serve opens again for each write: links to
+    // copies of them, or dangling links.
+    for name in ["access", "keys-garbage"] {
+        let inside = v.vault.join("memvault").join(name);
+        let target = outside.join(name);
+        if std::fs::symlink_metadata(&inside).is_ok() {
+            std::fs::copy(&inside, &target).unwrap();
+            std::fs::remove_file(&inside).unwrap();
+        }
+        std::os::unix::fs::symlink(&target, &inside).unwrap();
+    }
+    let before = snapshot(&outside);
+    for i in 0..3 {
+        // A new file: a key-state change (keys-garbage) and an access
+        // record (access).
+        let r = leader.call(&create(&format!("/memories/n{i}.md")));
+        assert!(!is_error(&r), "{r}");
+        let r = leader.call(&view(&format!("/memories/n{i}.md")));
+        assert!(!is_error(&r), "{r}");
+    }
+    assert!(leader.finish_within(Duration::from_secs(10)).is_some());
+    assert_eq!(snapshot(&outside), before);
+}
