@@ -22,6 +22,10 @@ pub const KEY_TABLE: &[u8] = b"memvault key table";
 pub const SETTINGS: &[u8] = b"memvault settings";
 /// Associated data of the sealed settings.
 pub const SETTINGS_AD: &[u8] = b"memvault settings v1\0";
+/// HKDF info: HMAC-SHA256 key that authenticates the entries of the
+/// write-ahead log (from the epoch-0 data key: stable across rekeys, as
+/// the log outlives no checkpoint).
+pub const LOG_MAC: &[u8] = b"memvault log mac";
 /// Prefix of what the `serve` handshake MACs (under the commit MAC key;
 /// a commit buffer starts with `tree `, so the two never coincide).
 pub const SERVE_HANDSHAKE: &[u8] = b"memvault serve handshake v1\0";

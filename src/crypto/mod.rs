@@ -54,7 +54,7 @@ pub use slot::{
     KdfParams, SlotInfo, SlotKind, Unlock, open_slot, seal_keyfile_slot, seal_passphrase_slot,
     slot_info,
 };
-pub use subkeys::{VaultKeys, serve_tag, serve_tag_ok};
+pub use subkeys::{LogKey, VaultKeys, serve_tag, serve_tag_ok};
 pub use table::KeyTable;
 
 /// Why a cryptographic operation failed. Deliberately coarse: it says what

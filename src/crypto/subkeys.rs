@@ -33,9 +33,39 @@ pub(super) struct EpochKeys {
     pub(super) table: SecretBytes<32>,
 }
 
+/// The key that authenticates the write-ahead log's entries (see
+/// `vault::wal`): an HMAC-SHA256 tag over each entry, so a log copied from
+/// another vault, or an entry written without the key, is refused.
+pub struct LogKey(SecretBytes<32>);
+
+impl LogKey {
+    /// The tag of one entry's bytes.
+    pub fn tag(&self, data: &[u8]) -> [u8; 32] {
+        hmac(self.0.expose(), &[labels::LOG_MAC, data])
+            .finalize()
+            .into_bytes()
+            .into()
+    }
+
+    /// Checks a [`tag`](Self::tag), in constant time.
+    pub fn check(&self, data: &[u8], tag: &[u8]) -> bool {
+        hmac(self.0.expose(), &[labels::LOG_MAC, data])
+            .verify_slice(tag)
+            .is_ok()
+    }
+
+    /// A copy, for a second handle on the same vault.
+    pub fn duplicate(&self) -> LogKey {
+        let mut copy = SecretBytes::zeroed();
+        copy.expose_mut().copy_from_slice(self.0.expose());
+        LogKey(copy)
+    }
+}
+
 /// Subkeys derived from a [`Keyring`]; what a running vault keeps in memory.
 pub struct VaultKeys {
     names: SecretBytes<64>,
+    log: SecretBytes<32>,
     current: u32,
     epochs: BTreeMap<u32, EpochKeys>,
 }
@@ -63,9 +93,17 @@ impl VaultKeys {
             .collect();
         VaultKeys {
             names: hkdf::<64>(labels::HKDF_SALT, epoch0.expose_secret(), labels::NAMES),
+            log: hkdf::<32>(labels::HKDF_SALT, epoch0.expose_secret(), labels::LOG_MAC),
             current: keyring.current_epoch(),
             epochs,
         }
+    }
+
+    /// The key of the write-ahead log's entry tags.
+    pub fn log_key(&self) -> LogKey {
+        let mut copy = SecretBytes::zeroed();
+        copy.expose_mut().copy_from_slice(self.log.expose());
+        LogKey(copy)
     }
 
     /// The epoch new data is sealed under.
