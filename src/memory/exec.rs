@@ -110,6 +110,10 @@ impl Memory {
 
     /// Parses a `tool_use` input and runs it. A malformed input gets an
     /// error result naming the problem, and nothing is touched.
+    ///
+    /// A [`serde_json::Value`] has already lost any repeated key (the last
+    /// one won): parse untrusted text with `protocol::parse_strict`, which
+    /// refuses one, or send it through `protocol::handle_line`.
     pub fn execute_json(&self, store: &mut dyn Store, input: &serde_json::Value) -> ToolResult {
         match parse_command(input) {
             Ok(cmd) => self.execute(store, &cmd),
