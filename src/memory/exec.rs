@@ -18,8 +18,8 @@
 //!
 //! Not protected here: secrets that only appear once the new text is
 //! joined with the old content (the filter sees `file_text`, `new_str` and
-//! `insert_text` on their own), and the size of a directory listing (it is
-//! not truncated).
+//! `insert_text` on their own). A directory listing is cut at
+//! `max_view_chars` like a file view.
 
 use zeroize::Zeroizing;
 
@@ -201,7 +201,7 @@ impl Memory {
                 Some([a, b]) => Ok(ToolResult::error(format!(
                     "Error: Invalid `view_range` parameter: [{a}, {b}]. The `view_range` parameter is not allowed when `path` points to a directory; view a file inside {path} instead."
                 ))),
-                None => listing(snap, path),
+                None => listing(snap, path, self.config.max_view_chars),
             },
             Some(NodeKind::File) => {
                 let bytes = match snap.read(path) {
@@ -738,7 +738,11 @@ fn breaks_limits_when_moved(
 
 /// The directory view of `dir`: the header, the directory itself, then
 /// two levels of entries (hidden names and `node_modules` left out).
-fn listing(snap: &dyn Snapshot, dir: &MemoryPath) -> Result<ToolResult, StoreError> {
+fn listing(
+    snap: &dyn Snapshot,
+    dir: &MemoryPath,
+    max_chars: usize,
+) -> Result<ToolResult, StoreError> {
     let entries = match snap.list(dir) {
         Ok(entries) => entries,
         Err(StoreError::NotFound) => {
@@ -751,32 +755,71 @@ fn listing(snap: &dyn Snapshot, dir: &MemoryPath) -> Result<ToolResult, StoreErr
     let total = entries
         .iter()
         .fold(0u64, |sum, e| sum.saturating_add(e.size));
-    let mut out = listing_header(dir.as_str());
-    let line = |out: &mut String, size: u64, path: &str| {
-        out.push('\n');
-        out.push_str(&listing_line(size, path));
-    };
-    line(&mut out, total, dir.as_str());
+    // Each row, with the subdirectory of `dir` it lies in (for the hint).
+    let mut rows: Vec<(String, Option<String>)> = vec![(listing_line(total, dir.as_str()), None)];
     for entry in visible(entries) {
         let shown = format!("{dir}/{}", entry.name);
         if entry.kind == NodeKind::File {
-            line(&mut out, entry.size, &shown);
+            rows.push((listing_line(entry.size, &shown), None));
             continue;
         }
-        line(&mut out, entry.size, &format!("{shown}/"));
+        let sub_dir = Some(format!("{shown}/"));
+        rows.push((
+            listing_line(entry.size, &format!("{shown}/")),
+            sub_dir.clone(),
+        ));
         let Ok(child) = dir.join(&entry.name) else {
             return Err(StoreError::Damaged(
                 "a stored name is not a valid path segment".into(),
             ));
         };
         for sub in visible(snap.list(&child)?) {
-            match sub.kind {
-                NodeKind::File => line(&mut out, sub.size, &format!("{shown}/{}", sub.name)),
-                NodeKind::Dir => line(&mut out, sub.size, &format!("{shown}/{}/", sub.name)),
-            }
+            let line = match sub.kind {
+                NodeKind::File => listing_line(sub.size, &format!("{shown}/{}", sub.name)),
+                NodeKind::Dir => listing_line(sub.size, &format!("{shown}/{}/", sub.name)),
+            };
+            rows.push((line, sub_dir.clone()));
         }
     }
-    Ok(ToolResult::ok(out))
+    Ok(ToolResult::ok(capped_listing(
+        listing_header(dir.as_str()),
+        &rows,
+        max_chars,
+    )))
+}
+
+/// A listing's rows under its header, cut at whole rows once they pass
+/// `max_chars` characters (newlines counted), with one closing row that
+/// says how many entries were left out and how to see them.
+fn capped_listing(header: String, rows: &[(String, Option<String>)], max_chars: usize) -> String {
+    let mut out = header;
+    let mut used = 0usize;
+    let mut kept = 0usize;
+    for (row, _) in rows {
+        let len = row.chars().count() + 1;
+        // The directory's own row is always shown.
+        if kept > 0 && used + len > max_chars {
+            break;
+        }
+        used += len;
+        kept += 1;
+        out.push('\n');
+        out.push_str(row);
+    }
+    let omitted = rows.len() - kept;
+    if omitted > 0 {
+        let entries = if omitted == 1 { "entry" } else { "entries" };
+        let example = rows[kept..]
+            .iter()
+            .find_map(|(_, sub)| sub.as_deref())
+            .map(|sub| format!(" (such as {sub})"))
+            .unwrap_or_default();
+        out.push('\n');
+        out.push_str(&format!(
+            "… {omitted} more {entries} not shown: a listing stops at {max_chars} characters. View a subdirectory{example} to list what is in it, or view a file by its path …"
+        ));
+    }
+    out
 }
 
 /// Entries shown in a listing, sorted by name.

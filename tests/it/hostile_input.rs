@@ -86,3 +86,84 @@ fn duplicate_key_is_refused_by_exec() {
     assert!(text(&v).contains("keep me"), "{v}");
     let _ = run_with_stdin;
 }
+
+/// A memory directory of `n` small files in `dirs` subfolders (or at the
+/// top when `dirs` is 0), imported in one commit.
+fn import_many(t: &TestVault, n: usize, dirs: usize) {
+    let src = t.tmp.path().join("plain");
+    for i in 0..n {
+        let dir = match dirs {
+            0 => src.clone(),
+            d => src.join(format!("d{:03}", i % d)),
+        };
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("note-{i:05}.md")), format!("note {i}\n")).unwrap();
+    }
+    let out = t.cmd().arg("import").arg(&src).output().unwrap();
+    assert!(
+        out.status.success(),
+        "import: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn directory_view_is_capped_at_max_view_chars() {
+    let t = TestVault::new();
+    import_many(&t, 3000, 0);
+    let v = t.one(json!({"command": "view", "path": "/memories"}));
+    assert!(!is_error(&v), "{v}");
+    let body = text(&v);
+    let rows: Vec<&str> = body.split('\n').collect();
+    let marker = rows.last().unwrap();
+    assert!(
+        marker.starts_with("… ") && marker.contains("more entries not shown"),
+        "{marker}"
+    );
+    // Header, capped rows, marker: the rows stay within 16,000 characters.
+    let listed: usize = rows[1..rows.len() - 1]
+        .iter()
+        .map(|r| r.chars().count() + 1)
+        .sum();
+    assert!(listed <= 16_000, "{listed}");
+    assert!(listed > 15_000, "{listed}");
+    let shown = rows.len() - 2;
+    let omitted: usize = marker
+        .trim_start_matches("… ")
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The directory's own row plus 3,000 files.
+    assert_eq!(shown + omitted, 3001, "{marker}");
+    assert_eq!(rows[1], "28.2K\t/memories");
+    assert!(rows[2].ends_with("/memories/note-00000.md"), "{}", rows[2]);
+    // Whole rows only, and the same answer every time.
+    assert!(rows[1..rows.len() - 1].iter().all(|r| r.contains('\t')));
+    assert_eq!(t.one(json!({"command": "view", "path": "/memories"})), v);
+}
+
+#[test]
+fn capped_directory_view_names_a_subdirectory_to_view() {
+    let t = TestVault::new();
+    import_many(&t, 2000, 40);
+    let v = t.one(json!({"command": "view", "path": "/memories"}));
+    let body = text(&v);
+    let marker = body.rsplit('\n').next().unwrap();
+    assert!(
+        marker.contains("View a subdirectory (such as /memories/d"),
+        "{marker}"
+    );
+    assert!(
+        body.chars().count() < 16_000 + 400,
+        "{}",
+        body.chars().count()
+    );
+    let sub = t.one(json!({"command": "view", "path": "/memories/d039"}));
+    assert!(!text(&sub).contains("not shown"), "{sub}");
+    assert!(
+        text(&sub).ends_with("/memories/d039/note-01999.md"),
+        "{sub}"
+    );
+}
