@@ -41,8 +41,87 @@ impl CliError {
     }
 }
 
+impl CliError {
+    /// The reader of stdout went away (`memvault history | head`): the
+    /// process ends quietly with success, as ripgrep does. `main` prints
+    /// nothing for an error with an empty message.
+    fn broken_pipe() -> Self {
+        CliError {
+            message: String::new(),
+            code: 0,
+        }
+    }
+
+    /// A permission error, naming the vault file that cannot be opened
+    /// when one can be found.
+    fn permission_denied(e: &io::Error) -> Self {
+        if let Some(dir) = OPENED_VAULT.get()
+            && let Some((path, what)) = inaccessible_in(dir)
+        {
+            return CliError::failure(format!(
+                "cannot {what} {}: permission denied (memvault must read and write every file in the vault; check that file's owner and mode)",
+                path.display()
+            ));
+        }
+        CliError::failure(format!(
+            "I/O error: {e} (memvault must read and write every file in the vault and its key or passphrase file; check their owner and mode)"
+        ))
+    }
+}
+
+/// The vault this process opened, for messages that must name one of its
+/// files (a CLI process opens one vault).
+static OPENED_VAULT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// The first file or folder of the vault at `dir` that this process cannot
+/// open (or, for memvault's own files, open for writing), with the verb for
+/// the message. Looks at `memvault/` first, then the rest, symbolic links
+/// not followed, at most 100,000 entries.
+fn inaccessible_in(dir: &Path) -> Option<(PathBuf, &'static str)> {
+    use std::fs;
+    let denied =
+        |r: io::Result<()>| matches!(r, Err(e) if e.kind() == io::ErrorKind::PermissionDenied);
+    let own = dir.join("memvault");
+    let mut stack = vec![dir.to_path_buf(), own.clone()];
+    let mut seen = 0usize;
+    while let Some(d) = stack.pop() {
+        let entries = match fs::read_dir(&d) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Some((d, "open")),
+            Err(_) => continue,
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > 100_000 {
+                return None;
+            }
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                if path != own {
+                    stack.insert(0, path);
+                }
+            } else if kind.is_file() {
+                if denied(fs::File::open(&path).map(drop)) {
+                    return Some((path, "open"));
+                }
+                let writable = || fs::OpenOptions::new().write(true).open(&path).map(drop);
+                if d == own && denied(writable()) {
+                    return Some((path, "write to"));
+                }
+            }
+        }
+    }
+    None
+}
+
 impl From<VaultError> for CliError {
     fn from(e: VaultError) -> Self {
+        if let VaultError::Io(io) = &e {
+            return io_error(io);
+        }
         let hint = match &e {
             VaultError::WrongSecret => " (check the passphrase or --key-file; nothing was changed)",
             VaultError::Damaged(_) => {
@@ -56,7 +135,15 @@ impl From<VaultError> for CliError {
 
 impl From<io::Error> for CliError {
     fn from(e: io::Error) -> Self {
-        CliError::failure(format!("I/O error: {e}"))
+        io_error(&e)
+    }
+}
+
+fn io_error(e: &io::Error) -> CliError {
+    match e.kind() {
+        io::ErrorKind::BrokenPipe => CliError::broken_pipe(),
+        io::ErrorKind::PermissionDenied => CliError::permission_denied(e),
+        _ => CliError::failure(format!("I/O error: {e}")),
     }
 }
 
@@ -243,6 +330,16 @@ impl SessionArgs {
     }
 }
 
+/// An I/O error in the words of a message: "permission denied", not
+/// "Permission denied (os error 13)".
+pub(crate) fn describe_io(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::PermissionDenied => "permission denied".into(),
+        io::ErrorKind::NotFound => "it does not exist".into(),
+        _ => e.to_string(),
+    }
+}
+
 /// A new random session id.
 pub fn new_session_id() -> String {
     format!(
@@ -288,9 +385,20 @@ fn no_core_dumps() {
 /// Open and unlock the vault named by the global options.
 pub fn open_vault(global: &Global, attribution: Attribution) -> Result<Vault, CliError> {
     let dir = vault_dir(global)?;
-    if !dir.exists() {
-        return Err(VaultError::NotFound(dir).into());
+    match std::fs::metadata(&dir) {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(VaultError::NotFound(dir).into());
+        }
+        Err(e) => {
+            return Err(CliError::failure(format!(
+                "cannot open {}: {}",
+                dir.display(),
+                describe_io(&e)
+            )));
+        }
     }
+    let _ = OPENED_VAULT.set(dir.clone());
     no_core_dumps();
     let secret = source(global).resolve()?;
     let unlock = match &secret {
@@ -321,6 +429,7 @@ pub fn main() -> ExitCode {
     };
     match run(cli) {
         Ok(code) => ExitCode::from(code),
+        Err(e) if e.message.is_empty() => ExitCode::from(e.code),
         Err(e) => {
             eprintln!("memvault: {}", e.message);
             ExitCode::from(e.code)

@@ -168,6 +168,7 @@ pub fn import(global: &Global, args: &ImportArgs) -> Result<u8, CliError> {
 /// `memvault export DIR`: a decrypted copy under DIR/memories/, files
 /// 0600 and folders 0700; refuses a target that is not empty.
 pub fn export(global: &Global, args: &ExportArgs) -> Result<u8, CliError> {
+    refuse_link(&args.dir)?;
     if args.dir.exists() {
         let mut entries = fs::read_dir(&args.dir)
             .map_err(|e| CliError::failure(format!("cannot read {}: {e}", args.dir.display())))?;
@@ -228,10 +229,30 @@ pub fn export(global: &Global, args: &ExportArgs) -> Result<u8, CliError> {
     Ok(0)
 }
 
+/// Export never writes through a symbolic link: the target and every
+/// folder it creates must be real directories (or not exist yet).
+fn refuse_link(p: &Path) -> Result<(), CliError> {
+    let Ok(meta) = fs::symlink_metadata(p) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_symlink() {
+        return Ok(());
+    }
+    let state = if fs::metadata(p).is_err() {
+        "a dangling symbolic link (its target does not exist)"
+    } else {
+        "a symbolic link"
+    };
+    Err(CliError::failure(format!(
+        "{} is {state}; export does not write through symbolic links: give the path of a real, empty or new directory",
+        p.display()
+    )))
+}
+
 fn make_private_dir(p: &Path) -> Result<(), CliError> {
     match fs::create_dir(p) {
         Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => refuse_link(p)?,
         Err(e) => {
             return Err(CliError::failure(format!(
                 "cannot create {}: {e}",

@@ -167,3 +167,108 @@ fn capped_directory_view_names_a_subdirectory_to_view() {
         "{sub}"
     );
 }
+
+#[test]
+fn view_range_number_out_of_range_says_so() {
+    let t = TestVault::new();
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "x\n"}));
+    let v =
+        t.one(json!({"command": "view", "path": "/memories/a.md", "view_range": [1, u64::MAX]}));
+    assert!(is_error(&v), "{v}");
+    let m = text(&v);
+    assert!(!m.contains("array of 2 items"), "{m}");
+    assert!(m.contains("18446744073709551615 is out of range"), "{m}");
+}
+
+#[test]
+fn history_into_a_closed_pipe_exits_quietly() {
+    let t = TestVault::new();
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "x\n"}));
+    // A pipe whose reading end is closed before the process starts: every
+    // write to stdout fails with EPIPE, as under `memvault history | head`.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    for args in [
+        &["history"][..],
+        &["show", "HEAD", "/memories"],
+        &["sessions"],
+    ] {
+        let out = t
+            .cmd()
+            .args(args)
+            .stdout(writer.try_clone().unwrap())
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err, "", "{args:?}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn export_into_a_dangling_symlink_is_refused_as_such() {
+    let t = TestVault::new();
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "x\n"}));
+    let link = t.tmp.path().join("out");
+    let target = t.tmp.path().join("nowhere");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let out = t.cmd().arg("export").arg(&link).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    assert!(err.contains("dangling"), "{err}");
+    assert!(!err.contains("No such file"), "{err}");
+    assert!(!target.exists());
+    // A link to a real empty directory is refused too: no writes through links.
+    std::fs::create_dir(&target).unwrap();
+    let out = t.cmd().arg("export").arg(&link).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("symbolic link"));
+    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+}
+
+/// Run `memvault` so that mode bits apply: as root, the test vault is
+/// handed to `nobody` and the command runs as `nobody`.
+fn as_unprivileged(t: &TestVault, cmd: &mut std::process::Command) {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+    let probe = tempfile::tempfile().unwrap();
+    if probe.metadata().unwrap().uid() != 0 {
+        return;
+    }
+    let mut stack = vec![t.tmp.path().to_path_buf()];
+    while let Some(p) = stack.pop() {
+        std::os::unix::fs::lchown(&p, Some(65534), Some(65534)).unwrap();
+        if std::fs::symlink_metadata(&p).unwrap().is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        }
+    }
+    cmd.uid(65534).gid(65534).env("HOME", t.tmp.path());
+}
+
+#[test]
+fn permission_error_names_the_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = TestVault::new();
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "x\n"}));
+    let wal = t.vault.join("memvault").join("wal");
+    let mode = std::fs::metadata(&wal).unwrap().permissions();
+    for args in [
+        &["history"][..],
+        &["exec", r#"{"command":"view","path":"/memories"}"#],
+    ] {
+        let mut cmd = t.cmd();
+        cmd.args(args);
+        as_unprivileged(&t, &mut cmd);
+        std::fs::set_permissions(&wal, std::fs::Permissions::from_mode(0o000)).unwrap();
+        let out = cmd.output().unwrap();
+        std::fs::set_permissions(&wal, mode.clone()).unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("cannot open {}: permission denied", wal.display())),
+            "{args:?}: {err}"
+        );
+    }
+}
