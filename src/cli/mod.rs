@@ -324,10 +324,34 @@ impl SessionArgs {
             });
         }
         Ok(Attribution {
-            session,
-            actor: self.actor.clone(),
+            session: redact_label(&session)?,
+            actor: redact_label(&self.actor)?,
         })
     }
+}
+
+/// A session id or actor name with any secret in it redacted, whatever the
+/// vault's redaction mode: they go into every commit's metadata and
+/// `history`, and are labels, never memory content.
+pub(crate) fn redact_label(label: &str) -> Result<String, CliError> {
+    let redactor = Redactor::new(&crate::redact::RedactConfig {
+        mode: Mode::Redact,
+        ..Default::default()
+    })
+    .map_err(|e| CliError::failure(e.to_string()))?;
+    let red = redactor.redact(label);
+    if red.findings.is_empty() {
+        return Ok(label.to_owned());
+    }
+    eprintln!(
+        "memvault: warning: a --session or --actor value held a secret ({}); it is recorded redacted",
+        red.kinds()
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(red.text)
 }
 
 /// An I/O error in the words of a message: "permission denied", not

@@ -78,6 +78,17 @@ pub enum FilterOutcome {
 /// filter of `redact/` implements it).
 pub trait TextFilter: Send + Sync {
     fn filter(&self, text: &str) -> FilterOutcome;
+
+    /// `text` with its secrets replaced, for echoing it back in a result
+    /// (the `old_str` of a failed `str_replace`); `None` when nothing in
+    /// it is to be hidden. By default the text [`TextFilter::filter`]
+    /// would write; a filter that refuses secrets should still mask them.
+    fn mask(&self, text: &str) -> Option<String> {
+        match self.filter(text) {
+            FilterOutcome::Redacted { text, .. } => Some(text),
+            FilterOutcome::Clean | FilterOutcome::Rejected { .. } => None,
+        }
+    }
 }
 
 /// The memory tool: runs commands against a [`Store`].
@@ -256,10 +267,16 @@ impl Memory {
     // ----- create -----------------------------------------------------
 
     fn create(&self, store: &mut dyn Store, path: &MemoryPath, file_text: &str) -> ToolResult {
-        let filtered = match self.filter_text(file_text) {
+        let (path, path_kinds) = match self.filter_path(path) {
+            Ok(filtered) => filtered,
+            Err(refusal) => return refusal,
+        };
+        let path = &path;
+        let mut filtered = match self.filter_text(file_text) {
             Ok(f) => f,
             Err(refusal) => return refusal,
         };
+        filtered.path_redactions = path_kinds;
         let text: &str = filtered.text();
         if text.len() > self.config.max_file_bytes {
             return ToolResult::error(format!(
@@ -303,6 +320,7 @@ impl Memory {
             };
             // Same words for an overwrite: the reference answer for create.
             let success = format!("File created successfully at: {path}");
+            let redactions = filtered.all_redactions();
             Ok(Outcome {
                 result: ToolResult::ok(filtered.with_note(success)),
                 mutation: Some(Mutation {
@@ -314,7 +332,7 @@ impl Memory {
                     facts: ChangeFacts {
                         lines_added: count_u32(line_count(text)),
                         lines_removed,
-                        redactions: filtered.redactions.clone(),
+                        redactions,
                     },
                 }),
             })
@@ -357,12 +375,14 @@ impl Memory {
             let mut matches = text.match_indices(old_str).map(|(at, _)| at);
             let Some(at) = matches.next() else {
                 return refuse(format!(
-                    "No replacement was performed, old_str `{old_str}` did not appear verbatim in {path}."
+                    "No replacement was performed, old_str `{}` did not appear verbatim in {path}.",
+                    self.echo(old_str)
                 ));
             };
             if matches.next().is_some() {
                 return refuse(format!(
-                    "No replacement was performed. Multiple occurrences of old_str `{old_str}` in lines: {}. Please ensure it is unique",
+                    "No replacement was performed. Multiple occurrences of old_str `{}` in lines: {}. Please ensure it is unique",
+                    self.echo(old_str),
                     match_lines(text, old_str)
                 ));
             }
@@ -521,6 +541,17 @@ impl Memory {
         if to.is_root() {
             return ToolResult::error(format!("Error: The destination {to} already exists"));
         }
+        let (to, path_kinds) = match self.filter_path(to) {
+            Ok(filtered) => filtered,
+            Err(refusal) => return refusal,
+        };
+        let to = &to;
+        let noted = Filtered {
+            owned: None,
+            borrowed: "",
+            redactions: Vec::new(),
+            path_redactions: path_kinds,
+        };
         write(store, &mut |snap| {
             let Some(kind) = snap.kind(from)? else {
                 return refuse(format!("Error: The path {from} does not exist"));
@@ -548,20 +579,64 @@ impl Memory {
                 ));
             }
             Ok(Outcome {
-                result: ToolResult::ok(format!("Successfully renamed {from} to {to}")),
+                result: ToolResult::ok(
+                    noted.with_note(format!("Successfully renamed {from} to {to}")),
+                ),
                 mutation: Some(Mutation {
                     op: Op::Rename,
                     change: Change::Rename {
                         from: from.clone(),
                         to: to.clone(),
                     },
-                    facts: ChangeFacts::default(),
+                    facts: ChangeFacts {
+                        redactions: noted.all_redactions(),
+                        ..ChangeFacts::default()
+                    },
                 }),
             })
         })
     }
 
     // ----- secret filter ----------------------------------------------
+
+    /// Runs the secret filter on a path about to be stored (a `create`
+    /// path, a `rename` destination): names reach history and listings, so
+    /// they are held to the same rule as content. Redacted, the path is
+    /// the redacted one (it must still be a valid path); refused, `Err` is
+    /// the result to answer with. The refusal does not echo the path.
+    fn filter_path(
+        &self,
+        path: &MemoryPath,
+    ) -> Result<(MemoryPath, Vec<(String, u32)>), ToolResult> {
+        let Some(filter) = &self.filter else {
+            return Ok((path.clone(), Vec::new()));
+        };
+        match filter.filter(path.as_str()) {
+            FilterOutcome::Clean => Ok((path.clone(), Vec::new())),
+            FilterOutcome::Redacted { text, kinds } => {
+                let kinds = merge_kinds(kinds);
+                match MemoryPath::parse(&text) {
+                    Ok(redacted) => Ok((redacted, kinds)),
+                    Err(_) => Err(ToolResult::error(format!(
+                        "Error: Nothing was saved: the path holds {} and, with it redacted, it is no longer a valid memory path (it passes the length limits). Choose a name without the secret.",
+                        secrets_phrase(&kinds)
+                    ))),
+                }
+            }
+            FilterOutcome::Rejected { kinds } => Err(ToolResult::error(format!(
+                "Error: Nothing was saved: the path holds {} that this memory store refuses to keep, in a file or directory name as in content. Choose a name without it.",
+                secrets_phrase(&merge_kinds(kinds))
+            ))),
+        }
+    }
+
+    /// `text` as it may be echoed back in a result: its secrets masked.
+    fn echo<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        match self.filter.as_ref().and_then(|f| f.mask(text)) {
+            Some(masked) => std::borrow::Cow::Owned(masked),
+            None => std::borrow::Cow::Borrowed(text),
+        }
+    }
 
     /// Runs the secret filter on a text about to be written. `Err` is the
     /// result to answer with when the filter refused the text.
@@ -575,16 +650,10 @@ impl Memory {
                 owned: Some(Zeroizing::new(text)),
                 borrowed: "",
                 redactions: merge_kinds(kinds),
+                path_redactions: Vec::new(),
             }),
             FilterOutcome::Rejected { kinds } => {
-                let kinds = merge_kinds(kinds);
-                let total: u64 = kinds.iter().map(|(_, n)| u64::from(*n)).sum();
-                let names: Vec<&str> = kinds.iter().map(|(k, _)| k.as_str()).collect();
-                let what = match total {
-                    0 => "text the secret filter refused".to_owned(),
-                    1 => format!("1 secret ({})", names.join(", ")),
-                    n => format!("{n} secrets ({})", names.join(", ")),
-                };
+                let what = secrets_phrase(&merge_kinds(kinds));
                 Err(ToolResult::error(format!(
                     "Error: Nothing was saved: the text contains {what} that this memory store refuses to keep. Remove it (note where the secret is kept instead of its value) and try again."
                 )))
@@ -593,11 +662,24 @@ impl Memory {
     }
 }
 
-/// A text after the secret filter, with what was redacted.
+/// "1 secret (github-token)", "2 secrets (a, b)": what a filter found.
+fn secrets_phrase(kinds: &[(String, u32)]) -> String {
+    let total: u64 = kinds.iter().map(|(_, n)| u64::from(*n)).sum();
+    let names: Vec<&str> = kinds.iter().map(|(k, _)| k.as_str()).collect();
+    match total {
+        0 => "text the secret filter refused".to_owned(),
+        1 => format!("1 secret ({})", names.join(", ")),
+        n => format!("{n} secrets ({})", names.join(", ")),
+    }
+}
+
+/// A text after the secret filter, with what was redacted in it and in
+/// the path it is written to.
 struct Filtered<'a> {
     owned: Option<Zeroizing<String>>,
     borrowed: &'a str,
     redactions: Vec<(String, u32)>,
+    path_redactions: Vec<(String, u32)>,
 }
 
 impl<'a> Filtered<'a> {
@@ -606,7 +688,19 @@ impl<'a> Filtered<'a> {
             owned: None,
             borrowed: text,
             redactions: Vec::new(),
+            path_redactions: Vec::new(),
         }
+    }
+
+    /// Every redaction of the command, text and path, for its history.
+    fn all_redactions(&self) -> Vec<(String, u32)> {
+        merge_kinds(
+            self.redactions
+                .iter()
+                .chain(&self.path_redactions)
+                .cloned()
+                .collect(),
+        )
     }
 
     fn text(&self) -> &str {
@@ -616,9 +710,18 @@ impl<'a> Filtered<'a> {
         }
     }
 
-    /// `success`, followed by the redaction notice when something was
-    /// redacted.
+    /// `success`, followed by the redaction notices when something was
+    /// redacted: one for the path (it was saved under the redacted name,
+    /// which `success` shows), one for the text.
     fn with_note(&self, success: String) -> String {
+        let success = if self.path_redactions.is_empty() {
+            success
+        } else {
+            format!(
+                "{success}\nNote: the path held {}; it was saved under the redacted name shown above.",
+                secrets_phrase(&self.path_redactions)
+            )
+        };
         let total: u64 = self.redactions.iter().map(|(_, n)| u64::from(*n)).sum();
         let names: Vec<&str> = self.redactions.iter().map(|(k, _)| k.as_str()).collect();
         match total {

@@ -84,7 +84,6 @@ fn duplicate_key_is_refused_by_exec() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("twice"));
     let v = t.one(json!({"command": "view", "path": "/memories/a.md"}));
     assert!(text(&v).contains("keep me"), "{v}");
-    let _ = run_with_stdin;
 }
 
 /// A memory directory of `n` small files in `dirs` subfolders (or at the
@@ -271,4 +270,204 @@ fn permission_error_names_the_file() {
             "{args:?}: {err}"
         );
     }
+}
+
+/// A GitHub classic token whose checksum verifies (the filter finds it).
+const TOKEN: &str = "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";
+
+/// Every place a secret could come back out of the vault: `history`,
+/// `history --json`, `show` of the tip, `sessions`, `resume`, and the
+/// plaintext on disk.
+fn assert_nowhere(t: &TestVault, secret: &str) {
+    for args in [
+        &["history"][..],
+        &["history", "--json"],
+        &["show", "HEAD", "/memories"],
+        &["sessions"],
+        &["resume"],
+    ] {
+        let out = t.cmd().args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let all = [out.stdout, out.stderr].concat();
+        assert!(
+            !crate::util::contains(&all, secret.as_bytes()),
+            "{args:?} shows the secret: {}",
+            String::from_utf8_lossy(&all)
+        );
+    }
+    assert!(crate::util::plaintext_anywhere(&t.vault, secret).is_empty());
+}
+
+fn set_mode(t: &TestVault, mode: &str) {
+    let cfg_path = t.vault.join("memvault/config.json");
+    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&cfg_path).unwrap()).unwrap();
+    cfg["redaction"]["mode"] = json!(mode);
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+}
+
+#[test]
+fn secret_in_a_file_name_is_redacted() {
+    let t = TestVault::new();
+    let v = t.one(json!({"command": "create", "path": format!("/memories/{TOKEN}.md"), "file_text": "note\n"}));
+    assert!(!is_error(&v), "{v}");
+    assert_eq!(
+        text(&v),
+        "File created successfully at: /memories/[REDACTED:github-token].md\nNote: the path held 1 secret (github-token); it was saved under the redacted name shown above."
+    );
+    let listing = t.one(json!({"command": "view", "path": "/memories"}));
+    assert!(
+        text(&listing).contains("/memories/[REDACTED:github-token].md"),
+        "{listing}"
+    );
+    let history = t.cmd().arg("history").output().unwrap();
+    assert!(String::from_utf8_lossy(&history.stdout).contains("[REDACTED:github-token]"));
+    assert_nowhere(&t, TOKEN);
+}
+
+#[test]
+fn secret_in_a_rename_target_is_redacted() {
+    let t = TestVault::new();
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "note\n"}));
+    let v = t.one(json!({"command": "rename", "old_path": "/memories/a.md", "new_path": format!("/memories/dir-{TOKEN}/a.md")}));
+    assert!(!is_error(&v), "{v}");
+    assert!(
+        text(&v).starts_with("Successfully renamed /memories/a.md to /memories/dir-[REDACTED:github-token]/a.md\nNote: the path held 1 secret"),
+        "{v}"
+    );
+    assert_nowhere(&t, TOKEN);
+}
+
+#[test]
+fn secret_in_a_file_name_is_refused_in_reject_mode() {
+    let t = TestVault::new();
+    set_mode(&t, "reject");
+    let before = t.commits();
+    let v = t.one(json!({"command": "create", "path": format!("/memories/{TOKEN}.md"), "file_text": "note\n"}));
+    assert!(is_error(&v), "{v}");
+    assert!(
+        text(&v).contains("the path holds 1 secret (github-token)"),
+        "{v}"
+    );
+    assert!(!text(&v).contains(TOKEN), "{v}");
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "note\n"}));
+    let v = t.one(json!({"command": "rename", "old_path": "/memories/a.md", "new_path": format!("/memories/{TOKEN}")}));
+    assert!(is_error(&v) && !text(&v).contains(TOKEN), "{v}");
+    assert_eq!(t.commits(), before + 1);
+    assert_nowhere(&t, TOKEN);
+}
+
+#[test]
+fn secret_in_session_and_actor_is_redacted_in_history() {
+    let t = TestVault::new();
+    let out = run_with_stdin(
+        t.cmd().args([
+            "serve",
+            "--session",
+            &format!("s-{TOKEN}"),
+            "--actor",
+            TOKEN,
+        ]),
+        format!(
+            "{}\n",
+            json!({"command": "create", "path": "/memories/a.md", "file_text": "x\n"})
+        )
+        .as_bytes(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!crate::util::contains(&out.stderr, TOKEN.as_bytes()));
+    let out = t
+        .cmd()
+        .args(["exec", "--session", TOKEN])
+        .arg(json!({"command": "create", "path": "/memories/b.md", "file_text": "x\n"}).to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let history = t.cmd().arg("history").output().unwrap();
+    let history = String::from_utf8_lossy(&history.stdout);
+    assert!(history.contains("s-[REDACTED:github-token]"), "{history}");
+    assert_nowhere(&t, TOKEN);
+}
+
+#[test]
+fn secret_in_an_imported_binary_file_is_refused() {
+    let t = TestVault::new();
+    let src = t.tmp.path().join("plain");
+    std::fs::create_dir_all(&src).unwrap();
+    let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\xff\xfe".to_vec();
+    png.extend_from_slice(format!("tEXtkey\0{TOKEN}\0").as_bytes());
+    png.extend_from_slice(b"\xff\x00\xc3\x28");
+    std::fs::write(src.join("shot.png"), &png).unwrap();
+    std::fs::write(src.join("notes.md"), "fine\n").unwrap();
+    let before = t.commits();
+    let out = t.cmd().arg("import").arg(&src).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("/memories/shot.png is not UTF-8 text and holds secrets (github-token)"),
+        "{err}"
+    );
+    assert!(!err.contains(TOKEN));
+    assert_eq!(t.commits(), before);
+    // An image without a secret is imported as it is.
+    std::fs::write(
+        src.join("shot.png"),
+        b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\xff\xfe",
+    )
+    .unwrap();
+    let out = t.cmd().arg("import").arg(&src).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_nowhere(&t, TOKEN);
+}
+
+#[test]
+fn secret_in_an_imported_file_name_is_redacted() {
+    let t = TestVault::new();
+    let src = t.tmp.path().join("plain");
+    std::fs::create_dir_all(src.join(format!("d-{TOKEN}"))).unwrap();
+    std::fs::write(src.join(format!("d-{TOKEN}")).join("a.md"), "fine\n").unwrap();
+    let out = t.cmd().arg("import").arg(&src).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("1 saved under a name with its secrets redacted")
+    );
+    let v = t.one(json!({"command": "view", "path": "/memories/d-[REDACTED:github-token]/a.md"}));
+    assert!(text(&v).contains("fine"), "{v}");
+    assert_nowhere(&t, TOKEN);
+}
+
+#[test]
+fn old_str_echoed_in_an_error_is_redacted() {
+    let t = TestVault::new();
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "x\nx\n"}));
+    let v = t.one(json!({"command": "str_replace", "path": "/memories/a.md", "old_str": format!("token {TOKEN}"), "new_str": "y"}));
+    assert_eq!(
+        text(&v),
+        "No replacement was performed, old_str `token [REDACTED:github-token]` did not appear verbatim in /memories/a.md."
+    );
+    set_mode(&t, "reject");
+    let v = t.one(json!({"command": "str_replace", "path": "/memories/a.md", "old_str": format!("x {TOKEN}"), "new_str": "y"}));
+    assert!(is_error(&v) && !text(&v).contains(TOKEN), "{v}");
+    assert!(text(&v).contains("[REDACTED:github-token]"), "{v}");
+    assert_nowhere(&t, TOKEN);
 }
