@@ -471,3 +471,64 @@ fn old_str_echoed_in_an_error_is_redacted() {
     assert!(text(&v).contains("[REDACTED:github-token]"), "{v}");
     assert_nowhere(&t, TOKEN);
 }
+
+#[test]
+fn duplicate_argument_key_is_refused_by_mcp() {
+    use std::io::{BufRead, Write};
+    let t = TestVault::new();
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "keep me\n"}));
+    let mut child = t
+        .cmd()
+        .arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "it", "version": "0"}}});
+    let lines = [
+        init.to_string(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":"two","method":"tools/call","params":{"name":"memory","arguments":{"command":"view","command":"delete","path":"/memories/a.md"}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"memory","arguments":{"command":"view","path":"/memories/a.md"}}}"#.to_string(),
+    ];
+    for l in &lines {
+        writeln!(stdin, "{l}").unwrap();
+    }
+    stdin.flush().unwrap();
+    let mut answers = std::collections::HashMap::new();
+    while answers.len() < 3 {
+        let mut line = String::new();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "mcp closed stdout"
+        );
+        let msg: Value = serde_json::from_str(&line).unwrap();
+        if !msg["id"].is_null() {
+            answers.insert(msg["id"].to_string(), msg);
+        }
+    }
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    let two = &answers["\"two\""]["result"];
+    assert_eq!(two["isError"], true, "{two}");
+    assert!(
+        two["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("the key `command` twice"),
+        "{two}"
+    );
+    let three = &answers["3"]["result"];
+    assert!(
+        three["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("keep me"),
+        "{three}"
+    );
+}
