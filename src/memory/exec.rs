@@ -132,8 +132,21 @@ impl Memory {
         }
     }
 
-    /// Runs one command.
+    /// Runs one command. An error result's text is masked by the secret
+    /// filter: it echoes paths and `old_str` as given, and a secret must
+    /// not come back through an error.
     pub fn execute(&self, store: &mut dyn Store, cmd: &Command) -> ToolResult {
+        let mut result = self.run(store, cmd);
+        if result.is_error
+            && let Content::Text(text) = &result.content
+            && let Some(masked) = self.filter.as_ref().and_then(|f| f.mask(text))
+        {
+            result.content = Content::Text(masked);
+        }
+        result
+    }
+
+    fn run(&self, store: &mut dyn Store, cmd: &Command) -> ToolResult {
         match cmd {
             Command::View { path, view_range } => match valid(path) {
                 Ok(path) => self.view(store, &path, *view_range),

@@ -532,3 +532,21 @@ fn duplicate_argument_key_is_refused_by_mcp() {
         "{three}"
     );
 }
+
+#[test]
+fn secret_in_a_path_echoed_by_an_error_is_masked() {
+    let t = TestVault::new();
+    for cmd in [
+        json!({"command": "view", "path": format!("/memories/{TOKEN}")}),
+        json!({"command": "delete", "path": format!("/memories/{TOKEN}")}),
+        json!({"command": "insert", "path": format!("/memories/{TOKEN}"), "insert_line": 0, "insert_text": "x"}),
+    ] {
+        let v = t.one(cmd);
+        assert!(is_error(&v), "{v}");
+        assert!(!text(&v).contains(TOKEN), "{v}");
+        assert!(
+            text(&v).contains("/memories/[REDACTED:github-token]"),
+            "{v}"
+        );
+    }
+}
