@@ -5,8 +5,9 @@
 //!
 //! 1. every path is validated into a [`MemoryPath`] (a refused path gets
 //!    an error naming the rule; the store is not touched);
-//! 2. input-only checks (empty `old_str`, root refusals, the secret filter,
-//!    the size of new content) run before the store is touched;
+//! 2. input-only checks (empty `old_str`, root refusals, the secret filter
+//!    on new text and on the path a `create` or `rename` stores, the size
+//!    of new content) run before the store is touched;
 //! 3. the read and the decision run inside one [`Store::write`] closure
 //!    (views use [`Store::read`]), so no other writer can interleave
 //!    between what was read and what is written. The closures have no side
@@ -14,11 +15,13 @@
 //!
 //! Every command answers with exactly one [`ToolResult`]; nothing here
 //! panics on any input. A [`StoreError`] becomes an error result carrying
-//! its `Display` text after `Error: `.
+//! its `Display` text after `Error: `. An error's text is masked by the
+//! filter (it echoes paths and `old_str` as given).
 //!
 //! Not protected here: secrets that only appear once the new text is
 //! joined with the old content (the filter sees `file_text`, `new_str` and
-//! `insert_text` on their own). A directory listing is cut at
+//! `insert_text` on their own), and names stored before names were
+//! filtered (listings show them as stored). A directory listing is cut at
 //! `max_view_chars` like a file view.
 
 use zeroize::Zeroizing;
