@@ -79,6 +79,16 @@ impl TextFilter for RedactFilter {
             }
         }
     }
+
+    /// Masked in `redact` and `reject` mode alike: a refused secret is not
+    /// echoed back either.
+    fn mask(&self, text: &str) -> Option<String> {
+        if self.0.mode() == Mode::Off {
+            return None;
+        }
+        let red = self.0.redact(text);
+        (!red.findings.is_empty()).then_some(red.text)
+    }
 }
 
 /// The command executor for a vault's settings, with its redaction filter.

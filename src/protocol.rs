@@ -54,9 +54,12 @@ fn error_reply(id: Option<String>, text: String) -> Reply {
 
 /// Handle one request line.
 pub fn handle_line(memory: &Memory, store: &mut dyn Store, line: &[u8]) -> Reply {
-    let value: Value = match serde_json::from_slice(line) {
+    let value: Value = match parse_strict(line) {
         Ok(v) => v,
-        Err(e) => {
+        Err(ParseError::DuplicateKey(key)) => {
+            return error_reply(None, duplicate_key_message(&key));
+        }
+        Err(ParseError::Syntax(e)) => {
             return error_reply(
                 None,
                 format!(
@@ -66,6 +69,142 @@ pub fn handle_line(memory: &Memory, store: &mut dyn Store, line: &[u8]) -> Reply
         }
     };
     handle_value(memory, store, &value)
+}
+
+/// Why a request's text was not taken as a JSON value.
+#[derive(Debug)]
+pub enum ParseError {
+    /// Not JSON (or more than one value).
+    Syntax(serde_json::Error),
+    /// An object, at any depth, gives this key twice.
+    DuplicateKey(String),
+}
+
+/// Parses untrusted JSON text into a [`Value`], refusing an object that
+/// gives a key twice, at any depth.
+///
+/// `serde_json` keeps the last of repeated keys, so
+/// `{"command":"view","command":"delete"}` would delete; a request whose
+/// meaning depends on which duplicate wins is refused instead. Callers of
+/// [`Memory::execute_json`] that parse text themselves should use this.
+pub fn parse_strict(text: &[u8]) -> Result<Value, ParseError> {
+    let duplicate = std::cell::RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let parsed = serde::de::DeserializeSeed::deserialize(
+        strict::Seed {
+            duplicate: &duplicate,
+        },
+        &mut de,
+    )
+    .and_then(|v| de.end().map(|()| v));
+    match parsed {
+        Ok(v) => Ok(v),
+        Err(e) => match duplicate.into_inner() {
+            Some(key) => Err(ParseError::DuplicateKey(key)),
+            None => Err(ParseError::Syntax(e)),
+        },
+    }
+}
+
+/// The tool error for a key given twice. Only the request's own field
+/// names are echoed; any other key is not (it could be anything).
+pub fn duplicate_key_message(key: &str) -> String {
+    const KNOWN: [&str; 14] = [
+        "type",
+        "id",
+        "name",
+        "input",
+        "command",
+        "path",
+        "view_range",
+        "file_text",
+        "old_str",
+        "new_str",
+        "insert_line",
+        "insert_text",
+        "old_path",
+        "new_path",
+    ];
+    let which = if KNOWN.contains(&key) {
+        format!("the key `{key}`")
+    } else {
+        "a key".to_owned()
+    };
+    format!(
+        "Error: the request gives {which} twice in one object; nothing was done. Give each key once: a repeated key is refused, never resolved by taking one of the values."
+    )
+}
+
+/// A [`Value`] builder that fails on a repeated object key.
+mod strict {
+    use std::cell::RefCell;
+    use std::fmt;
+
+    use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+    use serde_json::{Map, Number, Value};
+
+    #[derive(Clone, Copy)]
+    pub(super) struct Seed<'a> {
+        pub(super) duplicate: &'a RefCell<Option<String>>,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Seed<'_> {
+        type Value = Value;
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Seed<'_> {
+        type Value = Value;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+            Ok(Value::Bool(v))
+        }
+        fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+            Ok(Value::Number(v.into()))
+        }
+        fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+            Ok(Value::Number(v.into()))
+        }
+        fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+            Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+        }
+        fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+            Ok(Value::String(v.to_owned()))
+        }
+        fn visit_string<E>(self, v: String) -> Result<Value, E> {
+            Ok(Value::String(v))
+        }
+        fn visit_unit<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_none<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+            let mut items = Vec::new();
+            while let Some(v) = seq.next_element_seed(self)? {
+                items.push(v);
+            }
+            Ok(Value::Array(items))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+            let mut out = Map::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if out.contains_key(&key) {
+                    *self.duplicate.borrow_mut() = Some(key);
+                    return Err(de::Error::custom("a key given twice"));
+                }
+                let v = map.next_value_seed(self)?;
+                out.insert(key, v);
+            }
+            Ok(Value::Object(out))
+        }
+    }
 }
 
 /// Handle one parsed request.
@@ -266,6 +405,34 @@ mod tests {
         assert_eq!(out[0]["tool_use_id"], "toolu_1");
         assert_eq!(out[0]["type"], "tool_result");
         assert_eq!(out[0]["is_error"], false);
+    }
+
+    #[test]
+    fn strict_parse_refuses_repeated_keys_at_any_depth() {
+        let dup = |t: &str| match parse_strict(t.as_bytes()) {
+            Err(ParseError::DuplicateKey(k)) => k,
+            other => panic!("{t}: {other:?}"),
+        };
+        assert_eq!(dup(r#"{"a":1,"a":1}"#), "a");
+        assert_eq!(dup(r#"{"x":[{"b":{},"b":null}]}"#), "b");
+        assert_eq!(dup(r#"[1,{"c":{"d":1,"d":2}}]"#), "d");
+        // Equal after JSON unescaping counts as the same key.
+        assert_eq!(dup(r#"{"command":1,"comm\u0061nd":2}"#), "command");
+        let ok = parse_strict(br#"{"a":{"a":1},"b":[1,-2,3.5,"s",true,null]}"#).unwrap();
+        assert_eq!(
+            ok,
+            serde_json::json!({"a":{"a":1},"b":[1,-2,3.5,"s",true,null]})
+        );
+        assert_eq!(
+            parse_strict(b"18446744073709551615").unwrap(),
+            serde_json::json!(u64::MAX)
+        );
+        for bad in ["", "{", "{} {}", "{\"a\":}", "[1,]"] {
+            assert!(
+                matches!(parse_strict(bad.as_bytes()), Err(ParseError::Syntax(_))),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -244,7 +244,7 @@ fn undoer(actor: &str) -> Result<Attribution, CliError> {
     }
     Ok(Attribution {
         session: new_session_id(),
-        actor: actor.to_string(),
+        actor: super::redact_label(actor)?,
     })
 }
 

@@ -8,6 +8,7 @@
 //! fails if any is found.
 
 use std::fs;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
@@ -121,12 +122,17 @@ fn run_in(dir: &Path) -> Result<u8, CliError> {
         attribution,
     )?;
     let memory = memory_for(vault.config())?;
-    println!("memvault demo: a customer-service agent's memory session");
-    println!(
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "memvault demo: a customer-service agent's memory session"
+    )?;
+    writeln!(
+        out,
         "vault: {} (random key, thrown away afterwards)",
         dir.display()
-    );
-    println!("session: {session}");
+    )?;
+    writeln!(out, "session: {session}")?;
     for (i, (what, input)) in script().into_iter().enumerate() {
         let tool_use = json!({
             "type": "tool_use",
@@ -137,36 +143,41 @@ fn run_in(dir: &Path) -> Result<u8, CliError> {
         let line = tool_use.to_string();
         // The same path as `serve`: one JSON line in, one JSON line out.
         let reply = protocol::handle_line(&memory, &mut vault, line.as_bytes());
-        println!();
-        println!("[{}] {what}", i + 1);
-        println!("tool_use    {line}");
-        println!("tool_result {}", reply.to_line());
+        writeln!(out)?;
+        writeln!(out, "[{}] {what}", i + 1)?;
+        writeln!(out, "tool_use    {line}")?;
+        writeln!(out, "tool_result {}", reply.to_line())?;
         if let Some(text) = reply.result.text() {
             for l in text.lines() {
-                println!("    | {l}");
+                writeln!(out, "    | {l}")?;
             }
         }
     }
     let commits = vault.log()?.len();
     drop(vault);
-    println!();
+    writeln!(out)?;
     let scan = scan_for_plaintext(dir, MARKERS)?;
-    println!(
+    writeln!(
+        out,
         "history: {commits} commits on refs/heads/main (vault creation + one per change), each with encrypted metadata and a MAC"
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "on disk: searched {} files ({} bytes) and {} decompressed git objects for {} pieces of plaintext from this session",
         scan.files,
         scan.bytes,
         scan.objects,
         MARKERS.len()
-    );
+    )?;
     if scan.found.is_empty() {
-        println!("result: no readable text found: names, content and metadata are all encrypted");
+        writeln!(
+            out,
+            "result: no readable text found: names, content and metadata are all encrypted"
+        )?;
         Ok(0)
     } else {
         for f in &scan.found {
-            println!("FOUND plaintext in {f}");
+            writeln!(out, "FOUND plaintext in {f}")?;
         }
         Err(CliError::failure("plaintext was found on disk"))
     }

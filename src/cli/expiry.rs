@@ -25,11 +25,11 @@ fn refused(e: VaultError) -> CliError {
     }
 }
 
-fn sweeper(actor: &str) -> Attribution {
-    Attribution {
+fn sweeper(actor: &str) -> Result<Attribution, CliError> {
+    Ok(Attribution {
         session: new_session_id(),
-        actor: actor.to_string(),
-    }
+        actor: super::redact_label(actor)?,
+    })
 }
 
 #[derive(clap::Args, Debug)]
@@ -67,7 +67,7 @@ pub fn expire(global: &Global, args: &ExpireArgs) -> Result<u8, CliError> {
             ))
         })?;
     }
-    let mut vault = open_vault(global, sweeper("expiry"))?;
+    let mut vault = open_vault(global, sweeper("expiry")?)?;
     let period = period_ms(&vault, args.older_than.as_deref())?;
     let report = vault.expire(period, args.dry_run).map_err(refused)?;
     let mut out = std::io::stdout().lock();
@@ -158,7 +158,7 @@ pub struct PurgeArgs {
 /// `memvault purge PATH`.
 pub fn purge(global: &Global, args: &PurgeArgs) -> Result<u8, CliError> {
     let path = MemoryPath::parse(&args.path).map_err(|e| usage(e.to_string()))?;
-    let mut vault = open_vault(global, sweeper(&args.actor))?;
+    let mut vault = open_vault(global, sweeper(&args.actor)?)?;
     let report = vault.purge(&path, args.keep_current).map_err(refused)?;
     let mut out = std::io::stdout().lock();
     for p in &report.removed {

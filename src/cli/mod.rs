@@ -42,8 +42,87 @@ impl CliError {
     }
 }
 
+impl CliError {
+    /// The reader of stdout went away (`memvault history | head`): the
+    /// process ends quietly with success, as ripgrep does. `main` prints
+    /// nothing for an error with an empty message.
+    fn broken_pipe() -> Self {
+        CliError {
+            message: String::new(),
+            code: 0,
+        }
+    }
+
+    /// A permission error, naming the vault file that cannot be opened
+    /// when one can be found.
+    fn permission_denied(e: &io::Error) -> Self {
+        if let Some(dir) = OPENED_VAULT.get()
+            && let Some((path, what)) = inaccessible_in(dir)
+        {
+            return CliError::failure(format!(
+                "cannot {what} {}: permission denied (memvault must read and write every file in the vault; check that file's owner and mode)",
+                path.display()
+            ));
+        }
+        CliError::failure(format!(
+            "I/O error: {e} (memvault must read and write every file in the vault and its key or passphrase file; check their owner and mode)"
+        ))
+    }
+}
+
+/// The vault this process opened, for messages that must name one of its
+/// files (a CLI process opens one vault).
+static OPENED_VAULT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// The first file or folder of the vault at `dir` that this process cannot
+/// open (or, for memvault's own files, open for writing), with the verb for
+/// the message. Looks at `memvault/` first, then the rest, symbolic links
+/// not followed, at most 100,000 entries.
+fn inaccessible_in(dir: &Path) -> Option<(PathBuf, &'static str)> {
+    use std::fs;
+    let denied =
+        |r: io::Result<()>| matches!(r, Err(e) if e.kind() == io::ErrorKind::PermissionDenied);
+    let own = dir.join("memvault");
+    let mut stack = vec![dir.to_path_buf(), own.clone()];
+    let mut seen = 0usize;
+    while let Some(d) = stack.pop() {
+        let entries = match fs::read_dir(&d) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Some((d, "open")),
+            Err(_) => continue,
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > 100_000 {
+                return None;
+            }
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                if path != own {
+                    stack.insert(0, path);
+                }
+            } else if kind.is_file() {
+                if denied(fs::File::open(&path).map(drop)) {
+                    return Some((path, "open"));
+                }
+                let writable = || fs::OpenOptions::new().write(true).open(&path).map(drop);
+                if d == own && denied(writable()) {
+                    return Some((path, "write to"));
+                }
+            }
+        }
+    }
+    None
+}
+
 impl From<VaultError> for CliError {
     fn from(e: VaultError) -> Self {
+        if let VaultError::Io(io) = &e {
+            return io_error(io);
+        }
         let hint = match &e {
             VaultError::WrongSecret => " (check the passphrase or --key-file; nothing was changed)",
             VaultError::Damaged(_) => {
@@ -57,7 +136,15 @@ impl From<VaultError> for CliError {
 
 impl From<io::Error> for CliError {
     fn from(e: io::Error) -> Self {
-        CliError::failure(format!("I/O error: {e}"))
+        io_error(&e)
+    }
+}
+
+fn io_error(e: &io::Error) -> CliError {
+    match e.kind() {
+        io::ErrorKind::BrokenPipe => CliError::broken_pipe(),
+        io::ErrorKind::PermissionDenied => CliError::permission_denied(e),
+        _ => CliError::failure(format!("I/O error: {e}")),
     }
 }
 
@@ -241,9 +328,63 @@ impl SessionArgs {
             });
         }
         Ok(Attribution {
-            session,
-            actor: self.actor.clone(),
+            session: redact_label(&session)?,
+            actor: redact_label(&self.actor)?,
         })
+    }
+}
+
+/// A session id or actor name with any secret in it redacted, whatever the
+/// vault's redaction mode: they go into every commit's metadata and
+/// `history`, and are labels, never memory content.
+pub(crate) fn redact_label(label: &str) -> Result<String, CliError> {
+    // Short plain words ("agent", "test") cannot hold a secret the filter
+    // finds (its shortest formats, an SSN or a card number, are longer),
+    // and the default names and generated session ids are memvault's own:
+    // no filter is compiled for them.
+    let plain = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    let generated = label.len() == 18
+        && label.starts_with("s-")
+        && label[2..].bytes().all(|b| b.is_ascii_hexdigit());
+    if (label.len() <= 8 && plain(label)) || generated {
+        return Ok(label.to_owned());
+    }
+    static BUILT_IN: std::sync::OnceLock<Result<Redactor, String>> = std::sync::OnceLock::new();
+    let redactor = BUILT_IN
+        .get_or_init(|| {
+            Redactor::new(&crate::redact::RedactConfig {
+                mode: Mode::Redact,
+                ..Default::default()
+            })
+            .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| CliError::failure(e.clone()))?;
+    let red = redactor.redact(label);
+    if red.findings.is_empty() {
+        return Ok(label.to_owned());
+    }
+    eprintln!(
+        "memvault: warning: a --session or --actor value held a secret ({}); it is recorded redacted",
+        red.kinds()
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(red.text)
+}
+
+/// An I/O error in the words of a message: "permission denied", not
+/// "Permission denied (os error 13)".
+pub(crate) fn describe_io(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::PermissionDenied => "permission denied".into(),
+        io::ErrorKind::NotFound => "it does not exist".into(),
+        _ => e.to_string(),
     }
 }
 
@@ -292,9 +433,20 @@ fn no_core_dumps() {
 /// Open and unlock the vault named by the global options.
 pub fn open_vault(global: &Global, attribution: Attribution) -> Result<Vault, CliError> {
     let dir = vault_dir(global)?;
-    if !dir.exists() {
-        return Err(VaultError::NotFound(dir).into());
+    match std::fs::metadata(&dir) {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(VaultError::NotFound(dir).into());
+        }
+        Err(e) => {
+            return Err(CliError::failure(format!(
+                "cannot open {}: {}",
+                dir.display(),
+                describe_io(&e)
+            )));
+        }
     }
+    let _ = OPENED_VAULT.set(dir.clone());
     no_core_dumps();
     let secret = source(global).resolve()?;
     let unlock = match &secret {
@@ -325,6 +477,7 @@ pub fn main() -> ExitCode {
     };
     match run(cli) {
         Ok(code) => ExitCode::from(code),
+        Err(e) if e.message.is_empty() => ExitCode::from(e.code),
         Err(e) => {
             eprintln!("memvault: {}", e.message);
             ExitCode::from(e.code)

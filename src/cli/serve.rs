@@ -644,7 +644,7 @@ fn read_frame(r: &mut dyn BufRead, max: usize) -> io::Result<Vec<u8>> {
 
 /// A request header from a follower: the attribution to run under.
 fn attribution(header: &[u8]) -> Option<Attribution> {
-    let v: Value = serde_json::from_slice(header).ok()?;
+    let v: Value = protocol::parse_strict(header).ok()?;
     let field = |k: &str| {
         v.get(k)
             .and_then(Value::as_str)

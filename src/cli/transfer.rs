@@ -84,6 +84,59 @@ fn collect(
     Ok(())
 }
 
+/// A file's memory path after the secret filter, and whether it changed.
+/// A name is held to the rule content is held to (redacted, or refused in
+/// `reject` mode); the messages do not show the name that held the secret.
+fn import_name(redactor: &Redactor, path: MemoryPath) -> Result<(MemoryPath, bool), CliError> {
+    let kinds = |kinds: &[(String, u32)]| {
+        kinds
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match redactor.filter(path.as_str()) {
+        Ok(r) if r.findings.is_empty() => Ok((path, false)),
+        Ok(r) => match MemoryPath::parse(&r.text) {
+            Ok(redacted) => Ok((redacted, true)),
+            Err(_) => Err(CliError::failure(format!(
+                "nothing was imported: a file name holds secrets ({}), and with them redacted it would not be a valid memory path; rename it",
+                kinds(&r.kinds())
+            ))),
+        },
+        Err(RedactError::Rejected { kinds: k }) => Err(CliError::failure(format!(
+            "nothing was imported: a file or folder name holds secrets ({}) and this vault rejects them; rename it",
+            kinds(&k)
+        ))),
+        Err(e) => Err(CliError::failure(e.to_string())),
+    }
+}
+
+/// A file that is not UTF-8 text (an image, say) cannot be redacted
+/// without breaking it: it is refused when its text runs hold a secret, so
+/// a key inside a `.png` is never stored.
+fn refuse_binary_secret(
+    redactor: &Redactor,
+    path: &MemoryPath,
+    bytes: &[u8],
+) -> Result<(), CliError> {
+    let text = Zeroizing::new(String::from_utf8_lossy(bytes).into_owned());
+    let found = redactor.redact(&text);
+    if found.findings.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::failure(format!(
+        "nothing was imported: {} is not UTF-8 text and holds secrets ({}); memvault cannot redact inside a binary file, so remove the secret or leave the file out, and import again",
+        path.as_str(),
+        found
+            .kinds()
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+}
+
 /// `memvault import DIR`: every file as one commit, redacted as the vault's
 /// settings say; nothing is written when anything is refused.
 pub fn import(global: &Global, args: &ImportArgs) -> Result<u8, CliError> {
@@ -105,13 +158,31 @@ pub fn import(global: &Global, args: &ImportArgs) -> Result<u8, CliError> {
     })?;
     let mut files = Vec::with_capacity(found.len());
     let mut redacted = 0usize;
+    let mut renamed = 0usize;
+    let mut taken = std::collections::HashSet::new();
     for (path, source) in found {
+        let path = match import_name(&redactor, path)? {
+            (path, true) => {
+                renamed += 1;
+                path
+            }
+            (path, false) => path,
+        };
+        if !taken.insert(path.clone()) {
+            return Err(CliError::failure(format!(
+                "nothing was imported: two files would both be {} once the secrets in their names are redacted; rename one",
+                path.as_str()
+            )));
+        }
         let bytes =
             Zeroizing::new(fs::read(&source).map_err(|e| {
                 CliError::failure(format!("cannot read {}: {e}", source.display()))
             })?);
+        if std::str::from_utf8(&bytes).is_err() && redactor.mode() != Mode::Off {
+            refuse_binary_secret(&redactor, &path, &bytes)?;
+        }
         // Text goes through the secret filter; images and other binary
-        // files are stored as they are.
+        // files (checked above) are stored as they are.
         let (content, redactions) = match std::str::from_utf8(&bytes) {
             Ok(text) if redactor.mode() != Mode::Off => match redactor.filter(text) {
                 Ok(r) => {
@@ -155,10 +226,13 @@ pub fn import(global: &Global, args: &ImportArgs) -> Result<u8, CliError> {
         "imported {n} file{} as revision {}{}",
         if n == 1 { "" } else { "s" },
         &commit.to_string()[..12],
-        if redacted > 0 {
-            format!(" ({redacted} with secrets redacted)")
-        } else {
-            String::new()
+        match (redacted, renamed) {
+            (0, 0) => String::new(),
+            (r, 0) => format!(" ({r} with secrets redacted)"),
+            (0, n) => format!(" ({n} saved under a name with its secrets redacted)"),
+            (r, n) => format!(
+                " ({r} with secrets redacted, {n} saved under a name with its secrets redacted)"
+            ),
         }
     )?;
     out.flush()?;
@@ -168,6 +242,7 @@ pub fn import(global: &Global, args: &ImportArgs) -> Result<u8, CliError> {
 /// `memvault export DIR`: a decrypted copy under DIR/memories/, files
 /// 0600 and folders 0700; refuses a target that is not empty.
 pub fn export(global: &Global, args: &ExportArgs) -> Result<u8, CliError> {
+    refuse_link(&args.dir)?;
     if args.dir.exists() {
         let mut entries = fs::read_dir(&args.dir)
             .map_err(|e| CliError::failure(format!("cannot read {}: {e}", args.dir.display())))?;
@@ -228,10 +303,30 @@ pub fn export(global: &Global, args: &ExportArgs) -> Result<u8, CliError> {
     Ok(0)
 }
 
+/// Export never writes through a symbolic link: the target and every
+/// folder it creates must be real directories (or not exist yet).
+fn refuse_link(p: &Path) -> Result<(), CliError> {
+    let Ok(meta) = fs::symlink_metadata(p) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_symlink() {
+        return Ok(());
+    }
+    let state = if fs::metadata(p).is_err() {
+        "a dangling symbolic link (its target does not exist)"
+    } else {
+        "a symbolic link"
+    };
+    Err(CliError::failure(format!(
+        "{} is {state}; export does not write through symbolic links: give the path of a real, empty or new directory",
+        p.display()
+    )))
+}
+
 fn make_private_dir(p: &Path) -> Result<(), CliError> {
     match fs::create_dir(p) {
         Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => refuse_link(p)?,
         Err(e) => {
             return Err(CliError::failure(format!(
                 "cannot create {}: {e}",

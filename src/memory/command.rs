@@ -161,6 +161,13 @@ impl Fields<'_> {
         )
     }
 
+    fn out_of_range(&self, field: &str, n: &serde_json::Number) -> String {
+        format!(
+            "Error: invalid input for `{}`: field `{field}`: {n} is out of range (line numbers go up to 999,999; end_line -1 means the end of the file).",
+            self.command
+        )
+    }
+
     fn string(&self, field: &str) -> Result<String, String> {
         match self.obj.get(field) {
             None => Err(self.missing(field, "string")),
@@ -196,6 +203,13 @@ impl Fields<'_> {
             Some(v @ Value::Array(items)) => match items.as_slice() {
                 [Value::Number(a), Value::Number(b)] => match (a.as_i64(), b.as_i64()) {
                     (Some(a), Some(b)) => Ok(Some([a, b])),
+                    // Whole numbers, one too big for a line number: say
+                    // that, not that the array has the wrong shape.
+                    _ if a.is_u64() || a.is_i64() => match (b.is_u64() || b.is_i64(), a.as_i64()) {
+                        (true, Some(_)) => Err(self.out_of_range(FIELD, b)),
+                        (true, None) => Err(self.out_of_range(FIELD, a)),
+                        (false, _) => Err(self.mistyped(FIELD, EXPECTED, v)),
+                    },
                     _ => Err(self.mistyped(FIELD, EXPECTED, v)),
                 },
                 _ => Err(self.mistyped(FIELD, EXPECTED, v)),
@@ -486,6 +500,26 @@ mod tests {
             err(json!({"command": "create", "path": null, "file_text": ""})),
             "Error: invalid input for `create`: field `path` must be a string, got null."
         );
+    }
+
+    #[test]
+    fn huge_view_range_numbers_are_out_of_range_not_misshapen() {
+        for range in [
+            json!([1, u64::MAX]),
+            json!([u64::MAX, 2]),
+            json!([u64::MAX, u64::MAX]),
+        ] {
+            let e = err(json!({"command": "view", "path": "/memories/a", "view_range": range}));
+            assert_eq!(
+                e,
+                "Error: invalid input for `view`: field `view_range`: 18446744073709551615 is out of range (line numbers go up to 999,999; end_line -1 means the end of the file).",
+                "{range}"
+            );
+        }
+        // A fraction is still the wrong type.
+        let e =
+            err(json!({"command": "view", "path": "/memories/a", "view_range": [u64::MAX, 1.5]}));
+        assert!(e.contains("must be an array of two integers"), "{e}");
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //!
 //! 1. every path is validated into a [`MemoryPath`] (a refused path gets
 //!    an error naming the rule; the store is not touched);
-//! 2. input-only checks (empty `old_str`, root refusals, the secret filter,
-//!    the size of new content) run before the store is touched;
+//! 2. input-only checks (empty `old_str`, root refusals, the secret filter
+//!    on new text and on the path a `create` or `rename` stores, the size
+//!    of new content) run before the store is touched;
 //! 3. the read and the decision run inside one [`Store::write`] closure
 //!    (views use [`Store::read`]), so no other writer can interleave
 //!    between what was read and what is written. The closures have no side
@@ -14,12 +15,14 @@
 //!
 //! Every command answers with exactly one [`ToolResult`]; nothing here
 //! panics on any input. A [`StoreError`] becomes an error result carrying
-//! its `Display` text after `Error: `.
+//! its `Display` text after `Error: `. An error's text is masked by the
+//! filter (it echoes paths and `old_str` as given).
 //!
 //! Not protected here: secrets that only appear once the new text is
 //! joined with the old content (the filter sees `file_text`, `new_str` and
-//! `insert_text` on their own), and the size of a directory listing (it is
-//! not truncated).
+//! `insert_text` on their own), and names stored before names were
+//! filtered (listings show them as stored). A directory listing is cut at
+//! `max_view_chars` like a file view.
 
 use zeroize::Zeroizing;
 
@@ -78,6 +81,17 @@ pub enum FilterOutcome {
 /// filter of `redact/` implements it).
 pub trait TextFilter: Send + Sync {
     fn filter(&self, text: &str) -> FilterOutcome;
+
+    /// `text` with its secrets replaced, for echoing it back in a result
+    /// (the `old_str` of a failed `str_replace`); `None` when nothing in
+    /// it is to be hidden. By default the text [`TextFilter::filter`]
+    /// would write; a filter that refuses secrets should still mask them.
+    fn mask(&self, text: &str) -> Option<String> {
+        match self.filter(text) {
+            FilterOutcome::Redacted { text, .. } => Some(text),
+            FilterOutcome::Clean | FilterOutcome::Rejected { .. } => None,
+        }
+    }
 }
 
 /// The memory tool: runs commands against a [`Store`].
@@ -110,6 +124,10 @@ impl Memory {
 
     /// Parses a `tool_use` input and runs it. A malformed input gets an
     /// error result naming the problem, and nothing is touched.
+    ///
+    /// A [`serde_json::Value`] has already lost any repeated key (the last
+    /// one won): parse untrusted text with `protocol::parse_strict`, which
+    /// refuses one, or send it through `protocol::handle_line`.
     pub fn execute_json(&self, store: &mut dyn Store, input: &serde_json::Value) -> ToolResult {
         match parse_command(input) {
             Ok(cmd) => self.execute(store, &cmd),
@@ -117,8 +135,21 @@ impl Memory {
         }
     }
 
-    /// Runs one command.
+    /// Runs one command. An error result's text is masked by the secret
+    /// filter: it echoes paths and `old_str` as given, and a secret must
+    /// not come back through an error.
     pub fn execute(&self, store: &mut dyn Store, cmd: &Command) -> ToolResult {
+        let mut result = self.run(store, cmd);
+        if result.is_error
+            && let Content::Text(text) = &result.content
+            && let Some(masked) = self.filter.as_ref().and_then(|f| f.mask(text))
+        {
+            result.content = Content::Text(masked);
+        }
+        result
+    }
+
+    fn run(&self, store: &mut dyn Store, cmd: &Command) -> ToolResult {
         match cmd {
             Command::View { path, view_range } => match valid(path) {
                 Ok(path) => self.view(store, &path, *view_range),
@@ -197,7 +228,7 @@ impl Memory {
                 Some([a, b]) => Ok(ToolResult::error(format!(
                     "Error: Invalid `view_range` parameter: [{a}, {b}]. The `view_range` parameter is not allowed when `path` points to a directory; view a file inside {path} instead."
                 ))),
-                None => listing(snap, path),
+                None => listing(snap, path, self.config.max_view_chars),
             },
             Some(NodeKind::File) => {
                 let bytes = match snap.read(path) {
@@ -252,10 +283,16 @@ impl Memory {
     // ----- create -----------------------------------------------------
 
     fn create(&self, store: &mut dyn Store, path: &MemoryPath, file_text: &str) -> ToolResult {
-        let filtered = match self.filter_text(file_text) {
+        let (path, path_kinds) = match self.filter_path(path) {
+            Ok(filtered) => filtered,
+            Err(refusal) => return refusal,
+        };
+        let path = &path;
+        let mut filtered = match self.filter_text(file_text) {
             Ok(f) => f,
             Err(refusal) => return refusal,
         };
+        filtered.path_redactions = path_kinds;
         let text: &str = filtered.text();
         if text.len() > self.config.max_file_bytes {
             return ToolResult::error(format!(
@@ -299,6 +336,7 @@ impl Memory {
             };
             // Same words for an overwrite: the reference answer for create.
             let success = format!("File created successfully at: {path}");
+            let redactions = filtered.all_redactions();
             Ok(Outcome {
                 result: ToolResult::ok(filtered.with_note(success)),
                 mutation: Some(Mutation {
@@ -310,7 +348,7 @@ impl Memory {
                     facts: ChangeFacts {
                         lines_added: count_u32(line_count(text)),
                         lines_removed,
-                        redactions: filtered.redactions.clone(),
+                        redactions,
                     },
                 }),
             })
@@ -353,12 +391,14 @@ impl Memory {
             let mut matches = text.match_indices(old_str).map(|(at, _)| at);
             let Some(at) = matches.next() else {
                 return refuse(format!(
-                    "No replacement was performed, old_str `{old_str}` did not appear verbatim in {path}."
+                    "No replacement was performed, old_str `{}` did not appear verbatim in {path}.",
+                    self.echo(old_str)
                 ));
             };
             if matches.next().is_some() {
                 return refuse(format!(
-                    "No replacement was performed. Multiple occurrences of old_str `{old_str}` in lines: {}. Please ensure it is unique",
+                    "No replacement was performed. Multiple occurrences of old_str `{}` in lines: {}. Please ensure it is unique",
+                    self.echo(old_str),
                     match_lines(text, old_str)
                 ));
             }
@@ -517,6 +557,17 @@ impl Memory {
         if to.is_root() {
             return ToolResult::error(format!("Error: The destination {to} already exists"));
         }
+        let (to, path_kinds) = match self.filter_path(to) {
+            Ok(filtered) => filtered,
+            Err(refusal) => return refusal,
+        };
+        let to = &to;
+        let noted = Filtered {
+            owned: None,
+            borrowed: "",
+            redactions: Vec::new(),
+            path_redactions: path_kinds,
+        };
         write(store, &mut |snap| {
             let Some(kind) = snap.kind(from)? else {
                 return refuse(format!("Error: The path {from} does not exist"));
@@ -544,20 +595,64 @@ impl Memory {
                 ));
             }
             Ok(Outcome {
-                result: ToolResult::ok(format!("Successfully renamed {from} to {to}")),
+                result: ToolResult::ok(
+                    noted.with_note(format!("Successfully renamed {from} to {to}")),
+                ),
                 mutation: Some(Mutation {
                     op: Op::Rename,
                     change: Change::Rename {
                         from: from.clone(),
                         to: to.clone(),
                     },
-                    facts: ChangeFacts::default(),
+                    facts: ChangeFacts {
+                        redactions: noted.all_redactions(),
+                        ..ChangeFacts::default()
+                    },
                 }),
             })
         })
     }
 
     // ----- secret filter ----------------------------------------------
+
+    /// Runs the secret filter on a path about to be stored (a `create`
+    /// path, a `rename` destination): names reach history and listings, so
+    /// they are held to the same rule as content. Redacted, the path is
+    /// the redacted one (it must still be a valid path); refused, `Err` is
+    /// the result to answer with. The refusal does not echo the path.
+    fn filter_path(
+        &self,
+        path: &MemoryPath,
+    ) -> Result<(MemoryPath, Vec<(String, u32)>), ToolResult> {
+        let Some(filter) = &self.filter else {
+            return Ok((path.clone(), Vec::new()));
+        };
+        match filter.filter(path.as_str()) {
+            FilterOutcome::Clean => Ok((path.clone(), Vec::new())),
+            FilterOutcome::Redacted { text, kinds } => {
+                let kinds = merge_kinds(kinds);
+                match MemoryPath::parse(&text) {
+                    Ok(redacted) => Ok((redacted, kinds)),
+                    Err(_) => Err(ToolResult::error(format!(
+                        "Error: Nothing was saved: the path holds {} and, with it redacted, it is no longer a valid memory path (it passes the length limits). Choose a name without the secret.",
+                        secrets_phrase(&kinds)
+                    ))),
+                }
+            }
+            FilterOutcome::Rejected { kinds } => Err(ToolResult::error(format!(
+                "Error: Nothing was saved: the path holds {} that this memory store refuses to keep, in a file or directory name as in content. Choose a name without it.",
+                secrets_phrase(&merge_kinds(kinds))
+            ))),
+        }
+    }
+
+    /// `text` as it may be echoed back in a result: its secrets masked.
+    fn echo<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        match self.filter.as_ref().and_then(|f| f.mask(text)) {
+            Some(masked) => std::borrow::Cow::Owned(masked),
+            None => std::borrow::Cow::Borrowed(text),
+        }
+    }
 
     /// Runs the secret filter on a text about to be written. `Err` is the
     /// result to answer with when the filter refused the text.
@@ -571,16 +666,10 @@ impl Memory {
                 owned: Some(Zeroizing::new(text)),
                 borrowed: "",
                 redactions: merge_kinds(kinds),
+                path_redactions: Vec::new(),
             }),
             FilterOutcome::Rejected { kinds } => {
-                let kinds = merge_kinds(kinds);
-                let total: u64 = kinds.iter().map(|(_, n)| u64::from(*n)).sum();
-                let names: Vec<&str> = kinds.iter().map(|(k, _)| k.as_str()).collect();
-                let what = match total {
-                    0 => "text the secret filter refused".to_owned(),
-                    1 => format!("1 secret ({})", names.join(", ")),
-                    n => format!("{n} secrets ({})", names.join(", ")),
-                };
+                let what = secrets_phrase(&merge_kinds(kinds));
                 Err(ToolResult::error(format!(
                     "Error: Nothing was saved: the text contains {what} that this memory store refuses to keep. Remove it (note where the secret is kept instead of its value) and try again."
                 )))
@@ -589,11 +678,24 @@ impl Memory {
     }
 }
 
-/// A text after the secret filter, with what was redacted.
+/// "1 secret (github-token)", "2 secrets (a, b)": what a filter found.
+fn secrets_phrase(kinds: &[(String, u32)]) -> String {
+    let total: u64 = kinds.iter().map(|(_, n)| u64::from(*n)).sum();
+    let names: Vec<&str> = kinds.iter().map(|(k, _)| k.as_str()).collect();
+    match total {
+        0 => "text the secret filter refused".to_owned(),
+        1 => format!("1 secret ({})", names.join(", ")),
+        n => format!("{n} secrets ({})", names.join(", ")),
+    }
+}
+
+/// A text after the secret filter, with what was redacted in it and in
+/// the path it is written to.
 struct Filtered<'a> {
     owned: Option<Zeroizing<String>>,
     borrowed: &'a str,
     redactions: Vec<(String, u32)>,
+    path_redactions: Vec<(String, u32)>,
 }
 
 impl<'a> Filtered<'a> {
@@ -602,7 +704,19 @@ impl<'a> Filtered<'a> {
             owned: None,
             borrowed: text,
             redactions: Vec::new(),
+            path_redactions: Vec::new(),
         }
+    }
+
+    /// Every redaction of the command, text and path, for its history.
+    fn all_redactions(&self) -> Vec<(String, u32)> {
+        merge_kinds(
+            self.redactions
+                .iter()
+                .chain(&self.path_redactions)
+                .cloned()
+                .collect(),
+        )
     }
 
     fn text(&self) -> &str {
@@ -612,9 +726,18 @@ impl<'a> Filtered<'a> {
         }
     }
 
-    /// `success`, followed by the redaction notice when something was
-    /// redacted.
+    /// `success`, followed by the redaction notices when something was
+    /// redacted: one for the path (it was saved under the redacted name,
+    /// which `success` shows), one for the text.
     fn with_note(&self, success: String) -> String {
+        let success = if self.path_redactions.is_empty() {
+            success
+        } else {
+            format!(
+                "{success}\nNote: the path held {}; it was saved under the redacted name shown above.",
+                secrets_phrase(&self.path_redactions)
+            )
+        };
         let total: u64 = self.redactions.iter().map(|(_, n)| u64::from(*n)).sum();
         let names: Vec<&str> = self.redactions.iter().map(|(k, _)| k.as_str()).collect();
         match total {
@@ -734,7 +857,11 @@ fn breaks_limits_when_moved(
 
 /// The directory view of `dir`: the header, the directory itself, then
 /// two levels of entries (hidden names and `node_modules` left out).
-fn listing(snap: &dyn Snapshot, dir: &MemoryPath) -> Result<ToolResult, StoreError> {
+fn listing(
+    snap: &dyn Snapshot,
+    dir: &MemoryPath,
+    max_chars: usize,
+) -> Result<ToolResult, StoreError> {
     let entries = match snap.list(dir) {
         Ok(entries) => entries,
         Err(StoreError::NotFound) => {
@@ -747,32 +874,71 @@ fn listing(snap: &dyn Snapshot, dir: &MemoryPath) -> Result<ToolResult, StoreErr
     let total = entries
         .iter()
         .fold(0u64, |sum, e| sum.saturating_add(e.size));
-    let mut out = listing_header(dir.as_str());
-    let line = |out: &mut String, size: u64, path: &str| {
-        out.push('\n');
-        out.push_str(&listing_line(size, path));
-    };
-    line(&mut out, total, dir.as_str());
+    // Each row, with the subdirectory of `dir` it lies in (for the hint).
+    let mut rows: Vec<(String, Option<String>)> = vec![(listing_line(total, dir.as_str()), None)];
     for entry in visible(entries) {
         let shown = format!("{dir}/{}", entry.name);
         if entry.kind == NodeKind::File {
-            line(&mut out, entry.size, &shown);
+            rows.push((listing_line(entry.size, &shown), None));
             continue;
         }
-        line(&mut out, entry.size, &format!("{shown}/"));
+        let sub_dir = Some(format!("{shown}/"));
+        rows.push((
+            listing_line(entry.size, &format!("{shown}/")),
+            sub_dir.clone(),
+        ));
         let Ok(child) = dir.join(&entry.name) else {
             return Err(StoreError::Damaged(
                 "a stored name is not a valid path segment".into(),
             ));
         };
         for sub in visible(snap.list(&child)?) {
-            match sub.kind {
-                NodeKind::File => line(&mut out, sub.size, &format!("{shown}/{}", sub.name)),
-                NodeKind::Dir => line(&mut out, sub.size, &format!("{shown}/{}/", sub.name)),
-            }
+            let line = match sub.kind {
+                NodeKind::File => listing_line(sub.size, &format!("{shown}/{}", sub.name)),
+                NodeKind::Dir => listing_line(sub.size, &format!("{shown}/{}/", sub.name)),
+            };
+            rows.push((line, sub_dir.clone()));
         }
     }
-    Ok(ToolResult::ok(out))
+    Ok(ToolResult::ok(capped_listing(
+        listing_header(dir.as_str()),
+        &rows,
+        max_chars,
+    )))
+}
+
+/// A listing's rows under its header, cut at whole rows once they pass
+/// `max_chars` characters (newlines counted), with one closing row that
+/// says how many entries were left out and how to see them.
+fn capped_listing(header: String, rows: &[(String, Option<String>)], max_chars: usize) -> String {
+    let mut out = header;
+    let mut used = 0usize;
+    let mut kept = 0usize;
+    for (row, _) in rows {
+        let len = row.chars().count() + 1;
+        // The directory's own row is always shown.
+        if kept > 0 && used + len > max_chars {
+            break;
+        }
+        used += len;
+        kept += 1;
+        out.push('\n');
+        out.push_str(row);
+    }
+    let omitted = rows.len() - kept;
+    if omitted > 0 {
+        let entries = if omitted == 1 { "entry" } else { "entries" };
+        let example = rows[kept..]
+            .iter()
+            .find_map(|(_, sub)| sub.as_deref())
+            .map(|sub| format!(" (such as {sub})"))
+            .unwrap_or_default();
+        out.push('\n');
+        out.push_str(&format!(
+            "… {omitted} more {entries} not shown: a listing stops at {max_chars} characters. View a subdirectory{example} to list what is in it, or view a file by its path …"
+        ));
+    }
+    out
 }
 
 /// Entries shown in a listing, sorted by name.

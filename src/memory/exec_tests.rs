@@ -1708,3 +1708,76 @@ fn a_session_walkthrough_of_the_spec_strings() {
     }
     assert_eq!(s.commits(), 5);
 }
+
+#[test]
+fn capped_listing_keeps_whole_rows_and_its_own_row() {
+    let rows: Vec<(String, Option<String>)> = (0..10)
+        .map(|i| {
+            let sub = (i > 4).then(|| "/memories/d/".to_owned());
+            (format!("1B\t/memories/f{i}"), sub)
+        })
+        .collect();
+    // Room for everything: no marker.
+    let all = capped_listing("H".into(), &rows, 10_000);
+    assert_eq!(all.lines().count(), 11);
+    // No room at all: the first row still shows, then the marker.
+    let none = capped_listing("H".into(), &rows, 0);
+    assert_eq!(
+        none,
+        "H\n1B\t/memories/f0\n… 9 more entries not shown: a listing stops at 0 characters. View a subdirectory (such as /memories/d/) to list what is in it, or view a file by its path …"
+    );
+    // Rows are 16 characters with their newline: 3 fit in 48.
+    let some = capped_listing("H".into(), &rows, 48);
+    assert_eq!(some.lines().count(), 1 + 3 + 1, "{some}");
+    assert!(some.ends_with("… 7 more entries not shown: a listing stops at 48 characters. View a subdirectory (such as /memories/d/) to list what is in it, or view a file by its path …"));
+    let one_left = capped_listing("H".into(), &rows[..2], 15);
+    assert!(one_left.contains("… 1 more entry not shown"), "{one_left}");
+    assert!(
+        one_left.contains("View a subdirectory to list"),
+        "{one_left}"
+    );
+}
+
+#[test]
+fn secrets_in_names_are_redacted_and_echoes_masked() {
+    let mut s = MemStore::default();
+    let r = run(
+        &toy(),
+        &mut s,
+        json!({"command": "create", "path": "/memories/ghp_EXAMPLE.md", "file_text": "AKIAEXAMPLE\n"}),
+    );
+    assert_eq!(
+        ok(&r),
+        "File created successfully at: /memories/[REDACTED:github-token].md\nNote: the path held 1 secret (github-token); it was saved under the redacted name shown above.\nNote: 1 secret was redacted before saving (aws-access-key-id)."
+    );
+    assert_eq!(
+        s.log()[0].1.redactions,
+        [
+            ("aws-access-key-id".to_owned(), 1),
+            ("github-token".to_owned(), 1)
+        ]
+    );
+    s.seed(
+        &p("/memories/two.md"),
+        b"x ghp_EXAMPLE\nx ghp_EXAMPLE\n".to_vec(),
+    )
+    .unwrap();
+    let r = run(
+        &toy(),
+        &mut s,
+        json!({"command": "str_replace", "path": "/memories/two.md", "old_str": "x ghp_EXAMPLE"}),
+    );
+    assert_eq!(
+        err(&r),
+        "No replacement was performed. Multiple occurrences of old_str `x [REDACTED:github-token]` in lines: 1, 2. Please ensure it is unique"
+    );
+    let r = run(
+        &toy(),
+        &mut s,
+        json!({"command": "rename", "old_path": "/memories/two.md", "new_path": "/memories/AKIAEXAMPLE/two.md"}),
+    );
+    assert!(
+        ok(&r).starts_with("Successfully renamed /memories/two.md to /memories/[REDACTED:aws-access-key-id]/two.md\nNote: the path held 1 secret"),
+        "{r:?}"
+    );
+}

@@ -10,6 +10,7 @@ mod expiry;
 mod fixtures;
 mod fuzz_replay;
 mod hostile_disk;
+mod hostile_input;
 mod hostile_vault;
 mod keys;
 mod limits;

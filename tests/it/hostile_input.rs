@@ -1,0 +1,549 @@
+//! Hostile request input through the real binary: repeated JSON keys,
+//! huge listings, secrets outside file content, and errors that must say
+//! what is really wrong (issue 16, holes 9 to 12).
+
+use serde_json::{Value, json};
+
+use crate::util::{TestVault, is_error, run_with_stdin, text};
+
+fn serve_raw(t: &TestVault, lines: &[&str]) -> Vec<Value> {
+    t.serve(&lines.iter().map(|l| l.to_string()).collect::<Vec<_>>())
+}
+
+#[test]
+fn duplicate_command_key_is_refused() {
+    let t = TestVault::new();
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "keep me\n"}));
+    let out = serve_raw(
+        &t,
+        &[
+            r#"{"command":"view","command":"delete","path":"/memories/a.md"}"#,
+            r#"{"command":"view","path":"/memories/a.md"}"#,
+        ],
+    );
+    assert!(is_error(&out[0]), "{}", out[0]);
+    assert!(
+        text(&out[0]).contains("gives the key `command` twice"),
+        "{}",
+        out[0]
+    );
+    assert!(text(&out[1]).contains("keep me"), "{}", out[1]);
+}
+
+#[test]
+fn duplicate_tool_use_input_is_refused() {
+    let t = TestVault::new();
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "keep me\n"}));
+    let out = serve_raw(
+        &t,
+        &[
+            r#"{"type":"tool_use","id":"toolu_1","name":"memory","input":{"command":"view","path":"/memories"},"input":{"command":"delete","path":"/memories/a.md"}}"#,
+            r#"{"command":"view","path":"/memories/a.md"}"#,
+        ],
+    );
+    assert!(is_error(&out[0]), "{}", out[0]);
+    assert!(
+        text(&out[0]).contains("the key `input` twice"),
+        "{}",
+        out[0]
+    );
+    assert!(text(&out[1]).contains("keep me"), "{}", out[1]);
+}
+
+#[test]
+fn duplicate_nested_key_is_refused_and_unknown_keys_are_not_echoed() {
+    let t = TestVault::new();
+    let out = serve_raw(
+        &t,
+        &[
+            r#"{"type":"tool_use","id":"toolu_1","name":"memory","input":{"command":"create","path":"/memories/a","file_text":"x","path":"/memories/b"}}"#,
+            r#"{"command":"create","path":"/memories/c","file_text":"x","extra":{"ghp_s3cr3tkey":1,"ghp_s3cr3tkey":2}}"#,
+            r#"{"command":"view","path":"/memories"}"#,
+        ],
+    );
+    assert!(text(&out[0]).contains("the key `path` twice"), "{}", out[0]);
+    assert!(is_error(&out[1]), "{}", out[1]);
+    assert!(text(&out[1]).contains("gives a key twice"), "{}", out[1]);
+    assert!(!text(&out[1]).contains("ghp_"), "{}", out[1]);
+    let listing = text(&out[2]);
+    assert!(!listing.contains("/memories/a") && !listing.contains("/memories/b"));
+    assert!(!listing.contains("/memories/c"), "{listing}");
+}
+
+#[test]
+fn duplicate_key_is_refused_by_exec() {
+    let t = TestVault::new();
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "keep me\n"}));
+    let out = t
+        .cmd()
+        .arg("exec")
+        .arg(r#"{"command":"view","command":"delete","path":"/memories/a.md"}"#)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("twice"));
+    let v = t.one(json!({"command": "view", "path": "/memories/a.md"}));
+    assert!(text(&v).contains("keep me"), "{v}");
+}
+
+/// A memory directory of `n` small files in `dirs` subfolders (or at the
+/// top when `dirs` is 0), imported in one commit.
+fn import_many(t: &TestVault, n: usize, dirs: usize) {
+    let src = t.tmp.path().join("plain");
+    for i in 0..n {
+        let dir = match dirs {
+            0 => src.clone(),
+            d => src.join(format!("d{:03}", i % d)),
+        };
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("note-{i:05}.md")), format!("note {i}\n")).unwrap();
+    }
+    let out = t.cmd().arg("import").arg(&src).output().unwrap();
+    assert!(
+        out.status.success(),
+        "import: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn directory_view_is_capped_at_max_view_chars() {
+    let t = TestVault::new();
+    import_many(&t, 3000, 0);
+    let v = t.one(json!({"command": "view", "path": "/memories"}));
+    assert!(!is_error(&v), "{v}");
+    let body = text(&v);
+    let rows: Vec<&str> = body.split('\n').collect();
+    let marker = rows.last().unwrap();
+    assert!(
+        marker.starts_with("… ") && marker.contains("more entries not shown"),
+        "{marker}"
+    );
+    // Header, capped rows, marker: the rows stay within 16,000 characters.
+    let listed: usize = rows[1..rows.len() - 1]
+        .iter()
+        .map(|r| r.chars().count() + 1)
+        .sum();
+    assert!(listed <= 16_000, "{listed}");
+    assert!(listed > 15_000, "{listed}");
+    let shown = rows.len() - 2;
+    let omitted: usize = marker
+        .trim_start_matches("… ")
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The directory's own row plus 3,000 files.
+    assert_eq!(shown + omitted, 3001, "{marker}");
+    assert_eq!(rows[1], "28.2K\t/memories");
+    assert!(rows[2].ends_with("/memories/note-00000.md"), "{}", rows[2]);
+    // Whole rows only, and the same answer every time.
+    assert!(rows[1..rows.len() - 1].iter().all(|r| r.contains('\t')));
+    assert_eq!(t.one(json!({"command": "view", "path": "/memories"})), v);
+}
+
+#[test]
+fn capped_directory_view_names_a_subdirectory_to_view() {
+    let t = TestVault::new();
+    import_many(&t, 2000, 40);
+    let v = t.one(json!({"command": "view", "path": "/memories"}));
+    let body = text(&v);
+    let marker = body.rsplit('\n').next().unwrap();
+    assert!(
+        marker.contains("View a subdirectory (such as /memories/d"),
+        "{marker}"
+    );
+    assert!(
+        body.chars().count() < 16_000 + 400,
+        "{}",
+        body.chars().count()
+    );
+    let sub = t.one(json!({"command": "view", "path": "/memories/d039"}));
+    assert!(!text(&sub).contains("not shown"), "{sub}");
+    assert!(
+        text(&sub).ends_with("/memories/d039/note-01999.md"),
+        "{sub}"
+    );
+}
+
+#[test]
+fn view_range_number_out_of_range_says_so() {
+    let t = TestVault::new();
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "x\n"}));
+    let v =
+        t.one(json!({"command": "view", "path": "/memories/a.md", "view_range": [1, u64::MAX]}));
+    assert!(is_error(&v), "{v}");
+    let m = text(&v);
+    assert!(!m.contains("array of 2 items"), "{m}");
+    assert!(m.contains("18446744073709551615 is out of range"), "{m}");
+}
+
+#[test]
+fn history_into_a_closed_pipe_exits_quietly() {
+    let t = TestVault::new();
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "x\n"}));
+    // A pipe whose reading end is closed before the process starts: every
+    // write to stdout fails with EPIPE, as under `memvault history | head`.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    for args in [
+        &["history"][..],
+        &["show", "HEAD", "/memories"],
+        &["sessions"],
+    ] {
+        let out = t
+            .cmd()
+            .args(args)
+            .stdout(writer.try_clone().unwrap())
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err, "", "{args:?}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn export_into_a_dangling_symlink_is_refused_as_such() {
+    let t = TestVault::new();
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "x\n"}));
+    let link = t.tmp.path().join("out");
+    let target = t.tmp.path().join("nowhere");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let out = t.cmd().arg("export").arg(&link).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    assert!(err.contains("dangling"), "{err}");
+    assert!(!err.contains("No such file"), "{err}");
+    assert!(!target.exists());
+    // A link to a real empty directory is refused too: no writes through links.
+    std::fs::create_dir(&target).unwrap();
+    let out = t.cmd().arg("export").arg(&link).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("symbolic link"));
+    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+}
+
+/// Run `memvault` so that mode bits apply: as root, the test vault is
+/// handed to `nobody` and the command runs as `nobody`.
+fn as_unprivileged(t: &TestVault, cmd: &mut std::process::Command) {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+    let probe = tempfile::tempfile().unwrap();
+    if probe.metadata().unwrap().uid() != 0 {
+        return;
+    }
+    let mut stack = vec![t.tmp.path().to_path_buf()];
+    while let Some(p) = stack.pop() {
+        std::os::unix::fs::lchown(&p, Some(65534), Some(65534)).unwrap();
+        if std::fs::symlink_metadata(&p).unwrap().is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        }
+    }
+    cmd.uid(65534).gid(65534).env("HOME", t.tmp.path());
+}
+
+#[test]
+fn permission_error_names_the_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = TestVault::new();
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "x\n"}));
+    let wal = t.vault.join("memvault").join("wal");
+    let mode = std::fs::metadata(&wal).unwrap().permissions();
+    for args in [
+        &["history"][..],
+        &["exec", r#"{"command":"view","path":"/memories"}"#],
+    ] {
+        let mut cmd = t.cmd();
+        cmd.args(args);
+        as_unprivileged(&t, &mut cmd);
+        std::fs::set_permissions(&wal, std::fs::Permissions::from_mode(0o000)).unwrap();
+        let out = cmd.output().unwrap();
+        std::fs::set_permissions(&wal, mode.clone()).unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("cannot open {}: permission denied", wal.display())),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// A GitHub classic token whose checksum verifies (the filter finds it).
+const TOKEN: &str = "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";
+
+/// Every place a secret could come back out of the vault: `history`,
+/// `history --json`, `show` of the tip, `sessions`, `resume`, and the
+/// plaintext on disk.
+fn assert_nowhere(t: &TestVault, secret: &str) {
+    for args in [
+        &["history"][..],
+        &["history", "--json"],
+        &["show", "HEAD", "/memories"],
+        &["sessions"],
+        &["resume"],
+    ] {
+        let out = t.cmd().args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let all = [out.stdout, out.stderr].concat();
+        assert!(
+            !crate::util::contains(&all, secret.as_bytes()),
+            "{args:?} shows the secret: {}",
+            String::from_utf8_lossy(&all)
+        );
+    }
+    assert!(crate::util::plaintext_anywhere(&t.vault, secret).is_empty());
+}
+
+fn set_mode(t: &TestVault, mode: &str) {
+    crate::limits::with_config(t, "redaction.mode", json!(mode));
+}
+
+#[test]
+fn secret_in_a_file_name_is_redacted() {
+    let t = TestVault::new();
+    let v = t.one(json!({"command": "create", "path": format!("/memories/{TOKEN}.md"), "file_text": "note\n"}));
+    assert!(!is_error(&v), "{v}");
+    assert_eq!(
+        text(&v),
+        "File created successfully at: /memories/[REDACTED:github-token].md\nNote: the path held 1 secret (github-token); it was saved under the redacted name shown above."
+    );
+    let listing = t.one(json!({"command": "view", "path": "/memories"}));
+    assert!(
+        text(&listing).contains("/memories/[REDACTED:github-token].md"),
+        "{listing}"
+    );
+    let history = t.cmd().arg("history").output().unwrap();
+    assert!(String::from_utf8_lossy(&history.stdout).contains("[REDACTED:github-token]"));
+    assert_nowhere(&t, TOKEN);
+}
+
+#[test]
+fn secret_in_a_rename_target_is_redacted() {
+    let t = TestVault::new();
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "note\n"}));
+    let v = t.one(json!({"command": "rename", "old_path": "/memories/a.md", "new_path": format!("/memories/dir-{TOKEN}/a.md")}));
+    assert!(!is_error(&v), "{v}");
+    assert!(
+        text(&v).starts_with("Successfully renamed /memories/a.md to /memories/dir-[REDACTED:github-token]/a.md\nNote: the path held 1 secret"),
+        "{v}"
+    );
+    assert_nowhere(&t, TOKEN);
+}
+
+#[test]
+fn secret_in_a_file_name_is_refused_in_reject_mode() {
+    let t = TestVault::new();
+    set_mode(&t, "reject");
+    let before = t.commits();
+    let v = t.one(json!({"command": "create", "path": format!("/memories/{TOKEN}.md"), "file_text": "note\n"}));
+    assert!(is_error(&v), "{v}");
+    assert!(
+        text(&v).contains("the path holds 1 secret (github-token)"),
+        "{v}"
+    );
+    assert!(!text(&v).contains(TOKEN), "{v}");
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "note\n"}));
+    let v = t.one(json!({"command": "rename", "old_path": "/memories/a.md", "new_path": format!("/memories/{TOKEN}")}));
+    assert!(is_error(&v) && !text(&v).contains(TOKEN), "{v}");
+    assert_eq!(t.commits(), before + 1);
+    assert_nowhere(&t, TOKEN);
+}
+
+#[test]
+fn secret_in_session_and_actor_is_redacted_in_history() {
+    let t = TestVault::new();
+    let out = run_with_stdin(
+        t.cmd().args([
+            "serve",
+            "--session",
+            &format!("s-{TOKEN}"),
+            "--actor",
+            TOKEN,
+        ]),
+        format!(
+            "{}\n",
+            json!({"command": "create", "path": "/memories/a.md", "file_text": "x\n"})
+        )
+        .as_bytes(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!crate::util::contains(&out.stderr, TOKEN.as_bytes()));
+    let out = t
+        .cmd()
+        .args(["exec", "--session", TOKEN])
+        .arg(json!({"command": "create", "path": "/memories/b.md", "file_text": "x\n"}).to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let history = t.cmd().arg("history").output().unwrap();
+    let history = String::from_utf8_lossy(&history.stdout);
+    assert!(history.contains("s-[REDACTED:github-token]"), "{history}");
+    assert_nowhere(&t, TOKEN);
+}
+
+#[test]
+fn secret_in_an_imported_binary_file_is_refused() {
+    let t = TestVault::new();
+    let src = t.tmp.path().join("plain");
+    std::fs::create_dir_all(&src).unwrap();
+    let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\xff\xfe".to_vec();
+    png.extend_from_slice(format!("tEXtkey\0{TOKEN}\0").as_bytes());
+    png.extend_from_slice(b"\xff\x00\xc3\x28");
+    std::fs::write(src.join("shot.png"), &png).unwrap();
+    std::fs::write(src.join("notes.md"), "fine\n").unwrap();
+    let before = t.commits();
+    let out = t.cmd().arg("import").arg(&src).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("/memories/shot.png is not UTF-8 text and holds secrets (github-token)"),
+        "{err}"
+    );
+    assert!(!err.contains(TOKEN));
+    assert_eq!(t.commits(), before);
+    // An image without a secret is imported as it is.
+    std::fs::write(
+        src.join("shot.png"),
+        b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\xff\xfe",
+    )
+    .unwrap();
+    let out = t.cmd().arg("import").arg(&src).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_nowhere(&t, TOKEN);
+}
+
+#[test]
+fn secret_in_an_imported_file_name_is_redacted() {
+    let t = TestVault::new();
+    let src = t.tmp.path().join("plain");
+    std::fs::create_dir_all(src.join(format!("d-{TOKEN}"))).unwrap();
+    std::fs::write(src.join(format!("d-{TOKEN}")).join("a.md"), "fine\n").unwrap();
+    let out = t.cmd().arg("import").arg(&src).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("1 saved under a name with its secrets redacted")
+    );
+    let v = t.one(json!({"command": "view", "path": "/memories/d-[REDACTED:github-token]/a.md"}));
+    assert!(text(&v).contains("fine"), "{v}");
+    assert_nowhere(&t, TOKEN);
+}
+
+#[test]
+fn old_str_echoed_in_an_error_is_redacted() {
+    let t = TestVault::new();
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "x\nx\n"}));
+    let v = t.one(json!({"command": "str_replace", "path": "/memories/a.md", "old_str": format!("token {TOKEN}"), "new_str": "y"}));
+    assert_eq!(
+        text(&v),
+        "No replacement was performed, old_str `token [REDACTED:github-token]` did not appear verbatim in /memories/a.md."
+    );
+    set_mode(&t, "reject");
+    let v = t.one(json!({"command": "str_replace", "path": "/memories/a.md", "old_str": format!("x {TOKEN}"), "new_str": "y"}));
+    assert!(is_error(&v) && !text(&v).contains(TOKEN), "{v}");
+    assert!(text(&v).contains("[REDACTED:github-token]"), "{v}");
+    assert_nowhere(&t, TOKEN);
+}
+
+#[test]
+fn duplicate_argument_key_is_refused_by_mcp() {
+    use std::io::{BufRead, Write};
+    let t = TestVault::new();
+    t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "keep me\n"}));
+    let mut child = t
+        .cmd()
+        .arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "it", "version": "0"}}});
+    let lines = [
+        init.to_string(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":"two","method":"tools/call","params":{"name":"memory","arguments":{"command":"view","command":"delete","path":"/memories/a.md"}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"memory","arguments":{"command":"view","path":"/memories/a.md"}}}"#.to_string(),
+    ];
+    for l in &lines {
+        writeln!(stdin, "{l}").unwrap();
+    }
+    stdin.flush().unwrap();
+    let mut answers = std::collections::HashMap::new();
+    while answers.len() < 3 {
+        let mut line = String::new();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "mcp closed stdout"
+        );
+        let msg: Value = serde_json::from_str(&line).unwrap();
+        if !msg["id"].is_null() {
+            answers.insert(msg["id"].to_string(), msg);
+        }
+    }
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    let two = &answers["\"two\""]["result"];
+    assert_eq!(two["isError"], true, "{two}");
+    assert!(
+        two["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("the key `command` twice"),
+        "{two}"
+    );
+    let three = &answers["3"]["result"];
+    assert!(
+        three["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("keep me"),
+        "{three}"
+    );
+}
+
+#[test]
+fn secret_in_a_path_echoed_by_an_error_is_masked() {
+    let t = TestVault::new();
+    for cmd in [
+        json!({"command": "view", "path": format!("/memories/{TOKEN}")}),
+        json!({"command": "delete", "path": format!("/memories/{TOKEN}")}),
+        json!({"command": "insert", "path": format!("/memories/{TOKEN}"), "insert_line": 0, "insert_text": "x"}),
+    ] {
+        let v = t.one(cmd);
+        assert!(is_error(&v), "{v}");
+        assert!(!text(&v).contains(TOKEN), "{v}");
+        assert!(
+            text(&v).contains("/memories/[REDACTED:github-token]"),
+            "{v}"
+        );
+    }
+}
