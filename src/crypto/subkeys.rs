@@ -39,19 +39,21 @@ pub(super) struct EpochKeys {
 pub struct LogKey(SecretBytes<32>);
 
 impl LogKey {
-    /// The tag of one entry's bytes.
-    pub fn tag(&self, data: &[u8]) -> [u8; 32] {
-        hmac(self.0.expose(), &[labels::LOG_MAC, data])
-            .finalize()
-            .into_bytes()
-            .into()
+    /// The tag of one entry's bytes (given in parts).
+    pub fn tag(&self, parts: &[&[u8]]) -> [u8; 32] {
+        self.mac(parts).finalize().into_bytes().into()
     }
 
     /// Checks a [`tag`](Self::tag), in constant time.
-    pub fn check(&self, data: &[u8], tag: &[u8]) -> bool {
-        hmac(self.0.expose(), &[labels::LOG_MAC, data])
-            .verify_slice(tag)
-            .is_ok()
+    pub fn check(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
+        self.mac(parts).verify_slice(tag).is_ok()
+    }
+
+    fn mac(&self, parts: &[&[u8]]) -> hmac::Hmac<sha2::Sha256> {
+        let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+        all.push(labels::LOG_MAC);
+        all.extend_from_slice(parts);
+        hmac(self.0.expose(), &all)
     }
 
     /// A copy, for a second handle on the same vault.

@@ -80,6 +80,7 @@ const FORMAT_PREFIX: &str = "memvault vault format ";
 /// Format 1's plain settings file (read once, by the migration).
 const CONFIG_FILE: &str = "memvault/config.json";
 const LOCK_FILE: &str = "memvault/lock";
+const LOG_DOWNGRADED: &str = "the write-ahead log (memvault/wal) has an untagged head of format 1, but the vault is of format 2: the log was replaced";
 
 /// Why a vault could not be created, opened or written.
 #[derive(Debug, thiserror::Error)]
@@ -134,6 +135,20 @@ pub enum VaultError {
 
 pub(crate) fn damaged(what: &str) -> VaultError {
     VaultError::Damaged(what.to_string())
+}
+
+impl From<wal::WalError> for VaultError {
+    fn from(e: wal::WalError) -> Self {
+        use wal::WalError as W;
+        match e {
+            W::Io(e) => VaultError::Log(e),
+            W::Git(e) => VaultError::Git(e),
+            W::TooLarge { .. } => VaultError::Refused(e.to_string()),
+            W::Forged | W::Replayed | W::BadObject | W::NotReady => {
+                VaultError::Damaged(e.to_string())
+            }
+        }
+    }
 }
 
 /// The one mapping from the vault's errors to the memory layer's (the
@@ -310,6 +325,7 @@ impl Vault {
         // libgit2 writes without fsync (see `fsync`): sync the new vault
         // as a whole, then start its log at this state.
         let mut wal = Wal::open(tmp)?;
+        wal.set_key(keys.log_key());
         let keys_commit = repo.refname_to_id(keys::KEYS_REF)?;
         fsx::make_private_tree(tmp)?;
         sync_tree(tmp)?;
@@ -338,7 +354,11 @@ impl Vault {
         read_format(dir)?;
         let repo =
             Repository::open_bare(dir).map_err(|_| VaultError::NotAVault(dir.to_path_buf()))?;
-        let mut wal = recover_on_open(dir, &repo)?;
+        // Before unlock the log's tags cannot be checked: this read only
+        // finds the keyslots; `finish_open` reads it again, checked,
+        // before anything of it is used or written to git.
+        let mut wal = Wal::open(dir)?;
+        wal.catch_up(&repo)?;
         // As in `refresh`: a ref may name objects of a newer log record.
         let mut attempt = 0;
         let slots = loop {
@@ -386,11 +406,31 @@ impl Vault {
         fsx::check_vault(&self.dir)?;
         let repo = Repository::open_bare(&self.dir)
             .map_err(|_| VaultError::NotAVault(self.dir.clone()))?;
-        let wal = recover_on_open(&self.dir, &repo)?;
+        let wal = Wal::open(&self.dir)?;
         let mut vault =
             Self::finish_open(&self.dir, repo, wal, self.keyring.duplicate(), attribution)?;
         vault.unlocked_slot = self.unlocked_slot.clone();
         Ok(vault)
+    }
+
+    /// The key state where the keys ref points, catching up with the log
+    /// when a ref names objects of a newer record (a writer in another
+    /// process appends its record before it moves the refs).
+    fn load_key_state(
+        repo: &Repository,
+        wal: &mut Wal,
+        keys: &VaultKeys,
+    ) -> Result<KeyState, VaultError> {
+        let mut attempt = 0;
+        loop {
+            wal.catch_up(repo)?;
+            let at = wal.ref_target(repo, keys::KEYS_REF)?;
+            match KeyState::load_at(repo, keys, at) {
+                Ok(k) => return Ok(k),
+                Err(VaultError::Damaged(_)) if attempt < 3 => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     fn finish_open(
@@ -401,24 +441,26 @@ impl Vault {
         attribution: Attribution,
     ) -> Result<Vault, VaultError> {
         let mut wal = wal;
-        // Stage objects in memory from now on, with those of the log.
-        wal.catch_up(&repo)?;
         let keys = VaultKeys::derive(&keyring);
-        // A writer in another process appends its log record before it
-        // moves the refs: a ref read after our catch-up may name objects
-        // only the newer log holds. Catch up again and retry.
-        let mut attempt = 0;
-        let key_state = loop {
-            let at = wal.ref_target(&repo, keys::KEYS_REF)?;
-            match KeyState::load_at(&repo, &keys, at) {
-                Ok(k) => break k,
-                Err(VaultError::Damaged(_)) if attempt < 3 => {
-                    attempt += 1;
-                    wal.catch_up(&repo)?;
-                }
-                Err(e) => return Err(e),
-            }
-        };
+        // From now on every entry of the log is checked against its tag.
+        wal.set_key(keys.log_key());
+        let mut key_state = Self::load_key_state(&repo, &mut wal, &keys)?;
+        // The log is never of an older format than the key state: an
+        // untagged head in a vault of format 2 was put there.
+        if key_state.format >= 2 && wal.head_is_v1() == Some(true) {
+            return Err(damaged(LOG_DOWNGRADED));
+        }
+        // Checkpoint if the log holds anything git does not (records of a
+        // writer that died or is still running, a tail the refs do not
+        // show, a torn head) or an untagged head: git alone then shows
+        // every acknowledged commit.
+        let c = wal.catch_up(&repo)?;
+        if c.records || !c.clean || wal.head_is_v1() == Some(true) || !wal.refs_consistent(&repo) {
+            let lock = fsx::open_rw(&dir.join(LOCK_FILE))?;
+            let _guard = FileLock::exclusive(&lock).map_err(VaultError::Lock)?;
+            checkpoint_locked(&repo, &mut wal)?;
+            key_state = Self::load_key_state(&repo, &mut wal, &keys)?;
+        }
         // Format 2 keeps the settings in the key state, authenticated;
         // format 1 in a plain file, until `migrate` moves them.
         let config = match &key_state.settings {
@@ -575,6 +617,9 @@ impl Vault {
         let mut attempt = 0;
         loop {
             self.wal.catch_up(&self.repo)?;
+            if self.key_state.format >= 2 && self.wal.head_is_v1() == Some(true) {
+                return Err(damaged(LOG_DOWNGRADED));
+            }
             match self
                 .keys_target()
                 .and_then(|at| self.key_state.refresh(&self.repo, &self.keys, at))
@@ -744,7 +789,11 @@ impl Vault {
     /// leaves them apart) and recover if not.
     fn recover_if_needed(&mut self) -> Result<(), VaultError> {
         let c = self.wal.catch_up(&self.repo)?;
-        if !c.clean || !self.wal.refs_consistent(&self.repo) {
+        if self.wal.head_is_v1() == Some(true) && self.key_state.format >= 2 {
+            return Err(damaged(LOG_DOWNGRADED));
+        }
+        if !c.clean || self.wal.head_is_v1() == Some(true) || !self.wal.refs_consistent(&self.repo)
+        {
             checkpoint_locked(&self.repo, &mut self.wal)?;
         }
         Ok(())
@@ -976,7 +1025,7 @@ impl Vault {
         // The record moves the refs: the log's tail is where they point
         // (ref files follow at the next checkpoint). The acknowledgement
         // point is the sync of this record (see `with_writer_lock`).
-        self.wal.append(&record).map_err(VaultError::Log)?;
+        self.wal.append(&record)?;
         self.pending_sync = true;
         if let Some(k) = staged {
             self.key_state.published(&self.repo, k);
@@ -1050,20 +1099,6 @@ impl Vault {
         }
         Ok(())
     }
-}
-
-/// At open: checkpoint if the log holds anything git does not (records
-/// of a writer that died or is still running, a tail the refs do not show,
-/// a torn record), so git alone shows every acknowledged commit.
-fn recover_on_open(dir: &Path, repo: &Repository) -> Result<Wal, VaultError> {
-    let mut wal = Wal::open(dir)?;
-    let c = wal.catch_up(repo)?;
-    if c.records || !c.clean || !wal.refs_consistent(repo) {
-        let lock = fsx::open_rw(&dir.join(LOCK_FILE))?;
-        let _guard = FileLock::exclusive(&lock).map_err(VaultError::Lock)?;
-        checkpoint_locked(repo, &mut wal)?;
-    }
-    Ok(wal)
 }
 
 /// The checkpoint (the caller holds the writer lock): write every object

@@ -30,17 +30,36 @@
 //! # Format
 //!
 //! A sequence of entries, each `"MVWL" kind:u8 len:u32le body checksum`,
-//! where the checksum is the git blob hash (SHA-1) of everything before it.
-//! The first entry is the head (kind 1: an 8-byte generation, changed at
-//! every checkpoint, then the ref targets at that checkpoint); the rest are
-//! records (kind 2: the generation, ref targets, then objects as
-//! `type:u8 oid len:u32le bytes`). Reading stops at the first entry that is
-//! cut short, does not check out, or belongs to another generation: that
-//! is a record whose writer died before it was synced, and which was
-//! therefore never acknowledged. The file itself is preallocated (zeros,
+//! where the checksum is the git blob hash (SHA-1) of everything before it:
+//! it finds torn writes. The first entry is the head (an 8-byte
+//! generation, changed at every checkpoint, then the ref targets at that
+//! checkpoint); the rest are records (the generation, the ref targets the
+//! record builds on, the new ref targets, then objects as
+//! `type:u8 oid len:u32le bytes`). In format 2 (kinds 3 and 4) every body
+//! ends with an HMAC-SHA256 tag under the vault's log key
+//! ([`crate::crypto::LogKey`]) over the kind and the rest of the body, and
+//! each record names the tail it builds on: so an entry written without
+//! the key (a log copied from another vault, a forged record) and a
+//! genuine record replayed out of place are refused as damage
+//! ([`WalError::Forged`], [`WalError::Replayed`]), never applied. Format 1
+//! (kinds 1 and 2: no tag, no chain) is read only after a format-1 head,
+//! until the first checkpoint writes a format-2 head; the vault refuses a
+//! format-1 head once its key state is of format 2.
+//!
+//! Reading stops at the first entry that is cut short, does not check
+//! out, or belongs to another generation: that is a record whose writer
+//! died before it was synced, and which was therefore never acknowledged.
+//! No record is written that a reader would refuse: one larger than
+//! [`MAX_ENTRY`] is refused before anything is written
+//! ([`WalError::TooLarge`]). The file itself is preallocated (zeros,
 //! written once; see [`PREALLOC_BYTES`]) and never truncated: a new
 //! record overwrites whatever follows the last entry that checks out, and
 //! a checkpoint rewrites the head, with a new generation, at offset 0.
+//!
+//! Limitations: the whole log file replaced by an earlier genuine copy of
+//! this vault's own log (with the ref files of the same moment) is an
+//! earlier state of the vault, as a restored backup is; the records
+//! written since are gone. Only `verify`'s high-water mark can tell.
 //!
 //! # What it holds
 //!
@@ -57,12 +76,18 @@ use std::path::Path;
 use git2::{ObjectType, Odb, Oid, Repository};
 
 use super::{fsx, fsync};
+use crate::crypto::LogKey;
 
 /// The log, relative to the repository directory.
 pub(crate) const WAL_FILE: &str = "memvault/wal";
 const MAGIC: &[u8; 4] = b"MVWL";
-const KIND_HEAD: u8 = 1;
-const KIND_RECORD: u8 = 2;
+/// Format 1 entries (read only after a format-1 head).
+const KIND_HEAD_V1: u8 = 1;
+const KIND_RECORD_V1: u8 = 2;
+/// Format 2 entries: tagged, records chained.
+const KIND_HEAD: u8 = 3;
+const KIND_RECORD: u8 = 4;
+const TAG_LEN: usize = 32;
 const ENTRY_OVERHEAD: usize = 4 + 1 + 4 + 20;
 
 /// The log file is kept at least this long: zeros are written once, at
@@ -74,9 +99,54 @@ const ENTRY_OVERHEAD: usize = 4 + 1 + 4 + 20;
 pub(crate) const PREALLOC_BYTES: u64 = CHECKPOINT_BYTES + (1 << 20);
 /// A checkpoint is due when the log grows past this.
 pub(crate) const CHECKPOINT_BYTES: u64 = 4 << 20;
-/// No single record may be larger than this (a corrupt length field must
-/// not make a reader allocate gigabytes).
-const MAX_ENTRY: usize = 1 << 30;
+/// No single entry may be larger than this, for the writer as for the
+/// reader (a corrupt length field must not make a reader allocate
+/// gigabytes, and a record the reader would refuse is never written).
+pub(crate) const MAX_ENTRY: usize = 1 << 30;
+
+/// The entry limit in force: [`MAX_ENTRY`], or in a `test-hooks` build
+/// `MEMVAULT_TEST_MAX_RECORD` bytes (so tests can reach it).
+fn max_entry() -> usize {
+    #[cfg(feature = "test-hooks")]
+    {
+        static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        *LIMIT.get_or_init(|| {
+            std::env::var("MEMVAULT_TEST_MAX_RECORD")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(MAX_ENTRY)
+        })
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    MAX_ENTRY
+}
+
+/// Why the log could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WalError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Git(#[from] git2::Error),
+    #[error(
+        "the write-ahead log (memvault/wal) holds an entry that was not written with this vault's key (a log copied from another vault, or a forged entry)"
+    )]
+    Forged,
+    #[error(
+        "the write-ahead log (memvault/wal) holds a record that does not build on the one before it (an earlier record replayed)"
+    )]
+    Replayed,
+    #[error("a logged object does not match its id")]
+    BadObject,
+    #[error(
+        "this change needs a log record of {bytes} bytes, over the limit of {limit} bytes; nothing was changed (import fewer files at once, or rename a smaller directory)"
+    )]
+    TooLarge { bytes: usize, limit: usize },
+    #[error(
+        "the log must be read (and, for a format-1 head, checkpointed) before a record is written"
+    )]
+    NotReady,
+}
 
 /// Ref targets, by ref name.
 pub(crate) type Refs = Vec<(String, Oid)>;
@@ -158,26 +228,73 @@ impl Record {
         Ok(())
     }
 
-    fn encode(&self, generation: &[u8; 8]) -> Vec<u8> {
-        let size: usize = self.objects.iter().map(|o| o.data.len() + 25).sum();
-        let mut body = Vec::with_capacity(size + 128);
+    /// The record's entry: format 2 (`key`: tagged, with the tail `base`
+    /// it builds on) or, without a key, format 1. Refused when larger than
+    /// a reader accepts.
+    fn encode(
+        &self,
+        generation: &[u8; 8],
+        base: &Refs,
+        key: Option<&LogKey>,
+    ) -> Result<Vec<u8>, WalError> {
+        let limit = max_entry();
+        let size: usize = self
+            .objects
+            .iter()
+            .map(|o| o.data.len().saturating_add(25))
+            .fold(256usize, usize::saturating_add);
+        if size > limit {
+            return Err(WalError::TooLarge { bytes: size, limit });
+        }
+        let mut body = Vec::with_capacity(size + TAG_LEN);
         body.extend_from_slice(generation);
+        if key.is_some() {
+            encode_refs(&mut body, base);
+        }
         encode_refs(&mut body, &self.refs);
-        body.extend_from_slice(&(self.objects.len() as u32).to_le_bytes());
+        let count = u32::try_from(self.objects.len())
+            .map_err(|_| WalError::TooLarge { bytes: size, limit })?;
+        body.extend_from_slice(&count.to_le_bytes());
         for o in &self.objects {
             body.push(kind_byte(o.kind));
             body.extend_from_slice(o.id.as_bytes());
+            // Each object is under the limit, itself under u32::MAX.
             body.extend_from_slice(&(o.data.len() as u32).to_le_bytes());
             body.extend_from_slice(&o.data);
         }
-        entry(KIND_RECORD, &body)
+        let kind = match key {
+            Some(k) => {
+                let tag = k.tag(&[&[KIND_RECORD], &body]);
+                body.extend_from_slice(&tag);
+                KIND_RECORD
+            }
+            None => KIND_RECORD_V1,
+        };
+        if body.len() > limit {
+            return Err(WalError::TooLarge {
+                bytes: body.len(),
+                limit,
+            });
+        }
+        Ok(entry(kind, &body))
     }
 
-    fn decode(body: &[u8], generation: &[u8; 8]) -> Option<Record> {
-        let mut r = Reader(body);
+    /// A record's payload (its tag already checked): None if it is not of
+    /// `generation` or does not parse. Format 2 also gives the tail the
+    /// record builds on.
+    fn decode(
+        payload: &[u8],
+        generation: &[u8; 8],
+        chained: bool,
+    ) -> Option<(Option<Refs>, Record)> {
+        let mut r = Reader(payload);
         if r.take(8)? != generation {
             return None;
         }
+        let base = match chained {
+            true => Some(decode_refs(&mut r)?),
+            false => None,
+        };
         let refs = decode_refs(&mut r)?;
         let n = r.u32()? as usize;
         let mut objects = Vec::with_capacity(n.min(1 << 16));
@@ -191,8 +308,26 @@ impl Record {
         if !r.0.is_empty() {
             return None;
         }
-        Some(Record { refs, objects })
+        Some((base, Record { refs, objects }))
     }
+}
+
+/// The payload of a format-2 entry, its tag checked when the key is
+/// known (before unlock it is not: the vault reads again once it is).
+fn open_tagged<'a>(kind: u8, body: &'a [u8], key: Option<&LogKey>) -> Result<&'a [u8], WalError> {
+    let Some(split) = body.len().checked_sub(TAG_LEN) else {
+        return Err(WalError::Forged);
+    };
+    let (payload, tag) = body.split_at(split);
+    match key {
+        Some(k) if !k.check(&[&[kind], payload], tag) => Err(WalError::Forged),
+        _ => Ok(payload),
+    }
+}
+
+/// The same ref targets, in any order.
+fn same_refs(a: &Refs, b: &Refs) -> bool {
+    a.len() == b.len() && a.iter().all(|(n, id)| target(b, n) == Some(*id))
 }
 
 fn kind_byte(k: ObjectType) -> u8 {
@@ -278,7 +413,7 @@ fn parse_entry(bytes: &[u8]) -> Option<(u8, &[u8], usize)> {
     }
     let kind = bytes[4];
     let len = u32::from_le_bytes([bytes[5], bytes[6], bytes[7], bytes[8]]) as usize;
-    if len > MAX_ENTRY || bytes.len() < ENTRY_OVERHEAD + len {
+    if len > max_entry() || bytes.len() < ENTRY_OVERHEAD + len {
         return None;
     }
     let end = 9 + len;
@@ -301,7 +436,7 @@ fn read_entry_at(file: &File, pos: u64, file_len: u64) -> Option<(u8, Vec<u8>, u
         return None;
     }
     let len = u32::from_le_bytes([header[5], header[6], header[7], header[8]]) as usize;
-    if len > MAX_ENTRY || room < (ENTRY_OVERHEAD + len) as u64 {
+    if len > max_entry() || room < (ENTRY_OVERHEAD + len) as u64 {
         return None;
     }
     let mut bytes = vec![0u8; ENTRY_OVERHEAD + len];
@@ -316,17 +451,43 @@ pub(crate) struct Head {
     pub refs: Refs,
 }
 
-fn encode_head(head: &Head) -> Vec<u8> {
+fn encode_head(head: &Head, key: Option<&LogKey>) -> Vec<u8> {
     let mut body = head.generation.to_vec();
     encode_refs(&mut body, &head.refs);
-    entry(KIND_HEAD, &body)
+    match key {
+        Some(k) => {
+            let tag = k.tag(&[&[KIND_HEAD], &body]);
+            body.extend_from_slice(&tag);
+            entry(KIND_HEAD, &body)
+        }
+        None => entry(KIND_HEAD_V1, &body),
+    }
 }
 
-fn decode_head(body: &[u8]) -> Option<Head> {
-    let mut r = Reader(body);
+fn decode_head(payload: &[u8]) -> Option<Head> {
+    let mut r = Reader(payload);
     let generation: [u8; 8] = r.take(8)?.try_into().ok()?;
     let refs = decode_refs(&mut r)?;
-    Some(Head { generation, refs })
+    r.0.is_empty().then_some(Head { generation, refs })
+}
+
+/// The head at the start of the log, if one checks out: the head, whether
+/// it is of format 2, and its entry's length. A format-2 head whose tag
+/// fails is refused.
+fn read_head(
+    file: &File,
+    file_len: u64,
+    key: Option<&LogKey>,
+) -> Result<Option<(Head, bool, u64)>, WalError> {
+    let Some((kind, body, len)) = read_entry_at(file, 0, file_len) else {
+        return Ok(None);
+    };
+    let (payload, v2) = match kind {
+        KIND_HEAD => (open_tagged(kind, &body, key)?, true),
+        KIND_HEAD_V1 => (&body[..], false),
+        _ => return Ok(None),
+    };
+    Ok(decode_head(payload).map(|h| (h, v2, len)))
 }
 
 /// Everything the log holds that checks out.
@@ -334,6 +495,7 @@ pub(crate) struct Contents {
     pub head: Option<Head>,
     pub records: Vec<Record>,
     /// Length of the part that checks out.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub valid_len: u64,
 }
 
@@ -367,11 +529,15 @@ pub(crate) struct Wal {
     file: File,
     /// How far this process has read (or written) the log.
     known: Option<Known>,
+    /// The key of the entries' tags (set once the vault is unlocked).
+    key: Option<LogKey>,
 }
 
 /// A position in the log and the ref targets there.
 struct Known {
     generation: [u8; 8],
+    /// The head is of format 2 (tagged entries, chained records).
+    v2: bool,
     /// Length read so far.
     len: u64,
     /// The checkpoint's ref targets (the head's).
@@ -406,43 +572,101 @@ pub(crate) struct CatchUp {
 impl Wal {
     /// Open (creating if missing, empty) the log of the repository at
     /// `dir`. An empty log means "the refs on disk are the checkpoint".
+    /// Until [`Wal::set_key`], entries' tags are not checked (enough to
+    /// find the keyslots before unlock) and nothing can be written.
     pub fn open(dir: &Path) -> std::io::Result<Wal> {
         let file = fsx::open_rw(&dir.join(WAL_FILE))?;
-        Ok(Wal { file, known: None })
+        Ok(Wal {
+            file,
+            known: None,
+            key: None,
+        })
+    }
+
+    /// Check every entry's tag from now on, and write format 2. What was
+    /// read before is read again, checked, at the next catch-up.
+    pub fn set_key(&mut self, key: LogKey) {
+        self.key = Some(key);
+        self.known = None;
+    }
+
+    /// The head this process last read is of format 1 (untagged): the
+    /// next checkpoint writes a format-2 one. None: no head was read.
+    pub fn head_is_v1(&self) -> Option<bool> {
+        self.known.as_ref().map(|k| !k.v2)
+    }
+
+    /// Read the records that follow a head, from `pos` with the tail
+    /// `refs`, handing each to `each`; returns where they stop and the tail
+    /// there. A record of the head's generation whose tag fails, or that
+    /// does not build on the tail before it, is refused.
+    fn scan(
+        &self,
+        head: &Head,
+        v2: bool,
+        mut pos: u64,
+        mut refs: Refs,
+        file_len: u64,
+        mut each: impl FnMut(Record) -> Result<(), WalError>,
+    ) -> Result<(u64, Refs), WalError> {
+        let want = if v2 { KIND_RECORD } else { KIND_RECORD_V1 };
+        while let Some((kind, body, len)) = read_entry_at(&self.file, pos, file_len) {
+            if kind != want {
+                break;
+            }
+            let payload = match v2 {
+                true => match open_tagged(kind, &body, None) {
+                    // Generation first: an earlier generation's remains
+                    // end the log, whatever their tag.
+                    Ok(p) if p.get(..8) != Some(&head.generation[..]) => break,
+                    Ok(_) => open_tagged(kind, &body, self.key.as_ref())?,
+                    Err(_) => break,
+                },
+                false => &body[..],
+            };
+            let Some((base, record)) = Record::decode(payload, &head.generation, v2) else {
+                break;
+            };
+            if let Some(base) = base
+                && !same_refs(&base, &refs)
+            {
+                return Err(WalError::Replayed);
+            }
+            merge_refs(&mut refs, &record.refs);
+            each(record)?;
+            pos += len;
+        }
+        Ok((pos, refs))
     }
 
     /// Read the whole log.
-    pub fn read_all(&mut self) -> std::io::Result<Contents> {
+    pub fn read_all(&mut self) -> Result<Contents, WalError> {
         let file_len = self.file.metadata()?.len();
-        let mut head: Option<Head> = None;
+        let Some((head, v2, head_len)) = read_head(&self.file, file_len, self.key.as_ref())? else {
+            self.known = None;
+            return Ok(Contents {
+                head: None,
+                records: Vec::new(),
+                valid_len: 0,
+            });
+        };
         let mut records = Vec::new();
-        let mut pos = 0u64;
-        while let Some((kind, body, len)) = read_entry_at(&self.file, pos, file_len) {
-            match (kind, &head) {
-                (KIND_HEAD, None) if pos == 0 => match decode_head(&body) {
-                    Some(h) => head = Some(h),
-                    None => break,
-                },
-                (KIND_RECORD, Some(h)) => match Record::decode(&body, &h.generation) {
-                    Some(r) => records.push(r),
-                    None => break,
-                },
-                _ => break,
-            }
-            pos += len;
-        }
-        let contents = Contents {
-            head,
+        let (pos, tail) = self.scan(&head, v2, head_len, head.refs.clone(), file_len, |r| {
+            records.push(r);
+            Ok(())
+        })?;
+        self.known = Some(Known {
+            generation: head.generation,
+            v2,
+            len: pos,
+            head: head.refs.clone(),
+            tail,
+        });
+        Ok(Contents {
+            head: Some(head),
             records,
             valid_len: pos,
-        };
-        self.known = contents.head.as_ref().map(|h| Known {
-            generation: h.generation,
-            len: contents.valid_len,
-            head: h.refs.clone(),
-            tail: contents.tail(),
-        });
-        Ok(contents)
+        })
     }
 
     /// Bring this process's view of the log up to date: load the objects
@@ -450,22 +674,16 @@ impl Wal {
     /// (after another process's checkpoint, start a fresh one), and return
     /// the ref targets at the tail. Safe without the writer lock (a reader
     /// stops at a record still being appended).
-    pub fn catch_up(&mut self, repo: &Repository) -> Result<CatchUp, git2::Error> {
-        let file_len = self.file.metadata().map_err(io_git)?.len();
-        let mut head_buf = [0u8; 512];
-        let n = self.file.read_at(&mut head_buf, 0).map_err(io_git)?;
-        let head = parse_entry(&head_buf[..n])
-            .filter(|(k, _, _)| *k == KIND_HEAD)
-            .and_then(|(_, body, _)| decode_head(body));
-        let Some(head) = head else {
+    pub fn catch_up(&mut self, repo: &Repository) -> Result<CatchUp, WalError> {
+        let file_len = self.file.metadata()?.len();
+        let Some((head, v2, head_len)) = read_head(&self.file, file_len, self.key.as_ref())? else {
             self.known = None;
             return Ok(CatchUp {
                 clean: false,
                 records: false,
             });
         };
-        let head_len = parse_entry(&head_buf[..n]).map_or(0, |(_, _, l)| l as u64);
-        let (start, mut refs) = match &self.known {
+        let (start, refs) = match &self.known {
             Some(k) if k.generation == head.generation && k.len <= file_len => {
                 (k.len, k.tail.clone())
             }
@@ -480,28 +698,22 @@ impl Wal {
         // PREALLOC_BYTES): a record a writer is still appending, one that
         // was torn by a crash (never acknowledged; the next record
         // overwrites it), zeros, or an earlier generation's remains.
-        let mut pos = start;
         let mut odb = None;
-        while let Some((KIND_RECORD, body, len)) = read_entry_at(&self.file, pos, file_len) {
-            let Some(r) = Record::decode(&body, &head.generation) else {
-                break;
-            };
+        let (pos, refs) = self.scan(&head, v2, start, refs, file_len, |r| {
             let odb = match &mut odb {
                 Some(o) => o,
                 None => odb.insert(repo.odb()?),
             };
             for o in &r.objects {
                 if odb.write(o.kind, &o.data)? != o.id {
-                    return Err(git2::Error::from_str(
-                        "a logged object does not match its id",
-                    ));
+                    return Err(WalError::BadObject);
                 }
             }
-            merge_refs(&mut refs, &r.refs);
-            pos += len;
-        }
+            Ok(())
+        })?;
         self.known = Some(Known {
             generation: head.generation,
+            v2,
             len: pos,
             head: head.refs,
             tail: refs,
@@ -515,13 +727,18 @@ impl Wal {
     }
 
     /// Append a record (the caller holds the writer lock and has caught
-    /// up). Not yet synced: call [`Wal::sync`]. Returns the log's length
-    /// before the record, for [`Wal::truncate_to`].
-    pub fn append(&mut self, record: &Record) -> std::io::Result<u64> {
+    /// up). Not yet synced: call [`Wal::sync`]. With the key set, the head
+    /// must be of format 2 (checkpoint first), and the record names the
+    /// tail it builds on. Nothing is written when it is refused. Returns
+    /// where the record starts.
+    pub fn append(&mut self, record: &Record) -> Result<u64, WalError> {
         let Some(known) = &self.known else {
-            return Err(std::io::Error::other("the log was not read before writing"));
+            return Err(WalError::NotReady);
         };
-        let bytes = record.encode(&known.generation);
+        if known.v2 != self.key.is_some() {
+            return Err(WalError::NotReady);
+        }
+        let bytes = record.encode(&known.generation, &known.tail, self.key.as_ref())?;
         // At the end of what checks out, over whatever follows it.
         let start = known.len;
         self.file.write_all_at(&bytes, start)?;
@@ -558,11 +775,7 @@ impl Wal {
     /// was changed outside memvault (or by a checkpoint this process has
     /// not read yet: catch up once and look again) and is taken as it is,
     /// for the MAC checks to judge.
-    pub fn ref_target(
-        &mut self,
-        repo: &Repository,
-        name: &str,
-    ) -> Result<Option<Oid>, git2::Error> {
+    pub fn ref_target(&mut self, repo: &Repository, name: &str) -> Result<Option<Oid>, WalError> {
         let mut disk = read_ref(repo, name);
         for attempt in 0..2 {
             let Some(k) = &self.known else {
@@ -633,7 +846,7 @@ impl Wal {
             generation: crate::crypto::random_bytes::<8>(),
             refs,
         };
-        let bytes = encode_head(&head);
+        let bytes = encode_head(&head, self.key.as_ref());
         self.file.write_all_at(&bytes, 0)?;
         // What follows the head belongs to an earlier generation: it no
         // longer checks out, and the next records overwrite it. The file
@@ -647,6 +860,7 @@ impl Wal {
         fsync::sync_data(&self.file)?;
         self.known = Some(Known {
             generation: head.generation,
+            v2: self.key.is_some(),
             len: bytes.len() as u64,
             tail: head.refs.clone(),
             head: head.refs,
@@ -859,7 +1073,7 @@ mod tests {
         assert_eq!(c.valid_len, len);
         assert_eq!(
             starts[0],
-            encode_head(c.head.as_ref().unwrap()).len() as u64
+            encode_head(c.head.as_ref().unwrap(), None).len() as u64
         );
         // The tail: main from the last record, keys from the head.
         assert_eq!(
