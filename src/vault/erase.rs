@@ -19,7 +19,7 @@
 //! sweep (but the erasure of keys no live file uses), and one after 2 all
 //! of it.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::fs;
 use std::path::Path;
 
@@ -540,6 +540,3 @@ pub fn parse_duration_ms(s: &str) -> Option<u64> {
     };
     n.checked_mul(ms).filter(|&v| v > 0)
 }
-
-/// Keep `HashMap` in the imports used by callers of the access table.
-pub type AccessTable = HashMap<FileKeyId, Access>;

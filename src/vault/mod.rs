@@ -1,23 +1,31 @@
 //! The encrypted git vault: memvault's implementation of [`Store`].
 //!
 //! A vault is a directory holding a bare git repository plus a `memvault/`
-//! folder for local state (settings, writer lock). The only user of `git2`.
+//! folder for local state (format, writer lock, write-ahead log, caches).
+//! The only user of `git2`.
 //!
 //! What it promises:
-//! - every mutation is one commit on `refs/heads/main`, written through
-//!   libgit2 with fsync on (see [`fsync`]), and acknowledged only after the
-//!   commit object and the ref move (its log record) are durable;
-//! - names, content and commit metadata are only ever written encrypted
-//!   (see `crate::crypto` for the formats); there is no work tree and no
-//!   index;
-//! - every commit carries a MAC, checked whenever a new tip is read, so a
-//!   tip that was not written with the vault key is refused as damage;
-//! - one writer at a time: mutations take an exclusive lock on
-//!   `memvault/lock` and then re-read the tip; a mutation's synced log
-//!   record moves the refs (see [`wal`]: ref files follow at checkpoints)
-//!   and is refused unless the log's tail is the tip it was built on.
+//! - every mutation is one commit on `refs/heads/main`, acknowledged only
+//!   after its objects and ref moves, one record of the write-ahead log
+//!   (see [`wal`]), are synced; libgit2 itself never syncs (see
+//!   [`fsync`]): checkpoints move the log's objects into git, synced;
+//! - names, content, commit metadata and settings are only ever written
+//!   encrypted (see `crate::crypto` for the formats); there is no work
+//!   tree and no index;
+//! - every commit and key state carries a MAC, checked whenever a new tip
+//!   is read, so a tip that was not written with the vault key is refused
+//!   as damage; the key state may not be older than the tip requires (see
+//!   [`keys`]), and the log's entries are tagged and chained;
+//! - one writer at a time: mutations take the writer lock
+//!   ([`FileLock`] on `memvault/lock`) and then re-read the tip; a
+//!   mutation's record moves the refs (ref files follow at checkpoints)
+//!   and is refused unless the log's tail is the tip it was built on;
+//! - one publish path ([`Vault::publish`]): every commit on main, with the
+//!   key-state change it needs, in one record;
+//! - nothing inside the vault directory is followed through a symbolic
+//!   link, and it is private to its owner (see [`fsx`]).
 //!
-//! Limitations: rolling `refs/heads/main` back to an older, genuine commit
+//! Limitations: rolling both refs back together to an older, genuine pair
 //! cannot be seen from the repository alone (see `verify`'s high-water
 //! mark); the shape of trees and the sizes of blobs are visible.
 
@@ -166,6 +174,41 @@ impl From<VaultError> for StoreError {
     }
 }
 
+/// Who makes a mutation's log record durable before it is acknowledged.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum SyncBy {
+    /// The handle, right after the mutation (outside the writer lock).
+    #[default]
+    Handle,
+    /// The caller (`serve`'s group commit: [`Vault::take_pending_sync`]).
+    Caller,
+}
+
+/// When a checkpoint that a mutation made due runs.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum CheckpointAt {
+    /// Inside the mutation that filled the log.
+    #[default]
+    InMutation,
+    /// In [`Store::after_reply`], once the reply is out (`serve`).
+    AfterReply,
+}
+
+/// Where one handle's writes to the log stand.
+#[derive(Debug, Default)]
+struct LogState {
+    sync: SyncBy,
+    checkpoints: CheckpointAt,
+    /// A record was appended and is not yet synced.
+    unsynced: bool,
+    /// The log passed its checkpoint size; the checkpoint waits for
+    /// [`Store::after_reply`] (with [`CheckpointAt::AfterReply`]).
+    checkpoint_due: bool,
+    /// This handle appended since its last checkpoint, so it checkpoints
+    /// when it closes (git alone then shows every commit).
+    dirty: bool,
+}
+
 /// The secret a vault is created with.
 pub enum InitSecret {
     KeyFile(KeyFileKey),
@@ -195,19 +238,9 @@ pub struct Vault {
     caches: Caches,
     /// The write-ahead log (see [`wal`]).
     wal: Wal,
-    /// A record was appended under the lock and still needs its sync.
-    pending_sync: bool,
-    /// Syncs are left to the caller (see [`Vault::defer_sync`]).
-    defer_sync: bool,
-    /// Run checkpoints in [`Store::after_reply`] instead of inside the
-    /// mutation that filled the log (`serve`).
-    defer_checkpoints: bool,
-    /// The log is over its checkpoint size and a deferred checkpoint is
-    /// due.
-    checkpoint_due: bool,
-    /// This process appended to the log since its last checkpoint (so it
-    /// checkpoints when it closes: git alone then shows every commit).
-    dirty: bool,
+    /// Where this handle's log writes stand, and who syncs and
+    /// checkpoints them.
+    log: LogState,
     /// The name (hex id) of the keyslot this handle was unlocked with.
     unlocked_slot: Option<String>,
 }
@@ -480,11 +513,7 @@ impl Vault {
             lock,
             caches: Caches::default(),
             wal,
-            pending_sync: false,
-            defer_sync: false,
-            defer_checkpoints: false,
-            checkpoint_due: false,
-            dirty: false,
+            log: LogState::default(),
             unlocked_slot: None,
         };
         let mut vault = vault;
@@ -735,18 +764,18 @@ impl Vault {
             .map_err(E::from)
             .and_then(|tip| f(self, tip));
         if self.wal.len().unwrap_or(0) != len_before {
-            self.dirty = true;
+            self.log.dirty = true;
         }
         drop(guard);
         // Group commit: the record was appended and the refs moved under
         // the lock; its sync runs outside it, so the syncs of concurrent
         // writers overlap. Nothing is acknowledged before its own sync.
-        if !self.defer_sync && std::mem::take(&mut self.pending_sync) {
+        if self.log.sync == SyncBy::Handle && std::mem::take(&mut self.log.unsynced) {
             self.wal.sync().map_err(VaultError::NotDurable)?;
         }
         if result.is_ok() && self.wal.len().unwrap_or(0) > wal::CHECKPOINT_BYTES {
-            if self.defer_checkpoints {
-                self.checkpoint_due = true;
+            if self.log.checkpoints == CheckpointAt::AfterReply {
+                self.log.checkpoint_due = true;
             } else {
                 self.checkpoint()?;
             }
@@ -760,7 +789,7 @@ impl Vault {
     /// [`take_pending_sync`](Self::take_pending_sync) and
     /// [`log_sync_handle`](Self::log_sync_handle), before it reports it.
     pub fn defer_sync(&mut self, on: bool) {
-        self.defer_sync = on;
+        self.log.sync = if on { SyncBy::Caller } else { SyncBy::Handle };
     }
 
     /// Whether a mutation appended a log record that still needs its sync
@@ -768,7 +797,7 @@ impl Vault {
     /// caller then makes it durable itself, e.g. with
     /// [`log_sync_handle`](Self::log_sync_handle).
     pub fn take_pending_sync(&mut self) -> bool {
-        std::mem::take(&mut self.pending_sync)
+        std::mem::take(&mut self.log.unsynced)
     }
 
     /// A handle on the write-ahead log file for syncing it outside this
@@ -781,7 +810,11 @@ impl Vault {
     /// so it does not add to that mutation's latency (`serve` does this;
     /// the mutation is durable in the log either way).
     pub fn defer_checkpoints(&mut self, on: bool) {
-        self.defer_checkpoints = on;
+        self.log.checkpoints = if on {
+            CheckpointAt::AfterReply
+        } else {
+            CheckpointAt::InMutation
+        };
     }
 
     /// Under the writer lock: check that the log's tail is what the refs
@@ -804,7 +837,7 @@ impl Vault {
     pub fn checkpoint(&mut self) -> Result<(), VaultError> {
         let _guard = FileLock::exclusive(&self.lock).map_err(VaultError::Lock)?;
         checkpoint_locked(&self.repo, &mut self.wal)?;
-        self.dirty = false;
+        self.log.dirty = false;
         Ok(())
     }
 
@@ -1026,7 +1059,7 @@ impl Vault {
         // (ref files follow at the next checkpoint). The acknowledgement
         // point is the sync of this record (see `with_writer_lock`).
         self.wal.append(&record)?;
-        self.pending_sync = true;
+        self.log.unsynced = true;
         if let Some(k) = staged {
             self.key_state.published(&self.repo, k);
             if let Some(settings) = &self.key_state.settings {
@@ -1044,7 +1077,7 @@ impl Vault {
     /// Sync the log now if a record still needs it (for the few steps
     /// that must be durable before the next, inside the writer lock).
     pub(crate) fn sync_now(&mut self) -> Result<(), VaultError> {
-        if std::mem::take(&mut self.pending_sync) {
+        if std::mem::take(&mut self.log.unsynced) {
             self.wal.sync()?;
         }
         Ok(())
@@ -1325,7 +1358,7 @@ impl Drop for Vault {
     /// A clean close checkpoints what this process logged, so that git
     /// alone (without the log) shows every commit.
     fn drop(&mut self) {
-        if self.dirty {
+        if self.log.dirty {
             let _ = self.checkpoint();
         }
     }
@@ -1358,7 +1391,7 @@ impl Store for Vault {
     }
 
     fn after_reply(&mut self) {
-        if std::mem::take(&mut self.checkpoint_due)
+        if std::mem::take(&mut self.log.checkpoint_due)
             && let Err(e) = self.checkpoint()
         {
             // Nothing is lost: the log still holds every record, and the
