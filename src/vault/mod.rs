@@ -51,7 +51,7 @@ pub mod undo;
 pub mod verify;
 mod wal;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
@@ -958,13 +958,7 @@ impl Vault {
             .map(|(id, key)| (id, Some(key)))
             .into_iter()
             .collect();
-        self.publish(
-            parent,
-            new_tree,
-            KeyChange::files(new_keys),
-            &meta,
-            Some(objects),
-        )?;
+        self.publish(parent, new_tree, KeyChange::files(new_keys), &meta, objects)?;
         // For expiry: a write counts as use (no fsync; see `access`).
         let time = meta.time_ms;
         let records: Vec<_> = written
@@ -983,8 +977,8 @@ impl Vault {
     /// key state that goes with it (see [`keys`]); the record moves both
     /// refs at once. Refused unless the log's tail is `parent` (the caller
     /// holds the writer lock, so no memvault writer can have moved it).
-    /// `objects`: every object `tree` adds to its parent's tree, if the
-    /// caller has them (else they are found by comparing the two trees).
+    /// `objects`: every object `tree` adds to its parent's tree that is not
+    /// yet durable (new blobs and trees, as the caller wrote them).
     /// Durable once the record is synced (see `with_writer_lock`).
     pub(crate) fn publish(
         &mut self,
@@ -992,7 +986,7 @@ impl Vault {
         tree: Oid,
         change: KeyChange,
         meta: &CommitMeta,
-        objects: Option<Vec<Object>>,
+        objects: Vec<Object>,
     ) -> Result<Oid, VaultError> {
         let changes_keys = !change.is_empty();
         let result = self.try_publish(parent, tree, change, meta, objects);
@@ -1012,7 +1006,7 @@ impl Vault {
         tree: Oid,
         mut change: KeyChange,
         meta: &CommitMeta,
-        objects: Option<Vec<Object>>,
+        objects: Vec<Object>,
     ) -> Result<Oid, VaultError> {
         if self.wal.tail_target(MAIN_REF) != parent {
             return Err(VaultError::Refused(
@@ -1042,18 +1036,8 @@ impl Vault {
         };
         let tree = self.repo.find_tree(tree)?;
         let commit = write_commit(&self.repo, keys, &tree, parent_commit.as_ref(), &meta)?;
-        {
-            let odb = self.repo.odb()?;
-            record.add_object(&odb, commit)?;
-            match objects {
-                Some(objects) => record.objects.extend(objects),
-                None => {
-                    let mut seen = HashSet::new();
-                    let old_tree = parent_commit.as_ref().map(|c| c.tree_id());
-                    record.add_tree_diff(&odb, &self.repo, tree.id(), old_tree, &mut seen)?;
-                }
-            }
-        }
+        record.add_object(&self.repo.odb()?, commit)?;
+        record.objects.extend(objects);
         record.refs.push((MAIN_REF.to_string(), commit));
         // The record moves the refs: the log's tail is where they point
         // (ref files follow at the next checkpoint). The acknowledgement
@@ -1072,6 +1056,20 @@ impl Vault {
         }
         self.verified_tip = Some((commit, self.key_state.commit));
         Ok(commit)
+    }
+
+    /// Write `edits` over the tree of `base` (a commit; None: the empty
+    /// tree): the new tree's id, with every tree written appended to
+    /// `objects` for the log record. The one tree builder of the vault
+    /// (see [`treeedit`]).
+    pub(crate) fn edit_tree(
+        &self,
+        base: Option<Oid>,
+        edits: &TreeEdits,
+        objects: &mut Vec<Object>,
+    ) -> Result<Oid, VaultError> {
+        let base = self.tree_of(base)?.map(|t| t.id());
+        Ok(edits.write(&self.repo, &self.caches, base, objects)?)
     }
 
     /// Sync the log now if a record still needs it (for the few steps
@@ -1096,7 +1094,7 @@ impl Vault {
             Some(t) => t.id(),
             None => self.repo.treebuilder(None)?.write()?,
         };
-        self.publish(tip, tree, change, &meta, Some(Vec::new()))
+        self.publish(tip, tree, change, &meta, Vec::new())
     }
 
     /// The metadata prologue every commit shares: operation, time, who.
@@ -1230,12 +1228,12 @@ fn sync_tree(dir: &Path) -> std::io::Result<()> {
 
 /// Write a sealed blob to the object store and keep its bytes for the log
 /// record.
-fn stage_blob(
+pub(crate) fn stage_blob(
     repo: &Repository,
     sealed: Vec<u8>,
     objects: &mut Vec<Object>,
-) -> Result<Oid, StoreError> {
-    let id = repo.blob(&sealed).map_err(ge)?;
+) -> Result<Oid, VaultError> {
+    let id = repo.blob(&sealed)?;
     objects.push(Object {
         kind: git2::ObjectType::Blob,
         id,
