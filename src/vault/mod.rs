@@ -105,8 +105,10 @@ pub enum VaultError {
     NoSlotOfKind,
     #[error("the vault's key derivation parameters exceed the allowed maximum; refusing to derive")]
     ExcessiveWork,
+    /// Stored bytes failed a check; the text says which part (it never
+    /// carries content, a path or a key).
     #[error("the vault is damaged: {0}")]
-    Damaged(String),
+    Damaged(&'static str),
     /// A ref was set back to an older state than this vault has reached
     /// (refused: it would bring back erased keys or removed keyslots).
     #[error("the vault is damaged: {0}")]
@@ -118,7 +120,7 @@ pub enum VaultError {
     #[error("{0}")]
     Refused(String),
     #[error("invalid vault settings: {0}")]
-    Config(String),
+    Config(&'static str),
     #[error(
         "this vault has format {0}, newer than this memvault understands (up to {FORMAT}): upgrade memvault"
     )]
@@ -141,8 +143,8 @@ pub enum VaultError {
     Io(#[from] std::io::Error),
 }
 
-pub(crate) fn damaged(what: &str) -> VaultError {
-    VaultError::Damaged(what.to_string())
+pub(crate) fn damaged(what: &'static str) -> VaultError {
+    VaultError::Damaged(what)
 }
 
 impl From<wal::WalError> for VaultError {
@@ -152,9 +154,18 @@ impl From<wal::WalError> for VaultError {
             W::Io(e) => VaultError::Log(e),
             W::Git(e) => VaultError::Git(e),
             W::TooLarge { .. } => VaultError::Refused(e.to_string()),
-            W::Forged | W::Replayed | W::BadObject | W::NotReady => {
-                VaultError::Damaged(e.to_string())
-            }
+            W::Forged => VaultError::Damaged(
+                "the write-ahead log (memvault/wal) holds an entry that was not written with this vault's key (a log copied from another vault, or a forged entry)",
+            ),
+            W::Replayed => VaultError::Damaged(
+                "the write-ahead log (memvault/wal) holds a record that does not build on the one before it (an earlier record replayed)",
+            ),
+            W::BadObject => VaultError::Damaged(
+                "the write-ahead log (memvault/wal) holds an object that does not match its id",
+            ),
+            W::NotReady => VaultError::Damaged(
+                "the write-ahead log (memvault/wal) cannot take a record before it was read",
+            ),
         }
     }
 }
@@ -165,10 +176,10 @@ impl From<VaultError> for StoreError {
     fn from(e: VaultError) -> Self {
         match e {
             VaultError::Store(e) => e,
-            VaultError::Damaged(what) => StoreError::Damaged(what),
+            VaultError::Damaged(what) => StoreError::Damaged(what.to_string()),
             VaultError::RolledBack(what) => StoreError::Damaged(what.to_string()),
             VaultError::Refused(what) => StoreError::Limit(what),
-            VaultError::Git(e) => StoreError::Unavailable(format!("git: {}", e.message())),
+            VaultError::Git(e) => git_unavailable(&e),
             other => StoreError::Unavailable(other.to_string()),
         }
     }
@@ -1243,7 +1254,17 @@ pub(crate) fn stage_blob(
 }
 
 fn ge(e: git2::Error) -> StoreError {
-    StoreError::Unavailable(format!("git: {}", e.message()))
+    git_unavailable(&e)
+}
+
+/// A libgit2 failure as a tool result says it: its class and code, not
+/// libgit2's message (which can name files of the vault directory).
+fn git_unavailable(e: &git2::Error) -> StoreError {
+    StoreError::Unavailable(format!(
+        "the git object store failed ({:?}, {:?}); run `memvault verify`",
+        e.class(),
+        e.code()
+    ))
 }
 
 /// A `flock` held while the guard lives: the one lock type of the vault,
@@ -1321,8 +1342,9 @@ fn read_format(dir: &Path) -> Result<u32, VaultError> {
 fn load_config(dir: &Path) -> Result<VaultConfig, VaultError> {
     let path = dir.join(CONFIG_FILE);
     let config = match fsx::read(&path) {
-        Ok(bytes) => serde_json::from_slice::<VaultConfig>(&bytes)
-            .map_err(|e| VaultError::Config(e.to_string()))?,
+        Ok(bytes) => serde_json::from_slice::<VaultConfig>(&bytes).map_err(|_| {
+            VaultError::Config("memvault/config.json does not parse as vault settings")
+        })?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => VaultConfig::default(),
         Err(e) => return Err(e.into()),
     };
