@@ -122,6 +122,11 @@ impl Vault {
             Some(t) => t,
             None => self.repo.find_tree(self.repo.treebuilder(None)?.write()?)?,
         };
+        // The update reads the trees on each path.
+        for f in &files {
+            let git_path = self.git_path_of(&f.path)?;
+            super::objects::check_path(&self.repo, base.id(), &git_path)?;
+        }
         let tree = update.create_updated(&self.repo, &base)?;
         drop(base);
         let commit = self

@@ -175,6 +175,10 @@ impl Vault {
             Some(t) => t,
             None => self.repo.find_tree(self.repo.treebuilder(None)?.write()?)?,
         };
+        // The update reads the trees on each path.
+        for f in removals.iter().copied().chain(&keep_current) {
+            super::objects::check_path(&self.repo, base.id(), &f.git_path)?;
+        }
         let tree = update.create_updated(&self.repo, &base)?;
         drop(base);
         meta.erased_keys = doomed.iter().map(FileKeyId::to_hex).collect();
@@ -371,7 +375,7 @@ impl Vault {
             let (tree, parent, _) = self.read_commit(id)?;
             next = parent;
             commits += 1;
-            self.check_object(tree)?;
+            super::objects::check_path(&self.repo, tree, &git_path)?;
             let root = self.repo.find_tree(tree)?;
             let Ok(entry) = root.get_path(Path::new(&git_path)) else {
                 continue;
@@ -509,7 +513,7 @@ impl Vault {
     /// objects already gone are skipped).
     fn collect_objects(&self, commit: Oid, out: &mut HashSet<Oid>) {
         out.insert(commit);
-        let Ok(c) = self.repo.find_commit(commit) else {
+        let Ok(c) = super::objects::find_commit(&self.repo, commit) else {
             return;
         };
         let mut stack = vec![c.tree_id()];
@@ -517,7 +521,7 @@ impl Vault {
             if !out.insert(t) {
                 continue;
             }
-            let Ok(tree) = self.repo.find_tree(t) else {
+            let Ok(tree) = super::objects::find_tree(&self.repo, t) else {
                 continue;
             };
             for e in tree.iter() {

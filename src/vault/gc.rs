@@ -17,7 +17,7 @@ use std::fs;
 
 use git2::{Oid, Repository};
 
-use super::{MAIN_REF, Vault, VaultError, checkpoint_locked, fsync, keys::KEYS_REF, wal};
+use super::{MAIN_REF, Vault, VaultError, checkpoint_locked, fsync, keys::KEYS_REF, objects, wal};
 
 /// What a garbage collection did.
 #[derive(Debug, Clone, Default)]
@@ -123,6 +123,8 @@ pub(crate) fn merge_small_packs(repo: &Repository) -> Result<usize, VaultError> 
         return Ok(0);
     }
     let pack_dir = repo.path().join("objects/pack");
+    // Every pack checked out before libgit2 (or the merge) reads one.
+    objects::check_packs(repo)?;
     let odb = repo.odb()?;
     let files = packs[from..]
         .iter()
@@ -176,7 +178,7 @@ pub(crate) fn merge_small_packs(repo: &Repository) -> Result<usize, VaultError> 
                     })
                 }
                 super::pack::Read::OfsDelta { id, .. } | super::pack::Read::Delta(id) => {
-                    let o = odb.read(id)?;
+                    let o = objects::read(&odb, repo, id)?;
                     resolved.push(wal::Object {
                         kind: o.kind(),
                         id,
@@ -231,8 +233,9 @@ fn insert_tree(
     if !seen.insert(id) {
         return Ok(());
     }
+    // The pack builder reads every object it is given: each is checked.
+    let tree = objects::find_tree(repo, id)?;
     pb.insert_object(id, Some(path))?;
-    let tree = repo.find_tree(id)?;
     for e in tree.iter() {
         let Ok(name) = e.name() else { continue };
         let child = if path.is_empty() {
@@ -243,6 +246,7 @@ fn insert_tree(
         match e.kind() {
             Some(git2::ObjectType::Tree) => insert_tree(repo, pb, seen, e.id(), &child)?,
             Some(git2::ObjectType::Blob) if seen.insert(e.id()) => {
+                objects::check(repo, e.id())?;
                 pb.insert_object(e.id(), Some(&child))?
             }
             _ => {}
@@ -266,19 +270,28 @@ pub(crate) fn repack_locked(repo: &Repository) -> Result<GcReport, VaultError> {
     // the delta search groups objects by path, so each directory's trees
     // are compared with that directory's earlier versions (libgit2's own
     // walk names no tree, and found almost no tree deltas).
+    objects::check_packs(repo)?;
     let mut seen = HashSet::new();
-    let mut walk = repo.revwalk()?;
-    if let Ok(main) = repo.refname_to_id(MAIN_REF) {
-        walk.push(main)?;
+    // Main newest first (every parent, in case it is not linear), then
+    // the key state; each commit checked before libgit2 reads it.
+    let mut commits: Vec<Oid> = Vec::new();
+    let mut stack: Vec<Oid> = repo.refname_to_id(MAIN_REF).into_iter().collect();
+    let mut queued: HashSet<Oid> = stack.iter().copied().collect();
+    while let Some(id) = stack.pop() {
+        commits.push(id);
+        for p in objects::find_commit(repo, id)?.parent_ids() {
+            if queued.insert(p) {
+                stack.push(p);
+            }
+        }
     }
-    let mut commits: Vec<Oid> = walk.collect::<Result<_, _>>()?;
     if let Ok(keys) = repo.refname_to_id(KEYS_REF) {
         commits.push(keys);
     }
     for id in commits {
         if seen.insert(id) {
+            let tree = objects::find_commit(repo, id)?.tree_id();
             pb.insert_object(id, None)?;
-            let tree = repo.find_commit(id)?.tree_id();
             insert_tree(repo, &mut pb, &mut seen, tree, "")?;
         }
     }

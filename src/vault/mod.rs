@@ -31,6 +31,7 @@ pub mod history;
 mod index;
 pub mod keys;
 pub mod meta;
+mod objects;
 mod pack;
 pub mod slots;
 #[cfg(test)]
@@ -457,6 +458,7 @@ impl Vault {
             return Ok(None);
         };
         if self.verified_tip != Some(tip) {
+            objects::check(&self.repo, tip)?;
             if !verify_commit_mac(&self.repo, &self.keys, tip) {
                 return Err(damaged(
                     "the newest commit was not written with this vault's key",
@@ -499,6 +501,7 @@ impl Vault {
                 let tree_id = match cached {
                     Some((commit, tree)) if commit == c => tree,
                     _ => {
+                        objects::check(&self.repo, c)?;
                         let commit = self
                             .repo
                             .find_commit(c)
@@ -508,6 +511,7 @@ impl Vault {
                         tree
                     }
                 };
+                objects::check(&self.repo, tree_id)?;
                 Ok(Some(
                     self.repo
                         .find_tree(tree_id)
@@ -530,6 +534,7 @@ impl Vault {
 
     /// Decrypt the metadata of one commit on main (after checking its MAC).
     pub fn commit_meta(&self, id: Oid) -> Result<CommitMeta, VaultError> {
+        objects::check(&self.repo, id)?;
         if !verify_commit_mac(&self.repo, &self.keys, id) {
             return Err(damaged("a commit was not written with this vault's key"));
         }
@@ -852,9 +857,13 @@ impl Vault {
             Some(staged)
         };
         let parent_commit = match parent {
-            Some(p) => Some(self.repo.find_commit(p).map_err(ge)?),
+            Some(p) => {
+                objects::check(&self.repo, p)?;
+                Some(self.repo.find_commit(p).map_err(ge)?)
+            }
             None => None,
         };
+        objects::check(&self.repo, tree)?;
         let tree = self.repo.find_tree(tree).map_err(ge)?;
         let commit = write_commit(&self.repo, &self.keys, &tree, parent_commit.as_ref(), meta)
             .map_err(StoreError::from)?;

@@ -8,6 +8,7 @@ mod crash;
 mod disk;
 mod expiry;
 mod fuzz_replay;
+mod hostile_objects;
 mod keys;
 mod limits;
 mod maintenance;

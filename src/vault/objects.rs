@@ -1,0 +1,423 @@
+//! The one door between the vault's object files and libgit2's object
+//! reader: every object memvault lets libgit2 read is checked here first.
+//!
+//! libgit2 1.9 loops forever on some truncated loose objects and crashes
+//! on some damaged packs, so no byte from `objects/` may reach it
+//! unchecked. [`check`] (and the `find_*`/[`read`] wrappers that call it
+//! before reading through libgit2) does, for one object id:
+//!
+//! - the packs: each pack and its index is validated once, in full, before
+//!   libgit2 may use it ([`super::pack::validate`]: structure, offsets,
+//!   every entry inflated to its declared size, whole objects hashed,
+//!   checksums), and remembered by name, size and modification time. The
+//!   pack directory is looked at (one `stat`) on every check, so a pack
+//!   that appears later is validated before the next read. While any pack
+//!   fails, every read is refused as damage: libgit2 searches every pack's
+//!   index for every id, so one bad pack is reachable from any read.
+//! - the loose object, if there is one: inflated here (bounded by
+//!   [`MAX_OBJECT`](super::pack::MAX_OBJECT), in 64 KiB pieces), its
+//!   `<type> <size>\0` header checked against what follows, and its SHA-1
+//!   against its id.
+//!
+//! Objects never change, so an id that checked out is remembered for the
+//! life of the process (per repository): a loose object for good, an id
+//! with no loose file until the object database is installed again
+//! ([`odb_installed`]: after a checkpoint an object may move from memory
+//! to a loose file). Objects in the in-memory store (the write-ahead
+//! log's) were checked against their ids when they were loaded
+//! (`Wal::catch_up`).
+//!
+//! Limitations: the check runs before libgit2's read, not inside it, so a
+//! file replaced between the two (by someone writing the vault while a
+//! process runs) is not seen; a loose object or pack changed in place
+//! after it checked out is not checked again by a running process.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{LazyLock, Mutex};
+use std::time::SystemTime;
+
+use git2::{Blob, Commit, ObjectType, OdbObject, Oid, Repository, Tree};
+use sha1::{Digest, Sha1};
+
+use super::pack::{self, MAX_OBJECT, PackError};
+
+/// Why an object was not handed to libgit2, or libgit2 could not read it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ObjectError {
+    #[error("object {0} is truncated or corrupt")]
+    Corrupt(Oid),
+    #[error("object {0} is missing or unreadable")]
+    Unreadable(Oid),
+    #[error("a pack in objects/pack was refused: {0}")]
+    Pack(String),
+}
+
+impl From<ObjectError> for super::VaultError {
+    fn from(e: ObjectError) -> Self {
+        super::VaultError::Damaged(e.to_string())
+    }
+}
+
+impl From<ObjectError> for crate::memory::StoreError {
+    fn from(e: ObjectError) -> Self {
+        crate::memory::StoreError::Damaged(e.to_string())
+    }
+}
+
+/// For the plumbing that speaks git2's error type (the message still says
+/// the vault is damaged).
+impl From<ObjectError> for git2::Error {
+    fn from(e: ObjectError) -> Self {
+        git2::Error::from_str(&format!("the vault is damaged: {e}"))
+    }
+}
+
+/// What this process knows of one repository's objects.
+#[derive(Default)]
+struct Known {
+    /// Loose objects that checked out.
+    loose: HashSet<Oid>,
+    /// Ids that had no loose file when checked, since the object database
+    /// was last installed.
+    elsewhere: HashSet<Oid>,
+    /// Trees checked with every tree below them, since the object database
+    /// was last installed.
+    deep: HashSet<Oid>,
+    /// Validated packs by index file name: (index and pack stamps, the
+    /// refusal if it failed).
+    packs: HashMap<String, (Stamp, Stamp, Option<String>)>,
+    /// The pack directory's stamp when the packs were last listed.
+    pack_dir: Option<Stamp>,
+}
+
+/// Size and modification time of a file, to see it changed.
+type Stamp = (u64, Option<SystemTime>);
+
+/// Ids remembered per repository before the sets start over.
+const KNOWN_LIMIT: usize = 1 << 20;
+
+static KNOWN: LazyLock<Mutex<HashMap<PathBuf, Known>>> = LazyLock::new(Default::default);
+
+fn with_known<T>(repo: &Repository, f: impl FnOnce(&mut Known) -> T) -> T {
+    let mut all = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    f(all.entry(repo.path().to_path_buf()).or_default())
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.len(), m.modified().ok()))
+}
+
+/// List and validate the packs if the pack directory changed (or `force`);
+/// the first refusal, if any pack fails.
+fn refresh_packs(repo: &Repository, k: &mut Known, force: bool) -> Option<String> {
+    let dir = repo.path().join("objects/pack");
+    let now = stamp(&dir);
+    if force || now != k.pack_dir || now.is_none() {
+        k.pack_dir = now;
+        let mut seen = HashSet::new();
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".idx"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for name in names {
+            let idx = dir.join(&name);
+            let pack_path = idx.with_extension("pack");
+            // libgit2 skips an index without its pack, as git does.
+            let (Some(si), Some(sp)) = (stamp(&idx), stamp(&pack_path)) else {
+                continue;
+            };
+            seen.insert(name.clone());
+            if k.packs
+                .get(&name)
+                .is_some_and(|(a, b, _)| *a == si && *b == sp)
+            {
+                continue;
+            }
+            let refusal = pack::validate(&idx, &pack_path).err().map(|e| match e {
+                PackError::Unreadable(_) => "a pack or its index does not read".to_string(),
+                e => e.to_string(),
+            });
+            k.packs.insert(name, (si, sp, refusal));
+        }
+        k.packs.retain(|name, _| seen.contains(name));
+    }
+    k.packs.values().find_map(|(_, _, r)| r.clone())
+}
+
+/// The object database was (re)installed: validate every pack now, before
+/// libgit2 lists them, and forget which ids had no loose file (an object
+/// held in memory may be loose on disk now).
+pub(crate) fn odb_installed(repo: &Repository) {
+    with_known(repo, |k| {
+        k.elsewhere.clear();
+        k.deep.clear();
+        refresh_packs(repo, k, true);
+    });
+}
+
+/// Refuse the object `id` unless libgit2 may read it (see the module
+/// docs): every pack sound, and its loose file, if any, whole and
+/// hashing to `id`.
+pub(crate) fn check(repo: &Repository, id: Oid) -> Result<(), ObjectError> {
+    let known = with_known(repo, |k| {
+        if let Some(r) = refresh_packs(repo, k, false) {
+            return Err(ObjectError::Pack(r));
+        }
+        Ok(k.loose.contains(&id) || k.elsewhere.contains(&id))
+    })?;
+    if !known {
+        read_loose(repo, id)?;
+    }
+    Ok(())
+}
+
+/// Check every pack now (see [`check`]), e.g. before a repack reads them all.
+pub(crate) fn check_packs(repo: &Repository) -> Result<(), ObjectError> {
+    match with_known(repo, |k| refresh_packs(repo, k, false)) {
+        Some(r) => Err(ObjectError::Pack(r)),
+        None => Ok(()),
+    }
+}
+
+/// The type and content of the loose object `id`, checked (see
+/// [`check`]); None when it is not stored loose.
+pub(crate) fn read_loose(
+    repo: &Repository,
+    id: Oid,
+) -> Result<Option<(ObjectType, Vec<u8>)>, ObjectError> {
+    let hex = id.to_string();
+    let path = repo.path().join("objects").join(&hex[..2]).join(&hex[2..]);
+    let compressed = match std::fs::File::open(&path) {
+        Ok(f) => {
+            let mut bytes = Vec::new();
+            // Stored zlib blocks add 5 bytes per 64 KiB.
+            let limit = MAX_OBJECT + MAX_OBJECT / 64 + 64;
+            f.take(limit + 1)
+                .read_to_end(&mut bytes)
+                .map_err(|_| ObjectError::Unreadable(id))?;
+            if bytes.len() as u64 > limit {
+                return Err(ObjectError::Corrupt(id));
+            }
+            bytes
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            with_known(repo, |k| {
+                if k.elsewhere.len() >= KNOWN_LIMIT {
+                    k.elsewhere.clear();
+                }
+                k.elsewhere.insert(id);
+            });
+            return Ok(None);
+        }
+        Err(_) => return Err(ObjectError::Unreadable(id)),
+    };
+    let (kind, content) = inflate_loose(&compressed, id).ok_or(ObjectError::Corrupt(id))?;
+    with_known(repo, |k| {
+        if k.loose.len() >= KNOWN_LIMIT {
+            k.loose.clear();
+        }
+        k.loose.insert(id);
+    });
+    Ok(Some((kind, content)))
+}
+
+/// Inflate a loose object's file: its type and content, if the stream is
+/// whole, ends with the file, matches its `<type> <size>\0` header and
+/// hashes to `id`.
+fn inflate_loose(compressed: &[u8], id: Oid) -> Option<(ObjectType, Vec<u8>)> {
+    let mut raw = Vec::new();
+    let mut header: Option<(ObjectType, u64, usize)> = None;
+    let mut refused = false;
+    let mut h = Sha1::new();
+    let used = pack::inflate_stream(compressed, MAX_OBJECT + 32, |chunk| {
+        h.update(chunk);
+        raw.extend_from_slice(chunk);
+        if header.is_none() && !refused {
+            match parse_header(&raw) {
+                Some(Ok(hd)) => header = Some(hd),
+                Some(Err(())) => refused = true,
+                None => {}
+            }
+        }
+        // An object longer than it declares stops here.
+        if let Some((_, size, start)) = header
+            && (raw.len() - start) as u64 > size
+        {
+            refused = true;
+        }
+        if refused {
+            raw.clear();
+        }
+    })?;
+    let (kind, size, start) = header?;
+    if refused || used != compressed.len() || (raw.len() - start) as u64 != size {
+        return None;
+    }
+    if h.finalize()[..] != *id.as_bytes() {
+        return None;
+    }
+    raw.drain(..start);
+    Some((kind, raw))
+}
+
+/// The `<type> <size>\0` header at the start of `raw`: None while it may
+/// still be incomplete, an error if it cannot be one.
+#[allow(clippy::type_complexity)]
+fn parse_header(raw: &[u8]) -> Option<Result<(ObjectType, u64, usize), ()>> {
+    let Some(nul) = raw.iter().take(32).position(|&b| b == 0) else {
+        return (raw.len() >= 32).then_some(Err(()));
+    };
+    let parsed = std::str::from_utf8(&raw[..nul]).ok().and_then(|h| {
+        let (kind, size) = h.split_once(' ')?;
+        let kind = match kind {
+            "commit" => ObjectType::Commit,
+            "tree" => ObjectType::Tree,
+            "blob" => ObjectType::Blob,
+            "tag" => ObjectType::Tag,
+            _ => return None,
+        };
+        if size.is_empty() || (size.len() > 1 && size.starts_with('0')) {
+            return None;
+        }
+        let size: u64 = size.parse().ok()?;
+        (size <= MAX_OBJECT).then_some((kind, size, nul + 1))
+    });
+    Some(parsed.ok_or(()))
+}
+
+/// [`Repository::find_commit`], checked first.
+pub(crate) fn find_commit(repo: &Repository, id: Oid) -> Result<Commit<'_>, ObjectError> {
+    check(repo, id)?;
+    repo.find_commit(id)
+        .map_err(|_| ObjectError::Unreadable(id))
+}
+
+/// [`Repository::find_tree`], checked first.
+pub(crate) fn find_tree(repo: &Repository, id: Oid) -> Result<Tree<'_>, ObjectError> {
+    check(repo, id)?;
+    repo.find_tree(id).map_err(|_| ObjectError::Unreadable(id))
+}
+
+/// [`Repository::find_blob`], checked first.
+pub(crate) fn find_blob(repo: &Repository, id: Oid) -> Result<Blob<'_>, ObjectError> {
+    check(repo, id)?;
+    repo.find_blob(id).map_err(|_| ObjectError::Unreadable(id))
+}
+
+/// [`git2::Odb::read`], checked first.
+pub(crate) fn read<'o>(
+    odb: &'o git2::Odb<'_>,
+    repo: &Repository,
+    id: Oid,
+) -> Result<OdbObject<'o>, ObjectError> {
+    check(repo, id)?;
+    odb.read(id).map_err(|_| ObjectError::Unreadable(id))
+}
+
+/// [`git2::Odb::read_header`] (size and type), checked first.
+pub(crate) fn read_header(
+    odb: &git2::Odb<'_>,
+    repo: &Repository,
+    id: Oid,
+) -> Result<(usize, ObjectType), ObjectError> {
+    check(repo, id)?;
+    odb.read_header(id).map_err(|_| ObjectError::Unreadable(id))
+}
+
+/// Check the tree `id` and every tree below it: libgit2's tree diff
+/// descends into every subtree of both sides, changed or not (blobs it
+/// does not read). A tree found whole with all below it is remembered
+/// like an id with no loose file.
+pub(crate) fn check_tree_deep(repo: &Repository, id: Oid) -> Result<(), ObjectError> {
+    check(repo, id)?;
+    if with_known(repo, |k| k.deep.contains(&id)) {
+        return Ok(());
+    }
+    let subtrees: Vec<Oid> = repo
+        .find_tree(id)
+        .map_err(|_| ObjectError::Unreadable(id))?
+        .iter()
+        .filter(|e| e.kind() == Some(ObjectType::Tree))
+        .map(|e| e.id())
+        .collect();
+    for sub in subtrees {
+        check_tree_deep(repo, sub)?;
+    }
+    with_known(repo, |k| {
+        if k.deep.len() >= KNOWN_LIMIT {
+            k.deep.clear();
+        }
+        k.deep.insert(id);
+    });
+    Ok(())
+}
+
+/// Check the trees on `git_path` below the tree `root`: those libgit2
+/// reads for `Tree::get_path` and for a tree update at that path.
+pub(crate) fn check_path(repo: &Repository, root: Oid, git_path: &str) -> Result<(), ObjectError> {
+    let mut tree = find_tree(repo, root)?;
+    for name in git_path.split('/') {
+        let next = match tree.get_name(name) {
+            Some(e) if e.kind() == Some(ObjectType::Tree) => e.id(),
+            _ => return Ok(()),
+        };
+        tree = find_tree(repo, next)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn loose_bytes(header: &str, content: &[u8]) -> Vec<u8> {
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(header.as_bytes()).unwrap();
+        z.write_all(content).unwrap();
+        z.finish().unwrap()
+    }
+
+    #[test]
+    fn a_loose_object_checks_out_only_whole_and_under_its_own_id() {
+        let content = b"hello\n".repeat(1000);
+        let id = Oid::hash_object(ObjectType::Blob, &content).unwrap();
+        let good = loose_bytes(&format!("blob {}\0", content.len()), &content);
+        assert_eq!(
+            inflate_loose(&good, id),
+            Some((ObjectType::Blob, content.clone()))
+        );
+        // Cut short anywhere.
+        for cut in [1, good.len() / 2, good.len() - 1] {
+            assert_eq!(inflate_loose(&good[..cut], id), None, "cut at {cut}");
+        }
+        // Trailing bytes, another id, a header that lies about the size or
+        // the type.
+        let mut trailing = good.clone();
+        trailing.push(0);
+        assert_eq!(inflate_loose(&trailing, id), None);
+        assert_eq!(inflate_loose(&good, Oid::ZERO_SHA1), None);
+        let short = loose_bytes(&format!("blob {}\0", content.len() - 1), &content);
+        assert_eq!(inflate_loose(&short, id), None);
+        let long = loose_bytes(&format!("blob {}\0", content.len() + 1), &content);
+        assert_eq!(inflate_loose(&long, id), None);
+        let kind = loose_bytes(&format!("tree {}\0", content.len()), &content);
+        assert_eq!(inflate_loose(&kind, id), None);
+        assert_eq!(inflate_loose(&loose_bytes("blob 01\0", b"x"), id), None);
+        assert_eq!(inflate_loose(&loose_bytes(&"x".repeat(64), b""), id), None);
+        assert_eq!(inflate_loose(b"", id), None);
+    }
+
+    #[test]
+    fn an_object_claiming_more_than_the_limit_is_refused_before_inflating_it() {
+        let claim = loose_bytes(&format!("blob {}\0", MAX_OBJECT + 1), b"x");
+        assert_eq!(inflate_loose(&claim, Oid::ZERO_SHA1), None);
+    }
+}
