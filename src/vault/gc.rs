@@ -336,10 +336,11 @@ mod tests {
     use super::merge_from;
 
     /// A planted pack that claims a genuine object's id, and sorts first,
-    /// does not push the genuine copy out when checkpoint packs merge:
-    /// afterwards the object still reads as itself.
+    /// does not push the genuine copy out when checkpoint packs merge: it
+    /// fails its validation, so the merge refuses it as damage and
+    /// deletes nothing.
     #[test]
-    fn a_merge_keeps_the_copy_that_checks_out() {
+    fn a_merge_refuses_a_planted_pack_and_deletes_nothing() {
         use super::super::pack::{Entry, write, write_entries};
         use super::super::wal::Object;
         use git2::{ObjectType, Oid, Repository};
@@ -370,7 +371,7 @@ mod tests {
         std::io::Write::write_all(&mut z, &[9; 2000]).unwrap();
         planted.extend(z.finish().unwrap());
         let padding = blob(vec![1; 9000]);
-        write_entries(
+        let planted_name = write_entries(
             &pack_dir,
             &[
                 Entry::Raw {
@@ -383,7 +384,20 @@ mod tests {
             &Default::default(),
         )
         .unwrap();
-        assert_eq!(super::merge_small_packs(&repo).unwrap(), 10);
+        let packs = |dir: &std::path::Path| std::fs::read_dir(dir).unwrap().count();
+        let before = packs(&pack_dir);
+        match super::merge_small_packs(&repo) {
+            Err(crate::vault::VaultError::Damaged(what)) => {
+                assert!(what.contains("pack"), "{what}")
+            }
+            other => panic!("the planted pack was merged: {other:?}"),
+        }
+        assert_eq!(packs(&pack_dir), before);
+        // Without it, the genuine object merges and reads as itself.
+        for ext in ["idx", "pack"] {
+            std::fs::remove_file(pack_dir.join(format!("pack-{planted_name}.{ext}"))).unwrap();
+        }
+        assert_eq!(super::merge_small_packs(&repo).unwrap(), 9);
         let repo = Repository::open_bare(tmp.path()).unwrap();
         let odb = repo.odb().unwrap();
         assert_eq!(odb.read(genuine.id).unwrap().data(), &genuine.data[..]);

@@ -286,12 +286,12 @@ fn a_truncated_loose_keyslot_tree_is_damage_not_a_hang() {
     );
 }
 
-/// The pack that crashed libgit2's pack reader (`fuzz/known/`), rebuilt
+/// The pack that crashed libgit2's pack reader (a fuzz artifact), rebuilt
 /// from the fuzz input: the input mutates the smallest pack of a vault
 /// with packs; here it mutates a pack of this vault the same way.
 fn known_bad_pack(pack_dir: &Path) -> (Vec<u8>, Vec<u8>) {
     let input = std::fs::read(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/known/pack_merge-libgit2-segv"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/artifacts/pack_merge/crash-libgit2-segv-packfile-unpack-header"),
     )
     .unwrap();
     let stem = std::fs::read_dir(pack_dir)
@@ -446,4 +446,28 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(e.path(), &target).unwrap();
         }
     }
+}
+
+#[test]
+fn a_damaged_commit_below_the_verified_head_is_damage_not_rollback() {
+    let v = vault_with_loose_history();
+    let out = v.cmd().arg("verify").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    // Two more commits above the verified head, then the one between is
+    // lost: the walk from the tip cannot reach the verified head.
+    for p in ["/memories/e.md", "/memories/f.md"] {
+        let out = v
+            .cmd()
+            .arg("exec")
+            .arg(json!({"command": "create", "path": p, "file_text": "x\n"}).to_string())
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    }
+    std::fs::remove_file(loose_file(&v, &rev_parse(&v, "refs/heads/main~1"))).unwrap();
+    let out = run_bounded(v.cmd().arg("verify"), "").expect("verify hung");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("damaged"), "{stdout}");
+    assert!(!stdout.contains("rollback"), "a lost commit is not a rollback: {stdout}");
 }
