@@ -10,8 +10,9 @@
 //!   libgit2 may use it ([`super::pack::validate`]: structure, offsets,
 //!   every entry inflated to its declared size, whole objects hashed,
 //!   checksums), and remembered by name, size and modification time. The
-//!   pack directory is looked at (one `stat`) on every check, so a pack
-//!   that appears later is validated before the next read. While any pack
+//!   pack directory is looked at (one `stat`, and a listing while it
+//!   changed in the last two seconds) on every check, so a pack that
+//!   appears later is validated before the next read. While any pack
 //!   fails, every read is refused as damage: libgit2 searches every pack's
 //!   index for every id, so one bad pack is reachable from any read.
 //! - the loose object, if there is one: inflated here (bounded by
@@ -19,18 +20,19 @@
 //!   `<type> <size>\0` header checked against what follows, and its SHA-1
 //!   against its id.
 //!
-//! Objects never change, so an id that checked out is remembered for the
-//! life of the process (per repository): a loose object for good, an id
-//! with no loose file until the object database is installed again
-//! ([`odb_installed`]: after a checkpoint an object may move from memory
-//! to a loose file). Objects in the in-memory store (the write-ahead
-//! log's) were checked against their ids when they were loaded
-//! (`Wal::catch_up`).
+//! Objects never change, so an id that checked out is remembered (per
+//! repository, in this process) until the object database is installed
+//! again ([`odb_installed`]: at every checkpoint, this process's or
+//! another's, an object may move from memory to a loose file, and loose
+//! files may be replaced). Objects in the in-memory store (the
+//! write-ahead log's) were checked against their ids when they were
+//! loaded (`Wal::catch_up`).
 //!
 //! Limitations: the check runs before libgit2's read, not inside it, so a
 //! file replaced between the two (by someone writing the vault while a
-//! process runs) is not seen; a loose object or pack changed in place
-//! after it checked out is not checked again by a running process.
+//! process runs) is not seen; a loose object changed in place after it
+//! checked out is not checked again before the next checkpoint, nor a
+//! pack whose size and time stay the same.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
@@ -77,23 +79,29 @@ impl From<ObjectError> for git2::Error {
 /// What this process knows of one repository's objects.
 #[derive(Default)]
 struct Known {
-    /// Loose objects that checked out.
+    /// Since the object database was last installed: loose objects that
+    /// checked out,
     loose: HashSet<Oid>,
-    /// Ids that had no loose file when checked, since the object database
-    /// was last installed.
+    /// ids that had no loose file when checked,
     elsewhere: HashSet<Oid>,
-    /// Trees checked with every tree below them, since the object database
-    /// was last installed.
+    /// and trees checked with every tree below them.
     deep: HashSet<Oid>,
     /// Validated packs by index file name: (index and pack stamps, the
     /// refusal if it failed).
     packs: HashMap<String, (Stamp, Stamp, Option<String>)>,
-    /// The pack directory's stamp when the packs were last listed.
+    /// The pack directory's stamp and index names when the packs were
+    /// last validated, and whether its time was old enough to trust.
     pack_dir: Option<Stamp>,
+    names: Vec<String>,
+    settled: bool,
 }
 
 /// Size and modification time of a file, to see it changed.
 type Stamp = (u64, Option<SystemTime>);
+
+/// How old the pack directory's modification time must be before its
+/// listing is trusted until it changes.
+const RACY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Ids remembered per repository before the sets start over.
 const KNOWN_LIMIT: usize = 1 << 20;
@@ -115,10 +123,9 @@ fn stamp(path: &Path) -> Option<Stamp> {
 fn refresh_packs(repo: &Repository, k: &mut Known, force: bool) -> Option<String> {
     let dir = repo.path().join("objects/pack");
     let now = stamp(&dir);
-    if force || now != k.pack_dir || now.is_none() {
-        k.pack_dir = now;
-        let mut seen = HashSet::new();
-        let names: Vec<String> = std::fs::read_dir(&dir)
+    let changed = force || now.is_none() || now != k.pack_dir;
+    if changed || !k.settled {
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
             .map(|d| {
                 d.filter_map(Result::ok)
                     .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -126,36 +133,61 @@ fn refresh_packs(repo: &Repository, k: &mut Known, force: bool) -> Option<String
                     .collect()
             })
             .unwrap_or_default();
-        for name in names {
-            let idx = dir.join(&name);
-            let pack_path = idx.with_extension("pack");
-            // libgit2 skips an index without its pack, as git does.
-            let (Some(si), Some(sp)) = (stamp(&idx), stamp(&pack_path)) else {
-                continue;
-            };
-            seen.insert(name.clone());
-            if k.packs
-                .get(&name)
-                .is_some_and(|(a, b, _)| *a == si && *b == sp)
-            {
-                continue;
-            }
-            let refusal = pack::validate(&idx, &pack_path).err().map(|e| match e {
-                PackError::Unreadable(_) => "a pack or its index does not read".to_string(),
-                e => e.to_string(),
-            });
-            k.packs.insert(name, (si, sp, refusal));
+        names.sort_unstable();
+        // A directory changed in the last moments may change again within
+        // the same timestamp (file times are coarse): until it is older,
+        // its names are listed again at each check, as git does with
+        // racily clean files.
+        k.settled = now
+            .and_then(|(_, m)| m)
+            .and_then(|m| SystemTime::now().duration_since(m).ok())
+            .is_some_and(|age| age > RACY);
+        if changed || names != k.names {
+            k.pack_dir = now;
+            revalidate(&dir, &names, &mut k.packs);
+            k.names = names;
         }
-        k.packs.retain(|name, _| seen.contains(name));
     }
     k.packs.values().find_map(|(_, _, r)| r.clone())
 }
 
+/// Validate the packs of `names` (index file names) whose index or pack
+/// changed since `packs` last saw them; forget those that are gone.
+fn revalidate(
+    dir: &Path,
+    names: &[String],
+    packs: &mut HashMap<String, (Stamp, Stamp, Option<String>)>,
+) {
+    let mut seen = HashSet::new();
+    for name in names {
+        let idx = dir.join(name);
+        let pack_path = idx.with_extension("pack");
+        // libgit2 skips an index without its pack, as git does.
+        let (Some(si), Some(sp)) = (stamp(&idx), stamp(&pack_path)) else {
+            continue;
+        };
+        seen.insert(name.clone());
+        if packs
+            .get(name)
+            .is_some_and(|(a, b, _)| *a == si && *b == sp)
+        {
+            continue;
+        }
+        let refusal = pack::validate(&idx, &pack_path).err().map(|e| match e {
+            PackError::Unreadable(_) => "a pack or its index does not read".to_string(),
+            e => e.to_string(),
+        });
+        packs.insert(name.clone(), (si, sp, refusal));
+    }
+    packs.retain(|name, _| seen.contains(name));
+}
+
 /// The object database was (re)installed: validate every pack now, before
-/// libgit2 lists them, and forget which ids had no loose file (an object
-/// held in memory may be loose on disk now).
+/// libgit2 lists them, and forget which ids checked out (an object held
+/// in memory may be loose on disk now).
 pub(crate) fn odb_installed(repo: &Repository) {
     with_known(repo, |k| {
+        k.loose.clear();
         k.elsewhere.clear();
         k.deep.clear();
         refresh_packs(repo, k, true);
@@ -334,7 +366,7 @@ pub(crate) fn read_header(
 /// Check the tree `id` and every tree below it: libgit2's tree diff
 /// descends into every subtree of both sides, changed or not (blobs it
 /// does not read). A tree found whole with all below it is remembered
-/// like an id with no loose file.
+/// like the ids that checked out.
 pub(crate) fn check_tree_deep(repo: &Repository, id: Oid) -> Result<(), ObjectError> {
     check(repo, id)?;
     if with_known(repo, |k| k.deep.contains(&id)) {

@@ -1262,6 +1262,122 @@ mod tests {
         // git itself accepts the pack and its index.
         git_accepts(tmp.path());
     }
+
+    /// A pack memvault writes (stored blocks, an offset delta between two
+    /// versions of a tree) and one libgit2's pack builder writes (deflated,
+    /// a ref delta), each with its index.
+    fn genuine_packs() -> (
+        tempfile::TempDir,
+        Vec<(std::path::PathBuf, std::path::PathBuf)>,
+    ) {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(tmp.path()).unwrap();
+        let pack_dir = tmp.path().join("objects/pack");
+        fs::create_dir_all(&pack_dir).unwrap();
+        let mut parent = None;
+        let objects = history(3, 3, &mut parent);
+        let refs: Vec<&Object> = objects.iter().collect();
+        let a = write(&pack_dir, &refs).unwrap();
+        assert!(
+            ofs_deltas(&pack_dir, &a) > 0,
+            "the test needs an offset delta"
+        );
+        let base: Vec<u8> = (0..20_000u32).map(|i| (i * 7 % 253) as u8).collect();
+        let mut near = base.clone();
+        near[10_000] ^= 1;
+        let (x, y) = (repo.blob(&base).unwrap(), repo.blob(&near).unwrap());
+        let mut pb = repo.packbuilder().unwrap();
+        pb.insert_object(x, Some("f")).unwrap();
+        pb.insert_object(y, Some("f")).unwrap();
+        pb.write(&pack_dir, 0o644).unwrap();
+        let b = format!("pack-{}", pb.name().unwrap().unwrap());
+        let ref_deltas = PackFile::open(&pack_dir, &b)
+            .unwrap()
+            .entries()
+            .filter(|e| matches!(e, Read::Delta(_)))
+            .count();
+        assert_eq!(ref_deltas, 1, "the test needs a ref delta");
+        let paths = [format!("pack-{a}"), b]
+            .iter()
+            .map(|stem| {
+                (
+                    pack_dir.join(format!("{stem}.idx")),
+                    pack_dir.join(format!("{stem}.pack")),
+                )
+            })
+            .collect();
+        (tmp, paths)
+    }
+
+    #[test]
+    fn validation_accepts_genuine_packs_and_refuses_any_flipped_or_cut_byte() {
+        let (tmp, packs) = genuine_packs();
+        let scratch = tmp.path().join("scratch");
+        fs::create_dir_all(&scratch).unwrap();
+        let (idx_copy, pack_copy) = (scratch.join("p.idx"), scratch.join("p.pack"));
+        for (idx, pack) in &packs {
+            let n = validate(idx, pack).unwrap();
+            assert!(n > 1);
+            let (i_bytes, p_bytes) = (fs::read(idx).unwrap(), fs::read(pack).unwrap());
+            for (which, bytes) in [(0, &i_bytes), (1, &p_bytes)] {
+                let write_pair = |changed: &[u8]| {
+                    let (i, p) = if which == 0 {
+                        (changed, &p_bytes[..])
+                    } else {
+                        (&i_bytes[..], changed)
+                    };
+                    fs::write(&idx_copy, i).unwrap();
+                    fs::write(&pack_copy, p).unwrap();
+                };
+                for at in 0..bytes.len() {
+                    let mut b = bytes.clone();
+                    b[at] ^= 0x01;
+                    write_pair(&b);
+                    assert!(
+                        validate(&idx_copy, &pack_copy).is_err(),
+                        "a flipped bit at {at} of the {} passed",
+                        ["index", "pack"][which]
+                    );
+                }
+                for cut in [0, 1, 12, bytes.len() / 2, bytes.len() - 20, bytes.len() - 1] {
+                    write_pair(&bytes[..cut]);
+                    assert!(validate(&idx_copy, &pack_copy).is_err(), "cut at {cut}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn validation_refuses_a_pack_whose_entries_lie_even_with_good_checksums() {
+        // An entry whose zlib data is cut short, in a pack and index whose
+        // checksums and CRC-32s are recomputed to match: only the entry
+        // checks catch it.
+        let blob = object(ObjectType::Blob, &[5u8; 3000]);
+        let other = object(ObjectType::Blob, &[6u8; 100]);
+        let mut first = Vec::new();
+        entry_header(ObjectType::Blob, 3000, &mut first);
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::none());
+        z.write_all(&blob.data).unwrap();
+        let zdata = z.finish().unwrap();
+        first.extend_from_slice(&zdata[..zdata.len() - 9]);
+        let entries = [
+            Entry::Raw {
+                id: blob.id,
+                crc: {
+                    let mut c = flate2::Crc::new();
+                    c.update(&first);
+                    c.sum()
+                },
+                bytes: &first,
+            },
+            Entry::Object(&other),
+        ];
+        let tmp = tempfile::tempdir().unwrap();
+        let name = write_entries(tmp.path(), &entries, &Default::default()).unwrap();
+        let stem = tmp.path().join(format!("pack-{name}"));
+        let err = validate(&stem.with_extension("idx"), &stem.with_extension("pack")).unwrap_err();
+        assert!(matches!(err, PackError::Malformed(_)), "{err}");
+    }
 }
 
 #[cfg(test)]

@@ -291,7 +291,8 @@ fn a_truncated_loose_keyslot_tree_is_damage_not_a_hang() {
 /// with packs; here it mutates a pack of this vault the same way.
 fn known_bad_pack(pack_dir: &Path) -> (Vec<u8>, Vec<u8>) {
     let input = std::fs::read(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/artifacts/pack_merge/crash-libgit2-segv-packfile-unpack-header"),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fuzz/artifacts/pack_merge/crash-libgit2-segv-packfile-unpack-header"),
     )
     .unwrap();
     let stem = std::fs::read_dir(pack_dir)
@@ -452,7 +453,11 @@ fn copy_dir(from: &Path, to: &Path) {
 fn a_damaged_commit_below_the_verified_head_is_damage_not_rollback() {
     let v = vault_with_loose_history();
     let out = v.cmd().arg("verify").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     // Two more commits above the verified head, then the one between is
     // lost: the walk from the tip cannot reach the verified head.
     for p in ["/memories/e.md", "/memories/f.md"] {
@@ -469,5 +474,28 @@ fn a_damaged_commit_below_the_verified_head_is_damage_not_rollback() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("damaged"), "{stdout}");
-    assert!(!stdout.contains("rollback"), "a lost commit is not a rollback: {stdout}");
+    assert!(
+        !stdout.contains("rollback"),
+        "a lost commit is not a rollback: {stdout}"
+    );
+}
+
+#[test]
+fn a_pack_planted_while_a_process_runs_is_refused_at_its_next_read() {
+    let v = vault_with_a_pack();
+    let mut vault = v.open_library("t");
+    let tip = vault.tip().unwrap();
+    assert_eq!(vault.files_at(tip).unwrap().len(), 70);
+    let dir = v.vault.join("objects/pack");
+    let (idx, pack) = known_bad_pack(&dir);
+    let stem = "pack-00000000000000000000000000000000000000ff";
+    std::fs::write(dir.join(format!("{stem}.pack")), &pack).unwrap();
+    std::fs::write(dir.join(format!("{stem}.idx")), &idx).unwrap();
+    match vault.files_at(tip) {
+        Err(memvault::vault::VaultError::Damaged(what)) => {
+            assert!(what.contains("pack"), "{what}")
+        }
+        Err(e) => panic!("not reported as damage: {e}"),
+        Ok(_) => panic!("read on through a damaged pack"),
+    }
 }
