@@ -229,7 +229,7 @@ fn insert_tree(
     seen: &mut HashSet<Oid>,
     id: Oid,
     path: &str,
-) -> Result<(), git2::Error> {
+) -> Result<(), VaultError> {
     if !seen.insert(id) {
         return Ok(());
     }
