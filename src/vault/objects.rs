@@ -52,8 +52,9 @@ pub(crate) enum ObjectError {
     Corrupt(Oid),
     #[error("object {0} is missing or unreadable")]
     Unreadable(Oid),
-    #[error("a pack in objects/pack was refused: {0}")]
-    Pack(String),
+    /// A pack failed its validation (what failed, see [`PackError`]).
+    #[error("a pack in objects/pack is damaged ({0})")]
+    Pack(&'static str),
 }
 
 impl From<ObjectError> for super::VaultError {
@@ -88,7 +89,7 @@ struct Known {
     deep: HashSet<Oid>,
     /// Validated packs by index file name: (index and pack stamps, the
     /// refusal if it failed).
-    packs: HashMap<String, (Stamp, Stamp, Option<String>)>,
+    packs: HashMap<String, (Stamp, Stamp, Option<&'static str>)>,
     /// The pack directory's stamp and index names when the packs were
     /// last validated, and whether its time was old enough to trust.
     pack_dir: Option<Stamp>,
@@ -120,7 +121,7 @@ fn stamp(path: &Path) -> Option<Stamp> {
 
 /// List and validate the packs if the pack directory changed (or `force`);
 /// the first refusal, if any pack fails.
-fn refresh_packs(repo: &Repository, k: &mut Known, force: bool) -> Option<String> {
+fn refresh_packs(repo: &Repository, k: &mut Known, force: bool) -> Option<&'static str> {
     let dir = repo.path().join("objects/pack");
     let now = stamp(&dir);
     let changed = force || now.is_none() || now != k.pack_dir;
@@ -148,7 +149,7 @@ fn refresh_packs(repo: &Repository, k: &mut Known, force: bool) -> Option<String
             k.names = names;
         }
     }
-    k.packs.values().find_map(|(_, _, r)| r.clone())
+    k.packs.values().find_map(|(_, _, r)| *r)
 }
 
 /// Validate the packs of `names` (index file names) whose index or pack
@@ -156,7 +157,7 @@ fn refresh_packs(repo: &Repository, k: &mut Known, force: bool) -> Option<String
 fn revalidate(
     dir: &Path,
     names: &[String],
-    packs: &mut HashMap<String, (Stamp, Stamp, Option<String>)>,
+    packs: &mut HashMap<String, (Stamp, Stamp, Option<&'static str>)>,
 ) {
     let mut seen = HashSet::new();
     for name in names {
@@ -174,8 +175,8 @@ fn revalidate(
             continue;
         }
         let refusal = pack::validate(&idx, &pack_path).err().map(|e| match e {
-            PackError::Unreadable(_) => "a pack or its index does not read".to_string(),
-            e => e.to_string(),
+            PackError::Unreadable(_) => "a pack or its index does not read",
+            PackError::Malformed(what) => what,
         });
         packs.insert(name.clone(), (si, sp, refusal));
     }

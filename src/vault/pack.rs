@@ -708,6 +708,23 @@ fn parse_entry_header(bytes: &[u8]) -> Option<(u8, u64, usize)> {
     Some((code, size, i + 1))
 }
 
+/// A size at the start of a delta (7 bits a byte, low bits first).
+fn delta_varint(r: &mut &[u8]) -> Option<u64> {
+    let (mut v, mut shift) = (0u64, 0u32);
+    loop {
+        let (&b, rest) = r.split_first()?;
+        *r = rest;
+        if shift > 63 {
+            return None;
+        }
+        v |= u64::from(b & 0x7f) << shift;
+        shift += 7;
+        if b & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+}
+
 /// Check a pack and its index before libgit2 reads anything of them, in
 /// one sequential pass over the pack with bounded memory: the index is
 /// version 2, its fanout, sorted ids, offsets and checksum agree; the
@@ -717,7 +734,8 @@ fn parse_entry_header(bytes: &[u8]) -> Option<(u8, u64, usize)> {
 /// header parses, its zlib stream inflates to exactly the size it declares
 /// (at most [`MAX_OBJECT`]) and ends where the next entry starts; a whole
 /// object hashes to its id; a delta's base is an earlier entry of the same
-/// pack. Returns the number of objects.
+/// pack, of the size the delta says, and its result at most
+/// [`MAX_OBJECT`]. Returns the number of objects.
 pub(crate) fn validate(idx_path: &Path, pack_path: &Path) -> Result<usize, PackError> {
     use PackError::Malformed as bad;
     let mut idx_file = File::open(idx_path)?;
@@ -841,6 +859,8 @@ pub(crate) fn validate(idx_path: &Path, pack_path: &Path) -> Result<usize, PackE
     let mut hasher = Sha1::new();
     hasher.update(header);
     let mut buf = Vec::new();
+    // Each entry's object size (a delta's result), by offset.
+    let mut sizes: HashMap<u64, u64> = HashMap::with_capacity(n);
     for k in 0..n {
         let (start, i) = entries[k];
         let end = entries.get(k + 1).map_or(body_end, |e| e.0);
@@ -862,11 +882,12 @@ pub(crate) fn validate(idx_path: &Path, pack_path: &Path) -> Result<usize, PackE
         if size > MAX_OBJECT {
             return Err(bad("an entry is too large"));
         }
-        let kind = match code {
-            1 => Some(ObjectType::Commit),
-            2 => Some(ObjectType::Tree),
-            3 => Some(ObjectType::Blob),
-            4 => Some(ObjectType::Tag),
+        // A whole object's type, or a delta's base (its offset).
+        let (kind, base) = match code {
+            1 => (Some(ObjectType::Commit), None),
+            2 => (Some(ObjectType::Tree), None),
+            3 => (Some(ObjectType::Blob), None),
+            4 => (Some(ObjectType::Tag), None),
             OFS_DELTA => {
                 let mut c = *buf.get(at).ok_or(bad("an offset delta is cut short"))?;
                 let mut distance = u64::from(c & 0x7f);
@@ -884,15 +905,16 @@ pub(crate) fn validate(idx_path: &Path, pack_path: &Path) -> Result<usize, PackE
                 if base.is_none_or(|b| entries[..k].binary_search_by_key(&b, |e| e.0).is_err()) {
                     return Err(bad("an offset delta's base is not an earlier entry"));
                 }
-                None
+                (None, base)
             }
             7 => {
                 let base = buf.get(at..at + 20).ok_or(bad("a delta is cut short"))?;
                 at += 20;
-                if offset_of(base).is_none_or(|b| b >= start) {
+                let base = offset_of(base);
+                if base.is_none_or(|b| b >= start) {
                     return Err(bad("a delta's base is not an earlier entry of its pack"));
                 }
-                None
+                (None, base)
             }
             _ => return Err(bad("an entry has an unknown type")),
         };
@@ -902,10 +924,15 @@ pub(crate) fn validate(idx_path: &Path, pack_path: &Path) -> Result<usize, PackE
             h
         });
         let mut inflated = 0u64;
+        // A delta starts with its base's size and its result's.
+        let mut delta_head = Vec::new();
         let used = inflate_stream(&buf[at..], size, |chunk| {
             inflated += chunk.len() as u64;
             if let Some(h) = &mut h {
                 h.update(chunk);
+            } else if delta_head.len() < 20 {
+                let take = chunk.len().min(20 - delta_head.len());
+                delta_head.extend_from_slice(&chunk[..take]);
             }
         });
         let used = used.ok_or(bad("an entry's data does not inflate"))?;
@@ -923,6 +950,23 @@ pub(crate) fn validate(idx_path: &Path, pack_path: &Path) -> Result<usize, PackE
         {
             return Err(bad("an entry does not hash to its id"));
         }
+        let object_size = match base {
+            None => size,
+            Some(base) => {
+                let mut r = &delta_head[..];
+                let (Some(base_size), Some(result)) = (delta_varint(&mut r), delta_varint(&mut r))
+                else {
+                    return Err(bad("a delta's header does not parse"));
+                };
+                if sizes.get(&base) != Some(&base_size) || result > MAX_OBJECT {
+                    return Err(bad(
+                        "a delta's sizes do not match its base or are too large",
+                    ));
+                }
+                result
+            }
+        };
+        sizes.insert(start, object_size);
     }
     if hasher.finalize()[..] != trailer {
         return Err(bad("the pack's checksum"));
