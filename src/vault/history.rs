@@ -230,18 +230,19 @@ impl Vault {
             .odb()?
             .exists_prefix(short, rev.len())
             .map_err(|_| bad())?;
-        let odb = self.repo.odb()?;
-        if objects::read_header(&odb, &self.repo, id)?.1 != git2::ObjectType::Commit {
+        let kind = objects::read_header(&self.repo.odb()?, &self.repo, id)?.1;
+        if kind != git2::ObjectType::Commit {
             return Err(bad());
         }
-        // On main: reached from the tip by first parents (main is linear),
-        // each commit read through the checked path.
-        let mut at = Some(tip);
-        while let Some(c) = at {
-            if c == id {
+        // On main: met walking main from the tip (main is linear), each
+        // commit read through the checked path or the history index.
+        if id == tip {
+            return Ok(id);
+        }
+        for item in self.walk()? {
+            if item?.0 == id {
                 return Ok(id);
             }
-            at = self.parent_of(c)?;
         }
         Err(bad())
     }
