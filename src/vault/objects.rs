@@ -206,7 +206,7 @@ pub(crate) fn check(repo: &Repository, id: Oid) -> Result<(), ObjectError> {
         Ok(k.loose.contains(&id) || k.elsewhere.contains(&id))
     })?;
     if !known {
-        read_loose(repo, id)?;
+        load_loose(repo, id, false)?;
     }
     Ok(())
 }
@@ -224,6 +224,15 @@ pub(crate) fn check_packs(repo: &Repository) -> Result<(), ObjectError> {
 pub(crate) fn read_loose(
     repo: &Repository,
     id: Oid,
+) -> Result<Option<(ObjectType, Vec<u8>)>, ObjectError> {
+    load_loose(repo, id, true)
+}
+
+/// [`read_loose`], keeping the content only with `keep`.
+fn load_loose(
+    repo: &Repository,
+    id: Oid,
+    keep: bool,
 ) -> Result<Option<(ObjectType, Vec<u8>)>, ObjectError> {
     let hex = id.to_string();
     let path = repo.path().join("objects").join(&hex[..2]).join(&hex[2..]);
@@ -251,7 +260,7 @@ pub(crate) fn read_loose(
         }
         Err(_) => return Err(ObjectError::Unreadable(id)),
     };
-    let (kind, content) = inflate_loose(&compressed, id).ok_or(ObjectError::Corrupt(id))?;
+    let (kind, content) = inflate_loose(&compressed, id, keep).ok_or(ObjectError::Corrupt(id))?;
     with_known(repo, |k| {
         if k.loose.len() >= KNOWN_LIMIT {
             k.loose.clear();
@@ -261,43 +270,46 @@ pub(crate) fn read_loose(
     Ok(Some((kind, content)))
 }
 
-/// Inflate a loose object's file: its type and content, if the stream is
-/// whole, ends with the file, matches its `<type> <size>\0` header and
-/// hashes to `id`.
-fn inflate_loose(compressed: &[u8], id: Oid) -> Option<(ObjectType, Vec<u8>)> {
-    let mut raw = Vec::new();
-    let mut header: Option<(ObjectType, u64, usize)> = None;
-    let mut refused = false;
+/// Inflate a loose object's file: its type and (with `keep`) content, if
+/// the stream is whole, ends with the file, matches its `<type> <size>\0`
+/// header and hashes to `id`. Inflating stops at the first byte beyond
+/// the declared size.
+fn inflate_loose(compressed: &[u8], id: Oid, keep: bool) -> Option<(ObjectType, Vec<u8>)> {
+    let mut pending = Vec::new();
+    let mut header: Option<(ObjectType, u64)> = None;
+    let mut content = Vec::new();
+    let mut content_len = 0u64;
     let mut h = Sha1::new();
     let used = pack::inflate_stream(compressed, MAX_OBJECT + 32, |chunk| {
         h.update(chunk);
-        raw.extend_from_slice(chunk);
-        if header.is_none() && !refused {
-            match parse_header(&raw) {
-                Some(Ok(hd)) => header = Some(hd),
-                Some(Err(())) => refused = true,
-                None => {}
+        let body: &[u8] = match header {
+            Some(_) => chunk,
+            None => {
+                pending.extend_from_slice(chunk);
+                match parse_header(&pending) {
+                    None => return true,
+                    Some(Err(())) => return false,
+                    Some(Ok((kind, size, start))) => {
+                        header = Some((kind, size));
+                        &pending[start..]
+                    }
+                }
             }
+        };
+        content_len += body.len() as u64;
+        if header.is_some_and(|(_, size)| content_len > size) {
+            return false;
         }
-        // An object longer than it declares stops here.
-        if let Some((_, size, start)) = header
-            && (raw.len() - start) as u64 > size
-        {
-            refused = true;
+        if keep {
+            content.extend_from_slice(body);
         }
-        if refused {
-            raw.clear();
-        }
+        true
     })?;
-    let (kind, size, start) = header?;
-    if refused || used != compressed.len() || (raw.len() - start) as u64 != size {
+    let (kind, size) = header?;
+    if used != compressed.len() || content_len != size || h.finalize()[..] != *id.as_bytes() {
         return None;
     }
-    if h.finalize()[..] != *id.as_bytes() {
-        return None;
-    }
-    raw.drain(..start);
-    Some((kind, raw))
+    Some((kind, content))
 }
 
 /// The `<type> <size>\0` header at the start of `raw`: None while it may
@@ -424,33 +436,60 @@ mod tests {
         let id = Oid::hash_object(ObjectType::Blob, &content).unwrap();
         let good = loose_bytes(&format!("blob {}\0", content.len()), &content);
         assert_eq!(
-            inflate_loose(&good, id),
+            inflate_loose(&good, id, true),
             Some((ObjectType::Blob, content.clone()))
         );
         // Cut short anywhere.
         for cut in [1, good.len() / 2, good.len() - 1] {
-            assert_eq!(inflate_loose(&good[..cut], id), None, "cut at {cut}");
+            assert_eq!(inflate_loose(&good[..cut], id, true), None, "cut at {cut}");
         }
         // Trailing bytes, another id, a header that lies about the size or
         // the type.
         let mut trailing = good.clone();
         trailing.push(0);
-        assert_eq!(inflate_loose(&trailing, id), None);
-        assert_eq!(inflate_loose(&good, Oid::ZERO_SHA1), None);
+        assert_eq!(inflate_loose(&trailing, id, true), None);
+        assert_eq!(inflate_loose(&good, Oid::ZERO_SHA1, true), None);
         let short = loose_bytes(&format!("blob {}\0", content.len() - 1), &content);
-        assert_eq!(inflate_loose(&short, id), None);
+        assert_eq!(inflate_loose(&short, id, true), None);
         let long = loose_bytes(&format!("blob {}\0", content.len() + 1), &content);
-        assert_eq!(inflate_loose(&long, id), None);
+        assert_eq!(inflate_loose(&long, id, true), None);
         let kind = loose_bytes(&format!("tree {}\0", content.len()), &content);
-        assert_eq!(inflate_loose(&kind, id), None);
-        assert_eq!(inflate_loose(&loose_bytes("blob 01\0", b"x"), id), None);
-        assert_eq!(inflate_loose(&loose_bytes(&"x".repeat(64), b""), id), None);
-        assert_eq!(inflate_loose(b"", id), None);
+        assert_eq!(inflate_loose(&kind, id, true), None);
+        assert_eq!(
+            inflate_loose(&loose_bytes("blob 01\0", b"x"), id, true),
+            None
+        );
+        assert_eq!(
+            inflate_loose(&loose_bytes(&"x".repeat(64), b""), id, true),
+            None
+        );
+        assert_eq!(inflate_loose(b"", id, true), None);
+    }
+
+    #[test]
+    fn an_object_longer_than_it_declares_stops_at_the_first_byte_beyond() {
+        // 64 MiB of zeros deflate to about 64 KiB: inflating stops after
+        // the declared 10 bytes, not at the end of the stream.
+        let zeros = vec![0u8; 64 << 20];
+        let bomb = loose_bytes("blob 10\0", &zeros);
+        let start = std::time::Instant::now();
+        assert_eq!(inflate_loose(&bomb, Oid::ZERO_SHA1, false), None);
+        assert!(start.elapsed() < std::time::Duration::from_secs(2));
+        // Declared one byte short, over several pieces of output.
+        let content = vec![3u8; 300_000];
+        let id = Oid::hash_object(ObjectType::Blob, &content).unwrap();
+        let short = loose_bytes(&format!("blob {}\0", content.len() - 1), &content);
+        assert_eq!(inflate_loose(&short, id, false), None);
+        let good = loose_bytes(&format!("blob {}\0", content.len()), &content);
+        assert_eq!(
+            inflate_loose(&good, id, false),
+            Some((ObjectType::Blob, Vec::new()))
+        );
     }
 
     #[test]
     fn an_object_claiming_more_than_the_limit_is_refused_before_inflating_it() {
         let claim = loose_bytes(&format!("blob {}\0", MAX_OBJECT + 1), b"x");
-        assert_eq!(inflate_loose(&claim, Oid::ZERO_SHA1), None);
+        assert_eq!(inflate_loose(&claim, Oid::ZERO_SHA1, true), None);
     }
 }

@@ -649,13 +649,14 @@ pub(crate) enum PackError {
 }
 
 /// Inflate the zlib stream at the start of `input`, handing the output to
-/// `sink` in pieces, at most `limit` bytes of it. The number of input
-/// bytes the stream took, or None if it is corrupt, cut short, or longer
-/// than `limit`. Memory stays bounded whatever the stream claims.
+/// `sink` in pieces (it returns false to stop), at most `limit` bytes of
+/// it. The number of input bytes the stream took, or None if it is
+/// corrupt, cut short, longer than `limit`, or stopped. Memory stays
+/// bounded whatever the stream claims.
 pub(crate) fn inflate_stream(
     input: &[u8],
     limit: u64,
-    mut sink: impl FnMut(&[u8]),
+    mut sink: impl FnMut(&[u8]) -> bool,
 ) -> Option<usize> {
     thread_local! {
         // One inflater and buffer per thread, reset per stream: setting
@@ -679,7 +680,9 @@ pub(crate) fn inflate_stream(
             if z.total_out() > limit {
                 return None;
             }
-            sink(&buf[..produced]);
+            if !sink(&buf[..produced]) {
+                return None;
+            }
             match status {
                 flate2::Status::StreamEnd => return Some(z.total_in() as usize),
                 // No progress: the input ended before the stream did.
@@ -934,6 +937,7 @@ pub(crate) fn validate(idx_path: &Path, pack_path: &Path) -> Result<usize, PackE
                 let take = chunk.len().min(20 - delta_head.len());
                 delta_head.extend_from_slice(&chunk[..take]);
             }
+            true
         });
         let used = used.ok_or(bad("an entry's data does not inflate"))?;
         if inflated != size {
