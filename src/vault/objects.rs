@@ -52,9 +52,10 @@ pub(crate) enum ObjectError {
     Corrupt(Oid),
     #[error("object {0} is missing or unreadable")]
     Unreadable(Oid),
-    /// A pack failed its validation (what failed, see [`PackError`]).
-    #[error("a pack in objects/pack is damaged ({0})")]
-    Pack(&'static str),
+    /// A pack failed its validation: its index file's name, and what
+    /// failed (see [`PackError`]).
+    #[error("a pack in objects/pack is damaged ({what}: {index})")]
+    Pack { index: String, what: &'static str },
 }
 
 impl From<ObjectError> for super::VaultError {
@@ -121,7 +122,7 @@ fn stamp(path: &Path) -> Option<Stamp> {
 
 /// List and validate the packs if the pack directory changed (or `force`);
 /// the first refusal, if any pack fails.
-fn refresh_packs(repo: &Repository, k: &mut Known, force: bool) -> Option<&'static str> {
+fn refresh_packs(repo: &Repository, k: &mut Known, force: bool) -> Result<(), ObjectError> {
     let dir = repo.path().join("objects/pack");
     let now = stamp(&dir);
     let changed = force || now.is_none() || now != k.pack_dir;
@@ -149,7 +150,17 @@ fn refresh_packs(repo: &Repository, k: &mut Known, force: bool) -> Option<&'stat
             k.names = names;
         }
     }
-    k.packs.values().find_map(|(_, _, r)| *r)
+    match k
+        .packs
+        .iter()
+        .find_map(|(name, (_, _, r))| r.map(|what| (name, what)))
+    {
+        Some((name, what)) => Err(ObjectError::Pack {
+            index: name.clone(),
+            what,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Validate the packs of `names` (index file names) whose index or pack
@@ -191,7 +202,8 @@ pub(crate) fn odb_installed(repo: &Repository) {
         k.loose.clear();
         k.elsewhere.clear();
         k.deep.clear();
-        refresh_packs(repo, k, true);
+        // A refusal is remembered: the next check reports it.
+        let _ = refresh_packs(repo, k, true);
     });
 }
 
@@ -200,9 +212,7 @@ pub(crate) fn odb_installed(repo: &Repository) {
 /// hashing to `id`.
 pub(crate) fn check(repo: &Repository, id: Oid) -> Result<(), ObjectError> {
     let known = with_known(repo, |k| {
-        if let Some(r) = refresh_packs(repo, k, false) {
-            return Err(ObjectError::Pack(r));
-        }
+        refresh_packs(repo, k, false)?;
         Ok(k.loose.contains(&id) || k.elsewhere.contains(&id))
     })?;
     if !known {
@@ -213,10 +223,7 @@ pub(crate) fn check(repo: &Repository, id: Oid) -> Result<(), ObjectError> {
 
 /// Check every pack now (see [`check`]), e.g. before a repack reads them all.
 pub(crate) fn check_packs(repo: &Repository) -> Result<(), ObjectError> {
-    match with_known(repo, |k| refresh_packs(repo, k, false)) {
-        Some(r) => Err(ObjectError::Pack(r)),
-        None => Ok(()),
-    }
+    with_known(repo, |k| refresh_packs(repo, k, false))
 }
 
 /// The type and content of the loose object `id`, checked (see
