@@ -125,7 +125,7 @@ impl From<VaultError> for CliError {
         }
         let hint = match &e {
             VaultError::WrongSecret => " (check the passphrase or --key-file; nothing was changed)",
-            VaultError::Damaged(_) => {
+            VaultError::Damaged(_) | VaultError::Object(_) | VaultError::RolledBack(_) => {
                 " (nothing was changed; run `memvault verify` to locate the damage)"
             }
             _ => "",

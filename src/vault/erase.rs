@@ -163,6 +163,12 @@ impl Vault {
                 rekeyed.push(f.path.clone());
             }
         }
+        // The edit reads the trees on each path: check them first.
+        if let Some(base) = self.tree_of(tip)?.map(|t| t.id()) {
+            for f in removals.iter().copied().chain(&keep_current) {
+                super::objects::check_path(&self.repo, base, &f.git_path)?;
+            }
+        }
         let tree = self.edit_tree(tip, &update, &mut objects)?;
         // The keys still in use at the new tip: the files kept as they were.
         let changed: HashSet<&str> = removing
@@ -361,7 +367,7 @@ impl Vault {
             let (tree, parent, _) = self.read_commit(id)?;
             next = parent;
             commits += 1;
-            self.check_object(tree)?;
+            super::objects::check_path(&self.repo, tree, &git_path)?;
             let root = self.repo.find_tree(tree)?;
             let Ok(entry) = root.get_path(Path::new(&git_path)) else {
                 continue;
@@ -499,7 +505,7 @@ impl Vault {
     /// objects already gone are skipped).
     fn collect_objects(&self, commit: Oid, out: &mut HashSet<Oid>) {
         out.insert(commit);
-        let Ok(c) = self.repo.find_commit(commit) else {
+        let Ok(c) = super::objects::find_commit(&self.repo, commit) else {
             return;
         };
         let mut stack = vec![c.tree_id()];
@@ -507,7 +513,7 @@ impl Vault {
             if !out.insert(t) {
                 continue;
             }
-            let Ok(tree) = self.repo.find_tree(t) else {
+            let Ok(tree) = super::objects::find_tree(&self.repo, t) else {
                 continue;
             };
             for e in tree.iter() {

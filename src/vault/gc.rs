@@ -17,7 +17,9 @@ use std::fs;
 
 use git2::{Oid, Repository};
 
-use super::{MAIN_REF, Vault, VaultError, checkpoint_locked, fsx, fsync, keys::KEYS_REF, wal};
+use super::{
+    MAIN_REF, Vault, VaultError, checkpoint_locked, fsx, fsync, keys::KEYS_REF, objects, wal,
+};
 
 /// What a garbage collection did.
 #[derive(Debug, Clone, Default)]
@@ -123,6 +125,8 @@ pub(crate) fn merge_small_packs(repo: &Repository) -> Result<usize, VaultError> 
     let pack_dir = repo.path().join("objects/pack");
     // Never merge from, write into or delete in a folder a link points to.
     fsx::check_real_dir(&pack_dir)?;
+    // Every pack checked out before libgit2 (or the merge) reads one.
+    objects::check_packs(repo)?;
     let odb = repo.odb()?;
     let files = packs[from..]
         .iter()
@@ -176,7 +180,7 @@ pub(crate) fn merge_small_packs(repo: &Repository) -> Result<usize, VaultError> 
                     })
                 }
                 super::pack::Read::OfsDelta { id, .. } | super::pack::Read::Delta(id) => {
-                    let o = odb.read(id)?;
+                    let o = objects::read(&odb, repo, id)?;
                     resolved.push(wal::Object {
                         kind: o.kind(),
                         id,
@@ -227,12 +231,13 @@ fn insert_tree(
     seen: &mut HashSet<Oid>,
     id: Oid,
     path: &str,
-) -> Result<(), git2::Error> {
+) -> Result<(), VaultError> {
     if !seen.insert(id) {
         return Ok(());
     }
+    // The pack builder reads every object it is given: each is checked.
+    let tree = objects::find_tree(repo, id)?;
     pb.insert_object(id, Some(path))?;
-    let tree = repo.find_tree(id)?;
     for e in tree.iter() {
         let Ok(name) = e.name() else { continue };
         let child = if path.is_empty() {
@@ -243,6 +248,7 @@ fn insert_tree(
         match e.kind() {
             Some(git2::ObjectType::Tree) => insert_tree(repo, pb, seen, e.id(), &child)?,
             Some(git2::ObjectType::Blob) if seen.insert(e.id()) => {
+                objects::check(repo, e.id())?;
                 pb.insert_object(e.id(), Some(&child))?
             }
             _ => {}
@@ -267,19 +273,28 @@ pub(crate) fn repack_locked(repo: &Repository) -> Result<GcReport, VaultError> {
     // the delta search groups objects by path, so each directory's trees
     // are compared with that directory's earlier versions (libgit2's own
     // walk names no tree, and found almost no tree deltas).
+    objects::check_packs(repo)?;
     let mut seen = HashSet::new();
-    let mut walk = repo.revwalk()?;
-    if let Ok(main) = repo.refname_to_id(MAIN_REF) {
-        walk.push(main)?;
+    // Main newest first (every parent, in case it is not linear), then
+    // the key state; each commit checked before libgit2 reads it.
+    let mut commits: Vec<Oid> = Vec::new();
+    let mut stack: Vec<Oid> = repo.refname_to_id(MAIN_REF).into_iter().collect();
+    let mut queued: HashSet<Oid> = stack.iter().copied().collect();
+    while let Some(id) = stack.pop() {
+        commits.push(id);
+        for p in objects::find_commit(repo, id)?.parent_ids() {
+            if queued.insert(p) {
+                stack.push(p);
+            }
+        }
     }
-    let mut commits: Vec<Oid> = walk.collect::<Result<_, _>>()?;
     if let Ok(keys) = repo.refname_to_id(KEYS_REF) {
         commits.push(keys);
     }
     for id in commits {
         if seen.insert(id) {
+            let tree = objects::find_commit(repo, id)?.tree_id();
             pb.insert_object(id, None)?;
-            let tree = repo.find_commit(id)?.tree_id();
             insert_tree(repo, &mut pb, &mut seen, tree, "")?;
         }
     }
@@ -328,10 +343,11 @@ mod tests {
     use super::merge_from;
 
     /// A planted pack that claims a genuine object's id, and sorts first,
-    /// does not push the genuine copy out when checkpoint packs merge:
-    /// afterwards the object still reads as itself.
+    /// does not push the genuine copy out when checkpoint packs merge: it
+    /// fails its validation, so the merge refuses it as damage and
+    /// deletes nothing.
     #[test]
-    fn a_merge_keeps_the_copy_that_checks_out() {
+    fn a_merge_refuses_a_planted_pack_and_deletes_nothing() {
         use super::super::pack::{Entry, write, write_entries};
         use super::super::wal::Object;
         use git2::{ObjectType, Oid, Repository};
@@ -362,7 +378,7 @@ mod tests {
         std::io::Write::write_all(&mut z, &[9; 2000]).unwrap();
         planted.extend(z.finish().unwrap());
         let padding = blob(vec![1; 9000]);
-        write_entries(
+        let planted_name = write_entries(
             &pack_dir,
             &[
                 Entry::Raw {
@@ -375,7 +391,20 @@ mod tests {
             &Default::default(),
         )
         .unwrap();
-        assert_eq!(super::merge_small_packs(&repo).unwrap(), 10);
+        let packs = |dir: &std::path::Path| std::fs::read_dir(dir).unwrap().count();
+        let before = packs(&pack_dir);
+        match super::merge_small_packs(&repo) {
+            Err(e @ crate::vault::VaultError::Object(_)) => {
+                assert!(e.to_string().contains("pack"), "{e}")
+            }
+            other => panic!("the planted pack was merged: {other:?}"),
+        }
+        assert_eq!(packs(&pack_dir), before);
+        // Without it, the genuine object merges and reads as itself.
+        for ext in ["idx", "pack"] {
+            std::fs::remove_file(pack_dir.join(format!("pack-{planted_name}.{ext}"))).unwrap();
+        }
+        assert_eq!(super::merge_small_packs(&repo).unwrap(), 9);
         let repo = Repository::open_bare(tmp.path()).unwrap();
         let odb = repo.odb().unwrap();
         assert_eq!(odb.read(genuine.id).unwrap().data(), &genuine.data[..]);

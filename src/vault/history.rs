@@ -7,6 +7,7 @@ use std::path::Path;
 use git2::{DiffOptions, Oid};
 
 use super::index::{Entry, Index};
+use super::objects;
 use super::{Vault, VaultError, damaged};
 use crate::memory::MemoryPath;
 use crate::vault::CommitMeta;
@@ -121,11 +122,9 @@ impl Iterator for Walk<'_> {
 }
 
 impl Vault {
-    /// Refuse a truncated loose object before libgit2 reads it (see
-    /// `tree::check_loose_object`).
+    /// Refuse an object libgit2 must not read (see `objects::check`).
     pub(crate) fn check_object(&self, id: Oid) -> Result<(), VaultError> {
-        super::tree::check_loose_object(&self.repo, id)
-            .map_err(|_| damaged("a stored object is truncated or corrupt"))
+        Ok(objects::check(&self.repo, id)?)
     }
 
     /// A commit's tree, first parent and message, reading the object once.
@@ -133,21 +132,18 @@ impl Vault {
     /// libgit2); packed ones are read through libgit2.
     pub(crate) fn read_commit(&self, id: Oid) -> Result<(Oid, Option<Oid>, Vec<u8>), VaultError> {
         let bad = || damaged("a commit is unreadable");
-        let loose = super::tree::inflate_loose(&self.repo, id)
-            .map_err(|_| damaged("a stored object is truncated or corrupt"))?;
-        let Some(raw) = loose else {
-            let c = self.repo.find_commit(id).map_err(|_| bad())?;
+        let loose = objects::read_loose(&self.repo, id)?;
+        let Some((kind, body)) = loose else {
+            let c = objects::find_commit(&self.repo, id)?;
             return Ok((
                 c.tree_id(),
                 c.parent_ids().next(),
                 c.message_bytes().to_vec(),
             ));
         };
-        let nul = raw.iter().position(|&b| b == 0).ok_or_else(bad)?;
-        if !raw.starts_with(b"commit ") {
+        if kind != git2::ObjectType::Commit {
             return Err(bad());
         }
-        let body = &raw[nul + 1..];
         let split = body.windows(2).position(|w| w == b"\n\n").ok_or_else(bad)?;
         let (headers, message) = (&body[..split], &body[split + 2..]);
         let mut tree = None;
@@ -226,15 +222,29 @@ impl Vault {
         if rev.len() < 4 || rev.len() > 40 || !rev.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(bad());
         }
+        // The full id from the index (no object is read), then the object
+        // is checked before anything reads it.
+        let short = Oid::from_str(&rev.to_ascii_lowercase()).map_err(|_| bad())?;
         let id = self
             .repo
-            .find_commit_by_prefix(&rev.to_ascii_lowercase())
-            .map_err(|_| bad())?
-            .id();
-        if id != tip && !self.repo.graph_descendant_of(tip, id).unwrap_or(false) {
+            .odb()?
+            .exists_prefix(short, rev.len())
+            .map_err(|_| bad())?;
+        let kind = objects::read_header(&self.repo.odb()?, &self.repo, id)?.1;
+        if kind != git2::ObjectType::Commit {
             return Err(bad());
         }
-        Ok(id)
+        // On main: met walking main from the tip (main is linear), each
+        // commit read through the checked path or the history index.
+        if id == tip {
+            return Ok(id);
+        }
+        for item in self.walk()? {
+            if item?.0 == id {
+                return Ok(id);
+            }
+        }
+        Err(bad())
     }
 
     /// The decrypted memory path of an encrypted git path.
@@ -281,8 +291,9 @@ impl Vault {
         new: Option<Oid>,
         under: Option<&MemoryPath>,
     ) -> Result<Vec<FileChange>, VaultError> {
-        for id in [old, new].into_iter().flatten() {
-            self.check_object(id)?;
+        // libgit2's diff reads every tree of both sides: check them first.
+        for c in [old, new].into_iter().flatten() {
+            objects::check_tree_deep(&self.repo, self.read_commit(c)?.0)?;
         }
         let old_tree = self.tree_of(old)?;
         let new_tree = self.tree_of(new)?;

@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 
 use git2::{FileMode, ObjectType, Oid, Repository};
 
+use super::objects;
 use super::wal::Record;
 use super::{VaultConfig, VaultError, damaged};
 use crate::crypto::{FileKey, FileKeyId, KeyTable, VaultKeys};
@@ -121,19 +122,23 @@ pub fn read_slots_at(
     at: Option<Oid>,
 ) -> Result<(Oid, BTreeMap<String, Vec<u8>>), VaultError> {
     let commit_id = at.ok_or_else(|| damaged("the key state (refs/memvault/keys) is missing"))?;
+    objects::check(repo, commit_id)?;
     let commit = repo
         .find_commit(commit_id)
         .map_err(|_| damaged("the key state commit is unreadable"))?;
+    objects::check(repo, commit.tree_id())?;
     let tree = commit
         .tree()
         .map_err(|_| damaged("the key state tree is unreadable"))?;
     let mut slots = BTreeMap::new();
     if let Some(entry) = tree.get_name("slots") {
+        objects::check(repo, entry.id())?;
         let sub = repo
             .find_tree(entry.id())
             .map_err(|_| damaged("the keyslot tree is unreadable"))?;
         for e in sub.iter() {
             let name = e.name().unwrap_or_default().to_string();
+            objects::check(repo, e.id())?;
             let blob = repo
                 .find_blob(e.id())
                 .map_err(|_| damaged("a keyslot is unreadable"))?;
@@ -152,6 +157,9 @@ pub fn read_slots_at(
 /// `git_commit_extract_signature`, which reads past the end of objects
 /// held by the in-memory object store (they are not NUL-terminated).
 pub fn verify_commit_mac(repo: &Repository, keys: &VaultKeys, id: Oid) -> bool {
+    if objects::check(repo, id).is_err() {
+        return false;
+    }
     let Ok(odb) = repo.odb() else {
         return false;
     };
@@ -170,6 +178,7 @@ pub fn verify_commit_mac(repo: &Repository, keys: &VaultKeys, id: Oid) -> bool {
 /// The key epoch a commit's MAC claims (unverified: only to explain a
 /// failure).
 pub(crate) fn mac_epoch(repo: &Repository, id: Oid) -> Option<u32> {
+    objects::check(repo, id).ok()?;
     let odb = repo.odb().ok()?;
     let obj = odb.read(id).ok()?;
     let (tag, _) = split_mac(obj.data())?;
@@ -257,13 +266,17 @@ impl KeyState {
     }
 
     fn load_shards(&mut self, repo: &Repository, keys: &VaultKeys) -> Result<(), VaultError> {
-        let tree = repo.find_commit(self.commit)?.tree()?;
+        objects::check(repo, self.commit)?;
+        let commit = repo.find_commit(self.commit)?;
+        objects::check(repo, commit.tree_id())?;
+        let tree = commit.tree()?;
         self.settings = match tree.get_name("settings") {
             None if self.format >= 2 => {
                 return Err(damaged("the key state has no settings"));
             }
             None => None,
             Some(entry) => {
+                objects::check(repo, entry.id())?;
                 let blob = repo
                     .find_blob(entry.id())
                     .map_err(|_| damaged("the vault settings are unreadable"))?;
@@ -280,6 +293,7 @@ impl KeyState {
         };
         self.erased.clear();
         if let Some(entry) = tree.get_name("erased") {
+            objects::check(repo, entry.id())?;
             let blob = repo
                 .find_blob(entry.id())
                 .map_err(|_| damaged("the erased-key list is unreadable"))?;
@@ -291,6 +305,7 @@ impl KeyState {
         }
         let mut shards = BTreeMap::new();
         if let Some(entry) = tree.get_name("table") {
+            objects::check(repo, entry.id())?;
             let sub = repo.find_tree(entry.id())?;
             for e in sub.iter() {
                 let shard = e
@@ -305,6 +320,7 @@ impl KeyState {
                     shards.insert(shard, (oid, table));
                     continue;
                 }
+                objects::check(repo, e.id())?;
                 let blob = repo
                     .find_blob(e.id())
                     .map_err(|_| damaged("a key table shard is unreadable"))?;
@@ -453,9 +469,10 @@ impl KeyState {
         let previous = match slots {
             Some(_) => None,
             None if self.format_of_previous(repo) < 2 => None,
-            None => repo
-                .find_commit(self.commit)
+            None => objects::check(repo, self.commit)
                 .ok()
+                .and_then(|()| repo.find_commit(self.commit).ok())
+                .filter(|c| objects::check(repo, c.tree_id()).is_ok())
                 .and_then(|c| c.tree().ok()),
         };
         if let Some(s) = slots {
@@ -513,8 +530,12 @@ impl KeyState {
             record.refs.push((KEYS_REF.to_string(), new));
             return Ok(());
         }
+        objects::check(repo, new)?;
         let new_tree = repo.find_commit(new)?.tree_id();
-        let old_tree = repo.find_commit(old).ok().map(|c| c.tree_id());
+        let old_tree = match objects::check(repo, old) {
+            Ok(()) => repo.find_commit(old).ok().map(|c| c.tree_id()),
+            Err(_) => None,
+        };
         let mut seen = std::collections::HashSet::new();
         record.add_tree_diff(&odb, repo, new_tree, old_tree, &mut seen)?;
         record.refs.push((KEYS_REF.to_string(), new));

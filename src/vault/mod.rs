@@ -41,6 +41,7 @@ pub mod history;
 mod index;
 pub mod keys;
 pub mod meta;
+mod objects;
 mod pack;
 pub mod slots;
 #[cfg(test)]
@@ -109,6 +110,10 @@ pub enum VaultError {
     /// carries content, a path or a key).
     #[error("the vault is damaged: {0}")]
     Damaged(&'static str),
+    /// A stored object or pack failed its check before libgit2 read it
+    /// (see [`objects`]).
+    #[error("the vault is damaged: {0}")]
+    Object(objects::ObjectError),
     /// A ref was set back to an older state than this vault has reached
     /// (refused: it would bring back erased keys or removed keyslots).
     #[error("the vault is damaged: {0}")]
@@ -147,6 +152,17 @@ pub(crate) fn damaged(what: &'static str) -> VaultError {
     VaultError::Damaged(what)
 }
 
+impl VaultError {
+    /// Stored bytes failed a check (as opposed to a refusal, a wrong
+    /// secret or an I/O failure).
+    pub fn is_damage(&self) -> bool {
+        matches!(
+            self,
+            VaultError::Damaged(_) | VaultError::Object(_) | VaultError::RolledBack(_)
+        ) || matches!(self, VaultError::Store(StoreError::Damaged(_)))
+    }
+}
+
 impl From<wal::WalError> for VaultError {
     fn from(e: wal::WalError) -> Self {
         use wal::WalError as W;
@@ -178,6 +194,7 @@ impl From<VaultError> for StoreError {
             VaultError::Store(e) => e,
             VaultError::Damaged(what) => StoreError::Damaged(what.to_string()),
             VaultError::RolledBack(what) => StoreError::Damaged(what.to_string()),
+            VaultError::Object(e) => StoreError::Damaged(e.to_string()),
             VaultError::Refused(what) => StoreError::Limit(what),
             VaultError::Git(e) => git_unavailable(&e),
             other => StoreError::Unavailable(other.to_string()),
@@ -409,7 +426,7 @@ impl Vault {
             let at = wal.ref_target(&repo, keys::KEYS_REF)?;
             match keys::read_slots_at(&repo, at) {
                 Ok((_, s)) => break s,
-                Err(VaultError::Damaged(_)) if attempt < 3 => {
+                Err(VaultError::Damaged(_) | VaultError::Object(_)) if attempt < 3 => {
                     attempt += 1;
                     wal.catch_up(&repo)?;
                 }
@@ -471,7 +488,7 @@ impl Vault {
             let at = wal.ref_target(repo, keys::KEYS_REF)?;
             match KeyState::load_at(repo, keys, at) {
                 Ok(k) => return Ok(k),
-                Err(VaultError::Damaged(_)) if attempt < 3 => attempt += 1,
+                Err(VaultError::Damaged(_) | VaultError::Object(_)) if attempt < 3 => attempt += 1,
                 Err(e) => return Err(e),
             }
         }
@@ -528,7 +545,14 @@ impl Vault {
             unlocked_slot: None,
         };
         let mut vault = vault;
-        vault.migrate()?;
+        match vault.migrate() {
+            Ok(()) => {}
+            // A damaged format-1 vault stays of format 1: each command
+            // reports the damage (as below), and a later open migrates it
+            // once it is mended.
+            Err(e) if e.is_damage() => {}
+            Err(e) => return Err(e),
+        }
         // A damaged tip is reported by each command, not here, so that a
         // server can still start and say what is wrong.
         Ok(vault)
@@ -638,6 +662,7 @@ impl Vault {
         };
         let pair = (tip, self.key_state.commit);
         if self.verified_tip != Some(pair) {
+            objects::check(&self.repo, tip)?;
             if !verify_commit_mac(&self.repo, &self.keys, tip) {
                 return Err(damaged(
                     "the newest commit was not written with this vault's key",
@@ -665,7 +690,9 @@ impl Vault {
                 .and_then(|at| self.key_state.refresh(&self.repo, &self.keys, at))
                 .and_then(|()| self.tip())
             {
-                Err(VaultError::Damaged(_) | VaultError::RolledBack(_)) if attempt < 3 => {
+                Err(VaultError::Damaged(_) | VaultError::Object(_) | VaultError::RolledBack(_))
+                    if attempt < 3 =>
+                {
                     attempt += 1
                 }
                 other => return other,
@@ -686,6 +713,7 @@ impl Vault {
                 let tree_id = match cached {
                     Some((commit, tree)) if commit == c => tree,
                     _ => {
+                        objects::check(&self.repo, c)?;
                         let commit = self
                             .repo
                             .find_commit(c)
@@ -695,6 +723,7 @@ impl Vault {
                         tree
                     }
                 };
+                objects::check(&self.repo, tree_id)?;
                 Ok(Some(
                     self.repo
                         .find_tree(tree_id)
@@ -717,6 +746,7 @@ impl Vault {
 
     /// Decrypt the metadata of one commit on main (after checking its MAC).
     pub fn commit_meta(&self, id: Oid) -> Result<CommitMeta, VaultError> {
+        objects::check(&self.repo, id)?;
         if !verify_commit_mac(&self.repo, &self.keys, id) {
             return Err(damaged("a commit was not written with this vault's key"));
         }
@@ -1042,9 +1072,13 @@ impl Vault {
         let mut meta = meta.clone();
         meta.keys = Some(self.key_state.counter);
         let parent_commit = match parent {
-            Some(p) => Some(self.repo.find_commit(p)?),
+            Some(p) => {
+                objects::check(&self.repo, p)?;
+                Some(self.repo.find_commit(p)?)
+            }
             None => None,
         };
+        objects::check(&self.repo, tree)?;
         let tree = self.repo.find_tree(tree)?;
         let commit = write_commit(&self.repo, keys, &tree, parent_commit.as_ref(), &meta)?;
         record.add_object(&self.repo.odb()?, commit)?;

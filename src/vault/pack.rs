@@ -635,6 +635,349 @@ pub(crate) fn blob_hash(bytes: &[u8]) -> [u8; 20] {
     object_hash(ObjectType::Blob, bytes)
 }
 
+/// The largest object memvault lets libgit2 read, inflated (the log's
+/// own record limit: nothing larger can have been written by memvault).
+pub(crate) const MAX_OBJECT: u64 = 1 << 30;
+
+/// Why a pack was refused before libgit2 read it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PackError {
+    #[error("a pack or its index does not read: {0}")]
+    Unreadable(#[from] io::Error),
+    #[error("a pack or its index is malformed ({0})")]
+    Malformed(&'static str),
+}
+
+/// Inflate the zlib stream at the start of `input`, handing the output to
+/// `sink` in pieces (it returns false to stop), at most `limit` bytes of
+/// it. The number of input bytes the stream took, or None if it is
+/// corrupt, cut short, longer than `limit`, or stopped. Memory stays
+/// bounded whatever the stream claims.
+pub(crate) fn inflate_stream(
+    input: &[u8],
+    limit: u64,
+    mut sink: impl FnMut(&[u8]) -> bool,
+) -> Option<usize> {
+    thread_local! {
+        // One inflater and buffer per thread, reset per stream: setting
+        // one up costs more than inflating a small commit.
+        static Z: std::cell::RefCell<(flate2::Decompress, Vec<u8>)> =
+            std::cell::RefCell::new((flate2::Decompress::new(true), vec![0u8; 64 << 10]));
+    }
+    Z.with(|z| {
+        let (z, buf) = &mut *z.borrow_mut();
+        z.reset(true);
+        loop {
+            let (in_before, out_before) = (z.total_in(), z.total_out());
+            let status = z
+                .decompress(
+                    input.get(in_before as usize..)?,
+                    buf,
+                    flate2::FlushDecompress::None,
+                )
+                .ok()?;
+            let produced = (z.total_out() - out_before) as usize;
+            if z.total_out() > limit {
+                return None;
+            }
+            if !sink(&buf[..produced]) {
+                return None;
+            }
+            match status {
+                flate2::Status::StreamEnd => return Some(z.total_in() as usize),
+                // No progress: the input ended before the stream did.
+                _ if produced == 0 && z.total_in() == in_before => return None,
+                _ => {}
+            }
+        }
+    })
+}
+
+/// The type code, inflated size and header length of the pack entry
+/// header at the start of `bytes`.
+fn parse_entry_header(bytes: &[u8]) -> Option<(u8, u64, usize)> {
+    let first = *bytes.first()?;
+    let code = (first >> 4) & 7;
+    let mut size = u64::from(first & 0x0f);
+    let (mut i, mut shift) = (0usize, 4u32);
+    while bytes.get(i)? & 0x80 != 0 {
+        i += 1;
+        if shift > 56 {
+            return None;
+        }
+        size |= u64::from(bytes.get(i)? & 0x7f) << shift;
+        shift += 7;
+    }
+    Some((code, size, i + 1))
+}
+
+/// A size at the start of a delta (7 bits a byte, low bits first).
+fn delta_varint(r: &mut &[u8]) -> Option<u64> {
+    let (mut v, mut shift) = (0u64, 0u32);
+    loop {
+        let (&b, rest) = r.split_first()?;
+        *r = rest;
+        if shift > 63 {
+            return None;
+        }
+        v |= u64::from(b & 0x7f) << shift;
+        shift += 7;
+        if b & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+}
+
+/// Check a pack and its index before libgit2 reads anything of them, in
+/// one sequential pass over the pack with bounded memory: the index is
+/// version 2, its fanout, sorted ids, offsets and checksum agree; the
+/// pack's header names as many objects, its trailer is the SHA-1 of the
+/// rest and the one the index records; every entry starts where the index
+/// says, the entries tile the pack, each one's CRC-32 is the index's, its
+/// header parses, its zlib stream inflates to exactly the size it declares
+/// (at most [`MAX_OBJECT`]) and ends where the next entry starts; a whole
+/// object hashes to its id; a delta's base is an earlier entry of the same
+/// pack, of the size the delta says, and its result at most
+/// [`MAX_OBJECT`]. Returns the number of objects.
+pub(crate) fn validate(idx_path: &Path, pack_path: &Path) -> Result<usize, PackError> {
+    use PackError::Malformed as bad;
+    let mut idx_file = super::fsx::open_read(idx_path)?;
+    let idx_len = idx_file.metadata()?.len();
+    // 28 bytes per object and 8 per large offset: a 1 GiB index would list
+    // tens of millions of objects.
+    if idx_len > 1 << 30 {
+        return Err(bad("the index is too large"));
+    }
+    let mut idx = Vec::with_capacity(idx_len as usize);
+    idx_file.read_to_end(&mut idx)?;
+    if idx.len() < 8 + 1024 + 40 || idx[..8] != [0xff, b't', b'O', b'c', 0, 0, 0, 2] {
+        return Err(bad("not a version 2 index"));
+    }
+    let be32 = |at: usize| u32::from_be_bytes([idx[at], idx[at + 1], idx[at + 2], idx[at + 3]]);
+    let mut fanout = [0u32; 256];
+    for (b, f) in fanout.iter_mut().enumerate() {
+        *f = be32(8 + 4 * b);
+    }
+    if fanout.windows(2).any(|w| w[1] < w[0]) {
+        return Err(bad("the index's fanout decreases"));
+    }
+    let n = fanout[255] as usize;
+    let ids_at = 8 + 1024;
+    let crcs_at = n.checked_mul(20).and_then(|x| x.checked_add(ids_at));
+    let large_at = crcs_at.and_then(|c| n.checked_mul(8).and_then(|x| x.checked_add(c)));
+    let (Some(crcs_at), Some(large_at)) = (crcs_at, large_at) else {
+        return Err(bad("the index's object count"));
+    };
+    let offs_at = crcs_at + n * 4;
+    let trailer_at = idx.len() - 40;
+    if trailer_at < large_at || (trailer_at - large_at) % 8 != 0 {
+        return Err(bad("the index's length does not match its object count"));
+    }
+    let large_n = (trailer_at - large_at) / 8;
+    if Sha1::digest(&idx[..idx.len() - 20])[..] != idx[idx.len() - 20..] {
+        return Err(bad("the index's checksum"));
+    }
+    let pack_sum: [u8; 20] = idx[trailer_at..trailer_at + 20]
+        .try_into()
+        .unwrap_or_default();
+    let id_at = |i: usize| &idx[ids_at + i * 20..ids_at + i * 20 + 20];
+    let mut counts = [0u32; 256];
+    for i in 0..n {
+        if i > 0 && id_at(i) <= id_at(i - 1) {
+            return Err(bad("the index's ids are not sorted"));
+        }
+        counts[usize::from(id_at(i)[0])] += 1;
+    }
+    let mut running = 0;
+    for b in 0..256 {
+        running += counts[b];
+        if running != fanout[b] {
+            return Err(bad("the index's fanout does not match its ids"));
+        }
+    }
+    // (offset, index position), in pack order.
+    let mut entries = Vec::with_capacity(n);
+    for i in 0..n {
+        let small = be32(offs_at + i * 4);
+        let offset = if small & 0x8000_0000 == 0 {
+            u64::from(small)
+        } else {
+            let j = (small & 0x7fff_ffff) as usize;
+            if j >= large_n {
+                return Err(bad("a large offset is out of range"));
+            }
+            let at = large_at + j * 8;
+            u64::from_be_bytes(idx[at..at + 8].try_into().unwrap_or_default())
+        };
+        entries.push((offset, i));
+    }
+    let offset_by_position: Vec<u64> = entries.iter().map(|e| e.0).collect();
+    entries.sort_unstable();
+
+    let pack_file = super::fsx::open_read(pack_path)?;
+    let pack_len = pack_file.metadata()?.len();
+    if pack_len < 32 {
+        return Err(bad("the pack is too short"));
+    }
+    let body_end = pack_len - 20;
+    let mut trailer = [0u8; 20];
+    std::os::unix::fs::FileExt::read_exact_at(&pack_file, &mut trailer, body_end)?;
+    if trailer != pack_sum {
+        return Err(bad("the pack's trailer is not the one its index records"));
+    }
+    let mut reader = io::BufReader::with_capacity(1 << 16, pack_file);
+    let mut header = [0u8; 12];
+    reader.read_exact(&mut header)?;
+    if &header[..4] != b"PACK"
+        || !matches!(
+            u32::from_be_bytes([header[4], header[5], header[6], header[7]]),
+            2 | 3
+        )
+        || u32::from_be_bytes([header[8], header[9], header[10], header[11]]) as usize != n
+    {
+        return Err(bad("the pack's header"));
+    }
+    match entries.first() {
+        None if body_end != 12 => return Err(bad("an empty pack holds bytes")),
+        Some((first, _)) if *first != 12 => return Err(bad("the first entry is not at 12")),
+        _ => {}
+    }
+    if entries.windows(2).any(|w| w[0].0 == w[1].0)
+        || entries.last().is_some_and(|e| e.0 >= body_end)
+    {
+        return Err(bad("an entry's offset is out of place"));
+    }
+    let offset_of = |id: &[u8]| -> Option<u64> {
+        let (mut lo, mut hi) = (0, n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match id_at(mid).cmp(id) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(offset_by_position[mid]),
+            }
+        }
+        None
+    };
+    let mut hasher = Sha1::new();
+    hasher.update(header);
+    let mut buf = Vec::new();
+    // Each entry's object size (a delta's result), by offset.
+    let mut sizes: HashMap<u64, u64> = HashMap::with_capacity(n);
+    for k in 0..n {
+        let (start, i) = entries[k];
+        let end = entries.get(k + 1).map_or(body_end, |e| e.0);
+        let len = end - start;
+        // A stored zlib stream adds 5 bytes per 64 KiB block.
+        if len > MAX_OBJECT + MAX_OBJECT / 64 + 64 {
+            return Err(bad("an entry is too large"));
+        }
+        buf.resize(len as usize, 0);
+        reader.read_exact(&mut buf)?;
+        hasher.update(&buf);
+        let mut crc = flate2::Crc::new();
+        crc.update(&buf);
+        if crc.sum() != be32(crcs_at + i * 4) {
+            return Err(bad("an entry's CRC-32 does not match the index"));
+        }
+        let (code, size, mut at) =
+            parse_entry_header(&buf).ok_or(bad("an entry's header does not parse"))?;
+        if size > MAX_OBJECT {
+            return Err(bad("an entry is too large"));
+        }
+        // A whole object's type, or a delta's base (its offset).
+        let (kind, base) = match code {
+            1 => (Some(ObjectType::Commit), None),
+            2 => (Some(ObjectType::Tree), None),
+            3 => (Some(ObjectType::Blob), None),
+            4 => (Some(ObjectType::Tag), None),
+            OFS_DELTA => {
+                let mut c = *buf.get(at).ok_or(bad("an offset delta is cut short"))?;
+                let mut distance = u64::from(c & 0x7f);
+                while c & 0x80 != 0 {
+                    at += 1;
+                    c = *buf.get(at).ok_or(bad("an offset delta is cut short"))?;
+                    distance = distance
+                        .checked_add(1)
+                        .and_then(|d| d.checked_mul(128))
+                        .ok_or(bad("an offset delta's distance"))?
+                        | u64::from(c & 0x7f);
+                }
+                at += 1;
+                let base = start.checked_sub(distance).filter(|_| distance > 0);
+                if base.is_none_or(|b| entries[..k].binary_search_by_key(&b, |e| e.0).is_err()) {
+                    return Err(bad("an offset delta's base is not an earlier entry"));
+                }
+                (None, base)
+            }
+            7 => {
+                let base = buf.get(at..at + 20).ok_or(bad("a delta is cut short"))?;
+                at += 20;
+                let base = offset_of(base);
+                if base.is_none_or(|b| b >= start) {
+                    return Err(bad("a delta's base is not an earlier entry of its pack"));
+                }
+                (None, base)
+            }
+            _ => return Err(bad("an entry has an unknown type")),
+        };
+        let mut h = kind.map(|k| {
+            let mut h = Sha1::new();
+            h.update(format!("{} {size}\0", k.str()).as_bytes());
+            h
+        });
+        let mut inflated = 0u64;
+        // A delta starts with its base's size and its result's.
+        let mut delta_head = Vec::new();
+        let used = inflate_stream(&buf[at..], size, |chunk| {
+            inflated += chunk.len() as u64;
+            if let Some(h) = &mut h {
+                h.update(chunk);
+            } else if delta_head.len() < 20 {
+                let take = chunk.len().min(20 - delta_head.len());
+                delta_head.extend_from_slice(&chunk[..take]);
+            }
+            true
+        });
+        let used = used.ok_or(bad("an entry's data does not inflate"))?;
+        if inflated != size {
+            return Err(bad("an entry does not inflate to the size it declares"));
+        }
+        // The stream ends exactly where the next entry starts.
+        if at + used != buf.len() {
+            return Err(bad(
+                "an entry's data does not end where the next entry starts",
+            ));
+        }
+        if let Some(h) = h
+            && h.finalize()[..] != *id_at(i)
+        {
+            return Err(bad("an entry does not hash to its id"));
+        }
+        let object_size = match base {
+            None => size,
+            Some(base) => {
+                let mut r = &delta_head[..];
+                let (Some(base_size), Some(result)) = (delta_varint(&mut r), delta_varint(&mut r))
+                else {
+                    return Err(bad("a delta's header does not parse"));
+                };
+                if sizes.get(&base) != Some(&base_size) || result > MAX_OBJECT {
+                    return Err(bad(
+                        "a delta's sizes do not match its base or are too large",
+                    ));
+                }
+                result
+            }
+        };
+        sizes.insert(start, object_size);
+    }
+    if hasher.finalize()[..] != trailer {
+        return Err(bad("the pack's checksum"));
+    }
+    Ok(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -966,6 +1309,122 @@ mod tests {
         assert_eq!(repo.find_commit(objects[7].id).unwrap().tree_id(), tree_id);
         // git itself accepts the pack and its index.
         git_accepts(tmp.path());
+    }
+
+    /// A pack memvault writes (stored blocks, an offset delta between two
+    /// versions of a tree) and one libgit2's pack builder writes (deflated,
+    /// a ref delta), each with its index.
+    fn genuine_packs() -> (
+        tempfile::TempDir,
+        Vec<(std::path::PathBuf, std::path::PathBuf)>,
+    ) {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(tmp.path()).unwrap();
+        let pack_dir = tmp.path().join("objects/pack");
+        fs::create_dir_all(&pack_dir).unwrap();
+        let mut parent = None;
+        let objects = history(3, 3, &mut parent);
+        let refs: Vec<&Object> = objects.iter().collect();
+        let a = write(&pack_dir, &refs).unwrap();
+        assert!(
+            ofs_deltas(&pack_dir, &a) > 0,
+            "the test needs an offset delta"
+        );
+        let base: Vec<u8> = (0..20_000u32).map(|i| (i * 7 % 253) as u8).collect();
+        let mut near = base.clone();
+        near[10_000] ^= 1;
+        let (x, y) = (repo.blob(&base).unwrap(), repo.blob(&near).unwrap());
+        let mut pb = repo.packbuilder().unwrap();
+        pb.insert_object(x, Some("f")).unwrap();
+        pb.insert_object(y, Some("f")).unwrap();
+        pb.write(&pack_dir, 0o644).unwrap();
+        let b = format!("pack-{}", pb.name().unwrap().unwrap());
+        let ref_deltas = PackFile::open(&pack_dir, &b)
+            .unwrap()
+            .entries()
+            .filter(|e| matches!(e, Read::Delta(_)))
+            .count();
+        assert_eq!(ref_deltas, 1, "the test needs a ref delta");
+        let paths = [format!("pack-{a}"), b]
+            .iter()
+            .map(|stem| {
+                (
+                    pack_dir.join(format!("{stem}.idx")),
+                    pack_dir.join(format!("{stem}.pack")),
+                )
+            })
+            .collect();
+        (tmp, paths)
+    }
+
+    #[test]
+    fn validation_accepts_genuine_packs_and_refuses_any_flipped_or_cut_byte() {
+        let (tmp, packs) = genuine_packs();
+        let scratch = tmp.path().join("scratch");
+        fs::create_dir_all(&scratch).unwrap();
+        let (idx_copy, pack_copy) = (scratch.join("p.idx"), scratch.join("p.pack"));
+        for (idx, pack) in &packs {
+            let n = validate(idx, pack).unwrap();
+            assert!(n > 1);
+            let (i_bytes, p_bytes) = (fs::read(idx).unwrap(), fs::read(pack).unwrap());
+            for (which, bytes) in [(0, &i_bytes), (1, &p_bytes)] {
+                let write_pair = |changed: &[u8]| {
+                    let (i, p) = if which == 0 {
+                        (changed, &p_bytes[..])
+                    } else {
+                        (&i_bytes[..], changed)
+                    };
+                    fs::write(&idx_copy, i).unwrap();
+                    fs::write(&pack_copy, p).unwrap();
+                };
+                for at in 0..bytes.len() {
+                    let mut b = bytes.clone();
+                    b[at] ^= 0x01;
+                    write_pair(&b);
+                    assert!(
+                        validate(&idx_copy, &pack_copy).is_err(),
+                        "a flipped bit at {at} of the {} passed",
+                        ["index", "pack"][which]
+                    );
+                }
+                for cut in [0, 1, 12, bytes.len() / 2, bytes.len() - 20, bytes.len() - 1] {
+                    write_pair(&bytes[..cut]);
+                    assert!(validate(&idx_copy, &pack_copy).is_err(), "cut at {cut}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn validation_refuses_a_pack_whose_entries_lie_even_with_good_checksums() {
+        // An entry whose zlib data is cut short, in a pack and index whose
+        // checksums and CRC-32s are recomputed to match: only the entry
+        // checks catch it.
+        let blob = object(ObjectType::Blob, &[5u8; 3000]);
+        let other = object(ObjectType::Blob, &[6u8; 100]);
+        let mut first = Vec::new();
+        entry_header(ObjectType::Blob, 3000, &mut first);
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::none());
+        z.write_all(&blob.data).unwrap();
+        let zdata = z.finish().unwrap();
+        first.extend_from_slice(&zdata[..zdata.len() - 9]);
+        let entries = [
+            Entry::Raw {
+                id: blob.id,
+                crc: {
+                    let mut c = flate2::Crc::new();
+                    c.update(&first);
+                    c.sum()
+                },
+                bytes: &first,
+            },
+            Entry::Object(&other),
+        ];
+        let tmp = tempfile::tempdir().unwrap();
+        let name = write_entries(tmp.path(), &entries, &Default::default()).unwrap();
+        let stem = tmp.path().join(format!("pack-{name}"));
+        let err = validate(&stem.with_extension("idx"), &stem.with_extension("pack")).unwrap_err();
+        assert!(matches!(err, PackError::Malformed(_)), "{err}");
     }
 }
 

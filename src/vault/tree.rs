@@ -9,6 +9,7 @@ use git2::{ObjectType, Odb, Oid, Repository, Tree};
 use zeroize::Zeroizing;
 
 use super::keys::KeyState;
+use super::objects;
 use crate::crypto::{self, FileKey, FileKeyId, VaultKeys};
 use crate::memory::{DirEntry, MemoryPath, NodeKind, Snapshot, StoreError};
 
@@ -104,11 +105,15 @@ impl Caches {
 
     /// The entries of tree `id`: remembered, or read through libgit2 (and
     /// remembered).
-    pub(crate) fn tree_entries(&self, repo: &Repository, id: Oid) -> Result<Entries, git2::Error> {
+    pub(crate) fn tree_entries(
+        &self,
+        repo: &Repository,
+        id: Oid,
+    ) -> Result<Entries, objects::ObjectError> {
         if let Some(e) = self.trees.borrow().0.get(&id) {
             return Ok(e.clone());
         }
-        let tree = repo.find_tree(id)?;
+        let tree = objects::find_tree(repo, id)?;
         let entries: Entries = Arc::new(
             tree.iter()
                 .map(|e| TreeEntry {
@@ -215,10 +220,7 @@ impl<'a> VaultSnapshot<'a> {
             if at.1 != MODE_TREE {
                 return Ok(None);
             }
-            let entries = self
-                .caches
-                .tree_entries(self.repo, at.0)
-                .map_err(|_| damaged("a tree is unreadable"))?;
+            let entries = self.caches.tree_entries(self.repo, at.0)?;
             match find_entry(&entries, name.as_bytes()) {
                 Some(i) => at = (entries[i].id, entries[i].mode),
                 None => return Ok(None),
@@ -233,11 +235,7 @@ impl<'a> VaultSnapshot<'a> {
     }
 
     fn blob_bytes(&self, oid: Oid) -> Result<Vec<u8>, StoreError> {
-        check_loose_object(self.repo, oid)?;
-        let blob = self
-            .repo
-            .find_blob(oid)
-            .map_err(|_| damaged("a stored file is unreadable"))?;
+        let blob = objects::find_blob(self.repo, oid)?;
         Ok(blob.content().to_vec())
     }
 
@@ -293,10 +291,7 @@ impl<'a> VaultSnapshot<'a> {
         oid: Oid,
         out: &mut Vec<(MemoryPath, String, FileKeyId)>,
     ) -> Result<(), StoreError> {
-        let tree = self
-            .repo
-            .find_tree(oid)
-            .map_err(|_| damaged("a tree is unreadable"))?;
+        let tree = objects::find_tree(self.repo, oid)?;
         let entries: Vec<(String, Option<ObjectType>, Oid)> = tree
             .iter()
             .map(|e| (e.name().unwrap_or_default().to_string(), e.kind(), e.id()))
@@ -369,10 +364,7 @@ impl<'a> VaultSnapshot<'a> {
         dir: &MemoryPath,
         oid: Oid,
     ) -> Result<Vec<(String, NodeKind, Oid)>, StoreError> {
-        let tree = self
-            .repo
-            .find_tree(oid)
-            .map_err(|_| damaged("a tree is unreadable"))?;
+        let tree = objects::find_tree(self.repo, oid)?;
         let mut out = Vec::with_capacity(tree.len());
         for e in tree.iter() {
             let enc = e.name().map_err(|_| damaged("a stored name is not text"))?;
@@ -414,9 +406,7 @@ impl<'a> VaultSnapshot<'a> {
             .odb
             .as_ref()
             .ok_or_else(|| damaged("the object database is unreadable"))?;
-        let (len, kind) = odb
-            .read_header(oid)
-            .map_err(|_| damaged("a stored file is unreadable"))?;
+        let (len, kind) = objects::read_header(odb, self.repo, oid)?;
         if kind != ObjectType::Blob {
             return Err(damaged("a tree entry has an unexpected type"));
         }
@@ -427,10 +417,7 @@ impl<'a> VaultSnapshot<'a> {
         if let Some(n) = self.caches.sizes.borrow().get(&oid) {
             return Ok(*n);
         }
-        let tree = self
-            .repo
-            .find_tree(oid)
-            .map_err(|_| damaged("a tree is unreadable"))?;
+        let tree = objects::find_tree(self.repo, oid)?;
         let mut total = 0u64;
         for e in tree.iter() {
             total += match e.kind() {
@@ -449,9 +436,7 @@ impl<'a> VaultSnapshot<'a> {
             if let Some(n) = caches.counts.borrow().get(&oid) {
                 return Ok(*n);
             }
-            let tree = repo
-                .find_tree(oid)
-                .map_err(|_| StoreError::Damaged("a tree is unreadable".into()))?;
+            let tree = objects::find_tree(repo, oid)?;
             let mut n = 0;
             for e in tree.iter() {
                 match e.kind() {
@@ -468,71 +453,6 @@ impl<'a> VaultSnapshot<'a> {
             Some(t) => walk(self.repo, self.caches, t.id()),
         }
     }
-}
-
-/// Refuse a loose object whose zlib stream is cut short before libgit2
-/// reads it: libgit2 1.9 loops forever on such an object (seen with a
-/// truncated blob), which would turn damage into a hang.
-pub(crate) fn check_loose_object(repo: &Repository, oid: Oid) -> Result<(), StoreError> {
-    inflate_loose(repo, oid).map(|_| ())
-}
-
-/// The inflated bytes (`<type> <size>\0<content>`) of a loose object, None
-/// when the object is not stored loose (packed, or missing: libgit2
-/// reports that itself). A stream cut short, or a size that does not match
-/// its header, is damage.
-pub(crate) fn inflate_loose(repo: &Repository, oid: Oid) -> Result<Option<Vec<u8>>, StoreError> {
-    let hex = oid.to_string();
-    let path = repo.path().join("objects").join(&hex[..2]).join(&hex[2..]);
-    let Ok(compressed) = super::fsx::read(&path) else {
-        return Ok(None);
-    };
-    let bad = || damaged("a stored object is truncated or corrupt");
-    thread_local! {
-        // One inflater per thread, reset per object: setting one up costs
-        // more than inflating a small commit.
-        static INFLATER: RefCell<flate2::Decompress> = RefCell::new(flate2::Decompress::new(true));
-    }
-    INFLATER
-        .with(|z| {
-            let mut z = z.borrow_mut();
-            z.reset(true);
-            inflate_with(&mut z, &compressed)
-        })
-        .ok_or_else(bad)
-        .map(Some)
-}
-
-fn inflate_with(z: &mut flate2::Decompress, compressed: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(compressed.len() * 2 + 256);
-    loop {
-        let before_in = z.total_in();
-        let status = z
-            .decompress_vec(
-                &compressed[z.total_in() as usize..],
-                &mut out,
-                flate2::FlushDecompress::Finish,
-            )
-            .ok()?;
-        match status {
-            flate2::Status::StreamEnd => break,
-            _ if out.len() == out.capacity() => {
-                if out.len() > (64 << 20) {
-                    return None;
-                }
-                out.reserve(out.len().max(4096));
-            }
-            _ if z.total_in() == before_in => return None,
-            _ => {}
-        }
-    }
-    // The header says how long the object is: `<type> <size>\0`.
-    let nul = out.iter().position(|&b| b == 0)?;
-    let size: usize = std::str::from_utf8(&out[..nul])
-        .ok()
-        .and_then(|h| h.split(' ').nth(1))
-        .and_then(|n| n.parse().ok())?;
-    (out.len() - nul - 1 == size).then_some(out)
 }
 
 impl Snapshot for VaultSnapshot<'_> {

@@ -207,6 +207,12 @@ impl Vault {
 
         // Keep only what would really change.
         let tip_tree = self.tree_of(Some(tip))?;
+        // The trees on each path are read below, and by the tree update.
+        if let Some(t) = &tip_tree {
+            for git_path in targets.keys() {
+                super::objects::check_path(&self.repo, t.id(), git_path)?;
+            }
+        }
         let mut edits = Vec::new();
         let mut skipped_erased = Vec::new();
         let mut blocked = Vec::new();

@@ -19,6 +19,7 @@ use git2::{ObjectType, Oid};
 
 use super::keys::{KeyState, verify_commit_mac};
 use super::meta::meta_aad;
+use super::objects;
 use super::{MAIN_REF, Vault, VaultError, write_durable};
 use crate::crypto::{self, FileKeyId};
 use crate::memory::MemoryPath;
@@ -74,20 +75,11 @@ impl Walker<'_> {
         if !self.trees_seen.insert((oid, dir.as_str().to_string())) {
             return;
         }
-        let repo = &self.vault.repo;
-        if self.vault.check_object(oid).is_err() {
-            return self.problem(
-                rev,
-                Some(dir.as_str()),
-                "a tree object is truncated or corrupt",
-            );
-        }
-        let Ok(tree) = repo.find_tree(oid) else {
-            return self.problem(
-                rev,
-                Some(dir.as_str()),
-                "a tree object is missing or unreadable",
-            );
+        let tree = match objects::find_tree(&self.vault.repo, oid) {
+            Ok(t) => t,
+            Err(e) => {
+                return self.problem(rev, Some(dir.as_str()), &format!("a tree is damaged: {e}"));
+            }
         };
         let entries: Vec<(Option<String>, Option<ObjectType>, Oid)> = tree
             .iter()
@@ -126,11 +118,9 @@ impl Walker<'_> {
         }
         self.report.files_checked += 1;
         let p = Some(path.as_str());
-        if self.vault.check_object(oid).is_err() {
-            return self.problem(rev, p, "the stored file is truncated or corrupt");
-        }
-        let Ok(blob) = self.vault.repo.find_blob(oid) else {
-            return self.problem(rev, p, "the stored file is missing or unreadable");
+        let blob = match objects::find_blob(&self.vault.repo, oid) {
+            Ok(b) => b,
+            Err(e) => return self.problem(rev, p, &format!("the stored file is damaged: {e}")),
         };
         let Ok(id) = crypto::blob_key_id(blob.content()) else {
             return self.problem(rev, p, "the stored file has a bad header");
@@ -169,6 +159,8 @@ impl Vault {
                 ..Default::default()
             },
         };
+        let mut commits = Vec::new();
+        let mut walked_all = false;
         match tip {
             None => w.report.problems.push(Problem {
                 rev: None,
@@ -177,16 +169,14 @@ impl Vault {
             }),
             Some(tip) => {
                 // First pass: commits, MACs, metadata (and erasure records).
-                let mut commits = Vec::new();
                 let mut next = Some(tip);
                 while let Some(id) = next {
-                    if w.vault.check_object(id).is_err() {
-                        w.problem(id, None, "the commit object is truncated or corrupt");
-                        break;
-                    }
-                    let Ok(commit) = w.vault.repo.find_commit(id) else {
-                        w.problem(id, None, "the commit is missing or unreadable");
-                        break;
+                    let commit = match objects::find_commit(&w.vault.repo, id) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            w.problem(id, None, &format!("the commit is damaged: {e}"));
+                            break;
+                        }
                     };
                     next = commit.parent_ids().next();
                     let tree = commit.tree_id();
@@ -219,6 +209,8 @@ impl Vault {
                     }
                     commits.push((id, tree));
                 }
+                // Reached the first commit: the walk saw all of main.
+                walked_all = next.is_none();
                 w.report.commits = commits.len();
                 // Second pass: every tree, oldest first.
                 for &(id, tree) in commits.iter().rev() {
@@ -257,7 +249,11 @@ impl Vault {
         }
         // Rollback against the high-water mark.
         if let Some(tip) = tip {
-            if let Some(problem) = self.check_high_water(tip) {
+            // Whether main still holds the last verified head is known only
+            // when the walk reached the first commit: a damaged commit on
+            // the way is reported as damage above, not as a rollback.
+            let on_main: HashSet<Oid> = commits.iter().map(|c| c.0).collect();
+            if walked_all && let Some(problem) = self.check_high_water(tip, &on_main) {
                 report.problems.push(problem);
             }
             if report.ok() {
@@ -272,7 +268,7 @@ impl Vault {
         data_encoding::HEXLOWER.encode(&self.keys.mac(msg.as_bytes()))
     }
 
-    fn check_high_water(&self, tip: Oid) -> Option<Problem> {
+    fn check_high_water(&self, tip: Oid, on_main: &HashSet<Oid>) -> Option<Problem> {
         let text = super::fsx::read_to_string(&self.dir.join(HWM_FILE)).ok()?;
         let parts: Vec<&str> = text.split_whitespace().collect();
         let altered = || {
@@ -294,7 +290,7 @@ impl Vault {
         let Ok(head_id) = Oid::from_str(head) else {
             return altered();
         };
-        if head_id == tip || self.repo.graph_descendant_of(tip, head_id).unwrap_or(false) {
+        if head_id == tip || on_main.contains(&head_id) {
             return None;
         }
         Some(Problem {

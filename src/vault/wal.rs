@@ -180,10 +180,11 @@ impl Record {
         if Some(new) == old || !seen.insert(new) {
             return Ok(());
         }
+        super::objects::check(repo, new)?;
         self.add_object(odb, new)?;
-        let new_tree = repo.find_tree(new)?;
+        let new_tree = super::objects::find_tree(repo, new)?;
         let old_tree = match old {
-            Some(o) => Some(repo.find_tree(o)?),
+            Some(o) => Some(super::objects::find_tree(repo, o)?),
             None => None,
         };
         for e in new_tree.iter() {
@@ -209,6 +210,7 @@ impl Record {
                 }
                 _ => {
                     if seen.insert(e.id()) {
+                        super::objects::check(repo, e.id())?;
                         self.add_object(odb, e.id())?;
                     }
                 }
@@ -217,7 +219,8 @@ impl Record {
         Ok(())
     }
 
-    /// Add one object by id, read back from the object database.
+    /// Add one object by id, read back from the object database (one this
+    /// mutation wrote, or checked by the caller: see `objects::check`).
     pub fn add_object(&mut self, odb: &Odb<'_>, id: Oid) -> Result<(), git2::Error> {
         let obj = odb.read(id)?;
         self.objects.push(Object {
@@ -886,6 +889,8 @@ pub(crate) fn install_odb(repo: &Repository) -> Result<(), git2::Error> {
     // As an alternate, the disk is only read: writes go to memory.
     odb.add_disk_alternate(objects)?;
     repo.set_odb(&odb)?;
+    // libgit2 lists the packs at its first read: validate them before.
+    super::objects::odb_installed(repo);
     Ok(())
 }
 

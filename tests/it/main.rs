@@ -11,6 +11,7 @@ mod fixtures;
 mod fuzz_replay;
 mod hostile_disk;
 mod hostile_input;
+mod hostile_objects;
 mod hostile_vault;
 mod keys;
 mod limits;

@@ -1,0 +1,502 @@
+//! The one door between the vault's object files and libgit2's object
+//! reader: every object memvault lets libgit2 read is checked here first.
+//!
+//! libgit2 1.9 loops forever on some truncated loose objects and crashes
+//! on some damaged packs, so no byte from `objects/` may reach it
+//! unchecked. [`check`] (and the `find_*`/[`read`] wrappers that call it
+//! before reading through libgit2) does, for one object id:
+//!
+//! - the packs: each pack and its index is validated once, in full, before
+//!   libgit2 may use it ([`super::pack::validate`]: structure, offsets,
+//!   every entry inflated to its declared size, whole objects hashed,
+//!   checksums), and remembered by name, size and modification time. The
+//!   pack directory is looked at (one `stat`, and a listing while it
+//!   changed in the last two seconds) on every check, so a pack that
+//!   appears later is validated before the next read. While any pack
+//!   fails, every read is refused as damage: libgit2 searches every pack's
+//!   index for every id, so one bad pack is reachable from any read.
+//! - the loose object, if there is one: inflated here (bounded by
+//!   [`MAX_OBJECT`](super::pack::MAX_OBJECT), in 64 KiB pieces), its
+//!   `<type> <size>\0` header checked against what follows, and its SHA-1
+//!   against its id.
+//!
+//! Objects never change, so an id that checked out is remembered (per
+//! repository, in this process) until the object database is installed
+//! again ([`odb_installed`]: at every checkpoint, this process's or
+//! another's, an object may move from memory to a loose file, and loose
+//! files may be replaced). Objects in the in-memory store (the
+//! write-ahead log's) were checked against their ids when they were
+//! loaded (`Wal::catch_up`).
+//!
+//! Limitations: the check runs before libgit2's read, not inside it, so a
+//! file replaced between the two (by someone writing the vault while a
+//! process runs) is not seen; a loose object changed in place after it
+//! checked out is not checked again before the next checkpoint, nor a
+//! pack whose size and time stay the same.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{LazyLock, Mutex};
+use std::time::SystemTime;
+
+use git2::{Blob, Commit, ObjectType, OdbObject, Oid, Repository, Tree};
+use sha1::{Digest, Sha1};
+
+use super::pack::{self, MAX_OBJECT, PackError};
+
+/// Why an object was not handed to libgit2, or libgit2 could not read it.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    #[error("object {0} is truncated or corrupt")]
+    Corrupt(Oid),
+    #[error("object {0} is missing or unreadable")]
+    Unreadable(Oid),
+    /// A pack failed its validation: its index file's name, and what
+    /// failed (see [`PackError`]).
+    #[error("a pack in objects/pack is damaged ({what}: {index})")]
+    Pack { index: String, what: &'static str },
+}
+
+impl From<ObjectError> for super::VaultError {
+    fn from(e: ObjectError) -> Self {
+        super::VaultError::Object(e)
+    }
+}
+
+impl From<ObjectError> for crate::memory::StoreError {
+    fn from(e: ObjectError) -> Self {
+        crate::memory::StoreError::Damaged(e.to_string())
+    }
+}
+
+/// For the plumbing that speaks git2's error type (the message still says
+/// the vault is damaged).
+impl From<ObjectError> for git2::Error {
+    fn from(e: ObjectError) -> Self {
+        git2::Error::from_str(&format!("the vault is damaged: {e}"))
+    }
+}
+
+/// What this process knows of one repository's objects.
+#[derive(Default)]
+struct Known {
+    /// Since the object database was last installed: loose objects that
+    /// checked out,
+    loose: HashSet<Oid>,
+    /// ids that had no loose file when checked,
+    elsewhere: HashSet<Oid>,
+    /// and trees checked with every tree below them.
+    deep: HashSet<Oid>,
+    /// Validated packs by index file name: (index and pack stamps, the
+    /// refusal if it failed).
+    packs: HashMap<String, (Stamp, Stamp, Option<&'static str>)>,
+    /// The pack directory's stamp and index names when the packs were
+    /// last validated, and whether its time was old enough to trust.
+    pack_dir: Option<Stamp>,
+    names: Vec<String>,
+    settled: bool,
+}
+
+/// Size and modification time of a file, to see it changed.
+type Stamp = (u64, Option<SystemTime>);
+
+/// How old the pack directory's modification time must be before its
+/// listing is trusted until it changes.
+const RACY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Ids remembered per repository before the sets start over.
+const KNOWN_LIMIT: usize = 1 << 20;
+
+static KNOWN: LazyLock<Mutex<HashMap<PathBuf, Known>>> = LazyLock::new(Default::default);
+
+fn with_known<T>(repo: &Repository, f: impl FnOnce(&mut Known) -> T) -> T {
+    let mut all = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    f(all.entry(repo.path().to_path_buf()).or_default())
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.len(), m.modified().ok()))
+}
+
+/// List and validate the packs if the pack directory changed (or `force`);
+/// the first refusal, if any pack fails.
+fn refresh_packs(repo: &Repository, k: &mut Known, force: bool) -> Result<(), ObjectError> {
+    let dir = repo.path().join("objects/pack");
+    let now = stamp(&dir);
+    let changed = force || now.is_none() || now != k.pack_dir;
+    if changed || !k.settled {
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".idx"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort_unstable();
+        // A directory changed in the last moments may change again within
+        // the same timestamp (file times are coarse): until it is older,
+        // its names are listed again at each check, as git does with
+        // racily clean files.
+        k.settled = now
+            .and_then(|(_, m)| m)
+            .and_then(|m| SystemTime::now().duration_since(m).ok())
+            .is_some_and(|age| age > RACY);
+        if changed || names != k.names {
+            k.pack_dir = now;
+            revalidate(&dir, &names, &mut k.packs);
+            k.names = names;
+        }
+    }
+    match k
+        .packs
+        .iter()
+        .find_map(|(name, (_, _, r))| r.map(|what| (name, what)))
+    {
+        Some((name, what)) => Err(ObjectError::Pack {
+            index: name.clone(),
+            what,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Validate the packs of `names` (index file names) whose index or pack
+/// changed since `packs` last saw them; forget those that are gone.
+fn revalidate(
+    dir: &Path,
+    names: &[String],
+    packs: &mut HashMap<String, (Stamp, Stamp, Option<&'static str>)>,
+) {
+    let mut seen = HashSet::new();
+    for name in names {
+        let idx = dir.join(name);
+        let pack_path = idx.with_extension("pack");
+        // libgit2 skips an index without its pack, as git does.
+        let (Some(si), Some(sp)) = (stamp(&idx), stamp(&pack_path)) else {
+            continue;
+        };
+        seen.insert(name.clone());
+        if packs
+            .get(name)
+            .is_some_and(|(a, b, _)| *a == si && *b == sp)
+        {
+            continue;
+        }
+        let refusal = pack::validate(&idx, &pack_path).err().map(|e| match e {
+            PackError::Unreadable(_) => "a pack or its index does not read",
+            PackError::Malformed(what) => what,
+        });
+        packs.insert(name.clone(), (si, sp, refusal));
+    }
+    packs.retain(|name, _| seen.contains(name));
+}
+
+/// The object database was (re)installed: validate every pack now, before
+/// libgit2 lists them, and forget which ids checked out (an object held
+/// in memory may be loose on disk now).
+pub(crate) fn odb_installed(repo: &Repository) {
+    with_known(repo, |k| {
+        k.loose.clear();
+        k.elsewhere.clear();
+        k.deep.clear();
+        // A refusal is remembered: the next check reports it.
+        let _ = refresh_packs(repo, k, true);
+    });
+}
+
+/// Refuse the object `id` unless libgit2 may read it (see the module
+/// docs): every pack sound, and its loose file, if any, whole and
+/// hashing to `id`.
+pub(crate) fn check(repo: &Repository, id: Oid) -> Result<(), ObjectError> {
+    let known = with_known(repo, |k| {
+        refresh_packs(repo, k, false)?;
+        Ok(k.loose.contains(&id) || k.elsewhere.contains(&id))
+    })?;
+    if !known {
+        load_loose(repo, id, false)?;
+    }
+    Ok(())
+}
+
+/// Check every pack now (see [`check`]), e.g. before a repack reads them all.
+pub(crate) fn check_packs(repo: &Repository) -> Result<(), ObjectError> {
+    with_known(repo, |k| refresh_packs(repo, k, false))
+}
+
+/// The type and content of the loose object `id`, checked (see
+/// [`check`]); None when it is not stored loose.
+pub(crate) fn read_loose(
+    repo: &Repository,
+    id: Oid,
+) -> Result<Option<(ObjectType, Vec<u8>)>, ObjectError> {
+    load_loose(repo, id, true)
+}
+
+/// [`read_loose`], keeping the content only with `keep`.
+fn load_loose(
+    repo: &Repository,
+    id: Oid,
+    keep: bool,
+) -> Result<Option<(ObjectType, Vec<u8>)>, ObjectError> {
+    let hex = id.to_string();
+    let path = repo.path().join("objects").join(&hex[..2]).join(&hex[2..]);
+    let compressed = match super::fsx::open_read(&path) {
+        Ok(f) => {
+            let mut bytes = Vec::new();
+            // Stored zlib blocks add 5 bytes per 64 KiB.
+            let limit = MAX_OBJECT + MAX_OBJECT / 64 + 64;
+            f.take(limit + 1)
+                .read_to_end(&mut bytes)
+                .map_err(|_| ObjectError::Unreadable(id))?;
+            if bytes.len() as u64 > limit {
+                return Err(ObjectError::Corrupt(id));
+            }
+            bytes
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            with_known(repo, |k| {
+                if k.elsewhere.len() >= KNOWN_LIMIT {
+                    k.elsewhere.clear();
+                }
+                k.elsewhere.insert(id);
+            });
+            return Ok(None);
+        }
+        Err(_) => return Err(ObjectError::Unreadable(id)),
+    };
+    let (kind, content) = inflate_loose(&compressed, id, keep).ok_or(ObjectError::Corrupt(id))?;
+    with_known(repo, |k| {
+        if k.loose.len() >= KNOWN_LIMIT {
+            k.loose.clear();
+        }
+        k.loose.insert(id);
+    });
+    Ok(Some((kind, content)))
+}
+
+/// Inflate a loose object's file: its type and (with `keep`) content, if
+/// the stream is whole, ends with the file, matches its `<type> <size>\0`
+/// header and hashes to `id`. Inflating stops at the first byte beyond
+/// the declared size.
+fn inflate_loose(compressed: &[u8], id: Oid, keep: bool) -> Option<(ObjectType, Vec<u8>)> {
+    let mut pending = Vec::new();
+    let mut header: Option<(ObjectType, u64)> = None;
+    let mut content = Vec::new();
+    let mut content_len = 0u64;
+    let mut h = Sha1::new();
+    let used = pack::inflate_stream(compressed, MAX_OBJECT + 32, |chunk| {
+        h.update(chunk);
+        let body: &[u8] = match header {
+            Some(_) => chunk,
+            None => {
+                pending.extend_from_slice(chunk);
+                match parse_header(&pending) {
+                    None => return true,
+                    Some(Err(())) => return false,
+                    Some(Ok((kind, size, start))) => {
+                        header = Some((kind, size));
+                        &pending[start..]
+                    }
+                }
+            }
+        };
+        content_len += body.len() as u64;
+        if header.is_some_and(|(_, size)| content_len > size) {
+            return false;
+        }
+        if keep {
+            content.extend_from_slice(body);
+        }
+        true
+    })?;
+    let (kind, size) = header?;
+    if used != compressed.len() || content_len != size || h.finalize()[..] != *id.as_bytes() {
+        return None;
+    }
+    Some((kind, content))
+}
+
+/// The `<type> <size>\0` header at the start of `raw`: None while it may
+/// still be incomplete, an error if it cannot be one.
+#[allow(clippy::type_complexity)]
+fn parse_header(raw: &[u8]) -> Option<Result<(ObjectType, u64, usize), ()>> {
+    let Some(nul) = raw.iter().take(32).position(|&b| b == 0) else {
+        return (raw.len() >= 32).then_some(Err(()));
+    };
+    let parsed = std::str::from_utf8(&raw[..nul]).ok().and_then(|h| {
+        let (kind, size) = h.split_once(' ')?;
+        let kind = match kind {
+            "commit" => ObjectType::Commit,
+            "tree" => ObjectType::Tree,
+            "blob" => ObjectType::Blob,
+            "tag" => ObjectType::Tag,
+            _ => return None,
+        };
+        if size.is_empty() || (size.len() > 1 && size.starts_with('0')) {
+            return None;
+        }
+        let size: u64 = size.parse().ok()?;
+        (size <= MAX_OBJECT).then_some((kind, size, nul + 1))
+    });
+    Some(parsed.ok_or(()))
+}
+
+/// [`Repository::find_commit`], checked first.
+pub(crate) fn find_commit(repo: &Repository, id: Oid) -> Result<Commit<'_>, ObjectError> {
+    check(repo, id)?;
+    repo.find_commit(id)
+        .map_err(|_| ObjectError::Unreadable(id))
+}
+
+/// [`Repository::find_tree`], checked first.
+pub(crate) fn find_tree(repo: &Repository, id: Oid) -> Result<Tree<'_>, ObjectError> {
+    check(repo, id)?;
+    repo.find_tree(id).map_err(|_| ObjectError::Unreadable(id))
+}
+
+/// [`Repository::find_blob`], checked first.
+pub(crate) fn find_blob(repo: &Repository, id: Oid) -> Result<Blob<'_>, ObjectError> {
+    check(repo, id)?;
+    repo.find_blob(id).map_err(|_| ObjectError::Unreadable(id))
+}
+
+/// [`git2::Odb::read`], checked first.
+pub(crate) fn read<'o>(
+    odb: &'o git2::Odb<'_>,
+    repo: &Repository,
+    id: Oid,
+) -> Result<OdbObject<'o>, ObjectError> {
+    check(repo, id)?;
+    odb.read(id).map_err(|_| ObjectError::Unreadable(id))
+}
+
+/// [`git2::Odb::read_header`] (size and type), checked first.
+pub(crate) fn read_header(
+    odb: &git2::Odb<'_>,
+    repo: &Repository,
+    id: Oid,
+) -> Result<(usize, ObjectType), ObjectError> {
+    check(repo, id)?;
+    odb.read_header(id).map_err(|_| ObjectError::Unreadable(id))
+}
+
+/// Check the tree `id` and every tree below it: libgit2's tree diff
+/// descends into every subtree of both sides, changed or not (blobs it
+/// does not read). A tree found whole with all below it is remembered
+/// like the ids that checked out.
+pub(crate) fn check_tree_deep(repo: &Repository, id: Oid) -> Result<(), ObjectError> {
+    check(repo, id)?;
+    if with_known(repo, |k| k.deep.contains(&id)) {
+        return Ok(());
+    }
+    let subtrees: Vec<Oid> = repo
+        .find_tree(id)
+        .map_err(|_| ObjectError::Unreadable(id))?
+        .iter()
+        .filter(|e| e.kind() == Some(ObjectType::Tree))
+        .map(|e| e.id())
+        .collect();
+    for sub in subtrees {
+        check_tree_deep(repo, sub)?;
+    }
+    with_known(repo, |k| {
+        if k.deep.len() >= KNOWN_LIMIT {
+            k.deep.clear();
+        }
+        k.deep.insert(id);
+    });
+    Ok(())
+}
+
+/// Check the trees on `git_path` below the tree `root`: those libgit2
+/// reads for `Tree::get_path` and for a tree update at that path.
+pub(crate) fn check_path(repo: &Repository, root: Oid, git_path: &str) -> Result<(), ObjectError> {
+    let mut tree = find_tree(repo, root)?;
+    for name in git_path.split('/') {
+        let next = match tree.get_name(name) {
+            Some(e) if e.kind() == Some(ObjectType::Tree) => e.id(),
+            _ => return Ok(()),
+        };
+        tree = find_tree(repo, next)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn loose_bytes(header: &str, content: &[u8]) -> Vec<u8> {
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(header.as_bytes()).unwrap();
+        z.write_all(content).unwrap();
+        z.finish().unwrap()
+    }
+
+    #[test]
+    fn a_loose_object_checks_out_only_whole_and_under_its_own_id() {
+        let content = b"hello\n".repeat(1000);
+        let id = Oid::hash_object(ObjectType::Blob, &content).unwrap();
+        let good = loose_bytes(&format!("blob {}\0", content.len()), &content);
+        assert_eq!(
+            inflate_loose(&good, id, true),
+            Some((ObjectType::Blob, content.clone()))
+        );
+        // Cut short anywhere.
+        for cut in [1, good.len() / 2, good.len() - 1] {
+            assert_eq!(inflate_loose(&good[..cut], id, true), None, "cut at {cut}");
+        }
+        // Trailing bytes, another id, a header that lies about the size or
+        // the type.
+        let mut trailing = good.clone();
+        trailing.push(0);
+        assert_eq!(inflate_loose(&trailing, id, true), None);
+        assert_eq!(inflate_loose(&good, Oid::ZERO_SHA1, true), None);
+        let short = loose_bytes(&format!("blob {}\0", content.len() - 1), &content);
+        assert_eq!(inflate_loose(&short, id, true), None);
+        let long = loose_bytes(&format!("blob {}\0", content.len() + 1), &content);
+        assert_eq!(inflate_loose(&long, id, true), None);
+        let kind = loose_bytes(&format!("tree {}\0", content.len()), &content);
+        assert_eq!(inflate_loose(&kind, id, true), None);
+        assert_eq!(
+            inflate_loose(&loose_bytes("blob 01\0", b"x"), id, true),
+            None
+        );
+        assert_eq!(
+            inflate_loose(&loose_bytes(&"x".repeat(64), b""), id, true),
+            None
+        );
+        assert_eq!(inflate_loose(b"", id, true), None);
+    }
+
+    #[test]
+    fn an_object_longer_than_it_declares_stops_at_the_first_byte_beyond() {
+        // 64 MiB of zeros deflate to about 64 KiB: inflating stops after
+        // the declared 10 bytes, not at the end of the stream.
+        let zeros = vec![0u8; 64 << 20];
+        let bomb = loose_bytes("blob 10\0", &zeros);
+        let start = std::time::Instant::now();
+        assert_eq!(inflate_loose(&bomb, Oid::ZERO_SHA1, false), None);
+        assert!(start.elapsed() < std::time::Duration::from_secs(2));
+        // Declared one byte short, over several pieces of output.
+        let content = vec![3u8; 300_000];
+        let id = Oid::hash_object(ObjectType::Blob, &content).unwrap();
+        let short = loose_bytes(&format!("blob {}\0", content.len() - 1), &content);
+        assert_eq!(inflate_loose(&short, id, false), None);
+        let good = loose_bytes(&format!("blob {}\0", content.len()), &content);
+        assert_eq!(
+            inflate_loose(&good, id, false),
+            Some((ObjectType::Blob, Vec::new()))
+        );
+    }
+
+    #[test]
+    fn an_object_claiming_more_than_the_limit_is_refused_before_inflating_it() {
+        let claim = loose_bytes(&format!("blob {}\0", MAX_OBJECT + 1), b"x");
+        assert_eq!(inflate_loose(&claim, Oid::ZERO_SHA1, true), None);
+    }
+}
