@@ -5,13 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 
-use git2::Oid;
 use serde_json::json;
 
 use super::history::rfc3339;
 use super::{CliError, Global, memory_for, new_session_id, open_vault};
 use crate::memory::{MemoryPath, NodeKind, Snapshot, Store};
-use crate::vault::{Attribution, CommitMeta, UndoOutcome, UndoTarget, Vault, VaultError};
+use crate::vault::{Attribution, CommitMeta, Rev, UndoOutcome, UndoTarget, Vault, VaultError};
 
 fn reader() -> Attribution {
     Attribution {
@@ -29,10 +28,6 @@ fn usage(message: impl Into<String>) -> CliError {
 
 fn parse_path(p: &str) -> Result<MemoryPath, CliError> {
     MemoryPath::parse(p).map_err(|e| usage(e.to_string()))
-}
-
-fn short(id: Oid) -> String {
-    id.to_string()[..12].to_string()
 }
 
 fn not_a_rev(e: VaultError) -> CliError {
@@ -72,14 +67,14 @@ pub fn show(global: &Global, args: &ShowArgs) -> Result<u8, CliError> {
                 return Err(CliError::failure(format!(
                     "{} was a directory at {}; --raw prints files only",
                     path.as_str(),
-                    short(rev)
+                    rev.short()
                 )));
             }
             None => {
                 return Err(CliError::failure(format!(
                     "{} did not exist at {}",
                     path.as_str(),
-                    short(rev)
+                    rev.short()
                 )));
             }
         }
@@ -141,14 +136,14 @@ pub fn diff(global: &Global, args: &DiffArgs) -> Result<u8, CliError> {
 /// The unified diff between the trees of two commits (None: empty tree).
 pub fn diff_text(
     vault: &Vault,
-    old: Option<Oid>,
-    new: Option<Oid>,
+    old: Option<Rev>,
+    new: Option<Rev>,
     under: Option<&MemoryPath>,
 ) -> Result<String, CliError> {
     let changes = vault.changed_files(old, new, under)?;
     let old_snap = vault.snapshot_at(old)?;
     let new_snap = vault.snapshot_at(new)?;
-    let label = |id: Option<Oid>| id.map_or("(empty)".to_string(), short);
+    let label = |id: Option<Rev>| id.map_or_else(|| "(empty)".to_string(), |r| r.short());
     let mut out = String::new();
     let mut sorted = changes;
     sorted.sort_by(|a, b| a.path.as_str().cmp(b.path.as_str()));
@@ -165,8 +160,8 @@ pub fn diff_text(
                 Err(e) => Err(store_err(e)),
             }
         };
-        let a = read(&old_snap, c.old.is_some())?;
-        let b = read(&new_snap, c.new.is_some())?;
+        let a = read(&old_snap, c.existed_before())?;
+        let b = read(&new_snap, c.exists_after())?;
         let a_name = if a.is_some() {
             format!("a{} ({})", c.path.as_str(), label(old))
         } else {
@@ -264,7 +259,7 @@ pub fn revert(global: &Global, args: &RevertArgs) -> Result<u8, CliError> {
         ));
     }
     let what = match &target {
-        UndoTarget::Commit(c) => format!("revision {}", short(*c)),
+        UndoTarget::Commit(c) => format!("revision {}", c.short()),
         UndoTarget::Session(s) => format!("session {s}"),
         UndoTarget::Restore { .. } => unreachable!(),
     };
@@ -276,7 +271,7 @@ pub fn restore(global: &Global, args: &RestoreArgs) -> Result<u8, CliError> {
     let mut vault = open_vault(global, undoer(&args.actor)?)?;
     let path = parse_path(&args.path)?;
     let at = vault.resolve_rev(&args.at).map_err(not_a_rev)?;
-    let what = format!("{} as at {}", path.as_str(), short(at));
+    let what = format!("{} as at {}", path.as_str(), at.short());
     finish_undo(
         &mut vault,
         UndoTarget::Restore { path, at },
@@ -306,7 +301,7 @@ fn finish_undo(
             writeln!(
                 out,
                 "undid {what} as revision {} ({} file{} changed)",
-                short(commit),
+                commit.short(),
                 changed.len(),
                 if changed.len() == 1 { "" } else { "s" }
             )?;
@@ -348,7 +343,7 @@ fn finish_undo(
                         .commit_meta(c.rev)
                         .map(|m| m.op)
                         .unwrap_or_else(|_| "?".into());
-                    msg.push_str(&format!("\n  {} {op} {}", short(c.rev), c.path.as_str()));
+                    msg.push_str(&format!("\n  {} {op} {}", c.rev.short(), c.path.as_str()));
                 }
             }
             if !blocked.is_empty() {

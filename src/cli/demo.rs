@@ -153,7 +153,7 @@ fn run_in(dir: &Path) -> Result<u8, CliError> {
             }
         }
     }
-    let commits = vault.log()?.len();
+    let commits = vault.history()?.len();
     drop(vault);
     writeln!(out)?;
     let scan = scan_for_plaintext(dir, MARKERS)?;
@@ -222,20 +222,11 @@ pub fn scan_for_plaintext(dir: &Path, markers: &[&str]) -> Result<Scan, CliError
             }
         }
     }
-    let repo = git2::Repository::open_bare(dir).map_err(|e| CliError::failure(e.to_string()))?;
-    let odb = repo.odb().map_err(|e| CliError::failure(e.to_string()))?;
-    let mut ids = Vec::new();
-    odb.foreach(|id| {
-        ids.push(*id);
-        true
-    })
-    .map_err(|e| CliError::failure(e.to_string()))?;
-    for id in ids {
-        let obj = odb.read(id).map_err(|e| CliError::failure(e.to_string()))?;
-        scan.objects += 1;
-        if markers.iter().any(|m| contains(obj.data(), m.as_bytes())) {
-            scan.found.push(format!("git object {id}"));
-        }
+    let needles: Vec<&[u8]> = markers.iter().map(|m| m.as_bytes()).collect();
+    let objects = crate::vault::inspect::objects_containing(dir, &needles)?;
+    scan.objects = objects.objects;
+    for id in objects.found {
+        scan.found.push(format!("git object {id}"));
     }
     Ok(scan)
 }

@@ -6,7 +6,7 @@ use zeroize::Zeroizing;
 
 use super::access::Kind;
 use super::meta::META_VERSION;
-use super::{KeyChange, Vault, VaultError, now_ms};
+use super::{KeyChange, Rev, Vault, VaultError, now_ms};
 use crate::crypto::{self, FileKey, FileKeyId};
 use crate::memory::{MemoryPath, NodeKind, Snapshot};
 use crate::vault::CommitMeta;
@@ -26,8 +26,9 @@ impl Vault {
     /// Add `files` as one commit (op `import`). Refuses, changing nothing,
     /// when any path (or a parent of one) already exists, when a file is
     /// over the size limit, or when the vault would exceed its file limit.
-    pub fn import_files(&mut self, files: Vec<ImportFile>) -> Result<Oid, VaultError> {
+    pub fn import_files(&mut self, files: Vec<ImportFile>) -> Result<Rev, VaultError> {
         self.with_writer_lock(|vault, tip| vault.import_locked(tip, files))
+            .map(Rev::from_oid)
     }
 
     fn import_locked(
@@ -50,7 +51,7 @@ impl Vault {
             ..Default::default()
         };
         {
-            let snap = self.snapshot_at(tip)?;
+            let snap = self.snapshot_of(tip)?;
             let existing = snap.count_files()?;
             if existing + files.len() > self.config.max_files {
                 return Err(VaultError::Refused(format!(
@@ -127,7 +128,7 @@ impl Vault {
     }
 
     /// Every file at `rev` (None: the empty tree), decrypted, in path order.
-    pub fn files_at(&self, rev: Option<Oid>) -> Result<Vec<DecryptedFile>, VaultError> {
+    pub fn files_at(&self, rev: Option<Rev>) -> Result<Vec<DecryptedFile>, VaultError> {
         let snap = self.snapshot_at(rev)?;
         let mut out = Vec::new();
         for path in snap.files_below(&MemoryPath::root())? {

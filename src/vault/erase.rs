@@ -19,7 +19,7 @@
 //! sweep (but the erasure of keys no live file uses), and one after 2 all
 //! of it.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::fs;
 use std::path::Path;
 
@@ -28,7 +28,7 @@ use zeroize::Zeroizing;
 
 use super::access::{Access, Kind};
 use super::keys::{GARBAGE_FILE, KEYS_REF};
-use super::{KeyChange, Vault, VaultError, damaged, now_ms, sync_dir, write_durable};
+use super::{KeyChange, Rev, Vault, VaultError, damaged, now_ms, sync_dir, write_durable};
 use crate::crypto::{self, FileKey, FileKeyId};
 use crate::memory::{MemoryPath, Snapshot};
 use crate::vault::CommitMeta;
@@ -52,7 +52,7 @@ pub struct SweepReport {
     /// Files with no access record: kept, and counted from now on.
     pub unrecorded: Vec<MemoryPath>,
     pub kept: usize,
-    pub commit: Option<Oid>,
+    pub commit: Option<Rev>,
     pub erased_keys: usize,
     /// Live files re-encrypted because they shared a destroyed key.
     pub rekeyed: Vec<MemoryPath>,
@@ -65,7 +65,7 @@ pub struct PurgeReport {
     pub removed: Vec<MemoryPath>,
     pub rekeyed: Vec<MemoryPath>,
     pub erased_keys: usize,
-    pub commit: Option<Oid>,
+    pub commit: Option<Rev>,
     pub pruned_objects: usize,
 }
 
@@ -92,7 +92,7 @@ fn test_crash(_point: &str) {}
 impl Vault {
     /// Every file at `tip` with its key id.
     fn live_files(&self, tip: Option<Oid>) -> Result<Vec<LiveFile>, VaultError> {
-        let snap = self.snapshot_at(tip)?;
+        let snap = self.snapshot_of(tip)?;
         Ok(snap
             .files_with_keys()?
             .into_iter()
@@ -145,7 +145,7 @@ impl Vault {
         let mut update = git2::build::TreeUpdateBuilder::new();
         let mut access_moves: Vec<(FileKeyId, FileKeyId)> = Vec::new();
         {
-            let snap = self.snapshot_at(tip)?;
+            let snap = self.snapshot_of(tip)?;
             for f in removals {
                 update.remove(f.git_path.as_str());
             }
@@ -323,7 +323,7 @@ impl Vault {
         };
         let (commit, rekeyed, erased) =
             self.erase_locked(tip, &live, &removals, Vec::new(), doomed, meta)?;
-        report.commit = commit;
+        report.commit = commit.map(Rev::from_oid);
         report.rekeyed = rekeyed;
         report.erased_keys = erased;
         Ok(report)
@@ -404,7 +404,7 @@ impl Vault {
             removed: removals.iter().map(|f| f.path.clone()).collect(),
             rekeyed,
             erased_keys: erased,
-            commit,
+            commit: commit.map(Rev::from_oid),
             pruned_objects: 0,
         })
     }
@@ -540,6 +540,3 @@ pub fn parse_duration_ms(s: &str) -> Option<u64> {
     };
     n.checked_mul(ms).filter(|&v| v > 0)
 }
-
-/// Keep `HashMap` in the imports used by callers of the access table.
-pub type AccessTable = HashMap<FileKeyId, Access>;

@@ -33,7 +33,9 @@ pub mod history;
 mod index;
 pub mod keys;
 pub mod meta;
+pub(crate) mod inspect;
 mod pack;
+mod rev;
 pub mod slots;
 #[cfg(test)]
 mod tests;
@@ -60,6 +62,7 @@ pub use history::{FileChange, RevisionStore, Walk};
 pub(crate) use keys::KeyChange;
 use keys::{KeyState, verify_commit_mac, write_signed_commit};
 pub use meta::CommitMeta;
+pub use rev::{ParseRevError, Rev};
 use meta::{META_VERSION, meta_aad};
 use tree::Caches;
 pub use tree::VaultSnapshot;
@@ -577,11 +580,6 @@ impl Vault {
         &self.keys
     }
 
-    /// The repository (read access for audit tools).
-    pub fn repo(&self) -> &Repository {
-        &self.repo
-    }
-
     /// Who the next commits are attributed to.
     pub fn set_attribution(&mut self, attribution: Attribution) {
         self.attribution = attribution;
@@ -592,7 +590,12 @@ impl Vault {
     }
 
     /// The current tip of `refs/heads/main`, MAC-checked.
-    pub fn tip(&mut self) -> Result<Option<Oid>, VaultError> {
+    pub fn tip(&mut self) -> Result<Option<Rev>, VaultError> {
+        Ok(self.checked_tip()?.map(Rev::from_oid))
+    }
+
+    /// [`tip`](Self::tip), as git's id.
+    pub(crate) fn checked_tip(&mut self) -> Result<Option<Oid>, VaultError> {
         let Some(tip) = self.wal.ref_target(&self.repo, MAIN_REF)? else {
             return Ok(None);
         };
@@ -623,7 +626,7 @@ impl Vault {
             match self
                 .keys_target()
                 .and_then(|at| self.key_state.refresh(&self.repo, &self.keys, at))
-                .and_then(|()| self.tip())
+                .and_then(|()| self.checked_tip())
             {
                 Err(VaultError::Damaged(_) | VaultError::RolledBack(_)) if attempt < 3 => {
                     attempt += 1
@@ -664,8 +667,13 @@ impl Vault {
         }
     }
 
-    /// A snapshot of the tree at `commit` (None: the empty tree).
-    pub fn snapshot_at(&self, commit: Option<Oid>) -> Result<VaultSnapshot<'_>, VaultError> {
+    /// A snapshot of the tree at `rev` (None: the empty tree).
+    pub fn snapshot_at(&self, rev: Option<Rev>) -> Result<VaultSnapshot<'_>, VaultError> {
+        self.snapshot_of(rev.map(Rev::oid))
+    }
+
+    /// [`snapshot_at`](Self::snapshot_at) by git's id.
+    pub(crate) fn snapshot_of(&self, commit: Option<Oid>) -> Result<VaultSnapshot<'_>, VaultError> {
         Ok(VaultSnapshot::new(
             &self.repo,
             &self.keys,
@@ -676,7 +684,12 @@ impl Vault {
     }
 
     /// Decrypt the metadata of one commit on main (after checking its MAC).
-    pub fn commit_meta(&self, id: Oid) -> Result<CommitMeta, VaultError> {
+    pub fn commit_meta(&self, rev: Rev) -> Result<CommitMeta, VaultError> {
+        self.meta_of(rev.oid())
+    }
+
+    /// [`commit_meta`](Self::commit_meta) by git's id.
+    pub(crate) fn meta_of(&self, id: Oid) -> Result<CommitMeta, VaultError> {
         if !verify_commit_mac(&self.repo, &self.keys, id) {
             return Err(damaged("a commit was not written with this vault's key"));
         }
@@ -695,21 +708,22 @@ impl Vault {
         serde_json::from_slice(&plain).map_err(|_| damaged("commit metadata does not parse"))
     }
 
-    /// Every commit on main, newest first, with its metadata.
-    pub fn log(&mut self) -> Result<Vec<(Oid, CommitMeta)>, VaultError> {
-        let Some(tip) = self.tip()? else {
+    /// Every commit on main, newest first, with its metadata (all of it
+    /// at once; [`walk`](Self::walk) reads lazily).
+    pub fn history(&mut self) -> Result<Vec<(Rev, CommitMeta)>, VaultError> {
+        let Some(tip) = self.checked_tip()? else {
             return Ok(Vec::new());
         };
         let mut out = Vec::new();
         let mut next = Some(tip);
         while let Some(id) = next {
-            let meta = self.commit_meta(id)?;
+            let meta = self.meta_of(id)?;
             let commit = self
                 .repo
                 .find_commit(id)
                 .map_err(|_| damaged("a commit is unreadable"))?;
             next = commit.parent_ids().next();
-            out.push((id, meta));
+            out.push((Rev::from_oid(id), meta));
         }
         Ok(out)
     }
@@ -1083,7 +1097,7 @@ impl Vault {
     /// erasure's tombstone names the keys that must be gone (a format-1
     /// commit names no counter, but its tombstone still binds).
     fn check_binding(&self, tip: Oid) -> Result<(), VaultError> {
-        let meta = self.commit_meta(tip)?;
+        let meta = self.meta_of(tip)?;
         let ks = &self.key_state;
         let older = meta.keys.is_some_and(|k| k > ks.counter);
         let erasure_pending = self.dir.join(erase::MARKER).exists();
@@ -1337,7 +1351,7 @@ impl Store for Vault {
         f: &mut dyn FnMut(&dyn Snapshot) -> Result<ToolResult, StoreError>,
     ) -> Result<ToolResult, StoreError> {
         let tip = self.refresh()?;
-        let snap = self.snapshot_at(tip)?;
+        let snap = self.snapshot_of(tip)?;
         f(&snap)
     }
 
@@ -1347,7 +1361,7 @@ impl Store for Vault {
     ) -> Result<ToolResult, StoreError> {
         self.with_writer_lock(|vault, tip| {
             let outcome = {
-                let snap = vault.snapshot_at(tip)?;
+                let snap = vault.snapshot_of(tip)?;
                 f(&snap)?
             };
             if let Some(m) = outcome.mutation {

@@ -164,10 +164,6 @@ impl<'a> VaultSnapshot<'a> {
         }
     }
 
-    /// The tree id of this snapshot (None for the empty tree).
-    pub fn tree_id(&self) -> Option<Oid> {
-        self.tree.as_ref().map(|t| t.id())
-    }
 
     /// The git path (encrypted names joined by `/`) of a memory path.
     pub fn git_path(&self, path: &MemoryPath) -> Result<String, StoreError> {
@@ -190,7 +186,7 @@ impl<'a> VaultSnapshot<'a> {
     }
 
     /// The object a path names: its id and whether it is a blob or a tree.
-    pub fn entry(&self, path: &MemoryPath) -> Result<Option<(Oid, NodeKind)>, StoreError> {
+    pub(crate) fn entry(&self, path: &MemoryPath) -> Result<Option<(Oid, NodeKind)>, StoreError> {
         let Some(tree) = &self.tree else {
             return Ok(if path.is_root() {
                 Some((Oid::ZERO_SHA1, NodeKind::Dir))
