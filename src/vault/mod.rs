@@ -21,28 +21,28 @@
 //! cannot be seen from the repository alone (see `verify`'s high-water
 //! mark); the shape of trees and the sizes of blobs are visible.
 
-pub mod access;
-pub mod bulk;
+pub(crate) mod access;
+pub(crate) mod bulk;
 pub mod clock;
-pub mod config;
-pub mod erase;
+pub(crate) mod config;
+pub(crate) mod erase;
 pub(crate) mod fsx;
 pub mod fsync;
 mod gc;
-pub mod history;
+pub(crate) mod history;
 mod index;
-pub mod keys;
-pub mod meta;
 pub(crate) mod inspect;
+pub(crate) mod keys;
+pub(crate) mod meta;
 mod pack;
 mod rev;
-pub mod slots;
+pub(crate) mod slots;
 #[cfg(test)]
 mod tests;
 mod tree;
 mod treeedit;
-pub mod undo;
-pub mod verify;
+pub(crate) mod undo;
+pub(crate) mod verify;
 mod wal;
 
 use std::collections::{BTreeMap, HashSet};
@@ -56,14 +56,18 @@ use crate::crypto::{
     self, FileKey, FileKeyId, KdfParams, KeyFileKey, Keyring, Passphrase, Unlock, VaultKeys,
 };
 use crate::memory::{Change, Mutation, NodeKind, Outcome, Snapshot, Store, StoreError, ToolResult};
+pub use access::Access;
+pub use bulk::{DecryptedFile, ImportFile};
 pub use config::VaultConfig;
+pub use erase::{Expired, PurgeReport, SweepReport};
 pub use gc::GcReport;
 pub use history::{FileChange, RevisionStore, Walk};
 pub(crate) use keys::KeyChange;
 use keys::{KeyState, verify_commit_mac, write_signed_commit};
 pub use meta::CommitMeta;
-pub use rev::{ParseRevError, Rev};
 use meta::{META_VERSION, meta_aad};
+pub use rev::{ParseRevError, Rev};
+pub use slots::{NewSlot, RekeyReport, SlotEntry};
 use tree::Caches;
 pub use tree::VaultSnapshot;
 use treeedit::TreeEdits;
@@ -127,13 +131,39 @@ pub enum VaultError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("git error: {0}")]
-    Git(#[from] git2::Error),
+    Git(GitError),
     #[error("cannot write the vault's log (memvault/wal): {0}")]
     Log(std::io::Error),
     #[error("the vault is not safe to use: {0}; nothing was changed")]
     Unsafe(#[from] fsx::Unsafe),
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// A libgit2 failure, kept opaque so that no git2 type is part of the
+/// vault's API.
+#[derive(Debug)]
+pub struct GitError(git2::Error);
+
+impl GitError {
+    /// libgit2's message, without its class and code.
+    pub fn message(&self) -> &str {
+        self.0.message()
+    }
+}
+
+impl std::fmt::Display for GitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for GitError {}
+
+impl From<git2::Error> for VaultError {
+    fn from(e: git2::Error) -> Self {
+        VaultError::Git(GitError(e))
+    }
 }
 
 pub(crate) fn damaged(what: &str) -> VaultError {
@@ -145,7 +175,7 @@ impl From<wal::WalError> for VaultError {
         use wal::WalError as W;
         match e {
             W::Io(e) => VaultError::Log(e),
-            W::Git(e) => VaultError::Git(e),
+            W::Git(e) => e.into(),
             W::TooLarge { .. } => VaultError::Refused(e.to_string()),
             W::Forged | W::Replayed | W::BadObject | W::NotReady => {
                 VaultError::Damaged(e.to_string())

@@ -80,7 +80,13 @@ mod tests {
         assert_eq!(rev.short(), "0123456789ab");
         assert_eq!(rev.as_bytes().len(), 20);
         assert_eq!(hex.to_ascii_uppercase().parse::<Rev>().unwrap(), rev);
-        for bad in ["", "0123", &hex[..39], &format!("{hex}0"), &hex.replace('a', "g")] {
+        for bad in [
+            "",
+            "0123",
+            &hex[..39],
+            &format!("{hex}0"),
+            &hex.replace('a', "g"),
+        ] {
             assert!(bad.parse::<Rev>().is_err(), "{bad}");
         }
     }

@@ -233,7 +233,10 @@ fn history_index_is_a_cache_that_never_changes_the_answer() {
     assert_eq!(walk_ids(&mut vault), longer);
     // Main moved back (rollback): the index's newer commits are not shown.
     let back = longer[100].0;
-    vault.repo.reference(MAIN_REF, back.oid(), true, "test").unwrap();
+    vault
+        .repo
+        .reference(MAIN_REF, back.oid(), true, "test")
+        .unwrap();
     vault.verified_tip = None;
     assert_eq!(walk_ids(&mut vault), longer[100..].to_vec());
     // An index sealed with another vault's key is ignored.

@@ -164,7 +164,6 @@ impl<'a> VaultSnapshot<'a> {
         }
     }
 
-
     /// The git path (encrypted names joined by `/`) of a memory path.
     pub fn git_path(&self, path: &MemoryPath) -> Result<String, StoreError> {
         let mut out = String::new();
