@@ -49,11 +49,10 @@ pub struct ShowArgs {
 }
 
 /// `memvault show REV [PATH]`.
-pub fn show(global: &Global, args: &ShowArgs) -> Result<u8, CliError> {
+pub fn show(global: &Global, args: &ShowArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let mut vault = open_vault(global, reader())?;
     let rev = vault.resolve_rev(&args.rev).map_err(not_a_rev)?;
     let path = parse_path(args.path.as_deref().unwrap_or("/memories"))?;
-    let mut out = std::io::stdout().lock();
     if args.raw {
         let snap = vault.snapshot_at(Some(rev))?;
         match snap.kind(&path).map_err(store_err)? {
@@ -105,7 +104,7 @@ pub struct DiffArgs {
 }
 
 /// `memvault diff REV [REV2] [PATH]`: a unified diff of decrypted content.
-pub fn diff(global: &Global, args: &DiffArgs) -> Result<u8, CliError> {
+pub fn diff(global: &Global, args: &DiffArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let mut vault = open_vault(global, reader())?;
     let mut rev2 = None;
     let mut path = None;
@@ -127,7 +126,6 @@ pub fn diff(global: &Global, args: &DiffArgs) -> Result<u8, CliError> {
         None => (vault.parent_of(rev)?, Some(rev)),
     };
     let text = diff_text(&vault, old, new, path.as_ref())?;
-    let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;
     out.flush()?;
     Ok(0)
@@ -244,7 +242,7 @@ fn undoer(actor: &str) -> Result<Attribution, CliError> {
 }
 
 /// `memvault revert REV` / `memvault revert --session ID`.
-pub fn revert(global: &Global, args: &RevertArgs) -> Result<u8, CliError> {
+pub fn revert(global: &Global, args: &RevertArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let mut vault = open_vault(global, undoer(&args.actor)?)?;
     let target = match (&args.rev, &args.session) {
         (Some(rev), None) => UndoTarget::Commit(vault.resolve_rev(rev).map_err(not_a_rev)?),
@@ -263,11 +261,11 @@ pub fn revert(global: &Global, args: &RevertArgs) -> Result<u8, CliError> {
         UndoTarget::Session(s) => format!("session {s}"),
         UndoTarget::Restore { .. } => unreachable!(),
     };
-    finish_undo(&mut vault, target, args.force, &what)
+    finish_undo(&mut vault, target, args.force, &what, out)
 }
 
 /// `memvault restore PATH --at REV`.
-pub fn restore(global: &Global, args: &RestoreArgs) -> Result<u8, CliError> {
+pub fn restore(global: &Global, args: &RestoreArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let mut vault = open_vault(global, undoer(&args.actor)?)?;
     let path = parse_path(&args.path)?;
     let at = vault.resolve_rev(&args.at).map_err(not_a_rev)?;
@@ -277,6 +275,7 @@ pub fn restore(global: &Global, args: &RestoreArgs) -> Result<u8, CliError> {
         UndoTarget::Restore { path, at },
         args.force,
         &what,
+        out,
     )
 }
 
@@ -285,12 +284,12 @@ fn finish_undo(
     target: UndoTarget,
     force: bool,
     what: &str,
+    out: &mut dyn Write,
 ) -> Result<u8, CliError> {
     let outcome = vault.undo(target, force).map_err(|e| match e {
         VaultError::Refused(m) => CliError::failure(format!("nothing was changed: {m}")),
         other => other.into(),
     })?;
-    let mut out = std::io::stdout().lock();
     match outcome {
         UndoOutcome::Done {
             commit,
@@ -374,7 +373,7 @@ struct SessionAgg {
 }
 
 /// `memvault sessions`: one line per session, most recent first.
-pub fn sessions(global: &Global, args: &SessionsArgs) -> Result<u8, CliError> {
+pub fn sessions(global: &Global, args: &SessionsArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let mut vault = open_vault(global, reader())?;
     let mut agg: BTreeMap<String, SessionAgg> = BTreeMap::new();
     for item in vault.walk()? {
@@ -392,7 +391,6 @@ pub fn sessions(global: &Global, args: &SessionsArgs) -> Result<u8, CliError> {
     }
     let mut rows: Vec<(String, SessionAgg)> = agg.into_iter().collect();
     rows.sort_by(|a, b| b.1.last.cmp(&a.1.last).then(a.0.cmp(&b.0)));
-    let mut out = std::io::stdout().lock();
     for (id, a) in rows {
         let actors: Vec<&str> = a.actors.iter().map(String::as_str).collect();
         if args.json {
@@ -437,10 +435,9 @@ pub struct ResumeArgs {
 }
 
 /// `memvault resume`: print the briefing.
-pub fn resume(global: &Global, args: &ResumeArgs) -> Result<u8, CliError> {
+pub fn resume(global: &Global, args: &ResumeArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let mut vault = open_vault(global, reader())?;
     let text = briefing(&mut vault, args.session.as_deref())?;
-    let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;
     out.flush()?;
     Ok(0)
@@ -529,8 +526,7 @@ pub struct VerifyArgs {
 }
 
 /// `memvault verify`: exit 0 only when all is well.
-pub fn verify(global: &Global, args: &VerifyArgs) -> Result<u8, CliError> {
-    let mut out = std::io::stdout().lock();
+pub fn verify(global: &Global, args: &VerifyArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let mut vault = match open_vault(global, reader()) {
         Ok(v) => v,
         Err(e) if e.message.contains("damaged") => {

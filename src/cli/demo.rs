@@ -8,7 +8,7 @@
 //! fails if any is found.
 
 use std::fs;
-use std::io::Write as _;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
@@ -91,7 +91,7 @@ const MARKERS: &[&str] = &[
     "/memories",
 ];
 
-pub fn run(keep: Option<&Path>) -> Result<u8, CliError> {
+pub fn run(keep: Option<&Path>, out: &mut dyn Write) -> Result<u8, CliError> {
     let (dir, temp) = match keep {
         Some(d) => (d.to_path_buf(), false),
         None => (
@@ -102,14 +102,14 @@ pub fn run(keep: Option<&Path>) -> Result<u8, CliError> {
             true,
         ),
     };
-    let result = run_in(&dir);
+    let result = run_in(&dir, out);
     if temp {
         let _ = fs::remove_dir_all(&dir);
     }
     result
 }
 
-fn run_in(dir: &Path) -> Result<u8, CliError> {
+fn run_in(dir: &Path, out: &mut dyn Write) -> Result<u8, CliError> {
     let session = super::new_session_id();
     let attribution = Attribution {
         session: session.clone(),
@@ -122,7 +122,6 @@ fn run_in(dir: &Path) -> Result<u8, CliError> {
         attribution,
     )?;
     let memory = memory_for(vault.config())?;
-    let mut out = std::io::stdout().lock();
     writeln!(
         out,
         "memvault demo: a customer-service agent's memory session"

@@ -10,6 +10,8 @@ mod history;
 mod keys;
 mod mcp;
 mod serve;
+#[cfg(test)]
+mod tests;
 mod transfer;
 mod unlock;
 
@@ -486,35 +488,58 @@ pub fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<u8, CliError> {
-    match cli.command {
-        Command::Init(args) => init(&cli.global, &args),
-        Command::Keygen { file } => keygen(&file),
-        Command::Serve(args) => serve(&cli.global, &args),
-        Command::Mcp(session) => mcp::run(&cli.global, &session),
-        Command::Exec { session, json } => exec(&cli.global, &session, json),
-        Command::Demo { keep } => demo::run(keep.as_deref()),
-        Command::History(args) => history::run(&cli.global, &args),
-        Command::Gc => gc(&cli.global),
-        Command::Show(args) => audit::show(&cli.global, &args),
-        Command::Diff(args) => audit::diff(&cli.global, &args),
-        Command::Revert(args) => audit::revert(&cli.global, &args),
-        Command::Restore(args) => audit::restore(&cli.global, &args),
-        Command::Sessions(args) => audit::sessions(&cli.global, &args),
-        Command::Resume(args) => audit::resume(&cli.global, &args),
-        Command::Verify(args) => audit::verify(&cli.global, &args),
-        Command::Expire(args) => expiry::expire(&cli.global, &args),
-        Command::Import(args) => transfer::import(&cli.global, &args),
-        Command::Export(args) => transfer::export(&cli.global, &args),
-        Command::Purge(args) => expiry::purge(&cli.global, &args),
-        Command::Passwd(args) => keys::passwd(&cli.global, &args),
-        Command::Key(cmd) => keys::key(&cli.global, &cmd),
-        Command::Rekey(args) => keys::rekey(&cli.global, &args),
-        Command::Config(cmd) => config::run(&cli.global, &cmd),
-        Command::Redact { file, report } => redact(file.as_deref(), report),
+    let global = &cli.global;
+    match &cli.command {
+        // The protocol servers own stdin and stdout, and their threads
+        // write diagnostics to stderr: no lock is held for them.
+        Command::Serve(args) => serve(global, args),
+        Command::Mcp(session) => mcp::run(global, session),
+        command => {
+            let (stdout, stderr) = (io::stdout(), io::stderr());
+            let (mut out, mut err) = (stdout.lock(), stderr.lock());
+            handle(global, command, &mut out, &mut err)
+        }
     }
 }
 
-fn init(global: &Global, args: &InitArgs) -> Result<u8, CliError> {
+/// Run a subcommand other than `serve` and `mcp`: results to `out`,
+/// diagnostics to `err` (the process's stdout and stderr, or buffers in
+/// tests). A write to a closed `out` ends the command quietly (see
+/// [`CliError::broken_pipe`]).
+fn handle(
+    global: &Global,
+    command: &Command,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<u8, CliError> {
+    match command {
+        Command::Init(args) => init(global, args, err),
+        Command::Keygen { file } => keygen(file, err),
+        Command::Serve(_) | Command::Mcp(_) => unreachable!("`run` serves these itself"),
+        Command::Exec { session, json } => exec(global, session, json.as_deref(), out),
+        Command::Demo { keep } => demo::run(keep.as_deref(), out),
+        Command::History(args) => history::run(global, args, out),
+        Command::Gc => gc(global, err),
+        Command::Show(args) => audit::show(global, args, out),
+        Command::Diff(args) => audit::diff(global, args, out),
+        Command::Revert(args) => audit::revert(global, args, out),
+        Command::Restore(args) => audit::restore(global, args, out),
+        Command::Sessions(args) => audit::sessions(global, args, out),
+        Command::Resume(args) => audit::resume(global, args, out),
+        Command::Verify(args) => audit::verify(global, args, out),
+        Command::Expire(args) => expiry::expire(global, args, out),
+        Command::Import(args) => transfer::import(global, args, out),
+        Command::Export(args) => transfer::export(global, args, err),
+        Command::Purge(args) => expiry::purge(global, args, out),
+        Command::Passwd(args) => keys::passwd(global, args, err),
+        Command::Key(cmd) => keys::key(global, cmd, out, err),
+        Command::Rekey(args) => keys::rekey(global, args, err),
+        Command::Config(cmd) => config::run(global, cmd, out, err),
+        Command::Redact { file, report } => redact(file.as_deref(), *report, out),
+    }
+}
+
+fn init(global: &Global, args: &InitArgs, err: &mut dyn Write) -> Result<u8, CliError> {
     let dir = vault_dir(global)?;
     let config = VaultConfig {
         overwrite_on_create: args.overwrite_on_create,
@@ -541,11 +566,11 @@ fn init(global: &Global, args: &InitArgs) -> Result<u8, CliError> {
         actor: "memvault".into(),
     };
     Vault::init(&dir, secret, config, attribution)?;
-    eprintln!("memvault: created a vault at {}", dir.display());
+    writeln!(err, "memvault: created a vault at {}", dir.display())?;
     Ok(0)
 }
 
-fn keygen(file: &Path) -> Result<u8, CliError> {
+fn keygen(file: &Path, err: &mut dyn Write) -> Result<u8, CliError> {
     use std::fs::OpenOptions;
     let mut opts = OpenOptions::new();
     opts.write(true).create_new(true);
@@ -567,7 +592,7 @@ fn keygen(file: &Path) -> Result<u8, CliError> {
     let key = KeyFileKey::generate();
     f.write_all(key.expose_secret())?;
     f.sync_all()?;
-    eprintln!("memvault: wrote a new key file to {}", file.display());
+    writeln!(err, "memvault: wrote a new key file to {}", file.display())?;
     Ok(0)
 }
 
@@ -611,10 +636,15 @@ fn serve(global: &Global, args: &ServeArgs) -> Result<u8, CliError> {
     Ok(0)
 }
 
-fn exec(global: &Global, session: &SessionArgs, json: Option<String>) -> Result<u8, CliError> {
+fn exec(
+    global: &Global,
+    session: &SessionArgs,
+    json: Option<&str>,
+    out: &mut dyn Write,
+) -> Result<u8, CliError> {
     let attribution = session.attribution(false)?;
     let line = match json {
-        Some(j) => j,
+        Some(j) => j.to_owned(),
         None => {
             let mut s = String::new();
             io::stdin().lock().take(64 << 20).read_to_string(&mut s)?;
@@ -624,27 +654,27 @@ fn exec(global: &Global, session: &SessionArgs, json: Option<String>) -> Result<
     let mut vault = open_vault(global, attribution)?;
     let memory = memory_for(vault.config())?;
     let reply = protocol::handle_line(&memory, &mut vault, line.trim().as_bytes());
-    let mut out = io::stdout().lock();
     writeln!(out, "{}", reply.to_line())?;
     out.flush()?;
     Ok(if reply.result.is_error { 1 } else { 0 })
 }
 
-fn gc(global: &Global) -> Result<u8, CliError> {
+fn gc(global: &Global, err: &mut dyn Write) -> Result<u8, CliError> {
     let attribution = Attribution {
         session: "gc".into(),
         actor: "memvault".into(),
     };
     let mut vault = open_vault(global, attribution)?;
     let r = vault.gc()?;
-    eprintln!(
+    writeln!(
+        err,
         "memvault: repacked {} objects into one pack, removed {} files; objects/ went from {} to {} bytes",
         r.objects, r.removed_files, r.bytes_before, r.bytes_after
-    );
+    )?;
     Ok(0)
 }
 
-fn redact(file: Option<&Path>, report: bool) -> Result<u8, CliError> {
+fn redact(file: Option<&Path>, report: bool, out: &mut dyn Write) -> Result<u8, CliError> {
     let mut text = String::new();
     match file {
         Some(f) => {
@@ -661,7 +691,6 @@ fn redact(file: Option<&Path>, report: bool) -> Result<u8, CliError> {
     })
     .map_err(|e| CliError::failure(e.to_string()))?;
     let result = redactor.redact(&text);
-    let mut out = io::stdout().lock();
     if report {
         for f in &result.findings {
             let line = serde_json::json!({"rule": f.rule, "line": f.line, "column": f.column});
