@@ -1,6 +1,10 @@
 //! The `memvault` command line: clap types and one thin handler per
 //! subcommand. Results go to stdout, diagnostics to stderr; exit status 0
 //! on success, 1 on failure, 2 on a usage error.
+//!
+//! Handlers write to the `out` and `err` sinks they are given (gitoxide
+//! style): `run` locks stdout and stderr once and passes them, tests pass
+//! buffers (see `tests.rs`). `serve` and `mcp` own their protocol streams.
 
 mod audit;
 mod config;
@@ -26,17 +30,17 @@ use crate::memory::Memory;
 use crate::protocol;
 use crate::redact::{Mode, Redactor};
 use crate::vault::{Attribution, InitSecret, Vault, VaultConfig, VaultError};
-pub use unlock::{Secret, SecretSource};
+pub(crate) use unlock::{Secret, SecretSource};
 
 /// A failure with the sentence a person needs, and its exit status.
 #[derive(Debug)]
-pub struct CliError {
+pub(crate) struct CliError {
     pub message: String,
     pub code: u8,
 }
 
 impl CliError {
-    pub fn failure(message: impl Into<String>) -> Self {
+    pub(crate) fn failure(message: impl Into<String>) -> Self {
         CliError {
             message: message.into(),
             code: 1,
@@ -157,7 +161,7 @@ fn io_error(e: &io::Error) -> CliError {
     about = "Encrypted, git-versioned storage for Claude's memory tool",
     long_about = None
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(flatten)]
     pub global: Global,
     #[command(subcommand)]
@@ -165,7 +169,7 @@ pub struct Cli {
 }
 
 #[derive(Args, Debug, Clone)]
-pub struct Global {
+pub(crate) struct Global {
     /// The vault directory [default: $MEMVAULT_DIR, else ~/.local/share/memvault/vault]
     #[arg(long, global = true, value_name = "DIR")]
     pub vault: Option<PathBuf>,
@@ -178,7 +182,7 @@ pub struct Global {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {
+pub(crate) enum Command {
     /// Create a new vault
     Init(InitArgs),
     /// Write a new random key file (mode 0600; never overwrites)
@@ -251,7 +255,7 @@ pub enum Command {
 }
 
 #[derive(Args, Debug)]
-pub struct InitArgs {
+pub(crate) struct InitArgs {
     /// Argon2id memory in KiB for a passphrase slot
     #[arg(long, default_value_t = KdfParams::DEFAULT.m_kib, value_name = "KIB")]
     pub argon2_memory: u32,
@@ -267,7 +271,7 @@ pub struct InitArgs {
 }
 
 #[derive(Args, Debug, Clone)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     #[command(flatten)]
     pub session: SessionArgs,
     /// Before serving, write the `memvault resume` briefing to stderr as one
@@ -281,7 +285,7 @@ pub struct ServeArgs {
 }
 
 #[derive(Args, Debug, Clone)]
-pub struct SessionArgs {
+pub(crate) struct SessionArgs {
     /// Session id stored with every change [default: a new random id]
     #[arg(long, env = "MEMVAULT_SESSION", value_name = "ID")]
     pub session: Option<String>,
@@ -297,7 +301,7 @@ pub struct SessionArgs {
 
 impl SessionArgs {
     /// The attribution, with a generated session id when none was given.
-    pub fn attribution_quiet(&self) -> Result<Attribution, CliError> {
+    pub(crate) fn attribution_quiet(&self) -> Result<Attribution, CliError> {
         self.attribution(false)
     }
 
@@ -391,7 +395,7 @@ pub(crate) fn describe_io(e: &io::Error) -> String {
 }
 
 /// A new random session id.
-pub fn new_session_id() -> String {
+pub(crate) fn new_session_id() -> String {
     format!(
         "s-{}",
         data_encoding::HEXLOWER.encode(&crate::crypto::random_bytes::<8>())
@@ -400,7 +404,7 @@ pub fn new_session_id() -> String {
 
 /// The vault directory: `--vault`, else `$MEMVAULT_DIR`, else the per-user
 /// data directory.
-pub fn vault_dir(global: &Global) -> Result<PathBuf, CliError> {
+pub(crate) fn vault_dir(global: &Global) -> Result<PathBuf, CliError> {
     if let Some(v) = &global.vault {
         return Ok(v.clone());
     }
@@ -433,7 +437,7 @@ fn no_core_dumps() {
 }
 
 /// Open and unlock the vault named by the global options.
-pub fn open_vault(global: &Global, attribution: Attribution) -> Result<Vault, CliError> {
+pub(crate) fn open_vault(global: &Global, attribution: Attribution) -> Result<Vault, CliError> {
     let dir = vault_dir(global)?;
     match std::fs::metadata(&dir) {
         Ok(_) => {}
@@ -459,7 +463,7 @@ pub fn open_vault(global: &Global, attribution: Attribution) -> Result<Vault, Cl
 }
 
 /// Build the command executor for a vault's settings.
-pub fn memory_for(config: &VaultConfig) -> Result<Memory, CliError> {
+pub(crate) fn memory_for(config: &VaultConfig) -> Result<Memory, CliError> {
     let redactor = Redactor::new(&config.redaction).map_err(|e| {
         CliError::failure(format!(
             "invalid redaction settings: {e} (change them with `memvault config set`)"

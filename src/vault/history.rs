@@ -17,7 +17,7 @@ pub struct FileChange {
     /// The decrypted memory path.
     pub path: MemoryPath,
     /// The encrypted git path (stable for a given path and vault key).
-    pub git_path: String,
+    pub(crate) git_path: String,
     /// The blob in the older tree (None: the file did not exist).
     pub(crate) old: Option<Oid>,
     /// The blob in the newer tree (None: the file does not exist).
@@ -255,7 +255,7 @@ impl Vault {
     }
 
     /// The decrypted memory path of an encrypted git path.
-    pub fn decrypt_git_path(&self, git_path: &str) -> Result<MemoryPath, VaultError> {
+    pub(crate) fn decrypt_git_path(&self, git_path: &str) -> Result<MemoryPath, VaultError> {
         let mut path = MemoryPath::root();
         for enc in git_path.split('/') {
             let name = self
@@ -270,7 +270,7 @@ impl Vault {
     }
 
     /// The git path of a memory path ("" for the root).
-    pub fn git_path_of(&self, path: &MemoryPath) -> Result<String, VaultError> {
+    pub(crate) fn git_path_of(&self, path: &MemoryPath) -> Result<String, VaultError> {
         let mut out = String::new();
         let mut parent = MemoryPath::root();
         for seg in path.segments() {

@@ -76,13 +76,13 @@ pub use verify::{Problem, VerifyReport};
 use wal::{Object, Record, Refs, Wal};
 
 /// The branch that holds the memory history.
-pub const MAIN_REF: &str = "refs/heads/main";
+pub(crate) const MAIN_REF: &str = "refs/heads/main";
 const STATE_DIR: &str = "memvault";
 const FORMAT_FILE: &str = "memvault/format";
 /// The vault format this memvault writes. 2: settings in the key state,
 /// the key state's counter bound into main's commits, a v2 log. A vault
 /// of format 1 is migrated when it is first opened (see `migrate`).
-pub const FORMAT: u32 = 2;
+pub(crate) const FORMAT: u32 = 2;
 const FORMAT_PREFIX: &str = "memvault vault format ";
 /// Format 1's plain settings file (read once, by the migration).
 const CONFIG_FILE: &str = "memvault/config.json";

@@ -165,7 +165,7 @@ impl<'a> VaultSnapshot<'a> {
     }
 
     /// The git path (encrypted names joined by `/`) of a memory path.
-    pub fn git_path(&self, path: &MemoryPath) -> Result<String, StoreError> {
+    pub(crate) fn git_path(&self, path: &MemoryPath) -> Result<String, StoreError> {
         let mut out = String::new();
         let mut parent = MemoryPath::root();
         for seg in path.segments() {
@@ -251,7 +251,7 @@ impl<'a> VaultSnapshot<'a> {
     }
 
     /// The key with this id, from the key table.
-    pub fn file_key(&self, id: &FileKeyId) -> Result<&'a FileKey, StoreError> {
+    pub(crate) fn file_key(&self, id: &FileKeyId) -> Result<&'a FileKey, StoreError> {
         self.key_state
             .file_key(id)
             .ok_or_else(|| damaged("a stored file's key is missing from the key table"))
@@ -273,7 +273,9 @@ impl<'a> VaultSnapshot<'a> {
 
     /// Every file: its path, git path and file key id, in one pass over
     /// the tree (blob headers are read once per blob and remembered).
-    pub fn files_with_keys(&self) -> Result<Vec<(MemoryPath, String, FileKeyId)>, StoreError> {
+    pub(crate) fn files_with_keys(
+        &self,
+    ) -> Result<Vec<(MemoryPath, String, FileKeyId)>, StoreError> {
         let mut out = Vec::new();
         if let Some(tree) = &self.tree {
             self.walk_keys(&MemoryPath::root(), "", tree.id(), &mut out)?;
