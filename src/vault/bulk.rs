@@ -1,15 +1,14 @@
 //! Many files in one commit (`memvault import`), and every file of a
 //! revision (`memvault export`).
 
-use git2::{FileMode, Oid};
+use git2::Oid;
 use zeroize::Zeroizing;
 
 use super::access::Kind;
-use super::meta::META_VERSION;
-use super::{KeyChange, Rev, Vault, VaultError, now_ms};
+use super::treeedit::TreeEdits;
+use super::{KeyChange, Rev, Vault, VaultError, stage_blob};
 use crate::crypto::{self, FileKey, FileKeyId};
 use crate::memory::{MemoryPath, NodeKind, Snapshot};
-use crate::vault::CommitMeta;
 
 /// A file's path and decrypted content.
 pub type DecryptedFile = (MemoryPath, Zeroizing<Vec<u8>>);
@@ -39,17 +38,11 @@ impl Vault {
         if files.is_empty() {
             return Err(VaultError::Refused("there is no file to import".into()));
         }
-        let mut update = git2::build::TreeUpdateBuilder::new();
+        let mut update = TreeEdits::default();
+        let mut objects = Vec::with_capacity(files.len() + 8);
         let mut new_keys = Vec::with_capacity(files.len());
         let mut written = Vec::with_capacity(files.len());
-        let mut meta = CommitMeta {
-            v: META_VERSION,
-            op: "import".into(),
-            time_ms: now_ms(),
-            session: self.attribution.session.clone(),
-            actor: self.attribution.actor.clone(),
-            ..Default::default()
-        };
+        let mut meta = self.new_meta("import");
         {
             let snap = self.snapshot_of(tip)?;
             let existing = snap.count_files()?;
@@ -99,8 +92,8 @@ impl Vault {
                 let id = FileKeyId::generate();
                 let key = FileKey::generate();
                 let sealed = crypto::seal_blob(&key, &id, f.path.as_str(), &f.content);
-                let blob = self.repo.blob(&sealed)?;
-                update.upsert(snap.git_path(&f.path)?, blob, FileMode::Blob);
+                let blob = stage_blob(&self.repo, sealed, &mut objects)?;
+                update.upsert(&snap.git_path(&f.path)?, blob);
                 new_keys.push((id, Some(key)));
                 written.push((id, Kind::Written, meta.time_ms));
                 meta.files.push(f.path.as_str().to_string());
@@ -114,15 +107,8 @@ impl Vault {
             }
         }
         meta.size = Some(files.iter().map(|f| f.content.len() as u64).sum());
-        let base = match self.tree_of(tip)? {
-            Some(t) => t,
-            None => self.repo.find_tree(self.repo.treebuilder(None)?.write()?)?,
-        };
-        let tree = update.create_updated(&self.repo, &base)?;
-        drop(base);
-        let commit = self
-            .publish(tip, tree, KeyChange::files(new_keys), &meta, None)
-            .map_err(|e| VaultError::Refused(e.to_string()))?;
+        let tree = self.edit_tree(tip, &update, &mut objects)?;
+        let commit = self.publish(tip, tree, KeyChange::files(new_keys), &meta, objects)?;
         self.append_access(&written);
         Ok(commit)
     }

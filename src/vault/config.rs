@@ -48,21 +48,21 @@ impl Default for VaultConfig {
 
 impl VaultConfig {
     /// Check the values make sense; the message names the setting.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), &'static str> {
         if self.max_file_bytes == 0 {
-            return Err("max_file_bytes must be at least 1".into());
+            return Err("max_file_bytes must be at least 1");
         }
         if self.max_view_chars < 1_000 {
-            return Err("max_view_chars must be at least 1000".into());
+            return Err("max_view_chars must be at least 1000");
         }
         if self.max_line_bytes < 1_024 {
-            return Err("max_line_bytes must be at least 1024".into());
+            return Err("max_line_bytes must be at least 1024");
         }
         if self.expire_after_days == 0 {
-            return Err("expire_after_days must be at least 1".into());
+            return Err("expire_after_days must be at least 1");
         }
         if self.max_files == 0 {
-            return Err("max_files must be at least 1".into());
+            return Err("max_files must be at least 1");
         }
         Ok(())
     }

@@ -23,12 +23,15 @@ use std::collections::{BTreeSet, HashSet};
 use std::fs;
 use std::path::Path;
 
-use git2::{FileMode, ObjectType, Oid};
+use git2::{ObjectType, Oid};
 use zeroize::Zeroizing;
 
 use super::access::{Access, Kind};
 use super::keys::{GARBAGE_FILE, KEYS_REF};
-use super::{KeyChange, Rev, Vault, VaultError, damaged, now_ms, sync_dir, write_durable};
+use super::treeedit::TreeEdits;
+use super::{
+    KeyChange, Rev, Vault, VaultError, damaged, now_ms, stage_blob, sync_dir, write_durable,
+};
 use crate::crypto::{self, FileKey, FileKeyId};
 use crate::memory::{MemoryPath, Snapshot};
 use crate::vault::CommitMeta;
@@ -142,7 +145,8 @@ impl Vault {
         // 2. The new tree and its commit.
         let mut new_keys: Vec<(FileKeyId, Option<FileKey>)> = Vec::new();
         let mut rekeyed = Vec::new();
-        let mut update = git2::build::TreeUpdateBuilder::new();
+        let mut update = TreeEdits::default();
+        let mut objects = Vec::new();
         let mut access_moves: Vec<(FileKeyId, FileKeyId)> = Vec::new();
         {
             let snap = self.snapshot_of(tip)?;
@@ -154,19 +158,14 @@ impl Vault {
                 let id = FileKeyId::generate();
                 let key = FileKey::generate();
                 let sealed = crypto::seal_blob(&key, &id, f.path.as_str(), &content);
-                let blob = self.repo.blob(&sealed)?;
-                update.upsert(f.git_path.as_str(), blob, FileMode::Blob);
+                let blob = stage_blob(&self.repo, sealed, &mut objects)?;
+                update.upsert(f.git_path.as_str(), blob);
                 new_keys.push((id, Some(key)));
                 access_moves.push((f.key, id));
                 rekeyed.push(f.path.clone());
             }
         }
-        let base = match self.tree_of(tip)? {
-            Some(t) => t,
-            None => self.repo.find_tree(self.repo.treebuilder(None)?.write()?)?,
-        };
-        let tree = update.create_updated(&self.repo, &base)?;
-        drop(base);
+        let tree = self.edit_tree(tip, &update, &mut objects)?;
         // The keys still in use at the new tip: the files kept as they were.
         let changed: HashSet<&str> = removing
             .iter()
@@ -182,7 +181,7 @@ impl Vault {
         let erased = erase.len();
         new_keys.extend(erase);
         meta.erased_keys = doomed.iter().map(FileKeyId::to_hex).collect();
-        let commit = self.publish(tip, tree, KeyChange::files(new_keys), &meta, None)?;
+        let commit = self.publish(tip, tree, KeyChange::files(new_keys), &meta, objects)?;
         test_crash("after-commit");
         self.finish_erasure(Some(commit), &doomed, Some(in_use))?;
         // Access records follow re-keyed files; erased keys are dropped.

@@ -44,7 +44,7 @@ impl Vault {
         // Earlier records' bytes (replaced key tables and keyslots among
         // them) leave the preallocated log file, as they leave git.
         self.wal.scrub()?;
-        self.dirty = false;
+        self.log.dirty = false;
         repack_locked(&self.repo)
     }
 }

@@ -1,23 +1,31 @@
 //! The encrypted git vault: memvault's implementation of [`Store`].
 //!
 //! A vault is a directory holding a bare git repository plus a `memvault/`
-//! folder for local state (settings, writer lock). The only user of `git2`.
+//! folder for local state (format, writer lock, write-ahead log, caches).
+//! The only user of `git2`.
 //!
 //! What it promises:
-//! - every mutation is one commit on `refs/heads/main`, written through
-//!   libgit2 with fsync on (see [`fsync`]), and acknowledged only after the
-//!   commit object and the ref move (its log record) are durable;
-//! - names, content and commit metadata are only ever written encrypted
-//!   (see `crate::crypto` for the formats); there is no work tree and no
-//!   index;
-//! - every commit carries a MAC, checked whenever a new tip is read, so a
-//!   tip that was not written with the vault key is refused as damage;
-//! - one writer at a time: mutations take an exclusive lock on
-//!   `memvault/lock` and then re-read the tip; a mutation's synced log
-//!   record moves the refs (see [`wal`]: ref files follow at checkpoints)
-//!   and is refused unless the log's tail is the tip it was built on.
+//! - every mutation is one commit on `refs/heads/main`, acknowledged only
+//!   after its objects and ref moves, one record of the write-ahead log
+//!   (see [`wal`]), are synced; libgit2 itself never syncs (see
+//!   [`fsync`]): checkpoints move the log's objects into git, synced;
+//! - names, content, commit metadata and settings are only ever written
+//!   encrypted (see `crate::crypto` for the formats); there is no work
+//!   tree and no index;
+//! - every commit and key state carries a MAC, checked whenever a new tip
+//!   is read, so a tip that was not written with the vault key is refused
+//!   as damage; the key state may not be older than the tip requires (see
+//!   [`keys`]), and the log's entries are tagged and chained;
+//! - one writer at a time: mutations take the writer lock
+//!   ([`FileLock`] on `memvault/lock`) and then re-read the tip; a
+//!   mutation's record moves the refs (ref files follow at checkpoints)
+//!   and is refused unless the log's tail is the tip it was built on;
+//! - one publish path ([`Vault::publish`]): every commit on main, with the
+//!   key-state change it needs, in one record;
+//! - nothing inside the vault directory is followed through a symbolic
+//!   link, and it is private to its owner (see [`fsx`]).
 //!
-//! Limitations: rolling `refs/heads/main` back to an older, genuine commit
+//! Limitations: rolling both refs back together to an older, genuine pair
 //! cannot be seen from the repository alone (see `verify`'s high-water
 //! mark); the shape of trees and the sizes of blobs are visible.
 
@@ -45,7 +53,7 @@ pub(crate) mod undo;
 pub(crate) mod verify;
 mod wal;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
@@ -104,8 +112,10 @@ pub enum VaultError {
     NoSlotOfKind,
     #[error("the vault's key derivation parameters exceed the allowed maximum; refusing to derive")]
     ExcessiveWork,
+    /// Stored bytes failed a check; the text says which part (it never
+    /// carries content, a path or a key).
     #[error("the vault is damaged: {0}")]
-    Damaged(String),
+    Damaged(&'static str),
     /// A ref was set back to an older state than this vault has reached
     /// (refused: it would bring back erased keys or removed keyslots).
     #[error("the vault is damaged: {0}")]
@@ -117,7 +127,7 @@ pub enum VaultError {
     #[error("{0}")]
     Refused(String),
     #[error("invalid vault settings: {0}")]
-    Config(String),
+    Config(&'static str),
     #[error(
         "this vault has format {0}, newer than this memvault understands (up to {FORMAT}): upgrade memvault"
     )]
@@ -145,13 +155,6 @@ pub enum VaultError {
 #[derive(Debug)]
 pub struct GitError(git2::Error);
 
-impl GitError {
-    /// libgit2's message, without its class and code.
-    pub fn message(&self) -> &str {
-        self.0.message()
-    }
-}
-
 impl std::fmt::Display for GitError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.0.fmt(f)
@@ -166,8 +169,8 @@ impl From<git2::Error> for VaultError {
     }
 }
 
-pub(crate) fn damaged(what: &str) -> VaultError {
-    VaultError::Damaged(what.to_string())
+pub(crate) fn damaged(what: &'static str) -> VaultError {
+    VaultError::Damaged(what)
 }
 
 impl From<wal::WalError> for VaultError {
@@ -177,9 +180,18 @@ impl From<wal::WalError> for VaultError {
             W::Io(e) => VaultError::Log(e),
             W::Git(e) => e.into(),
             W::TooLarge { .. } => VaultError::Refused(e.to_string()),
-            W::Forged | W::Replayed | W::BadObject | W::NotReady => {
-                VaultError::Damaged(e.to_string())
-            }
+            W::Forged => VaultError::Damaged(
+                "the write-ahead log (memvault/wal) holds an entry that was not written with this vault's key (a log copied from another vault, or a forged entry)",
+            ),
+            W::Replayed => VaultError::Damaged(
+                "the write-ahead log (memvault/wal) holds a record that does not build on the one before it (an earlier record replayed)",
+            ),
+            W::BadObject => VaultError::Damaged(
+                "the write-ahead log (memvault/wal) holds an object that does not match its id",
+            ),
+            W::NotReady => VaultError::Damaged(
+                "the write-ahead log (memvault/wal) cannot take a record before it was read",
+            ),
         }
     }
 }
@@ -190,13 +202,48 @@ impl From<VaultError> for StoreError {
     fn from(e: VaultError) -> Self {
         match e {
             VaultError::Store(e) => e,
-            VaultError::Damaged(what) => StoreError::Damaged(what),
+            VaultError::Damaged(what) => StoreError::Damaged(what.to_string()),
             VaultError::RolledBack(what) => StoreError::Damaged(what.to_string()),
             VaultError::Refused(what) => StoreError::Limit(what),
-            VaultError::Git(e) => StoreError::Unavailable(format!("git: {}", e.message())),
+            VaultError::Git(e) => git_unavailable(&e.0),
             other => StoreError::Unavailable(other.to_string()),
         }
     }
+}
+
+/// Who makes a mutation's log record durable before it is acknowledged.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum SyncBy {
+    /// The handle, right after the mutation (outside the writer lock).
+    #[default]
+    Handle,
+    /// The caller (`serve`'s group commit: [`Vault::take_pending_sync`]).
+    Caller,
+}
+
+/// When a checkpoint that a mutation made due runs.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum CheckpointAt {
+    /// Inside the mutation that filled the log.
+    #[default]
+    InMutation,
+    /// In [`Store::after_reply`], once the reply is out (`serve`).
+    AfterReply,
+}
+
+/// Where one handle's writes to the log stand.
+#[derive(Debug, Default)]
+struct LogState {
+    sync: SyncBy,
+    checkpoints: CheckpointAt,
+    /// A record was appended and is not yet synced.
+    unsynced: bool,
+    /// The log passed its checkpoint size; the checkpoint waits for
+    /// [`Store::after_reply`] (with [`CheckpointAt::AfterReply`]).
+    checkpoint_due: bool,
+    /// This handle appended since its last checkpoint, so it checkpoints
+    /// when it closes (git alone then shows every commit).
+    dirty: bool,
 }
 
 /// The secret a vault is created with.
@@ -228,19 +275,9 @@ pub struct Vault {
     caches: Caches,
     /// The write-ahead log (see [`wal`]).
     wal: Wal,
-    /// A record was appended under the lock and still needs its sync.
-    pending_sync: bool,
-    /// Syncs are left to the caller (see [`Vault::defer_sync`]).
-    defer_sync: bool,
-    /// Run checkpoints in [`Store::after_reply`] instead of inside the
-    /// mutation that filled the log (`serve`).
-    defer_checkpoints: bool,
-    /// The log is over its checkpoint size and a deferred checkpoint is
-    /// due.
-    checkpoint_due: bool,
-    /// This process appended to the log since its last checkpoint (so it
-    /// checkpoints when it closes: git alone then shows every commit).
-    dirty: bool,
+    /// Where this handle's log writes stand, and who syncs and
+    /// checkpoints them.
+    log: LogState,
     /// The name (hex id) of the keyslot this handle was unlocked with.
     unlocked_slot: Option<String>,
 }
@@ -513,11 +550,7 @@ impl Vault {
             lock,
             caches: Caches::default(),
             wal,
-            pending_sync: false,
-            defer_sync: false,
-            defer_checkpoints: false,
-            checkpoint_due: false,
-            dirty: false,
+            log: LogState::default(),
             unlocked_slot: None,
         };
         let mut vault = vault;
@@ -779,18 +812,18 @@ impl Vault {
             .map_err(E::from)
             .and_then(|tip| f(self, tip));
         if self.wal.len().unwrap_or(0) != len_before {
-            self.dirty = true;
+            self.log.dirty = true;
         }
         drop(guard);
         // Group commit: the record was appended and the refs moved under
         // the lock; its sync runs outside it, so the syncs of concurrent
         // writers overlap. Nothing is acknowledged before its own sync.
-        if !self.defer_sync && std::mem::take(&mut self.pending_sync) {
+        if self.log.sync == SyncBy::Handle && std::mem::take(&mut self.log.unsynced) {
             self.wal.sync().map_err(VaultError::NotDurable)?;
         }
         if result.is_ok() && self.wal.len().unwrap_or(0) > wal::CHECKPOINT_BYTES {
-            if self.defer_checkpoints {
-                self.checkpoint_due = true;
+            if self.log.checkpoints == CheckpointAt::AfterReply {
+                self.log.checkpoint_due = true;
             } else {
                 self.checkpoint()?;
             }
@@ -804,7 +837,7 @@ impl Vault {
     /// [`take_pending_sync`](Self::take_pending_sync) and
     /// [`log_sync_handle`](Self::log_sync_handle), before it reports it.
     pub fn defer_sync(&mut self, on: bool) {
-        self.defer_sync = on;
+        self.log.sync = if on { SyncBy::Caller } else { SyncBy::Handle };
     }
 
     /// Whether a mutation appended a log record that still needs its sync
@@ -812,7 +845,7 @@ impl Vault {
     /// caller then makes it durable itself, e.g. with
     /// [`log_sync_handle`](Self::log_sync_handle).
     pub fn take_pending_sync(&mut self) -> bool {
-        std::mem::take(&mut self.pending_sync)
+        std::mem::take(&mut self.log.unsynced)
     }
 
     /// A handle on the write-ahead log file for syncing it outside this
@@ -825,7 +858,11 @@ impl Vault {
     /// so it does not add to that mutation's latency (`serve` does this;
     /// the mutation is durable in the log either way).
     pub fn defer_checkpoints(&mut self, on: bool) {
-        self.defer_checkpoints = on;
+        self.log.checkpoints = if on {
+            CheckpointAt::AfterReply
+        } else {
+            CheckpointAt::InMutation
+        };
     }
 
     /// Under the writer lock: check that the log's tail is what the refs
@@ -848,7 +885,7 @@ impl Vault {
     pub fn checkpoint(&mut self) -> Result<(), VaultError> {
         let _guard = FileLock::exclusive(&self.lock).map_err(VaultError::Lock)?;
         checkpoint_locked(&self.repo, &mut self.wal)?;
-        self.dirty = false;
+        self.log.dirty = false;
         Ok(())
     }
 
@@ -969,13 +1006,7 @@ impl Vault {
             .map(|(id, key)| (id, Some(key)))
             .into_iter()
             .collect();
-        self.publish(
-            parent,
-            new_tree,
-            KeyChange::files(new_keys),
-            &meta,
-            Some(objects),
-        )?;
+        self.publish(parent, new_tree, KeyChange::files(new_keys), &meta, objects)?;
         // For expiry: a write counts as use (no fsync; see `access`).
         let time = meta.time_ms;
         let records: Vec<_> = written
@@ -994,8 +1025,8 @@ impl Vault {
     /// key state that goes with it (see [`keys`]); the record moves both
     /// refs at once. Refused unless the log's tail is `parent` (the caller
     /// holds the writer lock, so no memvault writer can have moved it).
-    /// `objects`: every object `tree` adds to its parent's tree, if the
-    /// caller has them (else they are found by comparing the two trees).
+    /// `objects`: every object `tree` adds to its parent's tree that is not
+    /// yet durable (new blobs and trees, as the caller wrote them).
     /// Durable once the record is synced (see `with_writer_lock`).
     pub(crate) fn publish(
         &mut self,
@@ -1003,7 +1034,7 @@ impl Vault {
         tree: Oid,
         change: KeyChange,
         meta: &CommitMeta,
-        objects: Option<Vec<Object>>,
+        objects: Vec<Object>,
     ) -> Result<Oid, VaultError> {
         let changes_keys = !change.is_empty();
         let result = self.try_publish(parent, tree, change, meta, objects);
@@ -1023,7 +1054,7 @@ impl Vault {
         tree: Oid,
         mut change: KeyChange,
         meta: &CommitMeta,
-        objects: Option<Vec<Object>>,
+        objects: Vec<Object>,
     ) -> Result<Oid, VaultError> {
         if self.wal.tail_target(MAIN_REF) != parent {
             return Err(VaultError::Refused(
@@ -1053,24 +1084,14 @@ impl Vault {
         };
         let tree = self.repo.find_tree(tree)?;
         let commit = write_commit(&self.repo, keys, &tree, parent_commit.as_ref(), &meta)?;
-        {
-            let odb = self.repo.odb()?;
-            record.add_object(&odb, commit)?;
-            match objects {
-                Some(objects) => record.objects.extend(objects),
-                None => {
-                    let mut seen = HashSet::new();
-                    let old_tree = parent_commit.as_ref().map(|c| c.tree_id());
-                    record.add_tree_diff(&odb, &self.repo, tree.id(), old_tree, &mut seen)?;
-                }
-            }
-        }
+        record.add_object(&self.repo.odb()?, commit)?;
+        record.objects.extend(objects);
         record.refs.push((MAIN_REF.to_string(), commit));
         // The record moves the refs: the log's tail is where they point
         // (ref files follow at the next checkpoint). The acknowledgement
         // point is the sync of this record (see `with_writer_lock`).
         self.wal.append(&record)?;
-        self.pending_sync = true;
+        self.log.unsynced = true;
         if let Some(k) = staged {
             self.key_state.published(&self.repo, k);
             if let Some(settings) = &self.key_state.settings {
@@ -1085,10 +1106,24 @@ impl Vault {
         Ok(commit)
     }
 
+    /// Write `edits` over the tree of `base` (a commit; None: the empty
+    /// tree): the new tree's id, with every tree written appended to
+    /// `objects` for the log record. The one tree builder of the vault
+    /// (see [`treeedit`]).
+    pub(crate) fn edit_tree(
+        &self,
+        base: Option<Oid>,
+        edits: &TreeEdits,
+        objects: &mut Vec<Object>,
+    ) -> Result<Oid, VaultError> {
+        let base = self.tree_of(base)?.map(|t| t.id());
+        Ok(edits.write(&self.repo, &self.caches, base, objects)?)
+    }
+
     /// Sync the log now if a record still needs it (for the few steps
     /// that must be durable before the next, inside the writer lock).
     pub(crate) fn sync_now(&mut self) -> Result<(), VaultError> {
-        if std::mem::take(&mut self.pending_sync) {
+        if std::mem::take(&mut self.log.unsynced) {
             self.wal.sync()?;
         }
         Ok(())
@@ -1107,7 +1142,7 @@ impl Vault {
             Some(t) => t.id(),
             None => self.repo.treebuilder(None)?.write()?,
         };
-        self.publish(tip, tree, change, &meta, Some(Vec::new()))
+        self.publish(tip, tree, change, &meta, Vec::new())
     }
 
     /// The metadata prologue every commit shares: operation, time, who.
@@ -1241,12 +1276,12 @@ fn sync_tree(dir: &Path) -> std::io::Result<()> {
 
 /// Write a sealed blob to the object store and keep its bytes for the log
 /// record.
-fn stage_blob(
+pub(crate) fn stage_blob(
     repo: &Repository,
     sealed: Vec<u8>,
     objects: &mut Vec<Object>,
-) -> Result<Oid, StoreError> {
-    let id = repo.blob(&sealed).map_err(ge)?;
+) -> Result<Oid, VaultError> {
+    let id = repo.blob(&sealed)?;
     objects.push(Object {
         kind: git2::ObjectType::Blob,
         id,
@@ -1256,7 +1291,17 @@ fn stage_blob(
 }
 
 fn ge(e: git2::Error) -> StoreError {
-    StoreError::Unavailable(format!("git: {}", e.message()))
+    git_unavailable(&e)
+}
+
+/// A libgit2 failure as a tool result says it: its class and code, not
+/// libgit2's message (which can name files of the vault directory).
+fn git_unavailable(e: &git2::Error) -> StoreError {
+    StoreError::Unavailable(format!(
+        "the git object store failed ({:?}, {:?}); run `memvault verify`",
+        e.class(),
+        e.code()
+    ))
 }
 
 /// A `flock` held while the guard lives: the one lock type of the vault,
@@ -1334,8 +1379,9 @@ fn read_format(dir: &Path) -> Result<u32, VaultError> {
 fn load_config(dir: &Path) -> Result<VaultConfig, VaultError> {
     let path = dir.join(CONFIG_FILE);
     let config = match fsx::read(&path) {
-        Ok(bytes) => serde_json::from_slice::<VaultConfig>(&bytes)
-            .map_err(|e| VaultError::Config(e.to_string()))?,
+        Ok(bytes) => serde_json::from_slice::<VaultConfig>(&bytes).map_err(|_| {
+            VaultError::Config("memvault/config.json does not parse as vault settings")
+        })?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => VaultConfig::default(),
         Err(e) => return Err(e.into()),
     };
@@ -1369,7 +1415,7 @@ impl Drop for Vault {
     /// A clean close checkpoints what this process logged, so that git
     /// alone (without the log) shows every commit.
     fn drop(&mut self) {
-        if self.dirty {
+        if self.log.dirty {
             let _ = self.checkpoint();
         }
     }
@@ -1402,7 +1448,7 @@ impl Store for Vault {
     }
 
     fn after_reply(&mut self) {
-        if std::mem::take(&mut self.checkpoint_due)
+        if std::mem::take(&mut self.log.checkpoint_due)
             && let Err(e) = self.checkpoint()
         {
             // Nothing is lost: the log still holds every record, and the

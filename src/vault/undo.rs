@@ -17,9 +17,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use git2::{FileMode, ObjectType, Oid};
+use git2::{ObjectType, Oid};
 
-use super::{KeyChange, Rev, Vault, VaultError, damaged, meta::META_VERSION, now_ms};
+use super::treeedit::TreeEdits;
+use super::{KeyChange, Rev, Vault, VaultError, damaged};
 use crate::crypto;
 use crate::memory::MemoryPath;
 use crate::vault::CommitMeta;
@@ -272,54 +273,46 @@ impl Vault {
             }
         }
 
-        let mut update = git2::build::TreeUpdateBuilder::new();
+        // The blobs put back are old ones, already durable: the record
+        // needs only the new trees.
+        let mut update = TreeEdits::default();
         for (git_path, _, desired) in &edits {
             match desired {
-                Some(blob) => update.upsert(git_path.as_str(), *blob, FileMode::Blob),
+                Some(blob) => update.upsert(git_path.as_str(), *blob),
                 None => update.remove(git_path.as_str()),
             };
         }
-        let base = match &tip_tree {
-            Some(t) => t.clone(),
-            None => self.repo.find_tree(self.repo.treebuilder(None)?.write()?)?,
-        };
-        let tree = update.create_updated(&self.repo, &base)?;
-        drop(base);
         drop(tip_tree);
-        let attribution = self.attribution.clone();
+        let mut objects = Vec::new();
+        let tree = self.edit_tree(Some(tip), &update, &mut objects)?;
+        let op = match target {
+            UndoTarget::Restore { .. } => "restore",
+            _ => "revert",
+        };
         let mut meta = CommitMeta {
-            v: META_VERSION,
-            time_ms: now_ms(),
-            session: attribution.session,
-            actor: attribution.actor,
             files: edits
                 .iter()
                 .map(|(_, p, _)| p.as_str().to_string())
                 .collect(),
             undoes,
-            ..Default::default()
+            ..self.new_meta(op)
         };
         match target {
             UndoTarget::Commit(c) => {
-                meta.op = "revert".into();
                 let undone = self.meta_of(c.oid())?;
                 meta.path = undone.path;
                 meta.new_path = undone.new_path;
             }
             UndoTarget::Session(s) => {
-                meta.op = "revert".into();
                 meta.undone_session = Some(s.clone());
             }
             UndoTarget::Restore { path, at } => {
-                meta.op = "restore".into();
                 meta.path = Some(path.as_str().to_string());
                 meta.at = Some(at.to_string());
             }
         }
         let changed = edits.into_iter().map(|(_, p, _)| p).collect();
-        let commit = self
-            .publish(Some(tip), tree, KeyChange::default(), &meta, None)
-            .map_err(|e| VaultError::Refused(e.to_string()))?;
+        let commit = self.publish(Some(tip), tree, KeyChange::default(), &meta, objects)?;
         Ok(UndoOutcome::Done {
             commit: Rev::from_oid(commit),
             changed,
