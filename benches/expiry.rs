@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use memvault::crypto::{KeyFileKey, Unlock};
 use memvault::memory::{MemoryPath, Outcome, Snapshot, Store, StoreError, ToolResult};
-use memvault::vault::bulk::ImportFile;
+use memvault::vault::ImportFile;
 use memvault::vault::{Attribution, InitSecret, Vault, VaultConfig};
 use serde_json::json;
 use zeroize::Zeroizing;

@@ -415,34 +415,8 @@ fn gc_ratio(dir: &Path, key: &KeyFileKey) {
     let t = Instant::now();
     let r = v.gc().unwrap();
     let gc_time = t.elapsed();
-    let (blobs, commits) = {
-        let repo = v.repo();
-        let odb = repo.odb().unwrap();
-        let mut blobs = 0u64;
-        let mut walk = repo.revwalk().unwrap();
-        walk.push_ref("refs/heads/main").unwrap();
-        let mut seen = std::collections::HashSet::new();
-        let mut trees = std::collections::HashSet::new();
-        let mut commits = 0;
-        for c in walk {
-            commits += 1;
-            let tree = repo.find_commit(c.unwrap()).unwrap().tree().unwrap();
-            if !trees.insert(tree.id()) {
-                continue;
-            }
-            tree.walk(git2::TreeWalkMode::PreOrder, |_, e| {
-                if e.kind() == Some(git2::ObjectType::Tree) && !trees.insert(e.id()) {
-                    return git2::TreeWalkResult::Skip;
-                }
-                if e.kind() == Some(git2::ObjectType::Blob) && seen.insert(e.id()) {
-                    blobs += odb.read_header(e.id()).unwrap().0 as u64;
-                }
-                git2::TreeWalkResult::Ok
-            })
-            .unwrap();
-        }
-        (blobs, commits)
-    };
+    let blobs = v.reachable_blob_bytes().unwrap();
+    let commits = v.history().unwrap().len();
     println!(
         "gc: {} objects, {} commits, {:.1} s; objects/ {} bytes for {} bytes of distinct blobs ({:.2}x)",
         r.objects,

@@ -11,7 +11,8 @@
 //!   (no git, no crypto, no files), with an in-memory store for tests;
 //! - [`crypto`]: keys, keyslots, blob and name encryption (the only user of
 //!   the AEAD, SIV, KDF crates);
-//! - [`vault`]: the encrypted git store (the only user of git2);
+//! - [`vault`]: the encrypted git store (the only user of git2: its API
+//!   names commits as [`vault::Rev`] and shows no git2 type);
 //! - [`redact`]: the secret filter (the only place that compiles regexes);
 //! - [`protocol`] and `cli`: JSON-lines framing and the command line.
 //!

@@ -5,13 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 
-use git2::Oid;
 use serde_json::json;
 
 use super::history::rfc3339;
 use super::{CliError, Global, memory_for, new_session_id, open_vault};
 use crate::memory::{MemoryPath, NodeKind, Snapshot, Store};
-use crate::vault::{Attribution, CommitMeta, UndoOutcome, UndoTarget, Vault, VaultError};
+use crate::vault::{Attribution, CommitMeta, Rev, UndoOutcome, UndoTarget, Vault, VaultError};
 
 fn reader() -> Attribution {
     Attribution {
@@ -29,10 +28,6 @@ fn usage(message: impl Into<String>) -> CliError {
 
 fn parse_path(p: &str) -> Result<MemoryPath, CliError> {
     MemoryPath::parse(p).map_err(|e| usage(e.to_string()))
-}
-
-fn short(id: Oid) -> String {
-    id.to_string()[..12].to_string()
 }
 
 fn not_a_rev(e: VaultError) -> CliError {
@@ -54,11 +49,10 @@ pub struct ShowArgs {
 }
 
 /// `memvault show REV [PATH]`.
-pub fn show(global: &Global, args: &ShowArgs) -> Result<u8, CliError> {
+pub fn show(global: &Global, args: &ShowArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let mut vault = open_vault(global, reader())?;
     let rev = vault.resolve_rev(&args.rev).map_err(not_a_rev)?;
     let path = parse_path(args.path.as_deref().unwrap_or("/memories"))?;
-    let mut out = std::io::stdout().lock();
     if args.raw {
         let snap = vault.snapshot_at(Some(rev))?;
         match snap.kind(&path).map_err(store_err)? {
@@ -72,14 +66,14 @@ pub fn show(global: &Global, args: &ShowArgs) -> Result<u8, CliError> {
                 return Err(CliError::failure(format!(
                     "{} was a directory at {}; --raw prints files only",
                     path.as_str(),
-                    short(rev)
+                    rev.short()
                 )));
             }
             None => {
                 return Err(CliError::failure(format!(
                     "{} did not exist at {}",
                     path.as_str(),
-                    short(rev)
+                    rev.short()
                 )));
             }
         }
@@ -110,7 +104,7 @@ pub struct DiffArgs {
 }
 
 /// `memvault diff REV [REV2] [PATH]`: a unified diff of decrypted content.
-pub fn diff(global: &Global, args: &DiffArgs) -> Result<u8, CliError> {
+pub fn diff(global: &Global, args: &DiffArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let mut vault = open_vault(global, reader())?;
     let mut rev2 = None;
     let mut path = None;
@@ -132,7 +126,6 @@ pub fn diff(global: &Global, args: &DiffArgs) -> Result<u8, CliError> {
         None => (vault.parent_of(rev)?, Some(rev)),
     };
     let text = diff_text(&vault, old, new, path.as_ref())?;
-    let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;
     out.flush()?;
     Ok(0)
@@ -141,14 +134,14 @@ pub fn diff(global: &Global, args: &DiffArgs) -> Result<u8, CliError> {
 /// The unified diff between the trees of two commits (None: empty tree).
 pub fn diff_text(
     vault: &Vault,
-    old: Option<Oid>,
-    new: Option<Oid>,
+    old: Option<Rev>,
+    new: Option<Rev>,
     under: Option<&MemoryPath>,
 ) -> Result<String, CliError> {
     let changes = vault.changed_files(old, new, under)?;
     let old_snap = vault.snapshot_at(old)?;
     let new_snap = vault.snapshot_at(new)?;
-    let label = |id: Option<Oid>| id.map_or("(empty)".to_string(), short);
+    let label = |id: Option<Rev>| id.map_or_else(|| "(empty)".to_string(), |r| r.short());
     let mut out = String::new();
     let mut sorted = changes;
     sorted.sort_by(|a, b| a.path.as_str().cmp(b.path.as_str()));
@@ -165,8 +158,8 @@ pub fn diff_text(
                 Err(e) => Err(store_err(e)),
             }
         };
-        let a = read(&old_snap, c.old.is_some())?;
-        let b = read(&new_snap, c.new.is_some())?;
+        let a = read(&old_snap, c.existed_before())?;
+        let b = read(&new_snap, c.exists_after())?;
         let a_name = if a.is_some() {
             format!("a{} ({})", c.path.as_str(), label(old))
         } else {
@@ -249,7 +242,7 @@ fn undoer(actor: &str) -> Result<Attribution, CliError> {
 }
 
 /// `memvault revert REV` / `memvault revert --session ID`.
-pub fn revert(global: &Global, args: &RevertArgs) -> Result<u8, CliError> {
+pub fn revert(global: &Global, args: &RevertArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let mut vault = open_vault(global, undoer(&args.actor)?)?;
     let target = match (&args.rev, &args.session) {
         (Some(rev), None) => UndoTarget::Commit(vault.resolve_rev(rev).map_err(not_a_rev)?),
@@ -264,24 +257,25 @@ pub fn revert(global: &Global, args: &RevertArgs) -> Result<u8, CliError> {
         ));
     }
     let what = match &target {
-        UndoTarget::Commit(c) => format!("revision {}", short(*c)),
+        UndoTarget::Commit(c) => format!("revision {}", c.short()),
         UndoTarget::Session(s) => format!("session {s}"),
         UndoTarget::Restore { .. } => unreachable!(),
     };
-    finish_undo(&mut vault, target, args.force, &what)
+    finish_undo(&mut vault, target, args.force, &what, out)
 }
 
 /// `memvault restore PATH --at REV`.
-pub fn restore(global: &Global, args: &RestoreArgs) -> Result<u8, CliError> {
+pub fn restore(global: &Global, args: &RestoreArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let mut vault = open_vault(global, undoer(&args.actor)?)?;
     let path = parse_path(&args.path)?;
     let at = vault.resolve_rev(&args.at).map_err(not_a_rev)?;
-    let what = format!("{} as at {}", path.as_str(), short(at));
+    let what = format!("{} as at {}", path.as_str(), at.short());
     finish_undo(
         &mut vault,
         UndoTarget::Restore { path, at },
         args.force,
         &what,
+        out,
     )
 }
 
@@ -290,12 +284,12 @@ fn finish_undo(
     target: UndoTarget,
     force: bool,
     what: &str,
+    out: &mut dyn Write,
 ) -> Result<u8, CliError> {
     let outcome = vault.undo(target, force).map_err(|e| match e {
         VaultError::Refused(m) => CliError::failure(format!("nothing was changed: {m}")),
         other => other.into(),
     })?;
-    let mut out = std::io::stdout().lock();
     match outcome {
         UndoOutcome::Done {
             commit,
@@ -306,7 +300,7 @@ fn finish_undo(
             writeln!(
                 out,
                 "undid {what} as revision {} ({} file{} changed)",
-                short(commit),
+                commit.short(),
                 changed.len(),
                 if changed.len() == 1 { "" } else { "s" }
             )?;
@@ -348,7 +342,7 @@ fn finish_undo(
                         .commit_meta(c.rev)
                         .map(|m| m.op)
                         .unwrap_or_else(|_| "?".into());
-                    msg.push_str(&format!("\n  {} {op} {}", short(c.rev), c.path.as_str()));
+                    msg.push_str(&format!("\n  {} {op} {}", c.rev.short(), c.path.as_str()));
                 }
             }
             if !blocked.is_empty() {
@@ -379,7 +373,7 @@ struct SessionAgg {
 }
 
 /// `memvault sessions`: one line per session, most recent first.
-pub fn sessions(global: &Global, args: &SessionsArgs) -> Result<u8, CliError> {
+pub fn sessions(global: &Global, args: &SessionsArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let mut vault = open_vault(global, reader())?;
     let mut agg: BTreeMap<String, SessionAgg> = BTreeMap::new();
     for item in vault.walk()? {
@@ -397,7 +391,6 @@ pub fn sessions(global: &Global, args: &SessionsArgs) -> Result<u8, CliError> {
     }
     let mut rows: Vec<(String, SessionAgg)> = agg.into_iter().collect();
     rows.sort_by(|a, b| b.1.last.cmp(&a.1.last).then(a.0.cmp(&b.0)));
-    let mut out = std::io::stdout().lock();
     for (id, a) in rows {
         let actors: Vec<&str> = a.actors.iter().map(String::as_str).collect();
         if args.json {
@@ -442,10 +435,9 @@ pub struct ResumeArgs {
 }
 
 /// `memvault resume`: print the briefing.
-pub fn resume(global: &Global, args: &ResumeArgs) -> Result<u8, CliError> {
+pub fn resume(global: &Global, args: &ResumeArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let mut vault = open_vault(global, reader())?;
     let text = briefing(&mut vault, args.session.as_deref())?;
-    let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;
     out.flush()?;
     Ok(0)
@@ -534,8 +526,7 @@ pub struct VerifyArgs {
 }
 
 /// `memvault verify`: exit 0 only when all is well.
-pub fn verify(global: &Global, args: &VerifyArgs) -> Result<u8, CliError> {
-    let mut out = std::io::stdout().lock();
+pub fn verify(global: &Global, args: &VerifyArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let mut vault = match open_vault(global, reader()) {
         Ok(v) => v,
         Err(e) if e.message.contains("damaged") => {

@@ -53,10 +53,15 @@ fn pointer(current: &Value, key: &str) -> Result<String, CliError> {
     Ok(ptr)
 }
 
-pub fn run(global: &Global, cmd: &ConfigCommand) -> Result<u8, CliError> {
+pub fn run(
+    global: &Global,
+    cmd: &ConfigCommand,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<u8, CliError> {
     match cmd {
-        ConfigCommand::Get { key } => get(global, key.as_deref()),
-        ConfigCommand::Set { key, value, actor } => set(global, key, value, actor),
+        ConfigCommand::Get { key } => get(global, key.as_deref(), out),
+        ConfigCommand::Set { key, value, actor } => set(global, key, value, actor, err),
     }
 }
 
@@ -64,7 +69,7 @@ fn as_json(config: &VaultConfig) -> Value {
     serde_json::to_value(config).expect("settings serialise")
 }
 
-fn get(global: &Global, key: Option<&str>) -> Result<u8, CliError> {
+fn get(global: &Global, key: Option<&str>, out: &mut dyn Write) -> Result<u8, CliError> {
     let who = Attribution {
         session: new_session_id(),
         actor: "operator".into(),
@@ -78,13 +83,19 @@ fn get(global: &Global, key: Option<&str>) -> Result<u8, CliError> {
             .cloned()
             .unwrap_or(Value::Null),
     };
-    let mut out = std::io::stdout().lock();
     let text = serde_json::to_string_pretty(&shown).expect("JSON serialises");
     writeln!(out, "{text}")?;
+    out.flush()?;
     Ok(0)
 }
 
-fn set(global: &Global, key: &str, value: &str, actor: &str) -> Result<u8, CliError> {
+fn set(
+    global: &Global,
+    key: &str,
+    value: &str,
+    actor: &str,
+    err: &mut dyn Write,
+) -> Result<u8, CliError> {
     if actor.is_empty() || actor.len() > 128 || actor.chars().any(char::is_control) {
         return Err(usage("an actor name is 1 to 128 printable characters"));
     }
@@ -109,12 +120,16 @@ fn set(global: &Global, key: &str, value: &str, actor: &str) -> Result<u8, CliEr
     // The filter must build with the new rules (custom regexes, ids).
     memory_for(&config)?;
     if &config == vault.config() {
-        eprintln!("memvault: {key} already has that value; nothing was changed");
+        writeln!(
+            err,
+            "memvault: {key} already has that value; nothing was changed"
+        )?;
         return Ok(0);
     }
     vault.set_config(config, vec![format!("setting {key}")])?;
-    eprintln!(
+    writeln!(
+        err,
         "memvault: set {key} (a `config` commit in history); restart running `serve`/`mcp` processes to use it"
-    );
+    )?;
     Ok(0)
 }

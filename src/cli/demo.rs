@@ -8,7 +8,7 @@
 //! fails if any is found.
 
 use std::fs;
-use std::io::Write as _;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
@@ -91,7 +91,7 @@ const MARKERS: &[&str] = &[
     "/memories",
 ];
 
-pub fn run(keep: Option<&Path>) -> Result<u8, CliError> {
+pub fn run(keep: Option<&Path>, out: &mut dyn Write) -> Result<u8, CliError> {
     let (dir, temp) = match keep {
         Some(d) => (d.to_path_buf(), false),
         None => (
@@ -102,14 +102,14 @@ pub fn run(keep: Option<&Path>) -> Result<u8, CliError> {
             true,
         ),
     };
-    let result = run_in(&dir);
+    let result = run_in(&dir, out);
     if temp {
         let _ = fs::remove_dir_all(&dir);
     }
     result
 }
 
-fn run_in(dir: &Path) -> Result<u8, CliError> {
+fn run_in(dir: &Path, out: &mut dyn Write) -> Result<u8, CliError> {
     let session = super::new_session_id();
     let attribution = Attribution {
         session: session.clone(),
@@ -122,7 +122,6 @@ fn run_in(dir: &Path) -> Result<u8, CliError> {
         attribution,
     )?;
     let memory = memory_for(vault.config())?;
-    let mut out = std::io::stdout().lock();
     writeln!(
         out,
         "memvault demo: a customer-service agent's memory session"
@@ -153,7 +152,7 @@ fn run_in(dir: &Path) -> Result<u8, CliError> {
             }
         }
     }
-    let commits = vault.log()?.len();
+    let commits = vault.history()?.len();
     drop(vault);
     writeln!(out)?;
     let scan = scan_for_plaintext(dir, MARKERS)?;
@@ -222,20 +221,11 @@ pub fn scan_for_plaintext(dir: &Path, markers: &[&str]) -> Result<Scan, CliError
             }
         }
     }
-    let repo = git2::Repository::open_bare(dir).map_err(|e| CliError::failure(e.to_string()))?;
-    let odb = repo.odb().map_err(|e| CliError::failure(e.to_string()))?;
-    let mut ids = Vec::new();
-    odb.foreach(|id| {
-        ids.push(*id);
-        true
-    })
-    .map_err(|e| CliError::failure(e.to_string()))?;
-    for id in ids {
-        let obj = odb.read(id).map_err(|e| CliError::failure(e.to_string()))?;
-        scan.objects += 1;
-        if markers.iter().any(|m| contains(obj.data(), m.as_bytes())) {
-            scan.found.push(format!("git object {id}"));
-        }
+    let needles: Vec<&[u8]> = markers.iter().map(|m| m.as_bytes()).collect();
+    let objects = crate::vault::inspect::objects_containing(dir, &needles)?;
+    scan.objects = objects.objects;
+    for id in objects.found {
+        scan.found.push(format!("git object {id}"));
     }
     Ok(scan)
 }

@@ -59,7 +59,7 @@ pub fn period_ms(vault: &Vault, older_than: Option<&str>) -> Result<u64, CliErro
 }
 
 /// `memvault expire`.
-pub fn expire(global: &Global, args: &ExpireArgs) -> Result<u8, CliError> {
+pub fn expire(global: &Global, args: &ExpireArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     if let Some(s) = &args.older_than {
         parse_duration_ms(s).ok_or_else(|| {
             usage(format!(
@@ -70,7 +70,6 @@ pub fn expire(global: &Global, args: &ExpireArgs) -> Result<u8, CliError> {
     let mut vault = open_vault(global, sweeper("expiry")?)?;
     let period = period_ms(&vault, args.older_than.as_deref())?;
     let report = vault.expire(period, args.dry_run).map_err(refused)?;
-    let mut out = std::io::stdout().lock();
     let when = |t: Option<u64>| t.map(rfc3339);
     if args.json {
         for e in &report.expired {
@@ -116,7 +115,7 @@ pub fn expire(global: &Global, args: &ExpireArgs) -> Result<u8, CliError> {
                 "{} file{} expired as revision {}, {} key{} destroyed; {} kept",
                 report.expired.len(),
                 if report.expired.len() == 1 { "" } else { "s" },
-                &c.to_string()[..12],
+                c.short(),
                 report.erased_keys,
                 if report.erased_keys == 1 { "" } else { "s" },
                 report.kept
@@ -156,11 +155,10 @@ pub struct PurgeArgs {
 }
 
 /// `memvault purge PATH`.
-pub fn purge(global: &Global, args: &PurgeArgs) -> Result<u8, CliError> {
+pub fn purge(global: &Global, args: &PurgeArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let path = MemoryPath::parse(&args.path).map_err(|e| usage(e.to_string()))?;
     let mut vault = open_vault(global, sweeper(&args.actor)?)?;
     let report = vault.purge(&path, args.keep_current).map_err(refused)?;
-    let mut out = std::io::stdout().lock();
     for p in &report.removed {
         writeln!(out, "removed  {}", p.as_str())?;
     }
@@ -175,7 +173,7 @@ pub fn purge(global: &Global, args: &PurgeArgs) -> Result<u8, CliError> {
         path.as_str(),
         report
             .commit
-            .map(|c| format!(" (tombstone revision {})", &c.to_string()[..12]))
+            .map(|c| format!(" (tombstone revision {})", c.short()))
             .unwrap_or_default()
     )?;
     out.flush()?;

@@ -139,7 +139,7 @@ pub fn rfc3339(ms: u64) -> String {
     )
 }
 
-pub fn run(global: &Global, args: &HistoryArgs) -> Result<u8, CliError> {
+pub fn run(global: &Global, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let who = Attribution {
         session: "history".into(),
         actor: "memvault".into(),
@@ -182,7 +182,6 @@ pub fn run(global: &Global, args: &HistoryArgs) -> Result<u8, CliError> {
     // The names the path had, followed back across renames.
     let mut names: Vec<String> = path.into_iter().collect();
     let filtering_path = !names.is_empty();
-    let mut out = std::io::stdout().lock();
     let mut shown = 0usize;
     for item in vault.walk()? {
         let (id, meta) = item?;
@@ -234,7 +233,7 @@ pub fn run(global: &Global, args: &HistoryArgs) -> Result<u8, CliError> {
         }
         let mut line = format!(
             "{}  {}  {}  {}  {}",
-            &rev[..12],
+            id.short(),
             rfc3339(meta.time_ms),
             meta.session,
             meta.actor,

@@ -7,7 +7,7 @@
 //! or `--new-key-file FILE` for `key add`. No secret is ever printed.
 
 use std::fs;
-use std::io::{self, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
@@ -15,8 +15,7 @@ use zeroize::Zeroizing;
 
 use super::{CliError, Global, Secret, source, vault_dir};
 use crate::crypto::{KdfParams, Passphrase, SlotKind, Unlock};
-use crate::vault::slots::NewSlot;
-use crate::vault::{Attribution, Vault, VaultError};
+use crate::vault::{Attribution, NewSlot, Vault, VaultError};
 
 #[derive(Args, Debug, Clone)]
 pub struct KdfArgs {
@@ -180,33 +179,40 @@ fn new_passphrase(file: Option<&PathBuf>) -> Result<Passphrase, CliError> {
     Ok(pass)
 }
 
-pub fn passwd(global: &Global, args: &PasswdArgs) -> Result<u8, CliError> {
+pub fn passwd(global: &Global, args: &PasswdArgs, err: &mut dyn Write) -> Result<u8, CliError> {
     let params = args.kdf.params()?;
     let (mut vault, _secret) = open(global)?;
     let new = new_passphrase(args.new_passphrase_file.as_ref())?;
     let id = vault.change_passphrase(args.slot.as_deref(), &new, params)?;
-    eprintln!(
+    writeln!(
+        err,
         "memvault: passphrase changed; the old passphrase no longer opens this vault (new slot {id}). Old key-state objects stay on disk until `memvault gc`."
-    );
+    )?;
     Ok(0)
 }
 
-pub fn key(global: &Global, cmd: &KeyCommand) -> Result<u8, CliError> {
+pub fn key(
+    global: &Global,
+    cmd: &KeyCommand,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<u8, CliError> {
     match cmd {
-        KeyCommand::Add(args) => add(global, args),
-        KeyCommand::List => list(global),
+        KeyCommand::Add(args) => add(global, args, err),
+        KeyCommand::List => list(global, out),
         KeyCommand::Remove { id, force } => {
             let (mut vault, _secret) = open(global)?;
             vault.remove_slot(id, *force)?;
-            eprintln!(
+            writeln!(
+                err,
                 "memvault: removed keyslot {id}; its secret no longer opens this vault (the replaced key state stays on disk until `memvault gc`, and in any copy made before)"
-            );
+            )?;
             Ok(0)
         }
     }
 }
 
-fn add(global: &Global, args: &KeyAddArgs) -> Result<u8, CliError> {
+fn add(global: &Global, args: &KeyAddArgs, err: &mut dyn Write) -> Result<u8, CliError> {
     let (mut vault, _secret) = open(global)?;
     let id = if let Some(path) = &args.new_key_file {
         let probe = super::SecretSource {
@@ -222,13 +228,12 @@ fn add(global: &Global, args: &KeyAddArgs) -> Result<u8, CliError> {
         let pass = new_passphrase(args.new_passphrase_file.as_ref())?;
         vault.add_slot(&NewSlot::Passphrase(&pass, params))?
     };
-    eprintln!("memvault: added keyslot {id}");
+    writeln!(err, "memvault: added keyslot {id}")?;
     Ok(0)
 }
 
-fn list(global: &Global) -> Result<u8, CliError> {
+fn list(global: &Global, out: &mut dyn Write) -> Result<u8, CliError> {
     let (vault, _secret) = open(global)?;
-    let mut out = io::stdout().lock();
     for slot in vault.slots()? {
         let kind = match slot.kind {
             SlotKind::KeyFile => "key-file".to_string(),
@@ -248,15 +253,20 @@ fn list(global: &Global) -> Result<u8, CliError> {
     Ok(0)
 }
 
-pub fn rekey(global: &Global, args: &RekeyArgs) -> Result<u8, CliError> {
+pub fn rekey(global: &Global, args: &RekeyArgs, err: &mut dyn Write) -> Result<u8, CliError> {
     let (mut vault, secret) = open(global)?;
     let report = vault.rekey(&unlock_of(&secret), args.drop_other_slots)?;
     if !report.dropped.is_empty() {
-        eprintln!("memvault: removed keyslot(s) {}", report.dropped.join(", "));
+        writeln!(
+            err,
+            "memvault: removed keyslot(s) {}",
+            report.dropped.join(", ")
+        )?;
     }
-    eprintln!(
+    writeln!(
+        err,
         "memvault: new writes use key epoch {} (slot {}). Older history was not re-encrypted and stays readable to anyone holding an older key; run `memvault gc` to drop the old key state from disk.",
         report.epoch, report.slot
-    );
+    )?;
     Ok(0)
 }

@@ -1,6 +1,10 @@
 //! The `memvault` command line: clap types and one thin handler per
 //! subcommand. Results go to stdout, diagnostics to stderr; exit status 0
 //! on success, 1 on failure, 2 on a usage error.
+//!
+//! Handlers write to the `out` and `err` sinks they are given (gitoxide
+//! style): `run` locks stdout and stderr once and passes them, tests pass
+//! buffers (see `tests.rs`). `serve` and `mcp` own their protocol streams.
 
 mod audit;
 mod config;
@@ -10,6 +14,8 @@ mod history;
 mod keys;
 mod mcp;
 mod serve;
+#[cfg(test)]
+mod tests;
 mod transfer;
 mod unlock;
 
@@ -24,17 +30,17 @@ use crate::memory::Memory;
 use crate::protocol;
 use crate::redact::{Mode, Redactor};
 use crate::vault::{Attribution, InitSecret, Vault, VaultConfig, VaultError};
-pub use unlock::{Secret, SecretSource};
+pub(crate) use unlock::{Secret, SecretSource};
 
 /// A failure with the sentence a person needs, and its exit status.
 #[derive(Debug)]
-pub struct CliError {
+pub(crate) struct CliError {
     pub message: String,
     pub code: u8,
 }
 
 impl CliError {
-    pub fn failure(message: impl Into<String>) -> Self {
+    pub(crate) fn failure(message: impl Into<String>) -> Self {
         CliError {
             message: message.into(),
             code: 1,
@@ -155,7 +161,7 @@ fn io_error(e: &io::Error) -> CliError {
     about = "Encrypted, git-versioned storage for Claude's memory tool",
     long_about = None
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(flatten)]
     pub global: Global,
     #[command(subcommand)]
@@ -163,7 +169,7 @@ pub struct Cli {
 }
 
 #[derive(Args, Debug, Clone)]
-pub struct Global {
+pub(crate) struct Global {
     /// The vault directory [default: $MEMVAULT_DIR, else ~/.local/share/memvault/vault]
     #[arg(long, global = true, value_name = "DIR")]
     pub vault: Option<PathBuf>,
@@ -176,7 +182,7 @@ pub struct Global {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {
+pub(crate) enum Command {
     /// Create a new vault
     Init(InitArgs),
     /// Write a new random key file (mode 0600; never overwrites)
@@ -249,7 +255,7 @@ pub enum Command {
 }
 
 #[derive(Args, Debug)]
-pub struct InitArgs {
+pub(crate) struct InitArgs {
     /// Argon2id memory in KiB for a passphrase slot
     #[arg(long, default_value_t = KdfParams::DEFAULT.m_kib, value_name = "KIB")]
     pub argon2_memory: u32,
@@ -265,7 +271,7 @@ pub struct InitArgs {
 }
 
 #[derive(Args, Debug, Clone)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     #[command(flatten)]
     pub session: SessionArgs,
     /// Before serving, write the `memvault resume` briefing to stderr as one
@@ -279,7 +285,7 @@ pub struct ServeArgs {
 }
 
 #[derive(Args, Debug, Clone)]
-pub struct SessionArgs {
+pub(crate) struct SessionArgs {
     /// Session id stored with every change [default: a new random id]
     #[arg(long, env = "MEMVAULT_SESSION", value_name = "ID")]
     pub session: Option<String>,
@@ -295,7 +301,7 @@ pub struct SessionArgs {
 
 impl SessionArgs {
     /// The attribution, with a generated session id when none was given.
-    pub fn attribution_quiet(&self) -> Result<Attribution, CliError> {
+    pub(crate) fn attribution_quiet(&self) -> Result<Attribution, CliError> {
         self.attribution(false)
     }
 
@@ -389,7 +395,7 @@ pub(crate) fn describe_io(e: &io::Error) -> String {
 }
 
 /// A new random session id.
-pub fn new_session_id() -> String {
+pub(crate) fn new_session_id() -> String {
     format!(
         "s-{}",
         data_encoding::HEXLOWER.encode(&crate::crypto::random_bytes::<8>())
@@ -398,7 +404,7 @@ pub fn new_session_id() -> String {
 
 /// The vault directory: `--vault`, else `$MEMVAULT_DIR`, else the per-user
 /// data directory.
-pub fn vault_dir(global: &Global) -> Result<PathBuf, CliError> {
+pub(crate) fn vault_dir(global: &Global) -> Result<PathBuf, CliError> {
     if let Some(v) = &global.vault {
         return Ok(v.clone());
     }
@@ -431,7 +437,7 @@ fn no_core_dumps() {
 }
 
 /// Open and unlock the vault named by the global options.
-pub fn open_vault(global: &Global, attribution: Attribution) -> Result<Vault, CliError> {
+pub(crate) fn open_vault(global: &Global, attribution: Attribution) -> Result<Vault, CliError> {
     let dir = vault_dir(global)?;
     match std::fs::metadata(&dir) {
         Ok(_) => {}
@@ -457,7 +463,7 @@ pub fn open_vault(global: &Global, attribution: Attribution) -> Result<Vault, Cl
 }
 
 /// Build the command executor for a vault's settings.
-pub fn memory_for(config: &VaultConfig) -> Result<Memory, CliError> {
+pub(crate) fn memory_for(config: &VaultConfig) -> Result<Memory, CliError> {
     let redactor = Redactor::new(&config.redaction).map_err(|e| {
         CliError::failure(format!(
             "invalid redaction settings: {e} (change them with `memvault config set`)"
@@ -486,35 +492,58 @@ pub fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<u8, CliError> {
-    match cli.command {
-        Command::Init(args) => init(&cli.global, &args),
-        Command::Keygen { file } => keygen(&file),
-        Command::Serve(args) => serve(&cli.global, &args),
-        Command::Mcp(session) => mcp::run(&cli.global, &session),
-        Command::Exec { session, json } => exec(&cli.global, &session, json),
-        Command::Demo { keep } => demo::run(keep.as_deref()),
-        Command::History(args) => history::run(&cli.global, &args),
-        Command::Gc => gc(&cli.global),
-        Command::Show(args) => audit::show(&cli.global, &args),
-        Command::Diff(args) => audit::diff(&cli.global, &args),
-        Command::Revert(args) => audit::revert(&cli.global, &args),
-        Command::Restore(args) => audit::restore(&cli.global, &args),
-        Command::Sessions(args) => audit::sessions(&cli.global, &args),
-        Command::Resume(args) => audit::resume(&cli.global, &args),
-        Command::Verify(args) => audit::verify(&cli.global, &args),
-        Command::Expire(args) => expiry::expire(&cli.global, &args),
-        Command::Import(args) => transfer::import(&cli.global, &args),
-        Command::Export(args) => transfer::export(&cli.global, &args),
-        Command::Purge(args) => expiry::purge(&cli.global, &args),
-        Command::Passwd(args) => keys::passwd(&cli.global, &args),
-        Command::Key(cmd) => keys::key(&cli.global, &cmd),
-        Command::Rekey(args) => keys::rekey(&cli.global, &args),
-        Command::Config(cmd) => config::run(&cli.global, &cmd),
-        Command::Redact { file, report } => redact(file.as_deref(), report),
+    let global = &cli.global;
+    match &cli.command {
+        // The protocol servers own stdin and stdout, and their threads
+        // write diagnostics to stderr: no lock is held for them.
+        Command::Serve(args) => serve(global, args),
+        Command::Mcp(session) => mcp::run(global, session),
+        command => {
+            let (stdout, stderr) = (io::stdout(), io::stderr());
+            let (mut out, mut err) = (stdout.lock(), stderr.lock());
+            handle(global, command, &mut out, &mut err)
+        }
     }
 }
 
-fn init(global: &Global, args: &InitArgs) -> Result<u8, CliError> {
+/// Run a subcommand other than `serve` and `mcp`: results to `out`,
+/// diagnostics to `err` (the process's stdout and stderr, or buffers in
+/// tests). A write to a closed `out` ends the command quietly (see
+/// [`CliError::broken_pipe`]).
+fn handle(
+    global: &Global,
+    command: &Command,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<u8, CliError> {
+    match command {
+        Command::Init(args) => init(global, args, err),
+        Command::Keygen { file } => keygen(file, err),
+        Command::Serve(_) | Command::Mcp(_) => unreachable!("`run` serves these itself"),
+        Command::Exec { session, json } => exec(global, session, json.as_deref(), out),
+        Command::Demo { keep } => demo::run(keep.as_deref(), out),
+        Command::History(args) => history::run(global, args, out),
+        Command::Gc => gc(global, err),
+        Command::Show(args) => audit::show(global, args, out),
+        Command::Diff(args) => audit::diff(global, args, out),
+        Command::Revert(args) => audit::revert(global, args, out),
+        Command::Restore(args) => audit::restore(global, args, out),
+        Command::Sessions(args) => audit::sessions(global, args, out),
+        Command::Resume(args) => audit::resume(global, args, out),
+        Command::Verify(args) => audit::verify(global, args, out),
+        Command::Expire(args) => expiry::expire(global, args, out),
+        Command::Import(args) => transfer::import(global, args, out),
+        Command::Export(args) => transfer::export(global, args, err),
+        Command::Purge(args) => expiry::purge(global, args, out),
+        Command::Passwd(args) => keys::passwd(global, args, err),
+        Command::Key(cmd) => keys::key(global, cmd, out, err),
+        Command::Rekey(args) => keys::rekey(global, args, err),
+        Command::Config(cmd) => config::run(global, cmd, out, err),
+        Command::Redact { file, report } => redact(file.as_deref(), *report, out),
+    }
+}
+
+fn init(global: &Global, args: &InitArgs, err: &mut dyn Write) -> Result<u8, CliError> {
     let dir = vault_dir(global)?;
     let config = VaultConfig {
         overwrite_on_create: args.overwrite_on_create,
@@ -541,11 +570,11 @@ fn init(global: &Global, args: &InitArgs) -> Result<u8, CliError> {
         actor: "memvault".into(),
     };
     Vault::init(&dir, secret, config, attribution)?;
-    eprintln!("memvault: created a vault at {}", dir.display());
+    writeln!(err, "memvault: created a vault at {}", dir.display())?;
     Ok(0)
 }
 
-fn keygen(file: &Path) -> Result<u8, CliError> {
+fn keygen(file: &Path, err: &mut dyn Write) -> Result<u8, CliError> {
     use std::fs::OpenOptions;
     let mut opts = OpenOptions::new();
     opts.write(true).create_new(true);
@@ -567,7 +596,7 @@ fn keygen(file: &Path) -> Result<u8, CliError> {
     let key = KeyFileKey::generate();
     f.write_all(key.expose_secret())?;
     f.sync_all()?;
-    eprintln!("memvault: wrote a new key file to {}", file.display());
+    writeln!(err, "memvault: wrote a new key file to {}", file.display())?;
     Ok(0)
 }
 
@@ -611,10 +640,15 @@ fn serve(global: &Global, args: &ServeArgs) -> Result<u8, CliError> {
     Ok(0)
 }
 
-fn exec(global: &Global, session: &SessionArgs, json: Option<String>) -> Result<u8, CliError> {
+fn exec(
+    global: &Global,
+    session: &SessionArgs,
+    json: Option<&str>,
+    out: &mut dyn Write,
+) -> Result<u8, CliError> {
     let attribution = session.attribution(false)?;
     let line = match json {
-        Some(j) => j,
+        Some(j) => j.to_owned(),
         None => {
             let mut s = String::new();
             io::stdin().lock().take(64 << 20).read_to_string(&mut s)?;
@@ -624,27 +658,27 @@ fn exec(global: &Global, session: &SessionArgs, json: Option<String>) -> Result<
     let mut vault = open_vault(global, attribution)?;
     let memory = memory_for(vault.config())?;
     let reply = protocol::handle_line(&memory, &mut vault, line.trim().as_bytes());
-    let mut out = io::stdout().lock();
     writeln!(out, "{}", reply.to_line())?;
     out.flush()?;
     Ok(if reply.result.is_error { 1 } else { 0 })
 }
 
-fn gc(global: &Global) -> Result<u8, CliError> {
+fn gc(global: &Global, err: &mut dyn Write) -> Result<u8, CliError> {
     let attribution = Attribution {
         session: "gc".into(),
         actor: "memvault".into(),
     };
     let mut vault = open_vault(global, attribution)?;
     let r = vault.gc()?;
-    eprintln!(
+    writeln!(
+        err,
         "memvault: repacked {} objects into one pack, removed {} files; objects/ went from {} to {} bytes",
         r.objects, r.removed_files, r.bytes_before, r.bytes_after
-    );
+    )?;
     Ok(0)
 }
 
-fn redact(file: Option<&Path>, report: bool) -> Result<u8, CliError> {
+fn redact(file: Option<&Path>, report: bool, out: &mut dyn Write) -> Result<u8, CliError> {
     let mut text = String::new();
     match file {
         Some(f) => {
@@ -661,7 +695,6 @@ fn redact(file: Option<&Path>, report: bool) -> Result<u8, CliError> {
     })
     .map_err(|e| CliError::failure(e.to_string()))?;
     let result = redactor.redact(&text);
-    let mut out = io::stdout().lock();
     if report {
         for f in &result.findings {
             let line = serde_json::json!({"rule": f.rule, "line": f.line, "column": f.column});

@@ -11,7 +11,7 @@ use zeroize::Zeroizing;
 use super::{CliError, Global, SessionArgs, open_vault};
 use crate::memory::MemoryPath;
 use crate::redact::{Mode, RedactError, Redactor};
-use crate::vault::bulk::ImportFile;
+use crate::vault::ImportFile;
 
 #[derive(clap::Args, Debug)]
 pub struct ImportArgs {
@@ -139,7 +139,7 @@ fn refuse_binary_secret(
 
 /// `memvault import DIR`: every file as one commit, redacted as the vault's
 /// settings say; nothing is written when anything is refused.
-pub fn import(global: &Global, args: &ImportArgs) -> Result<u8, CliError> {
+pub fn import(global: &Global, args: &ImportArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let root = memories_root(&args.dir);
     if !root.is_dir() {
         return Err(CliError::failure(format!(
@@ -220,12 +220,11 @@ pub fn import(global: &Global, args: &ImportArgs) -> Result<u8, CliError> {
         }
         other => other.into(),
     })?;
-    let mut out = std::io::stdout().lock();
     writeln!(
         out,
         "imported {n} file{} as revision {}{}",
         if n == 1 { "" } else { "s" },
-        &commit.to_string()[..12],
+        commit.short(),
         match (redacted, renamed) {
             (0, 0) => String::new(),
             (r, 0) => format!(" ({r} with secrets redacted)"),
@@ -241,7 +240,7 @@ pub fn import(global: &Global, args: &ImportArgs) -> Result<u8, CliError> {
 
 /// `memvault export DIR`: a decrypted copy under DIR/memories/, files
 /// 0600 and folders 0700; refuses a target that is not empty.
-pub fn export(global: &Global, args: &ExportArgs) -> Result<u8, CliError> {
+pub fn export(global: &Global, args: &ExportArgs, err: &mut dyn Write) -> Result<u8, CliError> {
     refuse_link(&args.dir)?;
     if args.dir.exists() {
         let mut entries = fs::read_dir(&args.dir)
@@ -294,12 +293,13 @@ pub fn export(global: &Global, args: &ExportArgs) -> Result<u8, CliError> {
         f.write_all(content)?;
         f.sync_all()?;
     }
-    eprintln!(
+    writeln!(
+        err,
         "memvault: exported {} file{} to {} (decrypted: keep it safe, delete it when the audit is done)",
         files.len(),
         if files.len() == 1 { "" } else { "s" },
         root.display()
-    );
+    )?;
     Ok(0)
 }
 

@@ -6,7 +6,7 @@ use zeroize::Zeroizing;
 
 use super::access::Kind;
 use super::treeedit::TreeEdits;
-use super::{KeyChange, Vault, VaultError, stage_blob};
+use super::{KeyChange, Rev, Vault, VaultError, stage_blob};
 use crate::crypto::{self, FileKey, FileKeyId};
 use crate::memory::{MemoryPath, NodeKind, Snapshot};
 
@@ -25,8 +25,9 @@ impl Vault {
     /// Add `files` as one commit (op `import`). Refuses, changing nothing,
     /// when any path (or a parent of one) already exists, when a file is
     /// over the size limit, or when the vault would exceed its file limit.
-    pub fn import_files(&mut self, files: Vec<ImportFile>) -> Result<Oid, VaultError> {
+    pub fn import_files(&mut self, files: Vec<ImportFile>) -> Result<Rev, VaultError> {
         self.with_writer_lock(|vault, tip| vault.import_locked(tip, files))
+            .map(Rev::from_oid)
     }
 
     fn import_locked(
@@ -43,7 +44,7 @@ impl Vault {
         let mut written = Vec::with_capacity(files.len());
         let mut meta = self.new_meta("import");
         {
-            let snap = self.snapshot_at(tip)?;
+            let snap = self.snapshot_of(tip)?;
             let existing = snap.count_files()?;
             if existing + files.len() > self.config.max_files {
                 return Err(VaultError::Refused(format!(
@@ -120,7 +121,7 @@ impl Vault {
     }
 
     /// Every file at `rev` (None: the empty tree), decrypted, in path order.
-    pub fn files_at(&self, rev: Option<Oid>) -> Result<Vec<DecryptedFile>, VaultError> {
+    pub fn files_at(&self, rev: Option<Rev>) -> Result<Vec<DecryptedFile>, VaultError> {
         let snap = self.snapshot_at(rev)?;
         let mut out = Vec::new();
         for path in snap.files_below(&MemoryPath::root())? {

@@ -29,7 +29,9 @@ use zeroize::Zeroizing;
 use super::access::{Access, Kind};
 use super::keys::{GARBAGE_FILE, KEYS_REF};
 use super::treeedit::TreeEdits;
-use super::{KeyChange, Vault, VaultError, damaged, now_ms, stage_blob, sync_dir, write_durable};
+use super::{
+    KeyChange, Rev, Vault, VaultError, damaged, now_ms, stage_blob, sync_dir, write_durable,
+};
 use crate::crypto::{self, FileKey, FileKeyId};
 use crate::memory::{MemoryPath, Snapshot};
 use crate::vault::CommitMeta;
@@ -53,7 +55,7 @@ pub struct SweepReport {
     /// Files with no access record: kept, and counted from now on.
     pub unrecorded: Vec<MemoryPath>,
     pub kept: usize,
-    pub commit: Option<Oid>,
+    pub commit: Option<Rev>,
     pub erased_keys: usize,
     /// Live files re-encrypted because they shared a destroyed key.
     pub rekeyed: Vec<MemoryPath>,
@@ -66,7 +68,7 @@ pub struct PurgeReport {
     pub removed: Vec<MemoryPath>,
     pub rekeyed: Vec<MemoryPath>,
     pub erased_keys: usize,
-    pub commit: Option<Oid>,
+    pub commit: Option<Rev>,
     pub pruned_objects: usize,
 }
 
@@ -93,7 +95,7 @@ fn test_crash(_point: &str) {}
 impl Vault {
     /// Every file at `tip` with its key id.
     fn live_files(&self, tip: Option<Oid>) -> Result<Vec<LiveFile>, VaultError> {
-        let snap = self.snapshot_at(tip)?;
+        let snap = self.snapshot_of(tip)?;
         Ok(snap
             .files_with_keys()?
             .into_iter()
@@ -147,7 +149,7 @@ impl Vault {
         let mut objects = Vec::new();
         let mut access_moves: Vec<(FileKeyId, FileKeyId)> = Vec::new();
         {
-            let snap = self.snapshot_at(tip)?;
+            let snap = self.snapshot_of(tip)?;
             for f in removals {
                 update.remove(f.git_path.as_str());
             }
@@ -326,7 +328,7 @@ impl Vault {
         };
         let (commit, rekeyed, erased) =
             self.erase_locked(tip, &live, &removals, Vec::new(), doomed, meta)?;
-        report.commit = commit;
+        report.commit = commit.map(Rev::from_oid);
         report.rekeyed = rekeyed;
         report.erased_keys = erased;
         Ok(report)
@@ -407,7 +409,7 @@ impl Vault {
             removed: removals.iter().map(|f| f.path.clone()).collect(),
             rekeyed,
             erased_keys: erased,
-            commit,
+            commit: commit.map(Rev::from_oid),
             pruned_objects: 0,
         })
     }

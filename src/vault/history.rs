@@ -8,7 +8,7 @@ use git2::{DiffOptions, Oid};
 
 use super::index::{Entry, Index};
 use super::objects;
-use super::{Vault, VaultError, damaged};
+use super::{Rev, Vault, VaultError, damaged};
 use crate::memory::MemoryPath;
 use crate::vault::CommitMeta;
 
@@ -18,11 +18,23 @@ pub struct FileChange {
     /// The decrypted memory path.
     pub path: MemoryPath,
     /// The encrypted git path (stable for a given path and vault key).
-    pub git_path: String,
+    pub(crate) git_path: String,
     /// The blob in the older tree (None: the file did not exist).
-    pub old: Option<Oid>,
+    pub(crate) old: Option<Oid>,
     /// The blob in the newer tree (None: the file does not exist).
-    pub new: Option<Oid>,
+    pub(crate) new: Option<Oid>,
+}
+
+impl FileChange {
+    /// The file existed in the older tree.
+    pub fn existed_before(&self) -> bool {
+        self.old.is_some()
+    }
+
+    /// The file exists in the newer tree.
+    pub fn exists_after(&self) -> bool {
+        self.new.is_some()
+    }
 }
 
 /// Commits read from git before the walk looks in the history index: a
@@ -44,7 +56,7 @@ pub struct Walk<'v> {
 }
 
 impl Walk<'_> {
-    fn yield_indexed(&mut self, pos: usize) -> Option<Result<(Oid, CommitMeta), VaultError>> {
+    fn yield_indexed(&mut self, pos: usize) -> Option<Result<(Rev, CommitMeta), VaultError>> {
         let index = self.index.as_mut()?;
         if pos == 0 {
             self.index_pos = Some(0);
@@ -55,7 +67,7 @@ impl Walk<'_> {
         self.index_pos = Some(pos - 1);
         let id = Oid::from_str(&e.id).ok()?;
         self.next = e.parent.as_deref().and_then(|p| Oid::from_str(p).ok());
-        Some(Ok((id, std::mem::take(&mut e.meta))))
+        Some(Ok((Rev::from_oid(id), std::mem::take(&mut e.meta))))
     }
 
     fn newest_first_to_oldest(&self) -> Vec<Entry> {
@@ -64,7 +76,7 @@ impl Walk<'_> {
 }
 
 impl Iterator for Walk<'_> {
-    type Item = Result<(Oid, CommitMeta), VaultError>;
+    type Item = Result<(Rev, CommitMeta), VaultError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if let Some(pos) = self.index_pos {
@@ -115,7 +127,7 @@ impl Iterator for Walk<'_> {
                     self.vault.extend_index(&empty, 0, &all);
                     self.from_git.clear();
                 }
-                Ok((id, meta))
+                Ok((Rev::from_oid(id), meta))
             });
         Some(item)
     }
@@ -196,13 +208,18 @@ impl Vault {
     }
 
     /// The first parent of a commit (main is linear).
-    pub fn parent_of(&self, id: Oid) -> Result<Option<Oid>, VaultError> {
+    pub fn parent_of(&self, rev: Rev) -> Result<Option<Rev>, VaultError> {
+        Ok(self.first_parent(rev.oid())?.map(Rev::from_oid))
+    }
+
+    /// [`parent_of`](Self::parent_of) by git's id.
+    pub(crate) fn first_parent(&self, id: Oid) -> Result<Option<Oid>, VaultError> {
         Ok(self.read_commit(id)?.1)
     }
 
     /// Resolve a revision as a person types it: a commit id or a prefix of
     /// at least 4 hex digits, `HEAD`, or `HEAD~N`. It must be on main.
-    pub fn resolve_rev(&mut self, rev: &str) -> Result<Oid, VaultError> {
+    pub fn resolve_rev(&mut self, rev: &str) -> Result<Rev, VaultError> {
         let bad = || VaultError::BadRevision(rev.to_string());
         let tip = self.refresh()?.ok_or_else(bad)?;
         if let Some(rest) = rev.strip_prefix("HEAD") {
@@ -215,9 +232,9 @@ impl Vault {
             };
             let mut id = tip;
             for _ in 0..back {
-                id = self.parent_of(id)?.ok_or_else(bad)?;
+                id = self.first_parent(id)?.ok_or_else(bad)?;
             }
-            return Ok(id);
+            return Ok(Rev::from_oid(id));
         }
         if rev.len() < 4 || rev.len() > 40 || !rev.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(bad());
@@ -236,19 +253,20 @@ impl Vault {
         }
         // On main: met walking main from the tip (main is linear), each
         // commit read through the checked path or the history index.
+        let rev = Rev::from_oid(id);
         if id == tip {
-            return Ok(id);
+            return Ok(rev);
         }
         for item in self.walk()? {
-            if item?.0 == id {
-                return Ok(id);
+            if item?.0 == rev {
+                return Ok(rev);
             }
         }
         Err(bad())
     }
 
     /// The decrypted memory path of an encrypted git path.
-    pub fn decrypt_git_path(&self, git_path: &str) -> Result<MemoryPath, VaultError> {
+    pub(crate) fn decrypt_git_path(&self, git_path: &str) -> Result<MemoryPath, VaultError> {
         let mut path = MemoryPath::root();
         for enc in git_path.split('/') {
             let name = self
@@ -263,7 +281,7 @@ impl Vault {
     }
 
     /// The git path of a memory path ("" for the root).
-    pub fn git_path_of(&self, path: &MemoryPath) -> Result<String, VaultError> {
+    pub(crate) fn git_path_of(&self, path: &MemoryPath) -> Result<String, VaultError> {
         let mut out = String::new();
         let mut parent = MemoryPath::root();
         for seg in path.segments() {
@@ -286,6 +304,16 @@ impl Vault {
     /// (None: the empty tree), optionally only at or below `under`, in
     /// git path order.
     pub fn changed_files(
+        &self,
+        old: Option<Rev>,
+        new: Option<Rev>,
+        under: Option<&MemoryPath>,
+    ) -> Result<Vec<FileChange>, VaultError> {
+        self.changed_between(old.map(Rev::oid), new.map(Rev::oid), under)
+    }
+
+    /// [`changed_files`](Self::changed_files) by git's ids.
+    pub(crate) fn changed_between(
         &self,
         old: Option<Oid>,
         new: Option<Oid>,
@@ -331,8 +359,8 @@ impl Vault {
     }
 
     /// The files one commit changed, compared with its parent.
-    pub fn commit_changes(&self, id: Oid) -> Result<Vec<FileChange>, VaultError> {
-        self.changed_files(self.parent_of(id)?, Some(id), None)
+    pub(crate) fn commit_changes(&self, id: Oid) -> Result<Vec<FileChange>, VaultError> {
+        self.changed_between(self.first_parent(id)?, Some(id), None)
     }
 }
 
@@ -345,8 +373,11 @@ pub struct RevisionStore<'v> {
 
 impl Vault {
     /// The vault as it was at `rev`, read-only.
-    pub fn at_revision(&self, rev: Option<Oid>) -> RevisionStore<'_> {
-        RevisionStore { vault: self, rev }
+    pub fn at_revision(&self, rev: Option<Rev>) -> RevisionStore<'_> {
+        RevisionStore {
+            vault: self,
+            rev: rev.map(Rev::oid),
+        }
     }
 }
 
@@ -357,7 +388,7 @@ impl crate::memory::Store for RevisionStore<'_> {
             &dyn crate::memory::Snapshot,
         ) -> Result<crate::memory::ToolResult, crate::memory::StoreError>,
     ) -> Result<crate::memory::ToolResult, crate::memory::StoreError> {
-        let snap = self.vault.snapshot_at(self.rev)?;
+        let snap = self.vault.snapshot_of(self.rev)?;
         f(&snap)
     }
 

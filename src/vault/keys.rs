@@ -109,14 +109,9 @@ fn read_header(repo: &Repository, commit: Oid) -> Result<(u8, u64), VaultError> 
     Ok((2, counter))
 }
 
-/// Read the keyslot blobs without any key (needed to unlock), from the
-/// ref file (right after a checkpoint; otherwise see [`read_slots_at`]).
-pub fn read_slots(repo: &Repository) -> Result<(Oid, BTreeMap<String, Vec<u8>>), VaultError> {
-    read_slots_at(repo, repo.refname_to_id(KEYS_REF).ok())
-}
-
-/// Read the keyslot blobs of the key state at `at` (where the keys ref
-/// points, see `Wal::ref_target`; None: the ref is missing).
+/// Read the keyslot blobs of the key state at `at` without any key
+/// (needed to unlock): where the keys ref points, see `Wal::ref_target`;
+/// None: the ref is missing.
 pub fn read_slots_at(
     repo: &Repository,
     at: Option<Oid>,
@@ -233,12 +228,8 @@ pub fn write_signed_commit(
 }
 
 impl KeyState {
-    /// Load the key state: verify the keys commit MAC and open every shard.
-    pub fn load(repo: &Repository, keys: &VaultKeys) -> Result<KeyState, VaultError> {
-        Self::load_at(repo, keys, repo.refname_to_id(KEYS_REF).ok())
-    }
-
-    /// Load the key state at `at` (see [`read_slots_at`]).
+    /// Load the key state at `at` (see [`read_slots_at`]): verify the keys
+    /// commit's MAC and open every shard.
     pub fn load_at(
         repo: &Repository,
         keys: &VaultKeys,
@@ -369,16 +360,9 @@ impl KeyState {
     }
 
     /// Number of file keys in the table.
+    #[cfg(test)]
     pub fn file_key_count(&self) -> usize {
         self.shards.values().map(|(_, t)| t.len()).sum()
-    }
-
-    /// All file key ids.
-    pub fn file_key_ids(&self) -> Vec<FileKeyId> {
-        self.shards
-            .values()
-            .flat_map(|(_, t)| t.iter().map(|(id, _)| *id))
-            .collect()
     }
 
     /// Re-read the state that is really on disk (after a staged change

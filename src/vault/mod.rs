@@ -29,27 +29,29 @@
 //! cannot be seen from the repository alone (see `verify`'s high-water
 //! mark); the shape of trees and the sizes of blobs are visible.
 
-pub mod access;
-pub mod bulk;
+pub(crate) mod access;
+pub(crate) mod bulk;
 pub mod clock;
-pub mod config;
-pub mod erase;
+pub(crate) mod config;
+pub(crate) mod erase;
 pub(crate) mod fsx;
 pub mod fsync;
 mod gc;
-pub mod history;
+pub(crate) mod history;
 mod index;
-pub mod keys;
-pub mod meta;
+pub(crate) mod inspect;
+pub(crate) mod keys;
+pub(crate) mod meta;
 mod objects;
 mod pack;
-pub mod slots;
+mod rev;
+pub(crate) mod slots;
 #[cfg(test)]
 mod tests;
 mod tree;
 mod treeedit;
-pub mod undo;
-pub mod verify;
+pub(crate) mod undo;
+pub(crate) mod verify;
 mod wal;
 
 use std::collections::BTreeMap;
@@ -63,13 +65,18 @@ use crate::crypto::{
     self, FileKey, FileKeyId, KdfParams, KeyFileKey, Keyring, Passphrase, Unlock, VaultKeys,
 };
 use crate::memory::{Change, Mutation, NodeKind, Outcome, Snapshot, Store, StoreError, ToolResult};
+pub use access::Access;
+pub use bulk::{DecryptedFile, ImportFile};
 pub use config::VaultConfig;
+pub use erase::{Expired, PurgeReport, SweepReport};
 pub use gc::GcReport;
 pub use history::{FileChange, RevisionStore, Walk};
 pub(crate) use keys::KeyChange;
 use keys::{KeyState, verify_commit_mac, write_signed_commit};
 pub use meta::CommitMeta;
 use meta::{META_VERSION, meta_aad};
+pub use rev::{ParseRevError, Rev};
+pub use slots::{NewSlot, RekeyReport, SlotEntry};
 use tree::Caches;
 pub use tree::VaultSnapshot;
 use treeedit::TreeEdits;
@@ -78,13 +85,13 @@ pub use verify::{Problem, VerifyReport};
 use wal::{Object, Record, Refs, Wal};
 
 /// The branch that holds the memory history.
-pub const MAIN_REF: &str = "refs/heads/main";
+pub(crate) const MAIN_REF: &str = "refs/heads/main";
 const STATE_DIR: &str = "memvault";
 const FORMAT_FILE: &str = "memvault/format";
 /// The vault format this memvault writes. 2: settings in the key state,
 /// the key state's counter bound into main's commits, a v2 log. A vault
 /// of format 1 is migrated when it is first opened (see `migrate`).
-pub const FORMAT: u32 = 2;
+pub(crate) const FORMAT: u32 = 2;
 const FORMAT_PREFIX: &str = "memvault vault format ";
 /// Format 1's plain settings file (read once, by the migration).
 const CONFIG_FILE: &str = "memvault/config.json";
@@ -139,13 +146,32 @@ pub enum VaultError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("git error: {0}")]
-    Git(#[from] git2::Error),
+    Git(GitError),
     #[error("cannot write the vault's log (memvault/wal): {0}")]
     Log(std::io::Error),
     #[error("the vault is not safe to use: {0}; nothing was changed")]
     Unsafe(#[from] fsx::Unsafe),
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// A libgit2 failure, kept opaque so that no git2 type is part of the
+/// vault's API.
+#[derive(Debug)]
+pub struct GitError(git2::Error);
+
+impl std::fmt::Display for GitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for GitError {}
+
+impl From<git2::Error> for VaultError {
+    fn from(e: git2::Error) -> Self {
+        VaultError::Git(GitError(e))
+    }
 }
 
 pub(crate) fn damaged(what: &'static str) -> VaultError {
@@ -168,7 +194,7 @@ impl From<wal::WalError> for VaultError {
         use wal::WalError as W;
         match e {
             W::Io(e) => VaultError::Log(e),
-            W::Git(e) => VaultError::Git(e),
+            W::Git(e) => e.into(),
             W::TooLarge { .. } => VaultError::Refused(e.to_string()),
             W::Forged => VaultError::Damaged(
                 "the write-ahead log (memvault/wal) holds an entry that was not written with this vault's key (a log copied from another vault, or a forged entry)",
@@ -196,7 +222,7 @@ impl From<VaultError> for StoreError {
             VaultError::RolledBack(what) => StoreError::Damaged(what.to_string()),
             VaultError::Object(e) => StoreError::Damaged(e.to_string()),
             VaultError::Refused(what) => StoreError::Limit(what),
-            VaultError::Git(e) => git_unavailable(&e),
+            VaultError::Git(e) => git_unavailable(&e.0),
             other => StoreError::Unavailable(other.to_string()),
         }
     }
@@ -641,11 +667,6 @@ impl Vault {
         &self.keys
     }
 
-    /// The repository (read access for audit tools).
-    pub fn repo(&self) -> &Repository {
-        &self.repo
-    }
-
     /// Who the next commits are attributed to.
     pub fn set_attribution(&mut self, attribution: Attribution) {
         self.attribution = attribution;
@@ -656,7 +677,12 @@ impl Vault {
     }
 
     /// The current tip of `refs/heads/main`, MAC-checked.
-    pub fn tip(&mut self) -> Result<Option<Oid>, VaultError> {
+    pub fn tip(&mut self) -> Result<Option<Rev>, VaultError> {
+        Ok(self.checked_tip()?.map(Rev::from_oid))
+    }
+
+    /// [`tip`](Self::tip), as git's id.
+    pub(crate) fn checked_tip(&mut self) -> Result<Option<Oid>, VaultError> {
         let Some(tip) = self.wal.ref_target(&self.repo, MAIN_REF)? else {
             return Ok(None);
         };
@@ -688,7 +714,7 @@ impl Vault {
             match self
                 .keys_target()
                 .and_then(|at| self.key_state.refresh(&self.repo, &self.keys, at))
-                .and_then(|()| self.tip())
+                .and_then(|()| self.checked_tip())
             {
                 Err(VaultError::Damaged(_) | VaultError::Object(_) | VaultError::RolledBack(_))
                     if attempt < 3 =>
@@ -733,8 +759,13 @@ impl Vault {
         }
     }
 
-    /// A snapshot of the tree at `commit` (None: the empty tree).
-    pub fn snapshot_at(&self, commit: Option<Oid>) -> Result<VaultSnapshot<'_>, VaultError> {
+    /// A snapshot of the tree at `rev` (None: the empty tree).
+    pub fn snapshot_at(&self, rev: Option<Rev>) -> Result<VaultSnapshot<'_>, VaultError> {
+        self.snapshot_of(rev.map(Rev::oid))
+    }
+
+    /// [`snapshot_at`](Self::snapshot_at) by git's id.
+    pub(crate) fn snapshot_of(&self, commit: Option<Oid>) -> Result<VaultSnapshot<'_>, VaultError> {
         Ok(VaultSnapshot::new(
             &self.repo,
             &self.keys,
@@ -745,7 +776,12 @@ impl Vault {
     }
 
     /// Decrypt the metadata of one commit on main (after checking its MAC).
-    pub fn commit_meta(&self, id: Oid) -> Result<CommitMeta, VaultError> {
+    pub fn commit_meta(&self, rev: Rev) -> Result<CommitMeta, VaultError> {
+        self.meta_of(rev.oid())
+    }
+
+    /// [`commit_meta`](Self::commit_meta) by git's id.
+    pub(crate) fn meta_of(&self, id: Oid) -> Result<CommitMeta, VaultError> {
         objects::check(&self.repo, id)?;
         if !verify_commit_mac(&self.repo, &self.keys, id) {
             return Err(damaged("a commit was not written with this vault's key"));
@@ -765,21 +801,22 @@ impl Vault {
         serde_json::from_slice(&plain).map_err(|_| damaged("commit metadata does not parse"))
     }
 
-    /// Every commit on main, newest first, with its metadata.
-    pub fn log(&mut self) -> Result<Vec<(Oid, CommitMeta)>, VaultError> {
-        let Some(tip) = self.tip()? else {
+    /// Every commit on main, newest first, with its metadata (all of it
+    /// at once; [`walk`](Self::walk) reads lazily).
+    pub fn history(&mut self) -> Result<Vec<(Rev, CommitMeta)>, VaultError> {
+        let Some(tip) = self.checked_tip()? else {
             return Ok(Vec::new());
         };
         let mut out = Vec::new();
         let mut next = Some(tip);
         while let Some(id) = next {
-            let meta = self.commit_meta(id)?;
+            let meta = self.meta_of(id)?;
             let commit = self
                 .repo
                 .find_commit(id)
                 .map_err(|_| damaged("a commit is unreadable"))?;
             next = commit.parent_ids().next();
-            out.push((id, meta));
+            out.push((Rev::from_oid(id), meta));
         }
         Ok(out)
     }
@@ -1159,7 +1196,7 @@ impl Vault {
     /// erasure's tombstone names the keys that must be gone (a format-1
     /// commit names no counter, but its tombstone still binds).
     fn check_binding(&self, tip: Oid) -> Result<(), VaultError> {
-        let meta = self.commit_meta(tip)?;
+        let meta = self.meta_of(tip)?;
         let ks = &self.key_state;
         let older = meta.keys.is_some_and(|k| k > ks.counter);
         let erasure_pending = self.dir.join(erase::MARKER).exists();
@@ -1424,7 +1461,7 @@ impl Store for Vault {
         f: &mut dyn FnMut(&dyn Snapshot) -> Result<ToolResult, StoreError>,
     ) -> Result<ToolResult, StoreError> {
         let tip = self.refresh()?;
-        let snap = self.snapshot_at(tip)?;
+        let snap = self.snapshot_of(tip)?;
         f(&snap)
     }
 
@@ -1434,7 +1471,7 @@ impl Store for Vault {
     ) -> Result<ToolResult, StoreError> {
         self.with_writer_lock(|vault, tip| {
             let outcome = {
-                let snap = vault.snapshot_at(tip)?;
+                let snap = vault.snapshot_of(tip)?;
                 f(&snap)?
             };
             if let Some(m) = outcome.mutation {

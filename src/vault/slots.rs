@@ -93,11 +93,6 @@ pub(crate) fn rekeyed_elsewhere() -> VaultError {
 }
 
 impl Vault {
-    /// The hex id of the slot this handle was unlocked with.
-    pub fn unlocked_slot(&self) -> Option<&str> {
-        self.unlocked_slot.as_deref()
-    }
-
     /// The keyslots as of the last refresh, by id.
     pub fn slots(&self) -> Result<Vec<SlotEntry>, VaultError> {
         self.key_state

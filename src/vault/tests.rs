@@ -57,9 +57,9 @@ fn blob_moved_under_a_valid_mac_still_fails_to_open() {
     let (_tmp, mut vault) = new_vault();
     put(&mut vault, "/memories/a.txt", b"alpha");
     put(&mut vault, "/memories/b.txt", b"beta");
-    let tip = vault.tip().unwrap().unwrap();
+    let tip = vault.checked_tip().unwrap().unwrap();
     let (a_git, a_oid, b_git) = {
-        let snap = vault.snapshot_at(Some(tip)).unwrap();
+        let snap = vault.snapshot_of(Some(tip)).unwrap();
         let a = MemoryPath::parse("/memories/a.txt").unwrap();
         let b = MemoryPath::parse("/memories/b.txt").unwrap();
         let (a_oid, kind) = snap.entry(&a).unwrap().unwrap();
@@ -107,7 +107,7 @@ fn blob_moved_under_a_valid_mac_still_fails_to_open() {
 fn mac_survives_the_signature_header_and_detects_changes() {
     let (_tmp, mut vault) = new_vault();
     put(&mut vault, "/memories/x.txt", b"x");
-    let tip = vault.tip().unwrap().unwrap();
+    let tip = vault.checked_tip().unwrap().unwrap();
     assert!(verify_commit_mac(&vault.repo, &vault.keys, tip));
     // Another vault's keys do not verify it.
     let (_tmp2, other) = new_vault();
@@ -118,11 +118,11 @@ fn mac_survives_the_signature_header_and_detects_changes() {
 fn metadata_is_bound_to_its_commit() {
     let (_tmp, mut vault) = new_vault();
     put(&mut vault, "/memories/x.txt", b"x");
-    let log = vault.log().unwrap();
-    assert_eq!(log[0].1.op, "create");
-    assert_eq!(log[0].1.key_id.as_ref().map(String::len), Some(32));
+    let history = vault.history().unwrap();
+    assert_eq!(history[0].1.op, "create");
+    assert_eq!(history[0].1.key_id.as_ref().map(String::len), Some(32));
     // The same sealed message on another tree does not open.
-    let commit = vault.repo.find_commit(log[0].0).unwrap();
+    let commit = vault.repo.find_commit(history[0].0.oid()).unwrap();
     let sealed = data_encoding::BASE64
         .decode(commit.message_bytes().trim_ascii())
         .unwrap();
@@ -158,10 +158,10 @@ fn edits_and_renames_keep_the_file_key() {
         Err(StoreError::NotFound)
     ));
     assert_eq!(vault.key_state.file_key_count(), 1);
-    let log = vault.log().unwrap();
-    assert_eq!(log[0].1.op, "rename");
-    assert_eq!(log[0].1.files, vec!["/memories/d/x.txt".to_string()]);
-    assert_eq!(log[1].1.key_id, log[2].1.key_id);
+    let history = vault.history().unwrap();
+    assert_eq!(history[0].1.op, "rename");
+    assert_eq!(history[0].1.files, vec!["/memories/d/x.txt".to_string()]);
+    assert_eq!(history[1].1.key_id, history[2].1.key_id);
 }
 
 #[test]
@@ -192,7 +192,7 @@ fn a_second_handle_sees_new_file_keys_written_by_the_first() {
     assert_eq!(got.text(), Some("fresh"));
 }
 
-fn walk_ids(vault: &mut Vault) -> Vec<(Oid, u64)> {
+fn walk_ids(vault: &mut Vault) -> Vec<(Rev, u64)> {
     vault
         .walk()
         .unwrap()
@@ -233,7 +233,10 @@ fn history_index_is_a_cache_that_never_changes_the_answer() {
     assert_eq!(walk_ids(&mut vault), longer);
     // Main moved back (rollback): the index's newer commits are not shown.
     let back = longer[100].0;
-    vault.repo.reference(MAIN_REF, back, true, "test").unwrap();
+    vault
+        .repo
+        .reference(MAIN_REF, back.oid(), true, "test")
+        .unwrap();
     vault.verified_tip = None;
     assert_eq!(walk_ids(&mut vault), longer[100..].to_vec());
     // An index sealed with another vault's key is ignored.

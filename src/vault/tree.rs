@@ -169,13 +169,8 @@ impl<'a> VaultSnapshot<'a> {
         }
     }
 
-    /// The tree id of this snapshot (None for the empty tree).
-    pub fn tree_id(&self) -> Option<Oid> {
-        self.tree.as_ref().map(|t| t.id())
-    }
-
     /// The git path (encrypted names joined by `/`) of a memory path.
-    pub fn git_path(&self, path: &MemoryPath) -> Result<String, StoreError> {
+    pub(crate) fn git_path(&self, path: &MemoryPath) -> Result<String, StoreError> {
         let mut out = String::new();
         let mut parent = MemoryPath::root();
         for seg in path.segments() {
@@ -195,7 +190,7 @@ impl<'a> VaultSnapshot<'a> {
     }
 
     /// The object a path names: its id and whether it is a blob or a tree.
-    pub fn entry(&self, path: &MemoryPath) -> Result<Option<(Oid, NodeKind)>, StoreError> {
+    pub(crate) fn entry(&self, path: &MemoryPath) -> Result<Option<(Oid, NodeKind)>, StoreError> {
         let Some(tree) = &self.tree else {
             return Ok(if path.is_root() {
                 Some((Oid::ZERO_SHA1, NodeKind::Dir))
@@ -254,7 +249,7 @@ impl<'a> VaultSnapshot<'a> {
     }
 
     /// The key with this id, from the key table.
-    pub fn file_key(&self, id: &FileKeyId) -> Result<&'a FileKey, StoreError> {
+    pub(crate) fn file_key(&self, id: &FileKeyId) -> Result<&'a FileKey, StoreError> {
         self.key_state
             .file_key(id)
             .ok_or_else(|| damaged("a stored file's key is missing from the key table"))
@@ -276,7 +271,9 @@ impl<'a> VaultSnapshot<'a> {
 
     /// Every file: its path, git path and file key id, in one pass over
     /// the tree (blob headers are read once per blob and remembered).
-    pub fn files_with_keys(&self) -> Result<Vec<(MemoryPath, String, FileKeyId)>, StoreError> {
+    pub(crate) fn files_with_keys(
+        &self,
+    ) -> Result<Vec<(MemoryPath, String, FileKeyId)>, StoreError> {
         let mut out = Vec::new();
         if let Some(tree) = &self.tree {
             self.walk_keys(&MemoryPath::root(), "", tree.id(), &mut out)?;

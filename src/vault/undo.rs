@@ -20,7 +20,7 @@ use std::path::Path;
 use git2::{ObjectType, Oid};
 
 use super::treeedit::TreeEdits;
-use super::{KeyChange, Vault, VaultError, damaged};
+use super::{KeyChange, Rev, Vault, VaultError, damaged};
 use crate::crypto;
 use crate::memory::MemoryPath;
 use crate::vault::CommitMeta;
@@ -29,17 +29,17 @@ use crate::vault::CommitMeta;
 #[derive(Debug, Clone)]
 pub enum UndoTarget {
     /// One commit on main.
-    Commit(Oid),
+    Commit(Rev),
     /// Every commit one session made.
     Session(String),
     /// A file or directory, as it was at a revision.
-    Restore { path: MemoryPath, at: Oid },
+    Restore { path: MemoryPath, at: Rev },
 }
 
 /// A later change that touched a file the undo would change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Conflict {
-    pub rev: Oid,
+    pub rev: Rev,
     pub path: MemoryPath,
 }
 
@@ -48,7 +48,7 @@ pub struct Conflict {
 pub enum UndoOutcome {
     /// One new commit.
     Done {
-        commit: Oid,
+        commit: Rev,
         changed: Vec<MemoryPath>,
         skipped_erased: Vec<MemoryPath>,
         skipped_blocked: Vec<MemoryPath>,
@@ -85,7 +85,7 @@ impl Vault {
             if id == oldest {
                 return Ok(chain);
             }
-            next = self.parent_of(id)?;
+            next = self.first_parent(id)?;
         }
         Err(damaged("a revision is not on main"))
     }
@@ -113,9 +113,9 @@ impl Vault {
                 let mut oldest_index = None;
                 while let Some(id) = next {
                     let member = match target {
-                        UndoTarget::Commit(c) => *c == id,
+                        UndoTarget::Commit(c) => c.oid() == id,
                         UndoTarget::Session(s) => {
-                            let meta = self.commit_meta(id)?;
+                            let meta = self.meta_of(id)?;
                             meta.session == *s && meta.op != "init"
                         }
                         UndoTarget::Restore { .. } => false,
@@ -128,7 +128,7 @@ impl Vault {
                             break;
                         }
                     }
-                    next = self.parent_of(id)?;
+                    next = self.first_parent(id)?;
                 }
                 let Some(oldest_index) = oldest_index else {
                     return Err(match target {
@@ -157,7 +157,7 @@ impl Vault {
                                 conflicts.push((
                                     c.git_path,
                                     Conflict {
-                                        rev: id,
+                                        rev: Rev::from_oid(id),
                                         path: c.path,
                                     },
                                 ));
@@ -168,7 +168,7 @@ impl Vault {
                 undoes.reverse();
             }
             UndoTarget::Restore { path, at } => {
-                for c in self.changed_files(Some(tip), Some(*at), Some(path))? {
+                for c in self.changed_between(Some(tip), Some(at.oid()), Some(path))? {
                     targets.insert(
                         c.git_path,
                         Target {
@@ -187,14 +187,14 @@ impl Vault {
                         .collect()
                 };
                 if !at_risk.is_empty() {
-                    let chain = self.chain_to(tip, *at)?;
+                    let chain = self.chain_to(tip, at.oid())?;
                     for &id in chain.iter().rev().skip(1) {
                         for c in self.commit_changes(id)? {
                             if at_risk.contains(&c.git_path) {
                                 conflicts.push((
                                     c.git_path,
                                     Conflict {
-                                        rev: id,
+                                        rev: Rev::from_oid(id),
                                         path: c.path,
                                     },
                                 ));
@@ -267,7 +267,7 @@ impl Vault {
             .count();
         if added > 0 {
             let count = self
-                .snapshot_at(Some(tip))?
+                .snapshot_of(Some(tip))?
                 .count_files()
                 .map_err(|_| damaged("a tree is unreadable"))?;
             if count + added > self.config.max_files {
@@ -305,7 +305,7 @@ impl Vault {
         };
         match target {
             UndoTarget::Commit(c) => {
-                let undone = self.commit_meta(*c)?;
+                let undone = self.meta_of(c.oid())?;
                 meta.path = undone.path;
                 meta.new_path = undone.new_path;
             }
@@ -320,7 +320,7 @@ impl Vault {
         let changed = edits.into_iter().map(|(_, p, _)| p).collect();
         let commit = self.publish(Some(tip), tree, KeyChange::default(), &meta, objects)?;
         Ok(UndoOutcome::Done {
-            commit,
+            commit: Rev::from_oid(commit),
             changed,
             skipped_erased,
             skipped_blocked: blocked,

@@ -191,9 +191,9 @@ fn serve_processes_hand_writes_to_one_leader_and_keep_each_session() {
     }
     // Every commit carries the session of the client that asked for it.
     let mut vault = v.open_library("check");
-    let log = vault.log().unwrap();
+    let history = vault.history().unwrap();
     let mut seen = std::collections::BTreeMap::new();
-    for (_, meta) in &log {
+    for (_, meta) in &history {
         if let Some(path) = &meta.path {
             seen.insert(path.clone(), (meta.session.clone(), meta.actor.clone()));
         }

@@ -130,16 +130,16 @@ fn commits_carry_encrypted_metadata_and_a_mac() {
 
     // The library decrypts it: operation, path, session, size, hash.
     let mut vault = v.open_library("x");
-    let log = vault.log().unwrap();
-    assert_eq!(log.len(), 2);
-    let meta = &log[0].1;
+    let history = vault.history().unwrap();
+    assert_eq!(history.len(), 2);
+    let meta = &history[0].1;
     assert_eq!(meta.op, "create");
     assert_eq!(meta.path.as_deref(), Some("/memories/meta-check.txt"));
     assert_eq!(meta.session, "test");
     assert_eq!(meta.size, Some(6));
     assert_eq!(meta.content_hash.as_ref().map(|h| h.len()), Some(64));
     assert!(meta.time_ms > 1_600_000_000_000);
-    assert_eq!(log[1].1.op, "init");
+    assert_eq!(history[1].1.op, "init");
 }
 
 #[test]

@@ -137,8 +137,8 @@ pub fn check(data: &[u8]) {
         files(&mut vault),
         "the stores hold different files"
     );
-    let log = vault.log().expect("the vault's log reads");
-    let (init, commits) = log.split_last().expect("the init commit");
+    let history = vault.history().expect("the vault's history reads");
+    let (init, commits) = history.split_last().expect("the init commit");
     assert_eq!(init.1.op, "init");
     let in_vault: Vec<_> = commits
         .iter()
