@@ -30,8 +30,7 @@ use super::wal::Record;
 use super::{VaultConfig, VaultError, damaged};
 use crate::crypto::{FileKey, FileKeyId, KeyTable, VaultKeys};
 
-/// The ref that holds the key state.
-pub const KEYS_REF: &str = "refs/memvault/keys";
+pub(crate) use super::engine::KEYS_REF;
 /// The commit header field that carries memvault's MAC.
 pub const MAC_FIELD: &str = "mvmac";
 
@@ -50,7 +49,7 @@ pub struct KeyState {
     /// The objects [`KeyState::stage_changes`] wrote for the commit it
     /// staged (besides the commit), for [`KeyState::add_to_record`]; empty
     /// when it does not know them.
-    staged: Option<(Oid, Vec<super::wal::Object>)>,
+    staged: Option<(Oid, Vec<super::engine::raw::Object>)>,
     /// The key-state format: 1 (no counter, no settings) or 2.
     pub format: u8,
     /// Grows by one with every new key state (0 for format 1).
@@ -437,7 +436,7 @@ impl KeyState {
             if let Some((oid, table)) = self.shards.get_mut(shard) {
                 let sealed = keys.seal_table_shard(*shard, table);
                 *oid = repo.blob(&sealed)?;
-                sealed_shards.push(super::wal::Object {
+                sealed_shards.push(super::engine::raw::Object {
                     kind: ObjectType::Blob,
                     id: *oid,
                     data: sealed,
@@ -471,7 +470,7 @@ impl KeyState {
         let mut objects = sealed_shards;
         let mut add = |kind: ObjectType, data: Vec<u8>| -> Result<Oid, VaultError> {
             let id = odb.write(kind, &data)?;
-            objects.push(super::wal::Object { kind, id, data });
+            objects.push(super::engine::raw::Object { kind, id, data });
             Ok(id)
         };
         let table = add(ObjectType::Tree, table_tree_bytes(&self.shards))?;

@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use git2::{ObjectType, Oid, Repository};
 
+use super::engine::raw::Object;
 use super::tree::{Caches, MODE_TREE, TreeEntry as Entry, find_entry, git_order};
-use super::wal::Object;
 
 /// The mode of every file memvault stores.
 pub(crate) const MODE_BLOB: i32 = 0o100644;

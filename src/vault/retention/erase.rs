@@ -27,14 +27,14 @@ use git2::{ObjectType, Oid};
 use zeroize::Zeroizing;
 
 use super::access::{Access, Kind};
-use super::keys::{GARBAGE_FILE, KEYS_REF};
-use super::treeedit::TreeEdits;
-use super::{
-    KeyChange, Rev, Vault, VaultError, damaged, now_ms, stage_blob, sync_dir, write_durable,
-};
 use crate::crypto::{self, FileKey, FileKeyId};
 use crate::memory::{MemoryPath, Snapshot};
 use crate::vault::CommitMeta;
+use crate::vault::keys::{GARBAGE_FILE, KEYS_REF};
+use crate::vault::treeedit::TreeEdits;
+use crate::vault::{
+    KeyChange, Rev, Vault, VaultError, damaged, now_ms, stage_blob, sync_dir, write_durable,
+};
 
 pub(crate) const MARKER: &str = "memvault/erase-pending";
 /// git's empty tree.
@@ -168,7 +168,7 @@ impl Vault {
         // The edit reads the trees on each path: check them first.
         if let Some(base) = self.tree_of(tip)?.map(|t| t.id()) {
             for f in removals.iter().copied().chain(&keep_current) {
-                super::objects::check_path(&self.repo, base, &f.git_path)?;
+                crate::vault::objects::check_path(&self.repo, base, &f.git_path)?;
             }
         }
         let tree = self.edit_tree(tip, &update, &mut objects)?;
@@ -251,7 +251,7 @@ impl Vault {
     /// Finish an erasure a crash interrupted (see the module docs). The
     /// caller holds the writer lock.
     pub(crate) fn finish_pending_erasure(&mut self, tip: Option<Oid>) -> Result<(), VaultError> {
-        let sealed = match super::fsx::read(&self.dir.join(MARKER)) {
+        let sealed = match crate::vault::fsx::read(&self.dir.join(MARKER)) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e.into()),
@@ -369,7 +369,7 @@ impl Vault {
             let (tree, parent, _) = self.read_commit(id)?;
             next = parent;
             commits += 1;
-            super::objects::check_path(&self.repo, tree, &git_path)?;
+            crate::vault::objects::check_path(&self.repo, tree, &git_path)?;
             let root = self.repo.find_tree(tree)?;
             let Ok(entry) = root.get_path(Path::new(&git_path)) else {
                 continue;
@@ -452,12 +452,12 @@ impl Vault {
         // The write-ahead log still holds the objects of recent key states:
         // checkpoint it first (its objects go to git, the log starts over),
         // then remove the replaced ones from git.
-        super::checkpoint_locked(&self.repo, &mut self.wal)?;
+        crate::vault::checkpoint_locked(&self.repo, &mut self.wal)?;
         // The log file keeps earlier records' bytes until overwritten
         // (it is preallocated): zero them, replaced key tables among them.
         self.wal.scrub()?;
         let list_path = self.dir.join(GARBAGE_FILE);
-        let text = match super::fsx::read_to_string(&list_path) {
+        let text = match crate::vault::fsx::read_to_string(&list_path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
             Err(e) => return Err(e.into()),
@@ -496,7 +496,7 @@ impl Vault {
         }
         drop(odb);
         if packed {
-            super::gc::repack_locked(&self.repo)?;
+            crate::vault::gc::repack_locked(&self.repo)?;
         }
         test_crash("mid-prune");
         write_durable(&list_path, b"")?;
@@ -507,7 +507,7 @@ impl Vault {
     /// objects already gone are skipped).
     fn collect_objects(&self, commit: Oid, out: &mut HashSet<Oid>) {
         out.insert(commit);
-        let Ok(c) = super::objects::find_commit(&self.repo, commit) else {
+        let Ok(c) = crate::vault::objects::find_commit(&self.repo, commit) else {
             return;
         };
         let mut stack = vec![c.tree_id()];
@@ -515,7 +515,7 @@ impl Vault {
             if !out.insert(t) {
                 continue;
             }
-            let Ok(tree) = super::objects::find_tree(&self.repo, t) else {
+            let Ok(tree) = crate::vault::objects::find_tree(&self.repo, t) else {
                 continue;
             };
             for e in tree.iter() {

@@ -19,11 +19,11 @@ use std::path::Path;
 
 use git2::{ObjectType, Oid};
 
-use super::treeedit::TreeEdits;
-use super::{KeyChange, Rev, Vault, VaultError, damaged};
 use crate::crypto;
 use crate::memory::MemoryPath;
 use crate::vault::CommitMeta;
+use crate::vault::treeedit::TreeEdits;
+use crate::vault::{KeyChange, Rev, Vault, VaultError, damaged};
 
 /// What to undo.
 #[derive(Debug, Clone)]
@@ -210,7 +210,7 @@ impl Vault {
         // The trees on each path are read below, and by the tree update.
         if let Some(t) = &tip_tree {
             for git_path in targets.keys() {
-                super::objects::check_path(&self.repo, t.id(), git_path)?;
+                crate::vault::objects::check_path(&self.repo, t.id(), git_path)?;
             }
         }
         let mut edits = Vec::new();

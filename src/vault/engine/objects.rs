@@ -58,12 +58,6 @@ pub enum ObjectError {
     Pack { index: String, what: &'static str },
 }
 
-impl From<ObjectError> for super::VaultError {
-    fn from(e: ObjectError) -> Self {
-        super::VaultError::Object(e)
-    }
-}
-
 impl From<ObjectError> for crate::memory::StoreError {
     fn from(e: ObjectError) -> Self {
         crate::memory::StoreError::Damaged(e.to_string())

@@ -17,9 +17,9 @@ use std::fs;
 
 use git2::{Oid, Repository};
 
-use super::{
-    MAIN_REF, Vault, VaultError, checkpoint_locked, fsx, fsync, keys::KEYS_REF, objects, wal,
-};
+use super::{KEYS_REF, MAIN_REF};
+use super::{fsx, fsync, objects, raw, wal};
+use crate::vault::error::VaultError;
 
 /// What a garbage collection did.
 #[derive(Debug, Clone, Default)]
@@ -36,20 +36,6 @@ pub struct GcReport {
 /// A checkpoint that leaves more packs than this merges the smaller ones
 /// (see [`merge_small_packs`]).
 pub(crate) const AUTO_MERGE_PACKS: usize = 8;
-
-impl Vault {
-    /// Checkpoint, then repack everything reachable into one pack and
-    /// delete every other pack and loose object. Takes the writer lock.
-    pub fn gc(&mut self) -> Result<GcReport, VaultError> {
-        let _guard = super::FileLock::exclusive(&self.lock).map_err(VaultError::Lock)?;
-        checkpoint_locked(&self.repo, &mut self.wal)?;
-        // Earlier records' bytes (replaced key tables and keyslots among
-        // them) leave the preallocated log file, as they leave git.
-        self.wal.scrub()?;
-        self.log.dirty = false;
-        repack_locked(&self.repo)
-    }
-}
 
 /// The packs in the repository: file stem (`pack-<hex>`) and size, with
 /// an index beside them, largest first.
@@ -181,7 +167,7 @@ pub(crate) fn merge_small_packs(repo: &Repository) -> Result<usize, VaultError> 
                 }
                 super::pack::Read::OfsDelta { id, .. } | super::pack::Read::Delta(id) => {
                     let o = objects::read(&odb, repo, id)?;
-                    resolved.push(wal::Object {
+                    resolved.push(raw::Object {
                         kind: o.kind(),
                         id,
                         data: o.data().to_vec(),
@@ -304,7 +290,7 @@ pub(crate) fn repack_locked(repo: &Repository) -> Result<GcReport, VaultError> {
     pb.write(&pack_dir, fsx::OBJECT_MODE)?;
     let name = pb
         .name()?
-        .ok_or_else(|| super::damaged("the new pack has no name"))?
+        .ok_or_else(|| crate::vault::error::damaged("the new pack has no name"))?
         .to_string();
     let keep = format!("pack-{name}.");
     for ext in ["pack", "idx"] {
@@ -349,7 +335,7 @@ mod tests {
     #[test]
     fn a_merge_refuses_a_planted_pack_and_deletes_nothing() {
         use super::super::pack::{Entry, write, write_entries};
-        use super::super::wal::Object;
+        use super::super::raw::Object;
         use git2::{ObjectType, Oid, Repository};
         let tmp = tempfile::tempdir().unwrap();
         let repo = Repository::init_bare(tmp.path()).unwrap();

@@ -108,7 +108,11 @@ mod tests {
     fn in_child(name: &str, env: &[(&str, &str)]) -> bool {
         let out = Command::new(std::env::current_exe().unwrap())
             .args(["--ignored", "--exact", "--test-threads=1"])
-            .arg(format!("vault::clock::tests::{name}"))
+            // This module's test path within the crate's test binary.
+            .arg(format!(
+                "{}::{name}",
+                module_path!().trim_start_matches("memvault::")
+            ))
             .envs(env.iter().copied())
             .env("MEMVAULT_CLOCK_CHILD", "1")
             .output()

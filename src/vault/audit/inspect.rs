@@ -7,7 +7,7 @@ use std::path::Path;
 
 use git2::Repository;
 
-use super::VaultError;
+use crate::vault::VaultError;
 
 /// What a search of a vault's objects found.
 pub(crate) struct ObjectScan {
@@ -45,7 +45,7 @@ pub(crate) fn objects_containing(dir: &Path, needles: &[&[u8]]) -> Result<Object
 }
 
 #[cfg(feature = "bench-hooks")]
-impl super::Vault {
+impl crate::vault::Vault {
     /// The bytes of the distinct blobs (encrypted files) reachable from
     /// main, for the benchmarks' storage ratio.
     pub fn reachable_blob_bytes(&self) -> Result<u64, VaultError> {
@@ -53,7 +53,7 @@ impl super::Vault {
         let repo = &self.repo;
         let odb = repo.odb()?;
         let mut walk = repo.revwalk()?;
-        walk.push_ref(super::MAIN_REF)?;
+        walk.push_ref(crate::vault::MAIN_REF)?;
         let (mut blobs, mut trees) = (HashSet::new(), HashSet::new());
         let mut bytes = 0u64;
         for commit in walk {

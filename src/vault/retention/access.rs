@@ -15,8 +15,8 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use super::{Vault, VaultError, write_durable};
 use crate::crypto::FileKeyId;
+use crate::vault::{Vault, VaultError, write_durable};
 
 pub(crate) const ACCESS_FILE: &str = "memvault/access";
 const AAD: &[u8] = b"memvault access v1\0";
@@ -68,14 +68,14 @@ impl Vault {
         // At most 2,000 entries per record keeps the length within u16.
         for chunk in entries.chunks(2_000) {
             let record = self.seal_access_record(chunk);
-            let _ = super::fsx::open_append(&self.dir.join(ACCESS_FILE))
+            let _ = crate::vault::fsx::open_append(&self.dir.join(ACCESS_FILE))
                 .and_then(|mut f| f.write_all(&record));
         }
     }
 
     /// Record accesses, taking the writer lock shared for the append.
     pub(crate) fn record_access(&self, entries: &[(FileKeyId, Kind, u64)]) {
-        let Ok(_guard) = super::FileLock::shared(&self.lock) else {
+        let Ok(_guard) = crate::vault::FileLock::shared(&self.lock) else {
             return;
         };
         self.append_access(entries);
@@ -83,7 +83,7 @@ impl Vault {
 
     /// The access table: the newest view and write time per file key.
     pub fn access_table(&self) -> Result<HashMap<FileKeyId, Access>, VaultError> {
-        let bytes = match super::fsx::read(&self.dir.join(ACCESS_FILE)) {
+        let bytes = match crate::vault::fsx::read(&self.dir.join(ACCESS_FILE)) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(e.into()),

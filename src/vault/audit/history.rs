@@ -7,10 +7,10 @@ use std::path::Path;
 use git2::{DiffOptions, Oid};
 
 use super::index::{Entry, Index};
-use super::objects;
-use super::{Rev, Vault, VaultError, damaged};
 use crate::memory::MemoryPath;
 use crate::vault::CommitMeta;
+use crate::vault::objects;
+use crate::vault::{Rev, Vault, VaultError, damaged};
 
 /// One file whose stored blob differs between two trees.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,7 +190,7 @@ impl Vault {
             .map_err(|_| damaged("commit metadata does not decode"))?;
         let plain = self
             .keys
-            .open_meta(&super::meta::meta_aad(tree, parent), &sealed)
+            .open_meta(&crate::vault::meta::meta_aad(tree, parent), &sealed)
             .map_err(|_| damaged("commit metadata failed to decrypt"))?;
         serde_json::from_slice(&plain).map_err(|_| damaged("commit metadata does not parse"))
     }

@@ -296,6 +296,28 @@ pub(crate) fn check_vault(dir: &Path) -> Result<(), Unsafe> {
     Ok(())
 }
 
+/// Write a small file and fsync it and its directory.
+pub(crate) fn write_durable(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = create_new(&tmp, FILE_MODE)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    if let Some(parent) = path.parent() {
+        sync_dir(parent);
+    }
+    Ok(())
+}
+
+pub(crate) fn sync_dir(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

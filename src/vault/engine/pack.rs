@@ -29,20 +29,13 @@ use git2::{ObjectType, Oid};
 use sha1::{Digest, Sha1};
 
 use super::fsync;
-use super::wal::Object;
-
-fn type_code(kind: ObjectType) -> u8 {
-    match kind {
-        ObjectType::Commit => 1,
-        ObjectType::Tree => 2,
-        ObjectType::Tag => 4,
-        _ => 3,
-    }
-}
+use super::raw::{Object, code_type, type_code};
 
 /// The variable-length object header: type and inflated size.
 fn entry_header(kind: ObjectType, size: usize, out: &mut Vec<u8>) {
-    type_header(type_code(kind), size, out);
+    // Every object memvault writes is one of the four kinds (a blob
+    // otherwise, as before: nothing else reaches a pack).
+    type_header(type_code(kind).unwrap_or(3), size, out);
 }
 
 /// One entry of a pack being written.
@@ -590,12 +583,8 @@ pub(crate) fn whole_entry_holds(id: Oid, bytes: &[u8]) -> bool {
     let Some(&first) = bytes.first() else {
         return false;
     };
-    let kind = match (first >> 4) & 7 {
-        1 => ObjectType::Commit,
-        2 => ObjectType::Tree,
-        3 => ObjectType::Blob,
-        4 => ObjectType::Tag,
-        _ => return false,
+    let Some(kind) = code_type((first >> 4) & 7) else {
+        return false;
     };
     let mut size = u64::from(first & 0x0f);
     let (mut i, mut shift) = (0, 4);

@@ -17,7 +17,7 @@
 //! `git` sees the state of the last checkpoint (every memvault process
 //! checkpoints when it closes).
 //!
-//! A checkpoint ([`super::Vault`] runs it every few MiB of log, on close, in
+//! A checkpoint ([`crate::vault::Vault`] runs it every few MiB of log, on close, in
 //! `gc`, and under the writer lock whenever a ref file names neither the
 //! checkpoint nor the tail, i.e. was changed outside memvault) writes every
 //! object of the log into git (one pack, or a few loose objects when there
@@ -75,6 +75,7 @@ use std::path::Path;
 
 use git2::{ObjectType, Odb, Oid, Repository};
 
+use super::raw::{code_type, type_code};
 use super::{fsx, fsync};
 use crate::crypto::LogKey;
 
@@ -151,12 +152,7 @@ pub(crate) enum WalError {
 /// Ref targets, by ref name.
 pub(crate) type Refs = Vec<(String, Oid)>;
 
-/// One git object, as stored in a record.
-pub(crate) struct Object {
-    pub kind: ObjectType,
-    pub id: Oid,
-    pub data: Vec<u8>,
-}
+pub(crate) use super::raw::Object;
 
 /// One mutation: the objects it adds and where the refs point after it.
 #[derive(Default)]
@@ -259,7 +255,7 @@ impl Record {
             .map_err(|_| WalError::TooLarge { bytes: size, limit })?;
         body.extend_from_slice(&count.to_le_bytes());
         for o in &self.objects {
-            body.push(kind_byte(o.kind));
+            body.push(type_code(o.kind).ok_or(WalError::BadObject)?);
             body.extend_from_slice(o.id.as_bytes());
             // Each object is under the limit, itself under u32::MAX.
             body.extend_from_slice(&(o.data.len() as u32).to_le_bytes());
@@ -302,7 +298,7 @@ impl Record {
         let n = r.u32()? as usize;
         let mut objects = Vec::with_capacity(n.min(1 << 16));
         for _ in 0..n {
-            let kind = byte_kind(r.u8()?)?;
+            let kind = code_type(r.u8()?)?;
             let id = Oid::from_bytes(r.take(20)?).ok()?;
             let len = r.u32()? as usize;
             let data = r.take(len)?.to_vec();
@@ -331,26 +327,6 @@ fn open_tagged<'a>(kind: u8, body: &'a [u8], key: Option<&LogKey>) -> Result<&'a
 /// The same ref targets, in any order.
 fn same_refs(a: &Refs, b: &Refs) -> bool {
     a.len() == b.len() && a.iter().all(|(n, id)| target(b, n) == Some(*id))
-}
-
-fn kind_byte(k: ObjectType) -> u8 {
-    match k {
-        ObjectType::Commit => 1,
-        ObjectType::Tree => 2,
-        ObjectType::Blob => 3,
-        ObjectType::Tag => 4,
-        _ => 0,
-    }
-}
-
-fn byte_kind(b: u8) -> Option<ObjectType> {
-    Some(match b {
-        1 => ObjectType::Commit,
-        2 => ObjectType::Tree,
-        3 => ObjectType::Blob,
-        4 => ObjectType::Tag,
-        _ => return None,
-    })
 }
 
 fn encode_refs(out: &mut Vec<u8>, refs: &Refs) {

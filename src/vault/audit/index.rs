@@ -20,7 +20,7 @@ use std::io::Write;
 use git2::Oid;
 use serde::{Deserialize, Serialize};
 
-use super::{CommitMeta, Vault, fsx};
+use crate::vault::{CommitMeta, Vault, fsx};
 
 const INDEX_FILE: &str = "memvault/history-index";
 const INDEX_LOCK: &str = "memvault/history-index.lock";
@@ -105,7 +105,7 @@ impl Vault {
         let Ok(lock) = fsx::open_rw(&self.dir.join(INDEX_LOCK)) else {
             return;
         };
-        let Ok(_guard) = super::FileLock::exclusive(&lock) else {
+        let Ok(_guard) = crate::vault::FileLock::exclusive(&lock) else {
             return;
         };
         let path = self.dir.join(INDEX_FILE);

@@ -17,12 +17,12 @@ use std::collections::{HashMap, HashSet};
 
 use git2::{ObjectType, Oid};
 
-use super::keys::{KeyState, verify_commit_mac};
-use super::meta::meta_aad;
-use super::objects;
-use super::{MAIN_REF, Vault, VaultError, write_durable};
 use crate::crypto::{self, FileKeyId};
 use crate::memory::MemoryPath;
+use crate::vault::keys::{KeyState, verify_commit_mac};
+use crate::vault::meta::meta_aad;
+use crate::vault::objects;
+use crate::vault::{MAIN_REF, Vault, VaultError, write_durable};
 
 const HWM_FILE: &str = "memvault/verified-head";
 
@@ -188,7 +188,9 @@ impl Vault {
                             let aad = meta_aad(tree, next);
                             w.vault.keys.open_meta(&aad, &sealed).ok()
                         })
-                        .and_then(|plain| serde_json::from_slice::<super::CommitMeta>(&plain).ok());
+                        .and_then(|plain| {
+                            serde_json::from_slice::<crate::vault::CommitMeta>(&plain).ok()
+                        });
                     drop(commit);
                     if !mac_ok {
                         w.problem(
@@ -238,7 +240,7 @@ impl Vault {
                         what: e.to_string(),
                     });
                 }
-                if ks.format >= 2 && self.dir.join(super::CONFIG_FILE).exists() {
+                if ks.format >= 2 && self.dir.join(crate::vault::CONFIG_FILE).exists() {
                     report.problems.push(Problem {
                         rev: None,
                         path: None,
@@ -269,7 +271,7 @@ impl Vault {
     }
 
     fn check_high_water(&self, tip: Oid, on_main: &HashSet<Oid>) -> Option<Problem> {
-        let text = super::fsx::read_to_string(&self.dir.join(HWM_FILE)).ok()?;
+        let text = crate::vault::fsx::read_to_string(&self.dir.join(HWM_FILE)).ok()?;
         let parts: Vec<&str> = text.split_whitespace().collect();
         let altered = || {
             Some(Problem {

@@ -1,0 +1,108 @@
+//! The checkpoint: everything the write-ahead log holds made durable in
+//! git (one synced pack or a few synced loose objects, synced ref files),
+//! then the log started over. Runs under the writer lock.
+
+use std::fs;
+use std::path::Path;
+
+use git2::{ErrorCode, Oid, Repository};
+
+use super::fsx::{self, write_durable};
+use super::wal::{self, Refs, Wal};
+use super::{KEYS_REF, MAIN_REF};
+use super::{fsync, gc, raw};
+use crate::vault::error::VaultError;
+
+/// The checkpoint (the caller holds the writer lock): write every object
+/// of the log into one synced pack, set the refs to the log's tail, sync
+/// them, then reset the log to a head naming them.
+///
+/// Which tail: a ref on disk that does not read, names a missing object, or
+/// names an older target from the log (a writer died before moving it) is
+/// set to the log's tail; a ref that is gone or names something the log
+/// never wrote was changed outside memvault and is kept as it is (the MAC
+/// checks judge it).
+pub(crate) fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), VaultError> {
+    // Under the writer lock no live memvault writer holds a ref lock: one
+    // left behind belongs to a writer killed while moving a ref.
+    for name in [MAIN_REF, KEYS_REF, "packed-refs"] {
+        let _ = fs::remove_file(repo.path().join(format!("{name}.lock")));
+    }
+    let contents = wal.read_all()?;
+    let tail = contents.tail();
+    let odb = repo.odb()?;
+    let mut target: Refs = Vec::new();
+    for name in [MAIN_REF, KEYS_REF] {
+        // A ref file that exists but does not read was cut short by a
+        // crash; a ref that is gone was deleted on purpose.
+        let disk = match repo.refname_to_id(name) {
+            Ok(id) => Some(id),
+            Err(e) if e.code() == ErrorCode::NotFound => None,
+            Err(_) => Some(Oid::ZERO_SHA1),
+        };
+        let logged = tail.iter().find(|(n, _)| n == name).map(|(_, id)| *id);
+        let earlier = |id: Oid| {
+            contents
+                .head
+                .iter()
+                .flat_map(|h| h.refs.iter())
+                .chain(contents.records.iter().flat_map(|r| r.refs.iter()))
+                .any(|(n, v)| n == name && *v == id)
+        };
+        let t = match (disk, logged) {
+            (Some(d), Some(l)) if d == l || earlier(d) || !odb.exists(d) => Some(l),
+            (d, _) => d,
+        };
+        if let Some(t) = t.filter(|t| !t.is_zero()) {
+            target.push((name.to_string(), t));
+        }
+    }
+    let objects: Vec<&raw::Object> = contents
+        .records
+        .iter()
+        .flat_map(|r| r.objects.iter())
+        .collect();
+    wal::write_durable_objects(repo, &objects)?;
+    for (name, id) in &target {
+        if repo.refname_to_id(name).ok() != Some(*id)
+            && repo.reference(name, *id, true, "memvault recover").is_err()
+        {
+            // An unreadable ref file (cut short by a crash): replace it.
+            write_durable(&repo.path().join(name), format!("{id}\n").as_bytes())?;
+        }
+        let file = repo.path().join(name);
+        if file.exists() {
+            // libgit2 wrote it with the umask's mode.
+            fsx::make_private(&file)?;
+            fsync::sync_path(&file)?;
+        }
+        if let Some(parent) = file.parent() {
+            fsync::sync_path(parent)?;
+        }
+    }
+    let packed = repo.path().join("packed-refs");
+    if packed.exists() {
+        fsync::sync_path(&packed)?;
+    }
+    wal.reset(target)?;
+    // Everything is on disk now: drop the in-memory copies.
+    wal::install_odb(repo)?;
+    // A few packs at most: merge the small ones (a full repack with delta
+    // search and pruning is `memvault gc`'s, never a mutation's).
+    gc::merge_small_packs(repo)?;
+    Ok(())
+}
+
+/// fsync every file and directory below `dir` (a new vault, before it is
+/// moved into place).
+pub(crate) fn sync_tree(dir: &Path) -> std::io::Result<()> {
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_type()?.is_dir() {
+            sync_tree(&e.path())?;
+        } else {
+            fsync::sync_path(&e.path())?;
+        }
+    }
+    fsync::sync_path(dir)
+}

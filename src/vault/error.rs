@@ -1,0 +1,164 @@
+//! The vault's errors, and the one mapping each way between them and the
+//! memory layer's [`StoreError`].
+//!
+//! Policy: a variant per kind of failure; damage carries a fixed
+//! description of what failed (never content, a path or a key); libgit2's
+//! messages reach a person through the CLI, never a tool result (which
+//! gets the error's class and code). The CLI adds the sentence a person
+//! needs (see `cli::CliError`).
+
+use std::path::PathBuf;
+
+use super::FORMAT;
+use super::engine::{fsx, objects, wal};
+use crate::memory::StoreError;
+
+/// Why a vault could not be created, opened or written.
+#[derive(Debug, thiserror::Error)]
+pub enum VaultError {
+    #[error("no vault at {0}: create one with `memvault init`")]
+    NotFound(PathBuf),
+    #[error("{0} exists and is not an empty directory; choose a new location for the vault")]
+    NotEmpty(PathBuf),
+    #[error("{0} is not a memvault vault (no memvault/format file)")]
+    NotAVault(PathBuf),
+    #[error("the passphrase or key file does not unlock this vault")]
+    WrongSecret,
+    #[error("this vault has no keyslot of that kind (passphrase or key file)")]
+    NoSlotOfKind,
+    #[error("the vault's key derivation parameters exceed the allowed maximum; refusing to derive")]
+    ExcessiveWork,
+    /// Stored bytes failed a check; the text says which part (it never
+    /// carries content, a path or a key).
+    #[error("the vault is damaged: {0}")]
+    Damaged(&'static str),
+    /// A stored object or pack failed its check before libgit2 read it
+    /// (see [`objects`]).
+    #[error("the vault is damaged: {0}")]
+    Object(objects::ObjectError),
+    /// A ref was set back to an older state than this vault has reached
+    /// (refused: it would bring back erased keys or removed keyslots).
+    #[error("the vault is damaged: {0}")]
+    RolledBack(&'static str),
+    #[error(
+        "{0:?} is not a revision on this vault's main branch (give a commit id from `memvault history`, or HEAD~N)"
+    )]
+    BadRevision(String),
+    #[error("{0}")]
+    Refused(String),
+    #[error("invalid vault settings: {0}")]
+    Config(&'static str),
+    #[error(
+        "this vault has format {0}, newer than this memvault understands (up to {FORMAT}): upgrade memvault"
+    )]
+    NewerFormat(u32),
+    #[error("cannot take the writer lock (memvault/lock): {0}")]
+    Lock(std::io::Error),
+    #[error("the change was written but could not be made durable ({0}); check the disk")]
+    NotDurable(std::io::Error),
+    /// An error of the memory layer's store, carried unchanged (so a
+    /// round trip through [`StoreError`] loses nothing).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("git error: {0}")]
+    Git(GitError),
+    #[error("cannot write the vault's log (memvault/wal): {0}")]
+    Log(std::io::Error),
+    #[error("the vault is not safe to use: {0}; nothing was changed")]
+    Unsafe(#[from] fsx::Unsafe),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A libgit2 failure, kept opaque so that no git2 type is part of the
+/// vault's API.
+#[derive(Debug)]
+pub struct GitError(git2::Error);
+
+impl std::fmt::Display for GitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for GitError {}
+
+impl From<git2::Error> for VaultError {
+    fn from(e: git2::Error) -> Self {
+        VaultError::Git(GitError(e))
+    }
+}
+
+pub(crate) fn damaged(what: &'static str) -> VaultError {
+    VaultError::Damaged(what)
+}
+
+impl VaultError {
+    /// Stored bytes failed a check (as opposed to a refusal, a wrong
+    /// secret or an I/O failure).
+    pub fn is_damage(&self) -> bool {
+        matches!(
+            self,
+            VaultError::Damaged(_) | VaultError::Object(_) | VaultError::RolledBack(_)
+        ) || matches!(self, VaultError::Store(StoreError::Damaged(_)))
+    }
+}
+
+impl From<wal::WalError> for VaultError {
+    fn from(e: wal::WalError) -> Self {
+        use wal::WalError as W;
+        match e {
+            W::Io(e) => VaultError::Log(e),
+            W::Git(e) => e.into(),
+            W::TooLarge { .. } => VaultError::Refused(e.to_string()),
+            W::Forged => VaultError::Damaged(
+                "the write-ahead log (memvault/wal) holds an entry that was not written with this vault's key (a log copied from another vault, or a forged entry)",
+            ),
+            W::Replayed => VaultError::Damaged(
+                "the write-ahead log (memvault/wal) holds a record that does not build on the one before it (an earlier record replayed)",
+            ),
+            W::BadObject => VaultError::Damaged(
+                "the write-ahead log (memvault/wal) holds an object that does not match its id",
+            ),
+            W::NotReady => VaultError::Damaged(
+                "the write-ahead log (memvault/wal) cannot take a record before it was read",
+            ),
+        }
+    }
+}
+
+/// The one mapping from the vault's errors to the memory layer's (the
+/// other way is `VaultError::Store`, lossless).
+impl From<VaultError> for StoreError {
+    fn from(e: VaultError) -> Self {
+        match e {
+            VaultError::Store(e) => e,
+            VaultError::Damaged(what) => StoreError::Damaged(what.to_string()),
+            VaultError::RolledBack(what) => StoreError::Damaged(what.to_string()),
+            VaultError::Object(e) => StoreError::Damaged(e.to_string()),
+            VaultError::Refused(what) => StoreError::Limit(what),
+            VaultError::Git(e) => git_unavailable(&e.0),
+            other => StoreError::Unavailable(other.to_string()),
+        }
+    }
+}
+
+pub(crate) fn ge(e: git2::Error) -> StoreError {
+    git_unavailable(&e)
+}
+
+/// A libgit2 failure as a tool result says it: its class and code, not
+/// libgit2's message (which can name files of the vault directory).
+pub(crate) fn git_unavailable(e: &git2::Error) -> StoreError {
+    StoreError::Unavailable(format!(
+        "the git object store failed ({:?}, {:?}); run `memvault verify`",
+        e.class(),
+        e.code()
+    ))
+}
+
+impl From<objects::ObjectError> for VaultError {
+    fn from(e: objects::ObjectError) -> Self {
+        VaultError::Object(e)
+    }
+}

@@ -1,0 +1,373 @@
+//! Creating, opening and unlocking a vault: the keyslot that opens it, the
+//! checked read of its log, recovery, and the migration of an older
+//! format; and the vault's settings.
+
+use super::*;
+
+impl Vault {
+    /// Create a new vault at `dir` (which must not exist, or be empty) and
+    /// return it unlocked.
+    pub fn init(
+        dir: &Path,
+        secret: InitSecret,
+        config: VaultConfig,
+        attribution: Attribution,
+    ) -> Result<Vault, VaultError> {
+        fsync::enable();
+        config.validate().map_err(VaultError::Config)?;
+        if dir.exists() {
+            let empty = dir.is_dir() && fs::read_dir(dir)?.next().is_none();
+            if !empty {
+                return Err(VaultError::NotEmpty(dir.to_path_buf()));
+            }
+        }
+        // Build the vault in a sibling folder and move it into place at
+        // the end, so a crash never leaves a half-made vault at `dir`.
+        let parent = dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        fs::create_dir_all(parent)?;
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "vault".into());
+        let tmp = parent.join(format!(
+            ".{name}.init-{}",
+            data_encoding::HEXLOWER.encode(&crypto::random_bytes::<6>())
+        ));
+        let result = Self::build(&tmp, secret, &config);
+        if let Err(e) = result {
+            let _ = fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+        if dir.exists() {
+            fs::remove_dir(dir)?;
+        }
+        fs::rename(&tmp, dir)?;
+        sync_dir(parent);
+        let keyring = result?;
+        let repo = Repository::open_bare(dir)?;
+        let wal = Wal::open(dir)?;
+        let mut vault = Self::finish_open(dir, repo, wal, keyring, attribution)?;
+        // A new vault has exactly one slot: the one it was created with.
+        vault.unlocked_slot = vault.key_state.slots.keys().next().cloned();
+        Ok(vault)
+    }
+
+    fn build(tmp: &Path, secret: InitSecret, config: &VaultConfig) -> Result<Keyring, VaultError> {
+        // The folder is ours and private before libgit2 fills it; what
+        // libgit2 makes with the umask's modes is made private below.
+        fsx::mkdir_private(tmp)?;
+        let mut opts = RepositoryInitOptions::new();
+        opts.bare(true)
+            .initial_head("main")
+            .mkdir(true)
+            .external_template(false);
+        let repo = Repository::init_opts(tmp, &opts)?;
+        {
+            let mut cfg = repo.config()?;
+            cfg.set_bool("core.logAllRefUpdates", false)?;
+            cfg.set_i32("gc.auto", 0)?;
+        }
+        fsx::mkdir_private(&tmp.join(STATE_DIR))?;
+        write_durable(&tmp.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
+        write_durable(&tmp.join(LOCK_FILE), b"")?;
+
+        let keyring = Keyring::new_random();
+        let keys = VaultKeys::derive(&keyring);
+        let slot = match &secret {
+            InitSecret::KeyFile(k) => crypto::seal_keyfile_slot(&keyring, k),
+            InitSecret::Passphrase(p, params) => crypto::seal_passphrase_slot(&keyring, p, *params)
+                .map_err(|_| VaultError::ExcessiveWork)?,
+        };
+        let mut slots = BTreeMap::new();
+        slots.insert(slot_name(&slot)?, slot);
+        let key_state = KeyState::create(&repo, &keys, slots, config.clone())?;
+
+        // The first commit: the empty tree, marking the vault's creation.
+        let empty = repo.treebuilder(None)?.write()?;
+        let tree = repo.find_tree(empty)?;
+        let meta = CommitMeta {
+            v: META_VERSION,
+            op: "init".into(),
+            time_ms: now_ms(),
+            session: "init".into(),
+            actor: "memvault".into(),
+            keys: Some(key_state.counter),
+            ..Default::default()
+        };
+        let commit = write_commit(&repo, &keys, &tree, None, &meta)?;
+        repo.reference(MAIN_REF, commit, false, "memvault init")?;
+        // libgit2 writes without fsync (see `fsync`): sync the new vault
+        // as a whole, then start its log at this state.
+        let mut wal = Wal::open(tmp)?;
+        wal.set_key(keys.log_key());
+        let keys_commit = repo.refname_to_id(keys::KEYS_REF)?;
+        fsx::make_private_tree(tmp)?;
+        sync_tree(tmp)?;
+        wal.reset(vec![
+            (MAIN_REF.to_string(), commit),
+            (keys::KEYS_REF.to_string(), keys_commit),
+        ])?;
+        Ok(keyring)
+    }
+
+    /// Open and unlock the vault at `dir`.
+    pub fn open(
+        dir: &Path,
+        secret: &Unlock<'_>,
+        attribution: Attribution,
+    ) -> Result<Vault, VaultError> {
+        fsync::enable();
+        if !dir.exists() {
+            return Err(VaultError::NotFound(dir.to_path_buf()));
+        }
+        if !dir.join(FORMAT_FILE).is_file() {
+            return Err(VaultError::NotAVault(dir.to_path_buf()));
+        }
+        // Before anything is read or written: no link, not open to others.
+        fsx::check_vault(dir)?;
+        read_format(dir)?;
+        let repo =
+            Repository::open_bare(dir).map_err(|_| VaultError::NotAVault(dir.to_path_buf()))?;
+        // Before unlock the log's tags cannot be checked: this read only
+        // finds the keyslots; `finish_open` reads it again, checked,
+        // before anything of it is used or written to git.
+        let mut wal = Wal::open(dir)?;
+        wal.catch_up(&repo)?;
+        // As in `refresh`: a ref may name objects of a newer log record.
+        let mut attempt = 0;
+        let slots = loop {
+            let at = wal.ref_target(&repo, keys::KEYS_REF)?;
+            match keys::read_slots_at(&repo, at) {
+                Ok((_, s)) => break s,
+                Err(VaultError::Damaged(_) | VaultError::Object(_)) if attempt < 3 => {
+                    attempt += 1;
+                    wal.catch_up(&repo)?;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let mut keyring = None;
+        let mut tried = false;
+        let mut excessive = false;
+        for (name, bytes) in &slots {
+            match crypto::open_slot(bytes, secret) {
+                Ok(k) => {
+                    keyring = Some((k, name.clone()));
+                    break;
+                }
+                Err(crypto::CryptoError::WrongKind) => {}
+                Err(crypto::CryptoError::ExcessiveWork) => {
+                    tried = true;
+                    excessive = true;
+                }
+                Err(_) => tried = true,
+            }
+        }
+        let (keyring, slot) = match keyring {
+            Some(k) => k,
+            None if excessive => return Err(VaultError::ExcessiveWork),
+            None if tried => return Err(VaultError::WrongSecret),
+            None => return Err(VaultError::NoSlotOfKind),
+        };
+        let mut vault = Self::finish_open(dir, repo, wal, keyring, attribution)?;
+        vault.unlocked_slot = Some(slot);
+        Ok(vault)
+    }
+
+    /// A second, independent handle on this vault (its own repository
+    /// handle and writer-lock descriptor), e.g. for a sweeper thread.
+    pub fn reopen(&self, attribution: Attribution) -> Result<Vault, VaultError> {
+        fsx::check_vault(&self.dir)?;
+        let repo = Repository::open_bare(&self.dir)
+            .map_err(|_| VaultError::NotAVault(self.dir.clone()))?;
+        let wal = Wal::open(&self.dir)?;
+        let mut vault =
+            Self::finish_open(&self.dir, repo, wal, self.keyring.duplicate(), attribution)?;
+        vault.unlocked_slot = self.unlocked_slot.clone();
+        Ok(vault)
+    }
+
+    /// The key state where the keys ref points, catching up with the log
+    /// when a ref names objects of a newer record (a writer in another
+    /// process appends its record before it moves the refs).
+    fn load_key_state(
+        repo: &Repository,
+        wal: &mut Wal,
+        keys: &VaultKeys,
+    ) -> Result<KeyState, VaultError> {
+        let mut attempt = 0;
+        loop {
+            wal.catch_up(repo)?;
+            let at = wal.ref_target(repo, keys::KEYS_REF)?;
+            match KeyState::load_at(repo, keys, at) {
+                Ok(k) => return Ok(k),
+                Err(VaultError::Damaged(_) | VaultError::Object(_)) if attempt < 3 => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn finish_open(
+        dir: &Path,
+        repo: Repository,
+        wal: Wal,
+        keyring: Keyring,
+        attribution: Attribution,
+    ) -> Result<Vault, VaultError> {
+        let mut wal = wal;
+        let keys = VaultKeys::derive(&keyring);
+        // From now on every entry of the log is checked against its tag.
+        wal.set_key(keys.log_key());
+        let mut key_state = Self::load_key_state(&repo, &mut wal, &keys)?;
+        // The log is never of an older format than the key state: an
+        // untagged head in a vault of format 2 was put there.
+        if key_state.format >= 2 && wal.head_is_v1() == Some(true) {
+            return Err(damaged(LOG_DOWNGRADED));
+        }
+        // Checkpoint if the log holds anything git does not (records of a
+        // writer that died or is still running, a tail the refs do not
+        // show, a torn head) or an untagged head: git alone then shows
+        // every acknowledged commit.
+        let c = wal.catch_up(&repo)?;
+        if c.records || !c.clean || wal.head_is_v1() == Some(true) || !wal.refs_consistent(&repo) {
+            let lock = fsx::open_rw(&dir.join(LOCK_FILE))?;
+            let _guard = FileLock::exclusive(&lock).map_err(VaultError::Lock)?;
+            checkpoint_locked(&repo, &mut wal)?;
+            key_state = Self::load_key_state(&repo, &mut wal, &keys)?;
+        }
+        // Format 2 keeps the settings in the key state, authenticated;
+        // format 1 in a plain file, until `migrate` moves them.
+        let config = match &key_state.settings {
+            Some(s) => s.clone(),
+            None => load_config(dir)?,
+        };
+        let lock = fsx::open_rw(&dir.join(LOCK_FILE))?;
+        let vault = Vault {
+            dir: dir.to_path_buf(),
+            repo,
+            keys,
+            keyring,
+            key_state,
+            config,
+            verified_tip: None,
+            attribution,
+            lock,
+            caches: Caches::default(),
+            wal,
+            log: LogState::default(),
+            unlocked_slot: None,
+        };
+        let mut vault = vault;
+        match vault.migrate() {
+            Ok(()) => {}
+            // A damaged format-1 vault stays of format 1: each command
+            // reports the damage (as below), and a later open migrates it
+            // once it is mended.
+            Err(e) if e.is_damage() => {}
+            Err(e) => return Err(e),
+        }
+        // A damaged tip is reported by each command, not here, so that a
+        // server can still start and say what is wrong.
+        Ok(vault)
+    }
+
+    /// Bring a vault of format 1 to format 2, once, under the writer lock:
+    /// its plain settings file becomes the authenticated settings of a new
+    /// key state (whose counter main's commits name from now on), in a
+    /// `migrate` commit on main; then the format file says 2 and the plain
+    /// file is removed. The key state decides (it is MAC'd, the format file
+    /// is not): a format-2 key state is never migrated again, so writing
+    /// "1" into the format file cannot bring a plain settings file back.
+    fn migrate(&mut self) -> Result<(), VaultError> {
+        if self.key_state.format >= 2 {
+            if read_format(&self.dir)? < FORMAT {
+                // A migration a crash interrupted after its commit.
+                write_durable(&self.dir.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
+            }
+            return Ok(());
+        }
+        self.with_writer_lock(|vault, tip| {
+            if vault.key_state.format >= 2 {
+                return Ok(()); // another process migrated it meanwhile
+            }
+            let settings = load_config(&vault.dir)?;
+            let meta = CommitMeta {
+                details: vec!["vault format 1 -> 2: settings moved into the key state".into()],
+                ..vault.new_meta("migrate")
+            };
+            let change = KeyChange {
+                settings: Some(settings),
+                ..Default::default()
+            };
+            vault.publish_key_change(tip, change, meta)?;
+            vault.sync_now()
+        })?;
+        write_durable(&self.dir.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
+        match fs::remove_file(self.dir.join(CONFIG_FILE)) {
+            Ok(()) => sync_dir(&self.dir.join(STATE_DIR)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(())
+    }
+
+    /// Change the vault's settings: a new key state holding them, with a
+    /// `config` commit on main naming the settings changed (`changed`),
+    /// durably. Refused (nothing changed) if they do not validate.
+    pub fn set_config(
+        &mut self,
+        config: VaultConfig,
+        changed: Vec<String>,
+    ) -> Result<(), VaultError> {
+        config.validate().map_err(VaultError::Config)?;
+        self.with_writer_lock(|vault, tip| {
+            let meta = CommitMeta {
+                details: changed,
+                ..vault.new_meta("config")
+            };
+            let change = KeyChange {
+                settings: Some(config),
+                ..Default::default()
+            };
+            vault.publish_key_change(tip, change, meta)?;
+            vault.sync_now()
+        })
+    }
+}
+
+fn format_line(n: u32) -> String {
+    format!("{FORMAT_PREFIX}{n}\n")
+}
+
+/// The format number of the vault at `dir`: refused if it is not a vault
+/// or is newer than this memvault.
+fn read_format(dir: &Path) -> Result<u32, VaultError> {
+    let not_a_vault = || VaultError::NotAVault(dir.to_path_buf());
+    let text = fsx::read_to_string(&dir.join(FORMAT_FILE)).map_err(|_| not_a_vault())?;
+    let n: u32 = text
+        .strip_prefix(FORMAT_PREFIX)
+        .and_then(|t| t.strip_suffix('\n'))
+        .and_then(|t| t.parse().ok())
+        .filter(|n| *n >= 1)
+        .ok_or_else(not_a_vault)?;
+    if n > FORMAT {
+        return Err(VaultError::NewerFormat(n));
+    }
+    Ok(n)
+}
+
+fn load_config(dir: &Path) -> Result<VaultConfig, VaultError> {
+    let path = dir.join(CONFIG_FILE);
+    let config = match fsx::read(&path) {
+        Ok(bytes) => serde_json::from_slice::<VaultConfig>(&bytes).map_err(|_| {
+            VaultError::Config("memvault/config.json does not parse as vault settings")
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => VaultConfig::default(),
+        Err(e) => return Err(e.into()),
+    };
+    config.validate().map_err(VaultError::Config)?;
+    Ok(config)
+}

@@ -1,0 +1,337 @@
+//! The write path: a mutation of the memory layer made into sealed blobs,
+//! edited trees and a MAC'd commit, and the one publish path that puts a
+//! commit on main, with the key-state change it needs, in one record of
+//! the write-ahead log; and the binding of the key state to main.
+
+use super::*;
+
+impl Vault {
+    /// Apply one mutation on top of `parent` and move main to it. The
+    /// caller holds the writer lock.
+    pub(crate) fn apply(&mut self, parent: Option<Oid>, m: Mutation) -> Result<(), StoreError> {
+        let mut meta = CommitMeta {
+            lines_added: m.facts.lines_added,
+            lines_removed: m.facts.lines_removed,
+            redactions: m.facts.redactions,
+            ..self.new_meta(m.op.as_str())
+        };
+        let mut new_key: Option<(FileKeyId, FileKey)> = None;
+        let mut written: Vec<FileKeyId> = Vec::new();
+        let mut files_after: Option<usize> = None;
+        // Every object the new tree adds, with its bytes, for the log.
+        let mut objects: Vec<Object> = Vec::new();
+        let new_tree = {
+            let base = self.tree_of(parent)?;
+            let snap = VaultSnapshot::new(
+                &self.repo,
+                &self.keys,
+                &self.key_state,
+                &self.caches,
+                base.clone(),
+            );
+            let mut update = TreeEdits::default();
+            match m.change {
+                Change::Write { path, content } => {
+                    if content.len() > self.config.max_file_bytes {
+                        return Err(StoreError::Limit(format!(
+                            "the content is {} bytes, over this vault's limit of {} bytes per file",
+                            content.len(),
+                            self.config.max_file_bytes
+                        )));
+                    }
+                    // The git path is computed once (a name encryption per
+                    // segment): for the lookup and for the edit.
+                    let git_path = snap.git_path(&path)?;
+                    let at = snap.entry_at(&git_path)?;
+                    let existing = match at {
+                        Some((oid, NodeKind::File)) => Some(snap.blob_key_id(oid)?),
+                        _ => None,
+                    };
+                    let mut fresh: Option<(FileKeyId, FileKey)> = None;
+                    let (id, key) = match existing {
+                        Some(id) => (id, snap.file_key(&id)?),
+                        None => {
+                            let files = snap.count_files()?;
+                            // One more file, unless the write replaces a
+                            // whole directory (the memory layer refuses
+                            // that; do not count on it here).
+                            if at.is_none() {
+                                files_after = Some(files + 1);
+                            }
+                            if files >= self.config.max_files {
+                                return Err(StoreError::Limit(format!(
+                                    "this vault already holds its limit of {} files; delete some before creating more",
+                                    self.config.max_files
+                                )));
+                            }
+                            let f = fresh.insert((FileKeyId::generate(), FileKey::generate()));
+                            (f.0, &f.1)
+                        }
+                    };
+                    let sealed = crypto::seal_blob(key, &id, path.as_str(), &content);
+                    update.upsert(&git_path, stage_blob(&self.repo, sealed, &mut objects)?);
+                    meta.size = Some(content.len() as u64);
+                    meta.content_hash =
+                        Some(data_encoding::HEXLOWER.encode(&key.content_hash(&content)));
+                    if let Some(f) = fresh {
+                        new_key = Some(f);
+                    }
+                    meta.key_id = Some(id.to_hex());
+                    written.push(id);
+                    meta.files = vec![path.as_str().to_string()];
+                    meta.path = Some(path.as_str().to_string());
+                }
+                Change::Delete { path } => {
+                    meta.files = snap
+                        .files_below(&path)?
+                        .into_iter()
+                        .map(|p| p.as_str().to_string())
+                        .collect();
+                    update.remove(&snap.git_path(&path)?);
+                    meta.path = Some(path.as_str().to_string());
+                }
+                Change::Rename { from, to } => {
+                    let files = snap.files_below(&from)?;
+                    for file in &files {
+                        let Some(target) = file.rebase(&from, &to) else {
+                            return Err(StoreError::Damaged("rename target out of range".into()));
+                        };
+                        let id = snap.file_key_id(file)?.ok_or(StoreError::NotFound)?;
+                        written.push(id);
+                        let key = snap.file_key(&id)?;
+                        let content = snap.read(file)?;
+                        let sealed = crypto::seal_blob(key, &id, target.as_str(), &content);
+                        let oid = stage_blob(&self.repo, sealed, &mut objects)?;
+                        update.upsert(&snap.git_path(&target)?, oid);
+                    }
+                    update.remove(&snap.git_path(&from)?);
+                    meta.files = files.iter().map(|p| p.as_str().to_string()).collect();
+                    meta.path = Some(from.as_str().to_string());
+                    meta.new_path = Some(to.as_str().to_string());
+                }
+            }
+            drop(snap);
+            let base = base.map(|t| t.id());
+            update
+                .write(&self.repo, &self.caches, base, &mut objects)
+                .map_err(ge)?
+        };
+        if let Some(n) = files_after {
+            self.caches.remember_count(new_tree, n);
+        }
+        let new_keys = new_key
+            .map(|(id, key)| (id, Some(key)))
+            .into_iter()
+            .collect();
+        self.publish(parent, new_tree, KeyChange::files(new_keys), &meta, objects)?;
+        // For expiry: a write counts as use (no fsync; see `access`).
+        let time = meta.time_ms;
+        let records: Vec<_> = written
+            .into_iter()
+            .map(|id| (id, access::Kind::Written, time))
+            .collect();
+        self.append_access(&records);
+        Ok(())
+    }
+
+    /// Make a staged tree the new tip: the one publish path of the vault.
+    ///
+    /// One log record holds the key-state change `change` (if any: new or
+    /// destroyed file keys, keyslots, settings, a new keyring) and the MAC'd
+    /// commit on main with `meta`, whose metadata names the counter of the
+    /// key state that goes with it (see [`keys`]); the record moves both
+    /// refs at once. Refused unless the log's tail is `parent` (the caller
+    /// holds the writer lock, so no memvault writer can have moved it).
+    /// `objects`: every object `tree` adds to its parent's tree that is not
+    /// yet durable (new blobs and trees, as the caller wrote them).
+    /// Durable once the record is synced (see `with_writer_lock`).
+    pub(crate) fn publish(
+        &mut self,
+        parent: Option<Oid>,
+        tree: Oid,
+        change: KeyChange,
+        meta: &CommitMeta,
+        objects: Vec<Object>,
+    ) -> Result<Oid, VaultError> {
+        let changes_keys = !change.is_empty();
+        let result = self.try_publish(parent, tree, change, meta, objects);
+        if result.is_err() && changes_keys {
+            // The in-memory tables were edited in place: read back the
+            // state that is really on disk.
+            if let Ok(at) = self.keys_target() {
+                let _ = self.key_state.reload(&self.repo, &self.keys, at);
+            }
+        }
+        result
+    }
+
+    fn try_publish(
+        &mut self,
+        parent: Option<Oid>,
+        tree: Oid,
+        mut change: KeyChange,
+        meta: &CommitMeta,
+        objects: Vec<Object>,
+    ) -> Result<Oid, VaultError> {
+        if self.wal.tail_target(MAIN_REF) != parent {
+            return Err(VaultError::Refused(
+                "the vault was changed by a writer that did not take the lock; nothing was changed, try again".into(),
+            ));
+        }
+        let old_keys = self.key_state.commit;
+        // A new keyring (rekey): the key state and the commit are sealed and
+        // MAC'd under it.
+        let keyring = change.keyring.take();
+        let new_keys = keyring.as_ref().map(VaultKeys::derive);
+        let keys = new_keys.as_ref().unwrap_or(&self.keys);
+        let mut record = Record::default();
+        let staged = if change.is_empty() {
+            None
+        } else {
+            let staged = self.key_state.stage_changes(&self.repo, keys, change)?;
+            self.key_state
+                .add_to_record(&self.repo, &mut record, old_keys, staged)?;
+            Some(staged)
+        };
+        let mut meta = meta.clone();
+        meta.keys = Some(self.key_state.counter);
+        let parent_commit = match parent {
+            Some(p) => {
+                objects::check(&self.repo, p)?;
+                Some(self.repo.find_commit(p)?)
+            }
+            None => None,
+        };
+        objects::check(&self.repo, tree)?;
+        let tree = self.repo.find_tree(tree)?;
+        let commit = write_commit(&self.repo, keys, &tree, parent_commit.as_ref(), &meta)?;
+        record.add_object(&self.repo.odb()?, commit)?;
+        record.objects.extend(objects);
+        record.refs.push((MAIN_REF.to_string(), commit));
+        // The record moves the refs: the log's tail is where they point
+        // (ref files follow at the next checkpoint). The acknowledgement
+        // point is the sync of this record (see `with_writer_lock`).
+        self.wal.append(&record)?;
+        self.log.unsynced = true;
+        if let Some(k) = staged {
+            self.key_state.published(&self.repo, k);
+            if let Some(settings) = &self.key_state.settings {
+                self.config = settings.clone();
+            }
+        }
+        if let (Some(ring), Some(keys)) = (keyring, new_keys) {
+            self.keyring = ring;
+            self.keys = keys;
+        }
+        self.verified_tip = Some((commit, self.key_state.commit));
+        Ok(commit)
+    }
+
+    /// Write `edits` over the tree of `base` (a commit; None: the empty
+    /// tree): the new tree's id, with every tree written appended to
+    /// `objects` for the log record. The one tree builder of the vault
+    /// (see [`treeedit`]).
+    pub(crate) fn edit_tree(
+        &self,
+        base: Option<Oid>,
+        edits: &TreeEdits,
+        objects: &mut Vec<Object>,
+    ) -> Result<Oid, VaultError> {
+        let base = self.tree_of(base)?.map(|t| t.id());
+        Ok(edits.write(&self.repo, &self.caches, base, objects)?)
+    }
+
+    /// Sync the log now if a record still needs it (for the few steps
+    /// that must be durable before the next, inside the writer lock).
+    pub(crate) fn sync_now(&mut self) -> Result<(), VaultError> {
+        if std::mem::take(&mut self.log.unsynced) {
+            self.wal.sync()?;
+        }
+        Ok(())
+    }
+
+    /// A commit on main that changes the key state alone (keyslots,
+    /// settings, erasure after a crash): the tree stays the tip's. The
+    /// caller holds the writer lock; `tip` is the current tip.
+    pub(crate) fn publish_key_change(
+        &mut self,
+        tip: Option<Oid>,
+        change: KeyChange,
+        meta: CommitMeta,
+    ) -> Result<Oid, VaultError> {
+        let tree = match self.tree_of(tip)? {
+            Some(t) => t.id(),
+            None => self.repo.treebuilder(None)?.write()?,
+        };
+        self.publish(tip, tree, change, &meta, Vec::new())
+    }
+
+    /// The metadata prologue every commit shares: operation, time, who.
+    pub(crate) fn new_meta(&self, op: &str) -> CommitMeta {
+        CommitMeta {
+            v: META_VERSION,
+            op: op.into(),
+            time_ms: now_ms(),
+            session: self.attribution.session.clone(),
+            actor: self.attribution.actor.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// Check that the key state is not older than the tip requires: the
+    /// tip names the counter of the key state written with it, and an
+    /// erasure's tombstone names the keys that must be gone (a format-1
+    /// commit names no counter, but its tombstone still binds).
+    pub(crate) fn check_binding(&self, tip: Oid) -> Result<(), VaultError> {
+        let meta = self.meta_of(tip)?;
+        let ks = &self.key_state;
+        let older = meta.keys.is_some_and(|k| k > ks.counter);
+        let erasure_pending = self.dir.join(erase::MARKER).exists();
+        let unerased = !erasure_pending
+            && meta
+                .erased_keys
+                .iter()
+                .any(|hex| FileKeyId::from_hex(hex).is_some_and(|id| ks.file_key(&id).is_some()));
+        if older || unerased {
+            return Err(VaultError::RolledBack(
+                "the key state (refs/memvault/keys) was rolled back: it is older than the newest commit requires",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Write a sealed blob to the object store and keep its bytes for the log
+/// record.
+pub(crate) fn stage_blob(
+    repo: &Repository,
+    sealed: Vec<u8>,
+    objects: &mut Vec<Object>,
+) -> Result<Oid, VaultError> {
+    let id = repo.blob(&sealed)?;
+    objects.push(Object {
+        kind: git2::ObjectType::Blob,
+        id,
+        data: sealed,
+    });
+    Ok(id)
+}
+
+pub(crate) fn write_commit(
+    repo: &Repository,
+    keys: &VaultKeys,
+    tree: &git2::Tree<'_>,
+    parent: Option<&git2::Commit<'_>>,
+    meta: &CommitMeta,
+) -> Result<Oid, VaultError> {
+    let json = Zeroizing::new(
+        serde_json::to_vec(meta).map_err(|_| damaged("metadata does not serialise"))?,
+    );
+    let aad = meta_aad(tree.id(), parent.map(|p| p.id()));
+    let sealed = keys.seal_meta(&aad, &json);
+    let message = format!("{}\n", data_encoding::BASE64.encode(&sealed));
+    let sig = fixed_signature()?;
+    let parents: Vec<&git2::Commit<'_>> = parent.into_iter().collect();
+    let buf = repo.commit_create_buffer(&sig, &sig, &message, tree, &parents)?;
+    write_signed_commit(repo, keys, &buf)
+}
