@@ -171,22 +171,8 @@ impl<'a> VaultSnapshot<'a> {
 
     /// The git path (encrypted names joined by `/`) of a memory path.
     pub(crate) fn git_path(&self, path: &MemoryPath) -> Result<String, StoreError> {
-        let mut out = String::new();
-        let mut parent = MemoryPath::root();
-        for seg in path.segments() {
-            let enc = self
-                .keys
-                .encrypt_name(parent.as_str(), seg)
-                .map_err(|_| StoreError::Limit("a path segment is too long to store".into()))?;
-            if !out.is_empty() {
-                out.push('/');
-            }
-            out.push_str(&enc);
-            parent = parent
-                .join(seg)
-                .map_err(|_| StoreError::Limit("path too long".into()))?;
-        }
-        Ok(out)
+        git_path(self.keys, path)
+            .map_err(|_| StoreError::Limit("a path segment is too long to store".into()))
     }
 
     /// The object a path names: its id and whether it is a blob or a tree.
@@ -494,4 +480,26 @@ impl Snapshot for VaultSnapshot<'_> {
         }
         Ok(out)
     }
+}
+
+/// The git path (encrypted names joined by `/`; "" for the root) of a
+/// memory path: each segment's name encrypted under its parent path.
+pub(crate) fn git_path(
+    keys: &VaultKeys,
+    path: &MemoryPath,
+) -> Result<String, crate::crypto::CryptoError> {
+    let mut out = String::new();
+    let mut parent = MemoryPath::root();
+    for seg in path.segments() {
+        let enc = keys.encrypt_name(parent.as_str(), seg)?;
+        if !out.is_empty() {
+            out.push('/');
+        }
+        out.push_str(&enc);
+        // A segment of a valid path always joins onto its parent.
+        parent = parent
+            .join(seg)
+            .map_err(|_| crate::crypto::CryptoError::NameTooLong)?;
+    }
+    Ok(out)
 }

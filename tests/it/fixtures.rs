@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::util::{TestVault, bin, is_error, text};
+use crate::util::{TestVault, bin, copy_dir, is_error, text};
 
 /// A working copy of the fixture `name` (the committed one is never
 /// opened: opening may migrate or checkpoint it). Git keeps no empty
@@ -23,19 +23,6 @@ pub fn fixture(name: &str) -> TestVault {
     }
     let key = tmp.path().join("vault.key");
     TestVault { tmp, vault, key }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).unwrap();
-        }
-    }
 }
 
 fn run(t: &TestVault, args: &[&str]) -> std::process::Output {
@@ -172,27 +159,11 @@ fn fail_keys_rollback_is_refused() {
     assert!(all.contains("rolled back"), "{all}");
 }
 
-/// Run `cmd`, killing it if it has not finished within `secs` seconds
-/// (then the test fails: damage must never turn into a hang).
-pub fn run_bounded(cmd: &mut Command, secs: u64) -> std::process::Output {
-    let mut child = cmd
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{cmd:?} did not finish within {secs} s");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+/// Run `cmd`; the test fails if it has not finished within `secs`
+/// seconds: damage must never turn into a hang.
+fn run_bounded(cmd: &mut Command, secs: u64) -> std::process::Output {
+    crate::util::run_bounded(cmd, "", std::time::Duration::from_secs(secs))
+        .unwrap_or_else(|| panic!("{cmd:?} did not finish within {secs} s"))
 }
 
 /// A cut-short loose tree gives the damaged error, promptly, for a view

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::util::{TestVault, bin, is_error, parse_lines, run_with_stdin};
+use crate::util::{TestVault, bin, copy_dir, is_error, parse_lines, run_with_stdin};
 
 /// Every file and directory below `dir`, links not followed: its kind and
 /// bytes (a link: its target).
@@ -93,18 +93,6 @@ fn plant_link(rel: &str) -> Planted {
     std::os::unix::fs::symlink(&target, &inside).unwrap();
     let before = snapshot(&outside);
     Planted { v, outside, before }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! child is killed) rather than hanging the suite.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -16,34 +16,9 @@ use crate::util::*;
 /// Long enough for a debug build on a loaded machine, far below "forever".
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Run `cmd` with `input` on stdin; None if it did not finish in time (it
-/// is killed then).
+/// [`run_bounded`](crate::util::run_bounded) with this file's timeout.
 fn run_bounded(cmd: &mut Command, input: &str) -> Option<Output> {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().unwrap();
-        let _ = stdin.write_all(input.as_bytes());
-    }
-    let start = Instant::now();
-    // Polling the child is the event here: there is no way to wait for a
-    // process with a deadline in std.
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return Some(child.wait_with_output().unwrap());
-        }
-        if start.elapsed() > TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    crate::util::run_bounded(cmd, input, TIMEOUT)
 }
 
 /// A vault with a few commits whose objects are all loose (each `exec`
@@ -434,19 +409,6 @@ fn a_flipped_byte_in_a_pack_is_reported_as_damage_not_rollback() {
         !stdout.contains("rollback") && !stderr.contains("rollback"),
         "a damaged pack is not a rollback:\nstdout: {stdout}\nstderr: {stderr}"
     );
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).unwrap();
-        }
-    }
 }
 
 #[test]

@@ -282,22 +282,8 @@ impl Vault {
 
     /// The git path of a memory path ("" for the root).
     pub(crate) fn git_path_of(&self, path: &MemoryPath) -> Result<String, VaultError> {
-        let mut out = String::new();
-        let mut parent = MemoryPath::root();
-        for seg in path.segments() {
-            let enc = self
-                .keys
-                .encrypt_name(parent.as_str(), seg)
-                .map_err(|_| damaged("a path segment is too long to store"))?;
-            if !out.is_empty() {
-                out.push('/');
-            }
-            out.push_str(&enc);
-            parent = parent
-                .join(seg)
-                .map_err(|_| damaged("a path is too long"))?;
-        }
-        Ok(out)
+        crate::vault::tree::git_path(&self.keys, path)
+            .map_err(|_| damaged("a path segment is too long to store"))
     }
 
     /// The files whose blobs differ between the trees of two commits
