@@ -49,6 +49,10 @@ pub enum VaultError {
     #[error("invalid vault settings: {0}")]
     Config(&'static str),
     #[error(
+        "memvault/config.json is not read since vault format 2: the settings live in the key state, authenticated. Someone wrote that file; nothing was changed. Remove it, and change settings with `memvault config set`"
+    )]
+    StraySettings,
+    #[error(
         "this vault has format {0}, newer than this memvault understands (up to {FORMAT}): upgrade memvault"
     )]
     NewerFormat(u32),

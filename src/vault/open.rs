@@ -284,8 +284,16 @@ impl Vault {
     fn migrate(&mut self) -> Result<(), VaultError> {
         if self.key_state.format >= 2 {
             if read_format(&self.dir)? < FORMAT {
-                // A migration a crash interrupted after its commit.
+                // A migration a crash interrupted after its commit (or a
+                // format file set back by hand: the key state decides).
+                remove_plain_settings(&self.dir)?;
                 write_durable(&self.dir.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
+            }
+            // Settings live in the key state: a plain settings file beside
+            // them was written by someone, and is refused rather than
+            // silently not read.
+            if self.dir.join(CONFIG_FILE).symlink_metadata().is_ok() {
+                return Err(VaultError::StraySettings);
             }
             return Ok(());
         }
@@ -306,11 +314,7 @@ impl Vault {
             vault.sync_now()
         })?;
         write_durable(&self.dir.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
-        match fs::remove_file(self.dir.join(CONFIG_FILE)) {
-            Ok(()) => sync_dir(&self.dir.join(STATE_DIR)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e.into()),
-        }
+        remove_plain_settings(&self.dir)?;
         Ok(())
     }
 
@@ -336,6 +340,17 @@ impl Vault {
             vault.sync_now()
         })
     }
+}
+
+/// Remove format 1's plain settings file (once its settings are in the
+/// key state), durably.
+fn remove_plain_settings(dir: &Path) -> Result<(), VaultError> {
+    match fs::remove_file(dir.join(CONFIG_FILE)) {
+        Ok(()) => sync_dir(&dir.join(STATE_DIR)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(())
 }
 
 fn format_line(n: u32) -> String {

@@ -116,6 +116,8 @@ fn format_1_vault_is_migrated_once_and_cannot_be_downgraded() {
     // redaction off.
     std::fs::write(t.vault.join("memvault/format"), "memvault vault format 1\n").unwrap();
     std::fs::write(&cfg, r#"{"redaction": {"mode": "off"}}"#).unwrap();
+    // (The key state decides: no second migration; the plain file is
+    // removed as a leftover, and the format file says 2 again.)
     let r = t.one(
         serde_json::json!({"command": "create", "path": "/memories/t.md",
         "file_text": "aws key AKIAZ7QX3RBN2WLT4YHK\n"}),
@@ -125,6 +127,7 @@ fn format_1_vault_is_migrated_once_and_cannot_be_downgraded() {
     assert!(!text(&r).contains("AKIAZ7QX3RBN2WLT4YHK"), "{r}");
     let h = stdout(&run(&t, &["history"]));
     assert_eq!(h.matches("migrate").count(), 1, "{h}");
+    assert!(!cfg.exists());
 }
 
 /// A newer format than this memvault knows is refused, not guessed at.

@@ -30,35 +30,39 @@ fn git_out(v: &TestVault, args: &[&str]) -> String {
 
 /// Hole 5: anyone who could write `memvault/config.json` could turn
 /// redaction off or let `create` overwrite. The settings now live in the
-/// key state, sealed with the vault key; a planted file changes nothing,
-/// and `verify` names it.
+/// key state, sealed with the vault key; a planted settings file is
+/// refused, with a sentence that says what to do, and changes nothing.
 #[test]
-fn planted_settings_file_changes_nothing() {
+fn planted_settings_file_is_refused_and_changes_nothing() {
     let v = TestVault::new();
     let r = v.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "first\n"}));
     assert!(!is_error(&r), "{r}");
+    let commits = v.commits();
+    let planted = v.vault.join("memvault/config.json");
     std::fs::write(
-        v.vault.join("memvault/config.json"),
+        &planted,
         r#"{"overwrite_on_create": true, "redaction": {"mode": "off"}, "max_files": 1}"#,
     )
     .unwrap();
-    let r = v.one(json!({"command": "create", "path": "/memories/b.md",
-        "file_text": format!("token {GH_TOKEN}\n")}));
-    assert!(!is_error(&r), "{r}");
-    let r = v.one(json!({"command": "view", "path": "/memories/b.md"}));
-    assert!(
-        !text(&r).contains(GH_TOKEN),
-        "redaction was turned off: {r}"
+    let input = format!(
+        "{}\n",
+        json!({"command": "create", "path": "/memories/b.md",
+            "file_text": format!("token {GH_TOKEN}\n")})
     );
+    let out = run_with_stdin(v.cmd().args(["serve", "--session", "x"]), input.as_bytes());
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("config.json") && err.contains("config set"),
+        "{err}"
+    );
+    assert!(plaintext_anywhere(&v.vault, GH_TOKEN).is_empty());
+    // Removed, the vault works again, with its own settings.
+    std::fs::remove_file(&planted).unwrap();
+    assert_eq!(v.commits(), commits);
     let r = v.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "second\n"}));
     assert!(is_error(&r), "create overwrote: {r}");
-    let out = v.cmd().arg("verify").output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("config.json"),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    ok(&v.cmd().arg("verify").output().unwrap());
 }
 
 /// Hole 5: the settings change through `memvault config set` only, each

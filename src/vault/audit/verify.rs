@@ -229,7 +229,7 @@ impl Vault {
                 path: None,
                 what: format!("the key state is not sound: {e}"),
             }),
-            Ok(ks) => {
+            Ok(_) => {
                 // Bound to main: not older than the tip requires.
                 if let Some(tip) = tip
                     && let Err(e) = self.check_binding(tip)
@@ -238,13 +238,6 @@ impl Vault {
                         rev: Some(tip.to_string()),
                         path: None,
                         what: e.to_string(),
-                    });
-                }
-                if ks.format >= 2 && self.dir.join(crate::vault::CONFIG_FILE).exists() {
-                    report.problems.push(Problem {
-                        rev: None,
-                        path: None,
-                        what: "memvault/config.json exists, but since vault format 2 the settings live in the key state and that file is never read: someone wrote it (remove it; change settings with `memvault config set`)".into(),
                     });
                 }
             }
