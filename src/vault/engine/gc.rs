@@ -182,6 +182,8 @@ pub(crate) fn merge_small_packs(repo: &Repository) -> Result<usize, VaultError> 
     entries.extend(unchecked);
     let name = super::pack::write_entries(&pack_dir, &entries, &Default::default())?;
     fsync::sync_path(&pack_dir)?;
+    // Copies of validated packs' entries (duplicates checked above).
+    objects::trust_written_pack(repo, &name);
     let keep = format!("pack-{name}");
     for (stem, _) in &packs[from..] {
         if *stem != keep {

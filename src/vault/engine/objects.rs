@@ -96,8 +96,16 @@ struct Known {
 type Stamp = (u64, Option<SystemTime>);
 
 /// How old the pack directory's modification time must be before its
-/// listing is trusted until it changes.
-const RACY: std::time::Duration = std::time::Duration::from_secs(2);
+/// listing is trusted until it changes: longer than the file system's
+/// timestamp tick (a jiffy of coarse kernel time here). Packs written by
+/// other memvault processes come with a new log generation, which
+/// revalidates at once (`odb_installed`); this window only guards
+/// against a change within one tick by anything else. It is no security
+/// boundary: whoever can write the vault can also set the directory's
+/// time back (see the module's Limitations). A longer window (it was 2 s)
+/// made every check list the directory for that long after each
+/// checkpoint, about a fifth of a `str_replace`'s time in `serve`.
+const RACY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Ids remembered per repository before the sets start over.
 const KNOWN_LIMIT: usize = 1 << 20;
@@ -213,6 +221,23 @@ pub(crate) fn check(repo: &Repository, id: Oid) -> Result<(), ObjectError> {
         load_loose(repo, id, false)?;
     }
     Ok(())
+}
+
+/// A pack this process has just written (`pack-<name>`, synced) from
+/// objects that checked out (a checkpoint's, or a merge's copies of
+/// validated packs' entries): remember it as validated, so the next
+/// check does not inflate and hash it all again. Its stamps are taken
+/// now; a file changed after this is validated again.
+pub(crate) fn trust_written_pack(repo: &Repository, name: &str) {
+    let dir = repo.path().join("objects/pack");
+    let index = format!("pack-{name}.idx");
+    let idx = dir.join(&index);
+    let (Some(si), Some(sp)) = (stamp(&idx), stamp(&idx.with_extension("pack"))) else {
+        return;
+    };
+    with_known(repo, |k| {
+        k.packs.insert(index, (si, sp, None));
+    });
 }
 
 /// Check every pack now (see [`check`]), e.g. before a repack reads them all.

@@ -914,8 +914,10 @@ pub(crate) fn write_durable_objects(
     // One pack, no delta search (gc finds deltas), synced before named.
     let pack_dir = dir.join("pack");
     fsx::mkdir_private(&pack_dir).map_err(io_git)?;
-    super::pack::write(&pack_dir, objects).map_err(io_git)?;
+    let name = super::pack::write(&pack_dir, objects).map_err(io_git)?;
     fsync::sync_path(&pack_dir).map_err(io_git)?;
+    // Written from objects checked against their ids: not validated again.
+    super::objects::trust_written_pack(repo, &name);
     fsync::sync_path(&dir).map_err(io_git)?;
     Ok(())
 }
