@@ -7,7 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 
 #[path = "../../fuzz/src/checks/mod.rs"]
-mod checks;
+pub(crate) mod checks;
 
 fn replay(target: &str, check: fn(&[u8])) -> (usize, Vec<String>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");

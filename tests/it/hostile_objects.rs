@@ -279,24 +279,10 @@ fn known_bad_pack(pack_dir: &Path) -> (Vec<u8>, Vec<u8>) {
         })
         .min()
         .unwrap();
-    let mut idx = std::fs::read(pack_dir.join(format!("{stem}.idx"))).unwrap();
-    let mut pack = std::fs::read(pack_dir.join(format!("{stem}.pack"))).unwrap();
+    let idx = std::fs::read(pack_dir.join(format!("{stem}.idx"))).unwrap();
+    let pack = std::fs::read(pack_dir.join(format!("{stem}.pack"))).unwrap();
     assert_eq!(input[0] % 2, 1, "the known input mutates a genuine pack");
-    for op in input[1..].chunks_exact(4) {
-        let bytes = if op[0] & 1 == 0 { &mut idx } else { &mut pack };
-        let at = (usize::from(op[1]) << 8 | usize::from(op[2])) % (bytes.len() + 1);
-        match (op[0] >> 1) % 5 {
-            0 if at < bytes.len() => bytes[at] ^= 1 << (op[3] % 8),
-            1 if at < bytes.len() => bytes[at] = op[3],
-            2 => bytes.truncate(at),
-            3 => bytes.insert(at, op[3]),
-            4 if at < bytes.len() => {
-                bytes.remove(at);
-            }
-            _ => {}
-        }
-    }
-    (idx, pack)
+    crate::fuzz_replay::checks::pack_merge::mutate(idx, pack, &input[1..])
 }
 
 /// A vault whose history is in packs: 70 files in one `serve` (a

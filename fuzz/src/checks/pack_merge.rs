@@ -123,7 +123,9 @@ fn template() -> &'static Template {
     })
 }
 
-fn mutate(mut idx: Vec<u8>, mut pack: Vec<u8>, ops: &[u8]) -> (Vec<u8>, Vec<u8>) {
+/// Apply the input's mutations (groups of 4 bytes: op, position high,
+/// position low, value) to an index and a pack.
+pub fn mutate(mut idx: Vec<u8>, mut pack: Vec<u8>, ops: &[u8]) -> (Vec<u8>, Vec<u8>) {
     for op in ops.chunks_exact(4) {
         let bytes = if op[0] & 1 == 0 { &mut idx } else { &mut pack };
         let at = (usize::from(op[1]) << 8 | usize::from(op[2])) % (bytes.len() + 1);
