@@ -106,26 +106,25 @@ pub fn parse_strict(text: &[u8]) -> Result<Value, ParseError> {
     }
 }
 
+/// Every field a memory command object may hold (the tool's input schema).
+pub const COMMAND_FIELDS: [&str; 10] = [
+    "command",
+    "path",
+    "view_range",
+    "file_text",
+    "old_str",
+    "new_str",
+    "insert_line",
+    "insert_text",
+    "old_path",
+    "new_path",
+];
+
 /// The tool error for a key given twice. Only the request's own field
 /// names are echoed; any other key is not (it could be anything).
 pub fn duplicate_key_message(key: &str) -> String {
-    const KNOWN: [&str; 14] = [
-        "type",
-        "id",
-        "name",
-        "input",
-        "command",
-        "path",
-        "view_range",
-        "file_text",
-        "old_str",
-        "new_str",
-        "insert_line",
-        "insert_text",
-        "old_path",
-        "new_path",
-    ];
-    let which = if KNOWN.contains(&key) {
+    let known = ["type", "id", "name", "input"].contains(&key) || COMMAND_FIELDS.contains(&key);
+    let which = if known {
         format!("the key `{key}`")
     } else {
         "a key".to_owned()

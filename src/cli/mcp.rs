@@ -440,18 +440,7 @@ mod tests {
             json!(COMMAND_NAMES)
         );
         let props = schema["properties"].as_object().unwrap();
-        for field in [
-            "command",
-            "path",
-            "view_range",
-            "file_text",
-            "old_str",
-            "new_str",
-            "insert_line",
-            "insert_text",
-            "old_path",
-            "new_path",
-        ] {
+        for field in crate::protocol::COMMAND_FIELDS {
             assert!(props.contains_key(field), "{field} missing");
         }
         assert_eq!(schema["required"], json!(["command"]));
