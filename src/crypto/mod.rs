@@ -55,7 +55,7 @@ pub use slot::{
     slot_info,
 };
 pub use subkeys::{LogKey, VaultKeys, serve_tag, serve_tag_ok};
-pub use table::KeyTable;
+pub use table::{KeyTable, ShardLayout};
 
 /// Why a cryptographic operation failed. Deliberately coarse: it says what
 /// to do next, never which byte or key was wrong.

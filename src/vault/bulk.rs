@@ -93,7 +93,7 @@ impl Vault {
                 let key = FileKey::generate();
                 let sealed = crypto::seal_blob(&key, &id, f.path.as_str(), &f.content);
                 let blob = stage_blob(&self.repo, sealed, &mut objects)?;
-                update.upsert(&snap.git_path(&f.path)?, blob);
+                update.upsert(&snap.locate(&f.path)?.0, blob);
                 new_keys.push((id, Some(key)));
                 written.push((id, Kind::Written, meta.time_ms));
                 meta.files.push(f.path.as_str().to_string());

@@ -8,14 +8,18 @@
 //! erased           ids of the file keys destroyed on purpose
 //! settings         the vault settings, sealed (format 2)
 //! slots/<16 hex>   one keyslot (crypto::seal_*_slot)
-//! table/<2 hex>    one shard of the file-key table (by first id byte)
+//! table/<o>/<o>/<o>/<o>  one shard of the file-key table (format 3: 4096
+//!                  shards by the first 12 bits of the id, one octal digit
+//!                  per level, so a new key rewrites a shard of a few keys
+//!                  and four trees of at most 8 entries)
+//! table/<2 hex>    (format 2: 256 shards by the first id byte; read only)
 //! ```
 //!
 //! The commit carries a MAC over its buffer in the `mvmac` header, checked
 //! after unlock, so a key state not written by a key holder is refused.
 //! Its message says its format and, from format 2 on, a counter that grows
-//! by one with every new key state (`memvault key state v2\ncounter N\n`,
-//! under the MAC). Every key state is written in the same log record as a
+//! by one with every new key state (`memvault key state v3\ncounter N\n`,
+//! under the MAC; `v2` for format 2). Every key state is written in the same log record as a
 //! commit on main whose metadata names that counter
 //! ([`super::CommitMeta::keys`]), so a key state older than main requires
 //! (a rollback of `refs/memvault/keys`, e.g. to bring back an erased file
@@ -26,9 +30,11 @@ use std::collections::BTreeMap;
 use git2::{FileMode, ObjectType, Oid, Repository};
 
 use super::objects;
+use super::tree::Caches;
+use super::treeedit::TreeEdits;
 use super::wal::Record;
 use super::{VaultConfig, VaultError, damaged};
-use crate::crypto::{FileKey, FileKeyId, KeyTable, VaultKeys};
+use crate::crypto::{FileKey, FileKeyId, KeyTable, ShardLayout, VaultKeys};
 
 pub(crate) use super::engine::KEYS_REF;
 /// The commit header field that carries memvault's MAC.
@@ -40,8 +46,11 @@ pub struct KeyState {
     pub commit: Oid,
     /// Keyslot blobs by name (hex slot id).
     pub slots: BTreeMap<String, Vec<u8>>,
-    /// Decrypted table shards by shard byte, with the blob they came from.
-    shards: BTreeMap<u8, (Oid, KeyTable)>,
+    /// Decrypted table shards by shard number, with the blob they came
+    /// from.
+    shards: BTreeMap<u16, (Oid, KeyTable)>,
+    /// How the table read was split (every state written is `Wide`).
+    layout: ShardLayout,
     /// Ids of file keys destroyed on purpose (expiry, purge), so a version
     /// whose key is gone reads as erased rather than damaged. Kept as the
     /// blob `erased` (ids only; covered by the key-state MAC).
@@ -50,7 +59,8 @@ pub struct KeyState {
     /// staged (besides the commit), for [`KeyState::add_to_record`]; empty
     /// when it does not know them.
     staged: Option<(Oid, Vec<super::engine::raw::Object>)>,
-    /// The key-state format: 1 (no counter, no settings) or 2.
+    /// The key-state format: 1 (no counter, no settings), 2 (256 shards)
+    /// or 3.
     pub format: u8,
     /// Grows by one with every new key state (0 for format 1).
     pub counter: u64,
@@ -97,15 +107,18 @@ fn read_header(repo: &Repository, commit: Oid) -> Result<(u8, u64), VaultError> 
     if msg == KEY_COMMIT_V1.as_bytes() {
         return Ok((1, 0));
     }
-    let counter = msg
-        .strip_prefix(KEY_COMMIT_V2.as_bytes())
+    let (format, rest) = match msg.strip_prefix(KEY_COMMIT_V3.as_bytes()) {
+        Some(rest) => (3, Some(rest)),
+        None => (2, msg.strip_prefix(KEY_COMMIT_V2.as_bytes())),
+    };
+    let counter = rest
         .and_then(|rest| std::str::from_utf8(rest).ok())
         .and_then(|rest| rest.strip_prefix("counter "))
         .and_then(|rest| rest.strip_suffix('\n'))
         .filter(|n| !n.starts_with('0') || *n == "0")
         .and_then(|n| n.parse::<u64>().ok())
         .ok_or_else(|| damaged("the key state names a format this memvault does not know"))?;
-    Ok((2, counter))
+    Ok((format, counter))
 }
 
 /// Read the keyslot blobs of the key state at `at` without any key
@@ -245,6 +258,7 @@ impl KeyState {
             commit,
             slots,
             shards: BTreeMap::new(),
+            layout: ShardLayout::Wide,
             erased: Default::default(),
             staged: None,
             format,
@@ -293,32 +307,64 @@ impl KeyState {
                 self.erased.insert(FileKeyId(id));
             }
         }
-        let mut shards = BTreeMap::new();
+        // Format 3: table/<o>/<o>/<o>/<o>, 4096 shards; before: table/<2 hex>.
+        let layout = match self.format {
+            3.. => ShardLayout::Wide,
+            _ => ShardLayout::Byte,
+        };
+        let mut found: Vec<(u16, Oid)> = Vec::new();
         if let Some(entry) = tree.get_name("table") {
             objects::check(repo, entry.id())?;
-            let sub = repo.find_tree(entry.id())?;
-            for e in sub.iter() {
-                let shard = e
-                    .name()
-                    .ok()
-                    .and_then(|n| u8::from_str_radix(n, 16).ok())
-                    .ok_or_else(|| damaged("a key table shard has a bad name"))?;
-                // Reuse an unchanged shard rather than decrypting it again.
-                if let Some((oid, table)) = self.shards.remove(&shard)
-                    && oid == e.id()
-                {
-                    shards.insert(shard, (oid, table));
-                    continue;
+            let bad = || damaged("a key table shard has a bad name");
+            let mut stack = vec![(entry.id(), 0u16, 0usize)];
+            while let Some((id, prefix, depth)) = stack.pop() {
+                objects::check(repo, id)?;
+                let sub = repo.find_tree(id)?;
+                for e in sub.iter() {
+                    let name = e.name().map_err(|_| bad())?;
+                    // (digits, radix, bits per level, whether a shard)
+                    let (digits, radix, bits, leaf) = match layout {
+                        ShardLayout::Byte => (2, 16, 8, true),
+                        ShardLayout::Wide => (1, 8, 3, depth == SHARD_LEVELS - 1),
+                    };
+                    let n = Some(name)
+                        .filter(|n| {
+                            n.len() == digits
+                                && n.bytes()
+                                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+                        })
+                        .and_then(|n| u16::from_str_radix(n, radix).ok())
+                        .ok_or_else(bad)?;
+                    let number = (prefix << bits) | n;
+                    match (leaf, e.kind()) {
+                        (true, Some(ObjectType::Blob)) => found.push((number, e.id())),
+                        (false, Some(ObjectType::Tree)) => stack.push((e.id(), number, depth + 1)),
+                        _ => return Err(bad()),
+                    }
                 }
-                objects::check(repo, e.id())?;
-                let blob = repo
-                    .find_blob(e.id())
-                    .map_err(|_| damaged("a key table shard is unreadable"))?;
-                let table = keys
-                    .open_table_shard(shard, blob.content())
-                    .map_err(|_| damaged("a key table shard failed to decrypt"))?;
-                shards.insert(shard, (e.id(), table));
             }
+        }
+        if layout != self.layout {
+            self.shards.clear();
+        }
+        self.layout = layout;
+        let mut shards = BTreeMap::new();
+        for (shard, id) in found {
+            // Reuse an unchanged shard rather than decrypting it again.
+            if let Some((oid, table)) = self.shards.remove(&shard)
+                && oid == id
+            {
+                shards.insert(shard, (oid, table));
+                continue;
+            }
+            objects::check(repo, id)?;
+            let blob = repo
+                .find_blob(id)
+                .map_err(|_| damaged("a key table shard is unreadable"))?;
+            let table = keys
+                .open_table_shard(layout, shard, blob.content())
+                .map_err(|_| damaged("a key table shard failed to decrypt"))?;
+            shards.insert(shard, (id, table));
         }
         self.shards = shards;
         Ok(())
@@ -355,7 +401,9 @@ impl KeyState {
 
     /// The file key with this id, if the table holds it.
     pub fn file_key(&self, id: &FileKeyId) -> Option<&FileKey> {
-        self.shards.get(&id.0[0]).and_then(|(_, t)| t.get(id))
+        self.shards
+            .get(&self.layout.shard_of(id))
+            .and_then(|(_, t)| t.get(id))
     }
 
     /// Number of file keys in the table.
@@ -387,6 +435,7 @@ impl KeyState {
         &mut self,
         repo: &Repository,
         keys: &VaultKeys,
+        caches: &Caches,
         change: KeyChange,
     ) -> Result<Oid, VaultError> {
         let KeyChange {
@@ -397,10 +446,28 @@ impl KeyState {
         } = change;
         let mut touched = std::collections::BTreeSet::new();
         let mut erased_changed = false;
-        // Every new key state is format 2, with the next counter; a
+        // Every new key state is format 3, with the next counter; a
         // format-1 state gets its settings now (the caller gives them).
+        let previous_format = self.format;
         self.counter += 1;
-        self.format = 2;
+        self.format = 3;
+        // A table of 256 shards (format 2) is split into 4096, all
+        // rewritten.
+        if self.layout != ShardLayout::Wide {
+            let mut wide: BTreeMap<u16, (Oid, KeyTable)> = BTreeMap::new();
+            for (_, (_, table)) in std::mem::take(&mut self.shards) {
+                for (id, key) in table.into_entries() {
+                    let shard = ShardLayout::Wide.shard_of(&id);
+                    touched.insert(shard);
+                    wide.entry(shard)
+                        .or_insert_with(|| (Oid::ZERO_SHA1, KeyTable::default()))
+                        .1
+                        .insert(id, key);
+                }
+            }
+            self.shards = wide;
+            self.layout = ShardLayout::Wide;
+        }
         let settings_changed = settings.is_some();
         if let Some(s) = settings {
             self.settings = Some(s);
@@ -410,7 +477,7 @@ impl KeyState {
             .clone()
             .ok_or_else(|| damaged("a key state without settings cannot be upgraded"))?;
         for (id, key) in files {
-            let shard = KeyTable::shard_of(&id);
+            let shard = self.layout.shard_of(&id);
             touched.insert(shard);
             let (_, table) = self
                 .shards
@@ -426,17 +493,25 @@ impl KeyState {
                 }
             }
         }
-        let mut sealed_shards = Vec::new();
+        let mut objects = Vec::new();
+        let mut table_edits = TreeEdits::default();
         for shard in &touched {
             let empty = self.shards.get(shard).is_none_or(|(_, t)| t.is_empty());
             if empty {
-                self.shards.remove(shard);
+                if self
+                    .shards
+                    .remove(shard)
+                    .is_some_and(|(oid, _)| !oid.is_zero())
+                {
+                    table_edits.remove(&shard_path(*shard));
+                }
                 continue;
             }
             if let Some((oid, table)) = self.shards.get_mut(shard) {
-                let sealed = keys.seal_table_shard(*shard, table);
+                let sealed = keys.seal_table_shard(ShardLayout::Wide, *shard, table);
                 *oid = repo.blob(&sealed)?;
-                sealed_shards.push(super::engine::raw::Object {
+                table_edits.upsert(&shard_path(*shard), *oid);
+                objects.push(super::engine::raw::Object {
                     kind: ObjectType::Blob,
                     id: *oid,
                     data: sealed,
@@ -444,14 +519,14 @@ impl KeyState {
             }
         }
         // The common case (a create adds one key): the slots are unchanged,
-        // so write the table and root trees straight from the state (they
-        // are a fixed layout, see `write_key_commit`, which gives the same
-        // trees) and remember the objects for the log record, rather than
-        // rebuild through libgit2 and read everything back.
+        // so edit the previous state's trees (the table's three levels on
+        // the changed shard's path, and the root) and keep the objects for
+        // the log record, rather than rebuild everything through libgit2
+        // and read it back.
         self.staged = None;
         let previous = match slots {
             Some(_) => None,
-            None if self.format_of_previous(repo) < 2 => None,
+            None if previous_format < 3 || self.format_of_previous(repo) < 3 => None,
             None => objects::check(repo, self.commit)
                 .ok()
                 .and_then(|()| repo.find_commit(self.commit).ok())
@@ -461,19 +536,20 @@ impl KeyState {
         if let Some(s) = slots {
             self.slots = s;
         }
-        let Some((previous, slot_tree)) =
-            previous.and_then(|t| t.get_name("slots").map(|e| e.id()).map(|id| (t, id)))
-        else {
-            return write_key_commit(repo, keys, self, &settings);
+        let Some((previous, slot_tree, table_tree)) = previous.and_then(|t| {
+            let slots = t.get_name("slots").map(|e| e.id())?;
+            let table = t.get_name("table").map(|e| e.id());
+            Some((t, slots, table))
+        }) else {
+            return write_key_commit(repo, keys, self, &settings, caches);
         };
+        let table = table_edits.write(repo, caches, table_tree, &mut objects)?;
         let odb = repo.odb()?;
-        let mut objects = sealed_shards;
         let mut add = |kind: ObjectType, data: Vec<u8>| -> Result<Oid, VaultError> {
             let id = odb.write(kind, &data)?;
             objects.push(super::engine::raw::Object { kind, id, data });
             Ok(id)
         };
-        let table = add(ObjectType::Tree, table_tree_bytes(&self.shards))?;
         let erased = match self.erased.is_empty() {
             true => None,
             false if erased_changed => Some(add(ObjectType::Blob, erased_bytes(&self.erased))?),
@@ -544,13 +620,14 @@ impl KeyState {
             commit: Oid::ZERO_SHA1,
             slots,
             shards: BTreeMap::new(),
+            layout: ShardLayout::Wide,
             erased: Default::default(),
             staged: None,
-            format: 2,
+            format: 3,
             counter: 1,
             settings: Some(settings.clone()),
         };
-        state.commit = write_key_commit(repo, keys, &state, &settings)?;
+        state.commit = write_key_commit(repo, keys, &state, &settings, &Caches::default())?;
         repo.reference(KEYS_REF, state.commit, false, "memvault init")?;
         Ok(state)
     }
@@ -580,6 +657,7 @@ fn write_key_commit(
     keys: &VaultKeys,
     state: &KeyState,
     settings: &VaultConfig,
+    caches: &Caches,
 ) -> Result<Oid, VaultError> {
     let mut slot_tree = repo.treebuilder(None)?;
     for (name, bytes) in &state.slots {
@@ -587,11 +665,11 @@ fn write_key_commit(
         slot_tree.insert(name, oid, FileMode::Blob.into())?;
     }
     let slot_tree = slot_tree.write()?;
-    let mut table_tree = repo.treebuilder(None)?;
+    let mut table = TreeEdits::default();
     for (shard, (oid, _)) in &state.shards {
-        table_tree.insert(format!("{shard:02x}"), *oid, FileMode::Blob.into())?;
+        table.upsert(&shard_path(*shard), *oid);
     }
-    let table_tree = table_tree.write()?;
+    let table_tree = table.write(repo, caches, None, &mut Vec::new())?;
     let mut root = repo.treebuilder(None)?;
     root.insert("slots", slot_tree, FileMode::Tree.into())?;
     root.insert("table", table_tree, FileMode::Tree.into())?;
@@ -611,21 +689,26 @@ fn write_key_commit(
     write_signed_commit(repo, keys, &key_commit_buffer(root, state.counter))
 }
 
+/// Levels of the `table` tree of format 3 (4096 shards, eight per tree).
+const SHARD_LEVELS: usize = 4;
+
+/// Where a shard of format 3 sits in the `table` tree: its four octal
+/// digits, one per level. (Eight entries per tree: a new key rewrites four
+/// trees of 8 entries, 900 bytes, where three of 16 would be 1,350.)
+fn shard_path(shard: u16) -> String {
+    format!(
+        "{}/{}/{}/{}",
+        (shard >> 9) & 7,
+        (shard >> 6) & 7,
+        (shard >> 3) & 7,
+        shard & 7
+    )
+}
+
 /// The sealed `settings` blob.
 fn seal_settings(keys: &VaultKeys, settings: &VaultConfig) -> Result<Vec<u8>, VaultError> {
     let json = serde_json::to_vec(settings).map_err(|_| damaged("settings do not serialise"))?;
     Ok(keys.seal_settings(&json))
-}
-
-/// The `table` tree: one blob entry per shard, named by its byte in two
-/// hex digits (fixed-length names, so byte order is git's tree order).
-fn table_tree_bytes(shards: &BTreeMap<u8, (Oid, KeyTable)>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(shards.len() * 30);
-    for (shard, (oid, _)) in shards {
-        out.extend_from_slice(format!("100644 {shard:02x}\0").as_bytes());
-        out.extend_from_slice(oid.as_bytes());
-    }
-    out
 }
 
 /// The key-state root tree: `erased` (when any key was erased),
@@ -657,11 +740,13 @@ fn key_commit_buffer(root: Oid, counter: u64) -> Vec<u8> {
 
 /// The message of a key-state commit of format 1 (read only).
 const KEY_COMMIT_V1: &str = "memvault key state v1\n";
-/// The first line of a key-state commit of format 2.
+/// The first line of a key-state commit of format 2 (read only).
 const KEY_COMMIT_V2: &str = "memvault key state v2\n";
+/// The first line of a key-state commit of format 3.
+const KEY_COMMIT_V3: &str = "memvault key state v3\n";
 
 fn key_commit_message(counter: u64) -> String {
-    format!("{KEY_COMMIT_V2}counter {counter}\n")
+    format!("{KEY_COMMIT_V3}counter {counter}\n")
 }
 
 /// The `erased` blob: the destroyed key ids, in order.
@@ -704,10 +789,11 @@ mod tests {
                 }
             }
             let staged = state
-                .stage_changes(&repo, &keys, KeyChange::files(changes))
+                .stage_changes(&repo, &keys, &Caches::default(), KeyChange::files(changes))
                 .unwrap();
             let settings = state.settings.clone().unwrap();
-            let full = write_key_commit(&repo, &keys, &state, &settings).unwrap();
+            let full =
+                write_key_commit(&repo, &keys, &state, &settings, &Caches::default()).unwrap();
             // The same tree but for the settings blob, sealed anew (with a
             // fresh nonce) by the full rebuild.
             let entries = |c: Oid| {

@@ -92,9 +92,11 @@ use wal::{Object, Record, Wal};
 const STATE_DIR: &str = "memvault";
 const FORMAT_FILE: &str = "memvault/format";
 /// The vault format this memvault writes. 2: settings in the key state,
-/// the key state's counter bound into main's commits, a v2 log. A vault
-/// of format 1 is migrated when it is first opened (see `migrate`).
-pub(crate) const FORMAT: u32 = 2;
+/// the key state's counter bound into main's commits, a v2 log. 3: every
+/// directory's entries under three levels of bucket trees (see
+/// `tree::buckets`). A vault of format 1 or 2 is migrated when it is first
+/// opened (see `migrate`).
+pub(crate) const FORMAT: u32 = 3;
 const FORMAT_PREFIX: &str = "memvault vault format ";
 /// Format 1's plain settings file (read once, by the migration).
 const CONFIG_FILE: &str = "memvault/config.json";
@@ -339,7 +341,7 @@ impl Vault {
             .keys
             .open_meta(&aad, &sealed)
             .map_err(|_| damaged("commit metadata failed to decrypt"))?;
-        serde_json::from_slice(&plain).map_err(|_| damaged("commit metadata does not parse"))
+        meta::decode(&plain).ok_or_else(|| damaged("commit metadata does not parse"))
     }
 
     /// Every commit on main, newest first, with its metadata (all of it

@@ -274,6 +274,76 @@ impl Vault {
         Ok(vault)
     }
 
+    /// Bring a vault to its current format: format 1's settings into the
+    /// key state (format 2), then every directory under bucket trees
+    /// (format 3).
+    fn migrate(&mut self) -> Result<(), VaultError> {
+        self.migrate_settings()?;
+        self.migrate_tree()
+    }
+
+    /// Bring the tip's tree of a format-2 vault to format 3, once, under
+    /// the writer lock: every file moved under the buckets of its names
+    /// (see `tree::buckets`), its blob unchanged, in one `migrate` commit;
+    /// then the format file says 3. The tree decides, not the format file:
+    /// a root tree with an entry that is not a bucket is migrated (a
+    /// format file set back to 2 over a migrated tree changes nothing but
+    /// the file). Readers take either form, so history before the
+    /// migration reads as it did.
+    fn migrate_tree(&mut self) -> Result<(), VaultError> {
+        let tip = self.refresh()?;
+        let flat = self.tree_is_flat(tip)?;
+        if !flat {
+            if read_format(&self.dir)? < FORMAT {
+                write_durable(&self.dir.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
+            }
+            return Ok(());
+        }
+        self.with_writer_lock(|vault, tip| {
+            if !vault.tree_is_flat(tip)? {
+                return Ok(()); // another process migrated it meanwhile
+            }
+            let files = vault.snapshot_of(tip)?.files_with_keys()?;
+            let mut update = TreeEdits::default();
+            let mut blobs = Vec::with_capacity(files.len());
+            {
+                let snap = vault.snapshot_of(tip)?;
+                for (path, _, _) in &files {
+                    let Some((oid, NodeKind::File)) = snap.entry(path)? else {
+                        return Err(damaged("a file vanished from the tree being read"));
+                    };
+                    blobs.push(oid);
+                }
+            }
+            for ((_, git_path, _), oid) in files.iter().zip(blobs) {
+                update.upsert(&tree::fanned_git_path(git_path), oid);
+            }
+            let mut objects = Vec::new();
+            let tree = update.write(&vault.repo, &vault.caches, None, &mut objects)?;
+            let meta = CommitMeta {
+                details: vec![format!(
+                    "vault format 2 -> 3: {} files moved under bucket trees",
+                    files.len()
+                )],
+                ..vault.new_meta("migrate")
+            };
+            vault.publish(tip, tree, KeyChange::default(), &meta, objects)?;
+            vault.sync_now()
+        })?;
+        write_durable(&self.dir.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
+        Ok(())
+    }
+
+    /// Whether the tree of `tip` has a directory of format 2 at its root
+    /// (an entry that is not a bucket).
+    fn tree_is_flat(&self, tip: Option<Oid>) -> Result<bool, VaultError> {
+        let Some(tree) = self.tree_of(tip)? else {
+            return Ok(false);
+        };
+        let entries = self.caches.tree_entries(&self.repo, tree.id())?;
+        Ok(entries.iter().any(|e| !tree::is_bucket(&e.name)))
+    }
+
     /// Bring a vault of format 1 to format 2, once, under the writer lock:
     /// its plain settings file becomes the authenticated settings of a new
     /// key state (whose counter main's commits name from now on), in a
@@ -281,13 +351,13 @@ impl Vault {
     /// file is removed. The key state decides (it is MAC'd, the format file
     /// is not): a format-2 key state is never migrated again, so writing
     /// "1" into the format file cannot bring a plain settings file back.
-    fn migrate(&mut self) -> Result<(), VaultError> {
+    fn migrate_settings(&mut self) -> Result<(), VaultError> {
         if self.key_state.format >= 2 {
-            if read_format(&self.dir)? < FORMAT {
+            if read_format(&self.dir)? < 2 {
                 // A migration a crash interrupted after its commit (or a
                 // format file set back by hand: the key state decides).
                 remove_plain_settings(&self.dir)?;
-                write_durable(&self.dir.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
+                write_durable(&self.dir.join(FORMAT_FILE), format_line(2).as_bytes())?;
             }
             // Settings live in the key state: a plain settings file beside
             // them was written by someone, and is refused rather than
@@ -313,7 +383,7 @@ impl Vault {
             vault.publish_key_change(tip, change, meta)?;
             vault.sync_now()
         })?;
-        write_durable(&self.dir.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
+        write_durable(&self.dir.join(FORMAT_FILE), format_line(2).as_bytes())?;
         remove_plain_settings(&self.dir)?;
         Ok(())
     }

@@ -39,10 +39,9 @@ impl Vault {
                             self.config.max_file_bytes
                         )));
                     }
-                    // The git path is computed once (a name encryption per
+                    // The git path is found once (a name encryption per
                     // segment): for the lookup and for the edit.
-                    let git_path = snap.git_path(&path)?;
-                    let at = snap.entry_at(&git_path)?;
+                    let (git_path, at) = snap.locate(&path)?;
                     let existing = match at {
                         Some((oid, NodeKind::File)) => Some(snap.blob_key_id(oid)?),
                         _ => None,
@@ -87,7 +86,7 @@ impl Vault {
                         .into_iter()
                         .map(|p| p.as_str().to_string())
                         .collect();
-                    update.remove(&snap.git_path(&path)?);
+                    update.remove(&snap.locate(&path)?.0);
                     meta.path = Some(path.as_str().to_string());
                 }
                 Change::Rename { from, to } => {
@@ -102,9 +101,9 @@ impl Vault {
                         let content = snap.read(file)?;
                         let sealed = crypto::seal_blob(key, &id, target.as_str(), &content);
                         let oid = stage_blob(&self.repo, sealed, &mut objects)?;
-                        update.upsert(&snap.git_path(&target)?, oid);
+                        update.upsert(&snap.locate(&target)?.0, oid);
                     }
-                    update.remove(&snap.git_path(&from)?);
+                    update.remove(&snap.locate(&from)?.0);
                     meta.files = files.iter().map(|p| p.as_str().to_string()).collect();
                     meta.path = Some(from.as_str().to_string());
                     meta.new_path = Some(to.as_str().to_string());
@@ -188,7 +187,9 @@ impl Vault {
         let staged = if change.is_empty() {
             None
         } else {
-            let staged = self.key_state.stage_changes(&self.repo, keys, change)?;
+            let staged = self
+                .key_state
+                .stage_changes(&self.repo, keys, &self.caches, change)?;
             self.key_state
                 .add_to_record(&self.repo, &mut record, old_keys, staged)?;
             Some(staged)
@@ -324,11 +325,9 @@ pub(crate) fn write_commit(
     parent: Option<&git2::Commit<'_>>,
     meta: &CommitMeta,
 ) -> Result<Oid, VaultError> {
-    let json = Zeroizing::new(
-        serde_json::to_vec(meta).map_err(|_| damaged("metadata does not serialise"))?,
-    );
+    let plain = Zeroizing::new(meta::encode(meta));
     let aad = meta_aad(tree.id(), parent.map(|p| p.id()));
-    let sealed = keys.seal_meta(&aad, &json);
+    let sealed = keys.seal_meta(&aad, &plain);
     let message = format!("{}\n", data_encoding::BASE64.encode(&sealed));
     let sig = fixed_signature()?;
     let parents: Vec<&git2::Commit<'_>> = parent.into_iter().collect();

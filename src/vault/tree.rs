@@ -76,6 +76,154 @@ pub(crate) fn find_entry(entries: &[TreeEntry], name: &[u8]) -> Option<usize> {
         .ok()
 }
 
+/// Levels of bucket trees between a directory and its entries (vault
+/// format 3): an entry whose encrypted name is `enc` sits at
+/// `b1/b2/b3/enc` under its directory, the buckets being one hex digit
+/// each, taken from the first three characters of `enc` (the start of its
+/// SIV tag, so uniformly spread). A mutation then rewrites four trees of
+/// at most 16 entries per directory on its path, plus one leaf of about
+/// n/4096 entries, whatever the directory's size n.
+pub(crate) const FANOUT_LEVELS: usize = 3;
+
+/// Whether a tree entry's name is a bucket: one lowercase hex digit (an
+/// encrypted name is at least 52 characters long).
+pub(crate) fn is_bucket(name: &[u8]) -> bool {
+    matches!(name, [b'0'..=b'9' | b'a'..=b'f'])
+}
+
+/// The bucket digits of the encrypted name `enc`: its first three base32
+/// characters, each halved (32 values to 16).
+pub(crate) fn buckets(enc: &str) -> [u8; FANOUT_LEVELS] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [b'0'; FANOUT_LEVELS];
+    for (o, c) in out.iter_mut().zip(enc.bytes()) {
+        let v = match c {
+            b'a'..=b'z' => c - b'a',
+            b'2'..=b'7' => c - b'2' + 26,
+            _ => 0,
+        };
+        *o = HEX[usize::from(v >> 1)];
+    }
+    out
+}
+
+/// Append `enc` under its buckets to a git path being built.
+fn push_fanned(out: &mut String, enc: &str) {
+    if !out.is_empty() {
+        out.push('/');
+    }
+    for b in buckets(enc) {
+        out.push(char::from(b));
+        out.push('/');
+    }
+    out.push_str(enc);
+}
+
+/// A git path without its bucket segments: the form of format 2, and the
+/// key that names one file in either form.
+pub(crate) fn flat_git_path(git_path: &str) -> String {
+    git_path
+        .split('/')
+        .filter(|s| !is_bucket(s.as_bytes()))
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// A git path of either form in the form this version writes.
+pub(crate) fn fanned_git_path(git_path: &str) -> String {
+    let mut out = String::with_capacity(git_path.len() + 32);
+    for seg in git_path.split('/').filter(|s| !is_bucket(s.as_bytes())) {
+        push_fanned(&mut out, seg);
+    }
+    out
+}
+
+/// One entry of a directory, found through its bucket trees: the entry,
+/// and its git path below the directory (buckets included).
+pub(crate) struct DirEntryAt {
+    pub name: Vec<u8>,
+    pub mode: i32,
+    pub id: Oid,
+    pub sub_path: String,
+}
+
+impl Caches {
+    /// The entries of the directory whose tree is `id`, through its bucket
+    /// trees (a format-2 directory has none), in no particular order. A
+    /// bucket nested deeper than [`FANOUT_LEVELS`] is damage.
+    pub(crate) fn dir_entries(
+        &self,
+        repo: &Repository,
+        id: Oid,
+    ) -> Result<Vec<DirEntryAt>, objects::ObjectError> {
+        let mut out = Vec::new();
+        self.collect_dir(repo, id, String::new(), 0, &mut out)?;
+        Ok(out)
+    }
+
+    fn collect_dir(
+        &self,
+        repo: &Repository,
+        id: Oid,
+        prefix: String,
+        depth: usize,
+        out: &mut Vec<DirEntryAt>,
+    ) -> Result<(), objects::ObjectError> {
+        let entries = self.tree_entries(repo, id)?;
+        for e in entries.iter() {
+            if e.mode == MODE_TREE && is_bucket(&e.name) {
+                if depth >= FANOUT_LEVELS {
+                    // Buckets nested deeper than any vault writes them.
+                    return Err(objects::ObjectError::Corrupt(e.id));
+                }
+                let sub = format!("{prefix}{}/", char::from(e.name[0]));
+                self.collect_dir(repo, e.id, sub, depth + 1, out)?;
+            } else {
+                let name = String::from_utf8_lossy(&e.name);
+                out.push(DirEntryAt {
+                    name: e.name.clone(),
+                    mode: e.mode,
+                    id: e.id,
+                    sub_path: format!("{prefix}{name}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The entry called `enc` in the directory tree `dir`: directly (a
+    /// format-2 directory) or under its buckets. Returns the entry and its
+    /// git path below the directory.
+    pub(crate) fn find_in_dir(
+        &self,
+        repo: &Repository,
+        dir: Oid,
+        enc: &str,
+    ) -> Result<Option<(Oid, i32, String)>, objects::ObjectError> {
+        let entries = self.tree_entries(repo, dir)?;
+        if let Some(i) = find_entry(&entries, enc.as_bytes()) {
+            return Ok(Some((entries[i].id, entries[i].mode, enc.to_string())));
+        }
+        let mut sub = String::new();
+        let mut level = entries;
+        for b in buckets(enc) {
+            let Some(i) = find_entry(&level, &[b]) else {
+                return Ok(None);
+            };
+            if level[i].mode != MODE_TREE {
+                return Ok(None);
+            }
+            sub.push(char::from(b));
+            sub.push('/');
+            level = self.tree_entries(repo, level[i].id)?;
+        }
+        Ok(find_entry(&level, enc.as_bytes()).map(|i| {
+            sub.push_str(enc);
+            (level[i].id, level[i].mode, sub)
+        }))
+    }
+}
+
 impl Caches {
     /// Record the file count of a tree this process just built (a create
     /// adds one file to a tree whose count it checked), so the next
@@ -169,50 +317,75 @@ impl<'a> VaultSnapshot<'a> {
         }
     }
 
-    /// The git path (encrypted names joined by `/`) of a memory path.
+    /// The git path (encrypted names under their buckets, joined by `/`)
+    /// a memory path has in the form this version writes.
+    #[cfg(test)]
     pub(crate) fn git_path(&self, path: &MemoryPath) -> Result<String, StoreError> {
-        git_path(self.keys, path)
-            .map_err(|_| StoreError::Limit("a path segment is too long to store".into()))
+        git_path(self.keys, path).map_err(|_| too_long())
     }
 
     /// The object a path names: its id and whether it is a blob or a tree.
     pub(crate) fn entry(&self, path: &MemoryPath) -> Result<Option<(Oid, NodeKind)>, StoreError> {
-        let Some(tree) = &self.tree else {
-            return Ok(if path.is_root() {
-                Some((Oid::ZERO_SHA1, NodeKind::Dir))
-            } else {
-                None
-            });
-        };
-        if path.is_root() {
-            return Ok(Some((tree.id(), NodeKind::Dir)));
-        }
-        self.entry_at(&self.git_path(path)?)
+        Ok(self.locate(path)?.1)
     }
 
-    /// The object at a (non-root) git path, as [`entry`](Self::entry)
-    /// gives it, for a caller that has the git path already.
-    pub(crate) fn entry_at(&self, git_path: &str) -> Result<Option<(Oid, NodeKind)>, StoreError> {
+    /// Where `path` is in this tree: its git path there and what it names.
+    /// For a path that is not there, the git path a write gives it: the
+    /// part of it that exists where it is, the rest under its buckets. A
+    /// directory of format 2 (no buckets) is read and written into as it
+    /// is.
+    pub(crate) fn locate(
+        &self,
+        path: &MemoryPath,
+    ) -> Result<(String, Option<(Oid, NodeKind)>), StoreError> {
+        if path.is_root() {
+            let at = match &self.tree {
+                Some(tree) => (tree.id(), NodeKind::Dir),
+                None => (Oid::ZERO_SHA1, NodeKind::Dir),
+            };
+            return Ok((String::new(), Some(at)));
+        }
+        let encs = encrypted_segments(self.keys, path).map_err(|_| too_long())?;
+        self.locate_encs(&encs)
+    }
+
+    fn locate_encs(
+        &self,
+        encs: &[String],
+    ) -> Result<(String, Option<(Oid, NodeKind)>), StoreError> {
+        let mut git = String::new();
+        let fanned_rest = |mut git: String, rest: &[String]| {
+            for e in rest {
+                push_fanned(&mut git, e);
+            }
+            git
+        };
         let Some(tree) = &self.tree else {
-            return Ok(None);
+            return Ok((fanned_rest(git, encs), None));
         };
         let mut at = (tree.id(), MODE_TREE);
-        for name in git_path.split('/') {
+        for (i, enc) in encs.iter().enumerate() {
             if at.1 != MODE_TREE {
-                return Ok(None);
+                return Ok((fanned_rest(git, &encs[i..]), None));
             }
-            let entries = self.caches.tree_entries(self.repo, at.0)?;
-            match find_entry(&entries, name.as_bytes()) {
-                Some(i) => at = (entries[i].id, entries[i].mode),
-                None => return Ok(None),
+            match self.caches.find_in_dir(self.repo, at.0, enc)? {
+                Some((id, mode, sub)) => {
+                    if !git.is_empty() {
+                        git.push('/');
+                    }
+                    git.push_str(&sub);
+                    at = (id, mode);
+                }
+                None => return Ok((fanned_rest(git, &encs[i..]), None)),
             }
         }
-        match at.1 {
-            MODE_TREE => Ok(Some((at.0, NodeKind::Dir))),
+        let kind = match at.1 {
+            MODE_TREE => NodeKind::Dir,
             // What libgit2 calls a blob: files and links.
-            m if m & 0o170000 == 0o100000 || m == 0o120000 => Ok(Some((at.0, NodeKind::File))),
-            _ => Err(damaged("a tree entry has an unexpected type")),
-        }
+            m if m & 0o170000 == 0o100000 || m == 0o120000 => NodeKind::File,
+            _ => return Err(damaged("a tree entry has an unexpected type")),
+        };
+        Ok((git, Some((at.0, kind))))
     }
 
     fn blob_bytes(&self, oid: Oid) -> Result<Vec<u8>, StoreError> {
@@ -274,53 +447,50 @@ impl<'a> VaultSnapshot<'a> {
         oid: Oid,
         out: &mut Vec<(MemoryPath, String, FileKeyId)>,
     ) -> Result<(), StoreError> {
-        let tree = objects::find_tree(self.repo, oid)?;
-        let entries: Vec<(String, Option<ObjectType>, Oid)> = tree
-            .iter()
-            .map(|e| (e.name().unwrap_or_default().to_string(), e.kind(), e.id()))
-            .collect();
-        drop(tree);
-        for (enc, kind, id) in entries {
-            let cache_key = (dir.as_str().to_string(), enc.clone());
-            let cached = self.caches.names.borrow().get(&cache_key).cloned();
-            let name = match cached {
-                Some(n) => n,
-                None => {
-                    let n = self
-                        .keys
-                        .decrypt_name(dir.as_str(), &enc)
-                        .map_err(|_| damaged("a stored name failed to decrypt"))?;
-                    remember(&self.caches.names, cache_key, n.clone());
-                    n
-                }
-            };
+        for e in self.caches.dir_entries(self.repo, oid)? {
+            let enc =
+                std::str::from_utf8(&e.name).map_err(|_| damaged("a stored name is not text"))?;
+            let name = self.name_of(dir, enc)?;
             let path = dir
                 .join(&name)
                 .map_err(|_| damaged("a stored name is not a valid path"))?;
             let git_path = if git_dir.is_empty() {
-                enc
+                e.sub_path
             } else {
-                format!("{git_dir}/{enc}")
+                format!("{git_dir}/{}", e.sub_path)
             };
-            match kind {
-                Some(ObjectType::Tree) => self.walk_keys(&path, &git_path, id, out)?,
-                Some(ObjectType::Blob) => {
-                    let cached = self.caches.key_ids.borrow().get(&id).copied();
+            match kind_of(e.mode)? {
+                NodeKind::Dir => self.walk_keys(&path, &git_path, e.id, out)?,
+                NodeKind::File => {
+                    let cached = self.caches.key_ids.borrow().get(&e.id).copied();
                     let key = match cached {
                         Some(k) => k,
                         None => {
-                            let k = crypto::blob_key_id(&self.blob_bytes(id)?)
+                            let k = crypto::blob_key_id(&self.blob_bytes(e.id)?)
                                 .map_err(|_| damaged("a stored file has a bad header"))?;
-                            remember(&self.caches.key_ids, id, k);
+                            remember(&self.caches.key_ids, e.id, k);
                             k
                         }
                     };
                     out.push((path, git_path, key));
                 }
-                _ => return Err(damaged("a tree entry has an unexpected type")),
             }
         }
         Ok(())
+    }
+
+    /// The decrypted name `enc` in `dir` (remembered).
+    fn name_of(&self, dir: &MemoryPath, enc: &str) -> Result<String, StoreError> {
+        let cache_key = (dir.as_str().to_string(), enc.to_string());
+        if let Some(n) = self.caches.names.borrow().get(&cache_key) {
+            return Ok(n.clone());
+        }
+        let n = self
+            .keys
+            .decrypt_name(dir.as_str(), enc)
+            .map_err(|_| damaged("a stored name failed to decrypt"))?;
+        remember(&self.caches.names, cache_key, n.clone());
+        Ok(n)
     }
 
     fn collect_files(
@@ -347,29 +517,12 @@ impl<'a> VaultSnapshot<'a> {
         dir: &MemoryPath,
         oid: Oid,
     ) -> Result<Vec<(String, NodeKind, Oid)>, StoreError> {
-        let tree = objects::find_tree(self.repo, oid)?;
-        let mut out = Vec::with_capacity(tree.len());
-        for e in tree.iter() {
-            let enc = e.name().map_err(|_| damaged("a stored name is not text"))?;
-            let cache_key = (dir.as_str().to_string(), enc.to_string());
-            let cached = self.caches.names.borrow().get(&cache_key).cloned();
-            let name = match cached {
-                Some(n) => n,
-                None => {
-                    let n = self
-                        .keys
-                        .decrypt_name(dir.as_str(), enc)
-                        .map_err(|_| damaged("a stored name failed to decrypt"))?;
-                    remember(&self.caches.names, cache_key, n.clone());
-                    n
-                }
-            };
-            let kind = match e.kind() {
-                Some(ObjectType::Blob) => NodeKind::File,
-                Some(ObjectType::Tree) => NodeKind::Dir,
-                _ => return Err(damaged("a tree entry has an unexpected type")),
-            };
-            out.push((name, kind, e.id()));
+        let entries = self.caches.dir_entries(self.repo, oid)?;
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            let enc =
+                std::str::from_utf8(&e.name).map_err(|_| damaged("a stored name is not text"))?;
+            out.push((self.name_of(dir, enc)?, kind_of(e.mode)?, e.id));
         }
         out.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
         Ok(out)
@@ -482,24 +635,46 @@ impl Snapshot for VaultSnapshot<'_> {
     }
 }
 
-/// The git path (encrypted names joined by `/`; "" for the root) of a
-/// memory path: each segment's name encrypted under its parent path.
+fn too_long() -> StoreError {
+    StoreError::Limit("a path segment is too long to store".into())
+}
+
+/// What a tree entry's mode says it is.
+fn kind_of(mode: i32) -> Result<NodeKind, StoreError> {
+    match mode {
+        MODE_TREE => Ok(NodeKind::Dir),
+        m if m & 0o170000 == 0o100000 => Ok(NodeKind::File),
+        _ => Err(damaged("a tree entry has an unexpected type")),
+    }
+}
+
+/// Each segment of a memory path, encrypted under its parent path.
+fn encrypted_segments(
+    keys: &VaultKeys,
+    path: &MemoryPath,
+) -> Result<Vec<String>, crate::crypto::CryptoError> {
+    let mut out = Vec::new();
+    let mut parent = MemoryPath::root();
+    for seg in path.segments() {
+        out.push(keys.encrypt_name(parent.as_str(), seg)?);
+        // A segment of a valid path always joins onto its parent.
+        parent = parent
+            .join(seg)
+            .map_err(|_| crate::crypto::CryptoError::NameTooLong)?;
+    }
+    Ok(out)
+}
+
+/// The git path ("" for the root) of a memory path, in the form this
+/// version writes: each segment encrypted under its parent path, under
+/// its [`buckets`].
 pub(crate) fn git_path(
     keys: &VaultKeys,
     path: &MemoryPath,
 ) -> Result<String, crate::crypto::CryptoError> {
     let mut out = String::new();
-    let mut parent = MemoryPath::root();
-    for seg in path.segments() {
-        let enc = keys.encrypt_name(parent.as_str(), seg)?;
-        if !out.is_empty() {
-            out.push('/');
-        }
-        out.push_str(&enc);
-        // A segment of a valid path always joins onto its parent.
-        parent = parent
-            .join(seg)
-            .map_err(|_| crate::crypto::CryptoError::NameTooLong)?;
+    for enc in encrypted_segments(keys, path)? {
+        push_fanned(&mut out, &enc);
     }
     Ok(out)
 }

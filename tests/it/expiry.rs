@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
 
+use memvault::crypto::ShardLayout;
 use serde_json::{Value, json};
 
 use crate::util::*;
@@ -249,10 +250,12 @@ fn keys_in_any_object(v: &TestVault) -> BTreeSet<String> {
             continue;
         }
         let bytes = git(&v.vault, &["cat-file", "blob", oid]).stdout;
-        for shard in 0..=255u8 {
-            if let Ok(table) = vault.keys().open_table_shard(shard, &bytes) {
-                for (id, _) in table.iter() {
-                    found.insert(id.to_hex());
+        for layout in [ShardLayout::Byte, ShardLayout::Wide] {
+            for shard in 0..layout.shards() {
+                if let Ok(table) = vault.keys().open_table_shard(layout, shard, &bytes) {
+                    for (id, _) in table.iter() {
+                        found.insert(id.to_hex());
+                    }
                 }
             }
         }

@@ -1,5 +1,5 @@
 //! The committed fixture vaults (`tests/fixtures/`, made as
-//! `tests/fixtures/make-v1.sh` says): a vault written by an earlier format
+//! `tests/fixtures/make-v1.sh` and `make-v2.sh` say): a vault written by an earlier format
 //! must keep opening and working, and each named broken copy (`fail_*`)
 //! must be refused as damaged, never read as content.
 
@@ -109,7 +109,7 @@ fn format_1_vault_is_migrated_once_and_cannot_be_downgraded() {
     assert!(h.lines().next().unwrap().contains("migrate"), "{h}");
     assert!(!cfg.exists(), "the plain settings file is gone");
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 2\n");
+    assert_eq!(format, "memvault vault format 3\n");
     let mode = stdout(&run(&t, &["config", "get", "redaction.mode"]));
     assert_eq!(mode.trim(), "\"redact\"");
     // A downgrade attempt: format 1 again, and a plain file turning
@@ -126,7 +126,9 @@ fn format_1_vault_is_migrated_once_and_cannot_be_downgraded() {
     let r = t.one(serde_json::json!({"command": "view", "path": "/memories/t.md"}));
     assert!(!text(&r).contains("AKIAZ7QX3RBN2WLT4YHK"), "{r}");
     let h = stdout(&run(&t, &["history"]));
-    assert_eq!(h.matches("migrate").count(), 1, "{h}");
+    // Once each: settings into the key state (format 2), the trees under
+    // buckets (format 3).
+    assert_eq!(h.matches("migrate").count(), 2, "{h}");
     assert!(!cfg.exists());
 }
 
@@ -184,4 +186,173 @@ fn fail_truncated_tree_is_refused() {
     assert!(line.contains(r#""is_error":true"#), "{line}");
     let v = run_bounded(t.cmd().arg("verify"), 20);
     assert!(!v.status.success(), "verify said ok: {}", stdout(&v));
+}
+
+/// The git paths of the files at main (`ls-tree -r`).
+fn git_files(t: &TestVault) -> Vec<String> {
+    let out = crate::util::git(
+        &t.vault,
+        &["ls-tree", "-r", "--name-only", "refs/heads/main"],
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A vault of format 2 (flat directory trees, made by the last release
+/// writing them) opens, and its first open moves every file under bucket
+/// trees in one `migrate` commit that changes no file: every file reads
+/// as before, history before the migration reads as it did (per file too),
+/// `verify` passes, and the format file says 3.
+#[test]
+fn format_2_vault_is_migrated_to_bucket_trees_and_reads_as_before() {
+    let t = fixture("v2");
+    let before = git_files(&t);
+    assert!(
+        before.iter().all(|g| !g.split('/').any(|s| s.len() == 1)),
+        "the fixture has flat trees: {before:?}"
+    );
+    let v = run(&t, &["verify"]);
+    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
+    assert_eq!(format, "memvault vault format 3\n");
+    let after = git_files(&t);
+    assert_eq!(after.len(), before.len());
+    for g in &after {
+        let segs: Vec<&str> = g.split('/').collect();
+        // Each name under its three bucket digits.
+        assert_eq!(segs.len() % 4, 0, "{g}");
+        for chunk in segs.chunks(4) {
+            assert!(chunk[..3].iter().all(|b| b.len() == 1), "{g}");
+            assert!(chunk[3].len() >= 52, "{g}");
+        }
+    }
+    let h = stdout(&run(&t, &["history", "--json"]));
+    let top: serde_json::Value = serde_json::from_str(h.lines().next().unwrap()).unwrap();
+    assert_eq!(top["op"], "migrate", "{h}");
+    // The migration changed no file.
+    let d = run(&t, &["diff", "HEAD~1", "HEAD"]);
+    assert!(d.status.success(), "{}", stderr(&d));
+    assert!(stdout(&d).trim().is_empty(), "{}", stdout(&d));
+    for (path, want) in [
+        (
+            "/memories/notes/project.md",
+            "The deploy runs on Wednesdays.",
+        ),
+        ("/memories/notes/todo.md", "- write the fixture"),
+        ("/memories/notes/prefs.md", "Answer in French."),
+        ("/memories/archive/a/b.md", "nested"),
+        ("/memories/log/day12.md", "Day 12"),
+    ] {
+        let r = t.one(serde_json::json!({"command": "view", "path": path}));
+        assert!(text(&r).contains(want), "{path}: {r}");
+    }
+    let r = t.one(serde_json::json!({"command": "view", "path": "/memories/log/day3.md"}));
+    assert!(is_error(&r), "deleted before the migration: {r}");
+    let listing = t.one(serde_json::json!({"command": "view", "path": "/memories/log"}));
+    let listing = text(&listing);
+    assert_eq!(listing.matches(".md").count(), 11, "{listing}");
+    // A file's history reaches back before the migration.
+    let h = stdout(&run(&t, &["history", "/memories/notes/project.md"]));
+    assert!(h.contains("str_replace") && h.contains("create"), "{h}");
+    assert!(!h.contains("migrate"), "{h}");
+    // Its settings survived.
+    let m = stdout(&run(&t, &["config", "get", "max_files"]));
+    assert_eq!(m.trim(), "5000");
+    // An old version reads as it was.
+    let s = run(&t, &["show", "HEAD~12", "/memories/notes/project.md"]);
+    assert!(
+        stdout(&s).contains("Tuesdays"),
+        "{}{}",
+        stdout(&s),
+        stderr(&s)
+    );
+    // The purged file stays erased.
+    let all = stdout(&run(&t, &["history", "/memories/secret-plan.md"]));
+    assert!(all.contains("purge") || all.contains("create"), "{all}");
+}
+
+/// After the migration the vault keeps working: writes into old and new
+/// directories, a revert and a restore of changes made before it, a purge
+/// of a file with history before it, and reopening; and a format file set
+/// back to 2 brings no second migration.
+#[test]
+fn format_2_vault_keeps_working_after_migration() {
+    let t = fixture("v2");
+    let r = t.serve(&[
+        serde_json::json!({"command": "create", "path": "/memories/log/day13.md", "file_text": "Day 13\n"}).to_string(),
+        serde_json::json!({"command": "str_replace", "path": "/memories/notes/todo.md",
+            "old_str": "call Bo", "new_str": "call Cy"}).to_string(),
+        serde_json::json!({"command": "rename", "old_path": "/memories/log", "new_path": "/memories/journal"}).to_string(),
+        serde_json::json!({"command": "delete", "path": "/memories/journal/day1.md"}).to_string(),
+    ]);
+    assert!(r.iter().all(|v| !is_error(v)), "{r:?}");
+    let listing = t.one(serde_json::json!({"command": "view", "path": "/memories/journal"}));
+    let listing = text(&listing);
+    assert_eq!(listing.matches(".md").count(), 11, "{listing}");
+    // Undo the session s2's edit of project.md (before the migration):
+    // restore project.md as it was at its creation.
+    let h = stdout(&run(
+        &t,
+        &["history", "--json", "/memories/notes/project.md"],
+    ));
+    let created = h
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["op"] == "create")
+        .unwrap();
+    let rev = created["commit"]
+        .as_str()
+        .or(created["rev"].as_str())
+        .unwrap()
+        .to_string();
+    let o = run(
+        &t,
+        &[
+            "restore",
+            "/memories/notes/project.md",
+            "--at",
+            &rev,
+            "--force",
+        ],
+    );
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let r = t.one(serde_json::json!({"command": "view", "path": "/memories/notes/project.md"}));
+    assert!(text(&r).contains("Tuesdays"), "{r}");
+    // A purge reaches the versions from before the migration.
+    let h = stdout(&run(&t, &["history", "--json", "/memories/notes/prefs.md"]));
+    let renamed = h
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["op"] == "rename")
+        .unwrap();
+    let old = renamed["commit"]
+        .as_str()
+        .or(renamed["rev"].as_str())
+        .unwrap()
+        .to_string();
+    let s = run(&t, &["show", &old, "/memories/notes/prefs.md"]);
+    assert!(
+        stdout(&s).contains("French"),
+        "{}{}",
+        stdout(&s),
+        stderr(&s)
+    );
+    let o = run(&t, &["purge", "/memories/notes/prefs.md"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = run(&t, &["show", &old, "/memories/notes/prefs.md"]);
+    assert!(
+        !stdout(&s).contains("French"),
+        "purged history still reads: {}",
+        stdout(&s)
+    );
+    let v = run(&t, &["verify"]);
+    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    std::fs::write(t.vault.join("memvault/format"), "memvault vault format 2\n").unwrap();
+    let h = stdout(&run(&t, &["history"]));
+    assert_eq!(h.matches("migrate").count(), 1, "{h}");
+    let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
+    assert_eq!(format, "memvault vault format 3\n");
 }

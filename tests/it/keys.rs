@@ -88,7 +88,7 @@ fn meta_epoch(vault: &Path, rev: &str) -> u32 {
 
 /// The epochs of the key-table shards (`"MVKT" || version || epoch`).
 fn shard_epochs(vault: &Path) -> Vec<u32> {
-    let out = git(vault, &["ls-tree", "refs/memvault/keys:table"]);
+    let out = git(vault, &["ls-tree", "-r", "refs/memvault/keys:table"]);
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()

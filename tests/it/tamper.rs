@@ -21,9 +21,10 @@ fn vault_with_two_files() -> TestVault {
     v
 }
 
-/// (mode, type, oid, name) of the root tree entries at main.
+/// (mode, type, oid, git path) of the files at main (under their bucket
+/// trees: `ls-tree -r`).
 fn root_entries(v: &TestVault) -> Vec<(String, String, String, String)> {
-    let out = git(&v.vault, &["ls-tree", "refs/heads/main"]).stdout;
+    let out = git(&v.vault, &["ls-tree", "-r", "refs/heads/main"]).stdout;
     String::from_utf8(out)
         .unwrap()
         .lines()
@@ -123,26 +124,13 @@ fn blob_moved_to_another_path_is_damage() {
     assert_eq!(entries.len(), 2);
     // Swap the two blobs between the two names, as an attacker with write
     // access to the repository could.
-    let tree_input = format!(
-        "{} {} {}\t{}\n{} {} {}\t{}\n",
-        entries[0].0,
-        entries[0].1,
-        entries[1].2,
-        entries[0].3,
-        entries[1].0,
-        entries[1].1,
-        entries[0].2,
-        entries[1].3
+    let tree = tree_with(
+        &v,
+        &[
+            (&entries[0].3, &entries[1].2),
+            (&entries[1].3, &entries[0].2),
+        ],
     );
-    let tree = run_with_stdin(
-        std::process::Command::new("git")
-            .arg("--git-dir")
-            .arg(&v.vault)
-            .arg("mktree"),
-        tree_input.as_bytes(),
-    );
-    assert!(tree.status.success());
-    let tree = String::from_utf8(tree.stdout).unwrap().trim().to_string();
     let commit = git(
         &v.vault,
         &["commit-tree", &tree, "-p", "refs/heads/main", "-m", "swap"],
@@ -222,20 +210,41 @@ fn flip_middle_byte(v: &TestVault, oid: &str) {
     std::fs::write(&path, &bytes).unwrap();
 }
 
-fn swap_blobs(v: &TestVault) {
-    let e = root_entries(v);
-    let tree_input = format!(
-        "{} {} {}\t{}\n{} {} {}\t{}\n",
-        e[0].0, e[0].1, e[1].2, e[0].3, e[1].0, e[1].1, e[0].2, e[1].3
-    );
-    let tree = run_with_stdin(
-        std::process::Command::new("git")
+/// The tree of main with the blobs at some git paths replaced, written by
+/// git itself (through a scratch index).
+fn tree_with(v: &TestVault, set: &[(&str, &str)]) -> String {
+    let index = v.vault.join("scratch-index");
+    let git_ix = |args: &[&str]| {
+        let out = std::process::Command::new("git")
             .arg("--git-dir")
             .arg(&v.vault)
-            .arg("mktree"),
-        tree_input.as_bytes(),
-    );
-    let tree = String::from_utf8(tree.stdout).unwrap().trim().to_string();
+            .args(args)
+            .env("GIT_INDEX_FILE", &index)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    git_ix(&["read-tree", "refs/heads/main"]);
+    for (path, oid) in set {
+        git_ix(&[
+            "update-index",
+            "--cacheinfo",
+            &format!("100644,{oid},{path}"),
+        ]);
+    }
+    let tree = git_ix(&["write-tree"]);
+    std::fs::remove_file(&index).unwrap();
+    tree
+}
+
+fn swap_blobs(v: &TestVault) {
+    let e = root_entries(v);
+    let tree = tree_with(v, &[(&e[0].3, &e[1].2), (&e[1].3, &e[0].2)]);
     let commit = git(
         &v.vault,
         &["commit-tree", &tree, "-p", "refs/heads/main", "-m", "swap"],

@@ -29,8 +29,8 @@ use std::sync::OnceLock;
 
 use memvault::crypto::{
     BLOB_OVERHEAD, CryptoError, FileKey, FileKeyId, KdfParams, KeyFileKey, KeyTable, Keyring,
-    Passphrase, SlotKind, Unlock, VaultKeys, blob_key_id, open_blob, open_slot, plaintext_len,
-    random_bytes, seal_blob, seal_keyfile_slot, seal_passphrase_slot, slot_info,
+    Passphrase, ShardLayout, SlotKind, Unlock, VaultKeys, blob_key_id, open_blob, open_slot,
+    plaintext_len, random_bytes, seal_blob, seal_keyfile_slot, seal_passphrase_slot, slot_info,
 };
 
 use super::input::Input;
@@ -74,7 +74,7 @@ fn fixed() -> &'static Fixed {
         assert_eq!(ring.current_epoch(), 1);
         let keys = VaultKeys::derive(&ring);
         let table = keys
-            .open_table_shard(0, &shard)
+            .open_table_shard(ShardLayout::Byte, 0, &shard)
             .expect("the genuine shard opens");
         assert_eq!(table.len(), 2);
         Fixed {
@@ -148,13 +148,15 @@ fn raw(bytes: &[u8]) {
         }
     }
     // Shard: only the genuine shard, under its own number.
-    for shard in [0, 1, bytes.first().copied().unwrap_or(0xff)] {
-        let opened = f.keys.open_table_shard(shard, bytes);
-        assert_eq!(
-            opened.is_ok(),
-            shard == 0 && bytes == f.shard,
-            "a forged shard opened"
-        );
+    for shard in [0, 1, u16::from(bytes.first().copied().unwrap_or(0xff))] {
+        for layout in [ShardLayout::Byte, ShardLayout::Wide] {
+            let opened = f.keys.open_table_shard(layout, shard, bytes);
+            assert_eq!(
+                opened.is_ok(),
+                layout == ShardLayout::Byte && shard == 0 && bytes == f.shard,
+                "a forged shard opened"
+            );
+        }
     }
 }
 
@@ -290,37 +292,43 @@ fn passphrase_slot(input: &mut Input) {
 
 fn shard(input: &mut Input) {
     let keys = VaultKeys::derive(&Keyring::new_random());
-    let shard = input.byte();
+    let layout = if input.byte() < 0x80 {
+        ShardLayout::Byte
+    } else {
+        ShardLayout::Wide
+    };
+    let shard = u16::from_be_bytes([input.byte(), input.byte()]) % layout.shards();
     let mut table = KeyTable::new();
     for _ in 0..input.below(5) {
         let mut id = [0u8; 16];
-        id[0] = if input.byte() < 0xf0 {
-            shard
-        } else {
-            shard.wrapping_add(1)
-        };
-        id[1..].copy_from_slice(&{
-            let mut rest = [0u8; 15];
-            let got = input.take(15);
-            rest[..got.len()].copy_from_slice(got);
-            rest
-        });
+        let got = input.take(16);
+        id[..got.len()].copy_from_slice(got);
+        // Mostly ids of the shard: its number in the leading bits.
+        if input.byte() < 0xf0 {
+            match layout {
+                ShardLayout::Byte => id[0] = shard as u8,
+                ShardLayout::Wide => {
+                    id[0] = (shard >> 4) as u8;
+                    id[1] = (id[1] & 0x0f) | (((shard & 0xf) as u8) << 4);
+                }
+            }
+        }
         table.insert(FileKeyId(id), FileKey::generate());
     }
-    let sealed = keys.seal_table_shard(shard, &table);
+    let sealed = keys.seal_table_shard(layout, shard, &table);
     let open_as = if input.byte() < 0xf0 {
         shard
     } else {
-        input.byte()
+        u16::from(input.byte())
     };
     let bytes = mutate(input, &sealed);
     let genuine = bytes == sealed && open_as == shard;
-    match keys.open_table_shard(open_as, &bytes) {
+    match keys.open_table_shard(layout, open_as, &bytes) {
         Ok(back) => {
             assert!(genuine, "a changed or moved shard opened");
             let want: Vec<(FileKeyId, [u8; 32])> = table
                 .iter()
-                .filter(|(id, _)| KeyTable::shard_of(id) == shard)
+                .filter(|(id, _)| layout.shard_of(id) == shard)
                 .map(|(id, key)| (*id, key.content_hash(b"x")))
                 .collect();
             let got: Vec<(FileKeyId, [u8; 32])> = back

@@ -2,6 +2,7 @@
 //! one commit changed (by comparing encrypted trees, then decrypting the
 //! names of what differs).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use git2::{DiffOptions, Oid};
@@ -10,6 +11,7 @@ use super::index::{Entry, Index};
 use crate::memory::MemoryPath;
 use crate::vault::CommitMeta;
 use crate::vault::objects;
+use crate::vault::tree::{fanned_git_path, flat_git_path, is_bucket};
 use crate::vault::{Rev, Vault, VaultError, damaged};
 
 /// One file whose stored blob differs between two trees.
@@ -192,7 +194,7 @@ impl Vault {
             .keys
             .open_meta(&crate::vault::meta::meta_aad(tree, parent), &sealed)
             .map_err(|_| damaged("commit metadata failed to decrypt"))?;
-        serde_json::from_slice(&plain).map_err(|_| damaged("commit metadata does not parse"))
+        crate::vault::meta::decode(&plain).ok_or_else(|| damaged("commit metadata does not parse"))
     }
 
     /// Walk main from its tip, newest first.
@@ -268,7 +270,7 @@ impl Vault {
     /// The decrypted memory path of an encrypted git path.
     pub(crate) fn decrypt_git_path(&self, git_path: &str) -> Result<MemoryPath, VaultError> {
         let mut path = MemoryPath::root();
-        for enc in git_path.split('/') {
+        for enc in git_path.split('/').filter(|s| !is_bucket(s.as_bytes())) {
             let name = self
                 .keys
                 .decrypt_name(path.as_str(), enc)
@@ -314,31 +316,46 @@ impl Vault {
         let mut opts = DiffOptions::new();
         opts.skip_binary_check(true);
         if let Some(p) = under.filter(|p| !p.is_root()) {
-            opts.pathspec(self.git_path_of(p)?)
+            // In either form: a commit of format 2 has no buckets.
+            let fanned = self.git_path_of(p)?;
+            opts.pathspec(flat_git_path(&fanned))
+                .pathspec(fanned)
                 .disable_pathspec_match(true);
         }
         let diff = self
             .repo
             .diff_tree_to_tree(old_tree.as_ref(), new_tree.as_ref(), Some(&mut opts))
             .map_err(|_| damaged("a tree is unreadable"))?;
-        let mut out = Vec::new();
+        // By file, whatever the form of each side's tree: the migration to
+        // format 3 moved every file under buckets and changed none.
+        let mut by_file: BTreeMap<String, (Option<Oid>, Option<Oid>)> = BTreeMap::new();
         for delta in diff.deltas() {
-            let side = if delta.new_file().exists() {
-                delta.new_file()
-            } else {
-                delta.old_file()
-            };
-            let git_path = side
-                .path()
-                .and_then(Path::to_str)
-                .ok_or_else(|| damaged("a stored name is not text"))?
-                .to_string();
-            let id = |f: git2::DiffFile<'_>| f.exists().then(|| f.id());
+            for (side, old) in [(delta.old_file(), true), (delta.new_file(), false)] {
+                if !side.exists() {
+                    continue;
+                }
+                let oid = side.id();
+                let git_path = side
+                    .path()
+                    .and_then(Path::to_str)
+                    .ok_or_else(|| damaged("a stored name is not text"))?;
+                let slot = by_file.entry(fanned_git_path(git_path)).or_default();
+                let at = if old { &mut slot.0 } else { &mut slot.1 };
+                if at.replace(oid).is_some() {
+                    return Err(damaged("a tree names one file twice"));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (git_path, (old, new)) in by_file {
+            if old == new {
+                continue;
+            }
             out.push(FileChange {
                 path: self.decrypt_git_path(&git_path)?,
                 git_path,
-                old: id(delta.old_file()),
-                new: id(delta.new_file()),
+                old,
+                new,
             });
         }
         Ok(out)

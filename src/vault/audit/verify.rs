@@ -22,6 +22,7 @@ use crate::memory::MemoryPath;
 use crate::vault::keys::{KeyState, verify_commit_mac};
 use crate::vault::meta::meta_aad;
 use crate::vault::objects;
+use crate::vault::tree::{FANOUT_LEVELS, buckets as buckets_of, is_bucket};
 use crate::vault::{MAIN_REF, Vault, VaultError, write_durable};
 
 const HWM_FILE: &str = "memvault/verified-head";
@@ -71,8 +72,14 @@ impl Walker<'_> {
         });
     }
 
-    fn tree(&mut self, rev: Oid, oid: Oid, dir: &MemoryPath) {
-        if !self.trees_seen.insert((oid, dir.as_str().to_string())) {
+    /// Check the directory tree `oid` at `dir`; `buckets`: the bucket
+    /// digits on the way to it from its directory ("" for the directory's
+    /// own tree).
+    fn tree(&mut self, rev: Oid, oid: Oid, dir: &MemoryPath, buckets: &str) {
+        if !self
+            .trees_seen
+            .insert((oid, format!("{}\0{buckets}", dir.as_str())))
+        {
             return;
         }
         let tree = match objects::find_tree(&self.vault.repo, oid) {
@@ -87,6 +94,32 @@ impl Walker<'_> {
             .collect();
         drop(tree);
         for (enc, kind, id) in entries {
+            if let Some(b) = enc.as_deref().filter(|e| is_bucket(e.as_bytes())) {
+                if kind != Some(ObjectType::Tree) || buckets.len() >= FANOUT_LEVELS {
+                    self.problem(
+                        rev,
+                        Some(dir.as_str()),
+                        "a bucket of this directory is not a tree at its place",
+                    );
+                    continue;
+                }
+                self.tree(rev, id, dir, &format!("{buckets}{b}"));
+                continue;
+            }
+            // An entry under buckets sits under its own (format 2's flat
+            // directories have none): else a lookup would not find it.
+            if !buckets.is_empty()
+                && enc
+                    .as_deref()
+                    .is_none_or(|e| buckets_of(e).as_slice() != buckets.as_bytes())
+            {
+                self.problem(
+                    rev,
+                    Some(dir.as_str()),
+                    "an entry of this directory is under the wrong bucket",
+                );
+                continue;
+            }
             let name = enc.and_then(|enc| {
                 let key = (dir.as_str().to_string(), enc);
                 if let Some(n) = self.names.get(&key) {
@@ -105,7 +138,7 @@ impl Walker<'_> {
                 continue;
             };
             match kind {
-                Some(ObjectType::Tree) => self.tree(rev, id, &path),
+                Some(ObjectType::Tree) => self.tree(rev, id, &path, ""),
                 Some(ObjectType::Blob) => self.blob(rev, id, &path),
                 _ => self.problem(rev, Some(path.as_str()), "an entry has an unexpected type"),
             }
@@ -188,9 +221,7 @@ impl Vault {
                             let aad = meta_aad(tree, next);
                             w.vault.keys.open_meta(&aad, &sealed).ok()
                         })
-                        .and_then(|plain| {
-                            serde_json::from_slice::<crate::vault::CommitMeta>(&plain).ok()
-                        });
+                        .and_then(|plain| crate::vault::meta::decode(&plain));
                     drop(commit);
                     if !mac_ok {
                         w.problem(
@@ -216,7 +247,7 @@ impl Vault {
                 w.report.commits = commits.len();
                 // Second pass: every tree, oldest first.
                 for &(id, tree) in commits.iter().rev() {
-                    w.tree(id, tree, &MemoryPath::root());
+                    w.tree(id, tree, &MemoryPath::root(), "");
                 }
             }
         }

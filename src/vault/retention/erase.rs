@@ -359,6 +359,7 @@ impl Vault {
             ));
         }
         let git_path = self.git_path_of(path)?;
+        let flat_path = crate::vault::tree::flat_git_path(&git_path);
         // Every key ever used at or below the path, over all of history.
         let mut doomed = BTreeSet::new();
         let mut seen_trees = HashSet::new();
@@ -369,18 +370,21 @@ impl Vault {
             let (tree, parent, _) = self.read_commit(id)?;
             next = parent;
             commits += 1;
-            crate::vault::objects::check_path(&self.repo, tree, &git_path)?;
-            let root = self.repo.find_tree(tree)?;
-            let Ok(entry) = root.get_path(Path::new(&git_path)) else {
-                continue;
-            };
-            self.collect_keys(
-                entry.id(),
-                entry.kind(),
-                &mut seen_trees,
-                &mut seen_blobs,
-                &mut doomed,
-            )?;
+            // In either form: commits of format 2 have no buckets.
+            for form in [&git_path, &flat_path] {
+                crate::vault::objects::check_path(&self.repo, tree, form)?;
+                let root = self.repo.find_tree(tree)?;
+                let Ok(entry) = root.get_path(Path::new(form)) else {
+                    continue;
+                };
+                self.collect_keys(
+                    entry.id(),
+                    entry.kind(),
+                    &mut seen_trees,
+                    &mut seen_blobs,
+                    &mut doomed,
+                )?;
+            }
         }
         let _ = commits;
         let live = self.live_files(tip)?;
