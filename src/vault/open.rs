@@ -284,15 +284,16 @@ impl Vault {
 
     /// Bring the tip's tree of a format-2 vault to format 3, once, under
     /// the writer lock: every file moved under the buckets of its names
-    /// (see `tree::buckets`), its blob unchanged, in one `migrate` commit;
-    /// then the format file says 3. The tree decides, not the format file:
+    /// (see `tree::buckets`), its blob unchanged, and the key table split
+    /// into 4096 shards, in one `migrate` commit; then the format file
+    /// says 3. The tree decides, not the format file:
     /// a root tree with an entry that is not a bucket is migrated (a
     /// format file set back to 2 over a migrated tree changes nothing but
     /// the file). Readers take either form, so history before the
     /// migration reads as it did.
     fn migrate_tree(&mut self) -> Result<(), VaultError> {
         let tip = self.refresh()?;
-        let flat = self.tree_is_flat(tip)?;
+        let flat = self.tree_is_flat(tip)? || self.key_state.format < 3;
         if !flat {
             if read_format(&self.dir)? < FORMAT {
                 write_durable(&self.dir.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
@@ -300,7 +301,7 @@ impl Vault {
             return Ok(());
         }
         self.with_writer_lock(|vault, tip| {
-            if !vault.tree_is_flat(tip)? {
+            if !vault.tree_is_flat(tip)? && vault.key_state.format >= 3 {
                 return Ok(()); // another process migrated it meanwhile
             }
             let files = vault.snapshot_of(tip)?.files_with_keys()?;
@@ -327,7 +328,13 @@ impl Vault {
                 )],
                 ..vault.new_meta("migrate")
             };
-            vault.publish(tip, tree, KeyChange::default(), &meta, objects)?;
+            // The key state too: format 3's 4096 shards (a new key state
+            // with the same settings is written with them).
+            let change = KeyChange {
+                settings: Some(vault.config.clone()),
+                ..Default::default()
+            };
+            vault.publish(tip, tree, change, &meta, objects)?;
             vault.sync_now()
         })?;
         write_durable(&self.dir.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
@@ -335,7 +342,8 @@ impl Vault {
     }
 
     /// Whether the tree of `tip` has a directory of format 2 at its root
-    /// (an entry that is not a bucket).
+    /// (an entry that is not a bucket). (A key state of format 2 is
+    /// migrated with it.)
     fn tree_is_flat(&self, tip: Option<Oid>) -> Result<bool, VaultError> {
         let Some(tree) = self.tree_of(tip)? else {
             return Ok(false);

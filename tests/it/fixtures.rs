@@ -232,6 +232,22 @@ fn format_2_vault_is_migrated_to_bucket_trees_and_reads_as_before() {
     let h = stdout(&run(&t, &["history", "--json"]));
     let top: serde_json::Value = serde_json::from_str(h.lines().next().unwrap()).unwrap();
     assert_eq!(top["op"], "migrate", "{h}");
+    // The key state too: format 3, its table in shards four levels down.
+    let keys = crate::util::git(&t.vault, &["cat-file", "commit", "refs/memvault/keys"]);
+    assert!(String::from_utf8_lossy(&keys.stdout).contains("memvault key state v3\n"));
+    let table = crate::util::git(
+        &t.vault,
+        &["ls-tree", "-r", "--name-only", "refs/memvault/keys:table"],
+    );
+    let shards = String::from_utf8(table.stdout).unwrap();
+    assert!(!shards.is_empty());
+    for s in shards.lines() {
+        assert_eq!(s.len(), 7, "{s}");
+        assert!(
+            s.split('/').all(|d| matches!(d.as_bytes(), [b'0'..=b'7'])),
+            "{s}"
+        );
+    }
     // The migration changed no file.
     let d = run(&t, &["diff", "HEAD~1", "HEAD"]);
     assert!(d.status.success(), "{}", stderr(&d));
