@@ -484,6 +484,8 @@ impl Drop for Vault {
         if self.log.dirty {
             let _ = self.checkpoint();
         }
+        // Its in-memory object store goes with it.
+        fsync::forget_odb(&self.repo);
     }
 }
 

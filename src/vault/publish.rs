@@ -309,7 +309,7 @@ pub(crate) fn stage_blob(
     sealed: Vec<u8>,
     objects: &mut Vec<Object>,
 ) -> Result<Oid, VaultError> {
-    let id = repo.blob(&sealed)?;
+    let id = objects::write_object(repo, git2::ObjectType::Blob, &sealed)?;
     objects.push(Object {
         kind: git2::ObjectType::Blob,
         id,

@@ -203,7 +203,7 @@ impl Writer<'_> {
             data.extend_from_slice(e.id.as_bytes());
         }
         // Writing an object the database has is a lookup, no write.
-        let written = self.repo.odb()?.write(ObjectType::Tree, &data)?;
+        let written = super::engine::objects::write_object(self.repo, ObjectType::Tree, &data)?;
         if Some(written) == base {
             return Ok(written);
         }

@@ -200,10 +200,14 @@ fn a_truncated_loose_subtree_is_damage_not_a_hang() {
     // its parent.
     let subtree = |v: &TestVault| {
         let root = rev_parse(v, "refs/heads/main^{tree}");
-        let ls = String::from_utf8(git(&v.vault, &["ls-tree", &root]).stdout).unwrap();
+        // Its own tree, not one of the bucket trees above it (one-digit
+        // names).
+        let ls = String::from_utf8(git(&v.vault, &["ls-tree", "-r", "-t", &root]).stdout).unwrap();
         let sub = ls
             .lines()
-            .find(|l| l.contains(" tree "))
+            .find(|l| {
+                l.contains(" tree ") && l.rsplit(['/', '\t']).next().is_some_and(|n| n.len() > 1)
+            })
             .and_then(|l| l.split_whitespace().nth(2))
             .unwrap()
             .to_string();

@@ -1,5 +1,7 @@
-//! Durability switches: the one libgit2 option memvault sets through the
-//! raw FFI, and the process-wide "sync to disk" flag of the write-ahead log.
+//! The raw FFI, in one place: durability switches (the one libgit2 option
+//! memvault sets through it, and the process-wide "sync to disk" flag of
+//! the write-ahead log), and the direct write into an in-memory object
+//! store ([`mempack_odb`], [`mempack_write`]).
 //!
 //! memvault makes a mutation durable with one `fdatasync` of its
 //! write-ahead log record (see `wal`), not with libgit2's own fsyncs (about
@@ -14,10 +16,13 @@
 //! always syncs).
 #![allow(unsafe_code)]
 
-use std::ffi::c_int;
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
 use std::fs::File;
 use std::path::Path;
-use std::sync::Once;
+use std::sync::{Mutex, Once};
+
+use git2::{Binding, ObjectType, Odb, Oid, Repository};
 #[cfg(feature = "bench-hooks")]
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -96,4 +101,117 @@ pub(crate) fn sync_path(p: &Path) -> std::io::Result<()> {
     } else {
         Ok(())
     }
+}
+
+/// An object database memvault made, with its in-memory store (libgit2's
+/// mempack backend) in front of the disk.
+struct Installed {
+    /// Held so the database, and with it the backend, stays alive (and
+    /// its address is not reused) while it is listed here.
+    _odb: Odb<'static>,
+    backend: *mut libgit2_sys::git_odb_backend,
+}
+
+// SAFETY: the backend belongs to `_odb`, which the entry keeps alive;
+// libgit2 objects may be used from any thread as long as no two use them
+// at once, and every use of `backend` is under the `INSTALLED` mutex.
+unsafe impl Send for Installed {}
+
+/// Object databases with an in-memory store, by the address of their
+/// `git_odb`.
+static INSTALLED: Mutex<Option<HashMap<usize, Installed>>> = Mutex::new(None);
+
+fn installed() -> std::sync::MutexGuard<'static, Option<HashMap<usize, Installed>>> {
+    INSTALLED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Install on `repo` a new object database whose first backend is an
+/// in-memory store (priority 1000), then the disk at `objects` as an
+/// alternate (only read), and list it for [`mempack_write`]. The database
+/// it replaces is dropped from the list.
+pub(crate) fn install_mempack_odb(repo: &Repository, objects: &str) -> Result<(), git2::Error> {
+    let old = repo.odb()?.raw() as usize;
+    let odb = Odb::new()?;
+    let backend = odb.add_new_mempack_backend(1000)?.raw();
+    odb.add_disk_alternate(objects)?;
+    repo.set_odb(&odb)?;
+    // A handle of its own: `git_repository_odb` takes a reference, which
+    // the handle in the list owns from now on (not tied to `repo`).
+    let handle = repo.odb()?;
+    let raw = handle.raw();
+    std::mem::forget(handle);
+    // SAFETY: `raw` is a live `git_odb` with one reference taken above and
+    // not released (the handle was forgotten); `from_raw` takes over that
+    // one reference, released when the entry is dropped.
+    let kept: Odb<'static> = unsafe { Odb::from_raw(raw) };
+    let mut list = installed();
+    let list = list.get_or_insert_with(HashMap::new);
+    list.remove(&old);
+    list.insert(
+        kept.raw() as usize,
+        Installed {
+            _odb: kept,
+            backend,
+        },
+    );
+    Ok(())
+}
+
+/// Drop `repo`'s object database from the list (its vault is closing).
+pub(crate) fn forget_odb(repo: &Repository) {
+    if let Ok(odb) = repo.odb()
+        && let Some(list) = installed().as_mut()
+    {
+        list.remove(&(odb.raw() as usize));
+    }
+}
+
+/// Put an object into `repo`'s in-memory store under `id`, which the
+/// caller computed from `data` (see `pack::object_hash`), without the
+/// lookups libgit2's `git_odb_write` makes first (it stats the loose path
+/// and re-reads the pack directory for every new object, about a third
+/// of a mutation's CPU). False if `repo`'s database has no listed store
+/// (the caller then writes through libgit2).
+pub(crate) fn mempack_write(
+    repo: &Repository,
+    id: Oid,
+    kind: ObjectType,
+    data: &[u8],
+) -> Result<bool, git2::Error> {
+    let odb = repo.odb()?;
+    let list = installed();
+    let Some(entry) = list.as_ref().and_then(|l| l.get(&(odb.raw() as usize))) else {
+        return Ok(false);
+    };
+    let kind = match kind {
+        ObjectType::Blob => libgit2_sys::GIT_OBJECT_BLOB,
+        ObjectType::Tree => libgit2_sys::GIT_OBJECT_TREE,
+        ObjectType::Commit => libgit2_sys::GIT_OBJECT_COMMIT,
+        _ => return Ok(false),
+    };
+    // SAFETY: `entry.backend` is the mempack backend of the database
+    // `entry` keeps alive, and `repo` uses that very database (same
+    // address, and it cannot have been freed and reused while listed).
+    // The list's lock is held, so no other thread uses the backend. The
+    // mempack's `write` copies `len` bytes from `data`, which outlives
+    // the call, and stores them under the 20-byte id `id.raw()` points to.
+    let rc = unsafe {
+        let backend = entry.backend;
+        match (*backend).write {
+            Some(write) => write(
+                backend,
+                id.raw(),
+                data.as_ptr().cast::<c_void>(),
+                data.len(),
+                kind,
+            ),
+            None => return Ok(false),
+        }
+    };
+    if rc < 0 {
+        return Err(git2::Error::from_str(
+            "the in-memory object store refused an object",
+        ));
+    }
+    Ok(true)
 }

@@ -223,6 +223,31 @@ pub(crate) fn check(repo: &Repository, id: Oid) -> Result<(), ObjectError> {
     Ok(())
 }
 
+/// Put a new object into `repo`'s in-memory store (see `wal::install_odb`)
+/// and return its id: hashed here, and written straight into the store,
+/// without libgit2's write path (which looks for the object on disk first:
+/// a stat of its loose path and a listing of the pack directory per new
+/// object). The store is read before the disk, so a file planted on disk
+/// under the same id is never what a read returns; the id is remembered
+/// as checked.
+pub(crate) fn write_object(
+    repo: &Repository,
+    kind: ObjectType,
+    data: &[u8],
+) -> Result<Oid, git2::Error> {
+    let id = Oid::from_bytes(&pack::object_hash(kind, data))?;
+    if !super::fsync::mempack_write(repo, id, kind, data)? {
+        return repo.odb()?.write(kind, data);
+    }
+    with_known(repo, |k| {
+        if k.elsewhere.len() >= KNOWN_LIMIT {
+            k.elsewhere.clear();
+        }
+        k.elsewhere.insert(id);
+    });
+    Ok(id)
+}
+
 /// A pack this process has just written (`pack-<name>`, synced) from
 /// objects that checked out (a checkpoint's, or a merge's copies of
 /// validated packs' entries): remember it as validated, so the next

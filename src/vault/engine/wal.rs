@@ -677,14 +677,9 @@ impl Wal {
         // PREALLOC_BYTES): a record a writer is still appending, one that
         // was torn by a crash (never acknowledged; the next record
         // overwrites it), zeros, or an earlier generation's remains.
-        let mut odb = None;
         let (pos, refs) = self.scan(&head, v2, start, refs, file_len, |r| {
-            let odb = match &mut odb {
-                Some(o) => o,
-                None => odb.insert(repo.odb()?),
-            };
             for o in &r.objects {
-                if odb.write(o.kind, &o.data)? != o.id {
+                if super::objects::write_object(repo, o.kind, &o.data)? != o.id {
                     return Err(WalError::BadObject);
                 }
             }
@@ -854,17 +849,12 @@ impl Wal {
 /// reads see memory first, then the objects on disk. Also drops what an
 /// earlier one held.
 pub(crate) fn install_odb(repo: &Repository) -> Result<(), git2::Error> {
-    let odb = Odb::new()?;
-    // The mempack backend lives as long as the object database; its handle
-    // is not needed (a checkpoint replaces the whole database).
-    let _mempack = odb.add_new_mempack_backend(1000)?;
     let objects = repo.path().join("objects");
     let objects = objects
         .to_str()
         .ok_or_else(|| git2::Error::from_str("the vault path is not valid UTF-8"))?;
     // As an alternate, the disk is only read: writes go to memory.
-    odb.add_disk_alternate(objects)?;
-    repo.set_odb(&odb)?;
+    super::fsync::install_mempack_odb(repo, objects)?;
     // libgit2 lists the packs at its first read: validate them before.
     super::objects::odb_installed(repo);
     Ok(())
