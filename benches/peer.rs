@@ -510,7 +510,7 @@ fn fdatasync_cost(dir: &Path, samples: usize) -> (Vec<Duration>, Vec<Duration>) 
         over.push(t.elapsed());
     }
     let mut new = Vec::new();
-    for i in 0..samples.min(100) {
+    for i in 0..samples.min(100) / 2 {
         let p = dir.join(format!("fdatasync.new{i}"));
         let mut g = std::fs::File::create(&p).unwrap();
         g.write_all(&block).unwrap();
@@ -535,6 +535,9 @@ fn peer(
     let mode = if fsync_on { "fsync on" } else { "fsync off" };
     // [tool][round][op] -> samples
     let mut res: [Vec<Vec<Vec<Duration>>>; 2] = [Vec::new(), Vec::new()];
+    // [tool][round] -> one fdatasync's median just before and after the run:
+    // this shared disk has slow phases (other machines' syncs), which show.
+    let mut disk: [Vec<(Duration, Duration)>; 2] = [Vec::new(), Vec::new()];
     let t0 = Instant::now();
     for round in 0..a.rounds {
         // Alternate which tool goes first.
@@ -561,10 +564,13 @@ fn peer(
                     Server::sdk(python, &dir, fsync_on)
                 }
             };
+            let before = median(&fdatasync_cost(tmp, 50).0);
             let ops = run_ops(&mut s, a);
+            let after = median(&fdatasync_cost(tmp, 50).0);
             s.close();
             let _ = std::fs::remove_dir_all(&dir);
             res[tool as usize].push(ops);
+            disk[tool as usize].push((before, after));
         }
     }
     println!(
@@ -598,6 +604,15 @@ fn peer(
             );
         }
         ratios_of.push(ratios);
+    }
+    let around = |d: &(Duration, Duration)| format!("{}/{}", fmt(d.0), fmt(d.1));
+    for (r, (m, s)) in disk[0].iter().zip(&disk[1]).enumerate() {
+        println!(
+            "  round {}: one fdatasync alone just before/after the run: memvault's {}, SDK's {}",
+            r + 1,
+            around(m),
+            around(s)
+        );
     }
     println!("  memvault/SDK, median of the rounds' ratios, against the issue's targets:");
     for (k, &op) in OPS.iter().enumerate() {
@@ -910,6 +925,7 @@ fn dirsize(a: &Args, tmp: &Path, sum: &mut Summary) {
         })
         .collect();
     serve_batch(&dir, &keyfile, "/memories", &warm);
+    let disk_before = median(&fdatasync_cost(tmp, 50).0);
     let names = ["create", "str_replace", "rename", "delete"];
     let dirs = ["small", "big"];
     // [op][dir] -> (samples, log bytes per record, growth per op)
@@ -981,6 +997,12 @@ fn dirsize(a: &Args, tmp: &Path, sum: &mut Summary) {
             mark(s.2.max(b.2) <= 4096.0)
         ));
     }
+    let disk_after = median(&fdatasync_cost(tmp, 50).0);
+    println!(
+        "  one fdatasync alone before/after these batches: {}/{}",
+        fmt(disk_before),
+        fmt(disk_after)
+    );
     println!(
         "  log/op: bytes of log per record before the closing checkpoint; grows: objects/ plus the used part of memvault/wal, from before `serve` opened to after it closed, per op (before gc)"
     );
