@@ -30,7 +30,8 @@
 //!
 //! Flags (after `--`): `--quick` (small sizes, for a try), `--samples N`,
 //! `--rounds N`, `--peer-only` (the comparison and `fdatasync`),
-//! `--cpu-only`, `--dirsize-only` (directory size and directory rename).
+//! `--cpu-only`, `--dirsize-only` (directory size and directory rename);
+//! these add up (`--cpu-only --dirsize-only` runs both).
 //! The first run makes `target/bench-venv` with pip from the requirements
 //! file (the only network use); later runs reuse it.
 
@@ -70,8 +71,14 @@ fn args() -> Args {
         dirsize: true,
     };
     let argv: Vec<String> = std::env::args().collect();
-    let only = |a: &mut Args, peer, cpu, dirsize| {
-        (a.peer, a.cpu, a.dirsize) = (peer, cpu, dirsize);
+    // The `--*-only` flags add up: the first clears the other parts.
+    let mut any_only = false;
+    let mut only = |a: &mut Args, part: usize| {
+        if !any_only {
+            (a.peer, a.cpu, a.dirsize) = (false, false, false);
+            any_only = true;
+        }
+        *[&mut a.peer, &mut a.cpu, &mut a.dirsize][part] = true;
     };
     let mut i = 1;
     while i < argv.len() {
@@ -96,9 +103,9 @@ fn args() -> Args {
                 a.rounds = num(i).max(1);
                 i += 1;
             }
-            "--peer-only" => only(&mut a, true, false, false),
-            "--cpu-only" => only(&mut a, false, true, false),
-            "--dirsize-only" => only(&mut a, false, false, true),
+            "--peer-only" => only(&mut a, 0),
+            "--cpu-only" => only(&mut a, 1),
+            "--dirsize-only" => only(&mut a, 2),
             _ => {}
         }
         i += 1;
