@@ -474,6 +474,8 @@ pub(crate) fn memory_for(config: &VaultConfig) -> Result<Memory, CliError> {
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
+    #[cfg(feature = "bench-hooks")]
+    crate::vault::fsync::set_from_env_for_benchmark();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

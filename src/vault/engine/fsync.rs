@@ -11,9 +11,10 @@
 //! pack and syncs it, the refs and their directories itself.
 //!
 //! The benchmarks' comparison mode and the fuzzers turn the log's own
-//! syncing off with `set_for_benchmark`, which exists only in a build with
-//! the `bench-hooks` feature (never a shipped binary: without it memvault
-//! always syncs).
+//! syncing off with `set_for_benchmark` (the binary, with
+//! `MEMVAULT_BENCH_NO_FSYNC=1`: `set_from_env_for_benchmark`), which exist
+//! only in a build with the `bench-hooks` feature (never a shipped binary:
+//! without it memvault always syncs).
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
@@ -78,6 +79,18 @@ pub fn enable() {
 pub fn set_for_benchmark(on: bool) {
     enable();
     SYNC.store(on, Ordering::SeqCst);
+}
+
+/// Bench-only hook, read once at the start of the `memvault` binary
+/// (`cli::main`): with `MEMVAULT_BENCH_NO_FSYNC=1` in the environment,
+/// [`set_for_benchmark`]`(false)` for the whole process, so that
+/// `benches/peer.rs` can run `memvault serve` with fsync off. Only in a
+/// build with the `bench-hooks` feature: a default build never reads it.
+#[cfg(feature = "bench-hooks")]
+pub fn set_from_env_for_benchmark() {
+    if std::env::var_os("MEMVAULT_BENCH_NO_FSYNC").is_some_and(|v| v == "1") {
+        set_for_benchmark(false);
+    }
 }
 
 /// Whether memvault syncs its writes: always, except in a `bench-hooks`
