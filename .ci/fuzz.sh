@@ -21,11 +21,11 @@ export CARGO_TERM_COLOR=never
 export RUSTC_BOOTSTRAP=1
 
 if ! cargo fuzz --version 2>/dev/null | grep -qF "$CARGO_FUZZ_VERSION"; then
-  echo "== cargo install cargo-fuzz $CARGO_FUZZ_VERSION"
+  echo "== [$(date -u +%T)] cargo install cargo-fuzz $CARGO_FUZZ_VERSION"
   cargo install cargo-fuzz --locked --version "$CARGO_FUZZ_VERSION"
 fi
 
-echo "== cargo fuzz build"
+echo "== [$(date -u +%T)] cargo fuzz build"
 cargo fuzz build
 
 if [ "$FUZZ_SECONDS" -gt 0 ]; then
@@ -34,7 +34,7 @@ if [ "$FUZZ_SECONDS" -gt 0 ]; then
     # libgit2 reads it (src/vault/objects.rs), so the damaged pack that
     # crashed libgit2's pack reader (now artifacts/pack_merge/, replayed by
     # cargo test) is refused as damage; each run starts from it too.
-    echo "== cargo fuzz run $target (${FUZZ_SECONDS}s)"
+    echo "== [$(date -u +%T)] cargo fuzz run $target (${FUZZ_SECONDS}s)"
     # New inputs go to work/ (ignored by git); the committed seeds are read only.
     mkdir -p "work/$target"
     extra=()
@@ -50,4 +50,4 @@ if [ "$FUZZ_SECONDS" -gt 0 ]; then
       -print_final_stats=1 "${extra[@]}" 2>&1 | tail -n 25
   done
 fi
-echo "== fuzz: ok"
+echo "== [$(date -u +%T)] fuzz: ok"

@@ -68,7 +68,11 @@ impl Vault {
                         }
                     };
                     let sealed = crypto::seal_blob(key, &id, path.as_str(), &content);
-                    update.upsert(&git_path, stage_blob(&self.repo, sealed, &mut objects)?);
+                    let oid = stage_blob(&self.repo, sealed, &mut objects)?;
+                    if let Some(o) = objects.last() {
+                        self.caches.remember_blob(oid, &o.data);
+                    }
+                    update.upsert(&git_path, oid);
                     meta.size = Some(content.len() as u64);
                     meta.content_hash =
                         Some(data_encoding::HEXLOWER.encode(&key.content_hash(&content)));

@@ -19,7 +19,9 @@ use crate::memory::{DirEntry, MemoryPath, NodeKind, Snapshot, StoreError};
 /// long as the open vault, so a long-running `serve` lists quickly.
 #[derive(Default)]
 pub struct Caches {
-    names: RefCell<HashMap<(String, String), String>>,
+    /// By parent path, then encrypted name (looked up without building a
+    /// key), with the number of names held.
+    names: RefCell<(HashMap<String, HashMap<String, String>>, usize)>,
     sizes: RefCell<HashMap<Oid, u64>>,
     counts: RefCell<HashMap<Oid, usize>>,
     /// The path and file key of the last file read, for access tracking.
@@ -35,9 +37,18 @@ pub struct Caches {
     /// libgit2 (which hashes every object it reads) nor parsed again.
     /// With the bytes they take, roughly.
     trees: RefCell<(HashMap<Oid, Entries>, usize)>,
+    /// The sealed bytes of blobs this process wrote lately, by id (with
+    /// the bytes held), so an edit of a file just written does not read it
+    /// back through libgit2.
+    blobs: RefCell<(HashMap<Oid, Arc<[u8]>>, usize)>,
+    /// Encrypted names by parent path, then name (names are encrypted
+    /// deterministically: AES-SIV), with the number held.
+    encrypted: RefCell<(HashMap<String, HashMap<String, String>>, usize)>,
 }
 
 const CACHE_LIMIT: usize = 200_000;
+/// Bytes of sealed blobs kept in [`Caches::blobs`].
+const BLOB_CACHE_BYTES: usize = 8 << 20;
 /// Bytes of tree entries kept in [`Caches::trees`] (a directory of 100
 /// files takes about 12 KiB there).
 const TREE_CACHE_BYTES: usize = 16 << 20;
@@ -149,25 +160,47 @@ pub(crate) struct DirEntryAt {
 
 impl Caches {
     /// The entries of the directory whose tree is `id`, through its bucket
-    /// trees (a format-2 directory has none), in no particular order. A
-    /// bucket nested deeper than [`FANOUT_LEVELS`] is damage.
+    /// trees (a format-2 directory has none), in no particular order, with
+    /// their git paths below the directory. A bucket nested deeper than
+    /// [`FANOUT_LEVELS`] is damage.
     pub(crate) fn dir_entries(
         &self,
         repo: &Repository,
         id: Oid,
     ) -> Result<Vec<DirEntryAt>, objects::ObjectError> {
         let mut out = Vec::new();
-        self.collect_dir(repo, id, String::new(), 0, &mut out)?;
+        self.for_each_in_dir(repo, id, &mut |e, buckets| {
+            let name = String::from_utf8_lossy(&e.name);
+            out.push(DirEntryAt {
+                name: e.name.clone(),
+                mode: e.mode,
+                id: e.id,
+                sub_path: format!("{buckets}{name}"),
+            });
+        })?;
         Ok(out)
     }
 
-    fn collect_dir(
+    /// Call `f` with each entry of the directory whose tree is `id` (see
+    /// [`dir_entries`](Self::dir_entries)) and the bucket digits above it
+    /// (`"a/b/c/"`, or "" in a format-2 directory).
+    pub(crate) fn for_each_in_dir(
         &self,
         repo: &Repository,
         id: Oid,
-        prefix: String,
+        f: &mut dyn FnMut(&TreeEntry, &str),
+    ) -> Result<(), objects::ObjectError> {
+        let mut prefix = String::new();
+        self.visit_dir(repo, id, &mut prefix, 0, f)
+    }
+
+    fn visit_dir(
+        &self,
+        repo: &Repository,
+        id: Oid,
+        prefix: &mut String,
         depth: usize,
-        out: &mut Vec<DirEntryAt>,
+        f: &mut dyn FnMut(&TreeEntry, &str),
     ) -> Result<(), objects::ObjectError> {
         let entries = self.tree_entries(repo, id)?;
         for e in entries.iter() {
@@ -176,16 +209,13 @@ impl Caches {
                     // Buckets nested deeper than any vault writes them.
                     return Err(objects::ObjectError::Corrupt(e.id));
                 }
-                let sub = format!("{prefix}{}/", char::from(e.name[0]));
-                self.collect_dir(repo, e.id, sub, depth + 1, out)?;
+                let len = prefix.len();
+                prefix.push(char::from(e.name[0]));
+                prefix.push('/');
+                self.visit_dir(repo, e.id, prefix, depth + 1, f)?;
+                prefix.truncate(len);
             } else {
-                let name = String::from_utf8_lossy(&e.name);
-                out.push(DirEntryAt {
-                    name: e.name.clone(),
-                    mode: e.mode,
-                    id: e.id,
-                    sub_path: format!("{prefix}{name}"),
-                });
+                f(e, prefix);
             }
         }
         Ok(())
@@ -243,6 +273,47 @@ impl Caches {
         if size <= TREE_CACHE_BYTES && m.0.insert(tree, entries).is_none() {
             m.1 += size;
         }
+    }
+
+    /// Remember the sealed bytes of a blob just written.
+    pub(crate) fn remember_blob(&self, id: Oid, bytes: &[u8]) {
+        let mut m = self.blobs.borrow_mut();
+        if m.1 + bytes.len() > BLOB_CACHE_BYTES {
+            m.0.clear();
+            m.1 = 0;
+        }
+        if bytes.len() <= BLOB_CACHE_BYTES / 8 && m.0.insert(id, Arc::from(bytes)).is_none() {
+            m.1 += bytes.len();
+        }
+    }
+
+    /// The encrypted name of `name` in the directory `parent`
+    /// (remembered).
+    fn encrypt_name(
+        &self,
+        keys: &VaultKeys,
+        parent: &str,
+        name: &str,
+    ) -> Result<String, crate::crypto::CryptoError> {
+        if let Some(e) = self
+            .encrypted
+            .borrow()
+            .0
+            .get(parent)
+            .and_then(|m| m.get(name))
+        {
+            return Ok(e.clone());
+        }
+        let enc = keys.encrypt_name(parent, name)?;
+        let mut m = self.encrypted.borrow_mut();
+        if m.1 >= CACHE_LIMIT {
+            *m = Default::default();
+        }
+        m.1 += 1;
+        m.0.entry(parent.to_string())
+            .or_default()
+            .insert(name.to_string(), enc.clone());
+        Ok(enc)
     }
 
     /// Bytes the tree cache holds (for tests).
@@ -345,7 +416,16 @@ impl<'a> VaultSnapshot<'a> {
             };
             return Ok((String::new(), Some(at)));
         }
-        let encs = encrypted_segments(self.keys, path).map_err(|_| too_long())?;
+        let mut encs = Vec::new();
+        let mut parent = MemoryPath::root();
+        for seg in path.segments() {
+            encs.push(
+                self.caches
+                    .encrypt_name(self.keys, parent.as_str(), seg)
+                    .map_err(|_| too_long())?,
+            );
+            parent = parent.join(seg).map_err(|_| too_long())?;
+        }
         self.locate_encs(&encs)
     }
 
@@ -389,6 +469,9 @@ impl<'a> VaultSnapshot<'a> {
     }
 
     fn blob_bytes(&self, oid: Oid) -> Result<Vec<u8>, StoreError> {
+        if let Some(b) = self.caches.blobs.borrow().0.get(&oid) {
+            return Ok(b.to_vec());
+        }
         let blob = objects::find_blob(self.repo, oid)?;
         Ok(blob.content().to_vec())
     }
@@ -481,15 +564,30 @@ impl<'a> VaultSnapshot<'a> {
 
     /// The decrypted name `enc` in `dir` (remembered).
     fn name_of(&self, dir: &MemoryPath, enc: &str) -> Result<String, StoreError> {
-        let cache_key = (dir.as_str().to_string(), enc.to_string());
-        if let Some(n) = self.caches.names.borrow().get(&cache_key) {
+        if let Some(n) = self
+            .caches
+            .names
+            .borrow()
+            .0
+            .get(dir.as_str())
+            .and_then(|m| m.get(enc))
+        {
             return Ok(n.clone());
         }
         let n = self
             .keys
             .decrypt_name(dir.as_str(), enc)
             .map_err(|_| damaged("a stored name failed to decrypt"))?;
-        remember(&self.caches.names, cache_key, n.clone());
+        let mut names = self.caches.names.borrow_mut();
+        if names.1 >= CACHE_LIMIT {
+            *names = Default::default();
+        }
+        names.1 += 1;
+        names
+            .0
+            .entry(dir.as_str().to_string())
+            .or_default()
+            .insert(enc.to_string(), n.clone());
         Ok(n)
     }
 
@@ -517,12 +615,22 @@ impl<'a> VaultSnapshot<'a> {
         dir: &MemoryPath,
         oid: Oid,
     ) -> Result<Vec<(String, NodeKind, Oid)>, StoreError> {
-        let entries = self.caches.dir_entries(self.repo, oid)?;
-        let mut out = Vec::with_capacity(entries.len());
-        for e in entries {
-            let enc =
-                std::str::from_utf8(&e.name).map_err(|_| damaged("a stored name is not text"))?;
-            out.push((self.name_of(dir, enc)?, kind_of(e.mode)?, e.id));
+        let mut out = Vec::new();
+        let mut failed = None;
+        self.caches.for_each_in_dir(self.repo, oid, &mut |e, _| {
+            if failed.is_some() {
+                return;
+            }
+            let named = std::str::from_utf8(&e.name)
+                .map_err(|_| damaged("a stored name is not text"))
+                .and_then(|enc| Ok((self.name_of(dir, enc)?, kind_of(e.mode)?, e.id)));
+            match named {
+                Ok(c) => out.push(c),
+                Err(err) => failed = Some(err),
+            }
+        })?;
+        if let Some(err) = failed {
+            return Err(err);
         }
         out.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
         Ok(out)

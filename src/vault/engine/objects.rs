@@ -80,8 +80,11 @@ struct Known {
     loose: HashSet<Oid>,
     /// ids that had no loose file when checked,
     elsewhere: HashSet<Oid>,
-    /// and trees checked with every tree below them.
+    /// and trees checked with every tree below them;
     deep: HashSet<Oid>,
+    /// objects written into the in-memory store ([`write_object`]), which
+    /// libgit2 reads before any pack or loose file.
+    memory: HashSet<Oid>,
     /// Validated packs by index file name: (index and pack stamps, the
     /// refusal if it failed).
     packs: HashMap<String, (Stamp, Stamp, Option<&'static str>)>,
@@ -114,6 +117,10 @@ static KNOWN: LazyLock<Mutex<HashMap<PathBuf, Known>>> = LazyLock::new(Default::
 
 fn with_known<T>(repo: &Repository, f: impl FnOnce(&mut Known) -> T) -> T {
     let mut all = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    // Looked up by the path as it is (no copy) once the entry exists.
+    if let Some(k) = all.get_mut(repo.path()) {
+        return f(k);
+    }
     f(all.entry(repo.path().to_path_buf()).or_default())
 }
 
@@ -204,6 +211,7 @@ pub(crate) fn odb_installed(repo: &Repository) {
         k.loose.clear();
         k.elsewhere.clear();
         k.deep.clear();
+        k.memory.clear();
         // A refusal is remembered: the next check reports it.
         let _ = refresh_packs(repo, k, true);
     });
@@ -214,6 +222,10 @@ pub(crate) fn odb_installed(repo: &Repository) {
 /// hashing to `id`.
 pub(crate) fn check(repo: &Repository, id: Oid) -> Result<(), ObjectError> {
     let known = with_known(repo, |k| {
+        // Read from memory: no pack or loose file is involved.
+        if k.memory.contains(&id) {
+            return Ok(true);
+        }
         refresh_packs(repo, k, false)?;
         Ok(k.loose.contains(&id) || k.elsewhere.contains(&id))
     })?;
@@ -240,10 +252,10 @@ pub(crate) fn write_object(
         return repo.odb()?.write(kind, data);
     }
     with_known(repo, |k| {
-        if k.elsewhere.len() >= KNOWN_LIMIT {
-            k.elsewhere.clear();
+        if k.memory.len() >= KNOWN_LIMIT {
+            k.memory.clear();
         }
-        k.elsewhere.insert(id);
+        k.memory.insert(id);
     });
     Ok(id)
 }

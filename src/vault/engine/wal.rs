@@ -508,6 +508,10 @@ pub(crate) struct Wal {
     file: File,
     /// How far this process has read (or written) the log.
     known: Option<Known>,
+    /// The ref files found to point where the log's head says, with the
+    /// generation and the files' stamps then: while neither changes, the
+    /// answer of [`Wal::refs_consistent`] stands without reading them.
+    refs_seen: std::cell::Cell<Option<([u8; 8], RefStamps)>>,
     /// The key of the entries' tags (set once the vault is unlocked).
     key: Option<LogKey>,
 }
@@ -531,6 +535,29 @@ fn target(refs: &Refs, name: &str) -> Option<Oid> {
 
 /// A ref as its file says: None if there is none, the zero id if the file
 /// does not read (cut short by a crash).
+/// Size, modification time and inode of the files that can hold the refs
+/// (their loose files and `packed-refs`; None if one cannot be read).
+type RefStamps = [(u64, i64, i64, u64); 3];
+
+fn ref_stamps(repo: &Repository, refs: &Refs) -> Option<RefStamps> {
+    use std::os::unix::fs::MetadataExt;
+    let one = |p: &Path| match fs::symlink_metadata(p) {
+        Ok(m) => Some((m.size(), m.mtime(), m.mtime_nsec(), m.ino())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some((0, 0, 0, 0)),
+        Err(_) => None,
+    };
+    let mut out = [(0, 0, 0, 0); 3];
+    let names: Vec<&str> = refs.iter().map(|(n, _)| n.as_str()).collect();
+    if names.len() > 2 {
+        return None;
+    }
+    for (i, n) in names.iter().enumerate() {
+        out[i] = one(&repo.path().join(n))?;
+    }
+    out[2] = one(&repo.path().join("packed-refs"))?;
+    Some(out)
+}
+
 pub(crate) fn read_ref(repo: &Repository, name: &str) -> Option<Oid> {
     match repo.refname_to_id(name) {
         Ok(id) => Some(id),
@@ -558,6 +585,7 @@ impl Wal {
         Ok(Wal {
             file,
             known: None,
+            refs_seen: std::cell::Cell::new(None),
             key: None,
         })
     }
@@ -785,12 +813,29 @@ impl Wal {
         let Some(k) = &self.known else {
             return false;
         };
-        k.tail
+        let stamps = ref_stamps(repo, &k.tail);
+        if stamps.is_some() && self.refs_seen.get() == stamps.map(|s| (k.generation, s)) {
+            return true;
+        }
+        let mut at_head = true;
+        let consistent = k
+            .tail
             .iter()
             .all(|(name, tail)| match read_ref(repo, name) {
-                Some(d) => d == *tail || Some(d) == target(&k.head, name),
+                Some(d) => {
+                    at_head &= Some(d) == target(&k.head, name);
+                    d == *tail || Some(d) == target(&k.head, name)
+                }
                 None => false,
-            })
+            });
+        // Files that point at the head's targets stay consistent while the
+        // generation lasts: records move only the log's tail.
+        self.refs_seen.set(
+            stamps
+                .filter(|_| consistent && at_head)
+                .map(|s| (k.generation, s)),
+        );
+        consistent
     }
 
     /// Overwrite everything after the head with zeros, durably: the
@@ -916,10 +961,12 @@ pub(crate) fn write_durable_objects(
 /// temporary name, synced, then renamed into place.
 fn write_loose(sub: &Path, path: &Path, o: &Object) -> std::io::Result<()> {
     use std::io::Write;
-    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
-    write!(z, "{} {}\0", o.kind.str(), o.data.len())?;
-    z.write_all(&o.data)?;
-    let bytes = z.finish()?;
+    // Stored, not deflated (as in a checkpoint's pack: blobs are
+    // ciphertext, trees mostly ids and encrypted names).
+    let mut raw = format!("{} {}\0", o.kind.str(), o.data.len()).into_bytes();
+    raw.extend_from_slice(&o.data);
+    let mut bytes = Vec::new();
+    super::pack::zlib_stored(&mut bytes, &raw);
     let tmp = sub.join(format!(
         "tmp_mv_{}",
         data_encoding::HEXLOWER.encode(&crate::crypto::random_bytes::<6>())
