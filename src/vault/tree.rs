@@ -21,7 +21,7 @@ use crate::memory::{DirEntry, MemoryPath, NodeKind, Snapshot, StoreError};
 pub struct Caches {
     /// By parent path, then encrypted name (looked up without building a
     /// key), with the number of names held.
-    names: RefCell<(HashMap<String, HashMap<String, String>>, usize)>,
+    names: RefCell<(NameMap, usize)>,
     sizes: RefCell<HashMap<Oid, u64>>,
     counts: RefCell<HashMap<Oid, usize>>,
     /// The path and file key of the last file read, for access tracking.
@@ -40,11 +40,16 @@ pub struct Caches {
     /// The sealed bytes of blobs this process wrote lately, by id (with
     /// the bytes held), so an edit of a file just written does not read it
     /// back through libgit2.
-    blobs: RefCell<(HashMap<Oid, Arc<[u8]>>, usize)>,
+    blobs: RefCell<(HashMap<Oid, Blob>, usize)>,
     /// Encrypted names by parent path, then name (names are encrypted
     /// deterministically: AES-SIV), with the number held.
-    encrypted: RefCell<(HashMap<String, HashMap<String, String>>, usize)>,
+    encrypted: RefCell<(NameMap, usize)>,
 }
+
+/// Names by parent path, then name (the other way round for encrypted).
+type NameMap = HashMap<String, HashMap<String, String>>;
+/// The sealed bytes of a blob.
+type Blob = Arc<[u8]>;
 
 const CACHE_LIMIT: usize = 200_000;
 /// Bytes of sealed blobs kept in [`Caches::blobs`].
