@@ -226,7 +226,9 @@ fn bench_serve(a: &Args, dir: &Path, keyfile: &Path) {
     let mut line = String::new();
     let mut call = |cmd: Value| {
         let t = Instant::now();
-        writeln!(stdin, "{cmd}").unwrap();
+        // One write per request: `writeln!` on the unbuffered pipe writes
+        // it in pieces, each waking the server.
+        stdin.write_all(format!("{cmd}\n").as_bytes()).unwrap();
         stdin.flush().unwrap();
         line.clear();
         out.read_line(&mut line).unwrap();
@@ -302,7 +304,8 @@ fn throughput(
                 let mut out = BufReader::new(child.stdout.take().unwrap());
                 let mut line = String::new();
                 // Warm-up: the process is open and answering.
-                writeln!(stdin, "{}", json!({"command": "view", "path": "/memories"})).unwrap();
+                let warm = json!({"command": "view", "path": "/memories"});
+                stdin.write_all(format!("{warm}\n").as_bytes()).unwrap();
                 out.read_line(&mut line).unwrap();
                 let lines: Vec<String> = (0..per)
                     .map(|i| {
