@@ -6,8 +6,14 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
+/// The memvault binary the tests run: the one cargo built with them, or
+/// the one `MEMVAULT_TEST_BIN` names (CI runs the crash test's rounds
+/// against the release binary from a debug test build: see `.ci/test`).
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_memvault")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("MEMVAULT_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_memvault").into())
+    })
 }
 
 /// A fresh vault unlocked by a key file, in its own temporary directory.
