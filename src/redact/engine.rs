@@ -152,7 +152,12 @@ impl Engine {
             if disabled.iter().any(|d| d == spec.id) {
                 continue;
             }
-            let rule = builtin.iter().position(|id| *id == spec.id).unwrap_or(0);
+            let rule = builtin
+                .iter()
+                .position(|id| *id == spec.id)
+                .ok_or_else(|| RedactError::Internal {
+                    message: format!("built-in rule `{}` has no description", spec.id),
+                })?;
             let kind = match &spec.how {
                 How::Re(r) => Kind::Re {
                     // The built-in patterns are tested to compile; a failure

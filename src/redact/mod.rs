@@ -77,6 +77,8 @@ mod engine;
 mod rules;
 
 #[cfg(test)]
+mod eval;
+#[cfg(test)]
 mod tests;
 
 pub use config::{CustomRule, Mode, RedactConfig, RedactError};
@@ -96,6 +98,15 @@ pub struct Finding {
     pub line: usize,
     /// 1-based column of `start`, in characters.
     pub column: usize,
+}
+
+/// A built-in rule, as `memvault redact --list-rules` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuleInfo {
+    /// The id used in markers, settings and reports.
+    pub id: &'static str,
+    /// What the rule finds, in one line.
+    pub description: &'static str,
 }
 
 /// A redacted text and what was taken out of it.
@@ -215,6 +226,20 @@ impl Redactor {
     /// The built-in rule ids, in a stable order.
     pub fn rule_ids() -> Vec<&'static str> {
         rules::ids()
+    }
+
+    /// Every built-in rule: its id and a one-line description of what it
+    /// finds, in the order of [`Redactor::rule_ids`].
+    pub fn rules() -> Vec<RuleInfo> {
+        rules::RULES
+            .iter()
+            .map(|&(id, description)| RuleInfo { id, description })
+            .collect()
+    }
+
+    /// The one-line description of a built-in rule.
+    pub fn describe(id: &str) -> Option<&'static str> {
+        rules::RULES.iter().find(|(i, _)| *i == id).map(|(_, d)| *d)
     }
 
     /// Findings with rule names, lines and columns (one pass over the text).

@@ -901,7 +901,7 @@ mod credentials {
             "password: !vault |",
             "SECRET_KEY=[REDACTED:secret-assignment]",
             "API key rotation: 2024-05-01T00:00:00Z",
-            "HEROKU_API_KEY=01234567-89ab-4def-8123-456789abcdef",
+            "REQUEST_ID_KEY=01234567-89ab-4def-8123-456789abcdef",
             "please pass async_req=True to the call",
             "USER_PASSWORD_AUTH = \"USER_PASSWORD_AUTH\"",
             "self.passwd = password_mgr",
