@@ -81,6 +81,8 @@ mod eval;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Cow;
+
 pub use config::{CustomRule, Mode, RedactConfig, RedactError};
 
 use engine::Engine;
@@ -123,6 +125,11 @@ impl Redaction {
     pub fn kinds(&self) -> Vec<(String, u32)> {
         kinds_of(&self.findings)
     }
+}
+
+/// The rule ids in `findings`, sorted, with how often each was found.
+pub fn kinds(findings: &[Finding]) -> Vec<(String, u32)> {
+    kinds_of(findings)
 }
 
 fn kinds_of(findings: &[Finding]) -> Vec<(String, u32)> {
@@ -195,6 +202,30 @@ impl Redactor {
             text: redacted,
             findings: self.findings(text, &found),
         }
+    }
+
+    /// `text` with each finding replaced by `[REDACTED:<rule>]`, and the
+    /// rule ids found with their counts (as [`Redaction::kinds`]), without
+    /// positions. Text with no finding is returned as it is, not copied:
+    /// for redacting large files.
+    pub fn redact_text<'a>(&self, text: &'a str) -> (Cow<'a, str>, Vec<(String, u32)>) {
+        let (found, redacted) = self.engine.scan(text);
+        if found.is_empty() {
+            return (Cow::Borrowed(text), Vec::new());
+        }
+        let mut kinds: Vec<(String, u32)> = Vec::new();
+        let mut counts = vec![0u32; self.engine.ids.len()];
+        for f in &found {
+            counts[f.rule] += 1;
+        }
+        for (rule, &n) in counts.iter().enumerate() {
+            if n > 0 {
+                kinds.push((self.engine.ids[rule].clone(), n));
+            }
+        }
+        kinds.sort();
+        let redacted = redacted.unwrap_or_else(|| self.engine.apply(text, &found).0);
+        (Cow::Owned(redacted), kinds)
     }
 
     /// Applies the mode: `redact` redacts, `reject` refuses text holding a

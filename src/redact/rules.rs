@@ -354,9 +354,9 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "aws-access-key-id",
         prio: 3,
-        anchors: &["AKIA", "ASIA"],
+        anchors: &["AKIA", "ASIA", "ABIA", "ACCA"],
         how: token(
-            "(?:AKIA|ASIA)[A-Z0-9]{16}",
+            "(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}",
             24,
             Edge::Alnum,
             Edge::Alnum,
@@ -381,9 +381,9 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "aws-secret-access-key",
         prio: 2,
-        anchors: &["AKIA", "ASIA"],
+        anchors: &["AKIA", "ASIA", "ABIA", "ACCA"],
         how: How::Re(ReSpec {
-            re: r"(?:AKIA|ASIA)[A-Z0-9]{16}[^A-Za-z0-9/+]{1,12}([A-Za-z0-9/+]{40})",
+            re: r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}[^A-Za-z0-9/+]{1,12}([A-Za-z0-9/+]{40})",
             back: 0,
             fwd: 80,
             group: 1,
