@@ -6,7 +6,11 @@
 //!   as ~10 KB notes one by one (the memory tool writes small files);
 //! - plain: prose with none of the filter's keywords.
 //!
-//! Run: `cargo bench --bench redact` (release profile).
+//! Then end to end: the release `memvault redact FILE` process (reading,
+//! UTF-8 check, filter, writing stdout to a file) on about 50 MB of each.
+//!
+//! Run: `cargo bench --bench redact` (release profile); `REDACT_BENCH=e2e`
+//! runs only the end-to-end part, `REDACT_BENCH=filter` only the filter.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -267,7 +271,60 @@ fn median_mb_s(bytes: usize, runs: usize, mut f: impl FnMut() -> usize) -> (f64,
     (rates[runs / 2], found)
 }
 
+/// Median MB/s of `memvault redact FILE > out` over `runs` runs, and its exit code.
+fn end_to_end(input: &std::path::Path, bytes: usize, runs: usize) -> (f64, Option<i32>) {
+    let out_path = input.with_extension("out");
+    let mut code = None;
+    let (rate, _) = median_mb_s(bytes, runs, || {
+        let out = std::fs::File::create(&out_path).expect("output file");
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_memvault"))
+            .arg("redact")
+            .arg(input)
+            .stdout(out)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("run memvault");
+        code = status.code();
+        0
+    });
+    (rate, code)
+}
+
+fn e2e() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let notes = notes(50_000_000).concat();
+    let notes_path = dir.path().join("notes.md");
+    std::fs::write(&notes_path, &notes).expect("write notes");
+    let (rate, code) = end_to_end(&notes_path, notes.len(), 7);
+    println!(
+        "end to end, notes:              {:7.1} MB/s  ({:.1} MB, exit {})",
+        rate,
+        notes.len() as f64 / 1e6,
+        code.unwrap_or(-1)
+    );
+    let plain = plain_text(50_000_000);
+    let plain_path = dir.path().join("plain.md");
+    std::fs::write(&plain_path, &plain).expect("write plain");
+    let (rate, code) = end_to_end(&plain_path, plain.len(), 7);
+    println!(
+        "end to end, no keywords:        {:7.1} MB/s  ({:.1} MB, exit {})",
+        rate,
+        plain.len() as f64 / 1e6,
+        code.unwrap_or(-1)
+    );
+}
+
 fn main() {
+    let only = std::env::var("REDACT_BENCH").unwrap_or_default();
+    if only != "e2e" {
+        filter();
+    }
+    if only != "filter" {
+        e2e();
+    }
+}
+
+fn filter() {
     let redactor = Redactor::new(&RedactConfig::default()).expect("default settings");
     let runs = 9;
 

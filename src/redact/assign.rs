@@ -1131,10 +1131,75 @@ fn passphrase(v: &[u8]) -> bool {
         && words.iter().all(|w| !w.is_empty() && !PROSE_WORDS.has(w))
 }
 
-/// A password written in a sentence, found by a rule of its own ("use
-/// ... as the password").
-pub(crate) fn prose_password(v: &[u8]) -> bool {
-    password_shape(v, Op::Prose, false, false)
+/// Words between `as` and `password` in "use ... as the password".
+static AS_THE: Words = Words::new(
+    "the a my your our new root admin db database wifi wi-fi user account login default",
+);
+
+/// "Use X as the password", "set X as my new password": the value comes
+/// before the keyword. The hit is `pass`; the words before it are read
+/// backwards (at most three between `as` and the keyword, 64 bytes of
+/// value).
+pub(crate) fn use_as_password(
+    text: &str,
+    s: usize,
+    e: usize,
+    _skip: &mut usize,
+) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    if s == 0 || b[s - 1] != b' ' {
+        return None;
+    }
+    let kw_end = s + b[s..]
+        .iter()
+        .take(12)
+        .take_while(|c| c.is_ascii_alphabetic())
+        .count();
+    let kw = b[s..kw_end].to_ascii_lowercase();
+    if !matches!(
+        kw.as_slice(),
+        b"pass" | b"password" | b"passphrase" | b"passcode"
+    ) || kw_end < e
+    {
+        return None;
+    }
+    // The word before `[s, end)`, with the blank before `end` skipped.
+    let word_before = |end: usize| -> Option<(usize, usize)> {
+        let we = end
+            .checked_sub(1)
+            .filter(|&i| b[i] == b' ' || b[i] == b'\t')?;
+        let mut ws = we;
+        while ws > 0 && we - ws < 64 && !b[ws - 1].is_ascii_whitespace() {
+            ws -= 1;
+        }
+        (ws < we).then_some((ws, we))
+    };
+    let mut at = s;
+    let mut as_at = None;
+    for _ in 0..4 {
+        let (ws, we) = word_before(at)?;
+        let w = &b[ws..we];
+        if w == b"as" {
+            as_at = Some(ws);
+            break;
+        }
+        let lower = std::str::from_utf8(w).ok()?.to_ascii_lowercase();
+        if !AS_THE.has(&lower) {
+            return None;
+        }
+        at = ws;
+    }
+    let (vs, ve) = word_before(as_at?)?;
+    let (us, ue) = word_before(vs)?;
+    let verb = b[us..ue].to_ascii_lowercase();
+    if !matches!(
+        verb.as_slice(),
+        b"use" | b"set" | b"try" | b"enter" | b"type"
+    ) {
+        return None;
+    }
+    let v = &b[vs..ve];
+    (v.len() >= 4 && password_shape(v, Op::Prose, false, false)).then_some((vs, ve))
 }
 
 fn password_shape(v: &[u8], op: Op, quoted: bool, config: bool) -> bool {

@@ -21,6 +21,8 @@
 //! time per search; windows are merged; parsers read bounded or
 //! non-overlapping stretches), so no input can make the scan hang.
 
+use std::sync::OnceLock;
+
 use aho_corasick::{Anchored, Input, MatchKind, packed};
 use regex::Regex;
 use regex::bytes::Regex as BytesRegex;
@@ -56,7 +58,11 @@ pub(crate) struct Pattern {
 
 pub(crate) enum Kind {
     Re {
-        re: Regex,
+        /// Compiled at the first hit of one of its keywords: most texts
+        /// never need most rules, and compiling them all would cost a
+        /// short run more than its scan.
+        re: OnceLock<Option<Regex>>,
+        src: &'static str,
         back: usize,
         fwd: usize,
         group: usize,
@@ -114,9 +120,77 @@ struct Cand {
     pattern: usize,
 }
 
+/// Keywords that begin a token with a word and a separator (`dop_v1_`,
+/// `sk-`, `dp.pt.`), found from their first separator: one SIMD search for
+/// `_`, `-` and `.` replaces a Teddy pass per sixteen of them. A hit needs
+/// the word before the separator to start the token (no letter or digit
+/// before it), which is what every rule anchored this way asks anyway.
+struct Heads {
+    /// First segment (the word and its separator) -> keyword indexes,
+    /// sorted by segment.
+    by_segment: Vec<(&'static [u8], Vec<usize>)>,
+    /// Bit `seg_hash(segment)`: set for every segment (rejects most
+    /// separators, those after ordinary words, without a search).
+    seen: Vec<u64>,
+    /// Longest first segment.
+    max_len: usize,
+    /// Keyword literals, by keyword index.
+    lits: Vec<(usize, &'static [u8])>,
+}
+
+/// The first segment of a keyword, if it is `[A-Za-z0-9]{1,15}` then `_`,
+/// `-` or `.`.
+fn head_segment(lit: &str) -> Option<&[u8]> {
+    let b = lit.as_bytes();
+    let n = b.iter().take_while(|c| c.is_ascii_alphanumeric()).count();
+    ((1..=15).contains(&n) && matches!(b.get(n), Some(b'_' | b'-' | b'.'))).then(|| &b[..=n])
+}
+
+/// A 16-bit hash of a segment's length, first two bytes and separator.
+fn seg_hash(seg: &[u8]) -> usize {
+    let n = seg.len();
+    let key = (n as u32) << 24
+        | u32::from(seg[0]) << 16
+        | u32::from(seg[n.min(3) - 2]) << 8
+        | u32::from(seg[n - 1]);
+    (key.wrapping_mul(0x9E37_79B1) >> 16) as usize
+}
+
+impl Heads {
+    /// Every position in `[from, to)` where a keyword starts a token (and
+    /// ends before `to`).
+    fn collect(&self, hay: &[u8], from: usize, to: usize, out: &mut Vec<(usize, usize)>) {
+        for i in memchr::memchr3_iter(b'_', b'-', b'.', &hay[from..to]) {
+            let sep = from + i;
+            let mut j = sep;
+            while j > from && sep - j < self.max_len && hay[j - 1].is_ascii_alphanumeric() {
+                j -= 1;
+            }
+            if j == sep || (j > 0 && hay[j - 1].is_ascii_alphanumeric()) {
+                continue;
+            }
+            let seg = &hay[j..=sep];
+            let h = seg_hash(seg);
+            if self.seen[h / 64] & (1 << (h % 64)) == 0 {
+                continue;
+            }
+            let Ok(k) = self.by_segment.binary_search_by(|(s, _)| (*s).cmp(seg)) else {
+                continue;
+            };
+            for &l in &self.by_segment[k].1 {
+                let (anchor, lit) = self.lits[l];
+                if j + lit.len() <= to && hay[j..].starts_with(lit) {
+                    out.push((j, anchor));
+                }
+            }
+        }
+    }
+}
+
 pub(crate) struct Engine {
     /// Rule ids: built-in (enabled or not) then custom.
     pub ids: Vec<String>,
+    heads: Heads,
     groups: Vec<Group>,
     anchors: Vec<Anchor>,
     patterns: Vec<Pattern>,
@@ -124,8 +198,14 @@ pub(crate) struct Engine {
     customs: Vec<Custom>,
 }
 
-/// Largest number of keywords searched in one Teddy pass.
+/// Largest number of keywords searched in one Teddy pass, for keywords
+/// that start with a lower-case letter (the common bytes of prose).
 const GROUP_SIZE: usize = 16;
+
+/// The same for keywords that start with a capital, a digit or
+/// punctuation: rare in prose, so their fingerprints seldom fire and a
+/// wider (fat Teddy) group costs about what a narrow one does.
+const WIDE_GROUP_SIZE: usize = 48;
 
 /// Passes over the text: the first, then re-scans around new markers (see
 /// [`Engine::scan`]).
@@ -160,11 +240,10 @@ impl Engine {
                 })?;
             let kind = match &spec.how {
                 How::Re(r) => Kind::Re {
-                    // The built-in patterns are tested to compile; a failure
-                    // here is a bug, reported as an error rather than a panic.
-                    re: Regex::new(r.re).map_err(|e| RedactError::Internal {
-                        message: format!("built-in rule `{}` does not compile: {e}", spec.id),
-                    })?,
+                    // The built-in patterns are tested to compile
+                    // (`every_builtin_regex_compiles`).
+                    re: OnceLock::new(),
+                    src: r.re,
                     back: r.back,
                     fwd: r.fwd,
                     group: r.group,
@@ -190,9 +269,20 @@ impl Engine {
             }
         }
         let customs = compile_customs(customs, &mut ids)?;
-        let (groups, anchors) = build_anchors(&keyword_lists)?;
+        // A pattern that may be found from a token's first separator: a
+        // regex that starts at its keyword and may not follow a letter or
+        // digit.
+        let bounded: Vec<bool> = patterns
+            .iter()
+            .map(|p| match &p.kind {
+                Kind::Re { back, left, .. } => *back == 0 && left.blocks(b'a') && left.blocks(b'0'),
+                Kind::Hit(_) | Kind::Run(_) => false,
+            })
+            .collect();
+        let (heads, groups, anchors) = build_anchors(&keyword_lists, &bounded)?;
         Ok(Engine {
             ids,
+            heads,
             groups,
             anchors,
             patterns,
@@ -299,6 +389,9 @@ impl Engine {
         let whole = [(0, b.len())];
         let windows = windows.unwrap_or(&whole);
         let mut hits: Vec<(usize, usize)> = Vec::new();
+        for &(ws, we) in windows {
+            self.heads.collect(b, ws, we, &mut hits);
+        }
         for g in &self.groups {
             for &(ws, we) in windows {
                 g.collect(b, ws, we, &mut hits);
@@ -386,6 +479,7 @@ impl Engine {
     fn run_re(&self, p: usize, text: &str, rs: usize, re: usize, out: &mut Vec<Cand>) {
         let Kind::Re {
             re: regex,
+            src,
             group,
             check_group,
             left,
@@ -394,6 +488,9 @@ impl Engine {
             ..
         } = &self.patterns[p].kind
         else {
+            return;
+        };
+        let Some(regex) = regex.get_or_init(|| Regex::new(src).ok()) else {
             return;
         };
         let b = text.as_bytes();
@@ -648,9 +745,12 @@ pub(crate) fn valid_id(id: &str) -> bool {
         && !id.contains("--")
 }
 
+type Anchors = (Heads, Vec<Group>, Vec<Anchor>);
+
 fn build_anchors(
     lists: &[(&'static str, usize)],
-) -> Result<(Vec<Group>, Vec<Anchor>), RedactError> {
+    bounded: &[bool],
+) -> Result<Anchors, RedactError> {
     let mut lits: Vec<&'static str> = Vec::new();
     let mut anchors: Vec<Anchor> = Vec::new();
     for &(lit, p) in lists {
@@ -674,12 +774,41 @@ fn build_anchors(
             exclusion: Some(x),
         });
     }
-    // A hit reports one keyword per position (the longest): give it the
-    // patterns of the shorter keywords it starts with.
+    // Token heads: found from their separator, every one that matches.
+    let is_head: Vec<bool> = lits
+        .iter()
+        .zip(&anchors)
+        .map(|(lit, a)| {
+            head_segment(lit).is_some()
+                && !a.patterns.is_empty()
+                && a.patterns.iter().all(|&p| bounded[p])
+        })
+        .collect();
+    let mut heads = Heads {
+        by_segment: Vec::new(),
+        seen: vec![0u64; 1 << 10],
+        max_len: 0,
+        lits: Vec::new(),
+    };
+    for (i, lit) in lits.iter().enumerate().filter(|(i, _)| is_head[*i]) {
+        let seg = head_segment(lit).unwrap_or_default();
+        let h = seg_hash(seg);
+        heads.seen[h / 64] |= 1 << (h % 64);
+        heads.max_len = heads.max_len.max(seg.len());
+        let l = heads.lits.len();
+        heads.lits.push((i, lit.as_bytes()));
+        match heads.by_segment.iter_mut().find(|(s, _)| *s == seg) {
+            Some((_, v)) => v.push(l),
+            None => heads.by_segment.push((seg, vec![l])),
+        }
+    }
+    heads.by_segment.sort_by(|a, b| a.0.cmp(b.0));
+    // A Teddy hit reports one keyword per position (the longest): give it
+    // the patterns of the shorter Teddy keywords it starts with.
     let own: Vec<Vec<usize>> = anchors.iter().map(|a| a.patterns.clone()).collect();
     for (i, lit) in lits.iter().enumerate() {
         for (j, other) in lits.iter().enumerate() {
-            if i != j && lit.starts_with(other) {
+            if i != j && !is_head[i] && !is_head[j] && lit.starts_with(other) {
                 for &p in &own[j] {
                     if !anchors[i].patterns.contains(&p) {
                         anchors[i].patterns.push(p);
@@ -690,12 +819,15 @@ fn build_anchors(
     }
     // Two-byte keywords get a searcher each (memchr-based); the rest go in
     // Teddy groups, longest first within a group so the longest keyword at
-    // a position is the one reported.
+    // a position is the one reported. Groups hold keywords of one kind of
+    // first byte (lower case; anything else), the second kind in wider
+    // groups.
     // Teddy fingerprints the first min(4, shortest keyword) bytes of each
     // keyword, so three-byte keywords share groups and the rest get
     // four-byte fingerprints (fewer false candidates in prose).
-    let mut order: Vec<usize> = (0..lits.len()).collect();
-    order.sort_by_key(|&i| (lits[i].len() <= 2, lits[i].len() > 3, i));
+    let lower = |i: usize| lits[i].as_bytes()[0].is_ascii_lowercase();
+    let mut order: Vec<usize> = (0..lits.len()).filter(|&i| !is_head[i]).collect();
+    order.sort_by_key(|&i| (lits[i].len() <= 2, !lower(i), lits[i].len() > 3, i));
     let (short, long): (Vec<usize>, Vec<usize>) =
         order.into_iter().partition(|&i| lits[i].len() <= 2);
     let mut groups = Vec::new();
@@ -708,7 +840,11 @@ fn build_anchors(
             ids: vec![i],
         });
     }
-    for chunk in long.chunks(GROUP_SIZE) {
+    let (narrow, wide): (Vec<usize>, Vec<usize>) = long.into_iter().partition(|&i| lower(i));
+    let chunks = narrow
+        .chunks(GROUP_SIZE)
+        .chain(wide.chunks(WIDE_GROUP_SIZE));
+    for chunk in chunks {
         let mut ids = chunk.to_vec();
         ids.sort_by_key(|&i| std::cmp::Reverse(lits[i].len()));
         let pats: Vec<&str> = ids.iter().map(|&i| lits[i]).collect();
@@ -731,7 +867,7 @@ fn build_anchors(
         };
         groups.push(Group { searcher, ids });
     }
-    Ok((groups, anchors))
+    Ok((heads, groups, anchors))
 }
 
 /// The span of excluded text at a hit, if the hit really starts one.
@@ -795,4 +931,22 @@ pub(crate) fn ceil_boundary(text: &str, mut i: usize) -> usize {
         i += 1;
     }
     i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_regex_compiles() {
+        for spec in SPECS {
+            if let How::Re(r) = &spec.how {
+                assert!(
+                    Regex::new(r.re).is_ok(),
+                    "rule {} does not compile",
+                    spec.id
+                );
+            }
+        }
+    }
 }

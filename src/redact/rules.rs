@@ -280,6 +280,33 @@ fn twitter_bearer(v: &[u8]) -> bool {
     random_suffix(v, 22)
 }
 
+/// An Airtable personal access token, `pat` + 14 letters or digits + `.`
+/// + 64 hex digits; the hit is `pat` (read by hand: `path` and `pattern`
+/// are common).
+fn airtable(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    if s > 0 && Edge::Word.blocks(b[s - 1]) {
+        return None;
+    }
+    let id_end = e + 14;
+    let end = id_end + 65;
+    if end > b.len() || !b[e..id_end].iter().all(u8::is_ascii_alphanumeric) || b[id_end] != b'.' {
+        return None;
+    }
+    let hex = &b[id_end + 1..end];
+    if !hex
+        .iter()
+        .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+    {
+        return None;
+    }
+    if b.get(end).is_some_and(|&c| Edge::Word.blocks(c)) {
+        return None;
+    }
+    *skip = end;
+    random_suffix(hex, 0).then_some((s, end))
+}
+
 /// The password of `scheme://user:password@host`: the hit is `://`.
 /// The password runs to the last `@` before the host, so an unescaped `@`
 /// in it is covered too.
@@ -565,7 +592,9 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "slack-token",
         prio: 3,
-        anchors: &["xox"],
+        anchors: &[
+            "xoxb-", "xoxp-", "xoxa-", "xoxr-", "xoxs-", "xoxo-", "xoxe-", "xoxe.",
+        ],
         how: token(
             r"xox(?:[abposr]|e\.xox[bp]|e)-[0-9]{1,20}-[0-9A-Za-z-]{8,250}",
             290,
@@ -665,7 +694,7 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "mailgun-api-key",
         prio: 3,
-        anchors: &["key"],
+        anchors: &["key-"],
         how: token(
             "key-[0-9a-z]{32}",
             36,
@@ -690,10 +719,10 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "stripe-secret-key",
         prio: 3,
-        anchors: &["k_live_", "k_test_"],
+        anchors: &["sk_live_", "sk_test_"],
         how: How::Re(ReSpec {
             re: "sk_(?:live|test)_[0-9A-Za-z]{10,247}",
-            back: 1,
+            back: 0,
             fwd: 256,
             group: 0,
             check_group: 0,
@@ -705,10 +734,10 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "stripe-restricted-key",
         prio: 3,
-        anchors: &["k_live_", "k_test_"],
+        anchors: &["rk_live_", "rk_test_"],
         how: How::Re(ReSpec {
             re: "rk_(?:live|test)_[0-9A-Za-z]{10,247}",
-            back: 1,
+            back: 0,
             fwd: 256,
             group: 0,
             check_group: 0,
@@ -732,7 +761,7 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "shopify-token",
         prio: 3,
-        anchors: &["shp"],
+        anchors: &["shpat_", "shpca_", "shppa_", "shpss_"],
         how: token(
             "shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}",
             40,
@@ -1164,13 +1193,7 @@ pub(crate) const SPECS: &[Spec] = &[
         id: "airtable-token",
         prio: 3,
         anchors: &["pat"],
-        how: token(
-            r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}",
-            84,
-            Edge::Word,
-            Edge::Word,
-            tail_after_last_dot,
-        ),
+        how: How::Hit(airtable),
     },
     Spec {
         id: "postman-api-key",
@@ -1574,14 +1597,7 @@ pub(crate) const SPECS: &[Spec] = &[
         id: "password-assignment",
         prio: 1,
         anchors: &["pass", "Pass", "PASS"],
-        how: context(
-            r"(?:^|[^A-Za-z])(?:[Uu]se|[Ss]et|[Tt]ry|[Ee]nter|[Tt]ype)[ \t]+([^\s\x22'`]{4,64})[ \t]+as[ \t]+(?:(?:the|a|my|your|our|new|root|admin|db|database|wifi|user|account|login)[ \t]+){0,3}(?:pass(?:word|phrase|code)?|PASSWORD|Password)(?:[^A-Za-z]|$)",
-            120,
-            24,
-            1,
-            Edge::Free,
-            assign::prose_password,
-        ),
+        how: How::Hit(assign::use_as_password),
     },
     Spec {
         id: "password-assignment",
@@ -1626,10 +1642,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "2FA",
             "2fa",
             "MFA",
-            "mfa",
-            "Mfa",
             "OTP",
-            "otp",
             "uthenticator",
         ],
         how: context(
