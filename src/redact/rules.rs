@@ -280,9 +280,9 @@ fn twitter_bearer(v: &[u8]) -> bool {
     random_suffix(v, 22)
 }
 
-/// An Airtable personal access token, `pat` + 14 letters or digits + `.`
-/// + 64 hex digits; the hit is `pat` (read by hand: `path` and `pattern`
-/// are common).
+/// An Airtable personal access token: `pat`, 14 letters or digits, `.`
+/// and 64 hex digits. The hit is `pat`; read by hand, since `path` and
+/// `pattern` are common.
 fn airtable(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<(usize, usize)> {
     let b = text.as_bytes();
     if s > 0 && Edge::Word.blocks(b[s - 1]) {
