@@ -6,8 +6,9 @@
 //!   as ~10 KB notes one by one (the memory tool writes small files);
 //! - plain: prose with none of the filter's keywords.
 //!
-//! Then end to end: the release `memvault redact FILE` process (reading,
-//! UTF-8 check, filter, writing stdout to a file) on about 50 MB of each.
+//! Then end to end: the release `memvault redact FILE` process (start,
+//! reading, UTF-8 check, filter, writing its stdout into a pipe that the
+//! bench drains) on about 50 MB of each.
 //!
 //! Run: `cargo bench --bench redact` (release profile); `REDACT_BENCH=e2e`
 //! runs only the end-to-end part, `REDACT_BENCH=filter` only the filter.
@@ -271,21 +272,30 @@ fn median_mb_s(bytes: usize, runs: usize, mut f: impl FnMut() -> usize) -> (f64,
     (rates[runs / 2], found)
 }
 
-/// Median MB/s of `memvault redact FILE > out` over `runs` runs, and its exit code.
+/// Median MB/s of `memvault redact FILE | consumer` over `runs` runs (the
+/// bench drains the pipe), and the exit code.
 fn end_to_end(input: &std::path::Path, bytes: usize, runs: usize) -> (f64, Option<i32>) {
-    let out_path = input.with_extension("out");
+    use std::io::Read;
     let mut code = None;
     let (rate, _) = median_mb_s(bytes, runs, || {
-        let out = std::fs::File::create(&out_path).expect("output file");
-        let status = std::process::Command::new(env!("CARGO_BIN_EXE_memvault"))
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_memvault"))
             .arg("redact")
             .arg(input)
-            .stdout(out)
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
-            .status()
+            .spawn()
             .expect("run memvault");
-        code = status.code();
-        0
+        let mut stdout = child.stdout.take().expect("stdout");
+        let mut buf = vec![0u8; 1 << 20];
+        let mut total = 0;
+        loop {
+            match stdout.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+        code = child.wait().expect("wait").code();
+        total
     });
     (rate, code)
 }

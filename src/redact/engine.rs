@@ -205,7 +205,13 @@ const GROUP_SIZE: usize = 16;
 /// The same for keywords that start with a capital, a digit or
 /// punctuation: rare in prose, so their fingerprints seldom fire and a
 /// wider (fat Teddy) group costs about what a narrow one does.
-const WIDE_GROUP_SIZE: usize = 48;
+const WIDE_GROUP_SIZE: usize = 64;
+
+/// Bytes of text whose keyword hits are gathered at once.
+const BLOCK: usize = 1 << 18;
+
+/// Longest built-in keyword (checked when the engine is built).
+const MAX_KEYWORD: usize = 64;
 
 /// Passes over the text: the first, then re-scans around new markers (see
 /// [`Engine::scan`]).
@@ -388,60 +394,40 @@ impl Engine {
         let b = text.as_bytes();
         let whole = [(0, b.len())];
         let windows = windows.unwrap_or(&whole);
-        let mut hits: Vec<(usize, usize)> = Vec::new();
-        for &(ws, we) in windows {
-            self.heads.collect(b, ws, we, &mut hits);
-        }
-        for g in &self.groups {
-            for &(ws, we) in windows {
-                g.collect(b, ws, we, &mut hits);
-            }
-        }
-        // Each group's hits are already sorted: a stable sort merges runs.
-        hits.sort();
         let np = self.patterns.len();
         let mut region: Vec<Option<(usize, usize)>> = vec![None; np];
         let mut skip = vec![0usize; np];
         let mut cands = Vec::new();
         let mut excluded = known.to_vec();
-        for &(pos, a) in &hits {
-            let anchor = &self.anchors[a];
-            let end = pos + anchor.len;
-            if let Some(x) = anchor.exclusion {
-                if let Some(span) = exclusion(x, b, pos, end) {
-                    excluded.push(span);
+        // Hits are gathered a block at a time (in text order, so the
+        // regions and skips below carry over): the lists stay small
+        // however long the text is.
+        let mut hits: Vec<(usize, usize)> = Vec::new();
+        for &(ws, we) in windows {
+            let mut bs = ws;
+            while bs < we {
+                let be = (bs + BLOCK).min(we);
+                // A keyword starting in the block may end after it.
+                let to = (be + MAX_KEYWORD).min(we);
+                hits.clear();
+                self.heads.collect(b, bs, to, &mut hits);
+                for g in &self.groups {
+                    g.collect(b, bs, to, &mut hits);
                 }
-                continue;
-            }
-            for &p in &anchor.patterns {
-                match &self.patterns[p].kind {
-                    Kind::Re { back, fwd, .. } => {
-                        let ws = pos.saturating_sub(*back);
-                        let we = (end + fwd).min(b.len());
-                        match &mut region[p] {
-                            Some(r) if ws <= r.1 => r.1 = r.1.max(we),
-                            r => {
-                                if let Some((rs, re)) = r.take() {
-                                    self.run_re(p, text, rs, re, &mut cands);
-                                }
-                                *r = Some((ws, we));
-                            }
-                        }
-                    }
-                    Kind::Hit(f) => {
-                        if pos < skip[p] {
-                            continue;
-                        }
-                        if let Some((start, end)) = f(text, pos, end, &mut skip[p]) {
-                            cands.push(Cand {
-                                start,
-                                end,
-                                pattern: p,
-                            });
-                        }
-                    }
-                    Kind::Run(_) => {}
+                hits.retain(|&(pos, _)| pos < be);
+                hits.sort_unstable();
+                for &(pos, a) in &hits {
+                    self.at_hit(
+                        text,
+                        pos,
+                        a,
+                        &mut region,
+                        &mut skip,
+                        &mut cands,
+                        &mut excluded,
+                    );
                 }
+                bs = be;
             }
         }
         for (p, r) in region.iter().enumerate() {
@@ -472,6 +458,61 @@ impl Engine {
             c.run(text, &mut custom_found);
         }
         self.resolve(text, cands, custom_found, excluded)
+    }
+
+    /// Runs the patterns of keyword `a` at its hit `pos`: a regex pattern
+    /// grows its region (run when the next hit is past it), a parser runs
+    /// now unless an earlier run read past `pos`.
+    #[allow(clippy::too_many_arguments)]
+    fn at_hit(
+        &self,
+        text: &str,
+        pos: usize,
+        a: usize,
+        region: &mut [Option<(usize, usize)>],
+        skip: &mut [usize],
+        cands: &mut Vec<Cand>,
+        excluded: &mut Vec<(usize, usize)>,
+    ) {
+        let b = text.as_bytes();
+        let anchor = &self.anchors[a];
+        let end = pos + anchor.len;
+        if let Some(x) = anchor.exclusion {
+            if let Some(span) = exclusion(x, b, pos, end) {
+                excluded.push(span);
+            }
+            return;
+        }
+        for &p in &anchor.patterns {
+            match &self.patterns[p].kind {
+                Kind::Re { back, fwd, .. } => {
+                    let ws = pos.saturating_sub(*back);
+                    let we = (end + fwd).min(b.len());
+                    match &mut region[p] {
+                        Some(r) if ws <= r.1 => r.1 = r.1.max(we),
+                        r => {
+                            if let Some((rs, re)) = r.take() {
+                                self.run_re(p, text, rs, re, cands);
+                            }
+                            *r = Some((ws, we));
+                        }
+                    }
+                }
+                Kind::Hit(f) => {
+                    if pos < skip[p] {
+                        continue;
+                    }
+                    if let Some((start, end)) = f(text, pos, end, &mut skip[p]) {
+                        cands.push(Cand {
+                            start,
+                            end,
+                            pattern: p,
+                        });
+                    }
+                }
+                Kind::Run(_) => {}
+            }
+        }
     }
 
     /// Runs a regex pattern over `[rs, re)`, with the text before `rs` as
@@ -765,6 +806,11 @@ fn build_anchors(
                 });
             }
         }
+    }
+    if let Some(long) = lits.iter().find(|l| l.len() > MAX_KEYWORD) {
+        return Err(RedactError::Internal {
+            message: format!("keyword `{long}` is longer than {MAX_KEYWORD} bytes"),
+        });
     }
     for &(lit, x) in EXCLUSION_ANCHORS {
         lits.push(lit);

@@ -152,6 +152,43 @@ fn aws_secret(v: &[u8]) -> bool {
         && random_suffix(v, 0)
 }
 
+/// An AWS secret key after the word `secret` (any case; the hit is
+/// `ecret`): the first run of exactly 40 base64 characters that starts
+/// within 41 bytes after the word, on its line.
+fn aws_secret_after_keyword(
+    text: &str,
+    s: usize,
+    e: usize,
+    skip: &mut usize,
+) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    if s == 0 || !matches!(b[s - 1], b's' | b'S') {
+        return None;
+    }
+    let body = |c: u8| c.is_ascii_alphanumeric() || c == b'/' || c == b'+';
+    let mut i = e;
+    while i < b.len() && i <= e + 40 && b[i] != b'\n' {
+        if body(b[i]) {
+            i += 1;
+            continue;
+        }
+        let rs = i + 1;
+        let mut re = rs;
+        while re < b.len() && re - rs <= 40 && body(b[re]) {
+            re += 1;
+        }
+        if re - rs == 40
+            && !b.get(re).is_some_and(|&c| Edge::B64.blocks(c))
+            && aws_secret(&b[rs..re])
+        {
+            *skip = re;
+            return Some((rs, re));
+        }
+        i = re.max(i + 1);
+    }
+    None
+}
+
 fn github(v: &[u8]) -> bool {
     github_checksum_ok(v) && random_suffix(v, 4)
 }
@@ -394,16 +431,7 @@ pub(crate) const SPECS: &[Spec] = &[
         id: "aws-secret-access-key",
         prio: 2,
         anchors: &["ecret", "ECRET"],
-        how: How::Re(ReSpec {
-            re: r"(?i:secret)[^\n]{0,40}?[^A-Za-z0-9/+\n]([A-Za-z0-9/+]{40})",
-            back: 1,
-            fwd: 100,
-            group: 1,
-            check_group: 1,
-            left: Edge::B64Body,
-            right: Edge::B64,
-            check: aws_secret,
-        }),
+        how: How::Hit(aws_secret_after_keyword),
     },
     Spec {
         id: "aws-secret-access-key",
@@ -939,10 +967,12 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "azure-ad-client-secret",
         prio: 3,
-        anchors: &["Q~"],
+        anchors: &[
+            "0Q~", "1Q~", "2Q~", "3Q~", "4Q~", "5Q~", "6Q~", "7Q~", "8Q~", "9Q~",
+        ],
         how: How::Re(ReSpec {
             re: "[A-Za-z0-9_~.]{3}[0-9]Q~[A-Za-z0-9_~.-]{31,34}",
-            back: 4,
+            back: 3,
             fwd: 40,
             group: 0,
             check_group: 0,
