@@ -13,6 +13,7 @@ mod expiry;
 mod history;
 mod keys;
 mod mcp;
+mod redact;
 mod serve;
 #[cfg(test)]
 mod tests;
@@ -707,25 +708,25 @@ fn redact(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<u8, CliError> {
-    // One read into a buffer of the file's size, checked as UTF-8 in place.
-    let bytes = match file {
-        Some(f) => std::fs::read(f)
-            .map_err(|e| CliError::failure(format!("cannot read {}: {e}", f.display())))?,
-        None => {
-            let mut buf = Vec::new();
-            io::stdin().lock().read_to_end(&mut buf)?;
-            buf
-        }
-    };
-    let text = String::from_utf8(bytes).map_err(|_| {
-        CliError::failure("the input is not UTF-8 text; redact reads text files only")
-    })?;
     let redactor = Redactor::new(&crate::redact::RedactConfig {
         mode: Mode::Redact,
         ..Default::default()
     })
     .map_err(|e| CliError::failure(e.to_string()))?;
+    let cannot_read =
+        |f: &Path, e: io::Error| CliError::failure(format!("cannot read {}: {e}", f.display()));
     let kinds = if report {
+        let bytes = match file {
+            Some(f) => std::fs::read(f).map_err(|e| cannot_read(f, e))?,
+            None => {
+                let mut buf = Vec::new();
+                io::stdin().lock().read_to_end(&mut buf)?;
+                buf
+            }
+        };
+        let text = String::from_utf8(bytes).map_err(|_| {
+            CliError::failure("the input is not UTF-8 text; redact reads text files only")
+        })?;
         let findings = redactor.scan(&text);
         let mut lines = String::new();
         for f in &findings {
@@ -741,10 +742,29 @@ fn redact(
         out.write_all(lines.as_bytes())?;
         crate::redact::kinds(&findings)
     } else {
-        // Text with no secret is written as read, never copied.
-        let (redacted, kinds) = redactor.redact_text(&text);
-        out.write_all(redacted.as_bytes())?;
-        kinds
+        match file {
+            // Read twice in pieces: checked as UTF-8 before anything is
+            // written, then redacted.
+            Some(f) => {
+                use std::io::Seek;
+                let mut fh = std::fs::File::open(f).map_err(|e| cannot_read(f, e))?;
+                redact::check_utf8(&mut fh)?;
+                fh.rewind().map_err(|e| cannot_read(f, e))?;
+                redact::redact_stream(&redactor, &mut fh, out, redact::PIECE, redact::MARGIN)?
+            }
+            None => {
+                let mut buf = Vec::new();
+                io::stdin().lock().read_to_end(&mut buf)?;
+                redact::check_utf8(&mut buf.as_slice())?;
+                redact::redact_stream(
+                    &redactor,
+                    &mut buf.as_slice(),
+                    out,
+                    redact::PIECE,
+                    redact::MARGIN,
+                )?
+            }
+        }
     };
     out.flush()?;
     if kinds.is_empty() {

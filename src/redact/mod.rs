@@ -228,6 +228,17 @@ impl Redactor {
         (Cow::Owned(redacted), kinds)
     }
 
+    /// The secrets in `text` as byte ranges with their rule ids: the spans
+    /// [`Redactor::scan`] finds, without lines and columns (for callers that
+    /// redact a text piece by piece).
+    pub fn locate(&self, text: &str) -> Vec<(std::ops::Range<usize>, &str)> {
+        let (found, _) = self.engine.scan(text);
+        found
+            .iter()
+            .map(|f| (f.start..f.end, self.engine.ids[f.rule].as_str()))
+            .collect()
+    }
+
     /// Applies the mode: `redact` redacts, `reject` refuses text holding a
     /// secret with [`RedactError::Rejected`] (naming the kinds found),
     /// `off` passes the text through.
