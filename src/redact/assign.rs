@@ -442,27 +442,41 @@ static STOP_LAST: Words = Words::new(
 /// lookup on first use.
 struct Words {
     text: &'static str,
-    sorted: OnceLock<Vec<&'static str>>,
+    index: OnceLock<WordIndex>,
+}
+
+/// The words sorted, and which (length, first byte) pairs occur: most
+/// lookups are of words not in the set and stop at that filter.
+struct WordIndex {
+    sorted: Vec<&'static str>,
+    /// Bit `first byte % 64` of entry `min(length, 31)`.
+    starts: [u64; 32],
 }
 
 impl Words {
     const fn new(text: &'static str) -> Words {
         Words {
             text,
-            sorted: OnceLock::new(),
+            index: OnceLock::new(),
         }
     }
 
     fn has(&self, w: &str) -> bool {
-        self.sorted
-            .get_or_init(|| {
-                let mut v: Vec<&str> = self.text.split_whitespace().collect();
-                v.sort_unstable();
-                v.dedup();
-                v
-            })
-            .binary_search(&w)
-            .is_ok()
+        let index = self.index.get_or_init(|| {
+            let mut sorted: Vec<&str> = self.text.split_whitespace().collect();
+            sorted.sort_unstable();
+            sorted.dedup();
+            let mut starts = [0u64; 32];
+            for s in &sorted {
+                starts[s.len().min(31)] |= 1 << (s.as_bytes()[0] % 64);
+            }
+            WordIndex { sorted, starts }
+        });
+        let Some(&first) = w.as_bytes().first() else {
+            return false;
+        };
+        index.starts[w.len().min(31)] & (1 << (first % 64)) != 0
+            && index.sorted.binary_search(&w).is_ok()
     }
 
     fn any(&self, ws: &[String]) -> bool {

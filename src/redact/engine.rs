@@ -132,11 +132,23 @@ struct Heads {
     /// Bit `seg_hash(segment)`: set for every segment (rejects most
     /// separators, those after ordinary words, without a search).
     seen: Vec<u64>,
+    /// Bit `tail_hash(two bytes before the separator, separator)`: set for
+    /// every segment (every segment has two or more bytes before it).
+    tails: Vec<u64>,
     /// Longest first segment.
     max_len: usize,
     /// Keyword literals, by keyword index.
     lits: Vec<(usize, &'static [u8])>,
+    /// Keywords found at a fixed distance before a separator (see
+    /// [`FIXED_HEADS`]): keyword index, literal, word length, separator.
+    fixed: Vec<(usize, &'static [u8], usize, u8)>,
 }
+
+/// Keywords that start a word of fixed length ending at a separator, found
+/// from that separator rather than searched for: `pat` starts the
+/// 17-character word before the `.` of an Airtable token (`path` and
+/// `pattern` would make it a frequent Teddy hit).
+const FIXED_HEADS: &[(&str, usize, u8)] = &[("pat", 17, b'.')];
 
 /// The first segment of a keyword, if it is `[A-Za-z0-9]{1,15}` then `_`,
 /// `-` or `.`.
@@ -156,12 +168,35 @@ fn seg_hash(seg: &[u8]) -> usize {
     (key.wrapping_mul(0x9E37_79B1) >> 16) as usize
 }
 
+/// A 15-bit hash of the two bytes before a separator and the separator.
+fn tail_hash(a: u8, b: u8, sep: u8) -> usize {
+    let key = u32::from(a) << 16 | u32::from(b) << 8 | u32::from(sep);
+    (key.wrapping_mul(0x9E37_79B1) >> 17) as usize
+}
+
 impl Heads {
     /// Every position in `[from, to)` where a keyword starts a token (and
     /// ends before `to`).
     fn collect(&self, hay: &[u8], from: usize, to: usize, out: &mut Vec<(usize, usize)>) {
         for i in memchr::memchr3_iter(b'_', b'-', b'.', &hay[from..to]) {
             let sep = from + i;
+            for &(anchor, lit, len, s) in &self.fixed {
+                if hay[sep] == s
+                    && sep >= from + len
+                    && hay[sep - len..sep].starts_with(lit)
+                    && hay[sep - len..sep].iter().all(u8::is_ascii_alphanumeric)
+                    && (sep == len || !hay[sep - len - 1].is_ascii_alphanumeric())
+                {
+                    out.push((sep - len, anchor));
+                }
+            }
+            if sep < from + 2 {
+                continue;
+            }
+            let t = tail_hash(hay[sep - 2], hay[sep - 1], hay[sep]);
+            if self.tails[t / 64] & (1 << (t % 64)) == 0 {
+                continue;
+            }
             let mut j = sep;
             while j > from && sep - j < self.max_len && hay[j - 1].is_ascii_alphanumeric() {
                 j -= 1;
@@ -415,7 +450,8 @@ impl Engine {
                     g.collect(b, bs, to, &mut hits);
                 }
                 hits.retain(|&(pos, _)| pos < be);
-                hits.sort_unstable();
+                // Each searcher's hits are sorted: a stable sort merges runs.
+                hits.sort();
                 for &(pos, a) in &hits {
                     self.at_hit(
                         text,
@@ -833,6 +869,8 @@ fn build_anchors(
     let mut heads = Heads {
         by_segment: Vec::new(),
         seen: vec![0u64; 1 << 10],
+        tails: vec![0u64; 1 << 9],
+        fixed: Vec::new(),
         max_len: 0,
         lits: Vec::new(),
     };
@@ -840,6 +878,14 @@ fn build_anchors(
         let seg = head_segment(lit).unwrap_or_default();
         let h = seg_hash(seg);
         heads.seen[h / 64] |= 1 << (h % 64);
+        let n = seg.len();
+        if n < 3 {
+            return Err(RedactError::Internal {
+                message: format!("keyword `{lit}` starts with a word of one byte"),
+            });
+        }
+        let t = tail_hash(seg[n - 3], seg[n - 2], seg[n - 1]);
+        heads.tails[t / 64] |= 1 << (t % 64);
         heads.max_len = heads.max_len.max(seg.len());
         let l = heads.lits.len();
         heads.lits.push((i, lit.as_bytes()));
@@ -849,6 +895,13 @@ fn build_anchors(
         }
     }
     heads.by_segment.sort_by(|a, b| a.0.cmp(b.0));
+    let mut is_head = is_head;
+    for &(lit, len, sep) in FIXED_HEADS {
+        if let Some(i) = lits.iter().position(|l| *l == lit) {
+            is_head[i] = true;
+            heads.fixed.push((i, lit.as_bytes(), len, sep));
+        }
+    }
     // A Teddy hit reports one keyword per position (the longest): give it
     // the patterns of the shorter Teddy keywords it starts with.
     let own: Vec<Vec<usize>> = anchors.iter().map(|a| a.patterns.clone()).collect();

@@ -1039,7 +1039,7 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "grafana-token",
         prio: 3,
-        anchors: &["eyJrIjoi"],
+        anchors: &["eyJ"],
         how: token(
             "eyJrIjoi[A-Za-z0-9]{40,400}={0,3}",
             410,
@@ -1652,10 +1652,10 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "totp-seed",
         prio: 3,
-        anchors: &["otpauth://"],
+        anchors: &["totp", "hotp"],
         how: context(
             r"otpauth://[a-z]{3,5}/[^?\s]{0,200}\?(?:[^\s#]{0,400}&)?secret=([A-Za-z2-7]{16,128}=*)",
-            0,
+            10,
             1000,
             1,
             Edge::Alnum,
@@ -1665,18 +1665,9 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "totp-seed",
         prio: 3,
-        anchors: &[
-            "TOTP",
-            "totp",
-            "Totp",
-            "2FA",
-            "2fa",
-            "MFA",
-            "OTP",
-            "uthenticator",
-        ],
+        anchors: &["TOTP", "totp", "Totp", "2FA", "2fa", "MFA", "OTP"],
         how: context(
-            r"(?i:totp|2fa|mfa|otp|authenticator)[^\n]{0,80}?[^A-Za-z0-9]([A-Z2-7]{4}(?: ?[A-Z2-7]{4}){3,15}=*|[a-z2-7]{4}(?: ?[a-z2-7]{4}){3,15})",
+            r"(?i:totp|2fa|mfa|otp)[^\n]{0,80}?[^A-Za-z0-9]([A-Z2-7]{4}(?: ?[A-Z2-7]{4}){3,15}=*|[a-z2-7]{4}(?: ?[a-z2-7]{4}){3,15})",
             0,
             260,
             1,
