@@ -7,9 +7,10 @@
 //! line break and is scanned together with [`MARGIN`] bytes before and
 //! after it, more than any rule reads for context; a secret that reaches
 //! the end of that window (a long key block) makes the window grow until
-//! the secret ends inside it. Findings that start in the piece are
+//! the secret ends inside it. Consecutive pieces are scanned on threads of
+//! their own. Findings that start in the piece are
 //! redacted, so the output is what redacting the whole text at once
-//! gives, while memory stays about a MiB whatever the file's size: the
+//! gives, while memory stays a few MiB whatever the file's size: the
 //! piece is scanned while it is still in cache, and no fresh memory is
 //! touched (for a 50 MB file, faulting in a 50 MB buffer cost more than
 //! scanning it).
@@ -80,9 +81,14 @@ fn not_text() -> CliError {
     CliError::failure("the input is not UTF-8 text; redact reads text files only")
 }
 
+/// Pieces scanned at once, one per thread (at most).
+const MAX_THREADS: usize = 4;
+
 /// Writes `input` to `out` with every secret replaced by its marker;
 /// returns the kinds redacted. `piece` and `margin` are [`PIECE`] and
-/// [`MARGIN`] outside tests.
+/// [`MARGIN`] outside tests. Consecutive pieces are scanned on their own
+/// threads (one per available core, at most [`MAX_THREADS`]); their
+/// output is written in order.
 pub(crate) fn redact_stream(
     redactor: &Redactor,
     input: &mut dyn Read,
@@ -90,6 +96,9 @@ pub(crate) fn redact_stream(
     piece: usize,
     margin: usize,
 ) -> Result<Kinds, CliError> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MAX_THREADS);
     let mut out = io::BufWriter::with_capacity(1 << 20, out);
     let mut kinds: Kinds = Vec::new();
     // `buf` holds the input from offset `base`; output is written up to `pos`.
@@ -99,8 +108,9 @@ pub(crate) fn redact_stream(
     let mut eof = false;
     loop {
         let rel = pos - base;
-        while !eof && buf.len() < rel + piece + margin {
-            let want = rel + piece + margin - buf.len();
+        let ahead = threads * piece + margin;
+        while !eof && buf.len() < rel + ahead {
+            let want = rel + ahead - buf.len();
             if fill(input, &mut buf, want.max(64 << 10))? == 0 {
                 eof = true;
             }
@@ -108,57 +118,88 @@ pub(crate) fn redact_stream(
         if rel >= buf.len() && eof {
             break;
         }
-        let (cut, wend) = if eof && buf.len() <= rel + piece + margin {
-            (buf.len(), buf.len())
-        } else {
-            let target = rel + piece;
-            let cut = match memchr::memrchr(b'\n', &buf[rel..target]) {
-                Some(i) => rel + i + 1,
-                None => char_floor(&buf, target).max(rel + 1),
+        // The pieces: (cut, window start, window end), the first starting
+        // at `rel` and each next one at the last one's cut.
+        // The buffer may end inside a character until the input ends.
+        let limit = if eof { buf.len() } else { buf.len() - 1 };
+        let mut plans: Vec<(usize, usize, usize)> = Vec::with_capacity(threads);
+        let mut start = rel;
+        while plans.len() < threads && start < buf.len() {
+            let (cut, wend) = if eof && buf.len() <= start + piece + margin {
+                (buf.len(), buf.len())
+            } else {
+                let target = start + piece;
+                let cut = match memchr::memrchr(b'\n', &buf[start..target]) {
+                    Some(i) => start + i + 1,
+                    None => char_floor(&buf, target).max(start + 1),
+                };
+                (cut, char_floor(&buf, (cut + margin).min(limit)))
             };
-            // The buffer may end inside a character until the input ends.
-            let limit = if eof { buf.len() } else { buf.len() - 1 };
-            (cut, char_floor(&buf, (cut + margin).min(limit)))
+            plans.push((cut, char_ceil(&buf, start.saturating_sub(margin)), wend));
+            start = cut;
+        }
+        let texts = plans
+            .iter()
+            .map(|&(_, ws, we)| std::str::from_utf8(&buf[ws..we]).map_err(|_| not_text()))
+            .collect::<Result<Vec<&str>, CliError>>()?;
+        let found: Vec<Vec<(std::ops::Range<usize>, &str)>> = if texts.len() == 1 {
+            vec![redactor.locate(texts[0])]
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = texts
+                    .iter()
+                    .map(|&t| scope.spawn(move || redactor.locate(t)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().map_err(|_| {
+                            CliError::failure("internal error in the redaction filter")
+                        })
+                    })
+                    .collect::<Result<Vec<_>, CliError>>()
+            })?
         };
-        let wstart = char_ceil(&buf, rel.saturating_sub(margin));
-        let text = std::str::from_utf8(&buf[wstart..wend]).map_err(|_| not_text())?;
-        let spans = redactor.locate(text);
-        let (core_start, core_end) = (rel - wstart, cut - wstart);
-        // A secret that runs to the window's end may go on after it.
-        let reaches_end = !(eof && wend == buf.len())
-            && spans
-                .iter()
-                .any(|(r, _)| r.start < core_end && r.end + margin / 2 > text.len());
-        if reaches_end {
-            margin *= 2;
-            continue;
-        }
-        let mut p = core_start;
-        for (r, rule) in &spans {
-            if r.start < p {
-                // Begun in the last piece (and redacted there): what runs
-                // on past it is part of that secret.
-                p = p.max(r.end);
-                continue;
+        for ((&(cut, wstart, wend), text), spans) in plans.iter().zip(&texts).zip(&found) {
+            let (core_start, core_end) = (pos - base - wstart, cut - wstart);
+            // A secret that runs to the window's end may go on after it:
+            // scan this piece again with more context.
+            let reaches_end = !(eof && wend == buf.len())
+                && spans
+                    .iter()
+                    .any(|(r, _)| r.start < core_end && r.end + margin / 2 > text.len());
+            if reaches_end {
+                margin *= 2;
+                break;
             }
-            if r.start >= core_end {
-                continue;
+            let mut p = core_start;
+            for (r, rule) in spans {
+                if r.start < p {
+                    // Begun in the last piece (and redacted there): what
+                    // runs on past it is part of that secret.
+                    p = p.max(r.end);
+                    continue;
+                }
+                if r.start >= core_end {
+                    continue;
+                }
+                out.write_all(&text.as_bytes()[p..r.start])?;
+                out.write_all(b"[REDACTED:")?;
+                out.write_all(rule.as_bytes())?;
+                out.write_all(b"]")?;
+                match kinds.iter_mut().find(|(k, _)| k == rule) {
+                    Some((_, n)) => *n += 1,
+                    None => kinds.push(((*rule).to_owned(), 1)),
+                }
+                p = r.end;
             }
-            out.write_all(&text.as_bytes()[p..r.start])?;
-            out.write_all(b"[REDACTED:")?;
-            out.write_all(rule.as_bytes())?;
-            out.write_all(b"]")?;
-            match kinds.iter_mut().find(|(k, _)| k == rule) {
-                Some((_, n)) => *n += 1,
-                None => kinds.push(((*rule).to_owned(), 1)),
+            if p < core_end {
+                out.write_all(&text.as_bytes()[p..core_end])?;
+                p = core_end;
             }
-            p = r.end;
+            pos = base + wstart + p;
         }
-        if p < core_end {
-            out.write_all(&text.as_bytes()[p..core_end])?;
-            p = core_end;
-        }
-        pos = base + wstart + p;
+        drop(found);
         // Keep `margin` bytes before `pos` as context for the next piece.
         let drop = (pos - base).saturating_sub(margin).min(buf.len());
         buf.drain(..drop);
