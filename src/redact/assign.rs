@@ -155,7 +155,9 @@ pub(crate) fn command_line(
                     .map(|p| vs + p + 1)?;
             }
             let v = &line[ps..ve];
-            let shaped = v.len() >= 4 && (!plain_word(v) || v.len() >= 6);
+            // `-p 27017`: a port.
+            let port = tool == Tool::Flag && v.len() <= 5 && v.iter().all(u8::is_ascii_digit);
+            let shaped = v.len() >= 4 && (!plain_word(v) || v.len() >= 6) && !port;
             if shaped && !common_rejects(v, false) {
                 return Some((name_end + ps, name_end + ve));
             }

@@ -1152,8 +1152,8 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 3,
         anchors: &["fo1_", "fm1a_", "fm1r_", "fm2_"],
         how: token(
-            "(?:fo1_[A-Za-z0-9_-]{43}|(?:fm1[ar]|fm2)_[A-Za-z0-9+/=_,-]{40,4000})",
-            4010,
+            "(?:fo1_[A-Za-z0-9_-]{43}|(?:fm1[ar]|fm2)_[A-Za-z0-9+/=_-]{40,2000}(?:,fm2_[A-Za-z0-9+/=_-]{40,2000}){0,3})",
+            8100,
             Edge::Word,
             Edge::B64,
             random_tail,
