@@ -2,11 +2,17 @@
 //! hits, and resolves overlaps.
 //!
 //! 1. Keyword search. All rule keywords are literal strings (case variants
-//!    listed explicitly), searched with SIMD multi-literal searchers (Teddy,
-//!    through `aho-corasick`'s packed API) in groups of at most 16, which
-//!    keeps each group's false-positive rate low; three-byte keywords share
-//!    groups so the others get four-byte fingerprints. Every occurrence is
-//!    reported, overlapping ones included.
+//!    listed explicitly). Keywords that begin a token with a short word and
+//!    a separator (`dop_v1_`, `sk-`, `dp.pt.`: most vendor prefixes) are
+//!    found from their separator, with one SIMD search for `_`, `-` and `.`
+//!    and a hash of the bytes before it ([`Heads`]). The others are
+//!    searched with SIMD multi-literal searchers (Teddy, through
+//!    `aho-corasick`'s packed API): keywords starting with a lower-case
+//!    letter in groups of at most 16, which keeps each group's
+//!    false-positive rate low in prose, the rest (rare in prose) in wider
+//!    groups; three-byte keywords share groups so the others get four-byte
+//!    fingerprints. Every occurrence is reported, overlapping ones
+//!    included. Hits are gathered a block of text at a time.
 //! 2. Rules. A regex rule runs on the union of the windows around its hits
 //!    (each byte scanned once per rule); a parser rule runs at each hit and
 //!    reports how far it read, so later hits inside that stretch are
