@@ -22,7 +22,8 @@
 use std::sync::OnceLock;
 
 use super::checks::{
-    Classes, contains_ci, entropy, is_hex, is_placeholder, is_uuid, joined_words, reads_like_words,
+    Classes, Needles, contains_ci, entropy, is_hex, is_placeholder, is_uuid, joined_words,
+    reads_like_words,
 };
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -571,16 +572,16 @@ fn word_at(b: &[u8], i: usize) -> &[u8] {
 }
 
 /// Vendors whose API keys are bare UUIDs.
-const UUID_VENDORS: &[&str] = &["heroku", "hubspot", "snyk", "squarespace", "sendbird"];
+static UUID_VENDOR_NAMES: Needles =
+    Needles::new(&["heroku", "hubspot", "snyk", "squarespace", "sendbird"]);
 
-/// The key, or the 40 bytes of its line before it, names a [`UUID_VENDORS`] vendor.
+/// The key, or the 40 bytes of its line before it, names a vendor of [`UUID_VENDOR_NAMES`].
 fn uuid_vendor(b: &[u8], ks: usize, key: &[u8]) -> bool {
     let mut ls = ks;
     while ls > 0 && ks - ls < 40 && b[ls - 1] != b'\n' {
         ls -= 1;
     }
-    super::checks::contains_any_ci(key, UUID_VENDORS)
-        || super::checks::contains_any_ci(&b[ls..ks], UUID_VENDORS)
+    UUID_VENDOR_NAMES.in_ci(key) || UUID_VENDOR_NAMES.in_ci(&b[ls..ks])
 }
 
 /// The word just before a bare `key` (one blank between) qualifies it:
@@ -927,6 +928,8 @@ static STOP_VALUES: Words = Words::new(
      valid value values varchar wrong yes",
 );
 
+static REFERENCES: Needles = Needles::new(REFERENCE_MARKS);
+
 const REFERENCE_MARKS: &[&str] = &[
     "${",
     "{{",
@@ -964,7 +967,7 @@ fn is_reference(v: &[u8]) -> bool {
     matches!(
         v[0],
         b'$' | b'%' | b'{' | b'<' | b'[' | b'(' | b'@' | b'&' | b'*' | b'!' | b'\\'
-    ) || super::checks::contains_any_ci(v, REFERENCE_MARKS)
+    ) || REFERENCES.in_ci(v)
         || format_directive(v)
 }
 
@@ -1284,12 +1287,10 @@ fn secret_shape(v: &[u8], op: Op, tier: Tier, quoted: bool) -> bool {
         h >= 2.5 && ((c.letter() && c.digit) || (v.len() >= 16 && h >= 3.0)) && !reads_like_words(v)
     };
     // `MYTOKEN2`, `api_key_here`: a value naming what it stands for.
-    let names_a_secret = super::checks::contains_any_ci(
-        v,
-        &[
-            "token", "secret", "apikey", "api_key", "api-key", "password",
-        ],
-    );
+    static NAMES: Needles = Needles::new(&[
+        "token", "secret", "apikey", "api_key", "api-key", "password",
+    ]);
+    let names_a_secret = NAMES.in_ci(v);
     shaped && !names_a_secret && !common_rejects(v, quoted)
 }
 

@@ -503,6 +503,8 @@ const PLACEHOLDER_WORDS: &[&str] = &[
     "secret_key_here",
 ];
 
+static PLACEHOLDERS: Needles = Needles::new(PLACEHOLDER_WORDS);
+
 /// Values that are obviously not a real secret: fillers (`xxxx`, `****`,
 /// `...`), a handful of distinct characters, template syntax, or words
 /// like `your`, `example`, `changeme`. Case-insensitive.
@@ -522,19 +524,27 @@ pub(crate) fn is_placeholder(v: &[u8]) -> bool {
     if (v.len() >= 3 && d == 1) || (v.len() >= 6 && d <= 2) {
         return true;
     }
-    contains_any_ci(v, PLACEHOLDER_WORDS)
+    PLACEHOLDERS.in_ci(v)
 }
 
 /// Case-insensitive ASCII substring test against up to 64 lowercase
 /// needles, in one pass over `hay`.
 pub(crate) fn contains_any_ci(hay: &[u8], needles: &[&str]) -> bool {
-    // For each byte, the needles that start with it.
+    find_any_ci(hay, needles, &first_bytes(needles))
+}
+
+/// For each byte, the needles (bits, at most 64) that start with it.
+fn first_bytes(needles: &[&str]) -> [u64; 256] {
     let mut starts = [0u64; 256];
     for (i, n) in needles.iter().take(64).enumerate() {
         if let Some(&c) = n.as_bytes().first() {
             starts[c as usize] |= 1 << i;
         }
     }
+    starts
+}
+
+fn find_any_ci(hay: &[u8], needles: &[&str], starts: &[u64; 256]) -> bool {
     (0..hay.len()).any(|i| {
         let mut set = starts[hay[i].to_ascii_lowercase() as usize];
         while set != 0 {
@@ -546,6 +556,29 @@ pub(crate) fn contains_any_ci(hay: &[u8], needles: &[&str]) -> bool {
         }
         false
     })
+}
+
+/// A fixed list of lowercase needles for [`contains_any_ci`], its table of
+/// first bytes built once (the filter tests values against the same lists
+/// at every keyword hit).
+pub(crate) struct Needles {
+    list: &'static [&'static str],
+    starts: std::sync::OnceLock<[u64; 256]>,
+}
+
+impl Needles {
+    pub(crate) const fn new(list: &'static [&'static str]) -> Needles {
+        Needles {
+            list,
+            starts: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Whether `hay` holds one of the needles, in any case.
+    pub(crate) fn in_ci(&self, hay: &[u8]) -> bool {
+        let starts = self.starts.get_or_init(|| first_bytes(self.list));
+        find_any_ci(hay, self.list, starts)
+    }
 }
 
 /// How many bytes of `b` equal `c` (eight at a time).

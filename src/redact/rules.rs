@@ -967,12 +967,10 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "azure-ad-client-secret",
         prio: 3,
-        anchors: &[
-            "0Q~", "1Q~", "2Q~", "3Q~", "4Q~", "5Q~", "6Q~", "7Q~", "8Q~", "9Q~",
-        ],
+        anchors: &["Q~"],
         how: How::Re(ReSpec {
             re: "[A-Za-z0-9_~.]{3}[0-9]Q~[A-Za-z0-9_~.-]{31,34}",
-            back: 3,
+            back: 4,
             fwd: 40,
             group: 0,
             check_group: 0,
