@@ -296,6 +296,10 @@ fn assignment(
     if class != want || names_itself(v, key) {
         return None;
     }
+    // `Server=db;User Id=app;Password=...;` (ADO.NET, ODBC): a
+    // connection string's fields are config values.
+    let in_conn_string =
+        op == Op::Assign && ks > 0 && b[ks - 1] == b';' && b.get(ve) == Some(&b';');
     // `password hunter2!` (a `.netrc` line) reads like prose; `pass it on`
     // does not count.
     let op = match op {
@@ -307,7 +311,7 @@ fn assignment(
         }
         // `crypto_key: Base64-encoded string of a key`: an unquoted value
         // with more words after it on its line is a description.
-        Op::Assign if !quoted && !ends_line(b, ve) => Op::Prose,
+        Op::Assign if !quoted && !in_conn_string && !ends_line(b, ve) => Op::Prose,
         op => op,
     };
     // Heroku's (and a few others') API keys are bare UUIDs: a UUID after
@@ -317,9 +321,6 @@ fn assignment(
     }
     let ok = match class {
         Class::Password => {
-            // `Server=db;User Id=app;Password=...;` (ADO.NET, ODBC): a
-            // connection string's fields are config values.
-            let in_conn_string = op == Op::Assign && ks > 0 && b[ks - 1] == b';';
             let config = in_conn_string || (op == Op::Assign && config_line(b, ks, ve, quoted));
             password_shape(v, op, quoted, config)
         }
