@@ -848,6 +848,18 @@ mod vendors {
         }
     }
 
+    /// `FAkE` inside a random token is not the word `fake`.
+    #[test]
+    fn placeholder_words_count_only_as_words() {
+        let t = format!(
+            "sk_live_{}FAkE{}",
+            rand(790, ALNUM, 10),
+            rand(791, ALNUM, 20)
+        );
+        assert_redacted(&format!("key {t}\n"), &t, "stripe-secret-key");
+        assert_clean("sk_live_fake0000111122223333 and sk_live_FAKE0000111122223333\n");
+    }
+
     #[test]
     fn vendor_lookalikes() {
         for text in [
@@ -968,6 +980,11 @@ mod prefixless {
     fn connection_strings_and_mixed_case_keys() {
         assert_redacted(
             "Server=sql01;Database=Shop;User Id=shop;Password=NdzBAGYopHjth;\n",
+            "NdzBAGYopHjth",
+            "password-assignment",
+        );
+        assert_redacted(
+            "{\"Default\": \"Server=sql01;User Id=shop;Password=NdzBAGYopHjth;\"}\n",
             "NdzBAGYopHjth",
             "password-assignment",
         );
