@@ -300,3 +300,61 @@ fn redact_removes_new_families_and_summarises_the_kinds_on_stderr() {
         "memvault: 5 secrets redacted: digitalocean-token (1), doppler-token (1), grafana-token (1), password-assignment (1), totp-seed (1)\n"
     );
 }
+
+/// A file of several MiB (read and redacted a piece at a time): the output
+/// is what the library gives for the whole text, secrets near the pieces'
+/// ends included, and a file that is not UTF-8 is refused with nothing
+/// written.
+#[test]
+fn redact_file_in_pieces_matches_whole_text_redaction_and_refuses_non_text() {
+    use memvault::redact::{RedactConfig, Redactor};
+    let mut text = String::new();
+    let mut i = 0u64;
+    while text.len() < 5 << 20 {
+        i += 1;
+        match i % 7 {
+            0 => text.push_str(&format!("DOPPLER_TOKEN=dp.pt.{}\n", chars(i, ALNUM, 43))),
+            1 => text.push_str(&format!("db:5432:app:app:{}9!\n", chars(i, ALNUM, 12))),
+            2 => text.push_str(&format!(
+                "-----BEGIN PRIVATE KEY-----\n{}\n{}\n-----END PRIVATE KEY-----\n",
+                chars(i, ALNUM, 64),
+                chars(i + 1, ALNUM, 64)
+            )),
+            3 => text.push_str("Thé notes about the cache layer, 日本語 included.\n"),
+            _ => text.push_str(&"plain words without secrets ".repeat((i % 50) as usize)),
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("notes.md");
+    std::fs::write(&path, &text).unwrap();
+    let out = std::process::Command::new(bin())
+        .arg("redact")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let expected = Redactor::new(&RedactConfig::default())
+        .unwrap()
+        .redact(&text)
+        .text;
+    assert!(
+        out.stdout == expected.as_bytes(),
+        "piecewise output differs"
+    );
+
+    let mut bad = text.into_bytes();
+    bad.extend_from_slice(b"\xff\xfe tail\n");
+    std::fs::write(&path, &bad).unwrap();
+    let out = std::process::Command::new(bin())
+        .arg("redact")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not UTF-8"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
