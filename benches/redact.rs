@@ -6,7 +6,12 @@
 //!   as ~10 KB notes one by one (the memory tool writes small files);
 //! - plain: prose with none of the filter's keywords.
 //!
-//! Run: `cargo bench --bench redact` (release profile).
+//! Then end to end: the release `memvault redact FILE` process (start,
+//! reading, UTF-8 check, filter, writing its stdout into a pipe that the
+//! bench drains) on about 50 MB of each.
+//!
+//! Run: `cargo bench --bench redact` (release profile); `REDACT_BENCH=e2e`
+//! runs only the end-to-end part, `REDACT_BENCH=filter` only the filter.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -267,7 +272,69 @@ fn median_mb_s(bytes: usize, runs: usize, mut f: impl FnMut() -> usize) -> (f64,
     (rates[runs / 2], found)
 }
 
+/// Median MB/s of `memvault redact FILE | consumer` over `runs` runs (the
+/// bench drains the pipe), and the exit code.
+fn end_to_end(input: &std::path::Path, bytes: usize, runs: usize) -> (f64, Option<i32>) {
+    use std::io::Read;
+    let mut code = None;
+    let (rate, _) = median_mb_s(bytes, runs, || {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_memvault"))
+            .arg("redact")
+            .arg(input)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("run memvault");
+        let mut stdout = child.stdout.take().expect("stdout");
+        let mut buf = vec![0u8; 1 << 20];
+        let mut total = 0;
+        loop {
+            match stdout.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+        code = child.wait().expect("wait").code();
+        total
+    });
+    (rate, code)
+}
+
+fn e2e() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let notes = notes(50_000_000).concat();
+    let notes_path = dir.path().join("notes.md");
+    std::fs::write(&notes_path, &notes).expect("write notes");
+    let (rate, code) = end_to_end(&notes_path, notes.len(), 7);
+    println!(
+        "end to end, notes:              {:7.1} MB/s  ({:.1} MB, exit {})",
+        rate,
+        notes.len() as f64 / 1e6,
+        code.unwrap_or(-1)
+    );
+    let plain = plain_text(50_000_000);
+    let plain_path = dir.path().join("plain.md");
+    std::fs::write(&plain_path, &plain).expect("write plain");
+    let (rate, code) = end_to_end(&plain_path, plain.len(), 7);
+    println!(
+        "end to end, no keywords:        {:7.1} MB/s  ({:.1} MB, exit {})",
+        rate,
+        plain.len() as f64 / 1e6,
+        code.unwrap_or(-1)
+    );
+}
+
 fn main() {
+    let only = std::env::var("REDACT_BENCH").unwrap_or_default();
+    if only != "e2e" {
+        filter();
+    }
+    if only != "filter" {
+        e2e();
+    }
+}
+
+fn filter() {
     let redactor = Redactor::new(&RedactConfig::default()).expect("default settings");
     let runs = 9;
 

@@ -13,6 +13,7 @@ mod expiry;
 mod history;
 mod keys;
 mod mcp;
+mod redact;
 mod serve;
 #[cfg(test)]
 mod tests;
@@ -248,9 +249,12 @@ pub(crate) enum Command {
     Redact {
         /// The file to read
         file: Option<PathBuf>,
-        /// Print findings (rule, line, column) as JSON lines instead of the text
+        /// Print findings (rule, description, line, column) as JSON lines instead of the text
         #[arg(long)]
         report: bool,
+        /// Print every built-in rule (id, then a one-line description) and exit
+        #[arg(long, conflicts_with_all = ["file", "report"])]
+        list_rules: bool,
     },
 }
 
@@ -541,7 +545,10 @@ fn handle(
         Command::Key(cmd) => keys::key(global, cmd, out, err),
         Command::Rekey(args) => keys::rekey(global, args, err),
         Command::Config(cmd) => config::run(global, cmd, out, err),
-        Command::Redact { file, report } => redact(file.as_deref(), *report, out),
+        Command::Redact {
+            list_rules: true, ..
+        } => list_rules(out),
+        Command::Redact { file, report, .. } => redact(file.as_deref(), *report, out, err),
     }
 }
 
@@ -680,31 +687,100 @@ fn gc(global: &Global, err: &mut dyn Write) -> Result<u8, CliError> {
     Ok(0)
 }
 
-fn redact(file: Option<&Path>, report: bool, out: &mut dyn Write) -> Result<u8, CliError> {
+/// `redact --list-rules`: one rule a line, its id padded to a column, then
+/// what it finds.
+fn list_rules(out: &mut dyn Write) -> Result<u8, CliError> {
+    let rules = Redactor::rules();
+    let width = rules.iter().map(|r| r.id.len()).max().unwrap_or(0);
     let mut text = String::new();
-    match file {
-        Some(f) => {
-            text = std::fs::read_to_string(f)
-                .map_err(|e| CliError::failure(format!("cannot read {}: {e}", f.display())))?
-        }
-        None => {
-            io::stdin().lock().read_to_string(&mut text)?;
-        }
+    for r in &rules {
+        text.push_str(&format!("{:<width$}  {}\n", r.id, r.description));
     }
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(0)
+}
+
+/// `redact [FILE]`: the redacted text on `out` (or, with `--report`, one
+/// JSON line per finding: rule, description, line, column), and on `err` a
+/// one-line summary of the kinds redacted. Exits 1 when something was found.
+fn redact(
+    file: Option<&Path>,
+    report: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<u8, CliError> {
     let redactor = Redactor::new(&crate::redact::RedactConfig {
         mode: Mode::Redact,
         ..Default::default()
     })
     .map_err(|e| CliError::failure(e.to_string()))?;
-    let result = redactor.redact(&text);
-    if report {
-        for f in &result.findings {
-            let line = serde_json::json!({"rule": f.rule, "line": f.line, "column": f.column});
-            writeln!(out, "{line}")?;
+    let cannot_read =
+        |f: &Path, e: io::Error| CliError::failure(format!("cannot read {}: {e}", f.display()));
+    let kinds = if report {
+        let bytes = match file {
+            Some(f) => std::fs::read(f).map_err(|e| cannot_read(f, e))?,
+            None => {
+                let mut buf = Vec::new();
+                io::stdin().lock().read_to_end(&mut buf)?;
+                buf
+            }
+        };
+        let text = String::from_utf8(bytes).map_err(|_| {
+            CliError::failure("the input is not UTF-8 text; redact reads text files only")
+        })?;
+        let findings = redactor.scan(&text);
+        let mut lines = String::new();
+        for f in &findings {
+            let line = serde_json::json!({
+                "rule": f.rule,
+                "description": Redactor::describe(&f.rule).unwrap_or(""),
+                "line": f.line,
+                "column": f.column,
+            });
+            lines.push_str(&line.to_string());
+            lines.push('\n');
         }
+        out.write_all(lines.as_bytes())?;
+        crate::redact::kinds(&findings)
     } else {
-        out.write_all(result.text.as_bytes())?;
-    }
+        match file {
+            // Read twice in pieces: checked as UTF-8 before anything is
+            // written, then redacted.
+            Some(f) => {
+                use std::io::Seek;
+                let mut fh = std::fs::File::open(f).map_err(|e| cannot_read(f, e))?;
+                redact::check_utf8(&mut fh)?;
+                fh.rewind().map_err(|e| cannot_read(f, e))?;
+                redact::redact_stream(&redactor, &mut fh, out, redact::PIECE, redact::MARGIN)?
+            }
+            None => {
+                let mut buf = Vec::new();
+                io::stdin().lock().read_to_end(&mut buf)?;
+                redact::check_utf8(&mut buf.as_slice())?;
+                redact::redact_stream(
+                    &redactor,
+                    &mut buf.as_slice(),
+                    out,
+                    redact::PIECE,
+                    redact::MARGIN,
+                )?
+            }
+        }
+    };
     out.flush()?;
-    Ok(if result.findings.is_empty() { 0 } else { 1 })
+    if kinds.is_empty() {
+        return Ok(0);
+    }
+    if !report {
+        let total: u32 = kinds.iter().map(|(_, n)| n).sum();
+        let list: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} ({n})")).collect();
+        writeln!(
+            err,
+            "memvault: {total} secret{} redacted: {}",
+            if total == 1 { "" } else { "s" },
+            list.join(", ")
+        )?;
+    }
+    Ok(1)
 }

@@ -22,7 +22,8 @@
 use std::sync::OnceLock;
 
 use super::checks::{
-    Classes, contains_ci, entropy, is_hex, is_placeholder, is_uuid, joined_words, reads_like_words,
+    Classes, Needles, contains_ci, entropy, is_hex, is_placeholder, is_uuid, joined_words,
+    reads_like_words,
 };
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -68,26 +69,48 @@ pub(crate) fn secret(text: &str, s: usize, e: usize, skip: &mut usize) -> Option
 }
 
 /// Passwords on command lines that have no `password` keyword:
-/// `mysql -u root -pSecret` and `curl -u user:secret` (or `--user`). The
-/// hit is `mysql` or `curl`; the rest of its line is read (at most 400
-/// bytes).
+/// `mysql -u root -pSecret`, `mongosh -p secret`, `sshpass -p secret`,
+/// `redis-cli -a secret` and `curl -u user:secret` (or `--user`). The hit
+/// is the tool's name; the rest of its line is read (at most 400 bytes).
 pub(crate) fn command_line(
     text: &str,
     s: usize,
     e: usize,
     skip: &mut usize,
 ) -> Option<(usize, usize)> {
+    #[derive(PartialEq)]
+    enum Tool {
+        /// `-pVALUE`, attached (mysql, mariadb).
+        Attached,
+        /// `-p VALUE` or `-pVALUE` (mongo, mongosh, sshpass).
+        Flag,
+        /// `-a VALUE` (redis-cli).
+        Redis,
+        /// `-u user:VALUE`, `--user user:VALUE` (curl).
+        Curl,
+    }
     let b = text.as_bytes();
     if s > 0 && (b[s - 1].is_ascii_alphanumeric() || b[s - 1] == b'_') {
         return None;
     }
-    let mut le = e;
+    let tool = match b[s] {
+        b'c' => Tool::Curl,
+        b'r' => Tool::Redis,
+        b's' => Tool::Flag,
+        _ if b[s..e].starts_with(b"mongo") => Tool::Flag,
+        _ => Tool::Attached,
+    };
+    // The tool's name ends at a word boundary (`mongosh`, `mysqldump` too).
+    let mut name_end = e;
+    while name_end < b.len() && name_end - e < 8 && b[name_end].is_ascii_alphanumeric() {
+        name_end += 1;
+    }
+    let mut le = name_end;
     while le < b.len() && le - e < 400 && b[le] != b'\n' {
         le += 1;
     }
     *skip = le;
-    let line = &b[e..le];
-    let mysql = b[s] == b'm';
+    let line = &b[name_end..le];
     let mut i = 0;
     while i + 3 < line.len() {
         let at_flag = is_blank(line[i]) && line[i + 1] == b'-';
@@ -101,15 +124,22 @@ pub(crate) fn command_line(
             j += 1;
         }
         let flag = &line[flag_start..j];
-        let value_start =
-            if mysql && flag.len() > 2 && flag.starts_with(b"-p") && !flag.starts_with(b"--") {
-                Some(flag_start + 2)
-            } else if !mysql && (flag == b"-u" || flag == b"--user") {
+        let attached = flag.len() > 2 && flag.starts_with(b"-p") && !flag.starts_with(b"--");
+        let next = || {
+            let k = skip_blank(line, j);
+            (k > j && k < line.len() && line[k] != b'-').then_some(k)
+        };
+        let value_start = match tool {
+            Tool::Attached if attached => Some(flag_start + 2),
+            Tool::Flag if attached => Some(flag_start + 2),
+            Tool::Flag if flag == b"-p" => next(),
+            Tool::Redis if flag == b"-a" => next(),
+            Tool::Curl if flag == b"-u" || flag == b"--user" => {
                 let k = skip_blank(line, if line.get(j) == Some(&b'=') { j + 1 } else { j });
                 (k > j || line.get(j) == Some(&b'=')).then_some(k)
-            } else {
-                None
-            };
+            }
+            _ => None,
+        };
         if let Some(vs) = value_start {
             let quote = line.get(vs).copied().filter(|&q| q == b'"' || q == b'\'');
             let vs = vs + usize::from(quote.is_some());
@@ -118,7 +148,7 @@ pub(crate) fn command_line(
                 ve += 1;
             }
             let mut ps = vs;
-            if !mysql {
+            if tool == Tool::Curl {
                 // `user:password`
                 ps = line[vs..ve]
                     .iter()
@@ -126,15 +156,52 @@ pub(crate) fn command_line(
                     .map(|p| vs + p + 1)?;
             }
             let v = &line[ps..ve];
-            let shaped = v.len() >= 4 && (!plain_word(v) || v.len() >= 6);
+            // `-p 27017`: a port.
+            let port = tool == Tool::Flag && v.len() <= 5 && v.iter().all(u8::is_ascii_digit);
+            let shaped = v.len() >= 4 && (!plain_word(v) || v.len() >= 6) && !port;
             if shaped && !common_rejects(v, false) {
-                return Some((e + ps, e + ve));
+                return Some((name_end + ps, name_end + ve));
             }
             return None;
         }
         i = j;
     }
     None
+}
+
+/// A `.pgpass` line, `host:port:database:user:password`; the hit is
+/// `:port:` (a usual PostgreSQL port, or `*`). The password runs to the
+/// end of the line.
+pub(crate) fn pgpass(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    let field = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-' | b'_' | b'*');
+    // The host field starts the line.
+    let mut hs = s;
+    while hs > 0 && s - hs < 256 && field(b[hs - 1]) {
+        hs -= 1;
+    }
+    if hs == s || (hs > 0 && !matches!(b[hs - 1], b'\n' | b' ' | b'\t' | b'`')) {
+        return None;
+    }
+    // Database and user, then the password to the end of the line.
+    let mut i = e;
+    for _ in 0..2 {
+        let fs = i;
+        while i < b.len() && i - fs < 128 && field(b[i]) {
+            i += 1;
+        }
+        if i == fs || b.get(i) != Some(&b':') {
+            return None;
+        }
+        i += 1;
+    }
+    let ps = i;
+    while i < b.len() && i - ps <= 256 && !matches!(b[i], b'\n' | b'\r' | b' ' | b'\t' | b'`') {
+        i += 1;
+    }
+    *skip = i;
+    let v = &b[ps..i];
+    (v.len() >= 4 && !common_rejects(v, false)).then_some((ps, i))
 }
 
 fn is_key_byte(b: u8) -> bool {
@@ -220,9 +287,19 @@ fn assignment(
         return None;
     }
     let (class, tier) = classify(key)?;
+    // `the Datadog API key is ...`: a qualifier before a bare `key` in prose.
+    let tier = if tier == Tier::Strict && qualified_in_prose(b, ks) {
+        Tier::Normal
+    } else {
+        tier
+    };
     if class != want || names_itself(v, key) {
         return None;
     }
+    // `Server=db;User Id=app;Password=...;` (ADO.NET, ODBC): a
+    // connection string's fields are config values.
+    let in_conn_string =
+        op == Op::Assign && ks > 0 && b[ks - 1] == b';' && b.get(ve) == Some(&b';');
     // `password hunter2!` (a `.netrc` line) reads like prose; `pass it on`
     // does not count.
     let op = match op {
@@ -234,12 +311,17 @@ fn assignment(
         }
         // `crypto_key: Base64-encoded string of a key`: an unquoted value
         // with more words after it on its line is a description.
-        Op::Assign if !quoted && !ends_line(b, ve) => Op::Prose,
+        Op::Assign if !quoted && !in_conn_string && !ends_line(b, ve) => Op::Prose,
         op => op,
     };
+    // Heroku's (and a few others') API keys are bare UUIDs: a UUID after
+    // such a vendor's key name is its key.
+    if class == Class::Secret && is_uuid(v) && uuid_vendor(b, ks, key) {
+        return Some((vs, ve));
+    }
     let ok = match class {
         Class::Password => {
-            let config = op == Op::Assign && config_line(b, ks, ve, quoted);
+            let config = in_conn_string || (op == Op::Assign && config_line(b, ks, ve, quoted));
             password_shape(v, op, quoted, config)
         }
         Class::Secret => secret_shape(v, op, tier, quoted),
@@ -364,27 +446,41 @@ static STOP_LAST: Words = Words::new(
 /// lookup on first use.
 struct Words {
     text: &'static str,
-    sorted: OnceLock<Vec<&'static str>>,
+    index: OnceLock<WordIndex>,
+}
+
+/// The words sorted, and which (length, first byte) pairs occur: most
+/// lookups are of words not in the set and stop at that filter.
+struct WordIndex {
+    sorted: Vec<&'static str>,
+    /// Bit `first byte % 64` of entry `min(length, 31)`.
+    starts: [u64; 32],
 }
 
 impl Words {
     const fn new(text: &'static str) -> Words {
         Words {
             text,
-            sorted: OnceLock::new(),
+            index: OnceLock::new(),
         }
     }
 
     fn has(&self, w: &str) -> bool {
-        self.sorted
-            .get_or_init(|| {
-                let mut v: Vec<&str> = self.text.split_whitespace().collect();
-                v.sort_unstable();
-                v.dedup();
-                v
-            })
-            .binary_search(&w)
-            .is_ok()
+        let index = self.index.get_or_init(|| {
+            let mut sorted: Vec<&str> = self.text.split_whitespace().collect();
+            sorted.sort_unstable();
+            sorted.dedup();
+            let mut starts = [0u64; 32];
+            for s in &sorted {
+                starts[s.len().min(31)] |= 1 << (s.as_bytes()[0] % 64);
+            }
+            WordIndex { sorted, starts }
+        });
+        let Some(&first) = w.as_bytes().first() else {
+            return false;
+        };
+        index.starts[w.len().min(31)] & (1 << (first % 64)) != 0
+            && index.sorted.binary_search(&w).is_ok()
     }
 
     fn any(&self, ws: &[String]) -> bool {
@@ -476,6 +572,34 @@ fn word_at(b: &[u8], i: usize) -> &[u8] {
     &b[i..j]
 }
 
+/// Vendors whose API keys are bare UUIDs.
+static UUID_VENDOR_NAMES: Needles =
+    Needles::new(&["heroku", "hubspot", "snyk", "squarespace", "sendbird"]);
+
+/// The key, or the 40 bytes of its line before it, names a vendor of [`UUID_VENDOR_NAMES`].
+fn uuid_vendor(b: &[u8], ks: usize, key: &[u8]) -> bool {
+    let mut ls = ks;
+    while ls > 0 && ks - ls < 40 && b[ls - 1] != b'\n' {
+        ls -= 1;
+    }
+    UUID_VENDOR_NAMES.in_ci(key) || UUID_VENDOR_NAMES.in_ci(&b[ls..ks])
+}
+
+/// The word just before a bare `key` (one blank between) qualifies it:
+/// `API key`, `app key`, `access key`.
+fn qualified_in_prose(b: &[u8], ks: usize) -> bool {
+    if ks < 2 || !is_blank(b[ks - 1]) {
+        return false;
+    }
+    let end = ks - 1;
+    let mut st = end;
+    while st > 0 && end - st < 20 && b[st - 1].is_ascii_alphanumeric() {
+        st -= 1;
+    }
+    std::str::from_utf8(&b[st..end])
+        .is_ok_and(|w| st < end && KEY_QUALIFIERS.has(&w.to_ascii_lowercase()))
+}
+
 fn prose_verb(w: &[u8]) -> bool {
     [&b"is"[..], b"was", b"are", b"IS", b"Is"].contains(&w)
 }
@@ -525,8 +649,24 @@ fn operator(b: &[u8], key_end: usize, cli: bool, xml: bool, bearer: bool) -> Opt
     // A space, then a word: `--password value`, `Bearer value`, prose.
     let w = word_at(b, j);
     if prose_verb(w) {
-        let k = skip_blank(b, j + w.len());
+        let mut k = skip_blank(b, j + w.len());
+        // `is now ...`, `is still ...`
+        let filler = word_at(b, k);
+        if [&b"now"[..], b"still", b"currently", b"temporarily", b"just"].contains(&filler) {
+            let k2 = skip_blank(b, k + filler.len());
+            if k2 > k + filler.len() {
+                k = k2;
+            }
+        }
         return (k > j + w.len()).then_some((Op::Prose, k));
+    }
+    // `password changed to ...`, `password set to ...`
+    if [&b"changed"[..], b"set", b"reset", b"updated"].contains(&w) {
+        let k = skip_blank(b, j + w.len());
+        if word_at(b, k) == b"to" {
+            let k2 = skip_blank(b, k + 2);
+            return (k2 > k + 2).then_some((Op::Prose, k2));
+        }
     }
     // `password for the staging db is ...`, `API key for prod: ...`
     if [&b"for"[..], b"of", b"on", b"to", b"in", b"at"].contains(&w) {
@@ -692,7 +832,8 @@ fn value(b: &[u8], i: usize, op: Op) -> Result<(usize, usize, bool), usize> {
     while k < n
         && k - i <= MAX_VALUE
         && !b[k].is_ascii_whitespace()
-        && !matches!(b[k], b'"' | b'\'' | b'`' | b'&' | b'<' | b'>' | b';')
+        && !matches!(b[k], b'"' | b'\'' | b'`' | b'<' | b'>' | b';')
+        && !(b[k] == b'&' && ends_at_ampersand(b, k))
     {
         k += 1;
     }
@@ -715,6 +856,23 @@ fn value(b: &[u8], i: usize, op: Op) -> Result<(usize, usize, bool), usize> {
         }
     }
     if k > i { Ok((i, k, false)) } else { Err(i) }
+}
+
+/// An `&` ends a bare value when it starts the next query parameter
+/// (`&user=...`), a shell operator (`&&`, a trailing `&`), or an entity
+/// (`&amp;`); inside a password (`p@ss&word`) it does not.
+fn ends_at_ampersand(b: &[u8], k: usize) -> bool {
+    let mut j = k + 1;
+    if j >= b.len() || b[j].is_ascii_whitespace() || b[j] == b'&' {
+        return true;
+    }
+    while j < b.len()
+        && j - k <= 32
+        && (b[j].is_ascii_alphanumeric() || matches!(b[j], b'_' | b'-' | b'.'))
+    {
+        j += 1;
+    }
+    j > k + 1 && matches!(b.get(j), Some(b'=' | b';'))
 }
 
 /// The key starts its line (after indentation and `export`, `set`, `- `,
@@ -771,6 +929,8 @@ static STOP_VALUES: Words = Words::new(
      valid value values varchar wrong yes",
 );
 
+static REFERENCES: Needles = Needles::new(REFERENCE_MARKS);
+
 const REFERENCE_MARKS: &[&str] = &[
     "${",
     "{{",
@@ -794,8 +954,6 @@ const REFERENCE_MARKS: &[&str] = &[
     "config.",
     "settings.",
     "{}",
-    "%s",
-    "%d",
     "{0}",
     "self.",
     "this.",
@@ -810,7 +968,17 @@ fn is_reference(v: &[u8]) -> bool {
     matches!(
         v[0],
         b'$' | b'%' | b'{' | b'<' | b'[' | b'(' | b'@' | b'&' | b'*' | b'!' | b'\\'
-    ) || super::checks::contains_any_ci(v, REFERENCE_MARKS)
+    ) || REFERENCES.in_ci(v)
+        || format_directive(v)
+}
+
+/// `%s` or `%d` as a format directive: at the end, or before punctuation.
+fn format_directive(v: &[u8]) -> bool {
+    v.windows(2).enumerate().any(|(i, w)| {
+        w[0] == b'%'
+            && matches!(w[1], b's' | b'd')
+            && v.get(i + 2).is_none_or(|c| !c.is_ascii_alphanumeric())
+    })
 }
 
 fn is_stop_value(v: &[u8]) -> bool {
@@ -865,7 +1033,10 @@ fn is_code_or_path(v: &[u8], quoted: bool) -> bool {
     let lower = v.iter().any(u8::is_ascii_lowercase);
     let upper = v.iter().any(u8::is_ascii_uppercase);
     let digit = v.iter().any(u8::is_ascii_digit);
-    let identifier = v.contains(&b'_')
+    let snake = v
+        .windows(3)
+        .any(|w| w[1] == b'_' && w[0].is_ascii_alphanumeric() && w[2].is_ascii_alphanumeric());
+    let identifier = snake
         && is_ident(v)
         && if quoted {
             !lower && !digit
@@ -980,6 +1151,77 @@ fn passphrase(v: &[u8]) -> bool {
         && words.iter().all(|w| !w.is_empty() && !PROSE_WORDS.has(w))
 }
 
+/// Words between `as` and `password` in "use ... as the password".
+static AS_THE: Words = Words::new(
+    "the a my your our new root admin db database wifi wi-fi user account login default",
+);
+
+/// "Use X as the password", "set X as my new password": the value comes
+/// before the keyword. The hit is `pass`; the words before it are read
+/// backwards (at most three between `as` and the keyword, 64 bytes of
+/// value).
+pub(crate) fn use_as_password(
+    text: &str,
+    s: usize,
+    e: usize,
+    _skip: &mut usize,
+) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    if s == 0 || b[s - 1] != b' ' {
+        return None;
+    }
+    let kw_end = s + b[s..]
+        .iter()
+        .take(12)
+        .take_while(|c| c.is_ascii_alphabetic())
+        .count();
+    let kw = b[s..kw_end].to_ascii_lowercase();
+    if !matches!(
+        kw.as_slice(),
+        b"pass" | b"password" | b"passphrase" | b"passcode"
+    ) || kw_end < e
+    {
+        return None;
+    }
+    // The word before `[s, end)`, with the blank before `end` skipped.
+    let word_before = |end: usize| -> Option<(usize, usize)> {
+        let we = end
+            .checked_sub(1)
+            .filter(|&i| b[i] == b' ' || b[i] == b'\t')?;
+        let mut ws = we;
+        while ws > 0 && we - ws < 64 && !b[ws - 1].is_ascii_whitespace() {
+            ws -= 1;
+        }
+        (ws < we).then_some((ws, we))
+    };
+    let mut at = s;
+    let mut as_at = None;
+    for _ in 0..4 {
+        let (ws, we) = word_before(at)?;
+        let w = &b[ws..we];
+        if w == b"as" {
+            as_at = Some(ws);
+            break;
+        }
+        let lower = std::str::from_utf8(w).ok()?.to_ascii_lowercase();
+        if !AS_THE.has(&lower) {
+            return None;
+        }
+        at = ws;
+    }
+    let (vs, ve) = word_before(as_at?)?;
+    let (us, ue) = word_before(vs)?;
+    let verb = b[us..ue].to_ascii_lowercase();
+    if !matches!(
+        verb.as_slice(),
+        b"use" | b"set" | b"try" | b"enter" | b"type"
+    ) {
+        return None;
+    }
+    let v = &b[vs..ve];
+    (v.len() >= 4 && password_shape(v, Op::Prose, false, false)).then_some((vs, ve))
+}
+
 fn password_shape(v: &[u8], op: Op, quoted: bool, config: bool) -> bool {
     if v.len() < 4 {
         return false;
@@ -995,7 +1237,8 @@ fn password_shape(v: &[u8], op: Op, quoted: bool, config: bool) -> bool {
         }
         Op::Assign | Op::Xml | Op::Space => {
             if plain_word(v) {
-                (quoted || config) && v.len() >= 5 && !camel_case(v)
+                let flag_word = op == Op::Space && v.len() >= 8 && c.upper && c.lower;
+                (quoted || config || flag_word) && v.len() >= 5 && !camel_case(v)
             } else {
                 v.len() >= 5 && !(identifier_words(v) && !quoted && !config)
             }
@@ -1019,9 +1262,9 @@ fn secret_shape(v: &[u8], op: Op, tier: Tier, quoted: bool) -> bool {
     let shaped = if strict {
         v.len() >= 16
             && c.letter()
-            && c.digit
+            && (c.digit || (c.upper && c.lower && v.len() >= 20))
             && !is_uuid(v)
-            && !(is_hex(v) && matches!(v.len(), 40 | 64))
+            && !(tier == Tier::Strict && is_hex(v) && matches!(v.len(), 40 | 64))
             && entropy(v) >= 3.2
             && !reads_like_words(v)
     } else if tier == Tier::Bearer {
@@ -1045,12 +1288,10 @@ fn secret_shape(v: &[u8], op: Op, tier: Tier, quoted: bool) -> bool {
         h >= 2.5 && ((c.letter() && c.digit) || (v.len() >= 16 && h >= 3.0)) && !reads_like_words(v)
     };
     // `MYTOKEN2`, `api_key_here`: a value naming what it stands for.
-    let names_a_secret = super::checks::contains_any_ci(
-        v,
-        &[
-            "token", "secret", "apikey", "api_key", "api-key", "password",
-        ],
-    );
+    static NAMES: Needles = Needles::new(&[
+        "token", "secret", "apikey", "api_key", "api-key", "password",
+    ]);
+    let names_a_secret = NAMES.in_ci(v);
     shaped && !names_a_secret && !common_rejects(v, quoted)
 }
 

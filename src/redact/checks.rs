@@ -503,6 +503,8 @@ const PLACEHOLDER_WORDS: &[&str] = &[
     "secret_key_here",
 ];
 
+static PLACEHOLDERS: Needles = Needles::new(PLACEHOLDER_WORDS);
+
 /// Values that are obviously not a real secret: fillers (`xxxx`, `****`,
 /// `...`), a handful of distinct characters, template syntax, or words
 /// like `your`, `example`, `changeme`. Case-insensitive.
@@ -522,30 +524,78 @@ pub(crate) fn is_placeholder(v: &[u8]) -> bool {
     if (v.len() >= 3 && d == 1) || (v.len() >= 6 && d <= 2) {
         return true;
     }
-    contains_any_ci(v, PLACEHOLDER_WORDS)
+    PLACEHOLDERS.in_word_case(v)
 }
 
 /// Case-insensitive ASCII substring test against up to 64 lowercase
 /// needles, in one pass over `hay`.
 pub(crate) fn contains_any_ci(hay: &[u8], needles: &[&str]) -> bool {
-    // For each byte, the needles that start with it.
+    find_any_ci(hay, needles, &first_bytes(needles), false)
+}
+
+/// For each byte, the needles (bits, at most 64) that start with it.
+fn first_bytes(needles: &[&str]) -> [u64; 256] {
     let mut starts = [0u64; 256];
     for (i, n) in needles.iter().take(64).enumerate() {
         if let Some(&c) = n.as_bytes().first() {
             starts[c as usize] |= 1 << i;
         }
     }
+    starts
+}
+
+fn find_any_ci(hay: &[u8], needles: &[&str], starts: &[u64; 256], word_case: bool) -> bool {
     (0..hay.len()).any(|i| {
         let mut set = starts[hay[i].to_ascii_lowercase() as usize];
         while set != 0 {
             let n = needles[set.trailing_zeros() as usize].as_bytes();
             set &= set - 1;
-            if hay.len() - i >= n.len() && hay[i + 1..i + n.len()].eq_ignore_ascii_case(&n[1..]) {
+            if hay.len() - i >= n.len()
+                && hay[i + 1..i + n.len()].eq_ignore_ascii_case(&n[1..])
+                && (!word_case || written_as_word(&hay[i..i + n.len()]))
+            {
                 return true;
             }
         }
         false
     })
+}
+
+/// Letters in one case, or a capital then lower case (`fake`, `FAKE`,
+/// `Fake`), as a word is written; `FAkE` inside a random token is not.
+fn written_as_word(w: &[u8]) -> bool {
+    let tail = w.get(1..).unwrap_or_default();
+    !tail.iter().any(u8::is_ascii_uppercase) || !w.iter().any(u8::is_ascii_lowercase)
+}
+
+/// A fixed list of lowercase needles for [`contains_any_ci`], its table of
+/// first bytes built once (the filter tests values against the same lists
+/// at every keyword hit).
+pub(crate) struct Needles {
+    list: &'static [&'static str],
+    starts: std::sync::OnceLock<[u64; 256]>,
+}
+
+impl Needles {
+    pub(crate) const fn new(list: &'static [&'static str]) -> Needles {
+        Needles {
+            list,
+            starts: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Whether `hay` holds one of the needles, in any case.
+    pub(crate) fn in_ci(&self, hay: &[u8]) -> bool {
+        let starts = self.starts.get_or_init(|| first_bytes(self.list));
+        find_any_ci(hay, self.list, starts, false)
+    }
+
+    /// Like [`Needles::in_ci`], counting only a match written as a word is
+    /// ([`written_as_word`]).
+    pub(crate) fn in_word_case(&self, hay: &[u8]) -> bool {
+        let starts = self.starts.get_or_init(|| first_bytes(self.list));
+        find_any_ci(hay, self.list, starts, true)
+    }
 }
 
 /// How many bytes of `b` equal `c` (eight at a time).

@@ -143,6 +143,17 @@ pub(crate) fn cards(text: &str, s: usize, e: usize, out: &mut Vec<(usize, usize)
 pub(crate) fn ssn(text: &str, s: usize, e: usize, out: &mut Vec<(usize, usize)>) {
     let b = text.as_bytes();
     let gs = groups(b, s, e);
+    if gs.len() == 1 && e - s == 9 && edges_ok(b, s, e) && names_ssn(b, s) {
+        let num = |a: usize, z: usize| {
+            b[a..z]
+                .iter()
+                .fold(0u32, |acc, &d| acc * 10 + u32::from(d - b'0'))
+        };
+        if ssn_ok(num(s, s + 3), num(s + 3, s + 5), num(s + 5, e)) {
+            out.push((s, e));
+        }
+        return;
+    }
     if gs.len() != 3 || !edges_ok(b, s, e) {
         return;
     }
@@ -158,6 +169,13 @@ pub(crate) fn ssn(text: &str, s: usize, e: usize, out: &mut Vec<(usize, usize)>)
     if ssn_ok(num(gs[0]), num(gs[1]), num(gs[2])) {
         out.push((s, e));
     }
+}
+
+/// The 48 bytes before `s` name a Social Security number (`SSN`,
+/// `social security`), so nine bare digits are one.
+fn names_ssn(b: &[u8], s: usize) -> bool {
+    let before = &b[s.saturating_sub(48)..s];
+    super::checks::contains_any_ci(before, &["ssn", "social security", "social-security"])
 }
 
 /// IBANs near a run of digits: a country code and two check digits up to
@@ -203,6 +221,49 @@ pub(crate) fn iban(text: &str, s: usize, e: usize, out: &mut Vec<(usize, usize)>
         } else {
             q += 1;
         }
+    }
+}
+
+/// Asana personal access tokens: `1/<16 digits>:<32 hex>` or
+/// `2/<16 digits>/<16 digits>:<32 hex>`. The run is the first group of
+/// digits; the rest is read after it (at most 60 bytes).
+pub(crate) fn asana(text: &str, s: usize, e: usize, out: &mut Vec<(usize, usize)>) {
+    let b = text.as_bytes();
+    if s < 2 || b[s - 1] != b'/' || !b[s - 2].is_ascii_digit() {
+        return;
+    }
+    if s >= 3 && (b[s - 3].is_ascii_alphanumeric() || matches!(b[s - 3], b'/' | b'.')) {
+        return;
+    }
+    let group = |from: usize| {
+        let mut k = from;
+        while k < b.len() && b[k].is_ascii_digit() && k - from < 20 {
+            k += 1;
+        }
+        ((13..=19).contains(&(k - from))).then_some(k)
+    };
+    let Some(mut i) = group(s) else {
+        return;
+    };
+    if i != e && !matches!(b.get(i), Some(b'/' | b':')) {
+        return;
+    }
+    if b.get(i) == Some(&b'/') {
+        let Some(k) = group(i + 1) else {
+            return;
+        };
+        i = k;
+    }
+    if b.get(i) != Some(&b':') {
+        return;
+    }
+    let h = i + 1;
+    let mut k = h;
+    while k < b.len() && k - h <= 32 && b[k].is_ascii_hexdigit() {
+        k += 1;
+    }
+    if k - h == 32 && b.get(k).is_none_or(|c| !c.is_ascii_alphanumeric()) {
+        out.push((s - 2, k));
     }
 }
 

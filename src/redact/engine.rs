@@ -2,11 +2,17 @@
 //! hits, and resolves overlaps.
 //!
 //! 1. Keyword search. All rule keywords are literal strings (case variants
-//!    listed explicitly), searched with SIMD multi-literal searchers (Teddy,
-//!    through `aho-corasick`'s packed API) in groups of at most 16, which
-//!    keeps each group's false-positive rate low; three-byte keywords share
-//!    groups so the others get four-byte fingerprints. Every occurrence is
-//!    reported, overlapping ones included.
+//!    listed explicitly). Keywords that begin a token with a short word and
+//!    a separator (`dop_v1_`, `sk-`, `dp.pt.`: most vendor prefixes) are
+//!    found from their separator, with one SIMD search for `_`, `-` and `.`
+//!    and a hash of the bytes before it ([`Heads`]). The others are
+//!    searched with SIMD multi-literal searchers (Teddy, through
+//!    `aho-corasick`'s packed API): keywords starting with a lower-case
+//!    letter in groups of at most 16, which keeps each group's
+//!    false-positive rate low in prose, the rest (rare in prose) in wider
+//!    groups; three-byte keywords share groups so the others get four-byte
+//!    fingerprints. Every occurrence is reported, overlapping ones
+//!    included. Hits are gathered a block of text at a time.
 //! 2. Rules. A regex rule runs on the union of the windows around its hits
 //!    (each byte scanned once per rule); a parser rule runs at each hit and
 //!    reports how far it read, so later hits inside that stretch are
@@ -20,6 +26,8 @@
 //! Every step is linear in the input (the regex crate guarantees linear
 //! time per search; windows are merged; parsers read bounded or
 //! non-overlapping stretches), so no input can make the scan hang.
+
+use std::sync::OnceLock;
 
 use aho_corasick::{Anchored, Input, MatchKind, packed};
 use regex::Regex;
@@ -56,7 +64,11 @@ pub(crate) struct Pattern {
 
 pub(crate) enum Kind {
     Re {
-        re: Regex,
+        /// Compiled at the first hit of one of its keywords: most texts
+        /// never need most rules, and compiling them all would cost a
+        /// short run more than its scan.
+        re: OnceLock<Option<Regex>>,
+        src: &'static str,
         back: usize,
         fwd: usize,
         group: usize,
@@ -114,9 +126,112 @@ struct Cand {
     pattern: usize,
 }
 
+/// Keywords that begin a token with a word and a separator (`dop_v1_`,
+/// `sk-`, `dp.pt.`), found from their first separator: one SIMD search for
+/// `_`, `-` and `.` replaces a Teddy pass per sixteen of them. A hit needs
+/// the word before the separator to start the token (no letter or digit
+/// before it), which is what every rule anchored this way asks anyway.
+struct Heads {
+    /// First segment (the word and its separator) -> keyword indexes,
+    /// sorted by segment.
+    by_segment: Vec<(&'static [u8], Vec<usize>)>,
+    /// Bit `seg_hash(segment)`: set for every segment (rejects most
+    /// separators, those after ordinary words, without a search).
+    seen: Vec<u64>,
+    /// Bit `tail_hash(two bytes before the separator, separator)`: set for
+    /// every segment (every segment has two or more bytes before it).
+    tails: Vec<u64>,
+    /// Longest first segment.
+    max_len: usize,
+    /// Keyword literals, by keyword index.
+    lits: Vec<(usize, &'static [u8])>,
+    /// Keywords found at a fixed distance before a separator (see
+    /// [`FIXED_HEADS`]): keyword index, literal, word length, separator.
+    fixed: Vec<(usize, &'static [u8], usize, u8)>,
+}
+
+/// Keywords that start a word of fixed length ending at a separator, found
+/// from that separator rather than searched for: `pat` starts the
+/// 17-character word before the `.` of an Airtable token (`path` and
+/// `pattern` would make it a frequent Teddy hit).
+const FIXED_HEADS: &[(&str, usize, u8)] = &[("pat", 17, b'.')];
+
+/// The first segment of a keyword, if it is `[A-Za-z0-9]{1,15}` then `_`,
+/// `-` or `.`.
+fn head_segment(lit: &str) -> Option<&[u8]> {
+    let b = lit.as_bytes();
+    let n = b.iter().take_while(|c| c.is_ascii_alphanumeric()).count();
+    ((1..=15).contains(&n) && matches!(b.get(n), Some(b'_' | b'-' | b'.'))).then(|| &b[..=n])
+}
+
+/// A 16-bit hash of a segment's length, first two bytes and separator.
+fn seg_hash(seg: &[u8]) -> usize {
+    let n = seg.len();
+    let key = (n as u32) << 24
+        | u32::from(seg[0]) << 16
+        | u32::from(seg[n.min(3) - 2]) << 8
+        | u32::from(seg[n - 1]);
+    (key.wrapping_mul(0x9E37_79B1) >> 16) as usize
+}
+
+/// A 15-bit hash of the two bytes before a separator and the separator.
+fn tail_hash(a: u8, b: u8, sep: u8) -> usize {
+    let key = u32::from(a) << 16 | u32::from(b) << 8 | u32::from(sep);
+    (key.wrapping_mul(0x9E37_79B1) >> 17) as usize
+}
+
+impl Heads {
+    /// Every position in `[from, to)` where a keyword starts a token (and
+    /// ends before `to`).
+    fn collect(&self, hay: &[u8], from: usize, to: usize, out: &mut Vec<(usize, usize)>) {
+        for i in memchr::memchr3_iter(b'_', b'-', b'.', &hay[from..to]) {
+            let sep = from + i;
+            for &(anchor, lit, len, s) in &self.fixed {
+                if hay[sep] == s
+                    && sep >= from + len
+                    && hay[sep - len..sep].starts_with(lit)
+                    && hay[sep - len..sep].iter().all(u8::is_ascii_alphanumeric)
+                    && (sep == len || !hay[sep - len - 1].is_ascii_alphanumeric())
+                {
+                    out.push((sep - len, anchor));
+                }
+            }
+            if sep < from + 2 {
+                continue;
+            }
+            let t = tail_hash(hay[sep - 2], hay[sep - 1], hay[sep]);
+            if self.tails[t / 64] & (1 << (t % 64)) == 0 {
+                continue;
+            }
+            let mut j = sep;
+            while j > from && sep - j < self.max_len && hay[j - 1].is_ascii_alphanumeric() {
+                j -= 1;
+            }
+            if j == sep || (j > 0 && hay[j - 1].is_ascii_alphanumeric()) {
+                continue;
+            }
+            let seg = &hay[j..=sep];
+            let h = seg_hash(seg);
+            if self.seen[h / 64] & (1 << (h % 64)) == 0 {
+                continue;
+            }
+            let Ok(k) = self.by_segment.binary_search_by(|(s, _)| (*s).cmp(seg)) else {
+                continue;
+            };
+            for &l in &self.by_segment[k].1 {
+                let (anchor, lit) = self.lits[l];
+                if j + lit.len() <= to && hay[j..].starts_with(lit) {
+                    out.push((j, anchor));
+                }
+            }
+        }
+    }
+}
+
 pub(crate) struct Engine {
     /// Rule ids: built-in (enabled or not) then custom.
     pub ids: Vec<String>,
+    heads: Heads,
     groups: Vec<Group>,
     anchors: Vec<Anchor>,
     patterns: Vec<Pattern>,
@@ -124,8 +239,20 @@ pub(crate) struct Engine {
     customs: Vec<Custom>,
 }
 
-/// Largest number of keywords searched in one Teddy pass.
+/// Largest number of keywords searched in one Teddy pass, for keywords
+/// that start with a lower-case letter (the common bytes of prose).
 const GROUP_SIZE: usize = 16;
+
+/// The same for keywords that start with a capital, a digit or
+/// punctuation: rare in prose, so their fingerprints seldom fire and a
+/// wider (fat Teddy) group costs about what a narrow one does.
+const WIDE_GROUP_SIZE: usize = 64;
+
+/// Bytes of text whose keyword hits are gathered at once.
+const BLOCK: usize = 1 << 18;
+
+/// Longest built-in keyword (checked when the engine is built).
+const MAX_KEYWORD: usize = 64;
 
 /// Passes over the text: the first, then re-scans around new markers (see
 /// [`Engine::scan`]).
@@ -152,14 +279,18 @@ impl Engine {
             if disabled.iter().any(|d| d == spec.id) {
                 continue;
             }
-            let rule = builtin.iter().position(|id| *id == spec.id).unwrap_or(0);
+            let rule = builtin
+                .iter()
+                .position(|id| *id == spec.id)
+                .ok_or_else(|| RedactError::Internal {
+                    message: format!("built-in rule `{}` has no description", spec.id),
+                })?;
             let kind = match &spec.how {
                 How::Re(r) => Kind::Re {
-                    // The built-in patterns are tested to compile; a failure
-                    // here is a bug, reported as an error rather than a panic.
-                    re: Regex::new(r.re).map_err(|e| RedactError::Internal {
-                        message: format!("built-in rule `{}` does not compile: {e}", spec.id),
-                    })?,
+                    // The built-in patterns are tested to compile
+                    // (`every_builtin_regex_compiles`).
+                    re: OnceLock::new(),
+                    src: r.re,
                     back: r.back,
                     fwd: r.fwd,
                     group: r.group,
@@ -185,9 +316,20 @@ impl Engine {
             }
         }
         let customs = compile_customs(customs, &mut ids)?;
-        let (groups, anchors) = build_anchors(&keyword_lists)?;
+        // A pattern that may be found from a token's first separator: a
+        // regex that starts at its keyword and may not follow a letter or
+        // digit.
+        let bounded: Vec<bool> = patterns
+            .iter()
+            .map(|p| match &p.kind {
+                Kind::Re { back, left, .. } => *back == 0 && left.blocks(b'a') && left.blocks(b'0'),
+                Kind::Hit(_) | Kind::Run(_) => false,
+            })
+            .collect();
+        let (heads, groups, anchors) = build_anchors(&keyword_lists, &bounded)?;
         Ok(Engine {
             ids,
+            heads,
             groups,
             anchors,
             patterns,
@@ -293,57 +435,41 @@ impl Engine {
         let b = text.as_bytes();
         let whole = [(0, b.len())];
         let windows = windows.unwrap_or(&whole);
-        let mut hits: Vec<(usize, usize)> = Vec::new();
-        for g in &self.groups {
-            for &(ws, we) in windows {
-                g.collect(b, ws, we, &mut hits);
-            }
-        }
-        // Each group's hits are already sorted: a stable sort merges runs.
-        hits.sort();
         let np = self.patterns.len();
         let mut region: Vec<Option<(usize, usize)>> = vec![None; np];
         let mut skip = vec![0usize; np];
         let mut cands = Vec::new();
         let mut excluded = known.to_vec();
-        for &(pos, a) in &hits {
-            let anchor = &self.anchors[a];
-            let end = pos + anchor.len;
-            if let Some(x) = anchor.exclusion {
-                if let Some(span) = exclusion(x, b, pos, end) {
-                    excluded.push(span);
+        // Hits are gathered a block at a time (in text order, so the
+        // regions and skips below carry over): the lists stay small
+        // however long the text is.
+        let mut hits: Vec<(usize, usize)> = Vec::new();
+        for &(ws, we) in windows {
+            let mut bs = ws;
+            while bs < we {
+                let be = (bs + BLOCK).min(we);
+                // A keyword starting in the block may end after it.
+                let to = (be + MAX_KEYWORD).min(we);
+                hits.clear();
+                self.heads.collect(b, bs, to, &mut hits);
+                for g in &self.groups {
+                    g.collect(b, bs, to, &mut hits);
                 }
-                continue;
-            }
-            for &p in &anchor.patterns {
-                match &self.patterns[p].kind {
-                    Kind::Re { back, fwd, .. } => {
-                        let ws = pos.saturating_sub(*back);
-                        let we = (end + fwd).min(b.len());
-                        match &mut region[p] {
-                            Some(r) if ws <= r.1 => r.1 = r.1.max(we),
-                            r => {
-                                if let Some((rs, re)) = r.take() {
-                                    self.run_re(p, text, rs, re, &mut cands);
-                                }
-                                *r = Some((ws, we));
-                            }
-                        }
-                    }
-                    Kind::Hit(f) => {
-                        if pos < skip[p] {
-                            continue;
-                        }
-                        if let Some((start, end)) = f(text, pos, end, &mut skip[p]) {
-                            cands.push(Cand {
-                                start,
-                                end,
-                                pattern: p,
-                            });
-                        }
-                    }
-                    Kind::Run(_) => {}
+                hits.retain(|&(pos, _)| pos < be);
+                // Each searcher's hits are sorted: a stable sort merges runs.
+                hits.sort();
+                for &(pos, a) in &hits {
+                    self.at_hit(
+                        text,
+                        pos,
+                        a,
+                        &mut region,
+                        &mut skip,
+                        &mut cands,
+                        &mut excluded,
+                    );
                 }
+                bs = be;
             }
         }
         for (p, r) in region.iter().enumerate() {
@@ -376,11 +502,67 @@ impl Engine {
         self.resolve(text, cands, custom_found, excluded)
     }
 
+    /// Runs the patterns of keyword `a` at its hit `pos`: a regex pattern
+    /// grows its region (run when the next hit is past it), a parser runs
+    /// now unless an earlier run read past `pos`.
+    #[allow(clippy::too_many_arguments)]
+    fn at_hit(
+        &self,
+        text: &str,
+        pos: usize,
+        a: usize,
+        region: &mut [Option<(usize, usize)>],
+        skip: &mut [usize],
+        cands: &mut Vec<Cand>,
+        excluded: &mut Vec<(usize, usize)>,
+    ) {
+        let b = text.as_bytes();
+        let anchor = &self.anchors[a];
+        let end = pos + anchor.len;
+        if let Some(x) = anchor.exclusion {
+            if let Some(span) = exclusion(x, b, pos, end) {
+                excluded.push(span);
+            }
+            return;
+        }
+        for &p in &anchor.patterns {
+            match &self.patterns[p].kind {
+                Kind::Re { back, fwd, .. } => {
+                    let ws = pos.saturating_sub(*back);
+                    let we = (end + fwd).min(b.len());
+                    match &mut region[p] {
+                        Some(r) if ws <= r.1 => r.1 = r.1.max(we),
+                        r => {
+                            if let Some((rs, re)) = r.take() {
+                                self.run_re(p, text, rs, re, cands);
+                            }
+                            *r = Some((ws, we));
+                        }
+                    }
+                }
+                Kind::Hit(f) => {
+                    if pos < skip[p] {
+                        continue;
+                    }
+                    if let Some((start, end)) = f(text, pos, end, &mut skip[p]) {
+                        cands.push(Cand {
+                            start,
+                            end,
+                            pattern: p,
+                        });
+                    }
+                }
+                Kind::Run(_) => {}
+            }
+        }
+    }
+
     /// Runs a regex pattern over `[rs, re)`, with the text before `rs` as
     /// look-behind context and edges checked against the whole text.
     fn run_re(&self, p: usize, text: &str, rs: usize, re: usize, out: &mut Vec<Cand>) {
         let Kind::Re {
             re: regex,
+            src,
             group,
             check_group,
             left,
@@ -389,6 +571,9 @@ impl Engine {
             ..
         } = &self.patterns[p].kind
         else {
+            return;
+        };
+        let Some(regex) = regex.get_or_init(|| Regex::new(src).ok()) else {
             return;
         };
         let b = text.as_bytes();
@@ -643,9 +828,12 @@ pub(crate) fn valid_id(id: &str) -> bool {
         && !id.contains("--")
 }
 
+type Anchors = (Heads, Vec<Group>, Vec<Anchor>);
+
 fn build_anchors(
     lists: &[(&'static str, usize)],
-) -> Result<(Vec<Group>, Vec<Anchor>), RedactError> {
+    bounded: &[bool],
+) -> Result<Anchors, RedactError> {
     let mut lits: Vec<&'static str> = Vec::new();
     let mut anchors: Vec<Anchor> = Vec::new();
     for &(lit, p) in lists {
@@ -661,6 +849,11 @@ fn build_anchors(
             }
         }
     }
+    if let Some(long) = lits.iter().find(|l| l.len() > MAX_KEYWORD) {
+        return Err(RedactError::Internal {
+            message: format!("keyword `{long}` is longer than {MAX_KEYWORD} bytes"),
+        });
+    }
     for &(lit, x) in EXCLUSION_ANCHORS {
         lits.push(lit);
         anchors.push(Anchor {
@@ -669,12 +862,58 @@ fn build_anchors(
             exclusion: Some(x),
         });
     }
-    // A hit reports one keyword per position (the longest): give it the
-    // patterns of the shorter keywords it starts with.
+    // Token heads: found from their separator, every one that matches.
+    let is_head: Vec<bool> = lits
+        .iter()
+        .zip(&anchors)
+        .map(|(lit, a)| {
+            head_segment(lit).is_some()
+                && !a.patterns.is_empty()
+                && a.patterns.iter().all(|&p| bounded[p])
+        })
+        .collect();
+    let mut heads = Heads {
+        by_segment: Vec::new(),
+        seen: vec![0u64; 1 << 10],
+        tails: vec![0u64; 1 << 9],
+        fixed: Vec::new(),
+        max_len: 0,
+        lits: Vec::new(),
+    };
+    for (i, lit) in lits.iter().enumerate().filter(|(i, _)| is_head[*i]) {
+        let seg = head_segment(lit).unwrap_or_default();
+        let h = seg_hash(seg);
+        heads.seen[h / 64] |= 1 << (h % 64);
+        let n = seg.len();
+        if n < 3 {
+            return Err(RedactError::Internal {
+                message: format!("keyword `{lit}` starts with a word of one byte"),
+            });
+        }
+        let t = tail_hash(seg[n - 3], seg[n - 2], seg[n - 1]);
+        heads.tails[t / 64] |= 1 << (t % 64);
+        heads.max_len = heads.max_len.max(seg.len());
+        let l = heads.lits.len();
+        heads.lits.push((i, lit.as_bytes()));
+        match heads.by_segment.iter_mut().find(|(s, _)| *s == seg) {
+            Some((_, v)) => v.push(l),
+            None => heads.by_segment.push((seg, vec![l])),
+        }
+    }
+    heads.by_segment.sort_by(|a, b| a.0.cmp(b.0));
+    let mut is_head = is_head;
+    for &(lit, len, sep) in FIXED_HEADS {
+        if let Some(i) = lits.iter().position(|l| *l == lit) {
+            is_head[i] = true;
+            heads.fixed.push((i, lit.as_bytes(), len, sep));
+        }
+    }
+    // A Teddy hit reports one keyword per position (the longest): give it
+    // the patterns of the shorter Teddy keywords it starts with.
     let own: Vec<Vec<usize>> = anchors.iter().map(|a| a.patterns.clone()).collect();
     for (i, lit) in lits.iter().enumerate() {
         for (j, other) in lits.iter().enumerate() {
-            if i != j && lit.starts_with(other) {
+            if i != j && !is_head[i] && !is_head[j] && lit.starts_with(other) {
                 for &p in &own[j] {
                     if !anchors[i].patterns.contains(&p) {
                         anchors[i].patterns.push(p);
@@ -685,12 +924,15 @@ fn build_anchors(
     }
     // Two-byte keywords get a searcher each (memchr-based); the rest go in
     // Teddy groups, longest first within a group so the longest keyword at
-    // a position is the one reported.
+    // a position is the one reported. Groups hold keywords of one kind of
+    // first byte (lower case; anything else), the second kind in wider
+    // groups.
     // Teddy fingerprints the first min(4, shortest keyword) bytes of each
     // keyword, so three-byte keywords share groups and the rest get
     // four-byte fingerprints (fewer false candidates in prose).
-    let mut order: Vec<usize> = (0..lits.len()).collect();
-    order.sort_by_key(|&i| (lits[i].len() <= 2, lits[i].len() > 3, i));
+    let lower = |i: usize| lits[i].as_bytes()[0].is_ascii_lowercase();
+    let mut order: Vec<usize> = (0..lits.len()).filter(|&i| !is_head[i]).collect();
+    order.sort_by_key(|&i| (lits[i].len() <= 2, !lower(i), lits[i].len() > 3, i));
     let (short, long): (Vec<usize>, Vec<usize>) =
         order.into_iter().partition(|&i| lits[i].len() <= 2);
     let mut groups = Vec::new();
@@ -703,7 +945,11 @@ fn build_anchors(
             ids: vec![i],
         });
     }
-    for chunk in long.chunks(GROUP_SIZE) {
+    let (narrow, wide): (Vec<usize>, Vec<usize>) = long.into_iter().partition(|&i| lower(i));
+    let chunks = narrow
+        .chunks(GROUP_SIZE)
+        .chain(wide.chunks(WIDE_GROUP_SIZE));
+    for chunk in chunks {
         let mut ids = chunk.to_vec();
         ids.sort_by_key(|&i| std::cmp::Reverse(lits[i].len()));
         let pats: Vec<&str> = ids.iter().map(|&i| lits[i]).collect();
@@ -726,7 +972,7 @@ fn build_anchors(
         };
         groups.push(Group { searcher, ids });
     }
-    Ok((groups, anchors))
+    Ok((heads, groups, anchors))
 }
 
 /// The span of excluded text at a hit, if the hit really starts one.
@@ -790,4 +1036,22 @@ pub(crate) fn ceil_boundary(text: &str, mut i: usize) -> usize {
         i += 1;
     }
     i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_regex_compiles() {
+        for spec in SPECS {
+            if let How::Re(r) = &spec.how {
+                assert!(
+                    Regex::new(r.re).is_ok(),
+                    "rule {} does not compile",
+                    spec.id
+                );
+            }
+        }
+    }
 }

@@ -6,32 +6,43 @@
 //! # What it finds
 //!
 //! Rules follow each format's public structure (fixed prefix, alphabet,
-//! length, checksum), and only run where one of their keywords occurs:
+//! length, checksum), and only run where one of their keywords occurs.
+//! Every rule has an id and a one-line description ([`Redactor::rules`],
+//! `memvault redact --list-rules`):
 //!
-//! - cloud: AWS access key ids and secret keys (in `.env` lines, JSON and
-//!   prose), Google API keys and OAuth secrets, Azure storage and Service Bus
-//!   connection strings, Azure SAS tokens;
-//! - code hosts and registries: GitHub classic, OAuth, app and refresh
-//!   tokens (CRC32 checksum verified), fine-grained tokens, GitLab, npm,
-//!   PyPI, Docker Hub and Hugging Face tokens;
-//! - chat and SaaS: Slack tokens and webhooks, Discord bot tokens (the
-//!   embedded user id is decoded) and webhooks, Telegram bot tokens,
-//!   Twilio, SendGrid, Mailgun, Stripe and Shopify keys;
-//! - AI vendors: Anthropic, OpenAI, OpenRouter, Groq, xAI, Perplexity,
-//!   Replicate, LangSmith and NVIDIA keys;
+//! - the vendor formats of gitleaks' default rule set, facts from their
+//!   documentation: cloud (AWS, Bedrock, Google, Azure, Entra ID,
+//!   Alibaba, DigitalOcean, Cloudflare, Fly.io, Heroku, Vercel, Netlify,
+//!   Supabase, PlanetScale, Databricks), infrastructure (HashiCorp Vault,
+//!   Terraform Cloud, Pulumi, Doppler, Grafana, New Relic, Dynatrace,
+//!   Sentry, 1Password), code hosts and registries (GitHub classic tokens
+//!   with their CRC32 checked, GitLab, npm, PyPI, Docker Hub, Hugging Face,
+//!   RubyGems, Clojars, Artifactory, Sourcegraph, SonarQube), SaaS (Slack,
+//!   Teams, Discord with the bot's user id decoded, Telegram, Twilio,
+//!   SendGrid, Brevo, Mailgun, Mailchimp, Atlassian, Linear, Notion,
+//!   Airtable, Asana, Postman, Contentful, Intercom, Mapbox, Dropbox,
+//!   Shopify, Meta, X), payments (Stripe, Square, Braintree, Adyen), and AI
+//!   vendors (Anthropic, OpenAI, OpenRouter, Groq, xAI, Perplexity,
+//!   Replicate, LangSmith, Langfuse, NVIDIA, ElevenLabs, Together,
+//!   Fireworks, Pinecone, Cerebras, Anyscale, Voyage);
 //! - private key blocks of every PEM kind (RSA, EC, DSA, PKCS#8, OpenSSH,
 //!   PGP, SSH2), also inside JSON strings and base64-encoded (kubeconfig),
 //!   and PuTTY key files, redacted whole; JWTs with their signature; age
-//!   secret keys (bech32 checksum verified);
+//!   secret keys (bech32 checksum verified); password hashes of
+//!   `.htpasswd` and shadow lines;
 //! - credentials in text: the password of a URL
 //!   (`postgres://user:[REDACTED:url-credentials]@host`), the value of
 //!   `password`, `api_key`, `secret`, `token`, `Authorization`, session id
-//!   and similar assignments in `.env`, YAML, JSON, TOML, XML, connection
-//!   strings, command lines (`--password`, `mysql -p...`, `curl -u
-//!   user:...`) and prose ("the password is ...");
+//!   and similar assignments in `.env`, YAML, JSON, TOML, XML, ADO.NET and
+//!   JDBC connection strings, `.pgpass`, `.netrc` and `my.cnf` lines,
+//!   command lines (`--password`, `mysql -p...`, `mongosh -p`, `sshpass
+//!   -p`, `redis-cli -a`, `curl -u user:...`) and prose ("the password is
+//!   ...", "use ... as the password"); a UUID after a Heroku, HubSpot or
+//!   Snyk key name; TOTP seeds (`otpauth://` URIs, base32 after TOTP, 2FA
+//!   or MFA);
 //! - personal data: card numbers (network prefix and length, Luhn), US
-//!   SSNs (valid ranges, with dashes or spaces), IBANs (registered length,
-//!   mod-97).
+//!   SSNs (valid ranges, with dashes or spaces, or nine bare digits after
+//!   `SSN`), IBANs (registered length, mod-97, compact or in groups).
 //!
 //! # What it promises
 //!
@@ -46,6 +57,7 @@
 //! - Idempotent: redacting redacted text changes nothing.
 //! - Linear time: keyword search, windowed regexes (the `regex` crate has
 //!   no backtracking) and bounded parsers, so no input can make it hang.
+//!   Regexes are compiled at the first hit of one of their keywords.
 //! - [`Finding`] holds offsets, never the secret; no error carries scanned
 //!   text.
 //!
@@ -57,12 +69,14 @@
 //! - Context rules (an AWS secret key, a password in prose) need their
 //!   keyword close by: on the same line, or within a few words.
 //! - Keywords are matched in lower case, upper case and title case
-//!   (`password`, `PASSWORD`, `Password`, `dbPassword`), not in other mixes.
+//!   (`password`, `PASSWORD`, `Password`, `PassWord`, `dbPassword`,
+//!   `apiKey`), not in other mixes (`pAsSwOrD`).
 //! - A GitHub classic token or an age key whose checksum does not verify
 //!   is a look-alike, even after `token =`.
 //! - A value after a secret key name is judged by its shape: a UUID is
 //!   left alone even after `api_key =` (so a vendor key that is a bare
-//!   UUID is not found), a plain word after `password` in prose is left
+//!   UUID is found only after a Heroku, HubSpot, Snyk, Squarespace or
+//!   Sendbird key name), a plain word after `password` in prose is left
 //!   alone, and code on the right of `password =` (`self.password`,
 //!   `get_password()`) is taken for code.
 //! - Custom rules are trusted: their regex is linear-time, but how well it
@@ -77,7 +91,11 @@ mod engine;
 mod rules;
 
 #[cfg(test)]
+mod eval;
+#[cfg(test)]
 mod tests;
+
+use std::borrow::Cow;
 
 pub use config::{CustomRule, Mode, RedactConfig, RedactError};
 
@@ -98,6 +116,15 @@ pub struct Finding {
     pub column: usize,
 }
 
+/// A built-in rule, as `memvault redact --list-rules` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuleInfo {
+    /// The id used in markers, settings and reports.
+    pub id: &'static str,
+    /// What the rule finds, in one line.
+    pub description: &'static str,
+}
+
 /// A redacted text and what was taken out of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Redaction {
@@ -112,6 +139,11 @@ impl Redaction {
     pub fn kinds(&self) -> Vec<(String, u32)> {
         kinds_of(&self.findings)
     }
+}
+
+/// The rule ids in `findings`, sorted, with how often each was found.
+pub fn kinds(findings: &[Finding]) -> Vec<(String, u32)> {
+    kinds_of(findings)
 }
 
 fn kinds_of(findings: &[Finding]) -> Vec<(String, u32)> {
@@ -186,6 +218,41 @@ impl Redactor {
         }
     }
 
+    /// `text` with each finding replaced by `[REDACTED:<rule>]`, and the
+    /// rule ids found with their counts (as [`Redaction::kinds`]), without
+    /// positions. Text with no finding is returned as it is, not copied:
+    /// for redacting large files.
+    pub fn redact_text<'a>(&self, text: &'a str) -> (Cow<'a, str>, Vec<(String, u32)>) {
+        let (found, redacted) = self.engine.scan(text);
+        if found.is_empty() {
+            return (Cow::Borrowed(text), Vec::new());
+        }
+        let mut kinds: Vec<(String, u32)> = Vec::new();
+        let mut counts = vec![0u32; self.engine.ids.len()];
+        for f in &found {
+            counts[f.rule] += 1;
+        }
+        for (rule, &n) in counts.iter().enumerate() {
+            if n > 0 {
+                kinds.push((self.engine.ids[rule].clone(), n));
+            }
+        }
+        kinds.sort();
+        let redacted = redacted.unwrap_or_else(|| self.engine.apply(text, &found).0);
+        (Cow::Owned(redacted), kinds)
+    }
+
+    /// The secrets in `text` as byte ranges with their rule ids: the spans
+    /// [`Redactor::scan`] finds, without lines and columns (for callers that
+    /// redact a text piece by piece).
+    pub fn locate(&self, text: &str) -> Vec<(std::ops::Range<usize>, &str)> {
+        let (found, _) = self.engine.scan(text);
+        found
+            .iter()
+            .map(|f| (f.start..f.end, self.engine.ids[f.rule].as_str()))
+            .collect()
+    }
+
     /// Applies the mode: `redact` redacts, `reject` refuses text holding a
     /// secret with [`RedactError::Rejected`] (naming the kinds found),
     /// `off` passes the text through.
@@ -215,6 +282,20 @@ impl Redactor {
     /// The built-in rule ids, in a stable order.
     pub fn rule_ids() -> Vec<&'static str> {
         rules::ids()
+    }
+
+    /// Every built-in rule: its id and a one-line description of what it
+    /// finds, in the order of [`Redactor::rule_ids`].
+    pub fn rules() -> Vec<RuleInfo> {
+        rules::RULES
+            .iter()
+            .map(|&(id, description)| RuleInfo { id, description })
+            .collect()
+    }
+
+    /// The one-line description of a built-in rule.
+    pub fn describe(id: &str) -> Option<&'static str> {
+        rules::RULES.iter().find(|(i, _)| *i == id).map(|(_, d)| *d)
     }
 
     /// Findings with rule names, lines and columns (one pass over the text).

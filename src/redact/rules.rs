@@ -10,7 +10,7 @@
 
 use super::checks::{
     Classes, b64url_decode_prefix, bech32_ok, class_changes, contains_ci, entropy,
-    github_checksum_ok, is_hex, random_suffix,
+    github_checksum_ok, is_hex, random_suffix, reads_like_words,
 };
 use super::{assign, blocks, digits};
 
@@ -152,6 +152,43 @@ fn aws_secret(v: &[u8]) -> bool {
         && random_suffix(v, 0)
 }
 
+/// An AWS secret key after the word `secret` (any case; the hit is
+/// `ecret`): the first run of exactly 40 base64 characters that starts
+/// within 41 bytes after the word, on its line.
+fn aws_secret_after_keyword(
+    text: &str,
+    s: usize,
+    e: usize,
+    skip: &mut usize,
+) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    if s == 0 || !matches!(b[s - 1], b's' | b'S') {
+        return None;
+    }
+    let body = |c: u8| c.is_ascii_alphanumeric() || c == b'/' || c == b'+';
+    let mut i = e;
+    while i < b.len() && i <= e + 40 && b[i] != b'\n' {
+        if body(b[i]) {
+            i += 1;
+            continue;
+        }
+        let rs = i + 1;
+        let mut re = rs;
+        while re < b.len() && re - rs <= 40 && body(b[re]) {
+            re += 1;
+        }
+        if re - rs == 40
+            && !b.get(re).is_some_and(|&c| Edge::B64.blocks(c))
+            && aws_secret(&b[rs..re])
+        {
+            *skip = re;
+            return Some((rs, re));
+        }
+        i = re.max(i + 1);
+    }
+    None
+}
+
 fn github(v: &[u8]) -> bool {
     github_checksum_ok(v) && random_suffix(v, 4)
 }
@@ -222,6 +259,89 @@ fn sas(v: &[u8]) -> bool {
 
 fn age(v: &[u8]) -> bool {
     bech32_ok(v)
+}
+
+/// A base32 TOTP seed: letters and at least one of the digits 2-7, random.
+fn base32_seed(v: &[u8]) -> bool {
+    let compact: Vec<u8> = v
+        .iter()
+        .copied()
+        .filter(|&b| b != b' ' && b != b'=')
+        .collect();
+    let c = Classes::of(&compact);
+    compact.len() >= 16
+        && c.digit
+        && c.letter()
+        && random_suffix(&compact, 0)
+        && !reads_like_words(&compact)
+}
+
+/// Letters and digits, and random.
+fn mixed_random(v: &[u8]) -> bool {
+    let c = Classes::of(v);
+    c.letter() && c.digit && random_suffix(v, 0)
+}
+
+/// Where a token's fixed prefix ends: after the last separator (`_ - . $ ~`)
+/// in its first 24 bytes.
+fn prefix_end(v: &[u8]) -> usize {
+    v.iter()
+        .take(24)
+        .rposition(|&b| matches!(b, b'_' | b'-' | b'.' | b'$' | b'~'))
+        .map_or(0, |i| i + 1)
+}
+
+/// The part after a multi-part prefix (`pscale_tkn_`, `access_token$production$`) looks random.
+fn random_tail_last(v: &[u8]) -> bool {
+    random_suffix(v, prefix_end(v))
+}
+
+/// The part after the last `.` looks random (`dp.st.dev.<random>`).
+fn tail_after_last_dot(v: &[u8]) -> bool {
+    let cut = v.iter().rposition(|&b| b == b'.').map_or(0, |i| i + 1);
+    random_suffix(v, cut)
+}
+
+/// Dropbox long-lived tokens: 11 characters, ten `A`s, 43 more.
+fn dropbox_long(v: &[u8]) -> bool {
+    random_suffix(&v[21..], 0) && random_suffix(&v[..11], 0)
+}
+
+/// Intercom tokens are base64 of `tok:...`.
+fn random_suffix_5(v: &[u8]) -> bool {
+    random_suffix(v, 5)
+}
+
+/// Twitter app bearer tokens: 22 `A`s, then the random part.
+fn twitter_bearer(v: &[u8]) -> bool {
+    random_suffix(v, 22)
+}
+
+/// An Airtable personal access token: `pat`, 14 letters or digits, `.`
+/// and 64 hex digits. The hit is `pat`; read by hand, since `path` and
+/// `pattern` are common.
+fn airtable(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    if s > 0 && Edge::Word.blocks(b[s - 1]) {
+        return None;
+    }
+    let id_end = e + 14;
+    let end = id_end + 65;
+    if end > b.len() || !b[e..id_end].iter().all(u8::is_ascii_alphanumeric) || b[id_end] != b'.' {
+        return None;
+    }
+    let hex = &b[id_end + 1..end];
+    if !hex
+        .iter()
+        .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+    {
+        return None;
+    }
+    if b.get(end).is_some_and(|&c| Edge::Word.blocks(c)) {
+        return None;
+    }
+    *skip = end;
+    random_suffix(hex, 0).then_some((s, end))
 }
 
 /// The password of `scheme://user:password@host`: the hit is `://`.
@@ -298,9 +418,9 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "aws-access-key-id",
         prio: 3,
-        anchors: &["AKIA", "ASIA"],
+        anchors: &["AKIA", "ASIA", "ABIA", "ACCA"],
         how: token(
-            "(?:AKIA|ASIA)[A-Z0-9]{16}",
+            "(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}",
             24,
             Edge::Alnum,
             Edge::Alnum,
@@ -311,23 +431,14 @@ pub(crate) const SPECS: &[Spec] = &[
         id: "aws-secret-access-key",
         prio: 2,
         anchors: &["ecret", "ECRET"],
-        how: How::Re(ReSpec {
-            re: r"(?i:secret)[^\n]{0,40}?[^A-Za-z0-9/+\n]([A-Za-z0-9/+]{40})",
-            back: 1,
-            fwd: 100,
-            group: 1,
-            check_group: 1,
-            left: Edge::B64Body,
-            right: Edge::B64,
-            check: aws_secret,
-        }),
+        how: How::Hit(aws_secret_after_keyword),
     },
     Spec {
         id: "aws-secret-access-key",
         prio: 2,
-        anchors: &["AKIA", "ASIA"],
+        anchors: &["AKIA", "ASIA", "ABIA", "ACCA"],
         how: How::Re(ReSpec {
-            re: r"(?:AKIA|ASIA)[A-Z0-9]{16}[^A-Za-z0-9/+]{1,12}([A-Za-z0-9/+]{40})",
+            re: r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}[^A-Za-z0-9/+]{1,12}([A-Za-z0-9/+]{40})",
             back: 0,
             fwd: 80,
             group: 1,
@@ -509,7 +620,9 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "slack-token",
         prio: 3,
-        anchors: &["xox"],
+        anchors: &[
+            "xoxb-", "xoxp-", "xoxa-", "xoxr-", "xoxs-", "xoxo-", "xoxe-", "xoxe.",
+        ],
         how: token(
             r"xox(?:[abposr]|e\.xox[bp]|e)-[0-9]{1,20}-[0-9A-Za-z-]{8,250}",
             290,
@@ -609,7 +722,7 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "mailgun-api-key",
         prio: 3,
-        anchors: &["key"],
+        anchors: &["key-"],
         how: token(
             "key-[0-9a-z]{32}",
             36,
@@ -634,10 +747,10 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "stripe-secret-key",
         prio: 3,
-        anchors: &["k_live_", "k_test_"],
+        anchors: &["sk_live_", "sk_test_"],
         how: How::Re(ReSpec {
             re: "sk_(?:live|test)_[0-9A-Za-z]{10,247}",
-            back: 1,
+            back: 0,
             fwd: 256,
             group: 0,
             check_group: 0,
@@ -649,10 +762,10 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "stripe-restricted-key",
         prio: 3,
-        anchors: &["k_live_", "k_test_"],
+        anchors: &["rk_live_", "rk_test_"],
         how: How::Re(ReSpec {
             re: "rk_(?:live|test)_[0-9A-Za-z]{10,247}",
-            back: 1,
+            back: 0,
             fwd: 256,
             group: 0,
             check_group: 0,
@@ -676,7 +789,7 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "shopify-token",
         prio: 3,
-        anchors: &["shp"],
+        anchors: &["shpat_", "shpca_", "shppa_", "shpss_"],
         how: token(
             "shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}",
             40,
@@ -806,6 +919,652 @@ pub(crate) const SPECS: &[Spec] = &[
             random_tail,
         ),
     },
+    Spec {
+        id: "ai-api-key",
+        prio: 3,
+        anchors: &[
+            "tgp_v1_", "fw_", "pcsk_", "csk-", "api_org_", "esecret_", "pa-",
+        ],
+        how: token(
+            "(?:tgp_v1_[A-Za-z0-9_-]{43}|fw_[A-Za-z0-9]{24,48}|pcsk_[A-Za-z0-9]{4,8}_[A-Za-z0-9]{50,80}|csk-[a-z0-9]{40,60}|api_org_[A-Za-z]{34}|esecret_[A-Za-z0-9]{20,40}|pa-[A-Za-z0-9_-]{43})",
+            90,
+            Edge::Token,
+            Edge::Token,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "elevenlabs-api-key",
+        prio: 2,
+        anchors: &["sk_"],
+        how: token("sk_[a-f0-9]{48}", 52, Edge::Word, Edge::Word, hex_mixed),
+    },
+    Spec {
+        id: "langfuse-secret-key",
+        prio: 3,
+        anchors: &["sk-"],
+        how: token(
+            "sk-lf-[a-f0-9]{8}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{12}",
+            45,
+            Edge::Token,
+            Edge::Token,
+            random_tail_last,
+        ),
+    },
+    // ------------------------------------------------------------ more vendors (formats from each vendor's documentation)
+    Spec {
+        id: "aws-bedrock-api-key",
+        prio: 3,
+        anchors: &["ABSK"],
+        how: token(
+            "ABSK[A-Za-z0-9+/]{109,269}={0,2}",
+            280,
+            Edge::B64Body,
+            Edge::B64,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "azure-ad-client-secret",
+        prio: 3,
+        anchors: &["Q~"],
+        how: How::Re(ReSpec {
+            re: "[A-Za-z0-9_~.]{3}[0-9]Q~[A-Za-z0-9_~.-]{31,34}",
+            back: 4,
+            fwd: 40,
+            group: 0,
+            check_group: 0,
+            left: Edge::Token,
+            right: Edge::Token,
+            check: mixed_random,
+        }),
+    },
+    Spec {
+        id: "alibaba-access-key-id",
+        prio: 3,
+        anchors: &["LTAI"],
+        how: token(
+            "LTAI[A-Za-z0-9]{12,20}",
+            24,
+            Edge::Alnum,
+            Edge::Alnum,
+            mixed_random,
+        ),
+    },
+    Spec {
+        id: "digitalocean-token",
+        prio: 3,
+        anchors: &["dop_v1_", "doo_v1_", "dor_v1_"],
+        how: token(
+            "do[por]_v1_[a-f0-9]{64}",
+            72,
+            Edge::Word,
+            Edge::Word,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "doppler-token",
+        prio: 3,
+        anchors: &[
+            "dp.pt.",
+            "dp.st.",
+            "dp.sa.",
+            "dp.ct.",
+            "dp.scim.",
+            "dp.audit.",
+        ],
+        how: token(
+            r"dp\.(?:pt|st|sa|ct|scim|audit)\.(?:[a-z0-9_-]{1,40}\.)?[A-Za-z0-9]{40,44}",
+            100,
+            Edge::Token,
+            Edge::Token,
+            tail_after_last_dot,
+        ),
+    },
+    Spec {
+        id: "grafana-token",
+        prio: 3,
+        anchors: &["glsa_", "glc_"],
+        how: token(
+            "gl(?:sa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}|c_[A-Za-z0-9+/]{32,400}={0,3})",
+            410,
+            Edge::Word,
+            Edge::B64,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "grafana-token",
+        prio: 3,
+        anchors: &["eyJ"],
+        how: token(
+            "eyJrIjoi[A-Za-z0-9]{40,400}={0,3}",
+            410,
+            Edge::B64Body,
+            Edge::B64,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "hashicorp-vault-token",
+        prio: 3,
+        anchors: &["hvs.", "hvb.", "hvr."],
+        how: token(
+            r"hv[sbr]\.[A-Za-z0-9_-]{90,300}",
+            310,
+            Edge::Token,
+            Edge::Token,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "terraform-cloud-token",
+        prio: 3,
+        anchors: &[".atlasv1."],
+        how: How::Re(ReSpec {
+            re: r"[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{60,70}",
+            back: 14,
+            fwd: 80,
+            group: 0,
+            check_group: 0,
+            left: Edge::Token,
+            right: Edge::Token,
+            check: tail_after_last_dot,
+        }),
+    },
+    Spec {
+        id: "pulumi-token",
+        prio: 3,
+        anchors: &["pul-"],
+        how: token(
+            "pul-[a-f0-9]{40}",
+            44,
+            Edge::Token,
+            Edge::Token,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "planetscale-token",
+        prio: 3,
+        anchors: &["pscale_"],
+        how: token(
+            r"pscale_(?:tkn|pw|oauth)_[A-Za-z0-9_=.-]{32,64}",
+            80,
+            Edge::Word,
+            Edge::Token,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "supabase-token",
+        prio: 3,
+        anchors: &["sbp_", "sb_secret_"],
+        how: token(
+            "(?:sbp_(?:oauth_)?[a-f0-9]{40}|sb_secret_[A-Za-z0-9_-]{31,64})",
+            80,
+            Edge::Word,
+            Edge::Token,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "vercel-token",
+        prio: 3,
+        anchors: &["vcp_", "vci_", "vca_", "vcr_", "vck_"],
+        how: token(
+            "vc[pciark]_[A-Za-z0-9]{24,80}",
+            90,
+            Edge::Word,
+            Edge::Word,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "netlify-token",
+        prio: 3,
+        anchors: &["nfp_", "nfo_", "nfc_", "nfu_"],
+        how: token(
+            "nf[pocu]_[A-Za-z0-9]{36,40}",
+            48,
+            Edge::Word,
+            Edge::Word,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "cloudflare-origin-ca-key",
+        prio: 3,
+        anchors: &["v1.0-"],
+        how: token(
+            r"v1\.0-[a-f0-9]{24}-[a-f0-9]{146}",
+            180,
+            Edge::Token,
+            Edge::Token,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "flyio-token",
+        prio: 3,
+        anchors: &["fo1_", "fm1a_", "fm1r_", "fm2_"],
+        how: token(
+            "(?:fo1_[A-Za-z0-9_-]{43}|(?:fm1[ar]|fm2)_[A-Za-z0-9+/=_-]{40,2000}(?:,fm2_[A-Za-z0-9+/=_-]{40,2000}){0,3})",
+            8100,
+            Edge::Word,
+            Edge::B64,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "heroku-api-key",
+        prio: 3,
+        anchors: &["HRKU-"],
+        how: token(
+            "HRKU-AA[0-9A-Za-z_-]{58}",
+            66,
+            Edge::Token,
+            Edge::Token,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "databricks-token",
+        prio: 3,
+        anchors: &["dapi"],
+        how: token(
+            "dapi[a-f0-9]{32}(?:-[0-9])?",
+            40,
+            Edge::Word,
+            Edge::Word,
+            hex_mixed,
+        ),
+    },
+    Spec {
+        id: "atlassian-api-token",
+        prio: 3,
+        anchors: &["ATATT3", "ATCTT3"],
+        how: token(
+            "AT[AC]TT3[A-Za-z0-9_=-]{150,300}",
+            310,
+            Edge::Token,
+            Edge::Token,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "linear-api-key",
+        prio: 3,
+        anchors: &["lin_api_", "lin_oauth_"],
+        how: token(
+            "lin_(?:api_[A-Za-z0-9]{40}|oauth_[a-f0-9]{64})",
+            76,
+            Edge::Word,
+            Edge::Word,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "notion-token",
+        prio: 3,
+        anchors: &["ntn_", "secret_"],
+        how: token(
+            "(?:ntn_[0-9]{11}[A-Za-z0-9]{35}|secret_[A-Za-z0-9]{43})",
+            52,
+            Edge::Word,
+            Edge::Word,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "airtable-token",
+        prio: 3,
+        anchors: &["pat"],
+        how: How::Hit(airtable),
+    },
+    Spec {
+        id: "postman-api-key",
+        prio: 3,
+        anchors: &["PMAK-"],
+        how: token(
+            "PMAK-[a-f0-9]{24}-[a-f0-9]{34}",
+            64,
+            Edge::Token,
+            Edge::Token,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "sentry-token",
+        prio: 3,
+        anchors: &["sntryu_", "sntrys_"],
+        how: token(
+            "(?:sntryu_[a-f0-9]{64}|sntrys_eyJ[A-Za-z0-9+/=]{20,800}_[A-Za-z0-9+/]{43})",
+            860,
+            Edge::Word,
+            Edge::B64,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "new-relic-key",
+        prio: 3,
+        anchors: &["NRAK-", "NRAA-", "NRII-", "NRJS-"],
+        how: token(
+            "NR(?:AK-[A-Z0-9]{27}|AA-[a-f0-9]{27}|II-[A-Za-z0-9_-]{32}|JS-[a-f0-9]{19})",
+            40,
+            Edge::Token,
+            Edge::Token,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "square-token",
+        prio: 3,
+        anchors: &["sq0atp-", "sq0csp-", "sq0idp-", "EAAA"],
+        how: token(
+            "(?:sq0(?:atp|csp|idp)-[A-Za-z0-9_-]{22,60}|EAAA[A-Za-z0-9_-]{60})",
+            70,
+            Edge::Token,
+            Edge::Token,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "braintree-access-token",
+        prio: 3,
+        anchors: &["access_token$"],
+        how: token(
+            r"access_token\$(?:production|sandbox)\$[a-z0-9]{16}\$[a-f0-9]{32}",
+            80,
+            Edge::Word,
+            Edge::Word,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "adyen-api-key",
+        prio: 3,
+        anchors: &["AQE"],
+        how: token(
+            r#"AQE[A-Za-z0-9+/]{40,200}={0,2}-[A-Za-z0-9+/]{30,60}={0,2}(?:-[^\s"'`<>]{4,32})?"#,
+            300,
+            Edge::B64Body,
+            Edge::Free,
+            mixed_random,
+        ),
+    },
+    Spec {
+        id: "dropbox-token",
+        prio: 3,
+        anchors: &["sl."],
+        how: token(
+            r"sl\.(?:u\.)?[A-Za-z0-9_-]{130,1400}",
+            1410,
+            Edge::Token,
+            Edge::Token,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "dropbox-token",
+        prio: 3,
+        anchors: &["AAAAAAAAAA"],
+        how: How::Re(ReSpec {
+            re: "[A-Za-z0-9]{11}AAAAAAAAAA[A-Za-z0-9_=-]{43}",
+            back: 11,
+            fwd: 53,
+            group: 0,
+            check_group: 0,
+            left: Edge::Token,
+            right: Edge::Token,
+            check: dropbox_long,
+        }),
+    },
+    Spec {
+        id: "asana-token",
+        prio: 2,
+        anchors: &[],
+        how: How::Run(digits::asana),
+    },
+    Spec {
+        id: "mapbox-secret-token",
+        prio: 3,
+        anchors: &["sk.eyJ", "tk.eyJ"],
+        how: token(
+            r"[st]k\.eyJ[A-Za-z0-9_-]{20,400}\.[A-Za-z0-9_-]{20,40}",
+            460,
+            Edge::Token,
+            Edge::Token,
+            tail_after_last_dot,
+        ),
+    },
+    Spec {
+        id: "contentful-token",
+        prio: 3,
+        anchors: &["CFPAT-"],
+        how: token(
+            "CFPAT-[A-Za-z0-9_-]{43}",
+            50,
+            Edge::Token,
+            Edge::Token,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "intercom-token",
+        prio: 3,
+        anchors: &["dG9rO"],
+        how: token(
+            "dG9rO[A-Za-z0-9+/]{40,120}={0,2}",
+            130,
+            Edge::B64Body,
+            Edge::B64,
+            random_suffix_5,
+        ),
+    },
+    Spec {
+        id: "twilio-auth-token",
+        prio: 3,
+        anchors: &["wilio", "WILIO"],
+        how: context(
+            "AC[a-f0-9]{32}[^A-Za-z0-9\n]{1,12}([a-f0-9]{32})",
+            300,
+            300,
+            1,
+            Edge::Alnum,
+            hex_mixed,
+        ),
+    },
+    Spec {
+        id: "onepassword-secret",
+        prio: 3,
+        anchors: &["A3-", "ops_eyJ"],
+        how: token(
+            "(?:A3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}|ops_eyJ[A-Za-z0-9+/]{250,2000}={0,3})",
+            2010,
+            Edge::Token,
+            Edge::B64,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "artifactory-token",
+        prio: 3,
+        anchors: &["AKCp", "cmVmd"],
+        how: token(
+            "(?:AKCp[A-Za-z0-9]{69}|cmVmd[A-Za-z0-9]{59})",
+            75,
+            Edge::Alnum,
+            Edge::Alnum,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "dynatrace-token",
+        prio: 3,
+        anchors: &["dt0c01."],
+        how: token(
+            r"dt0c01\.[A-Z0-9]{24}\.[A-Z0-9]{64}",
+            100,
+            Edge::Token,
+            Edge::Token,
+            tail_after_last_dot,
+        ),
+    },
+    Spec {
+        id: "easypost-api-key",
+        prio: 3,
+        anchors: &["EZAK", "EZTK"],
+        how: token(
+            "EZ[AT]K[A-Za-z0-9]{54}",
+            60,
+            Edge::Alnum,
+            Edge::Alnum,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "brevo-api-key",
+        prio: 3,
+        anchors: &["xkeysib-", "xsmtpsib-"],
+        how: token(
+            "x(?:keysib|smtpsib)-[a-f0-9]{64}-[A-Za-z0-9]{16}",
+            92,
+            Edge::Token,
+            Edge::Token,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "sourcegraph-token",
+        prio: 3,
+        anchors: &["sgp_"],
+        how: token(
+            "sgp_(?:(?:[a-f0-9]{16}|local)_)?[a-f0-9]{40}",
+            64,
+            Edge::Word,
+            Edge::Word,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "sonarqube-token",
+        prio: 3,
+        anchors: &["squ_", "sqp_", "sqa_"],
+        how: token(
+            "sq[upa]_[a-f0-9]{40}",
+            44,
+            Edge::Word,
+            Edge::Word,
+            hex_mixed,
+        ),
+    },
+    Spec {
+        id: "package-registry-token",
+        prio: 3,
+        anchors: &["CLOJARS_", "rubygems_", "pnu_", "rdme_"],
+        how: token(
+            "(?:CLOJARS_[a-z0-9]{60}|rubygems_[a-f0-9]{48}|pnu_[A-Za-z0-9]{36}|rdme_[a-z0-9]{70})",
+            80,
+            Edge::Word,
+            Edge::Word,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "saas-api-token",
+        prio: 3,
+        anchors: &[
+            "shippo_", "tfp_", "fio-u-", "duffel_", "ico-", "tk-us-", "sm_", "p8e-", "FLWSECK",
+        ],
+        how: token(
+            r"(?:shippo_(?:live|test)_[a-f0-9]{40}|tfp_[A-Za-z0-9_.=-]{59}|fio-u-[A-Za-z0-9_=-]{64}|duffel_(?:test|live)_[A-Za-z0-9_=-]{43}|ico-[A-Za-z0-9]{32}|tk-us-[A-Za-z0-9_-]{48}|sm_(?:aat|pat|sat)_[A-Za-z0-9]{16}|p8e-[A-Za-z0-9]{32}|FLWSECK(?:_TEST)?-[a-h0-9]{32}-X)",
+            80,
+            Edge::Token,
+            Edge::Token,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "facebook-access-token",
+        prio: 3,
+        anchors: &["EAAC", "EAAM", "EAAG"],
+        how: token(
+            "EAA[CMG][A-Za-z0-9]{100,400}",
+            410,
+            Edge::Alnum,
+            Edge::Alnum,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "openshift-token",
+        prio: 3,
+        anchors: &["sha256~"],
+        how: token(
+            "sha256~[A-Za-z0-9_-]{43}",
+            52,
+            Edge::Token,
+            Edge::Token,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "teams-webhook-url",
+        prio: 3,
+        anchors: &["webhook.office.com"],
+        how: How::Re(ReSpec {
+            re: r"https://[a-z0-9-]{1,60}\.webhook\.office\.com/webhookb2/[a-f0-9-]{36}@[a-f0-9-]{36}/IncomingWebhook/[A-Za-z0-9]{32}/[a-f0-9-]{36}(?:/[A-Za-z0-9_-]{20,80})?",
+            back: 80,
+            fwd: 300,
+            group: 0,
+            check_group: 0,
+            left: Edge::Alnum,
+            right: Edge::Token,
+            check: webhook,
+        }),
+    },
+    Spec {
+        id: "mailchimp-api-key",
+        prio: 3,
+        anchors: &["-us"],
+        how: How::Re(ReSpec {
+            re: "[a-f0-9]{32}-us[0-9]{1,2}",
+            back: 32,
+            fwd: 5,
+            group: 0,
+            check_group: 0,
+            left: Edge::Alnum,
+            right: Edge::Alnum,
+            check: hex_mixed,
+        }),
+    },
+    Spec {
+        id: "yandex-token",
+        prio: 3,
+        anchors: &["AQVN", "t1."],
+        how: token(
+            r"(?:AQVN[A-Za-z0-9_-]{35,38}|t1\.[A-Za-z0-9_-]{10,200}={0,2}\.[A-Za-z0-9_-]{86}={0,2})",
+            300,
+            Edge::Token,
+            Edge::Token,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "twitter-bearer-token",
+        prio: 3,
+        anchors: &["AAAAAAAAAAAAAAAAAAAAA"],
+        how: token(
+            "A{22}[A-Za-z0-9%]{80,120}",
+            150,
+            Edge::Alnum,
+            Edge::Alnum,
+            twitter_bearer,
+        ),
+    },
     // ------------------------------------------------------------ keys and tokens
     Spec {
         id: "private-key",
@@ -853,14 +1612,66 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "password-assignment",
         prio: 1,
-        anchors: &["pass", "PASS", "assw", "ASSW", "pwd", "Pwd", "PWD"],
+        anchors: &["pass", "PASS", "Pass", "assw", "ASSW", "pwd", "Pwd", "PWD"],
         how: How::Hit(assign::password),
     },
     Spec {
         id: "password-assignment",
         prio: 1,
-        anchors: &["mysql", "curl"],
+        anchors: &["mysql", "mariadb", "mongo", "sshpass", "redis-cli", "curl"],
         how: How::Hit(assign::command_line),
+    },
+    Spec {
+        id: "password-assignment",
+        prio: 1,
+        anchors: &["pass", "Pass", "PASS"],
+        how: How::Hit(assign::use_as_password),
+    },
+    Spec {
+        id: "password-assignment",
+        prio: 1,
+        anchors: &[":5432:", ":6432:", ":5433:", ":*:"],
+        how: How::Hit(assign::pgpass),
+    },
+    Spec {
+        id: "password-hash",
+        prio: 2,
+        anchors: &[
+            "$2a$", "$2b$", "$2y$", "$apr1$", "$1$", "$5$", "$6$", "{SHA}",
+        ],
+        how: token(
+            r"(?:\$2[aby]\$[0-9]{2}\$[./A-Za-z0-9]{53}|\$(?:apr1|1)\$[./A-Za-z0-9]{1,8}\$[./A-Za-z0-9]{22}|\$[56]\$(?:rounds=[0-9]{1,9}\$)?[./A-Za-z0-9]{1,16}\$[./A-Za-z0-9]{43,86}|\{SHA\}[A-Za-z0-9+/]{27}=)",
+            130,
+            Edge::Free,
+            Edge::Token,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "totp-seed",
+        prio: 3,
+        anchors: &["totp", "hotp"],
+        how: context(
+            r"otpauth://[a-z]{3,5}/[^?\s]{0,200}\?(?:[^\s#]{0,400}&)?secret=([A-Za-z2-7]{16,128}=*)",
+            10,
+            1000,
+            1,
+            Edge::Alnum,
+            base32_seed,
+        ),
+    },
+    Spec {
+        id: "totp-seed",
+        prio: 3,
+        anchors: &["TOTP", "totp", "Totp", "2FA", "2fa", "MFA", "OTP"],
+        how: context(
+            r"(?i:totp|2fa|mfa|otp)[^\n]{0,80}?[^A-Za-z0-9]([A-Z2-7]{4}(?: ?[A-Z2-7]{4}){3,15}=*|[a-z2-7]{4}(?: ?[a-z2-7]{4}){3,15})",
+            0,
+            260,
+            1,
+            Edge::Alnum,
+            base32_seed,
+        ),
     },
     Spec {
         id: "secret-assignment",
@@ -889,13 +1700,338 @@ pub(crate) const SPECS: &[Spec] = &[
     },
 ];
 
-/// The built-in rule ids, each once, in table order.
+/// Every built-in rule id with a one-line description, in the order
+/// `memvault redact --list-rules` prints them.
+pub(crate) const RULES: &[(&str, &str)] = &[
+    (
+        "aws-access-key-id",
+        "AWS access key id: AKIA/ASIA/ABIA/ACCA and 16 base32 characters",
+    ),
+    (
+        "aws-secret-access-key",
+        "AWS secret access key: 40 base64 characters next to `secret` or an access key id",
+    ),
+    (
+        "aws-bedrock-api-key",
+        "Amazon Bedrock long-lived API key (ABSK...)",
+    ),
+    (
+        "google-api-key",
+        "Google (GCP, Gemini, Firebase) API key (AIza...)",
+    ),
+    (
+        "google-oauth-client-secret",
+        "Google OAuth client secret (GOCSPX-...)",
+    ),
+    (
+        "google-oauth-access-token",
+        "Google OAuth access token (ya29....)",
+    ),
+    (
+        "azure-storage-connection-string",
+        "Azure Storage connection string with an AccountKey",
+    ),
+    (
+        "azure-shared-access-key",
+        "Azure Service Bus / Event Hubs / IoT SharedAccessKey",
+    ),
+    (
+        "azure-sas-token",
+        "Azure shared access signature (sv=...&sig=...)",
+    ),
+    (
+        "azure-ad-client-secret",
+        "Microsoft Entra ID (Azure AD) client secret (...Q~...)",
+    ),
+    (
+        "alibaba-access-key-id",
+        "Alibaba Cloud AccessKey id (LTAI...)",
+    ),
+    (
+        "digitalocean-token",
+        "DigitalOcean personal, OAuth and refresh tokens (dop_v1_, doo_v1_, dor_v1_)",
+    ),
+    (
+        "doppler-token",
+        "Doppler personal, service, service-account, CLI, SCIM and audit tokens (dp.pt., dp.st., ...)",
+    ),
+    (
+        "grafana-token",
+        "Grafana Cloud tokens, service-account tokens and API keys (glc_, glsa_, eyJrIjoi...)",
+    ),
+    (
+        "hashicorp-vault-token",
+        "HashiCorp Vault service, batch and recovery tokens (hvs., hvb., hvr.)",
+    ),
+    (
+        "terraform-cloud-token",
+        "HCP Terraform / Terraform Cloud API token (....atlasv1....)",
+    ),
+    ("pulumi-token", "Pulumi access token (pul-...)"),
+    (
+        "planetscale-token",
+        "PlanetScale service token, password and OAuth token (pscale_tkn_, pscale_pw_, pscale_oauth_)",
+    ),
+    (
+        "supabase-token",
+        "Supabase access token and secret key (sbp_, sb_secret_)",
+    ),
+    (
+        "vercel-token",
+        "Vercel access, integration and app tokens (vcp_, vci_, vca_, vcr_, vck_)",
+    ),
+    (
+        "netlify-token",
+        "Netlify personal access and OAuth tokens (nfp_, nfo_, nfc_, nfu_)",
+    ),
+    (
+        "cloudflare-origin-ca-key",
+        "Cloudflare Origin CA key (v1.0-...)",
+    ),
+    (
+        "flyio-token",
+        "Fly.io access tokens and macaroons (fo1_, fm1a_, fm1r_, fm2_)",
+    ),
+    ("heroku-api-key", "Heroku API key (HRKU-AA...)"),
+    (
+        "databricks-token",
+        "Databricks personal access token (dapi...)",
+    ),
+    (
+        "github-token",
+        "GitHub classic, OAuth, app and refresh tokens (ghp_, gho_, ghu_, ghs_, ghr_; CRC32 checked)",
+    ),
+    (
+        "github-fine-grained-token",
+        "GitHub fine-grained personal access token (github_pat_...)",
+    ),
+    (
+        "gitlab-token",
+        "GitLab personal, deploy, runner, trigger, feed, CI job, OAuth, SCIM, agent and mail tokens (glpat-, gldt-, glrt-, ...)",
+    ),
+    ("npm-token", "npm access token (npm_...)"),
+    ("pypi-token", "PyPI upload token (pypi-AgE...)"),
+    (
+        "dockerhub-token",
+        "Docker Hub personal and organisation access tokens (dckr_pat_, dckr_oat_)",
+    ),
+    (
+        "huggingface-token",
+        "Hugging Face user and organisation tokens (hf_, api_org_)",
+    ),
+    (
+        "package-registry-token",
+        "Clojars, RubyGems, Prefect and ReadMe tokens (CLOJARS_, rubygems_, pnu_, rdme_)",
+    ),
+    (
+        "artifactory-token",
+        "JFrog Artifactory API key and reference token (AKCp..., cmVmd...)",
+    ),
+    ("sourcegraph-token", "Sourcegraph access token (sgp_...)"),
+    (
+        "sonarqube-token",
+        "SonarQube user, project and analysis tokens (squ_, sqp_, sqa_)",
+    ),
+    (
+        "atlassian-api-token",
+        "Atlassian (Jira, Confluence, Bitbucket) API token (ATATT3..., ATCTT3...)",
+    ),
+    (
+        "linear-api-key",
+        "Linear API key and OAuth token (lin_api_, lin_oauth_)",
+    ),
+    (
+        "notion-token",
+        "Notion integration token (ntn_..., secret_...)",
+    ),
+    ("airtable-token", "Airtable personal access token (pat....)"),
+    (
+        "asana-token",
+        "Asana personal access token (1/... or 2/.../...:hex)",
+    ),
+    ("postman-api-key", "Postman API key (PMAK-...)"),
+    (
+        "sentry-token",
+        "Sentry user and organisation auth tokens (sntryu_, sntrys_)",
+    ),
+    (
+        "new-relic-key",
+        "New Relic user, admin, insert and browser keys (NRAK-, NRAA-, NRII-, NRJS-)",
+    ),
+    ("dynatrace-token", "Dynatrace API token (dt0c01....)"),
+    (
+        "contentful-token",
+        "Contentful personal access token (CFPAT-...)",
+    ),
+    (
+        "intercom-token",
+        "Intercom access token (base64 of tok:...)",
+    ),
+    (
+        "onepassword-secret",
+        "1Password account secret key and service account token (A3-..., ops_eyJ...)",
+    ),
+    (
+        "slack-token",
+        "Slack bot, user, app, workspace, config and refresh tokens (xoxb-, xoxp-, xapp-, ...)",
+    ),
+    (
+        "slack-webhook-url",
+        "Slack incoming webhook and workflow URL (hooks.slack.com/...)",
+    ),
+    (
+        "teams-webhook-url",
+        "Microsoft Teams incoming webhook URL (....webhook.office.com/webhookb2/...)",
+    ),
+    (
+        "discord-bot-token",
+        "Discord bot token near the word discord (the user id in it is decoded)",
+    ),
+    (
+        "discord-webhook-url",
+        "Discord webhook URL (discord.com/api/webhooks/...)",
+    ),
+    ("telegram-bot-token", "Telegram bot token (<bot id>:AA...)"),
+    (
+        "twilio-api-key",
+        "Twilio API key sid near the word twilio (SK + 32 hex)",
+    ),
+    (
+        "twilio-auth-token",
+        "Twilio auth token written after its account sid (AC... then 32 hex)",
+    ),
+    ("sendgrid-api-key", "SendGrid API key (SG....)"),
+    (
+        "brevo-api-key",
+        "Brevo (Sendinblue) API and SMTP keys (xkeysib-, xsmtpsib-)",
+    ),
+    (
+        "mailgun-api-key",
+        "Mailgun API and signing keys (key-..., hex near mailgun)",
+    ),
+    ("mailchimp-api-key", "Mailchimp API key (32 hex -usN)"),
+    (
+        "stripe-secret-key",
+        "Stripe secret key (sk_live_, sk_test_)",
+    ),
+    (
+        "stripe-restricted-key",
+        "Stripe restricted key (rk_live_, rk_test_)",
+    ),
+    (
+        "stripe-webhook-secret",
+        "Stripe webhook signing secret (whsec_...)",
+    ),
+    (
+        "square-token",
+        "Square access token and OAuth secret (EAAA..., sq0atp-, sq0csp-)",
+    ),
+    (
+        "braintree-access-token",
+        "Braintree / PayPal access token (access_token$production$...)",
+    ),
+    ("adyen-api-key", "Adyen API key (AQE...-...)"),
+    (
+        "shopify-token",
+        "Shopify access tokens and shared secret (shpat_, shpca_, shppa_, shpss_)",
+    ),
+    (
+        "dropbox-token",
+        "Dropbox short-lived and long-lived access tokens (sl...., ...AAAAAAAAAA...)",
+    ),
+    (
+        "mapbox-secret-token",
+        "Mapbox secret and temporary tokens (sk.eyJ..., tk.eyJ...)",
+    ),
+    (
+        "easypost-api-key",
+        "EasyPost production and test API keys (EZAK, EZTK)",
+    ),
+    (
+        "saas-api-token",
+        "Shippo, Typeform, Frame.io, Duffel, Infracost, Scalingo, SettleMint, Adobe and Flutterwave tokens",
+    ),
+    (
+        "facebook-access-token",
+        "Facebook / Meta access token (EAAC..., EAAM..., EAAG...)",
+    ),
+    (
+        "twitter-bearer-token",
+        "X (Twitter) app bearer token (AAAA...)",
+    ),
+    (
+        "yandex-token",
+        "Yandex Cloud API key and IAM token (AQVN..., t1....)",
+    ),
+    ("openshift-token", "OpenShift user token (sha256~...)"),
+    (
+        "anthropic-api-key",
+        "Anthropic API and admin keys (sk-ant-...)",
+    ),
+    (
+        "openai-api-key",
+        "OpenAI project, service-account, admin and legacy keys (sk-proj-, sk-svcacct-, sk-...)",
+    ),
+    ("openrouter-api-key", "OpenRouter API key (sk-or-v1-...)"),
+    ("groq-api-key", "Groq API key (gsk_...)"),
+    ("xai-api-key", "xAI API key (xai-...)"),
+    ("perplexity-api-key", "Perplexity API key (pplx-...)"),
+    ("replicate-api-token", "Replicate API token (r8_...)"),
+    (
+        "langsmith-api-key",
+        "LangSmith API key (lsv2_pt_, lsv2_sk_)",
+    ),
+    ("langfuse-secret-key", "Langfuse secret key (sk-lf-...)"),
+    ("nvidia-api-key", "NVIDIA API key (nvapi-...)"),
+    ("elevenlabs-api-key", "ElevenLabs API key (sk_ + 48 hex)"),
+    (
+        "ai-api-key",
+        "Together, Fireworks, Pinecone, Cerebras, Anyscale and Voyage AI keys (tgp_v1_, fw_, pcsk_, csk-, esecret_, pa-)",
+    ),
+    (
+        "private-key",
+        "Private key blocks of every PEM kind, PGP, OpenSSH, SSH2 and PuTTY, also in JSON and base64",
+    ),
+    ("jwt", "JSON Web Token with its signature (eyJ...)"),
+    (
+        "age-secret-key",
+        "age secret key (AGE-SECRET-KEY-1...; bech32 checked)",
+    ),
+    (
+        "url-credentials",
+        "Password in a URL or connection string (postgres, mysql, mongodb, redis, amqp, ...://user:PASSWORD@host)",
+    ),
+    (
+        "password-assignment",
+        "Password in an assignment, config line, connection string, credential file, command-line flag or sentence",
+    ),
+    (
+        "password-hash",
+        "Password hash in an .htpasswd or shadow line (bcrypt, apr1, sha-crypt)",
+    ),
+    (
+        "secret-assignment",
+        "Secret, API key, token or Authorization header value in an assignment, header or sentence (a UUID after a Heroku, HubSpot or Snyk key name too)",
+    ),
+    (
+        "totp-seed",
+        "TOTP / 2FA seed: secret= of an otpauth:// URI, or base32 next to a TOTP, 2FA or MFA keyword",
+    ),
+    (
+        "credit-card",
+        "Payment card number (network prefix and length, Luhn checked)",
+    ),
+    (
+        "us-ssn",
+        "US Social Security number (valid ranges; dashed, or bare next to SSN)",
+    ),
+    (
+        "iban",
+        "IBAN, compact or in groups of four (registered length, mod-97 checked)",
+    ),
+];
+
+/// The built-in rule ids, in listing order.
 pub(crate) fn ids() -> Vec<&'static str> {
-    let mut out: Vec<&'static str> = Vec::new();
-    for s in SPECS {
-        if !out.contains(&s.id) {
-            out.push(s.id);
-        }
-    }
-    out
+    RULES.iter().map(|(id, _)| *id).collect()
 }

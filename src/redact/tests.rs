@@ -622,6 +622,447 @@ mod ai {
     }
 }
 
+// ------------------------------------------------------------------ more vendors
+
+mod vendors {
+    use super::*;
+
+    const LOWER_AN: &str = "abcdefghijklmnopqrstuvwxyz0123456789";
+    const UPPER_AN: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+
+    /// One token of each vendor format, with the rule that must name it.
+    fn tokens() -> Vec<(String, &'static str)> {
+        vec![
+            (
+                format!("dop_v1_{}", rand(700, HEX, 64)),
+                "digitalocean-token",
+            ),
+            (
+                format!("dor_v1_{}", rand(701, HEX, 64)),
+                "digitalocean-token",
+            ),
+            (format!("dp.pt.{}", rand(702, ALNUM, 43)), "doppler-token"),
+            (
+                format!("dp.st.dev.{}", rand(703, ALNUM, 40)),
+                "doppler-token",
+            ),
+            (
+                format!("glsa_{}_{}", rand(704, ALNUM, 32), rand(705, HEX, 8)),
+                "grafana-token",
+            ),
+            (format!("glc_{}", rand(706, B64, 120)), "grafana-token"),
+            (
+                format!("hvs.{}", rand(707, B64URL, 95)),
+                "hashicorp-vault-token",
+            ),
+            (
+                format!("{}.atlasv1.{}", rand(708, ALNUM, 14), rand(709, ALNUM, 67)),
+                "terraform-cloud-token",
+            ),
+            (format!("pul-{}", rand(710, HEX, 40)), "pulumi-token"),
+            (
+                format!("pscale_tkn_{}", rand(711, B64URL, 43)),
+                "planetscale-token",
+            ),
+            (format!("sbp_{}", rand(712, HEX, 40)), "supabase-token"),
+            (
+                format!("sb_secret_{}", rand(713, B64URL, 31)),
+                "supabase-token",
+            ),
+            (format!("vcp_{}", rand(714, ALNUM, 48)), "vercel-token"),
+            (format!("nfp_{}", rand(715, ALNUM, 36)), "netlify-token"),
+            (
+                format!("v1.0-{}-{}", rand(716, HEX, 24), rand(717, HEX, 146)),
+                "cloudflare-origin-ca-key",
+            ),
+            (format!("fo1_{}", rand(718, B64URL, 43)), "flyio-token"),
+            (format!("fm2_{}", rand(719, B64, 150)), "flyio-token"),
+            (
+                format!("HRKU-AA{}", rand(720, B64URL, 58)),
+                "heroku-api-key",
+            ),
+            (format!("dapi{}", rand(721, HEX, 32)), "databricks-token"),
+            (
+                format!(
+                    "ATATT3xFfGF0{}={}",
+                    rand(722, B64URL, 170),
+                    rand(723, UPPER_AN, 8)
+                ),
+                "atlassian-api-token",
+            ),
+            (
+                format!("lin_api_{}", rand(724, ALNUM, 40)),
+                "linear-api-key",
+            ),
+            (
+                format!(
+                    "ntn_{}{}",
+                    rand(725, "0123456789", 11),
+                    rand(726, ALNUM, 35)
+                ),
+                "notion-token",
+            ),
+            (
+                format!("pat{}.{}", rand(727, ALNUM, 14), rand(728, HEX, 64)),
+                "airtable-token",
+            ),
+            (
+                format!("PMAK-{}-{}", rand(729, HEX, 24), rand(730, HEX, 34)),
+                "postman-api-key",
+            ),
+            (format!("sntryu_{}", rand(731, HEX, 64)), "sentry-token"),
+            (format!("NRAK-{}", rand(732, UPPER_AN, 27)), "new-relic-key"),
+            (format!("EAAA{}", rand(733, B64URL, 60)), "square-token"),
+            (format!("sq0csp-{}", rand(734, B64URL, 43)), "square-token"),
+            (
+                format!(
+                    "access_token$production${}${}",
+                    rand(735, LOWER_AN, 16),
+                    rand(736, HEX, 32)
+                ),
+                "braintree-access-token",
+            ),
+            (
+                format!(
+                    "AQEy{}==-{}=-{}",
+                    rand(737, B64, 90),
+                    rand(738, B64, 43),
+                    rand(739, ALNUM, 12)
+                ),
+                "adyen-api-key",
+            ),
+            (format!("sl.{}", rand(740, B64URL, 138)), "dropbox-token"),
+            (
+                format!(
+                    "2/{}/{}:{}",
+                    rand(741, "0123456789", 16),
+                    rand(742, "0123456789", 16),
+                    rand(743, HEX, 32)
+                ),
+                "asana-token",
+            ),
+            (
+                format!(
+                    "sk.{}.{}",
+                    b64_encode(
+                        br#"{"u":"acme","a":"ckx1q2w3e4r5t6y7u8i9o0p"}"#,
+                        B64URL,
+                        false
+                    ),
+                    rand(744, B64URL, 22)
+                ),
+                "mapbox-secret-token",
+            ),
+            (
+                format!("CFPAT-{}", rand(745, B64URL, 43)),
+                "contentful-token",
+            ),
+            (
+                b64_encode(format!("tok:{}", rand(746, HEX, 36)).as_bytes(), B64, true),
+                "intercom-token",
+            ),
+            (
+                format!(
+                    "A3-{}-{}-{}-{}-{}",
+                    rand(747, UPPER_AN, 6),
+                    rand(748, UPPER_AN, 11),
+                    rand(749, UPPER_AN, 5),
+                    rand(750, UPPER_AN, 5),
+                    rand(751, UPPER_AN, 5)
+                ),
+                "onepassword-secret",
+            ),
+            (format!("AKCp{}", rand(752, ALNUM, 69)), "artifactory-token"),
+            (
+                format!(
+                    "dt0c01.{}.{}",
+                    rand(753, UPPER_AN, 24),
+                    rand(754, UPPER_AN, 64)
+                ),
+                "dynatrace-token",
+            ),
+            (format!("EZAK{}", rand(755, ALNUM, 54)), "easypost-api-key"),
+            (
+                format!("xkeysib-{}-{}", rand(756, HEX, 64), rand(757, ALNUM, 16)),
+                "brevo-api-key",
+            ),
+            (
+                format!("sgp_{}_{}", rand(758, HEX, 16), rand(759, HEX, 40)),
+                "sourcegraph-token",
+            ),
+            (format!("squ_{}", rand(760, HEX, 40)), "sonarqube-token"),
+            (
+                format!("rubygems_{}", rand(761, HEX, 48)),
+                "package-registry-token",
+            ),
+            (
+                format!("shippo_live_{}", rand(762, HEX, 40)),
+                "saas-api-token",
+            ),
+            (
+                format!("EAAG{}", rand(763, ALNUM, 150)),
+                "facebook-access-token",
+            ),
+            (
+                format!("sha256~{}", rand(764, B64URL, 43)),
+                "openshift-token",
+            ),
+            (format!("{}-us14", rand(765, HEX, 32)), "mailchimp-api-key"),
+            (format!("AQVN{}", rand(766, B64URL, 36)), "yandex-token"),
+            (
+                format!("{}{}", "A".repeat(22), rand(767, ALNUM, 90)),
+                "twitter-bearer-token",
+            ),
+            (
+                format!("ABSK{}", rand(768, B64, 130)),
+                "aws-bedrock-api-key",
+            ),
+            (
+                format!("{}8Q~{}", rand(769, ALNUM, 3), rand(770, ALNUM, 34)),
+                "azure-ad-client-secret",
+            ),
+            (
+                format!("LTAI{}", rand(771, ALNUM, 20)),
+                "alibaba-access-key-id",
+            ),
+            (format!("tgp_v1_{}", rand(772, B64URL, 43)), "ai-api-key"),
+            (
+                format!("pcsk_{}_{}", rand(773, ALNUM, 6), rand(774, ALNUM, 63)),
+                "ai-api-key",
+            ),
+            (format!("sk_{}", rand(775, HEX, 48)), "elevenlabs-api-key"),
+        ]
+    }
+
+    #[test]
+    fn every_vendor_format_in_prose_config_and_json() {
+        for (i, (t, rule)) in tokens().into_iter().enumerate() {
+            let contexts = [
+                format!("The new one is {t}, rotated on Monday.\n"),
+                format!("SERVICE_TOKEN={t}\n"),
+                format!("{{\"token\": \"{t}\"}}\n"),
+                format!("- `{t}`\n"),
+            ];
+            assert_redacted(&contexts[i % contexts.len()], &t, rule);
+            assert_redacted(&contexts[(i + 1) % contexts.len()], &t, rule);
+        }
+    }
+
+    /// `FAkE` inside a random token is not the word `fake`.
+    #[test]
+    fn placeholder_words_count_only_as_words() {
+        let t = format!(
+            "sk_live_{}FAkE{}",
+            rand(790, ALNUM, 10),
+            rand(791, ALNUM, 20)
+        );
+        assert_redacted(&format!("key {t}\n"), &t, "stripe-secret-key");
+        assert_clean("sk_live_fake0000111122223333 and sk_live_FAKE0000111122223333\n");
+    }
+
+    #[test]
+    fn vendor_lookalikes() {
+        for text in [
+            "DIGITALOCEAN_TOKEN=dop_v1_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            "the path is patterns/abcdefghijklmn.txt",
+            "dp.pt.short and hvs.tooshort are fragments",
+            "v1.0-beta and pul-request are words",
+            "use sl.no as the row number, sk.eyJ alone is nothing",
+            "the file glc_config.yaml and NRAK-README",
+            "ticket 2/15 at 10:30 and ratio 1/1234567890123456 here",
+            "curl https://api.example.com/v1.0-preview/items",
+            "mypat12345678901234.abc is not hex",
+            "sq0atp-short, EAAA, AQE and ABSK are prefixes only",
+        ] {
+            assert_clean(text);
+        }
+    }
+
+    #[test]
+    fn heroku_and_other_uuid_keys_by_their_key_name() {
+        let id = "5b9d6cb3-930f-4cb5-abc3-b43d15a0035c";
+        assert_redacted(&format!("HEROKU_API_KEY={id}\n"), id, "secret-assignment");
+        assert_redacted(
+            &format!("The Heroku API key is {id}.\n"),
+            id,
+            "secret-assignment",
+        );
+        assert_clean(&format!("request_id: {id}\n"));
+        assert_clean(&format!("REQUEST_KEY={id}\n"));
+    }
+
+    #[test]
+    fn twilio_auth_token_after_its_account_sid() {
+        let sid = format!("AC{}", rand(780, HEX, 32));
+        let tok = rand(781, HEX, 32);
+        assert_redacted(
+            &format!("twilio client: Client(\"{sid}\", \"{tok}\")\n"),
+            &tok,
+            "twilio-auth-token",
+        );
+    }
+
+    /// A token across the boundary of the scanner's blocks of hits.
+    #[test]
+    fn tokens_across_block_boundaries() {
+        let block = 1 << 18;
+        for (t, rule) in tokens().into_iter().take(12) {
+            for shift in [1, 3, 7, t.len() / 2, t.len() - 1] {
+                let pad = "x ".repeat((block - shift) / 2);
+                let text = format!(
+                    "{pad}{}{t} end",
+                    if (block - shift) % 2 == 1 { " " } else { "" }
+                );
+                let out = redactor().redact(&text);
+                assert!(
+                    out.text.contains(&format!("[REDACTED:{rule}]"))
+                        && !out.text.contains(&t[..12]),
+                    "{rule} at shift {shift}"
+                );
+            }
+        }
+    }
+}
+
+mod prefixless {
+    use super::*;
+
+    #[test]
+    fn credential_files() {
+        let pw = "Wint3r-Falcon#88";
+        assert_redacted(
+            &format!("db.internal:5432:app:app_user:{pw}\n"),
+            pw,
+            "password-assignment",
+        );
+        assert_redacted(&format!("*:*:*:postgres:{pw}\n"), pw, "password-assignment");
+        assert_redacted(
+            &format!("machine api.example.com login deploy password {pw}\n"),
+            pw,
+            "password-assignment",
+        );
+        assert_redacted(
+            &format!("[client]\nuser=root\npassword={pw}\n"),
+            pw,
+            "password-assignment",
+        );
+        let h = format!("$apr1${}${}", rand(790, ALNUM, 8), rand(791, ALNUM, 22));
+        assert_redacted(&format!("admin:{h}\n"), &h, "password-hash");
+        let h = format!("$2y$10${}", rand(792, ALNUM, 53));
+        assert_redacted(&format!("ops:{h}\n"), &h, "password-hash");
+        assert_clean("listen 127.0.0.1:5432: ok\nport range :*: none\n");
+    }
+
+    #[test]
+    fn command_line_flags() {
+        for (cmd, pw) in [
+            (
+                "mongosh --username admin -p Vx9-q2Lm8 --host mongo",
+                "Vx9-q2Lm8",
+            ),
+            ("sshpass -p 'Rr7&kk2Zt' ssh admin@10.0.0.12", "Rr7&kk2Zt"),
+            ("redis-cli -h cache -a Ka8sdQ2mZ ping", "Ka8sdQ2mZ"),
+            (
+                "pg_dump --password XciLjeAHJZEYV -h db app",
+                "XciLjeAHJZEYV",
+            ),
+            (
+                "docker login -u ci --password L3xw&WUO0885 registry.example.com",
+                "L3xw&WUO0885",
+            ),
+        ] {
+            assert_redacted(&format!("$ {cmd}\n"), pw, "password-assignment");
+        }
+        assert_clean("mongosh -p 27017 --host mongo\nssh -p 2222 host\nredis-cli -a\n");
+    }
+
+    #[test]
+    fn connection_strings_and_mixed_case_keys() {
+        assert_redacted(
+            "Server=sql01;Database=Shop;User Id=shop;Password=NdzBAGYopHjth;\n",
+            "NdzBAGYopHjth",
+            "password-assignment",
+        );
+        assert_redacted(
+            "{\"Default\": \"Server=sql01;User Id=shop;Password=NdzBAGYopHjth;\"}\n",
+            "NdzBAGYopHjth",
+            "password-assignment",
+        );
+        assert_redacted(
+            "PassWord=7pZQ#lQUct56\n",
+            "7pZQ#lQUct56",
+            "password-assignment",
+        );
+        assert_redacted(
+            "  \"password\": \"WGXN%djaDM44\",\n",
+            "WGXN%djaDM44",
+            "password-assignment",
+        );
+        assert_redacted(
+            "jdbc:postgresql://db:5432/app?user=app&password=Qz81mmPwx&ssl=true\n",
+            "Qz81mmPwx",
+            "password-assignment",
+        );
+    }
+
+    #[test]
+    fn passwords_in_sentences() {
+        for (text, pw) in [
+            (
+                "Use orange7973! as the password for the admin account.",
+                "orange7973!",
+            ),
+            (
+                "Note to self: the root password is now river75@.",
+                "river75@.",
+            ),
+            (
+                "The database password is fL10&iYZoP45 (rotate in May).",
+                "fL10&iYZoP45",
+            ),
+            (
+                "the wifi password changed to Gr33n-T3a-42 yesterday",
+                "Gr33n-T3a-42",
+            ),
+        ] {
+            assert_redacted(text, pw, "password-assignment");
+        }
+        assert_clean("Use the password manager as the source of truth.");
+        assert_clean("We use it as the password reset flow.");
+    }
+
+    #[test]
+    fn totp_seeds() {
+        let seed = rand(800, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 32);
+        assert_redacted(
+            &format!("otpauth://totp/Acme:ada@acme.io?secret={seed}&issuer=Acme\n"),
+            &seed,
+            "totp-seed",
+        );
+        assert_redacted(
+            &format!("2FA seed for the root account is {seed}\n"),
+            &seed,
+            "totp-seed",
+        );
+        let spaced = seed
+            .as_bytes()
+            .chunks(4)
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert_redacted(&format!("MFA secret key: {spaced}\n"), &spaced, "totp-seed");
+        assert_clean("TOTP codes are six digits; MFA IS REQUIRED FOR THE ADMIN ROLE.");
+    }
+
+    #[test]
+    fn bare_ssn_next_to_its_name() {
+        assert_redacted("SSN: 203267001\n", "203267001", "us-ssn");
+        assert_redacted("social security no. 456123789\n", "456123789", "us-ssn");
+        assert_clean("invoice 203267001 paid\n");
+        assert_clean("SSN: 000123456\n");
+    }
+}
+
 // ------------------------------------------------------------------ keys and tokens
 
 mod keys {
@@ -901,7 +1342,7 @@ mod credentials {
             "password: !vault |",
             "SECRET_KEY=[REDACTED:secret-assignment]",
             "API key rotation: 2024-05-01T00:00:00Z",
-            "HEROKU_API_KEY=01234567-89ab-4def-8123-456789abcdef",
+            "REQUEST_ID_KEY=01234567-89ab-4def-8123-456789abcdef",
             "please pass async_req=True to the call",
             "USER_PASSWORD_AUTH = \"USER_PASSWORD_AUTH\"",
             "self.passwd = password_mgr",
@@ -1696,6 +2137,14 @@ mod adversarial {
             "data:image/png;base64,",
             "sv=1&sig=",
             "the password is ",
+            "use x9! as the password ",
+            "1/1234567890123456/",
+            "2/1234567890123456/1234567890123456:",
+            "patAAAAAAAAAAAAAA.",
+            "db:5432:a:b:",
+            "dop_v1_",
+            "a.b_c-d.",
+            "otpauth://totp/x?secret=",
             "9",
             "a",
             "=",

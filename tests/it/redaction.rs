@@ -93,7 +93,12 @@ fn redact_subcommand_prints_redacted_text_and_reports() {
     let lines = parse_lines(&out.stdout);
     assert_eq!(
         lines,
-        vec![json!({"rule": "aws-access-key-id", "line": 1, "column": 7})]
+        vec![json!({
+            "rule": "aws-access-key-id",
+            "description": "AWS access key id: AKIA/ASIA/ABIA/ACCA and 16 base32 characters",
+            "line": 1,
+            "column": 7
+        })]
     );
     let clean = run_with_stdin(
         std::process::Command::new(bin()).arg("redact"),
@@ -147,4 +152,209 @@ fn history_shows_redaction_kinds_and_counts_never_values() {
         .output()
         .unwrap();
     assert!(all.stdout.is_empty());
+}
+
+/// Deterministic pseudo-random characters, so that no credential-shaped
+/// literal sits in the source.
+fn chars(seed: u64, alphabet: &str, n: usize) -> String {
+    let a = alphabet.as_bytes();
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            a[(x % a.len() as u64) as usize] as char
+        })
+        .collect()
+}
+
+const HEX: &str = "0123456789abcdef";
+const ALNUM: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+
+#[test]
+fn redact_list_rules_prints_every_rule_id_with_a_description() {
+    let out = std::process::Command::new(bin())
+        .args(["redact", "--list-rules"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stderr.is_empty());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut ids = Vec::new();
+    for line in text.lines() {
+        let (id, description) = line
+            .split_once(' ')
+            .unwrap_or_else(|| panic!("no description: {line:?}"));
+        assert!(
+            id.bytes()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'),
+            "{id}"
+        );
+        assert!(description.trim().len() >= 10, "{line:?}");
+        ids.push(id.to_owned());
+    }
+    let mut unique = ids.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), ids.len(), "an id is listed twice");
+    assert!(ids.len() >= 90, "{} rules", ids.len());
+    for needed in [
+        "aws-access-key-id",
+        "digitalocean-token",
+        "doppler-token",
+        "grafana-token",
+        "hashicorp-vault-token",
+        "atlassian-api-token",
+        "password-assignment",
+        "totp-seed",
+        "us-ssn",
+    ] {
+        assert!(ids.iter().any(|i| i == needed), "{needed} not listed");
+    }
+}
+
+#[test]
+fn redact_list_rules_with_a_file_is_a_usage_error() {
+    let out = std::process::Command::new(bin())
+        .args(["redact", "--list-rules", "notes.md"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+}
+
+/// Secrets of vendor families and prefix-less credentials, each with the
+/// rule that must name it.
+fn new_family_note() -> (String, Vec<(String, &'static str)>) {
+    let secrets = vec![
+        (
+            format!("dop_v1_{}", chars(1, HEX, 64)),
+            "digitalocean-token",
+        ),
+        (format!("dp.pt.{}", chars(2, ALNUM, 43)), "doppler-token"),
+        (
+            format!("glsa_{}_{}", chars(3, ALNUM, 32), chars(4, HEX, 8)),
+            "grafana-token",
+        ),
+        (
+            chars(5, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 32),
+            "totp-seed",
+        ),
+        (
+            format!("Tr0ub4{}!", chars(6, ALNUM, 6)),
+            "password-assignment",
+        ),
+    ];
+    let note = format!(
+        "# Ops notes\n\nDO token: {}\nDOPPLER_TOKEN={}\n\n- grafana: `{}`\n\notpauth://totp/Acme:ada?secret={}&issuer=Acme\ndb.internal:5432:app:app_user:{}\n",
+        secrets[0].0, secrets[1].0, secrets[2].0, secrets[3].0, secrets[4].0
+    );
+    (note, secrets)
+}
+
+#[test]
+fn redact_report_names_the_rule_of_each_redaction_and_never_the_secret() {
+    let (note, secrets) = new_family_note();
+    let out = run_with_stdin(
+        std::process::Command::new(bin()).args(["redact", "--report"]),
+        note.as_bytes(),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8(out.stdout.clone()).unwrap();
+    let lines = parse_lines(&out.stdout);
+    let rules: Vec<&str> = lines.iter().map(|l| l["rule"].as_str().unwrap()).collect();
+    let wanted: Vec<&str> = secrets.iter().map(|(_, r)| *r).collect();
+    assert_eq!(rules, wanted, "{stdout}");
+    for l in &lines {
+        assert!(l["line"].as_u64().unwrap() >= 1);
+        assert!(l["column"].as_u64().unwrap() >= 1);
+        assert!(l["description"].as_str().unwrap().len() >= 10, "{l}");
+    }
+    for (s, _) in &secrets {
+        assert!(!stdout.contains(&s[..12]), "{s} in the report");
+    }
+}
+
+#[test]
+fn redact_removes_new_families_and_summarises_the_kinds_on_stderr() {
+    let (note, secrets) = new_family_note();
+    let out = run_with_stdin(
+        std::process::Command::new(bin()).arg("redact"),
+        note.as_bytes(),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    for (s, rule) in &secrets {
+        assert!(!stdout.contains(&s[..12]), "{s} survives:\n{stdout}");
+        assert!(stdout.contains(&format!("[REDACTED:{rule}]")), "{stdout}");
+        assert!(!stderr.contains(&s[..12]));
+    }
+    assert!(
+        stdout.starts_with("# Ops notes\n\nDO token: [REDACTED:"),
+        "{stdout}"
+    );
+    assert_eq!(
+        stderr,
+        "memvault: 5 secrets redacted: digitalocean-token (1), doppler-token (1), grafana-token (1), password-assignment (1), totp-seed (1)\n"
+    );
+}
+
+/// A file of several MiB (read and redacted a piece at a time): the output
+/// is what the library gives for the whole text, secrets near the pieces'
+/// ends included, and a file that is not UTF-8 is refused with nothing
+/// written.
+#[test]
+fn redact_file_in_pieces_matches_whole_text_redaction_and_refuses_non_text() {
+    use memvault::redact::{RedactConfig, Redactor};
+    let mut text = String::new();
+    let mut i = 0u64;
+    while text.len() < 5 << 20 {
+        i += 1;
+        match i % 7 {
+            0 => text.push_str(&format!("DOPPLER_TOKEN=dp.pt.{}\n", chars(i, ALNUM, 43))),
+            1 => text.push_str(&format!("db:5432:app:app:{}9!\n", chars(i, ALNUM, 12))),
+            2 => text.push_str(&format!(
+                "-----BEGIN PRIVATE KEY-----\n{}\n{}\n-----END PRIVATE KEY-----\n",
+                chars(i, ALNUM, 64),
+                chars(i + 1, ALNUM, 64)
+            )),
+            3 => text.push_str("Thé notes about the cache layer, 日本語 included.\n"),
+            _ => text.push_str(&"plain words without secrets ".repeat((i % 50) as usize)),
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("notes.md");
+    std::fs::write(&path, &text).unwrap();
+    let out = std::process::Command::new(bin())
+        .arg("redact")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let expected = Redactor::new(&RedactConfig::default())
+        .unwrap()
+        .redact(&text)
+        .text;
+    assert!(
+        out.stdout == expected.as_bytes(),
+        "piecewise output differs"
+    );
+
+    let mut bad = text.into_bytes();
+    bad.extend_from_slice(b"\xff\xfe tail\n");
+    std::fs::write(&path, &bad).unwrap();
+    let out = std::process::Command::new(bin())
+        .arg("redact")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not UTF-8"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -50,6 +50,21 @@ pub fn check(data: &[u8]) {
     let counted: u32 = red.kinds().iter().map(|(_, n)| n).sum();
     assert_eq!(counted as usize, red.findings.len());
     assert_eq!(redactor.scan(&text), red.findings);
+    // The lean forms (used by `memvault redact`) agree.
+    let (lean, kinds) = redactor.redact_text(&text);
+    assert_eq!(lean, red.text);
+    assert_eq!(kinds, red.kinds());
+    let spans: Vec<(usize, usize, &str)> = redactor
+        .locate(&text)
+        .into_iter()
+        .map(|(r, rule)| (r.start, r.end, rule))
+        .collect();
+    let expected_spans: Vec<(usize, usize, &str)> = red
+        .findings
+        .iter()
+        .map(|f| (f.start, f.end, f.rule.as_str()))
+        .collect();
+    assert_eq!(spans, expected_spans);
 
     // Idempotent: the redacted text holds nothing more to redact.
     let again = redactor.redact(&red.text);

@@ -1,0 +1,325 @@
+//! `memvault redact [FILE]`: the filter over a file or stdin, a piece at a
+//! time.
+//!
+//! A file is read twice, in pieces of about a MiB into reused buffers:
+//! once to check that it is UTF-8 (so a file that is not text is refused
+//! before anything is written), then to redact it. Each piece ends at a
+//! line break and is scanned together with [`MARGIN`] bytes before and
+//! after it, more than any rule reads for context; a secret that reaches
+//! the end of that window (a long key block) makes the window grow until
+//! the secret ends inside it. Consecutive pieces are scanned on threads of
+//! their own. Findings that start in the piece are
+//! redacted, so the output is what redacting the whole text at once
+//! gives, while memory stays a few MiB whatever the file's size: the
+//! piece is scanned while it is still in cache, and no fresh memory is
+//! touched (for a 50 MB file, faulting in a 50 MB buffer cost more than
+//! scanning it).
+
+use std::io::{self, Read, Write};
+
+use super::CliError;
+use crate::redact::Redactor;
+
+/// Bytes redacted per step.
+pub(crate) const PIECE: usize = 1 << 20;
+
+/// Context scanned on each side of a piece.
+pub(crate) const MARGIN: usize = 16 << 10;
+
+/// The rule ids redacted, with how often each was.
+pub(crate) type Kinds = Vec<(String, u32)>;
+
+/// Bytes read per step of the UTF-8 check (a buffer that stays in cache).
+const CHECK_PIECE: usize = 256 << 10;
+
+/// Checks that `input` is UTF-8, reading it a piece at a time.
+pub(crate) fn check_utf8(input: &mut dyn Read) -> Result<(), CliError> {
+    let mut buf: Vec<u8> = Vec::with_capacity(CHECK_PIECE + 4);
+    loop {
+        if fill(input, &mut buf, CHECK_PIECE)? == 0 {
+            // Left over: the start of a character the input never finished.
+            return if buf.is_empty() {
+                Ok(())
+            } else {
+                Err(not_text())
+            };
+        }
+        match std::str::from_utf8(&buf) {
+            Ok(_) => buf.clear(),
+            // A character cut by the piece's end: keep its first bytes.
+            Err(e) if e.error_len().is_none() => {
+                let keep = e.valid_up_to();
+                buf.drain(..keep);
+            }
+            Err(_) => return Err(not_text()),
+        }
+    }
+}
+
+/// Appends up to `want` bytes of `input` to `buf` (fewer only at its
+/// end), in as few reads as the input allows; returns how many.
+fn fill(input: &mut dyn Read, buf: &mut Vec<u8>, want: usize) -> io::Result<usize> {
+    let start = buf.len();
+    buf.resize(start + want, 0);
+    let mut got = 0;
+    while got < want {
+        match input.read(&mut buf[start + got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                buf.truncate(start + got);
+                return Err(e);
+            }
+        }
+    }
+    buf.truncate(start + got);
+    Ok(got)
+}
+
+fn not_text() -> CliError {
+    CliError::failure("the input is not UTF-8 text; redact reads text files only")
+}
+
+/// Pieces scanned at once, one per thread (at most).
+const MAX_THREADS: usize = 4;
+
+/// Writes `input` to `out` with every secret replaced by its marker;
+/// returns the kinds redacted. `piece` and `margin` are [`PIECE`] and
+/// [`MARGIN`] outside tests. Consecutive pieces are scanned on their own
+/// threads (one per available core, at most [`MAX_THREADS`]); their
+/// output is written in order.
+pub(crate) fn redact_stream(
+    redactor: &Redactor,
+    input: &mut dyn Read,
+    out: &mut dyn Write,
+    piece: usize,
+    margin: usize,
+) -> Result<Kinds, CliError> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MAX_THREADS);
+    let mut out = io::BufWriter::with_capacity(1 << 20, out);
+    let mut kinds: Kinds = Vec::new();
+    // `buf` holds the input from offset `base`; output is written up to `pos`.
+    let mut buf: Vec<u8> = Vec::new();
+    let (mut base, mut pos) = (0usize, 0usize);
+    let mut margin = margin;
+    let mut eof = false;
+    loop {
+        let rel = pos - base;
+        let ahead = threads * piece + margin;
+        while !eof && buf.len() < rel + ahead {
+            let want = rel + ahead - buf.len();
+            if fill(input, &mut buf, want.max(64 << 10))? == 0 {
+                eof = true;
+            }
+        }
+        if rel >= buf.len() && eof {
+            break;
+        }
+        // The pieces: (cut, window start, window end), the first starting
+        // at `rel` and each next one at the last one's cut.
+        // The buffer may end inside a character until the input ends.
+        let limit = if eof { buf.len() } else { buf.len() - 1 };
+        let mut plans: Vec<(usize, usize, usize)> = Vec::with_capacity(threads);
+        let mut start = rel;
+        while plans.len() < threads && start < buf.len() {
+            let (cut, wend) = if eof && buf.len() <= start + piece + margin {
+                (buf.len(), buf.len())
+            } else {
+                let target = start + piece;
+                let cut = match memchr::memrchr(b'\n', &buf[start..target]) {
+                    Some(i) => start + i + 1,
+                    None => char_floor(&buf, target).max(start + 1),
+                };
+                (cut, char_floor(&buf, (cut + margin).min(limit)))
+            };
+            plans.push((cut, char_ceil(&buf, start.saturating_sub(margin)), wend));
+            start = cut;
+        }
+        let texts = plans
+            .iter()
+            .map(|&(_, ws, we)| std::str::from_utf8(&buf[ws..we]).map_err(|_| not_text()))
+            .collect::<Result<Vec<&str>, CliError>>()?;
+        let found: Vec<Vec<(std::ops::Range<usize>, &str)>> = if texts.len() == 1 {
+            vec![redactor.locate(texts[0])]
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = texts
+                    .iter()
+                    .map(|&t| scope.spawn(move || redactor.locate(t)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().map_err(|_| {
+                            CliError::failure("internal error in the redaction filter")
+                        })
+                    })
+                    .collect::<Result<Vec<_>, CliError>>()
+            })?
+        };
+        for ((&(cut, wstart, wend), text), spans) in plans.iter().zip(&texts).zip(&found) {
+            let (core_start, core_end) = (pos - base - wstart, cut - wstart);
+            // A secret that runs to the window's end may go on after it:
+            // scan this piece again with more context.
+            let reaches_end = !(eof && wend == buf.len())
+                && spans
+                    .iter()
+                    .any(|(r, _)| r.start < core_end && r.end + margin / 2 > text.len());
+            if reaches_end {
+                margin *= 2;
+                break;
+            }
+            let mut p = core_start;
+            for (r, rule) in spans {
+                if r.start < p {
+                    // Begun in the last piece (and redacted there): what
+                    // runs on past it is part of that secret.
+                    p = p.max(r.end);
+                    continue;
+                }
+                if r.start >= core_end {
+                    continue;
+                }
+                out.write_all(&text.as_bytes()[p..r.start])?;
+                out.write_all(b"[REDACTED:")?;
+                out.write_all(rule.as_bytes())?;
+                out.write_all(b"]")?;
+                match kinds.iter_mut().find(|(k, _)| k == rule) {
+                    Some((_, n)) => *n += 1,
+                    None => kinds.push(((*rule).to_owned(), 1)),
+                }
+                p = r.end;
+            }
+            if p < core_end {
+                out.write_all(&text.as_bytes()[p..core_end])?;
+                p = core_end;
+            }
+            pos = base + wstart + p;
+        }
+        drop(found);
+        // Keep `margin` bytes before `pos` as context for the next piece.
+        let drop = (pos - base).saturating_sub(margin).min(buf.len());
+        buf.drain(..drop);
+        base += drop;
+    }
+    out.flush()?;
+    kinds.sort();
+    Ok(kinds)
+}
+
+/// The largest character boundary of `b` at or before `i`.
+fn char_floor(b: &[u8], mut i: usize) -> usize {
+    while i > 0 && i < b.len() && (b[i] as i8) < -0x40 {
+        i -= 1;
+    }
+    i
+}
+
+/// The smallest character boundary of `b` at or after `i`.
+fn char_ceil(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && (b[i] as i8) < -0x40 {
+        i += 1;
+    }
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redact::RedactConfig;
+
+    fn redactor() -> Redactor {
+        Redactor::new(&RedactConfig::default()).expect("default settings")
+    }
+
+    /// Deterministic filler with secrets, key blocks, multibyte text and
+    /// long lines.
+    fn corpus(seed: u64, size: usize) -> String {
+        let mut x = seed | 1;
+        let mut next = move |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        let alnum = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        let rand = |n: usize, next: &mut dyn FnMut(usize) -> usize| -> String {
+            (0..n).map(|_| alnum[next(alnum.len())] as char).collect()
+        };
+        let mut out = String::new();
+        while out.len() < size {
+            match next(9) {
+                0 => out.push_str(&format!("api_key: {}\n", rand(32, &mut next))),
+                1 => out.push_str(&format!(
+                    "DB=postgres://app:{}@db/app\n",
+                    rand(14, &mut next)
+                )),
+                2 => {
+                    let lines = 1 + next(40);
+                    out.push_str("-----BEGIN RSA PRIVATE KEY-----\n");
+                    for _ in 0..lines {
+                        out.push_str(&rand(64, &mut next));
+                        out.push('\n');
+                    }
+                    out.push_str("-----END RSA PRIVATE KEY-----\n");
+                }
+                3 => out.push_str("Thé façade, 日本語 and ünïcödé prose in the notes.\n"),
+                4 => out.push_str(&"a long line without a break ".repeat(1 + next(30))),
+                5 => out.push_str(&format!("the password is {}9!\n", rand(10, &mut next))),
+                _ => out.push_str("Notes from the meeting about the cache layer.\n"),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn piece_by_piece_output_equals_whole_text_redaction() {
+        let r = redactor();
+        for seed in 1..12u64 {
+            let text = corpus(seed, 40_000);
+            let whole = r.redact(&text);
+            for (piece, margin) in [(97, 2048), (1000, 4096), (4096, 256), (50_000, 64)] {
+                let mut out = Vec::new();
+                let kinds =
+                    redact_stream(&r, &mut text.as_bytes(), &mut out, piece, margin).unwrap();
+                assert_eq!(
+                    String::from_utf8(out).unwrap(),
+                    whole.text,
+                    "seed {seed}, piece {piece}, margin {margin}"
+                );
+                assert_eq!(kinds, whole.kinds());
+            }
+        }
+    }
+
+    #[test]
+    fn a_key_block_longer_than_the_margin_is_redacted_whole() {
+        let r = redactor();
+        let body: String = (0..400)
+            .map(|i| format!("{:064}\n", i).replace('0', "Ab3"))
+            .map(|l| l[..64].to_owned() + "\n")
+            .collect();
+        let text = format!(
+            "before\n-----BEGIN PRIVATE KEY-----\n{body}-----END PRIVATE KEY-----\nafter\n"
+        );
+        let mut out = Vec::new();
+        redact_stream(&r, &mut text.as_bytes(), &mut out, 300, 128).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "before\n[REDACTED:private-key]\nafter\n"
+        );
+    }
+
+    #[test]
+    fn utf8_check_reads_characters_cut_by_a_piece_end() {
+        let text = "日本語".repeat(3_000_000);
+        assert!(check_utf8(&mut text.as_bytes()).is_ok());
+        let mut bad = text.into_bytes();
+        bad.push(0xff);
+        assert!(check_utf8(&mut bad.as_slice()).is_err());
+        assert!(check_utf8(&mut &b"ok\xe6\x97"[..]).is_err());
+    }
+}
