@@ -778,6 +778,15 @@ impl Wal {
     /// not read yet: catch up once and look again) and is taken as it is,
     /// for the MAC checks to judge.
     pub fn ref_target(&mut self, repo: &Repository, name: &str) -> Result<Option<Oid>, WalError> {
+        // The ref files still point where the head says (same generation,
+        // same stamps as when that was last seen): the tail is the answer.
+        if let Some(k) = &self.known
+            && let Some(tail) = target(&k.tail, name)
+            && self.refs_seen.get().is_some()
+            && self.refs_seen.get() == ref_stamps(repo, &k.tail).map(|s| (k.generation, s))
+        {
+            return Ok(Some(tail));
+        }
         let mut disk = read_ref(repo, name);
         for attempt in 0..2 {
             let Some(k) = &self.known else {
@@ -789,6 +798,10 @@ impl Wal {
             match disk {
                 None => return Ok(None),
                 Some(d) if d.is_zero() || Some(d) == target(&k.head, name) || d == tail => {
+                    if !d.is_zero() {
+                        // Remember it when every ref file is at the head.
+                        let _ = self.refs_consistent(repo);
+                    }
                     return Ok(Some(tail));
                 }
                 Some(_) if attempt == 0 => {
