@@ -17,7 +17,6 @@
 //! without it memvault always syncs).
 #![allow(unsafe_code)]
 
-use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::fs::File;
 use std::path::Path;
@@ -116,66 +115,67 @@ pub(crate) fn sync_path(p: &Path) -> std::io::Result<()> {
     }
 }
 
-/// An object database memvault made, with its in-memory store (libgit2's
-/// mempack backend) in front of the disk.
+/// The in-memory stores (libgit2's mempack backends) memvault put in front
+/// of its object databases, by address, with the mempack's `write`
+/// function. Only compared, never dereferenced: a write goes through the
+/// backend the repository's own database holds now (see
+/// [`mempack_write`]), so an address left here by a closed vault is
+/// harmless, and the list holds no reference that would keep a database
+/// alive.
 struct Installed {
-    /// Held so the database, and with it the backend, stays alive (and
-    /// its address is not reused) while it is listed here.
-    _odb: Odb<'static>,
-    backend: *mut libgit2_sys::git_odb_backend,
+    backends: std::collections::HashSet<usize>,
+    write: usize,
 }
 
-// SAFETY: the backend belongs to `_odb`, which the entry keeps alive;
-// libgit2 objects may be used from any thread as long as no two use them
-// at once, and every use of `backend` is under the `INSTALLED` mutex.
-unsafe impl Send for Installed {}
+static INSTALLED: Mutex<Option<Installed>> = Mutex::new(None);
 
-/// Object databases with an in-memory store, by the address of their
-/// `git_odb`.
-static INSTALLED: Mutex<Option<HashMap<usize, Installed>>> = Mutex::new(None);
-
-fn installed() -> std::sync::MutexGuard<'static, Option<HashMap<usize, Installed>>> {
+fn installed() -> std::sync::MutexGuard<'static, Option<Installed>> {
     INSTALLED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The first backend of `odb` (the highest priority), if it has one.
+fn first_backend(odb: &Odb<'_>) -> Option<*mut libgit2_sys::git_odb_backend> {
+    let mut out: *mut libgit2_sys::git_odb_backend = std::ptr::null_mut();
+    // SAFETY: `odb.raw()` is a live database (borrowed for the call);
+    // `git_odb_get_backend` stores a borrowed pointer to its backend at
+    // position 0 in `out`, or fails; the backend lives as long as the
+    // database, which the caller holds.
+    let rc = unsafe { libgit2_sys::git_odb_get_backend(&mut out, odb.raw(), 0) };
+    (rc == 0 && !out.is_null()).then_some(out)
 }
 
 /// Install on `repo` a new object database whose first backend is an
 /// in-memory store (priority 1000), then the disk at `objects` as an
-/// alternate (only read), and list it for [`mempack_write`]. The database
-/// it replaces is dropped from the list.
+/// alternate (only read), and list the store for [`mempack_write`].
 pub(crate) fn install_mempack_odb(repo: &Repository, objects: &str) -> Result<(), git2::Error> {
-    let old = repo.odb()?.raw() as usize;
+    let old = repo.odb().ok().and_then(|o| first_backend(&o));
     let odb = Odb::new()?;
     let backend = odb.add_new_mempack_backend(1000)?.raw();
     odb.add_disk_alternate(objects)?;
     repo.set_odb(&odb)?;
-    // A handle of its own: `git_repository_odb` takes a reference, which
-    // the handle in the list owns from now on (not tied to `repo`).
-    let handle = repo.odb()?;
-    let raw = handle.raw();
-    std::mem::forget(handle);
-    // SAFETY: `raw` is a live `git_odb` with one reference taken above and
-    // not released (the handle was forgotten); `from_raw` takes over that
-    // one reference, released when the entry is dropped.
-    let kept: Odb<'static> = unsafe { Odb::from_raw(raw) };
+    // SAFETY: `backend` is the mempack just added to `odb`, alive while
+    // `odb` is (held here); reading its `write` field reads a function
+    // pointer libgit2 set when it made the backend.
+    let write = unsafe { (*backend).write }.map_or(0, |f| f as usize);
     let mut list = installed();
-    let list = list.get_or_insert_with(HashMap::new);
-    list.remove(&old);
-    list.insert(
-        kept.raw() as usize,
-        Installed {
-            _odb: kept,
-            backend,
-        },
-    );
+    let list = list.get_or_insert_with(|| Installed {
+        backends: Default::default(),
+        write,
+    });
+    if let Some(old) = old {
+        list.backends.remove(&(old as usize));
+    }
+    list.backends.insert(backend as usize);
     Ok(())
 }
 
-/// Drop `repo`'s object database from the list (its vault is closing).
+/// Drop `repo`'s in-memory store from the list (its vault is closing).
 pub(crate) fn forget_odb(repo: &Repository) {
     if let Ok(odb) = repo.odb()
+        && let Some(b) = first_backend(&odb)
         && let Some(list) = installed().as_mut()
     {
-        list.remove(&(odb.raw() as usize));
+        list.backends.remove(&(b as usize));
     }
 }
 
@@ -192,24 +192,36 @@ pub(crate) fn mempack_write(
     data: &[u8],
 ) -> Result<bool, git2::Error> {
     let odb = repo.odb()?;
-    let list = installed();
-    let Some(entry) = list.as_ref().and_then(|l| l.get(&(odb.raw() as usize))) else {
+    let Some(backend) = first_backend(&odb) else {
         return Ok(false);
     };
+    {
+        let list = installed();
+        let Some(list) = list.as_ref() else {
+            return Ok(false);
+        };
+        // SAFETY: `backend` is the first backend of `repo`'s database,
+        // alive while `odb` (a reference to that database) is; its `write`
+        // field is a function pointer libgit2 set.
+        let write = unsafe { (*backend).write }.map_or(0, |f| f as usize);
+        // One of the stores memvault installed, still the database's
+        // first backend: a mempack (its `write` is the mempack's).
+        if !list.backends.contains(&(backend as usize)) || write != list.write || write == 0 {
+            return Ok(false);
+        }
+    }
     let kind = match kind {
         ObjectType::Blob => libgit2_sys::GIT_OBJECT_BLOB,
         ObjectType::Tree => libgit2_sys::GIT_OBJECT_TREE,
         ObjectType::Commit => libgit2_sys::GIT_OBJECT_COMMIT,
         _ => return Ok(false),
     };
-    // SAFETY: `entry.backend` is the mempack backend of the database
-    // `entry` keeps alive, and `repo` uses that very database (same
-    // address, and it cannot have been freed and reused while listed).
-    // The list's lock is held, so no other thread uses the backend. The
-    // mempack's `write` copies `len` bytes from `data`, which outlives
-    // the call, and stores them under the 20-byte id `id.raw()` points to.
+    // SAFETY: `backend` is a mempack backend owned by `repo`'s database,
+    // which `odb` keeps alive for the call; `repo` is used by one thread at
+    // a time (a vault is behind `&mut` or a mutex). The mempack's `write`
+    // copies `len` bytes from `data`, which outlives the call, and stores
+    // them under the 20-byte id `id.raw()` points to.
     let rc = unsafe {
-        let backend = entry.backend;
         match (*backend).write {
             Some(write) => write(
                 backend,
