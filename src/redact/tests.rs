@@ -67,7 +67,7 @@ fn github_token(prefix: &str, seed: u64) -> String {
     format!("{prefix}{body}{}", std::str::from_utf8(&check).unwrap())
 }
 
-fn b64_encode(data: &[u8], alphabet: &str, pad: bool) -> String {
+pub(super) fn b64_encode(data: &[u8], alphabet: &str, pad: bool) -> String {
     let a = alphabet.as_bytes();
     let mut out = String::new();
     for chunk in data.chunks(3) {
