@@ -744,6 +744,11 @@ fn redact(
         out.write_all(lines.as_bytes())?;
         crate::redact::kinds(&findings)
     } else {
+        // Megabytes of output: when standard output (where the binary
+        // sends `out`) is a pipe, a larger buffer saves most of the
+        // reader's wake-ups.
+        #[cfg(unix)]
+        crate::hygiene::widen_pipe(std::os::fd::AsFd::as_fd(&io::stdout()));
         match file {
             // Read twice in pieces: checked as UTF-8 before anything is
             // written, then redacted.

@@ -88,7 +88,7 @@ const MAX_THREADS: usize = 4;
 /// returns the kinds redacted. `piece` and `margin` are [`PIECE`] and
 /// [`MARGIN`] outside tests. Consecutive pieces are scanned on their own
 /// threads (one per available core, at most [`MAX_THREADS`]); their
-/// output is written in order.
+/// output is written in order, while the next batch is scanned.
 pub(crate) fn redact_stream(
     redactor: &Redactor,
     input: &mut dyn Read,
@@ -99,8 +99,9 @@ pub(crate) fn redact_stream(
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, MAX_THREADS);
-    let mut out = io::BufWriter::with_capacity(1 << 20, out);
     let mut kinds: Kinds = Vec::new();
+    // Output of the last batch of pieces, not yet written.
+    let mut pending: Vec<u8> = Vec::new();
     // `buf` holds the input from offset `base`; output is written up to `pos`.
     let mut buf: Vec<u8> = Vec::new();
     let (mut base, mut pos) = (0usize, 0usize);
@@ -142,24 +143,27 @@ pub(crate) fn redact_stream(
             .iter()
             .map(|&(_, ws, we)| std::str::from_utf8(&buf[ws..we]).map_err(|_| not_text()))
             .collect::<Result<Vec<&str>, CliError>>()?;
-        let found: Vec<Vec<(std::ops::Range<usize>, &str)>> = if texts.len() == 1 {
-            vec![redactor.locate(texts[0])]
-        } else {
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = texts
-                    .iter()
-                    .map(|&t| scope.spawn(move || redactor.locate(t)))
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join().map_err(|_| {
-                            CliError::failure("internal error in the redaction filter")
-                        })
-                    })
-                    .collect::<Result<Vec<_>, CliError>>()
-            })?
-        };
+        // The pieces are scanned on threads of their own while this one
+        // writes the last batch's output (a pipe's reader may be slow to
+        // take it).
+        let (found, written) = std::thread::scope(|scope| {
+            let handles: Vec<_> = texts
+                .iter()
+                .map(|&t| scope.spawn(move || redactor.locate(t)))
+                .collect();
+            let written = out.write_all(&pending);
+            let found = handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .map_err(|_| CliError::failure("internal error in the redaction filter"))
+                })
+                .collect::<Result<Vec<_>, CliError>>();
+            (found, written)
+        });
+        let found = found?;
+        written?;
+        pending.clear();
         for ((&(cut, wstart, wend), text), spans) in plans.iter().zip(&texts).zip(&found) {
             let (core_start, core_end) = (pos - base - wstart, cut - wstart);
             // A secret that runs to the window's end may go on after it:
@@ -183,10 +187,10 @@ pub(crate) fn redact_stream(
                 if r.start >= core_end {
                     continue;
                 }
-                out.write_all(&text.as_bytes()[p..r.start])?;
-                out.write_all(b"[REDACTED:")?;
-                out.write_all(rule.as_bytes())?;
-                out.write_all(b"]")?;
+                pending.extend_from_slice(&text.as_bytes()[p..r.start]);
+                pending.extend_from_slice(b"[REDACTED:");
+                pending.extend_from_slice(rule.as_bytes());
+                pending.push(b']');
                 match kinds.iter_mut().find(|(k, _)| k == rule) {
                     Some((_, n)) => *n += 1,
                     None => kinds.push(((*rule).to_owned(), 1)),
@@ -194,7 +198,7 @@ pub(crate) fn redact_stream(
                 p = r.end;
             }
             if p < core_end {
-                out.write_all(&text.as_bytes()[p..core_end])?;
+                pending.extend_from_slice(&text.as_bytes()[p..core_end]);
                 p = core_end;
             }
             pos = base + wstart + p;
@@ -205,6 +209,7 @@ pub(crate) fn redact_stream(
         buf.drain(..drop);
         base += drop;
     }
+    out.write_all(&pending)?;
     out.flush()?;
     kinds.sort();
     Ok(kinds)
