@@ -755,6 +755,13 @@ fn redact(
             Some(f) => {
                 use std::io::Seek;
                 let mut fh = std::fs::File::open(f).map_err(|e| cannot_read(f, e))?;
+                #[cfg(unix)]
+                if fh.metadata().is_ok_and(|m| m.is_file()) {
+                    redact::check_utf8_file(&fh)?;
+                } else {
+                    redact::check_utf8(&mut fh)?;
+                }
+                #[cfg(not(unix))]
                 redact::check_utf8(&mut fh)?;
                 fh.rewind().map_err(|e| cannot_read(f, e))?;
                 redact::redact_stream(&redactor, &mut fh, out, redact::PIECE, redact::MARGIN)?

@@ -1,14 +1,18 @@
 //! `memvault redact [FILE]`: the filter over a file or stdin, a piece at a
 //! time.
 //!
-//! A file is read twice, in pieces of about a MiB into reused buffers:
-//! once to check that it is UTF-8 (so a file that is not text is refused
-//! before anything is written), then to redact it. Each piece ends at a
+//! A file is read twice, in pieces into reused buffers: once to check
+//! that it is UTF-8 (so a file that is not text is refused before
+//! anything is written; a regular file's pieces are checked on several
+//! threads, see [`check_utf8_file`]), then to redact it, about a MiB at
+//! a time. Each piece ends at a
 //! line break and is scanned together with [`MARGIN`] bytes before and
 //! after it, more than any rule reads for context; a secret that reaches
 //! the end of that window (a long key block) makes the window grow until
 //! the secret ends inside it. Consecutive pieces are scanned on threads of
-//! their own. Findings that start in the piece are
+//! their own, while the output of the batch before is written (stdout,
+//! when a pipe, is asked for a 1 MiB buffer). Findings that start in the
+//! piece are
 //! redacted, so the output is what redacting the whole text at once
 //! gives, while memory stays a few MiB whatever the file's size: the
 //! piece is scanned while it is still in cache, and no fresh memory is
@@ -54,6 +58,61 @@ pub(crate) fn check_utf8(input: &mut dyn Read) -> Result<(), CliError> {
             Err(_) => return Err(not_text()),
         }
     }
+}
+
+/// Checks that the file `f` is UTF-8, reading pieces of it on several
+/// threads at once (one per available core, at most [`MAX_THREADS`]):
+/// for a file already in the page cache, this check costs as much as
+/// reading it, and would otherwise keep all but one core idle.
+///
+/// Each piece is checked from its first byte that is not a UTF-8
+/// continuation byte to the first such byte after its end, so every
+/// character falls whole in exactly one piece, and the file is UTF-8 if
+/// and only if every piece is (a piece that starts with more than three
+/// continuation bytes is not).
+#[cfg(unix)]
+pub(crate) fn check_utf8_file(f: &std::fs::File) -> Result<(), CliError> {
+    use std::os::unix::fs::FileExt;
+    let len = usize::try_from(f.metadata()?.len())
+        .map_err(|_| CliError::failure("the input is too large"))?;
+    let pieces = len.div_ceil(CHECK_PIECE);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MAX_THREADS)
+        .min(pieces.max(1));
+    let check = |t: usize| -> Result<(), CliError> {
+        let mut buf = vec![0u8; CHECK_PIECE + 4];
+        for k in (t..pieces).step_by(threads) {
+            let start = k * CHECK_PIECE;
+            let end = (start + CHECK_PIECE + 4).min(len);
+            let b = &mut buf[..end - start];
+            f.read_exact_at(b, start as u64)?;
+            let continuation = |c: &u8| c & 0xc0 == 0x80;
+            let from = if start == 0 {
+                0
+            } else {
+                b.iter().take(4).take_while(|c| continuation(c)).count()
+            };
+            let core = CHECK_PIECE.min(b.len());
+            let to = core + b[core..].iter().take_while(|c| continuation(c)).count();
+            if from > 3 || std::str::from_utf8(&b[from..to]).is_err() {
+                return Err(not_text());
+            }
+        }
+        Ok(())
+    };
+    if threads == 1 {
+        return check(0);
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| scope.spawn(move || check(t)))
+            .collect();
+        handles.into_iter().try_for_each(|h| {
+            h.join()
+                .map_err(|_| CliError::failure("internal error in the UTF-8 check"))?
+        })
+    })
 }
 
 /// Appends up to `want` bytes of `input` to `buf` (fewer only at its
@@ -316,6 +375,46 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "before\n[REDACTED:private-key]\nafter\n"
         );
+    }
+
+    /// The file check against `from_utf8` of the whole file, for text
+    /// whose characters straddle piece ends at every offset, and for one
+    /// bad byte placed around piece ends.
+    #[cfg(unix)]
+    #[test]
+    fn utf8_file_check_agrees_with_the_whole_text_check() {
+        use std::io::Write as _;
+        let check = |bytes: &[u8]| {
+            let mut f = tempfile::tempfile().unwrap();
+            f.write_all(bytes).unwrap();
+            check_utf8_file(&f).is_ok()
+        };
+        assert!(check(b""));
+        for lead in 0..4 {
+            let text = format!("{}{}", "a".repeat(lead), "日本語€ß".repeat(200_000));
+            assert!(check(text.as_bytes()), "lead {lead}");
+            for at in [
+                CHECK_PIECE - 2,
+                CHECK_PIECE,
+                CHECK_PIECE + 1,
+                3 * CHECK_PIECE + 3,
+            ] {
+                for bad in [0xffu8, 0x80, 0xe6] {
+                    let mut b = text.clone().into_bytes();
+                    b[at] = bad;
+                    assert_eq!(
+                        check(&b),
+                        std::str::from_utf8(&b).is_ok(),
+                        "{lead} {at} {bad}"
+                    );
+                }
+            }
+            let mut cut = text.into_bytes();
+            cut.truncate(CHECK_PIECE * 2 + 1);
+            assert_eq!(check(&cut), std::str::from_utf8(&cut).is_ok());
+        }
+        // Continuation bytes only, across a piece end.
+        assert!(!check(&vec![0x80; CHECK_PIECE + 10]));
     }
 
     #[test]
