@@ -143,11 +143,80 @@ fn not_text() -> CliError {
 /// Pieces scanned at once, one per thread (at most).
 const MAX_THREADS: usize = 4;
 
+/// A stretch of the input held in memory: `data[..filled]` is the input
+/// from offset `base`. `data` keeps its length between batches, so a
+/// read lands in memory already written once (no zeroing per batch).
+#[derive(Default)]
+struct Held {
+    data: Vec<u8>,
+    filled: usize,
+    base: usize,
+}
+
+impl Held {
+    /// Reads up to `want` more bytes of `input`; returns how many (0 at
+    /// its end).
+    fn fill(&mut self, input: &mut dyn Read, want: usize) -> io::Result<usize> {
+        let end = self.filled + want;
+        if self.data.len() < end {
+            self.data.resize(end, 0);
+        }
+        let mut got = 0;
+        while got < want {
+            match input.read(&mut self.data[self.filled + got..end]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.filled += got;
+                    return Err(e);
+                }
+            }
+        }
+        self.filled += got;
+        Ok(got)
+    }
+
+    /// Makes this the input from offset `from` on, as `other` holds it.
+    fn take_tail(&mut self, other: &Held, from: usize) {
+        let tail = &other.data[from - other.base..other.filled];
+        if self.data.len() < tail.len() {
+            self.data.resize(tail.len(), 0);
+        }
+        self.data[..tail.len()].copy_from_slice(tail);
+        self.filled = tail.len();
+        self.base = from;
+    }
+}
+
+/// A piece of output: input bytes (a range of the batch's [`Held`]) or a
+/// marker naming a rule.
+enum Out<'r> {
+    Text(std::ops::Range<usize>),
+    Marker(&'r str),
+}
+
+fn write_out(out: &mut dyn Write, held: &[u8], pieces: &[Out<'_>]) -> io::Result<()> {
+    for p in pieces {
+        match p {
+            Out::Text(r) => out.write_all(&held[r.clone()])?,
+            Out::Marker(rule) => {
+                out.write_all(b"[REDACTED:")?;
+                out.write_all(rule.as_bytes())?;
+                out.write_all(b"]")?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Writes `input` to `out` with every secret replaced by its marker;
 /// returns the kinds redacted. `piece` and `margin` are [`PIECE`] and
 /// [`MARGIN`] outside tests. Consecutive pieces are scanned on their own
 /// threads (one per available core, at most [`MAX_THREADS`]); their
-/// output is written in order, while the next batch is scanned.
+/// output is written in order, while the next batch is scanned. Two
+/// buffers take turns: the batch being scanned, and the one before it,
+/// whose output is written straight from it (no copy of the text).
 pub(crate) fn redact_stream(
     redactor: &Redactor,
     input: &mut dyn Read,
@@ -158,23 +227,28 @@ pub(crate) fn redact_stream(
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, MAX_THREADS);
+    // Clean stretches go straight through; markers and the short text
+    // between them are gathered.
+    let mut out = io::BufWriter::with_capacity(64 << 10, out);
     let mut kinds: Kinds = Vec::new();
-    // Output of the last batch of pieces, not yet written.
-    let mut pending: Vec<u8> = Vec::new();
-    // `buf` holds the input from offset `base`; output is written up to `pos`.
-    let mut buf: Vec<u8> = Vec::new();
-    let (mut base, mut pos) = (0usize, 0usize);
+    // `cur`: the batch to scan; `old`: the batch before, whose output
+    // (`pending`) is not written yet.
+    let (mut cur, mut old) = (Held::default(), Held::default());
+    let mut pending: Vec<Out<'_>> = Vec::new();
+    // Output is written up to input offset `pos`.
+    let mut pos = 0usize;
     let mut margin = margin;
     let mut eof = false;
     loop {
-        let rel = pos - base;
+        let rel = pos - cur.base;
         let ahead = threads * piece + margin;
-        while !eof && buf.len() < rel + ahead {
-            let want = rel + ahead - buf.len();
-            if fill(input, &mut buf, want.max(64 << 10))? == 0 {
+        while !eof && cur.filled < rel + ahead {
+            let want = rel + ahead - cur.filled;
+            if cur.fill(input, want.max(64 << 10))? == 0 {
                 eof = true;
             }
         }
+        let buf = &cur.data[..cur.filled];
         if rel >= buf.len() && eof {
             break;
         }
@@ -191,11 +265,11 @@ pub(crate) fn redact_stream(
                 let target = start + piece;
                 let cut = match memchr::memrchr(b'\n', &buf[start..target]) {
                     Some(i) => start + i + 1,
-                    None => char_floor(&buf, target).max(start + 1),
+                    None => char_floor(buf, target).max(start + 1),
                 };
-                (cut, char_floor(&buf, (cut + margin).min(limit)))
+                (cut, char_floor(buf, (cut + margin).min(limit)))
             };
-            plans.push((cut, char_ceil(&buf, start.saturating_sub(margin)), wend));
+            plans.push((cut, char_ceil(buf, start.saturating_sub(margin)), wend));
             start = cut;
         }
         let texts = plans
@@ -210,7 +284,7 @@ pub(crate) fn redact_stream(
                 .iter()
                 .map(|&t| scope.spawn(move || redactor.locate(t)))
                 .collect();
-            let written = out.write_all(&pending);
+            let written = write_out(&mut out, &old.data, &pending);
             let found = handles
                 .into_iter()
                 .map(|h| {
@@ -224,7 +298,7 @@ pub(crate) fn redact_stream(
         written?;
         pending.clear();
         for ((&(cut, wstart, wend), text), spans) in plans.iter().zip(&texts).zip(&found) {
-            let (core_start, core_end) = (pos - base - wstart, cut - wstart);
+            let (core_start, core_end) = (pos - cur.base - wstart, cut - wstart);
             // A secret that runs to the window's end may go on after it:
             // scan this piece again with more context.
             let reaches_end = !(eof && wend == buf.len())
@@ -246,10 +320,10 @@ pub(crate) fn redact_stream(
                 if r.start >= core_end {
                     continue;
                 }
-                pending.extend_from_slice(&text.as_bytes()[p..r.start]);
-                pending.extend_from_slice(b"[REDACTED:");
-                pending.extend_from_slice(rule.as_bytes());
-                pending.push(b']');
+                if p < r.start {
+                    pending.push(Out::Text(wstart + p..wstart + r.start));
+                }
+                pending.push(Out::Marker(rule));
                 match kinds.iter_mut().find(|(k, _)| k == rule) {
                     Some((_, n)) => *n += 1,
                     None => kinds.push(((*rule).to_owned(), 1)),
@@ -257,24 +331,27 @@ pub(crate) fn redact_stream(
                 p = r.end;
             }
             if p < core_end {
-                pending.extend_from_slice(&text.as_bytes()[p..core_end]);
+                pending.push(Out::Text(wstart + p..wstart + core_end));
                 p = core_end;
             }
-            pos = base + wstart + p;
+            pos = cur.base + wstart + p;
         }
         drop(found);
-        // Keep `margin` bytes before `pos` as context for the next piece.
-        let drop = (pos - base).saturating_sub(margin).min(buf.len());
-        buf.drain(..drop);
-        base += drop;
+        // The next batch starts with `margin` bytes before `pos` as
+        // context, in the other buffer: this one's output is pending.
+        let from = pos
+            .saturating_sub(margin)
+            .max(cur.base)
+            .min(cur.base + cur.filled);
+        old.take_tail(&cur, from);
+        std::mem::swap(&mut cur, &mut old);
     }
-    out.write_all(&pending)?;
+    write_out(&mut out, &old.data, &pending)?;
     out.flush()?;
     kinds.sort();
     Ok(kinds)
 }
 
-/// The largest character boundary of `b` at or before `i`.
 fn char_floor(b: &[u8], mut i: usize) -> usize {
     while i > 0 && i < b.len() && (b[i] as i8) < -0x40 {
         i -= 1;
