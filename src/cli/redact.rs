@@ -179,13 +179,18 @@ impl Held {
 
     /// Makes this the input from offset `from` on, as `other` holds it.
     fn take_tail(&mut self, other: &Held, from: usize) {
-        let tail = &other.data[from - other.base..other.filled];
-        if self.data.len() < tail.len() {
-            self.data.resize(tail.len(), 0);
-        }
-        self.data[..tail.len()].copy_from_slice(tail);
-        self.filled = tail.len();
+        self.filled = 0;
         self.base = from;
+        self.append(&other.data[from - other.base..other.filled]);
+    }
+
+    fn append(&mut self, bytes: &[u8]) {
+        let end = self.filled + bytes.len();
+        if self.data.len() < end {
+            self.data.resize(end, 0);
+        }
+        self.data[self.filled..end].copy_from_slice(bytes);
+        self.filled = end;
     }
 }
 
@@ -212,10 +217,14 @@ fn write_out(out: &mut dyn Write, held: &[u8], pieces: &[Out<'_>]) -> io::Result
 
 /// Writes `input` to `out` with every secret replaced by its marker;
 /// returns the kinds redacted. `piece` and `margin` are [`PIECE`] and
-/// [`MARGIN`] outside tests. Consecutive pieces are scanned on their own
-/// threads (one per available core, at most [`MAX_THREADS`]); their
-/// output is written in order, while the next batch is scanned. Two
-/// buffers take turns: the batch being scanned, and the one before it,
+/// [`MARGIN`] outside tests.
+///
+/// Consecutive pieces are scanned on their own threads (one per
+/// available core, at most [`MAX_THREADS`]), each checking its window is
+/// UTF-8 first. Meanwhile this thread reads the next batch and writes the
+/// output of the batch before, in order. Three buffers take turns: the
+/// batch being scanned, the next one being read (it starts with the
+/// scanned batch's last `margin` bytes, as context), and the one before,
 /// whose output is written straight from it (no copy of the text).
 pub(crate) fn redact_stream(
     redactor: &Redactor,
@@ -231,9 +240,10 @@ pub(crate) fn redact_stream(
     // between them are gathered.
     let mut out = io::BufWriter::with_capacity(64 << 10, out);
     let mut kinds: Kinds = Vec::new();
-    // `cur`: the batch to scan; `old`: the batch before, whose output
-    // (`pending`) is not written yet.
-    let (mut cur, mut old) = (Held::default(), Held::default());
+    // `cur`: the batch to scan; `next`: the batch after it, read while
+    // `cur` is scanned; `old`: the batch before, whose output (`pending`)
+    // is written meanwhile.
+    let (mut cur, mut next, mut old) = (Held::default(), Held::default(), Held::default());
     let mut pending: Vec<Out<'_>> = Vec::new();
     // Output is written up to input offset `pos`.
     let mut pos = 0usize;
@@ -252,14 +262,17 @@ pub(crate) fn redact_stream(
         if rel >= buf.len() && eof {
             break;
         }
+        // Whether `buf` ends where the input does (`eof` may change below,
+        // while the next batch is read).
+        let whole = eof;
         // The pieces: (cut, window start, window end), the first starting
         // at `rel` and each next one at the last one's cut.
         // The buffer may end inside a character until the input ends.
-        let limit = if eof { buf.len() } else { buf.len() - 1 };
+        let limit = if whole { buf.len() } else { buf.len() - 1 };
         let mut plans: Vec<(usize, usize, usize)> = Vec::with_capacity(threads);
         let mut start = rel;
         while plans.len() < threads && start < buf.len() {
-            let (cut, wend) = if eof && buf.len() <= start + piece + margin {
+            let (cut, wend) = if whole && buf.len() <= start + piece + margin {
                 (buf.len(), buf.len())
             } else {
                 let target = start + piece;
@@ -272,36 +285,48 @@ pub(crate) fn redact_stream(
             plans.push((cut, char_ceil(buf, start.saturating_sub(margin)), wend));
             start = cut;
         }
-        let texts = plans
-            .iter()
-            .map(|&(_, ws, we)| std::str::from_utf8(&buf[ws..we]).map_err(|_| not_text()))
-            .collect::<Result<Vec<&str>, CliError>>()?;
-        // The pieces are scanned on threads of their own while this one
-        // writes the last batch's output (a pipe's reader may be slow to
-        // take it).
-        let (found, written) = std::thread::scope(|scope| {
-            let handles: Vec<_> = texts
+        // Where the next batch starts when every piece is done.
+        let last_cut = cur.base + start;
+        let (found, ready) = std::thread::scope(|scope| {
+            let handles: Vec<_> = plans
                 .iter()
-                .map(|&t| scope.spawn(move || redactor.locate(t)))
+                .map(|&(_, ws, we)| {
+                    let window = &buf[ws..we];
+                    scope.spawn(move || {
+                        let text = std::str::from_utf8(window).map_err(|_| not_text())?;
+                        Ok::<_, CliError>((text, redactor.locate(text)))
+                    })
+                })
                 .collect();
-            let written = write_out(&mut out, &old.data, &pending);
+            // The next batch: this one's last `margin` bytes, then input.
+            let ready = (|| -> Result<(), CliError> {
+                next.take_tail(&cur, last_cut.saturating_sub(margin).max(cur.base));
+                while !eof && next.filled < last_cut - next.base + ahead {
+                    let want = last_cut - next.base + ahead - next.filled;
+                    if next.fill(input, want.max(64 << 10))? == 0 {
+                        eof = true;
+                    }
+                }
+                write_out(&mut out, &old.data, &pending)?;
+                Ok(())
+            })();
             let found = handles
                 .into_iter()
                 .map(|h| {
                     h.join()
-                        .map_err(|_| CliError::failure("internal error in the redaction filter"))
+                        .map_err(|_| CliError::failure("internal error in the redaction filter"))?
                 })
                 .collect::<Result<Vec<_>, CliError>>();
-            (found, written)
+            (found, ready)
         });
         let found = found?;
-        written?;
+        ready?;
         pending.clear();
-        for ((&(cut, wstart, wend), text), spans) in plans.iter().zip(&texts).zip(&found) {
+        for (&(cut, wstart, wend), (text, spans)) in plans.iter().zip(&found) {
             let (core_start, core_end) = (pos - cur.base - wstart, cut - wstart);
             // A secret that runs to the window's end may go on after it:
             // scan this piece again with more context.
-            let reaches_end = !(eof && wend == buf.len())
+            let reaches_end = !(whole && wend == buf.len())
                 && spans
                     .iter()
                     .any(|(r, _)| r.start < core_end && r.end + margin / 2 > text.len());
@@ -337,14 +362,19 @@ pub(crate) fn redact_stream(
             pos = cur.base + wstart + p;
         }
         drop(found);
-        // The next batch starts with `margin` bytes before `pos` as
-        // context, in the other buffer: this one's output is pending.
-        let from = pos
-            .saturating_sub(margin)
-            .max(cur.base)
-            .min(cur.base + cur.filled);
-        old.take_tail(&cur, from);
-        std::mem::swap(&mut cur, &mut old);
+        if pos != last_cut {
+            // Stopped early (a secret reached a window's end): the next
+            // batch starts `margin` bytes before `pos`, in what `cur`
+            // holds, then what `next` read beyond it.
+            let from = pos.saturating_sub(margin).max(cur.base);
+            old.take_tail(&cur, from);
+            let beyond = cur.base + cur.filled - next.base;
+            old.append(&next.data[beyond.min(next.filled)..next.filled]);
+            std::mem::swap(&mut next, &mut old);
+        }
+        // `cur` holds the output's text now, `next` the next batch.
+        std::mem::swap(&mut old, &mut cur);
+        std::mem::swap(&mut cur, &mut next);
     }
     write_out(&mut out, &old.data, &pending)?;
     out.flush()?;
@@ -416,6 +446,21 @@ mod tests {
         out
     }
 
+    /// A reader that gives at most `most` bytes a read.
+    struct Trickle<'a> {
+        rest: &'a [u8],
+        most: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = buf.len().min(self.most).min(self.rest.len());
+            buf[..n].copy_from_slice(&self.rest[..n]);
+            self.rest = &self.rest[n..];
+            Ok(n)
+        }
+    }
+
     #[test]
     fn piece_by_piece_output_equals_whole_text_redaction() {
         let r = redactor();
@@ -423,15 +468,27 @@ mod tests {
             let text = corpus(seed, 40_000);
             let whole = r.redact(&text);
             for (piece, margin) in [(97, 2048), (1000, 4096), (4096, 256), (50_000, 64)] {
-                let mut out = Vec::new();
-                let kinds =
-                    redact_stream(&r, &mut text.as_bytes(), &mut out, piece, margin).unwrap();
-                assert_eq!(
-                    String::from_utf8(out).unwrap(),
-                    whole.text,
-                    "seed {seed}, piece {piece}, margin {margin}"
-                );
-                assert_eq!(kinds, whole.kinds());
+                // Reads of any size: the whole request, or a few bytes
+                // at a time (the batches then end wherever reads do).
+                let reads: &[usize] = if seed < 4 {
+                    &[usize::MAX, 1, 333]
+                } else {
+                    &[usize::MAX]
+                };
+                for &most in reads {
+                    let mut input = Trickle {
+                        rest: text.as_bytes(),
+                        most,
+                    };
+                    let mut out = Vec::new();
+                    let kinds = redact_stream(&r, &mut input, &mut out, piece, margin).unwrap();
+                    assert_eq!(
+                        String::from_utf8(out).unwrap(),
+                        whole.text,
+                        "seed {seed}, piece {piece}, margin {margin}, reads of {most}"
+                    );
+                    assert_eq!(kinds, whole.kinds());
+                }
             }
         }
     }
