@@ -3,12 +3,14 @@
 # main workspace) and runs each one briefly on its committed corpus.
 #
 #   bash .ci/fuzz.sh                 # build, then 10 s per target
-#   FUZZ_SECONDS=0 bash .ci/fuzz.sh  # build only
+#   FUZZ_SECONDS=0 bash .ci/fuzz.sh  # build only (.ci/test runs this
+#                                    # beside the crash rounds)
 #
 # Needs cargo-fuzz; installs the pinned version when it is missing (about
-# one minute on these machines). On a clean machine the whole script takes
-# about 7 minutes: install ~1 min, cold ASan build ~4.5 min, 7 x 10 s runs. Stable toolchain only: RUSTC_BOOTSTRAP=1
-# lets stable rustc take the -Z sanitizer flags cargo-fuzz passes.
+# one minute on these machines). The targets use the library without its
+# command line (fuzz/Cargo.toml: memvault without the default `cli`
+# feature). Stable toolchain only: RUSTC_BOOTSTRAP=1 lets stable rustc take
+# the -Z sanitizer flags cargo-fuzz passes.
 # A crash leaves its input in fuzz/artifacts/<target>/ and fails the script.
 # The committed inputs also replay without libFuzzer on every `cargo test`
 # (tests/it/fuzz_replay.rs).
@@ -28,26 +30,59 @@ fi
 echo "== [$(date -u +%T)] cargo fuzz build"
 cargo fuzz build
 
+# One target per core at a time: each run is one libFuzzer process, so
+# FUZZ_JOBS (default: the core count) targets run side by side, each for
+# its full FUZZ_SECONDS on a core of its own. Output is printed per target
+# once its run ends.
+run_target() {
+  local target=$1
+  # New inputs go to work/ (ignored by git); the committed seeds are read only.
+  mkdir -p "work/$target"
+  local extra=()
+  if [ -f "dict/$target.dict" ]; then
+    extra+=("-dict=dict/$target.dict")
+  fi
+  local seeds=("corpus/$target")
+  # pack_merge runs like the others: memvault validates every pack before
+  # libgit2 reads it (src/vault/objects.rs), so the damaged pack that
+  # crashed libgit2's pack reader (now artifacts/pack_merge/, replayed by
+  # cargo test) is refused as damage; each run starts from it too.
+  if [ "$target" = pack_merge ]; then
+    seeds+=("artifacts/pack_merge")
+  fi
+  cargo fuzz run "$target" "work/$target" "${seeds[@]}" -- \
+    -max_total_time="$FUZZ_SECONDS" -timeout=20 -rss_limit_mb=2048 \
+    -print_final_stats=1 "${extra[@]}"
+}
+
 if [ "$FUZZ_SECONDS" -gt 0 ]; then
-  for target in $(cargo fuzz list); do
-    # pack_merge runs like the others: memvault validates every pack before
-    # libgit2 reads it (src/vault/objects.rs), so the damaged pack that
-    # crashed libgit2's pack reader (now artifacts/pack_merge/, replayed by
-    # cargo test) is refused as damage; each run starts from it too.
-    echo "== [$(date -u +%T)] cargo fuzz run $target (${FUZZ_SECONDS}s)"
-    # New inputs go to work/ (ignored by git); the committed seeds are read only.
-    mkdir -p "work/$target"
-    extra=()
-    if [ -f "dict/$target.dict" ]; then
-      extra+=("-dict=dict/$target.dict")
-    fi
-    seeds=("corpus/$target")
-    if [ "$target" = pack_merge ]; then
-      seeds+=("artifacts/pack_merge")
-    fi
-    cargo fuzz run "$target" "work/$target" "${seeds[@]}" -- \
-      -max_total_time="$FUZZ_SECONDS" -timeout=20 -rss_limit_mb=2048 \
-      -print_final_stats=1 "${extra[@]}" 2>&1 | tail -n 25
+  FUZZ_JOBS=${FUZZ_JOBS:-$(nproc)}
+  logs=$(mktemp -d)
+  targets=($(cargo fuzz list))
+  failed=()
+  for ((i = 0; i < ${#targets[@]}; i += FUZZ_JOBS)); do
+    batch=("${targets[@]:i:FUZZ_JOBS}")
+    pids=()
+    for target in "${batch[@]}"; do
+      echo "== [$(date -u +%T)] cargo fuzz run $target (${FUZZ_SECONDS}s)"
+      run_target "$target" >"$logs/$target" 2>&1 &
+      pids+=($!)
+    done
+    for j in "${!batch[@]}"; do
+      target=${batch[$j]}
+      rc=0
+      wait "${pids[$j]}" || rc=$?
+      echo "== [$(date -u +%T)] $target: exit $rc; the end of its output:"
+      tail -n 25 "$logs/$target"
+      if [ "$rc" -ne 0 ]; then
+        failed+=("$target")
+      fi
+    done
   done
+  rm -rf "$logs"
+  if [ "${#failed[@]}" -gt 0 ]; then
+    echo "fuzz: failed: ${failed[*]} (inputs in fuzz/artifacts/<target>/)" >&2
+    exit 1
+  fi
 fi
 echo "== [$(date -u +%T)] fuzz: ok"

@@ -14,7 +14,8 @@
 //! - [`vault`]: the encrypted git store (the only user of git2: its API
 //!   names commits as [`vault::Rev`] and shows no git2 type);
 //! - [`redact`]: the secret filter (the only place that compiles regexes);
-//! - [`protocol`] and `cli`: JSON-lines framing and the command line.
+//! - [`protocol`] and `cli`: JSON-lines framing and the command line (`cli`
+//!   only with the default feature `cli`, which the binary requires).
 //!
 //! # Using the library
 //!
@@ -33,6 +34,7 @@
 //! ```
 #![deny(unsafe_code)]
 
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod crypto;
 #[allow(unsafe_code)]

@@ -271,6 +271,7 @@ pub(crate) fn too_long_reply(n: usize, max_line: usize) -> Reply {
 
 /// The answer to an empty request frame (a `serve` follower never sends
 /// one; its client's blank lines get no answer).
+#[cfg(feature = "cli")]
 pub(crate) fn blank_reply() -> Reply {
     error_reply(
         None,

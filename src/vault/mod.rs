@@ -47,7 +47,9 @@ mod tree;
 mod treeedit;
 
 // The rooms, by their short names for the code of this module.
-pub(crate) use audit::{history, inspect, undo, verify};
+#[cfg(feature = "cli")]
+pub(crate) use audit::inspect;
+pub(crate) use audit::{history, undo, verify};
 pub(crate) use checkpoint::{checkpoint_locked, sync_tree};
 pub use engine::fsync;
 pub(crate) use engine::{MAIN_REF, checkpoint, fsx, gc, lock, objects, wal};

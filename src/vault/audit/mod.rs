@@ -12,6 +12,7 @@
 
 pub(crate) mod history;
 pub(crate) mod index;
+#[cfg(feature = "cli")]
 pub(crate) mod inspect;
 pub(crate) mod undo;
 pub(crate) mod verify;

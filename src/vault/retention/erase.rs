@@ -535,6 +535,7 @@ impl Vault {
 }
 
 /// Durations as people write them: `90s`, `30m`, `12h`, `30d`, `2w`.
+#[cfg(feature = "cli")]
 pub fn parse_duration_ms(s: &str) -> Option<u64> {
     let s = s.trim();
     let unit = s.chars().last()?;
