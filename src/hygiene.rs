@@ -3,7 +3,7 @@
 //! Owns: the only libc calls of memvault. [`disable_core_dumps`] sets
 //! `RLIMIT_CORE` to 0 (soft and hard) and, on Linux, `PR_SET_DUMPABLE` to 0,
 //! which also stops other processes of the same user from attaching with
-//! ptrace or reading `/proc/<pid>/mem`. [`widen_stdout_pipe`] is the one
+//! ptrace or reading `/proc/<pid>/mem`. [`widen_pipe`] is the one
 //! call here that is about speed, not hygiene: a larger pipe buffer for
 //! `memvault redact`'s output.
 //!
@@ -42,7 +42,7 @@ pub fn disable_core_dumps() -> io::Result<()> {
     Ok(())
 }
 
-/// Bytes asked for a pipe on standard output: what an unprivileged
+/// Bytes asked for a pipe's buffer: what an unprivileged
 /// process may set by default on Linux (`/proc/sys/fs/pipe-max-size`).
 #[cfg(target_os = "linux")]
 const PIPE_SIZE: libc::c_int = 1 << 20;
@@ -76,8 +76,6 @@ mod tests {
 
     const CHILD: &str = "MEMVAULT_HYGIENE_CHILD";
 
-    /// Runs in a child process (see below): the test binary itself keeps
-    /// its core-dump setting.
     #[cfg(target_os = "linux")]
     #[test]
     fn a_pipe_is_widened_and_a_file_left_alone() {
@@ -92,6 +90,8 @@ mod tests {
         assert!(!widen_pipe(file.as_fd()));
     }
 
+    /// Runs in a child process (see below): the test binary itself keeps
+    /// its core-dump setting.
     #[test]
     fn core_dumps_off_in_child() {
         if std::env::var_os(CHILD).is_none() {

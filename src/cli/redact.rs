@@ -115,25 +115,29 @@ pub(crate) fn check_utf8_file(f: &std::fs::File) -> Result<(), CliError> {
     })
 }
 
-/// Appends up to `want` bytes of `input` to `buf` (fewer only at its
-/// end), in as few reads as the input allows; returns how many.
-fn fill(input: &mut dyn Read, buf: &mut Vec<u8>, want: usize) -> io::Result<usize> {
-    let start = buf.len();
-    buf.resize(start + want, 0);
+/// Reads `input` into `buf` until `buf` is full or the input ends, in as
+/// few reads as the input allows; returns how many bytes it read.
+fn read_full(input: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
     let mut got = 0;
-    while got < want {
-        match input.read(&mut buf[start + got..]) {
+    while got < buf.len() {
+        match input.read(&mut buf[got..]) {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                buf.truncate(start + got);
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         }
     }
-    buf.truncate(start + got);
     Ok(got)
+}
+
+/// Appends up to `want` bytes of `input` to `buf` (fewer only at its
+/// end); returns how many.
+fn fill(input: &mut dyn Read, buf: &mut Vec<u8>, want: usize) -> io::Result<usize> {
+    let start = buf.len();
+    buf.resize(start + want, 0);
+    let got = read_full(input, &mut buf[start..]);
+    buf.truncate(start + *got.as_ref().unwrap_or(&0));
+    got
 }
 
 fn not_text() -> CliError {
@@ -154,27 +158,21 @@ struct Held {
 }
 
 impl Held {
-    /// Reads up to `want` more bytes of `input`; returns how many (0 at
-    /// its end).
-    fn fill(&mut self, input: &mut dyn Read, want: usize) -> io::Result<usize> {
-        let end = self.filled + want;
-        if self.data.len() < end {
-            self.data.resize(end, 0);
+    /// Reads `input` until this holds it up to offset `end`, in reads of
+    /// at least 64 KiB; returns whether the input ended first.
+    fn fill_to(&mut self, input: &mut dyn Read, end: usize) -> io::Result<bool> {
+        let want = end.saturating_sub(self.base + self.filled);
+        if want == 0 {
+            return Ok(false);
         }
-        let mut got = 0;
-        while got < want {
-            match input.read(&mut self.data[self.filled + got..end]) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    self.filled += got;
-                    return Err(e);
-                }
-            }
+        let want = want.max(64 << 10);
+        let stop = self.filled + want;
+        if self.data.len() < stop {
+            self.data.resize(stop, 0);
         }
+        let got = read_full(input, &mut self.data[self.filled..stop])?;
         self.filled += got;
-        Ok(got)
+        Ok(got < want)
     }
 
     /// Makes this the input from offset `from` on, as `other` holds it.
@@ -252,11 +250,8 @@ pub(crate) fn redact_stream(
     loop {
         let rel = pos - cur.base;
         let ahead = threads * piece + margin;
-        while !eof && cur.filled < rel + ahead {
-            let want = rel + ahead - cur.filled;
-            if cur.fill(input, want.max(64 << 10))? == 0 {
-                eof = true;
-            }
+        if !eof {
+            eof = cur.fill_to(input, pos + ahead)?;
         }
         let buf = &cur.data[..cur.filled];
         if rel >= buf.len() && eof {
@@ -301,11 +296,8 @@ pub(crate) fn redact_stream(
             // The next batch: this one's last `margin` bytes, then input.
             let ready = (|| -> Result<(), CliError> {
                 next.take_tail(&cur, last_cut.saturating_sub(margin).max(cur.base));
-                while !eof && next.filled < last_cut - next.base + ahead {
-                    let want = last_cut - next.base + ahead - next.filled;
-                    if next.fill(input, want.max(64 << 10))? == 0 {
-                        eof = true;
-                    }
+                if !eof {
+                    eof = next.fill_to(input, last_cut + ahead)?;
                 }
                 write_out(&mut out, &old.data, &pending)?;
                 Ok(())

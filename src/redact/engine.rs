@@ -8,8 +8,8 @@
 //!    and a hash of the bytes before it ([`Heads`]). The others are
 //!    searched with SIMD multi-literal searchers (Teddy, through
 //!    `aho-corasick`'s packed API): keywords starting with a lower-case
-//!    letter in groups of at most 8, one per Teddy bucket, so that prose
-//!    sets off no false candidate, the rest (rare in prose) in wider
+//!    letter in groups of at most 8, about one per Teddy bucket, so that
+//!    prose sets off few false candidates, the rest (rare in prose) in wider
 //!    groups; three-byte keywords share groups so the others get four-byte
 //!    fingerprints. Every occurrence is reported, overlapping ones
 //!    included. Hits are gathered a block of text at a time.
@@ -244,7 +244,7 @@ pub(crate) struct Engine {
 /// that start with a lower-case letter (the common bytes of prose). Slim
 /// Teddy has eight buckets: with one keyword in each, a bucket's
 /// fingerprint is that keyword's first bytes exactly, so prose sets off
-/// no false candidate. Verifying false candidates cost more than the
+/// few false candidates. Verifying false candidates cost more than the
 /// extra pass: on prose with no keyword, four groups of eight scan about
 /// 10% faster than two of sixteen (`REDACT_BENCH=plain cargo bench
 /// --bench redact`).
