@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::util::{TestVault, is_error, run_with_stdin, text};
+use crate::util::{TestVault, bin, is_error, run_with_stdin, text};
 
 fn serve_raw(t: &TestVault, lines: &[&str]) -> Vec<Value> {
     t.serve(&lines.iter().map(|l| l.to_string()).collect::<Vec<_>>())
@@ -227,14 +227,20 @@ fn export_into_a_dangling_symlink_is_refused_as_such() {
     assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
 }
 
-/// Run `memvault` so that mode bits apply: as root, the test vault is
-/// handed to `nobody` and the command runs as `nobody`.
-fn as_unprivileged(t: &TestVault, cmd: &mut std::process::Command) {
+/// A `memvault` command on `t` that mode bits apply to: as root, the test
+/// vault is handed to `nobody` and the command runs as `nobody`. It runs a
+/// copy of the binary kept beside the vault: the build may sit where
+/// `nobody` cannot reach it (a clone inside a `mktemp -d` directory).
+fn unprivileged_cmd(t: &TestVault) -> std::process::Command {
     use std::os::unix::fs::MetadataExt;
     use std::os::unix::process::CommandExt;
     let probe = tempfile::tempfile().unwrap();
     if probe.metadata().unwrap().uid() != 0 {
-        return;
+        return t.cmd();
+    }
+    let program = t.tmp.path().join("memvault-copy");
+    if !program.exists() {
+        std::fs::copy(bin(), &program).unwrap();
     }
     let mut stack = vec![t.tmp.path().to_path_buf()];
     while let Some(p) = stack.pop() {
@@ -243,7 +249,9 @@ fn as_unprivileged(t: &TestVault, cmd: &mut std::process::Command) {
             stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
         }
     }
+    let mut cmd = t.cmd_of(&program);
     cmd.uid(65534).gid(65534).env("HOME", t.tmp.path());
+    cmd
 }
 
 #[test]
@@ -257,9 +265,8 @@ fn permission_error_names_the_file() {
         &["history"][..],
         &["exec", r#"{"command":"view","path":"/memories"}"#],
     ] {
-        let mut cmd = t.cmd();
+        let mut cmd = unprivileged_cmd(&t);
         cmd.args(args);
-        as_unprivileged(&t, &mut cmd);
         std::fs::set_permissions(&wal, std::fs::Permissions::from_mode(0o000)).unwrap();
         let out = cmd.output().unwrap();
         std::fs::set_permissions(&wal, mode.clone()).unwrap();

@@ -50,7 +50,12 @@ impl TestVault {
 
     /// A `memvault` command with this vault and key selected.
     pub fn cmd(&self) -> Command {
-        let mut c = Command::new(bin());
+        self.cmd_of(std::path::Path::new(bin()))
+    }
+
+    /// The same, running the binary at `program` (a copy of [`bin`]).
+    pub fn cmd_of(&self, program: &std::path::Path) -> Command {
+        let mut c = Command::new(program);
         c.arg("--vault")
             .arg(&self.vault)
             .arg("--key-file")
