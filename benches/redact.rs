@@ -12,7 +12,8 @@
 //!
 //! Run: `cargo bench --bench redact` (release profile); `REDACT_BENCH=e2e`
 //! runs only the end-to-end part, `REDACT_BENCH=filter` only the filter,
-//! `REDACT_BENCH=plain` only the filter on text with no keywords.
+//! `REDACT_BENCH=plain` only the filter on text with no keywords;
+//! `REDACT_BENCH_KEEP=DIR` keeps the end-to-end corpora in `DIR`.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -320,8 +321,12 @@ fn end_to_end(input: &std::path::Path, bytes: usize, runs: usize) -> (Rate, Opti
 
 fn e2e() {
     let dir = tempfile::tempdir().expect("temp dir");
+    // REDACT_BENCH_KEEP=DIR keeps the two corpora there, to time other
+    // consumers (`memvault redact DIR/plain.md >/dev/null`, say).
+    let keep = std::env::var_os("REDACT_BENCH_KEEP").map(std::path::PathBuf::from);
+    let out = keep.as_deref().unwrap_or(dir.path());
     let notes = notes(50_000_000).concat();
-    let notes_path = dir.path().join("notes.md");
+    let notes_path = out.join("notes.md");
     std::fs::write(&notes_path, &notes).expect("write notes");
     let (rate, code) = end_to_end(&notes_path, notes.len(), 7);
     println!(
@@ -331,7 +336,7 @@ fn e2e() {
         code.unwrap_or(-1)
     );
     let plain = plain_text(50_000_000);
-    let plain_path = dir.path().join("plain.md");
+    let plain_path = out.join("plain.md");
     std::fs::write(&plain_path, &plain).expect("write plain");
     let (rate, code) = end_to_end(&plain_path, plain.len(), 7);
     println!(
