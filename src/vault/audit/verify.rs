@@ -180,6 +180,9 @@ impl Vault {
     /// not returned as errors; an `Err` means verify itself could not run.
     pub fn verify(&mut self) -> Result<VerifyReport, VaultError> {
         self.wal.catch_up(&self.repo)?;
+        // Every pack whole, not only the entries of the objects read: a
+        // damaged pack refuses every read, so verify cannot run past it.
+        objects::check_packs(&self.repo)?;
         let tip = self.wal.ref_target(&self.repo, MAIN_REF)?;
         let mut w = Walker {
             vault: self,

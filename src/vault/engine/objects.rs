@@ -6,15 +6,20 @@
 //! unchecked. [`check`] (and the `find_*`/[`read`] wrappers that call it
 //! before reading through libgit2) does, for one object id:
 //!
-//! - the packs: each pack and its index is validated once, in full, before
-//!   libgit2 may use it ([`super::pack::validate`]: structure, offsets,
-//!   every entry inflated to its declared size, whole objects hashed,
-//!   checksums), and remembered by name, size and modification time. The
-//!   pack directory is looked at (one `stat`, and a listing while it
-//!   changed in the last two seconds) on every check, so a pack that
-//!   appears later is validated before the next read. While any pack
-//!   fails, every read is refused as damage: libgit2 searches every pack's
-//!   index for every id, so one bad pack is reachable from any read.
+//! - the packs: each pack's index is checked once, before libgit2 may
+//!   search it ([`super::pack::open_index`]: structure, sorted ids,
+//!   offsets inside the pack, checksum, the pack's header and trailer),
+//!   and remembered by name, size and modification time. The pack
+//!   directory is looked at (one `stat`, and a listing while it changed in
+//!   the last moments) on every check, so a pack that appears later is
+//!   checked before the next read. Then, in every pack that lists `id`,
+//!   the entries libgit2 would read for it (its own and its delta bases:
+//!   [`PackIndex::check_object`]), each once per process. [`check_packs`]
+//!   (for `verify` and `gc`) validates every pack whole instead
+//!   ([`super::pack::validate`]: every entry, the pack's checksum). While
+//!   any pack fails, every read is refused as damage: libgit2 searches
+//!   every pack's index for every id, so one bad pack is reachable from
+//!   any read.
 //! - the loose object, if there is one: inflated here (bounded by
 //!   [`MAX_OBJECT`](super::pack::MAX_OBJECT), in 64 KiB pieces), its
 //!   `<type> <size>\0` header checked against what follows, and its SHA-1
@@ -24,7 +29,8 @@
 //! repository, in this process) until the object database is installed
 //! again ([`odb_installed`]: at every checkpoint, this process's or
 //! another's, an object may move from memory to a loose file, and loose
-//! files may be replaced). Objects in the in-memory store (the
+//! files may be replaced) or a new or changed pack appears (its entries
+//! for that id were never checked). Objects in the in-memory store (the
 //! write-ahead log's) were checked against their ids when they were
 //! loaded (`Wal::catch_up`).
 //!
@@ -43,7 +49,7 @@ use std::time::SystemTime;
 use git2::{Blob, Commit, ObjectType, OdbObject, Oid, Repository, Tree};
 use sha1::{Digest, Sha1};
 
-use super::pack::{self, MAX_OBJECT, PackError};
+use super::pack::{self, MAX_OBJECT, PackError, PackIndex};
 
 /// Why an object was not handed to libgit2, or libgit2 could not read it.
 #[derive(Debug, thiserror::Error)]
@@ -85,9 +91,8 @@ struct Known {
     /// objects written into the in-memory store ([`write_object`]), which
     /// libgit2 reads before any pack or loose file.
     memory: HashSet<Oid>,
-    /// Validated packs by index file name: (index and pack stamps, the
-    /// refusal if it failed).
-    packs: HashMap<String, (Stamp, Stamp, Option<&'static str>)>,
+    /// Packs by index file name, with their index and pack stamps.
+    packs: HashMap<String, Pack>,
     /// The pack directory's stamp and index names when the packs were
     /// last validated, and whether its time was old enough to trust.
     pack_dir: Option<Stamp>,
@@ -97,6 +102,23 @@ struct Known {
 
 /// Size and modification time of a file, to see it changed.
 type Stamp = (u64, Option<SystemTime>);
+
+/// One pack as this process knows it.
+struct Pack {
+    stamps: (Stamp, Stamp),
+    /// Its checked index, or the refusal.
+    state: Result<Box<PackIndex>, &'static str>,
+    /// Whether every entry was checked ([`pack::validate`]), or only those
+    /// of the objects checked so far ([`PackIndex::check_object`]).
+    whole: bool,
+}
+
+fn refusal(e: PackError) -> &'static str {
+    match e {
+        PackError::Unreadable(_) => "a pack or its index does not read",
+        PackError::Malformed(what) => what,
+    }
+}
 
 /// How old the pack directory's modification time must be before its
 /// listing is trusted until it changes: longer than the file system's
@@ -129,9 +151,15 @@ fn stamp(path: &Path) -> Option<Stamp> {
     Some((m.len(), m.modified().ok()))
 }
 
-/// List and validate the packs if the pack directory changed (or `force`);
-/// the first refusal, if any pack fails.
-fn refresh_packs(repo: &Repository, k: &mut Known, force: bool) -> Result<(), ObjectError> {
+/// List the packs and check the index of each new or changed one if the
+/// pack directory changed (or `force`); the first refusal, if any pack
+/// failed. With `whole`, every pack is also validated whole.
+fn refresh_packs(
+    repo: &Repository,
+    k: &mut Known,
+    force: bool,
+    whole: bool,
+) -> Result<(), ObjectError> {
     let dir = repo.path().join("objects/pack");
     let now = stamp(&dir);
     let changed = force || now.is_none() || now != k.pack_dir;
@@ -153,16 +181,40 @@ fn refresh_packs(repo: &Repository, k: &mut Known, force: bool) -> Result<(), Ob
             .and_then(|(_, m)| m)
             .and_then(|m| SystemTime::now().duration_since(m).ok())
             .is_some_and(|age| age > RACY);
+        if (changed || names != k.names) && revalidate(&dir, &names, &mut k.packs) {
+            // An id checked before may be found in a new pack now, whose
+            // entries for it were never checked.
+            k.loose.clear();
+            k.elsewhere.clear();
+            k.deep.clear();
+        }
         if changed || names != k.names {
             k.pack_dir = now;
-            revalidate(&dir, &names, &mut k.packs);
             k.names = names;
         }
     }
+    if whole {
+        let dir = repo.path().join("objects/pack");
+        for (name, p) in &mut k.packs {
+            if p.whole || p.state.is_err() {
+                continue;
+            }
+            let idx = dir.join(name);
+            p.state = pack::validate(&idx, &idx.with_extension("pack"))
+                .map(Box::new)
+                .map_err(refusal);
+            p.whole = true;
+        }
+    }
+    refused(k)
+}
+
+/// The first refusal of a pack `k` knows, if any.
+fn refused(k: &Known) -> Result<(), ObjectError> {
     match k
         .packs
         .iter()
-        .find_map(|(name, (_, _, r))| r.map(|what| (name, what)))
+        .find_map(|(name, p)| p.state.as_ref().err().map(|what| (name, *what)))
     {
         Some((name, what)) => Err(ObjectError::Pack {
             index: name.clone(),
@@ -172,14 +224,12 @@ fn refresh_packs(repo: &Repository, k: &mut Known, force: bool) -> Result<(), Ob
     }
 }
 
-/// Validate the packs of `names` (index file names) whose index or pack
-/// changed since `packs` last saw them; forget those that are gone.
-fn revalidate(
-    dir: &Path,
-    names: &[String],
-    packs: &mut HashMap<String, (Stamp, Stamp, Option<&'static str>)>,
-) {
+/// Check the index of each pack of `names` (index file names) whose index
+/// or pack changed since `packs` last saw it; forget those that are gone.
+/// Returns whether any pack is new or changed.
+fn revalidate(dir: &Path, names: &[String], packs: &mut HashMap<String, Pack>) -> bool {
     let mut seen = HashSet::new();
+    let mut any = false;
     for name in names {
         let idx = dir.join(name);
         let pack_path = idx.with_extension("pack");
@@ -188,19 +238,44 @@ fn revalidate(
             continue;
         };
         seen.insert(name.clone());
-        if packs
-            .get(name)
-            .is_some_and(|(a, b, _)| *a == si && *b == sp)
-        {
+        if packs.get(name).is_some_and(|p| p.stamps == (si, sp)) {
             continue;
         }
-        let refusal = pack::validate(&idx, &pack_path).err().map(|e| match e {
-            PackError::Unreadable(_) => "a pack or its index does not read",
-            PackError::Malformed(what) => what,
-        });
-        packs.insert(name.clone(), (si, sp, refusal));
+        any = true;
+        let state = pack::open_index(&idx, &pack_path)
+            .map(Box::new)
+            .map_err(refusal);
+        packs.insert(
+            name.clone(),
+            Pack {
+                stamps: (si, sp),
+                state,
+                whole: false,
+            },
+        );
     }
     packs.retain(|name, _| seen.contains(name));
+    any
+}
+
+/// Check what libgit2 would read of every pack holding `id` (see
+/// [`PackIndex::check_object`]); a pack that fails is refused from then on.
+fn check_in_packs(k: &mut Known, id: Oid) -> Result<(), ObjectError> {
+    for (name, p) in &mut k.packs {
+        let Ok(index) = &mut p.state else { continue };
+        if p.whole {
+            continue;
+        }
+        if let Err(e) = index.check_object(id) {
+            let what = refusal(e);
+            p.state = Err(what);
+            return Err(ObjectError::Pack {
+                index: name.clone(),
+                what,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The object database was (re)installed: validate every pack now, before
@@ -213,7 +288,7 @@ pub(crate) fn odb_installed(repo: &Repository) {
         k.deep.clear();
         k.memory.clear();
         // A refusal is remembered: the next check reports it.
-        let _ = refresh_packs(repo, k, true);
+        let _ = refresh_packs(repo, k, true, false);
     });
 }
 
@@ -226,8 +301,12 @@ pub(crate) fn check(repo: &Repository, id: Oid) -> Result<(), ObjectError> {
         if k.memory.contains(&id) {
             return Ok(true);
         }
-        refresh_packs(repo, k, false)?;
-        Ok(k.loose.contains(&id) || k.elsewhere.contains(&id))
+        refresh_packs(repo, k, false, false)?;
+        if k.loose.contains(&id) || k.elsewhere.contains(&id) {
+            return Ok(true);
+        }
+        check_in_packs(k, id)?;
+        Ok(false)
     })?;
     if !known {
         load_loose(repo, id, false)?;
@@ -272,14 +351,26 @@ pub(crate) fn trust_written_pack(repo: &Repository, name: &str) {
     let (Some(si), Some(sp)) = (stamp(&idx), stamp(&idx.with_extension("pack"))) else {
         return;
     };
+    let state = pack::open_index(&idx, &idx.with_extension("pack"))
+        .map(Box::new)
+        .map_err(refusal);
     with_known(repo, |k| {
-        k.packs.insert(index, (si, sp, None));
+        k.packs.insert(
+            index,
+            Pack {
+                stamps: (si, sp),
+                state,
+                whole: true,
+            },
+        );
     });
 }
 
-/// Check every pack now (see [`check`]), e.g. before a repack reads them all.
+/// Validate every pack whole now (every entry, its checksum: see
+/// [`pack::validate`]), e.g. before a repack reads them all, or for
+/// `verify`.
 pub(crate) fn check_packs(repo: &Repository) -> Result<(), ObjectError> {
-    with_known(repo, |k| refresh_packs(repo, k, false))
+    with_known(repo, |k| refresh_packs(repo, k, false, true))
 }
 
 /// The type and content of the loose object `id`, checked (see

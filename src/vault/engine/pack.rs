@@ -754,18 +754,49 @@ fn delta_varint(r: &mut &[u8]) -> Option<u64> {
     }
 }
 
-/// Check a pack and its index before libgit2 reads anything of them, in
-/// one sequential pass over the pack with bounded memory: the index is
-/// version 2, its fanout, sorted ids, offsets and checksum agree; the
-/// pack's header names as many objects, its trailer is the SHA-1 of the
-/// rest and the one the index records; every entry starts where the index
-/// says, the entries tile the pack, each one's CRC-32 is the index's, its
-/// header parses, its zlib stream inflates to exactly the size it declares
-/// (at most [`MAX_OBJECT`]) and ends where the next entry starts; a whole
-/// object hashes to its id; a delta's base is an earlier entry of the same
-/// pack, of the size the delta says, and its result at most
-/// [`MAX_OBJECT`]. Returns the number of objects.
-pub(crate) fn validate(idx_path: &Path, pack_path: &Path) -> Result<usize, PackError> {
+/// A pack's index, checked, held in memory, with the pack open: what
+/// [`open_index`] checks of a pack before libgit2 may search it, and what
+/// [`PackIndex::check_object`] needs to check, one object at a time, the
+/// entries libgit2 would read for it.
+pub(crate) struct PackIndex {
+    idx: Vec<u8>,
+    n: usize,
+    fanout: [u32; 256],
+    crcs_at: usize,
+    offs_at: usize,
+    large_at: usize,
+    pack: fs::File,
+    /// The pack's length without its trailer.
+    body_end: u64,
+    /// The pack's header and trailer.
+    header: [u8; 12],
+    trailer: [u8; 20],
+    /// Entries checked by [`PackIndex::check_object`]: offset -> size of
+    /// the object it gives (a delta's result).
+    checked: HashMap<u64, u64>,
+}
+
+impl std::fmt::Debug for PackIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackIndex")
+            .field("objects", &self.n)
+            .field("checked", &self.checked.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Longest chain of deltas [`PackIndex::check_object`] follows (libgit2's
+/// pack builder makes chains of at most 50; git's deepest is 4,095).
+const MAX_CHAIN: usize = 1 << 14;
+
+/// Check a pack's index, and the pack's header and trailer against it,
+/// without reading the pack's entries: the index is version 2, its
+/// fanout, sorted ids and checksum agree, every offset (and large offset)
+/// is in range, inside the pack's body; the pack's header names as many
+/// objects and its trailer is the one the index records. That is all
+/// libgit2 reads of a pack before it reads an entry (it searches the
+/// index, then reads the entries of the object it wants).
+pub(crate) fn open_index(idx_path: &Path, pack_path: &Path) -> Result<PackIndex, PackError> {
     use PackError::Malformed as bad;
     let mut idx_file = super::fsx::open_read(idx_path)?;
     let idx_len = idx_file.metadata()?.len();
@@ -821,39 +852,19 @@ pub(crate) fn validate(idx_path: &Path, pack_path: &Path) -> Result<usize, PackE
             return Err(bad("the index's fanout does not match its ids"));
         }
     }
-    // (offset, index position), in pack order.
-    let mut entries = Vec::with_capacity(n);
-    for i in 0..n {
-        let small = be32(offs_at + i * 4);
-        let offset = if small & 0x8000_0000 == 0 {
-            u64::from(small)
-        } else {
-            let j = (small & 0x7fff_ffff) as usize;
-            if j >= large_n {
-                return Err(bad("a large offset is out of range"));
-            }
-            let at = large_at + j * 8;
-            u64::from_be_bytes(idx[at..at + 8].try_into().unwrap_or_default())
-        };
-        entries.push((offset, i));
-    }
-    let offset_by_position: Vec<u64> = entries.iter().map(|e| e.0).collect();
-    entries.sort_unstable();
-
-    let pack_file = super::fsx::open_read(pack_path)?;
-    let pack_len = pack_file.metadata()?.len();
+    let pack = super::fsx::open_read(pack_path)?;
+    let pack_len = pack.metadata()?.len();
     if pack_len < 32 {
         return Err(bad("the pack is too short"));
     }
     let body_end = pack_len - 20;
     let mut trailer = [0u8; 20];
-    std::os::unix::fs::FileExt::read_exact_at(&pack_file, &mut trailer, body_end)?;
+    std::os::unix::fs::FileExt::read_exact_at(&pack, &mut trailer, body_end)?;
     if trailer != pack_sum {
         return Err(bad("the pack's trailer is not the one its index records"));
     }
-    let mut reader = io::BufReader::with_capacity(1 << 16, pack_file);
     let mut header = [0u8; 12];
-    reader.read_exact(&mut header)?;
+    std::os::unix::fs::FileExt::read_exact_at(&pack, &mut header, 0)?;
     if &header[..4] != b"PACK"
         || !matches!(
             u32::from_be_bytes([header[4], header[5], header[6], header[7]]),
@@ -863,28 +874,304 @@ pub(crate) fn validate(idx_path: &Path, pack_path: &Path) -> Result<usize, PackE
     {
         return Err(bad("the pack's header"));
     }
-    match entries.first() {
-        None if body_end != 12 => return Err(bad("an empty pack holds bytes")),
-        Some((first, _)) if *first != 12 => return Err(bad("the first entry is not at 12")),
-        _ => {}
+    let index = PackIndex {
+        idx,
+        n,
+        fanout,
+        crcs_at,
+        offs_at,
+        large_at,
+        pack,
+        body_end,
+        header,
+        trailer,
+        checked: HashMap::new(),
+    };
+    for i in 0..n {
+        let small = index.be32(offs_at + i * 4);
+        if small & 0x8000_0000 != 0 && (small & 0x7fff_ffff) as usize >= large_n {
+            return Err(bad("a large offset is out of range"));
+        }
+        if !(12..body_end).contains(&index.offset(i)) {
+            return Err(bad("an entry's offset is out of place"));
+        }
     }
-    if entries.windows(2).any(|w| w[0].0 == w[1].0)
-        || entries.last().is_some_and(|e| e.0 >= body_end)
-    {
-        return Err(bad("an entry's offset is out of place"));
+    if n == 0 && body_end != 12 {
+        return Err(bad("an empty pack holds bytes"));
     }
-    let offset_of = |id: &[u8]| -> Option<u64> {
-        let (mut lo, mut hi) = (0, n);
+    Ok(index)
+}
+
+impl PackIndex {
+    fn be32(&self, at: usize) -> u32 {
+        u32::from_be_bytes([
+            self.idx[at],
+            self.idx[at + 1],
+            self.idx[at + 2],
+            self.idx[at + 3],
+        ])
+    }
+
+    fn id_at(&self, i: usize) -> &[u8] {
+        let at = 8 + 1024 + i * 20;
+        &self.idx[at..at + 20]
+    }
+
+    /// The offset of the `i`th object (in id order).
+    fn offset(&self, i: usize) -> u64 {
+        let small = self.be32(self.offs_at + i * 4);
+        if small & 0x8000_0000 == 0 {
+            return u64::from(small);
+        }
+        let at = self.large_at + (small & 0x7fff_ffff) as usize * 8;
+        u64::from_be_bytes(self.idx[at..at + 8].try_into().unwrap_or_default())
+    }
+
+    /// The position of `id` in the index, if the pack holds it.
+    fn position(&self, id: &[u8]) -> Option<usize> {
+        let first = usize::from(*id.first()?);
+        let mut lo = if first == 0 {
+            0
+        } else {
+            self.fanout[first - 1] as usize
+        };
+        let mut hi = self.fanout[first] as usize;
         while lo < hi {
             let mid = (lo + hi) / 2;
-            match id_at(mid).cmp(id) {
+            match self.id_at(mid).cmp(id) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Some(offset_by_position[mid]),
+                std::cmp::Ordering::Equal => return Some(mid),
             }
         }
         None
-    };
+    }
+
+    /// Check what libgit2 would read of this pack to read `id`: nothing if
+    /// the pack does not hold it; otherwise its entry and every delta base
+    /// below it, each one as [`validate`] checks an entry (header, zlib
+    /// stream inflating to the size it declares, inside the pack's body;
+    /// the CRC-32 the index records; a whole object hashing to its id; a
+    /// delta's base an earlier entry of the size the delta names, its
+    /// result at most [`MAX_OBJECT`]). An entry checked once is not read
+    /// again. Returns whether the pack holds `id`.
+    pub(crate) fn check_object(&mut self, id: Oid) -> Result<bool, PackError> {
+        use PackError::Malformed as bad;
+        let Some(pos) = self.position(id.as_bytes()) else {
+            return Ok(false);
+        };
+        // Down the chain to an entry already checked or a whole object,
+        // then back up, checking each delta's sizes against its base.
+        let mut pending: Vec<(u64, u64, u64)> = Vec::new();
+        let (mut at, mut expect) = (self.offset(pos), Some(pos));
+        let mut size = loop {
+            if let Some(&size) = self.checked.get(&at) {
+                break size;
+            }
+            if pending.len() >= MAX_CHAIN {
+                return Err(bad("a delta chain is too long"));
+            }
+            match self.read_entry(at, expect)? {
+                Checked::Whole(size) => {
+                    self.checked.insert(at, size);
+                    break size;
+                }
+                Checked::Delta {
+                    base,
+                    base_size,
+                    result,
+                } => {
+                    pending.push((at, base_size, result));
+                    (at, expect) = (base, None);
+                }
+            }
+        };
+        while let Some((at, base_size, result)) = pending.pop() {
+            if base_size != size || result > MAX_OBJECT {
+                return Err(bad(
+                    "a delta's sizes do not match its base or are too large",
+                ));
+            }
+            self.checked.insert(at, result);
+            size = result;
+        }
+        Ok(true)
+    }
+
+    /// Check the entry at `start`: `expect` is its position in the index
+    /// when it is reached by id (its CRC-32 and, when whole, its id are
+    /// checked then). Its bytes are read a few KiB first, more while its
+    /// stream runs on.
+    fn read_entry(&self, start: u64, expect: Option<usize>) -> Result<Checked, PackError> {
+        use PackError::Malformed as bad;
+        let room = self.body_end.saturating_sub(start);
+        // A stored zlib stream adds 5 bytes per 64 KiB block.
+        let most = room.min(MAX_OBJECT + MAX_OBJECT / 64 + 64 + 32);
+        let mut want = most.min(4 << 10);
+        let mut buf = vec![0u8; want as usize];
+        loop {
+            buf.resize(want as usize, 0);
+            std::os::unix::fs::FileExt::read_exact_at(&self.pack, &mut buf, start)?;
+            match self.entry_in(start, &buf, expect) {
+                Ok((checked, _)) => return Ok(checked),
+                // The stream may go on past what was read.
+                Err(_) if want < most => want = most.min(want * 8),
+                Err(what) => return Err(bad(what)),
+            }
+        }
+    }
+
+    /// [`PackIndex::read_entry`] on the entry's first bytes, `buf`; also
+    /// returns the entry's length.
+    fn entry_in(
+        &self,
+        start: u64,
+        buf: &[u8],
+        expect: Option<usize>,
+    ) -> Result<(Checked, usize), &'static str> {
+        let (code, size, mut at) =
+            parse_entry_header(buf).ok_or("an entry's header does not parse")?;
+        if size > MAX_OBJECT {
+            return Err("an entry is too large");
+        }
+        let (kind, base) = match code {
+            1 => (Some(ObjectType::Commit), None),
+            2 => (Some(ObjectType::Tree), None),
+            3 => (Some(ObjectType::Blob), None),
+            4 => (Some(ObjectType::Tag), None),
+            OFS_DELTA => {
+                let (distance, len) = ofs_distance(&buf[at..])?;
+                at += len;
+                let base = start
+                    .checked_sub(distance)
+                    .filter(|&b| distance > 0 && b >= 12)
+                    .ok_or("an offset delta's base is not an earlier entry")?;
+                (None, Some(base))
+            }
+            7 => {
+                let base = buf.get(at..at + 20).ok_or("a delta is cut short")?;
+                at += 20;
+                let base = self
+                    .position(base)
+                    .map(|p| self.offset(p))
+                    .filter(|&b| b < start)
+                    .ok_or("a delta's base is not an earlier entry of its pack")?;
+                (None, Some(base))
+            }
+            _ => return Err("an entry has an unknown type"),
+        };
+        let mut h = kind.filter(|_| expect.is_some()).map(|k| {
+            let mut h = Sha1::new();
+            h.update(format!("{} {size}\0", k.str()).as_bytes());
+            h
+        });
+        let mut inflated = 0u64;
+        let mut delta_head = Vec::new();
+        let used = inflate_stream(&buf[at..], size, |chunk| {
+            inflated += chunk.len() as u64;
+            if let Some(h) = &mut h {
+                h.update(chunk);
+            } else if delta_head.len() < 20 {
+                let take = chunk.len().min(20 - delta_head.len());
+                delta_head.extend_from_slice(&chunk[..take]);
+            }
+            true
+        })
+        .ok_or("an entry's data does not inflate")?;
+        if inflated != size {
+            return Err("an entry does not inflate to the size it declares");
+        }
+        if let Some(pos) = expect {
+            let mut crc = flate2::Crc::new();
+            crc.update(&buf[..at + used]);
+            if crc.sum() != self.be32(self.crcs_at + pos * 4) {
+                return Err("an entry's CRC-32 does not match the index");
+            }
+            if let Some(h) = h
+                && h.finalize()[..] != *self.id_at(pos)
+            {
+                return Err("an entry does not hash to its id");
+            }
+        }
+        let checked = match base {
+            None => Checked::Whole(size),
+            Some(base) => {
+                let mut r = &delta_head[..];
+                let (Some(base_size), Some(result)) = (delta_varint(&mut r), delta_varint(&mut r))
+                else {
+                    return Err("a delta's header does not parse");
+                };
+                Checked::Delta {
+                    base,
+                    base_size,
+                    result,
+                }
+            }
+        };
+        Ok((checked, at + used))
+    }
+}
+
+/// An entry [`PackIndex::read_entry`] checked: a whole object's size, or
+/// a delta's base (its offset), the base's size it names, and its result's.
+enum Checked {
+    Whole(u64),
+    Delta {
+        base: u64,
+        base_size: u64,
+        result: u64,
+    },
+}
+
+/// The distance of an offset delta's base, at the start of `b`, and the
+/// bytes it takes.
+fn ofs_distance(b: &[u8]) -> Result<(u64, usize), &'static str> {
+    let mut at = 0;
+    let mut c = *b.first().ok_or("an offset delta is cut short")?;
+    let mut distance = u64::from(c & 0x7f);
+    while c & 0x80 != 0 {
+        at += 1;
+        c = *b.get(at).ok_or("an offset delta is cut short")?;
+        distance = distance
+            .checked_add(1)
+            .and_then(|d| d.checked_mul(128))
+            .ok_or("an offset delta's distance")?
+            | u64::from(c & 0x7f);
+    }
+    Ok((distance, at + 1))
+}
+
+/// Check a pack and its index before libgit2 reads anything of them, in
+/// one sequential pass over the pack with bounded memory: what
+/// [`open_index`] checks, then: the pack's trailer is the SHA-1 of the
+/// rest; every entry starts where the index says, the entries tile the
+/// pack, each one's CRC-32 is the index's, its header parses, its zlib
+/// stream inflates to exactly the size it declares (at most
+/// [`MAX_OBJECT`]) and ends where the next entry starts; a whole object
+/// hashes to its id; a delta's base is an earlier entry of the same pack,
+/// of the size the delta says, and its result at most [`MAX_OBJECT`].
+/// Returns the checked index (every entry counts as checked).
+pub(crate) fn validate(idx_path: &Path, pack_path: &Path) -> Result<PackIndex, PackError> {
+    use PackError::Malformed as bad;
+    let mut index = open_index(idx_path, pack_path)?;
+    let n = index.n;
+    // (offset, index position), in pack order.
+    let mut entries: Vec<(u64, usize)> = (0..n).map(|i| (index.offset(i), i)).collect();
+    entries.sort_unstable();
+    match entries.first() {
+        Some((first, _)) if *first != 12 => return Err(bad("the first entry is not at 12")),
+        _ => {}
+    }
+    if entries.windows(2).any(|w| w[0].0 == w[1].0) {
+        return Err(bad("an entry's offset is out of place"));
+    }
+    let body_end = index.body_end;
+    let mut reader = io::BufReader::with_capacity(1 << 16, index.pack.try_clone()?);
+    let mut header = [0u8; 12];
+    reader.read_exact(&mut header)?;
+    if header != index.header {
+        return Err(bad("the pack's header"));
+    }
     let mut hasher = Sha1::new();
     hasher.update(header);
     let mut buf = Vec::new();
@@ -901,93 +1188,23 @@ pub(crate) fn validate(idx_path: &Path, pack_path: &Path) -> Result<usize, PackE
         buf.resize(len as usize, 0);
         reader.read_exact(&mut buf)?;
         hasher.update(&buf);
-        let mut crc = flate2::Crc::new();
-        crc.update(&buf);
-        if crc.sum() != be32(crcs_at + i * 4) {
-            return Err(bad("an entry's CRC-32 does not match the index"));
-        }
-        let (code, size, mut at) =
-            parse_entry_header(&buf).ok_or(bad("an entry's header does not parse"))?;
-        if size > MAX_OBJECT {
-            return Err(bad("an entry is too large"));
-        }
-        // A whole object's type, or a delta's base (its offset).
-        let (kind, base) = match code {
-            1 => (Some(ObjectType::Commit), None),
-            2 => (Some(ObjectType::Tree), None),
-            3 => (Some(ObjectType::Blob), None),
-            4 => (Some(ObjectType::Tag), None),
-            OFS_DELTA => {
-                let mut c = *buf.get(at).ok_or(bad("an offset delta is cut short"))?;
-                let mut distance = u64::from(c & 0x7f);
-                while c & 0x80 != 0 {
-                    at += 1;
-                    c = *buf.get(at).ok_or(bad("an offset delta is cut short"))?;
-                    distance = distance
-                        .checked_add(1)
-                        .and_then(|d| d.checked_mul(128))
-                        .ok_or(bad("an offset delta's distance"))?
-                        | u64::from(c & 0x7f);
-                }
-                at += 1;
-                let base = start.checked_sub(distance).filter(|_| distance > 0);
-                if base.is_none_or(|b| entries[..k].binary_search_by_key(&b, |e| e.0).is_err()) {
-                    return Err(bad("an offset delta's base is not an earlier entry"));
-                }
-                (None, base)
-            }
-            7 => {
-                let base = buf.get(at..at + 20).ok_or(bad("a delta is cut short"))?;
-                at += 20;
-                let base = offset_of(base);
-                if base.is_none_or(|b| b >= start) {
-                    return Err(bad("a delta's base is not an earlier entry of its pack"));
-                }
-                (None, base)
-            }
-            _ => return Err(bad("an entry has an unknown type")),
-        };
-        let mut h = kind.map(|k| {
-            let mut h = Sha1::new();
-            h.update(format!("{} {size}\0", k.str()).as_bytes());
-            h
-        });
-        let mut inflated = 0u64;
-        // A delta starts with its base's size and its result's.
-        let mut delta_head = Vec::new();
-        let used = inflate_stream(&buf[at..], size, |chunk| {
-            inflated += chunk.len() as u64;
-            if let Some(h) = &mut h {
-                h.update(chunk);
-            } else if delta_head.len() < 20 {
-                let take = chunk.len().min(20 - delta_head.len());
-                delta_head.extend_from_slice(&chunk[..take]);
-            }
-            true
-        });
-        let used = used.ok_or(bad("an entry's data does not inflate"))?;
-        if inflated != size {
-            return Err(bad("an entry does not inflate to the size it declares"));
-        }
+        let (checked, used) = index.entry_in(start, &buf, Some(i)).map_err(bad)?;
         // The stream ends exactly where the next entry starts.
-        if at + used != buf.len() {
+        if used != buf.len() {
             return Err(bad(
                 "an entry's data does not end where the next entry starts",
             ));
         }
-        if let Some(h) = h
-            && h.finalize()[..] != *id_at(i)
-        {
-            return Err(bad("an entry does not hash to its id"));
-        }
-        let object_size = match base {
-            None => size,
-            Some(base) => {
-                let mut r = &delta_head[..];
-                let (Some(base_size), Some(result)) = (delta_varint(&mut r), delta_varint(&mut r))
-                else {
-                    return Err(bad("a delta's header does not parse"));
-                };
+        let object_size = match checked {
+            Checked::Whole(size) => size,
+            Checked::Delta {
+                base,
+                base_size,
+                result,
+            } => {
+                if entries[..k].binary_search_by_key(&base, |e| e.0).is_err() {
+                    return Err(bad("an offset delta's base is not an earlier entry"));
+                }
                 if sizes.get(&base) != Some(&base_size) || result > MAX_OBJECT {
                     return Err(bad(
                         "a delta's sizes do not match its base or are too large",
@@ -998,10 +1215,11 @@ pub(crate) fn validate(idx_path: &Path, pack_path: &Path) -> Result<usize, PackE
         };
         sizes.insert(start, object_size);
     }
-    if hasher.finalize()[..] != trailer {
+    if hasher.finalize()[..] != index.trailer {
         return Err(bad("the pack's checksum"));
     }
-    Ok(n)
+    index.checked = sizes;
+    Ok(index)
 }
 
 #[cfg(test)]
@@ -1413,7 +1631,7 @@ mod tests {
         fs::create_dir_all(&scratch).unwrap();
         let (idx_copy, pack_copy) = (scratch.join("p.idx"), scratch.join("p.pack"));
         for (idx, pack) in &packs {
-            let n = validate(idx, pack).unwrap();
+            let n = validate(idx, pack).unwrap().n;
             assert!(n > 1);
             let (i_bytes, p_bytes) = (fs::read(idx).unwrap(), fs::read(pack).unwrap());
             for (which, bytes) in [(0, &i_bytes), (1, &p_bytes)] {
@@ -1439,6 +1657,86 @@ mod tests {
                 for cut in [0, 1, 12, bytes.len() / 2, bytes.len() - 20, bytes.len() - 1] {
                     write_pair(&bytes[..cut]);
                     assert!(validate(&idx_copy, &pack_copy).is_err(), "cut at {cut}");
+                }
+            }
+        }
+    }
+
+    /// The ids an index lists.
+    fn ids_of(idx: &Path, pack: &Path) -> Vec<Oid> {
+        let index = open_index(idx, pack).unwrap();
+        (0..index.n)
+            .map(|i| Oid::from_bytes(index.id_at(i)).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn object_checks_refuse_any_flipped_byte_but_the_version() {
+        // Checking every object one at a time covers every entry: a
+        // flipped bit is refused by the index check or by the check of an
+        // object whose entries hold it. The one that passes, the pack's
+        // version made 3, leaves libgit2 reading each object as it was.
+        let (tmp, packs) = genuine_packs();
+        for (idx, pack) in &packs {
+            let ids = ids_of(idx, pack);
+            let mut index = open_index(idx, pack).unwrap();
+            for &id in &ids {
+                assert!(index.check_object(id).unwrap(), "{id}");
+            }
+            assert!(!index.check_object(Oid::ZERO_SHA1).unwrap());
+            let originals: Vec<Vec<u8>> = {
+                let repo = Repository::open_bare(tmp.path()).unwrap();
+                let odb = repo.odb().unwrap();
+                ids.iter()
+                    .map(|&id| odb.read(id).unwrap().data().to_vec())
+                    .collect()
+            };
+            let (i_bytes, p_bytes) = (fs::read(idx).unwrap(), fs::read(pack).unwrap());
+            let work = tempfile::tempdir().unwrap();
+            let (i2, p2) = (work.path().join("p.idx"), work.path().join("p.pack"));
+            for (which, bytes) in [(0, &i_bytes), (1, &p_bytes)] {
+                for at in 0..bytes.len() {
+                    let mut b = bytes.clone();
+                    b[at] ^= 0x01;
+                    let (i, p) = if which == 0 {
+                        (&b, &p_bytes)
+                    } else {
+                        (&i_bytes, &b)
+                    };
+                    fs::write(&i2, i).unwrap();
+                    fs::write(&p2, p).unwrap();
+                    let refused = match open_index(&i2, &p2) {
+                        Err(_) => true,
+                        Ok(mut index) => ids.iter().any(|&id| index.check_object(id).is_err()),
+                    };
+                    if refused {
+                        continue;
+                    }
+                    // Only the version (2 becomes 3, which git reads alike)
+                    // may pass.
+                    assert_eq!(
+                        (which, at),
+                        (1, 7),
+                        "a flipped bit at {at} of the {} passed",
+                        ["index", "pack"][which]
+                    );
+                    // A repository of its own: libgit2 shares packs by path.
+                    let scratch = tempfile::tempdir().unwrap();
+                    let repo = Repository::init_bare(scratch.path()).unwrap();
+                    let dir = scratch.path().join("objects/pack");
+                    fs::copy(&i2, dir.join("pack-x.idx")).unwrap();
+                    fs::copy(&p2, dir.join("pack-x.pack")).unwrap();
+                    let odb = repo.odb().unwrap();
+                    for (id, original) in ids.iter().zip(&originals) {
+                        if let Ok(o) = odb.read(*id) {
+                            assert_eq!(
+                                o.data(),
+                                &original[..],
+                                "a flipped bit at {at} of the {} gave {id} other content",
+                                ["index", "pack"][which]
+                            );
+                        }
+                    }
                 }
             }
         }
