@@ -17,7 +17,8 @@
 //! Scale runs: `cargo bench --all-features --bench vault -- --scale --notes 20000` and
 //! `-- --scale --commits 200000` build the vault once (fsync off), cache it
 //! under `target/bench-vaults/`, and report the write and read medians,
-//! open time, and repository size against blob bytes after `gc`, without
+//! open time (in this process, and a one-shot `memvault exec` view in a new
+//! one), and repository size against blob bytes after `gc`, without
 //! the serve and unlock parts. `--commits N` makes N commits in all: the
 //! notes, then edits of them in turn.
 
@@ -411,6 +412,34 @@ fn open_times(dir: &Path, key: &KeyFileKey, label: &str) {
     println!("{label}: median {}, p99 {}", fmt(m), fmt(p));
 }
 
+/// A one-shot `memvault exec` view of one note in a new process (open,
+/// unlock with the key file, the view, exit), median and p99 of 10: what
+/// every CLI command and every `serve` start pays on this vault.
+fn process_open_times(dir: &Path, keyfile: &Path, label: &str) {
+    let view = json!({"command": "view", "path": "/memories/d03/note00003.md"}).to_string();
+    let mut times = Vec::new();
+    for _ in 0..10 {
+        let t = Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_memvault"))
+            .arg("--vault")
+            .arg(dir)
+            .arg("--key-file")
+            .arg(keyfile)
+            .args(["exec", &view])
+            .stderr(Stdio::null())
+            .output()
+            .unwrap();
+        times.push(t.elapsed());
+        assert!(
+            out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("is_error\":true"),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let (m, p) = stats(times);
+    println!("{label}: median {}, p99 {}", fmt(m), fmt(p));
+}
+
 /// gc, then the repository's object bytes against the distinct blob bytes
 /// reachable from main.
 fn gc_ratio(dir: &Path, key: &KeyFileKey) {
@@ -454,9 +483,11 @@ fn scale(a: &Args) {
     let key = KeyFileKey::from_bytes(&std::fs::read(&keyfile).unwrap()).unwrap();
     fsync::set_for_benchmark(true);
     open_times(&dir, &key, "open with a key file (no key derivation)");
+    process_open_times(&dir, &keyfile, "a one-shot `exec` view in a new process");
     bench_ops("fsync on (default)", a, &key, &dir);
     gc_ratio(&dir, &key);
     open_times(&dir, &key, "open after gc (no key derivation)");
+    process_open_times(&dir, &keyfile, "a one-shot `exec` view after gc");
 }
 
 fn main() {
