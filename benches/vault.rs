@@ -431,7 +431,8 @@ fn process_open_times(dir: &Path, keyfile: &Path, label: &str) {
             .unwrap();
         times.push(t.elapsed());
         assert!(
-            out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("is_error\":true"),
+            out.status.success()
+                && !String::from_utf8_lossy(&out.stdout).contains("is_error\":true"),
             "{}",
             String::from_utf8_lossy(&out.stdout)
         );
@@ -475,6 +476,11 @@ fn scale(a: &Args) {
         let _ = std::fs::remove_dir_all(&building);
         let key = KeyFileKey::generate();
         std::fs::write(&keyfile, key.expose_secret()).unwrap();
+        std::fs::set_permissions(
+            &keyfile,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
         fill(a, &building, key);
         std::fs::rename(&building, &dir).unwrap();
     } else {

@@ -265,6 +265,55 @@ fn a_truncated_loose_keyslot_tree_is_damage_not_a_hang() {
     );
 }
 
+#[test]
+fn an_alternates_file_is_damage_from_every_command_and_changes_nothing() {
+    // libgit2 would search the objects directory it names, whose packs and
+    // loose files memvault never checks: here the known crashing pack.
+    let v = &vault_with_loose_history();
+    let (tip, parent) = (
+        rev_parse(v, "refs/heads/main"),
+        rev_parse(v, "refs/heads/main~1"),
+    );
+    let elsewhere = tempfile::tempdir().unwrap();
+    let pack_dir = elsewhere.path().join("pack");
+    std::fs::create_dir_all(&pack_dir).unwrap();
+    let (idx, pack) = known_bad_pack(&vault_with_a_pack().vault.join("objects/pack"));
+    let stem = "pack-00000000000000000000000000000000000000ff";
+    std::fs::write(pack_dir.join(format!("{stem}.idx")), idx).unwrap();
+    std::fs::write(pack_dir.join(format!("{stem}.pack")), pack).unwrap();
+    std::fs::write(
+        v.vault.join("objects/info/alternates"),
+        format!("{}\n", elsewhere.path().display()),
+    )
+    .unwrap();
+    let refs = || String::from_utf8(git(&v.vault, &["for-each-ref"]).stdout).unwrap();
+    let before = refs();
+    for (name, mut cmd, input) in commands(v, &tip, &parent) {
+        let out = run_bounded(&mut cmd, &input).unwrap_or_else(|| panic!("`{name}` hung"));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.code().is_some(),
+            "`{name}` was killed: {:?}",
+            out.status
+        );
+        assert!(
+            (!out.status.success() || stdout.contains("\"is_error\":true"))
+                && (stdout.contains("alternates") || stderr.contains("alternates")),
+            "`{name}` should refuse the alternates file:\nstdout: {stdout}\nstderr: {stderr}"
+        );
+    }
+    assert_eq!(refs(), before, "a refused command moved a ref");
+    // Removed, the vault works again.
+    std::fs::remove_file(v.vault.join("objects/info/alternates")).unwrap();
+    let out = v.cmd().arg("verify").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
 /// The pack that crashed libgit2's pack reader (a fuzz artifact), rebuilt
 /// from the fuzz input: the input mutates the smallest pack of a vault
 /// with packs; here it mutates a pack of this vault the same way.

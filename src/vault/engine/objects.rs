@@ -84,7 +84,8 @@ struct Known {
     /// Since the object database was last installed: loose objects that
     /// checked out,
     loose: HashSet<Oid>,
-    /// ids that had no loose file when checked,
+    /// ids that had no loose file when checked, or were found in a pack
+    /// (read from there: see [`check`]),
     elsewhere: HashSet<Oid>,
     /// and trees checked with every tree below them;
     deep: HashSet<Oid>,
@@ -260,22 +261,29 @@ fn revalidate(dir: &Path, names: &[String], packs: &mut HashMap<String, Pack>) -
 
 /// Check what libgit2 would read of every pack holding `id` (see
 /// [`PackIndex::check_object`]); a pack that fails is refused from then on.
-fn check_in_packs(k: &mut Known, id: Oid) -> Result<(), ObjectError> {
+/// Returns whether a pack holds `id`.
+fn check_in_packs(k: &mut Known, id: Oid) -> Result<bool, ObjectError> {
+    let mut found = false;
     for (name, p) in &mut k.packs {
         let Ok(index) = &mut p.state else { continue };
-        if p.whole {
-            continue;
-        }
-        if let Err(e) = index.check_object(id) {
-            let what = refusal(e);
-            p.state = Err(what);
-            return Err(ObjectError::Pack {
-                index: name.clone(),
-                what,
-            });
+        let held = if p.whole {
+            Ok(index.holds(id))
+        } else {
+            index.check_object(id)
+        };
+        match held {
+            Ok(held) => found |= held,
+            Err(e) => {
+                let what = refusal(e);
+                p.state = Err(what);
+                return Err(ObjectError::Pack {
+                    index: name.clone(),
+                    what,
+                });
+            }
         }
     }
-    Ok(())
+    Ok(found)
 }
 
 /// The object database was (re)installed: validate every pack now, before
@@ -305,7 +313,16 @@ pub(crate) fn check(repo: &Repository, id: Oid) -> Result<(), ObjectError> {
         if k.loose.contains(&id) || k.elsewhere.contains(&id) {
             return Ok(true);
         }
-        check_in_packs(k, id)?;
+        // libgit2 searches the packs before the loose files (its packed
+        // backend has the higher priority): an id found in a pack is read
+        // from there, and its loose file, if any, never.
+        if check_in_packs(k, id)? {
+            if k.elsewhere.len() >= KNOWN_LIMIT {
+                k.elsewhere.clear();
+            }
+            k.elsewhere.insert(id);
+            return Ok(true);
+        }
         Ok(false)
     })?;
     if !known {

@@ -947,6 +947,11 @@ impl PackIndex {
         None
     }
 
+    /// Whether the pack holds `id`.
+    pub(crate) fn holds(&self, id: Oid) -> bool {
+        self.position(id.as_bytes()).is_some()
+    }
+
     /// Check what libgit2 would read of this pack to read `id`: nothing if
     /// the pack does not hold it; otherwise its entry and every delta base
     /// below it, each one as [`validate`] checks an entry (header, zlib

@@ -911,6 +911,14 @@ pub(crate) fn install_odb(repo: &Repository) -> Result<(), git2::Error> {
     let objects = objects
         .to_str()
         .ok_or_else(|| git2::Error::from_str("the vault path is not valid UTF-8"))?;
+    // libgit2 would also search every objects directory named in
+    // objects/info/alternates, none of whose files memvault checks.
+    if fs::symlink_metadata(repo.path().join("objects/info/alternates")).is_ok() {
+        return Err(git2::Error::from_str(
+            "the vault is damaged: objects/info/alternates would make git read objects \
+             from outside the vault (memvault never writes one): remove it",
+        ));
+    }
     // As an alternate, the disk is only read: writes go to memory.
     super::fsync::install_mempack_odb(repo, objects)?;
     // libgit2 lists the packs at its first read: validate them before.
