@@ -292,11 +292,16 @@ impl Vault {
         let ks = &self.key_state;
         let older = meta.keys.is_some_and(|k| k > ks.counter);
         let erasure_pending = self.dir.join(erase::MARKER).exists();
-        let unerased = !erasure_pending
-            && meta
+        let mut unerased = false;
+        if !erasure_pending {
+            for id in meta
                 .erased_keys
                 .iter()
-                .any(|hex| FileKeyId::from_hex(hex).is_some_and(|id| ks.file_key(&id).is_some()));
+                .filter_map(|h| FileKeyId::from_hex(h))
+            {
+                unerased |= ks.file_key(&self.repo, &self.keys, &id)?.is_some();
+            }
+        }
         if older || unerased {
             return Err(VaultError::RolledBack(
                 "the key state (refs/memvault/keys) was rolled back: it is older than the newest commit requires",

@@ -157,7 +157,7 @@ fn edits_and_renames_keep_the_file_key() {
         read(&mut vault, "/memories/d/x.txt"),
         Err(StoreError::NotFound)
     ));
-    assert_eq!(vault.key_state.file_key_count(), 1);
+    assert_eq!(vault.key_state.file_key_count(&vault.repo, &vault.keys), 1);
     let history = vault.history().unwrap();
     assert_eq!(history[0].1.op, "rename");
     assert_eq!(history[0].1.files, vec!["/memories/d/x.txt".to_string()]);

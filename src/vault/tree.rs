@@ -498,7 +498,7 @@ impl<'a> VaultSnapshot<'a> {
     /// The key with this id, from the key table.
     pub(crate) fn file_key(&self, id: &FileKeyId) -> Result<&'a FileKey, StoreError> {
         self.key_state
-            .file_key(id)
+            .file_key(self.repo, self.keys, id)?
             .ok_or_else(|| damaged("a stored file's key is missing from the key table"))
     }
 
@@ -716,7 +716,7 @@ impl Snapshot for VaultSnapshot<'_> {
         let bytes = self.blob_bytes(oid)?;
         let id =
             crypto::blob_key_id(&bytes).map_err(|_| damaged("a stored file has a bad header"))?;
-        let key = match self.key_state.file_key(&id) {
+        let key = match self.key_state.file_key(self.repo, self.keys, &id)? {
             Some(k) => k,
             None if self.key_state.erased.contains(&id) => return Err(StoreError::Erased),
             None => {

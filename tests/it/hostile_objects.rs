@@ -266,6 +266,59 @@ fn a_truncated_loose_keyslot_tree_is_damage_not_a_hang() {
 }
 
 #[test]
+fn a_damaged_key_table_shard_is_damage_for_its_files_and_verify_only() {
+    // A key-table shard is decrypted when one of its keys is first asked
+    // for: a damaged one fails the files whose keys it holds, and verify,
+    // which opens every shard; the other files still read.
+    let v = &vault_with_loose_history();
+    let files = ["/memories/a.md", "/memories/d/b.md", "/memories/c.md"];
+    let ls = git(&v.vault, &["ls-tree", "-r", "refs/memvault/keys:table"]).stdout;
+    let shards: Vec<String> = String::from_utf8(ls)
+        .unwrap()
+        .lines()
+        .map(|l| l.split_whitespace().nth(2).unwrap().to_string())
+        .collect();
+    assert!(
+        !shards.is_empty() && shards.len() <= files.len(),
+        "{shards:?}"
+    );
+    truncate_loose(v, &shards[0]);
+    let view = |path: &str| {
+        let out = run_bounded(
+            v.cmd()
+                .arg("exec")
+                .arg(json!({"command": "view", "path": path}).to_string()),
+            "",
+        )
+        .expect("view hung");
+        assert!(out.status.code().is_some(), "killed: {:?}", out.status);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let failed = !out.status.success() || stdout.contains("\"is_error\":true");
+        assert!(
+            !failed || stdout.contains("damaged"),
+            "{path} failed without saying damaged: {stdout}"
+        );
+        failed
+    };
+    let failed: Vec<bool> = files.iter().map(|f| view(f)).collect();
+    assert!(
+        failed.iter().any(|f| *f),
+        "no file's key was in the damaged shard"
+    );
+    // Three keys in one shard of 4,096: all fail only then.
+    if shards.len() > 1 {
+        assert!(
+            failed.iter().any(|f| !*f),
+            "a file in a sound shard did not read"
+        );
+    }
+    let out = run_bounded(v.cmd().arg("verify"), "").expect("verify hung");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("damaged"), "{stdout}");
+}
+
+#[test]
 fn an_alternates_file_is_damage_from_every_command_and_changes_nothing() {
     // libgit2 would search the objects directory it names, whose packs and
     // loose files memvault never checks: here the known crashing pack.

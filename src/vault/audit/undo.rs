@@ -239,7 +239,11 @@ impl Vault {
                     .map_err(|_| damaged("a stored file is unreadable"))?;
                 let id = crypto::blob_key_id(bytes.content())
                     .map_err(|_| damaged("a stored file has a bad header"))?;
-                if self.key_state.file_key(&id).is_none() {
+                if self
+                    .key_state
+                    .file_key(&self.repo, &self.keys, &id)?
+                    .is_none()
+                {
                     skipped_erased.push(t.path.clone());
                     continue;
                 }

@@ -158,7 +158,15 @@ impl Walker<'_> {
         let Ok(id) = crypto::blob_key_id(blob.content()) else {
             return self.problem(rev, p, "the stored file has a bad header");
         };
-        let Some(key) = self.vault.key_state.file_key(&id) else {
+        let key = match self
+            .vault
+            .key_state
+            .file_key(&self.vault.repo, &self.vault.keys, &id)
+        {
+            Ok(key) => key,
+            Err(e) => return self.problem(rev, p, &e.to_string()),
+        };
+        let Some(key) = key else {
             if self.erased.contains(&id) || self.vault.key_state.erased.contains(&id) {
                 self.report.erased_versions += 1;
                 return;
@@ -257,7 +265,11 @@ impl Vault {
         let mut report = w.report;
         // The key state, read again from the repository.
         let at = self.keys_target()?;
-        match KeyState::load_at(&self.repo, &self.keys, at) {
+        // Every shard of the key table must open, not only those of the
+        // keys the walk asked for.
+        let state = KeyState::load_at(&self.repo, &self.keys, at)
+            .and_then(|s| s.open_all_shards(&self.repo, &self.keys).map(|()| s));
+        match state {
             Err(e) => report.problems.push(Problem {
                 rev: None,
                 path: None,

@@ -183,7 +183,7 @@ impl Vault {
             .filter(|f| !changed.contains(f.git_path.as_str()))
             .map(|f| f.key)
             .collect();
-        let erase = self.erasable(&doomed, &in_use);
+        let erase = self.erasable(&doomed, &in_use)?;
         let erased = erase.len();
         new_keys.extend(erase);
         meta.erased_keys = doomed.iter().map(FileKeyId::to_hex).collect();
@@ -208,12 +208,18 @@ impl Vault {
         &self,
         doomed: &BTreeSet<FileKeyId>,
         in_use: &HashSet<FileKeyId>,
-    ) -> Vec<(FileKeyId, Option<FileKey>)> {
-        doomed
-            .iter()
-            .filter(|id| !in_use.contains(id) && self.key_state.file_key(id).is_some())
-            .map(|id| (*id, None))
-            .collect()
+    ) -> Result<Vec<(FileKeyId, Option<FileKey>)>, VaultError> {
+        let mut erase = Vec::new();
+        for id in doomed.iter().filter(|id| !in_use.contains(id)) {
+            if self
+                .key_state
+                .file_key(&self.repo, &self.keys, id)?
+                .is_some()
+            {
+                erase.push((*id, None));
+            }
+        }
+        Ok(erase)
     }
 
     /// Erase the doomed keys that no file at `tip` uses (if a crash left
@@ -228,7 +234,7 @@ impl Vault {
             Some(u) => u,
             None => self.live_files(tip)?.into_iter().map(|f| f.key).collect(),
         };
-        let erase = self.erasable(doomed, &in_use);
+        let erase = self.erasable(doomed, &in_use)?;
         let n = erase.len();
         if !erase.is_empty() {
             // Only after a crash: the tombstone commit never made it.
