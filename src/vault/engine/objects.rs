@@ -267,7 +267,7 @@ fn check_in_packs(k: &mut Known, id: Oid) -> Result<bool, ObjectError> {
     for (name, p) in &mut k.packs {
         let Ok(index) = &mut p.state else { continue };
         let held = if p.whole {
-            Ok(index.holds(id))
+            index.holds(id)
         } else {
             index.check_object(id)
         };
