@@ -26,7 +26,8 @@
 //! key or a removed keyslot) is detected: see `Vault::check_binding`.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use git2::{FileMode, ObjectType, Oid, Repository};
 
@@ -47,13 +48,9 @@ pub struct KeyState {
     pub commit: Oid,
     /// Keyslot blobs by name (hex slot id).
     pub slots: BTreeMap<String, Vec<u8>>,
-    /// Table shards by shard number: the blob each is stored in, and its
-    /// keys once decrypted (a shard is decrypted the first time one of its
-    /// keys is asked for: opening a vault of 20,000 files decrypted 4,096
-    /// shards for a `view` that needs one).
-    shards: BTreeMap<u16, Shard>,
-    /// How the table read was split (every state written is `Wide`).
-    layout: ShardLayout,
+    /// The key table's shards, each found and decrypted the first time
+    /// one of its keys is asked for (see [`Shards`]).
+    shards: Shards,
     /// Ids of file keys destroyed on purpose (expiry, purge), so a version
     /// whose key is gone reads as erased rather than damaged. Kept as the
     /// blob `erased` (ids only; covered by the key-state MAC).
@@ -78,14 +75,204 @@ struct Shard {
     table: OnceLock<KeyTable>,
 }
 
-impl Shard {
-    fn new(oid: Oid) -> Shard {
-        Shard {
-            oid,
-            table: OnceLock::new(),
+/// The key table's shards, found and decrypted on demand: opening a vault
+/// of 20,000 files walked the table's 585 trees and decrypted its 4,096
+/// shards (and read most of every pack index doing it) for a `view` that
+/// needs one. A shard is found under the `table` tree by its path (four
+/// small trees) the first time one of its keys is asked for, then
+/// decrypted; changes (which need `&mut`) find and decrypt the shards they
+/// touch first.
+struct Shards {
+    /// How the table is split (every state written is `Wide`).
+    layout: ShardLayout,
+    /// The table tree the shards not yet found are looked up in (None: no
+    /// table). Shards changed since are in `slots`.
+    tree: Option<Oid>,
+    /// By shard number (`layout.shards()` of them), once found: the shard,
+    /// or None where there is none.
+    slots: Box<[OnceLock<Option<Shard>>]>,
+    /// Decrypted tables of the state before a reload, by shard number and
+    /// blob: a shard found with the same blob reuses its table.
+    spare: Mutex<HashMap<(u16, Oid), KeyTable>>,
+}
+
+impl Shards {
+    fn new(layout: ShardLayout, tree: Option<Oid>) -> Shards {
+        Shards {
+            layout,
+            tree,
+            slots: (0..layout.shards()).map(|_| OnceLock::new()).collect(),
+            spare: Mutex::new(HashMap::new()),
         }
     }
 
+    /// Shards for the table `tree` of `layout`, keeping the decrypted
+    /// tables of `old` for the shards whose blob is unchanged.
+    fn reload(old: &mut Shards, layout: ShardLayout, tree: Option<Oid>) -> Shards {
+        let mut spare = std::mem::take(old.spare.get_mut().unwrap_or_else(|e| e.into_inner()));
+        if layout == old.layout {
+            for (number, slot) in old.slots.iter_mut().enumerate() {
+                if let Some(Some(Shard { oid, table })) = slot.take()
+                    && let Some(table) = table.into_inner()
+                    && !oid.is_zero()
+                {
+                    spare.insert((number as u16, oid), table);
+                }
+            }
+        }
+        let shards = Shards::new(layout, tree);
+        *shards.spare.lock().unwrap_or_else(|e| e.into_inner()) = spare;
+        shards
+    }
+
+    /// The shard `number`, found now if it was not yet.
+    fn get(&self, repo: &Repository, number: u16) -> Result<Option<&Shard>, VaultError> {
+        let slot = self
+            .slots
+            .get(usize::from(number))
+            .ok_or_else(|| damaged("a key table shard number is out of range"))?;
+        if let Some(found) = slot.get() {
+            return Ok(found.as_ref());
+        }
+        let oid = match self.tree {
+            None => None,
+            Some(tree) => find_shard(repo, tree, &shard_path_of(self.layout, number))?,
+        };
+        let shard = oid.map(|oid| {
+            let spare = self
+                .spare
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&(number, oid));
+            Shard {
+                oid,
+                table: spare.map_or_else(OnceLock::new, OnceLock::from),
+            }
+        });
+        Ok(slot.get_or_init(|| shard).as_ref())
+    }
+
+    /// The shard `number` for a change: found first if it was not yet.
+    fn get_mut(
+        &mut self,
+        repo: &Repository,
+        number: u16,
+    ) -> Result<&mut Option<Shard>, VaultError> {
+        self.get(repo, number)?;
+        self.slots
+            .get_mut(usize::from(number))
+            .and_then(OnceLock::get_mut)
+            .ok_or_else(|| damaged("a key table shard number is out of range"))
+    }
+
+    /// The keys of shard `number` (found and decrypted now if they were
+    /// not yet), or None if there is no such shard.
+    fn table(
+        &self,
+        repo: &Repository,
+        keys: &VaultKeys,
+        number: u16,
+    ) -> Result<Option<&KeyTable>, VaultError> {
+        match self.get(repo, number)? {
+            None => Ok(None),
+            Some(shard) => Ok(Some(shard.table(repo, keys, self.layout, number)?)),
+        }
+    }
+
+    /// Every shard, each found now if it was not yet: the whole table is
+    /// walked once (and its names checked), rather than every path.
+    fn all(&self, repo: &Repository) -> Result<Vec<(u16, &Shard)>, VaultError> {
+        if let Some(tree) = self.tree
+            && self.slots.iter().any(|s| s.get().is_none())
+        {
+            let mut found: HashMap<u16, Oid> =
+                walk_table(repo, tree, self.layout)?.into_iter().collect();
+            for (number, slot) in self.slots.iter().enumerate() {
+                let oid = found.remove(&(number as u16));
+                if slot.get().is_none() {
+                    let spare = oid.and_then(|oid| {
+                        self.spare
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .remove(&(number as u16, oid))
+                    });
+                    let _ = slot.set(oid.map(|oid| Shard {
+                        oid,
+                        table: spare.map_or_else(OnceLock::new, OnceLock::from),
+                    }));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (number, slot) in self.slots.iter().enumerate() {
+            if let Some(shard) = slot.get().and_then(Option::as_ref) {
+                out.push((number as u16, shard));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The blob of a shard at `path` below the table tree `tree`, if any.
+fn find_shard(repo: &Repository, tree: Oid, path: &str) -> Result<Option<Oid>, VaultError> {
+    let bad = || damaged("a key table shard has a bad name");
+    let mut at = tree;
+    let mut parts = path.split('/').peekable();
+    while let Some(name) = parts.next() {
+        objects::check(repo, at)?;
+        let t = repo.find_tree(at)?;
+        let Some(e) = t.get_name(name) else {
+            return Ok(None);
+        };
+        match (parts.peek().is_none(), e.kind()) {
+            (true, Some(ObjectType::Blob)) => return Ok(Some(e.id())),
+            (false, Some(ObjectType::Tree)) => at = e.id(),
+            _ => return Err(bad()),
+        }
+    }
+    Ok(None)
+}
+
+/// Every shard of the table tree `tree` (number and blob), its names and
+/// shape checked.
+fn walk_table(
+    repo: &Repository,
+    tree: Oid,
+    layout: ShardLayout,
+) -> Result<Vec<(u16, Oid)>, VaultError> {
+    let bad = || damaged("a key table shard has a bad name");
+    let mut found = Vec::new();
+    let mut stack = vec![(tree, 0u16, 0usize)];
+    while let Some((id, prefix, depth)) = stack.pop() {
+        objects::check(repo, id)?;
+        let sub = repo.find_tree(id)?;
+        for e in sub.iter() {
+            let name = e.name().map_err(|_| bad())?;
+            // (digits, radix, bits per level, whether a shard)
+            let (digits, radix, bits, leaf) = match layout {
+                ShardLayout::Byte => (2, 16, 8, true),
+                ShardLayout::Wide => (1, 8, 3, depth == SHARD_LEVELS - 1),
+            };
+            let n = Some(name)
+                .filter(|n| {
+                    n.len() == digits
+                        && n.bytes()
+                            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+                })
+                .and_then(|n| u16::from_str_radix(n, radix).ok())
+                .ok_or_else(bad)?;
+            let number = (prefix << bits) | n;
+            match (leaf, e.kind()) {
+                (true, Some(ObjectType::Blob)) => found.push((number, e.id())),
+                (false, Some(ObjectType::Tree)) => stack.push((e.id(), number, depth + 1)),
+                _ => return Err(bad()),
+            }
+        }
+    }
+    Ok(found)
+}
+
+impl Shard {
     /// A shard not written yet, holding `table`.
     fn unsaved(table: KeyTable) -> Shard {
         Shard {
@@ -339,8 +526,7 @@ impl KeyState {
         let mut state = KeyState {
             commit,
             slots,
-            shards: BTreeMap::new(),
-            layout: ShardLayout::Wide,
+            shards: Shards::new(ShardLayout::Wide, None),
             erased: Default::default(),
             staged: None,
             format,
@@ -394,65 +580,24 @@ impl KeyState {
             3.. => ShardLayout::Wide,
             _ => ShardLayout::Byte,
         };
-        let mut found: Vec<(u16, Oid)> = Vec::new();
-        if let Some(entry) = tree.get_name("table") {
-            objects::check(repo, entry.id())?;
-            let bad = || damaged("a key table shard has a bad name");
-            let mut stack = vec![(entry.id(), 0u16, 0usize)];
-            while let Some((id, prefix, depth)) = stack.pop() {
-                objects::check(repo, id)?;
-                let sub = repo.find_tree(id)?;
-                for e in sub.iter() {
-                    let name = e.name().map_err(|_| bad())?;
-                    // (digits, radix, bits per level, whether a shard)
-                    let (digits, radix, bits, leaf) = match layout {
-                        ShardLayout::Byte => (2, 16, 8, true),
-                        ShardLayout::Wide => (1, 8, 3, depth == SHARD_LEVELS - 1),
-                    };
-                    let n = Some(name)
-                        .filter(|n| {
-                            n.len() == digits
-                                && n.bytes()
-                                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-                        })
-                        .and_then(|n| u16::from_str_radix(n, radix).ok())
-                        .ok_or_else(bad)?;
-                    let number = (prefix << bits) | n;
-                    match (leaf, e.kind()) {
-                        (true, Some(ObjectType::Blob)) => found.push((number, e.id())),
-                        (false, Some(ObjectType::Tree)) => stack.push((e.id(), number, depth + 1)),
-                        _ => return Err(bad()),
-                    }
-                }
-            }
-        }
-        if layout != self.layout {
-            self.shards.clear();
-        }
-        self.layout = layout;
-        let mut shards = BTreeMap::new();
-        for (number, id) in found {
-            // Keep an unchanged shard's keys rather than decrypting it
-            // again; the others are decrypted when first asked for.
-            let shard = match self.shards.remove(&number) {
-                Some(shard) if shard.oid == id => shard,
-                _ => Shard::new(id),
-            };
-            shards.insert(number, shard);
-        }
-        self.shards = shards;
+        let table = match tree.get_name("table") {
+            None => None,
+            Some(e) if e.kind() == Some(ObjectType::Tree) => Some(e.id()),
+            Some(_) => return Err(damaged("a key table shard has a bad name")),
+        };
+        self.shards = Shards::reload(&mut self.shards, layout, table);
         Ok(())
     }
 
-    /// Decrypt every shard not decrypted yet (`verify`: every shard must
-    /// open, not only those of the keys asked for).
+    /// Find and decrypt every shard not yet (`verify`: the whole table
+    /// must be sound, not only the shards of the keys asked for).
     pub(crate) fn open_all_shards(
         &self,
         repo: &Repository,
         keys: &VaultKeys,
     ) -> Result<(), VaultError> {
-        for (&number, shard) in &self.shards {
-            shard.table(repo, keys, self.layout, number)?;
+        for (number, shard) in self.shards.all(repo)? {
+            shard.table(repo, keys, self.shards.layout, number)?;
         }
         Ok(())
     }
@@ -494,19 +639,22 @@ impl KeyState {
         keys: &VaultKeys,
         id: &FileKeyId,
     ) -> Result<Option<&FileKey>, VaultError> {
-        let number = self.layout.shard_of(id);
-        match self.shards.get(&number) {
-            None => Ok(None),
-            Some(shard) => Ok(shard.table(repo, keys, self.layout, number)?.get(id)),
-        }
+        let number = self.shards.layout.shard_of(id);
+        Ok(self
+            .shards
+            .table(repo, keys, number)?
+            .and_then(|t| t.get(id)))
     }
 
     /// Number of file keys in the table.
     #[cfg(test)]
     pub fn file_key_count(&self, repo: &Repository, keys: &VaultKeys) -> usize {
+        let layout = self.shards.layout;
         self.shards
-            .iter()
-            .map(|(&n, s)| s.table(repo, keys, self.layout, n).unwrap().len())
+            .all(repo)
+            .unwrap()
+            .into_iter()
+            .map(|(n, s)| s.table(repo, keys, layout, n).unwrap().len())
             .sum()
     }
 
@@ -519,7 +667,8 @@ impl KeyState {
         at: Option<Oid>,
     ) -> Result<(), VaultError> {
         self.commit = Oid::ZERO_SHA1;
-        self.shards.clear();
+        // Edited tables are not reused: a fresh state.
+        self.shards = Shards::new(ShardLayout::Wide, None);
         *self = KeyState::load_at(repo, keys, at)?;
         Ok(())
     }
@@ -551,10 +700,14 @@ impl KeyState {
         self.format = 3;
         // A table of 256 shards (format 2) is split into 4096, all
         // rewritten.
-        if self.layout != ShardLayout::Wide {
+        if self.shards.layout != ShardLayout::Wide {
+            let layout = self.shards.layout;
             let mut wide: BTreeMap<u16, KeyTable> = BTreeMap::new();
-            let layout = self.layout;
-            for (number, mut shard) in std::mem::take(&mut self.shards) {
+            let numbers: Vec<u16> = self.shards.all(repo)?.iter().map(|(n, _)| *n).collect();
+            for number in numbers {
+                let Some(shard) = self.shards.get_mut(repo, number)? else {
+                    continue;
+                };
                 let table = std::mem::take(shard.table_mut(repo, keys, layout, number)?);
                 for (id, key) in table.into_entries() {
                     let shard = ShardLayout::Wide.shard_of(&id);
@@ -562,11 +715,13 @@ impl KeyState {
                     wide.entry(shard).or_default().insert(id, key);
                 }
             }
-            self.shards = wide
-                .into_iter()
-                .map(|(n, t)| (n, Shard::unsaved(t)))
-                .collect();
-            self.layout = ShardLayout::Wide;
+            // Every shard of the new layout is known now: those holding
+            // keys, and none elsewhere (the table is written whole).
+            let mut shards = Shards::new(ShardLayout::Wide, None);
+            for (number, table) in wide {
+                shards.slots[usize::from(number)] = OnceLock::from(Some(Shard::unsaved(table)));
+            }
+            self.shards = shards;
         }
         let settings_changed = settings.is_some();
         if let Some(s) = settings {
@@ -577,13 +732,13 @@ impl KeyState {
             .clone()
             .ok_or_else(|| damaged("a key state without settings cannot be upgraded"))?;
         for (id, key) in files {
-            let number = self.layout.shard_of(&id);
+            let layout = self.shards.layout;
+            let number = layout.shard_of(&id);
             touched.insert(number);
-            let layout = self.layout;
             let table = self
                 .shards
-                .entry(number)
-                .or_insert_with(|| Shard::unsaved(KeyTable::default()))
+                .get_mut(repo, number)?
+                .get_or_insert_with(|| Shard::unsaved(KeyTable::default()))
                 .table_mut(repo, keys, layout, number)?;
             match key {
                 Some(k) => {
@@ -598,18 +753,18 @@ impl KeyState {
         let mut objects = Vec::new();
         let mut table_edits = TreeEdits::default();
         for shard in &touched {
-            // Every touched shard was decrypted above.
-            let empty = self
-                .shards
-                .get(shard)
+            // Every touched shard was found and decrypted above.
+            let slot = self.shards.get_mut(repo, *shard)?;
+            let empty = slot
+                .as_ref()
                 .is_none_or(|s| s.table.get().is_some_and(KeyTable::is_empty));
             if empty {
-                if self.shards.remove(shard).is_some_and(|s| !s.oid.is_zero()) {
+                if slot.take().is_some_and(|s| !s.oid.is_zero()) {
                     table_edits.remove(&shard_path(*shard));
                 }
                 continue;
             }
-            if let Some(Shard { oid, table }) = self.shards.get_mut(shard)
+            if let Some(Shard { oid, table }) = slot
                 && let Some(table) = table.get()
             {
                 let sealed = keys.seal_table_shard(ShardLayout::Wide, *shard, table);
@@ -722,8 +877,7 @@ impl KeyState {
         let mut state = KeyState {
             commit: Oid::ZERO_SHA1,
             slots,
-            shards: BTreeMap::new(),
-            layout: ShardLayout::Wide,
+            shards: Shards::new(ShardLayout::Wide, None),
             erased: Default::default(),
             staged: None,
             format: 3,
@@ -769,8 +923,8 @@ fn write_key_commit(
     }
     let slot_tree = slot_tree.write()?;
     let mut table = TreeEdits::default();
-    for (number, shard) in &state.shards {
-        table.upsert(&shard_path(*number), shard.oid);
+    for (number, shard) in state.shards.all(repo)? {
+        table.upsert(&shard_path(number), shard.oid);
     }
     let table_tree = table.write(repo, caches, None, &mut Vec::new())?;
     let mut root = repo.treebuilder(None)?;
@@ -794,6 +948,14 @@ fn write_key_commit(
 
 /// Levels of the `table` tree of format 3 (4096 shards, eight per tree).
 const SHARD_LEVELS: usize = 4;
+
+/// Where shard `number` sits in the `table` tree of `layout`.
+fn shard_path_of(layout: ShardLayout, number: u16) -> String {
+    match layout {
+        ShardLayout::Byte => format!("{number:02x}"),
+        ShardLayout::Wide => shard_path(number),
+    }
+}
 
 /// Where a shard of format 3 sits in the `table` tree: its four octal
 /// digits, one per level. (Eight entries per tree: a new key rewrites four

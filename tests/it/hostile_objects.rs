@@ -249,10 +249,12 @@ fn a_truncated_loose_key_state_tree_is_damage_not_a_hang() {
 
 #[test]
 fn a_truncated_loose_key_table_tree_is_damage_not_a_hang() {
+    // The table is read when a file key is first needed: a listing and
+    // `show` of a directory need none.
     assert_each_command_reports_damage(
         |v| truncate_loose(v, &rev_parse(v, "refs/memvault/keys:table")),
         "key-table tree",
-        ALL,
+        &["view", "create", "serve", "diff", "verify"],
     );
 }
 

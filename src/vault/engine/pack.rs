@@ -859,7 +859,7 @@ pub(crate) fn open_index(idx_path: &Path, pack_path: &Path) -> Result<PackIndex,
     };
     let offs_at = crcs_at + n * 4;
     let trailer_at = idx_len - 40;
-    if trailer_at < large_at || (trailer_at - large_at) % 8 != 0 {
+    if trailer_at < large_at || !(trailer_at - large_at).is_multiple_of(8) {
         return Err(bad("the index's length does not match its object count"));
     }
     let mut pack_sum = [0u8; 20];
@@ -906,7 +906,11 @@ pub(crate) fn open_index(idx_path: &Path, pack_path: &Path) -> Result<PackIndex,
 impl PackIndex {
     /// The positions of bucket `b`'s ids.
     fn bucket_range(&self, b: usize) -> std::ops::Range<usize> {
-        let lo = if b == 0 { 0 } else { self.fanout[b - 1] as usize };
+        let lo = if b == 0 {
+            0
+        } else {
+            self.fanout[b - 1] as usize
+        };
         lo..self.fanout[b] as usize
     }
 
