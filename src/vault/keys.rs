@@ -27,7 +27,7 @@
 
 use std::collections::BTreeMap;
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use git2::{FileMode, ObjectType, Oid, Repository};
 
@@ -91,9 +91,6 @@ struct Shards {
     /// By shard number (`layout.shards()` of them), once found: the shard,
     /// or None where there is none.
     slots: Box<[OnceLock<Option<Shard>>]>,
-    /// Decrypted tables of the state before a reload, by shard number and
-    /// blob: a shard found with the same blob reuses its table.
-    spare: Mutex<HashMap<(u16, Oid), KeyTable>>,
 }
 
 impl Shards {
@@ -102,27 +99,7 @@ impl Shards {
             layout,
             tree,
             slots: (0..layout.shards()).map(|_| OnceLock::new()).collect(),
-            spare: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// Shards for the table `tree` of `layout`, keeping the decrypted
-    /// tables of `old` for the shards whose blob is unchanged.
-    fn reload(old: &mut Shards, layout: ShardLayout, tree: Option<Oid>) -> Shards {
-        let mut spare = std::mem::take(old.spare.get_mut().unwrap_or_else(|e| e.into_inner()));
-        if layout == old.layout {
-            for (number, slot) in old.slots.iter_mut().enumerate() {
-                if let Some(Some(Shard { oid, table })) = slot.take()
-                    && let Some(table) = table.into_inner()
-                    && !oid.is_zero()
-                {
-                    spare.insert((number as u16, oid), table);
-                }
-            }
-        }
-        let shards = Shards::new(layout, tree);
-        *shards.spare.lock().unwrap_or_else(|e| e.into_inner()) = spare;
-        shards
     }
 
     /// The shard `number`, found now if it was not yet.
@@ -138,16 +115,9 @@ impl Shards {
             None => None,
             Some(tree) => find_shard(repo, tree, &shard_path_of(self.layout, number))?,
         };
-        let shard = oid.map(|oid| {
-            let spare = self
-                .spare
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&(number, oid));
-            Shard {
-                oid,
-                table: spare.map_or_else(OnceLock::new, OnceLock::from),
-            }
+        let shard = oid.map(|oid| Shard {
+            oid,
+            table: OnceLock::new(),
         });
         Ok(slot.get_or_init(|| shard).as_ref())
     }
@@ -190,15 +160,9 @@ impl Shards {
             for (number, slot) in self.slots.iter().enumerate() {
                 let oid = found.remove(&(number as u16));
                 if slot.get().is_none() {
-                    let spare = oid.and_then(|oid| {
-                        self.spare
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .remove(&(number as u16, oid))
-                    });
                     let _ = slot.set(oid.map(|oid| Shard {
                         oid,
-                        table: spare.map_or_else(OnceLock::new, OnceLock::from),
+                        table: OnceLock::new(),
                     }));
                 }
             }
@@ -585,7 +549,9 @@ impl KeyState {
             Some(e) if e.kind() == Some(ObjectType::Tree) => Some(e.id()),
             Some(_) => return Err(damaged("a key table shard has a bad name")),
         };
-        self.shards = Shards::reload(&mut self.shards, layout, table);
+        // A new state: its shards are found and decrypted anew, and the
+        // old tables (erased keys among them) dropped now.
+        self.shards = Shards::new(layout, table);
         Ok(())
     }
 

@@ -7,9 +7,10 @@
 //! before reading through libgit2) does, for one object id:
 //!
 //! - the packs: each pack's index is checked once, before libgit2 may
-//!   search it ([`super::pack::open_index`]: structure, sorted ids,
-//!   offsets inside the pack, checksum, the pack's header and trailer),
-//!   and remembered by name, size and modification time. The pack
+//!   search it ([`super::pack::open_index`]: header, fanout, length, the
+//!   pack's header and trailer; then each fanout bucket's ids, sorted and
+//!   under their first byte, when an id of it is first looked up), and
+//!   remembered by name, size and modification time. The pack
 //!   directory is looked at (one `stat`, and a listing while it changed in
 //!   the last moments) on every check, so a pack that appears later is
 //!   checked before the next read. Then, in every pack that lists `id`,
