@@ -766,9 +766,17 @@ impl KeyState {
             let table = t.get_name("table").map(|e| e.id());
             Some((t, slots, table))
         }) else {
-            return write_key_commit(repo, keys, self, &settings, caches);
+            let commit = write_key_commit(repo, keys, self, &settings, caches)?;
+            // Every shard was found for the rebuild; none is looked up in a
+            // tree again until the next state is read.
+            self.shards.tree = None;
+            return Ok(commit);
         };
         let table = table_edits.write(repo, caches, table_tree, &mut objects)?;
+        // Shards not found yet are looked up in the new table from now on:
+        // the old one goes with the replaced state (pruned after an
+        // erasure), and the new one holds them unchanged.
+        self.shards.tree = Some(table);
         let mut add = |kind: ObjectType, data: Vec<u8>| -> Result<Oid, VaultError> {
             let id = objects::write_object(repo, kind, &data)?;
             objects.push(super::engine::raw::Object { kind, id, data });

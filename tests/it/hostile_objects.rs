@@ -321,6 +321,82 @@ fn a_damaged_key_table_shard_is_damage_for_its_files_and_verify_only() {
 }
 
 #[test]
+fn a_multi_pack_index_is_damage_from_every_command_and_when_planted_later() {
+    // libgit2 reads a multi-pack index's offsets before any pack's own
+    // index: memvault never writes one, and refuses one found.
+    let v = &vault_with_loose_history();
+    let (tip, parent) = (
+        rev_parse(v, "refs/heads/main"),
+        rev_parse(v, "refs/heads/main~1"),
+    );
+    let midx = v.vault.join("objects/pack/multi-pack-index");
+    let refs = || String::from_utf8(git(&v.vault, &["for-each-ref"]).stdout).unwrap();
+    let before = refs();
+    // Planted while a process runs: its next read is refused.
+    let mut vault = v.open_library("t");
+    let at = vault.tip().unwrap();
+    assert_eq!(vault.files_at(at).unwrap().len(), 3);
+    std::fs::write(&midx, b"MIDX\x01\x01\x00\x01").unwrap();
+    match vault.files_at(at) {
+        Err(e) => assert!(e.to_string().contains("multi-pack"), "{e}"),
+        Ok(_) => panic!("read on past a multi-pack index"),
+    }
+    drop(vault);
+    for (name, mut cmd, input) in commands(v, &tip, &parent) {
+        let out = run_bounded(&mut cmd, &input).unwrap_or_else(|| panic!("`{name}` hung"));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.code().is_some(),
+            "`{name}` was killed: {:?}",
+            out.status
+        );
+        assert!(
+            (!out.status.success() || stdout.contains("\"is_error\":true"))
+                && (stdout.contains("multi-pack") || stderr.contains("multi-pack")),
+            "`{name}` should refuse the multi-pack index:\nstdout: {stdout}\nstderr: {stderr}"
+        );
+    }
+    assert_eq!(refs(), before, "a refused command moved a ref");
+    std::fs::remove_file(&midx).unwrap();
+    let out = v.cmd().arg("verify").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn a_process_reads_key_table_shards_it_had_not_read_after_its_own_purge_pruned_the_old_states() {
+    // Shards are found when first needed, in the newest table: the tables
+    // of replaced key states are pruned after an erasure. (libgit2's object
+    // cache may still hold a pruned table tree here, so this pins that the
+    // lookups stay right after a purge, not that the old tree is unread.)
+    let v = TestVault::new();
+    let files: Vec<String> = (0..12).map(|i| format!("/memories/f{i}.md")).collect();
+    for (i, f) in files.iter().enumerate() {
+        let out = v
+            .cmd()
+            .arg("exec")
+            .arg(
+                json!({"command": "create", "path": f, "file_text": format!("text {i}\n")})
+                    .to_string(),
+            )
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    }
+    let mut vault = v.open_library("t");
+    let purged = memvault::memory::MemoryPath::parse(&files[0]).unwrap();
+    vault.purge(&purged, false).unwrap();
+    // Every other file reads, each from a shard this process had not read.
+    let tip = vault.tip().unwrap();
+    let read = vault.files_at(tip).unwrap();
+    assert_eq!(read.len(), files.len() - 1);
+}
+
+#[test]
 fn an_alternates_file_is_damage_from_every_command_and_changes_nothing() {
     // libgit2 would search the objects directory it names, whose packs and
     // loose files memvault never checks: here the known crashing pack.

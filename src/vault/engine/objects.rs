@@ -100,6 +100,8 @@ struct Known {
     pack_dir: Option<Stamp>,
     names: Vec<String>,
     settled: bool,
+    /// A `multi-pack-index` was seen in the pack directory.
+    midx: bool,
 }
 
 /// Size and modification time of a file, to see it changed.
@@ -113,6 +115,11 @@ struct Pack {
     /// Whether every entry was checked ([`pack::validate`]), or only those
     /// of the objects checked so far ([`PackIndex::check_object`]).
     whole: bool,
+    /// Whether it was there when the object database was last installed,
+    /// so libgit2 lists it: libgit2 lists the packs again only when an id
+    /// is found nowhere, so an id in a later pack may still be read from
+    /// its loose file.
+    listed: bool,
 }
 
 fn refusal(e: PackError) -> &'static str {
@@ -166,14 +173,17 @@ fn refresh_packs(
     let now = stamp(&dir);
     let changed = force || now.is_none() || now != k.pack_dir;
     if changed || !k.settled {
-        let mut names: Vec<String> = std::fs::read_dir(&dir)
+        let listed: Vec<String> = std::fs::read_dir(&dir)
             .map(|d| {
                 d.filter_map(Result::ok)
                     .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.ends_with(".idx"))
                     .collect()
             })
             .unwrap_or_default();
+        // libgit2 reads a multi-pack-index's offsets before any pack's own
+        // index, and memvault never writes one: it is damage.
+        k.midx = listed.iter().any(|n| n == MIDX);
+        let mut names: Vec<String> = listed.into_iter().filter(|n| n.ends_with(".idx")).collect();
         names.sort_unstable();
         // A directory changed in the last moments may change again within
         // the same timestamp (file times are coarse): until it is older,
@@ -211,8 +221,17 @@ fn refresh_packs(
     refused(k)
 }
 
+/// The file name of a multi-pack index in `objects/pack`.
+const MIDX: &str = "multi-pack-index";
+
 /// The first refusal of a pack `k` knows, if any.
 fn refused(k: &Known) -> Result<(), ObjectError> {
+    if k.midx {
+        return Err(ObjectError::Pack {
+            index: MIDX.to_string(),
+            what: "a multi-pack index, which memvault never writes, would make git read unchecked offsets",
+        });
+    }
     match k
         .packs
         .iter()
@@ -253,6 +272,7 @@ fn revalidate(dir: &Path, names: &[String], packs: &mut HashMap<String, Pack>) -
                 stamps: (si, sp),
                 state,
                 whole: false,
+                listed: false,
             },
         );
     }
@@ -262,7 +282,8 @@ fn revalidate(dir: &Path, names: &[String], packs: &mut HashMap<String, Pack>) -
 
 /// Check what libgit2 would read of every pack holding `id` (see
 /// [`PackIndex::check_object`]); a pack that fails is refused from then on.
-/// Returns whether a pack holds `id`.
+/// Returns whether a pack libgit2 lists holds `id` (libgit2 then reads it
+/// from there, never from a loose file).
 fn check_in_packs(k: &mut Known, id: Oid) -> Result<bool, ObjectError> {
     let mut found = false;
     for (name, p) in &mut k.packs {
@@ -273,7 +294,7 @@ fn check_in_packs(k: &mut Known, id: Oid) -> Result<bool, ObjectError> {
             index.check_object(id)
         };
         match held {
-            Ok(held) => found |= held,
+            Ok(held) => found |= held && p.listed,
             Err(e) => {
                 let what = refusal(e);
                 p.state = Err(what);
@@ -298,6 +319,10 @@ pub(crate) fn odb_installed(repo: &Repository) {
         k.memory.clear();
         // A refusal is remembered: the next check reports it.
         let _ = refresh_packs(repo, k, true, false);
+        // libgit2 lists the packs there are now at its first read.
+        for p in k.packs.values_mut() {
+            p.listed = true;
+        }
     });
 }
 
@@ -379,6 +404,8 @@ pub(crate) fn trust_written_pack(repo: &Repository, name: &str) {
                 stamps: (si, sp),
                 state,
                 whole: true,
+                // Until the database is installed again.
+                listed: false,
             },
         );
     });

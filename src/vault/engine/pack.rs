@@ -779,6 +779,9 @@ pub(crate) struct PackIndex {
     /// Entries checked by [`PackIndex::check_object`]: offset -> size of
     /// the object it gives (a delta's result).
     checked: HashMap<u64, u64>,
+    /// Those of them checked as the entry of their id (CRC-32 and, when
+    /// whole, hash), not only as a delta base.
+    by_id: HashSet<u64>,
 }
 
 /// One fanout bucket of an index: the positions `lo..` of the ids that
@@ -900,6 +903,7 @@ pub(crate) fn open_index(idx_path: &Path, pack_path: &Path) -> Result<PackIndex,
         header,
         trailer,
         checked: HashMap::new(),
+        by_id: HashSet::new(),
     })
 }
 
@@ -1017,6 +1021,17 @@ impl PackIndex {
                 std::cmp::Ordering::Equal => return Ok(Some(bucket.lo + mid)),
             }
         }
+        // On a miss libgit2 also compares the id at the insertion point,
+        // which past the bucket's end is the next bucket's first: read
+        // and check that bucket too (its ids must start with its own
+        // byte), so an id planted there is refused, not read unchecked.
+        let end = bucket.lo + bucket.ids.len() / 20;
+        if lo == bucket.ids.len() / 20 && end < self.n {
+            let next = self.fanout.partition_point(|&f| f as usize <= end);
+            if next < 256 {
+                self.load_bucket(next, None)?;
+            }
+        }
         Ok(None)
     }
 
@@ -1045,8 +1060,13 @@ impl PackIndex {
         if !(12..self.body_end).contains(&at) {
             return Err(bad("an entry's offset is out of place"));
         }
+        let top = at;
         let mut size = loop {
-            if let Some(&size) = self.checked.get(&at) {
+            // An entry first reached as a delta base is checked again as
+            // the entry of its id (its CRC-32 and hash were not).
+            if let Some(&size) = self.checked.get(&at)
+                && (expect.is_none() || self.by_id.contains(&at))
+            {
                 break size;
             }
             if pending.len() >= MAX_CHAIN {
@@ -1076,6 +1096,7 @@ impl PackIndex {
             self.checked.insert(at, result);
             size = result;
         }
+        self.by_id.insert(top);
         Ok(true)
     }
 
@@ -1086,17 +1107,24 @@ impl PackIndex {
     fn read_entry(&mut self, start: u64, expect: Option<usize>) -> Result<Checked, PackError> {
         use PackError::Malformed as bad;
         let room = self.body_end.saturating_sub(start);
-        // A stored zlib stream adds 5 bytes per 64 KiB block.
-        let most = room.min(MAX_OBJECT + MAX_OBJECT / 64 + 64 + 32);
-        let mut want = most.min(4 << 10);
+        let mut want = room.min(4 << 10);
         let mut buf = vec![0u8; want as usize];
         loop {
             buf.resize(want as usize, 0);
             std::os::unix::fs::FileExt::read_exact_at(&self.pack, &mut buf, start)?;
+            // The entry cannot be longer than its header (at most 32
+            // bytes, with a delta's base) and a zlib stream of its
+            // declared size: a stored stream adds 5 bytes per 64 KiB
+            // block, a deflated one less.
+            let most = parse_entry_header(&buf).map_or(want, |(_, size, _)| {
+                room.min(size.saturating_add(size / 64 + 128))
+            });
             match self.entry_in(start, &buf, expect) {
                 Ok((checked, _)) => return Ok(checked),
-                // The stream may go on past what was read.
-                Err(_) if want < most => want = most.min(want * 8),
+                // Only a stream may go on past what was read.
+                Err(what) if what == NO_INFLATE && want < most => {
+                    want = most.min(want.saturating_mul(8));
+                }
                 Err(what) => return Err(bad(what)),
             }
         }
@@ -1159,7 +1187,7 @@ impl PackIndex {
             }
             true
         })
-        .ok_or("an entry's data does not inflate")?;
+        .ok_or(NO_INFLATE)?;
         if inflated != size {
             return Err("an entry does not inflate to the size it declares");
         }
@@ -1193,6 +1221,10 @@ impl PackIndex {
         Ok((checked, at + used))
     }
 }
+
+/// An entry's zlib stream did not inflate (whole): it may also run on past
+/// the bytes read so far.
+const NO_INFLATE: &str = "an entry's data does not inflate";
 
 /// An entry [`PackIndex::read_entry`] checked: a whole object's size, or
 /// a delta's base (its offset), the base's size it names, and its result's.
@@ -1312,6 +1344,7 @@ pub(crate) fn validate(idx_path: &Path, pack_path: &Path) -> Result<PackIndex, P
     if hasher.finalize()[..] != index.trailer {
         return Err(bad("the pack's checksum"));
     }
+    index.by_id = sizes.keys().copied().collect();
     index.checked = sizes;
     Ok(index)
 }
@@ -1841,6 +1874,101 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A copy of the pack `idx`/`pack` in a directory of its own, with
+    /// the index changed by `edit`.
+    fn with_index_edit(
+        idx: &Path,
+        pack: &Path,
+        edit: impl FnOnce(&mut Vec<u8>),
+    ) -> (tempfile::TempDir, PackIndex) {
+        let dir = tempfile::tempdir().unwrap();
+        let (i2, p2) = (dir.path().join("p.idx"), dir.path().join("p.pack"));
+        let mut bytes = fs::read(idx).unwrap();
+        edit(&mut bytes);
+        fs::write(&i2, bytes).unwrap();
+        fs::copy(pack, &p2).unwrap();
+        let index = open_index(&i2, &p2).unwrap();
+        (dir, index)
+    }
+
+    #[test]
+    fn an_id_planted_at_the_start_of_the_next_bucket_is_refused() {
+        // libgit2, missing an id in its bucket, also compares the id at the
+        // insertion point: the first of the next bucket. An id of bucket
+        // `b` written there (the order still holds) would be read from
+        // that position's entry unless its bucket is checked too.
+        let (_tmp, packs) = genuine_packs();
+        let (idx, pack) = &packs[0];
+        let ids = ids_of(idx, pack);
+        let (b, next) = (0..ids.len() - 1)
+            .find(|&i| ids[i].as_bytes()[0] != ids[i + 1].as_bytes()[0])
+            .map(|i| (ids[i].as_bytes()[0], i + 1))
+            .expect("the test needs ids of two first bytes");
+        let mut planted = [0xffu8; 20];
+        planted[0] = b;
+        let (_dir, mut index) = with_index_edit(idx, pack, |bytes| {
+            let at = 8 + 1024 + next * 20;
+            bytes[at..at + 20].copy_from_slice(&planted);
+        });
+        let planted = Oid::from_bytes(&planted).unwrap();
+        assert!(
+            index.check_object(planted).is_err(),
+            "the planted id passed"
+        );
+        // The genuine ids of bucket `b` still look up (the pack is refused
+        // by the caller once any check fails; here each call stands alone).
+        let (_dir, mut index) = with_index_edit(idx, pack, |_| {});
+        assert!(index.check_object(ids[next - 1]).unwrap());
+    }
+
+    #[test]
+    fn a_delta_base_reached_again_by_an_id_it_is_not_is_refused() {
+        // An index may give an id the offset of another object's delta
+        // base: the entry checked as a base (no hash) must be checked
+        // again, with the hash, as the entry of that id.
+        let (_tmp, packs) = genuine_packs();
+        let (idx, pack) = &packs[0];
+        let ids = ids_of(idx, pack);
+        let mut index = open_index(idx, pack).unwrap();
+        let bytes = fs::read(pack).unwrap();
+        // A delta's id and its base's offset.
+        let (delta, base) = ids
+            .iter()
+            .find_map(|&id| {
+                let pos = index.position(id.as_bytes()).unwrap()?;
+                let at = index.offset(pos) as usize;
+                let (code, _, hdr) = parse_entry_header(&bytes[at..])?;
+                (code == OFS_DELTA).then(|| {
+                    let (d, _) = ofs_distance(&bytes[at + hdr..]).unwrap();
+                    (id, at as u64 - d)
+                })
+            })
+            .expect("the test needs an offset delta");
+        // Another id (not the base's own) given the base's offset.
+        let victim = ids
+            .iter()
+            .copied()
+            .find(|&id| {
+                id != delta
+                    && index
+                        .position(id.as_bytes())
+                        .unwrap()
+                        .map(|p| index.offset(p))
+                        != Some(base)
+            })
+            .unwrap();
+        let pos = index.position(victim.as_bytes()).unwrap().unwrap();
+        let (_dir, mut index) = with_index_edit(idx, pack, |b| {
+            let at = 8 + 1024 + ids.len() * 24 + pos * 4;
+            b[at..at + 4].copy_from_slice(&(base as u32).to_be_bytes());
+        });
+        assert!(index.check_object(delta).unwrap());
+        assert!(
+            index.check_object(victim).is_err(),
+            "an id read from another object's entry passed"
+        );
     }
 
     #[test]

@@ -919,6 +919,15 @@ pub(crate) fn install_odb(repo: &Repository) -> Result<(), git2::Error> {
              from outside the vault (memvault never writes one): remove it",
         ));
     }
+    // Nor does it write a multi-pack index, whose offsets libgit2 reads
+    // before any pack's own index (also refused when it appears later: see
+    // `objects`).
+    if fs::symlink_metadata(repo.path().join("objects/pack/multi-pack-index")).is_ok() {
+        return Err(git2::Error::from_str(
+            "the vault is damaged: objects/pack/multi-pack-index would make git read \
+             unchecked pack offsets (memvault never writes one): remove it",
+        ));
+    }
     // As an alternate, the disk is only read: writes go to memory.
     super::fsync::install_mempack_odb(repo, objects)?;
     // libgit2 lists the packs at its first read: validate them before.
