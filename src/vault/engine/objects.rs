@@ -39,7 +39,8 @@
 //! file replaced between the two (by someone writing the vault while a
 //! process runs) is not seen; a loose object changed in place after it
 //! checked out is not checked again before the next checkpoint, nor a
-//! pack whose size and time stay the same.
+//! pack changed in place (its directory unchanged) before the pack
+//! directory changes.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
@@ -104,8 +105,11 @@ struct Known {
     midx: bool,
 }
 
-/// Size and modification time of a file, to see it changed.
-type Stamp = (u64, Option<SystemTime>);
+/// Size, modification time, inode and change time of a file, to see it
+/// changed: a file written again with its size and time set back still
+/// gets a new change time (which `utimes` cannot set), and a file put in
+/// its place a new inode.
+type Stamp = (u64, Option<SystemTime>, u64, i64, i64);
 
 /// One pack as this process knows it.
 struct Pack {
@@ -156,8 +160,15 @@ fn with_known<T>(repo: &Repository, f: impl FnOnce(&mut Known) -> T) -> T {
 }
 
 fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path).ok()?;
-    Some((m.len(), m.modified().ok()))
+    Some((
+        m.len(),
+        m.modified().ok(),
+        m.ino(),
+        m.ctime(),
+        m.ctime_nsec(),
+    ))
 }
 
 /// List the packs and check the index of each new or changed one if the
@@ -190,7 +201,7 @@ fn refresh_packs(
         // its names are listed again at each check, as git does with
         // racily clean files.
         k.settled = now
-            .and_then(|(_, m)| m)
+            .and_then(|(_, m, ..)| m)
             .and_then(|m| SystemTime::now().duration_since(m).ok())
             .is_some_and(|age| age > RACY);
         if (changed || names != k.names) && revalidate(&dir, &names, &mut k.packs) {
