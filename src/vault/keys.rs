@@ -115,10 +115,7 @@ impl Shards {
             None => None,
             Some(tree) => find_shard(repo, tree, &shard_path_of(self.layout, number))?,
         };
-        let shard = oid.map(|oid| Shard {
-            oid,
-            table: OnceLock::new(),
-        });
+        let shard = oid.map(Shard::found);
         Ok(slot.get_or_init(|| shard).as_ref())
     }
 
@@ -160,10 +157,7 @@ impl Shards {
             for (number, slot) in self.slots.iter().enumerate() {
                 let oid = found.remove(&(number as u16));
                 if slot.get().is_none() {
-                    let _ = slot.set(oid.map(|oid| Shard {
-                        oid,
-                        table: OnceLock::new(),
-                    }));
+                    let _ = slot.set(oid.map(Shard::found));
                 }
             }
         }
@@ -237,6 +231,14 @@ fn walk_table(
 }
 
 impl Shard {
+    /// A shard stored in the blob `oid`, not decrypted yet.
+    fn found(oid: Oid) -> Shard {
+        Shard {
+            oid,
+            table: OnceLock::new(),
+        }
+    }
+
     /// A shard not written yet, holding `table`.
     fn unsaved(table: KeyTable) -> Shard {
         Shard {

@@ -58,6 +58,15 @@ fn rev_parse(v: &TestVault, rev: &str) -> String {
     String::from_utf8(out).unwrap().trim().to_string()
 }
 
+/// The tip of main and its parent, for `show` and `diff` (taken before
+/// any damage: git itself may not read the vault after it).
+fn tip_and_parent(v: &TestVault) -> (String, String) {
+    (
+        rev_parse(v, "refs/heads/main"),
+        rev_parse(v, "refs/heads/main~1"),
+    )
+}
+
 fn loose_file(v: &TestVault, oid: &str) -> PathBuf {
     v.vault.join("objects").join(&oid[..2]).join(&oid[2..])
 }
@@ -131,8 +140,7 @@ fn assert_each_command_reports_damage(
     must_fail: &[&str],
 ) {
     let v = &vault_with_loose_history();
-    let tip = rev_parse(v, "refs/heads/main");
-    let parent = rev_parse(v, "refs/heads/main~1");
+    let (tip, parent) = tip_and_parent(v);
     damage(v);
     for (name, mut cmd, input) in commands(v, &tip, &parent) {
         let start = Instant::now();
@@ -325,10 +333,7 @@ fn a_multi_pack_index_is_damage_from_every_command_and_when_planted_later() {
     // libgit2 reads a multi-pack index's offsets before any pack's own
     // index: memvault never writes one, and refuses one found.
     let v = &vault_with_loose_history();
-    let (tip, parent) = (
-        rev_parse(v, "refs/heads/main"),
-        rev_parse(v, "refs/heads/main~1"),
-    );
+    let (tip, parent) = tip_and_parent(v);
     let midx = v.vault.join("objects/pack/multi-pack-index");
     // Planted while a process runs: its next read is refused.
     let mut vault = v.open_library("t");
@@ -412,10 +417,7 @@ fn an_alternates_file_is_damage_from_every_command_and_changes_nothing() {
     // libgit2 would search the objects directory it names, whose packs and
     // loose files memvault never checks: here the known crashing pack.
     let v = &vault_with_loose_history();
-    let (tip, parent) = (
-        rev_parse(v, "refs/heads/main"),
-        rev_parse(v, "refs/heads/main~1"),
-    );
+    let (tip, parent) = tip_and_parent(v);
     let elsewhere = tempfile::tempdir().unwrap();
     let pack_dir = elsewhere.path().join("pack");
     std::fs::create_dir_all(&pack_dir).unwrap();

@@ -217,7 +217,6 @@ fn refresh_packs(
         }
     }
     if whole {
-        let dir = repo.path().join("objects/pack");
         for (name, p) in &mut k.packs {
             if p.whole || p.state.is_err() {
                 continue;
