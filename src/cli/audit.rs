@@ -8,7 +8,7 @@ use std::io::Write;
 use serde_json::json;
 
 use super::history::rfc3339;
-use super::{CliError, Global, memory_for, new_session_id, open_vault};
+use super::{CliError, On, memory_for, new_session_id, open_vault};
 use crate::memory::{MemoryPath, NodeKind, Snapshot, Store};
 use crate::vault::{Attribution, CommitMeta, Rev, UndoOutcome, UndoTarget, Vault, VaultError};
 
@@ -37,7 +37,8 @@ fn not_a_rev(e: VaultError) -> CliError {
     }
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ShowArgs {
     /// The revision (commit id or prefix from `memvault history`, or HEAD~N)
     pub rev: String,
@@ -45,90 +46,101 @@ pub struct ShowArgs {
     pub path: Option<String>,
     /// Print a file's content as stored, without `view`'s line numbers
     #[arg(long)]
+    #[serde(default)]
     pub raw: bool,
 }
 
 /// `memvault show REV [PATH]`.
-pub fn show(global: &Global, args: &ShowArgs, out: &mut dyn Write) -> Result<u8, CliError> {
-    let mut vault = open_vault(global, reader())?;
-    let rev = vault.resolve_rev(&args.rev).map_err(not_a_rev)?;
-    let path = parse_path(args.path.as_deref().unwrap_or("/memories"))?;
-    if args.raw {
-        let snap = vault.snapshot_at(Some(rev))?;
-        match snap.kind(&path).map_err(store_err)? {
-            Some(NodeKind::File) => {
-                let content = snap.read(&path).map_err(store_err)?;
-                out.write_all(&content)?;
-                out.flush()?;
-                return Ok(0);
+pub fn show(on: On<'_>, args: &ShowArgs, out: &mut dyn Write) -> Result<u8, CliError> {
+    on.with(
+        || Ok(reader()),
+        |vault| {
+            let rev = vault.resolve_rev(&args.rev).map_err(not_a_rev)?;
+            let path = parse_path(args.path.as_deref().unwrap_or("/memories"))?;
+            if args.raw {
+                let snap = vault.snapshot_at(Some(rev))?;
+                match snap.kind(&path).map_err(store_err)? {
+                    Some(NodeKind::File) => {
+                        let content = snap.read(&path).map_err(store_err)?;
+                        out.write_all(&content)?;
+                        out.flush()?;
+                        return Ok(0);
+                    }
+                    Some(NodeKind::Dir) => {
+                        return Err(CliError::failure(format!(
+                            "{} was a directory at {}; --raw prints files only",
+                            path.as_str(),
+                            rev.short()
+                        )));
+                    }
+                    None => {
+                        return Err(CliError::failure(format!(
+                            "{} did not exist at {}",
+                            path.as_str(),
+                            rev.short()
+                        )));
+                    }
+                }
             }
-            Some(NodeKind::Dir) => {
-                return Err(CliError::failure(format!(
-                    "{} was a directory at {}; --raw prints files only",
-                    path.as_str(),
-                    rev.short()
-                )));
-            }
-            None => {
-                return Err(CliError::failure(format!(
-                    "{} did not exist at {}",
-                    path.as_str(),
-                    rev.short()
-                )));
-            }
-        }
-    }
-    let memory = memory_for(vault.config())?;
-    let mut store = vault.at_revision(Some(rev));
-    let result = memory.execute_json(
-        &mut store as &mut dyn Store,
-        &json!({"command": "view", "path": path.as_str()}),
-    );
-    let text = result.text().unwrap_or_default();
-    writeln!(out, "{text}")?;
-    out.flush()?;
-    Ok(if result.is_error { 1 } else { 0 })
+            let memory = memory_for(vault.config())?;
+            let mut store = vault.at_revision(Some(rev));
+            let result = memory.execute_json(
+                &mut store as &mut dyn Store,
+                &json!({"command": "view", "path": path.as_str()}),
+            );
+            let text = result.text().unwrap_or_default();
+            writeln!(out, "{text}")?;
+            out.flush()?;
+            Ok(if result.is_error { 1 } else { 0 })
+        },
+    )
 }
 
 fn store_err(e: crate::memory::StoreError) -> CliError {
     CliError::failure(e.to_string())
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DiffArgs {
     /// The revision to compare (against its parent, or against REV2)
     pub rev: String,
     /// `[REV2] [PATH]`: a second revision, and/or a path (starts with /memories)
     #[arg(num_args = 0..=2)]
+    #[serde(default)]
     pub rest: Vec<String>,
 }
 
 /// `memvault diff REV [REV2] [PATH]`: a unified diff of decrypted content.
-pub fn diff(global: &Global, args: &DiffArgs, out: &mut dyn Write) -> Result<u8, CliError> {
-    let mut vault = open_vault(global, reader())?;
-    let mut rev2 = None;
-    let mut path = None;
-    for r in &args.rest {
-        if r.starts_with('/') {
-            if path.is_some() {
-                return Err(usage("give at most one path"));
+pub fn diff(on: On<'_>, args: &DiffArgs, out: &mut dyn Write) -> Result<u8, CliError> {
+    on.with(
+        || Ok(reader()),
+        |vault| {
+            let mut rev2 = None;
+            let mut path = None;
+            for r in &args.rest {
+                if r.starts_with('/') {
+                    if path.is_some() {
+                        return Err(usage("give at most one path"));
+                    }
+                    path = Some(parse_path(r)?);
+                } else if rev2.is_none() && path.is_none() {
+                    rev2 = Some(r.clone());
+                } else {
+                    return Err(usage("usage: memvault diff REV [REV2] [PATH]"));
+                }
             }
-            path = Some(parse_path(r)?);
-        } else if rev2.is_none() && path.is_none() {
-            rev2 = Some(r.clone());
-        } else {
-            return Err(usage("usage: memvault diff REV [REV2] [PATH]"));
-        }
-    }
-    let rev = vault.resolve_rev(&args.rev).map_err(not_a_rev)?;
-    let (old, new) = match rev2 {
-        Some(r2) => (Some(rev), Some(vault.resolve_rev(&r2).map_err(not_a_rev)?)),
-        None => (vault.parent_of(rev)?, Some(rev)),
-    };
-    let text = diff_text(&vault, old, new, path.as_ref())?;
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
-    Ok(0)
+            let rev = vault.resolve_rev(&args.rev).map_err(not_a_rev)?;
+            let (old, new) = match rev2 {
+                Some(r2) => (Some(rev), Some(vault.resolve_rev(&r2).map_err(not_a_rev)?)),
+                None => (vault.parent_of(rev)?, Some(rev)),
+            };
+            let text = diff_text(&*vault, old, new, path.as_ref())?;
+            out.write_all(text.as_bytes())?;
+            out.flush()?;
+            Ok(0)
+        },
+    )
 }
 
 /// The unified diff between the trees of two commits (None: empty tree).
@@ -199,7 +211,8 @@ pub fn diff_text(
     Ok(out)
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RevertArgs {
     /// The revision to undo
     #[arg(required_unless_present = "session", conflicts_with = "session")]
@@ -210,13 +223,16 @@ pub struct RevertArgs {
     /// Undo even when later changes touched the same files (they are lost
     /// from the current state, not from history)
     #[arg(long)]
+    #[serde(default)]
     pub force: bool,
     /// Who is undoing (stored in the new commit)
     #[arg(long, env = "MEMVAULT_ACTOR", default_value = "operator")]
+    #[serde(skip)]
     pub actor: String,
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RestoreArgs {
     /// The file or directory to put back
     pub path: String,
@@ -225,9 +241,11 @@ pub struct RestoreArgs {
     pub at: String,
     /// Restore even when that discards content written after REV (history keeps it)
     #[arg(long)]
+    #[serde(default)]
     pub force: bool,
     /// Who is restoring (stored in the new commit)
     #[arg(long, env = "MEMVAULT_ACTOR", default_value = "operator")]
+    #[serde(skip)]
     pub actor: String,
 }
 
@@ -242,40 +260,48 @@ fn undoer(actor: &str) -> Result<Attribution, CliError> {
 }
 
 /// `memvault revert REV` / `memvault revert --session ID`.
-pub fn revert(global: &Global, args: &RevertArgs, out: &mut dyn Write) -> Result<u8, CliError> {
-    let mut vault = open_vault(global, undoer(&args.actor)?)?;
-    let target = match (&args.rev, &args.session) {
-        (Some(rev), None) => UndoTarget::Commit(vault.resolve_rev(rev).map_err(not_a_rev)?),
-        (None, Some(s)) => UndoTarget::Session(s.clone()),
-        _ => return Err(usage("give a revision or --session ID")),
-    };
-    if let UndoTarget::Commit(c) = target
-        && vault.parent_of(c)?.is_none()
-    {
-        return Err(CliError::failure(
-            "that is the vault's first commit (its creation); there is nothing to revert",
-        ));
-    }
-    let what = match &target {
-        UndoTarget::Commit(c) => format!("revision {}", c.short()),
-        UndoTarget::Session(s) => format!("session {s}"),
-        UndoTarget::Restore { .. } => unreachable!(),
-    };
-    finish_undo(&mut vault, target, args.force, &what, out)
+pub fn revert(on: On<'_>, args: &RevertArgs, out: &mut dyn Write) -> Result<u8, CliError> {
+    on.with(
+        || undoer(&args.actor),
+        |vault| {
+            let target = match (&args.rev, &args.session) {
+                (Some(rev), None) => UndoTarget::Commit(vault.resolve_rev(rev).map_err(not_a_rev)?),
+                (None, Some(s)) => UndoTarget::Session(s.clone()),
+                _ => return Err(usage("give a revision or --session ID")),
+            };
+            if let UndoTarget::Commit(c) = target
+                && vault.parent_of(c)?.is_none()
+            {
+                return Err(CliError::failure(
+                    "that is the vault's first commit (its creation); there is nothing to revert",
+                ));
+            }
+            let what = match &target {
+                UndoTarget::Commit(c) => format!("revision {}", c.short()),
+                UndoTarget::Session(s) => format!("session {s}"),
+                UndoTarget::Restore { .. } => unreachable!(),
+            };
+            finish_undo(vault, target, args.force, &what, out)
+        },
+    )
 }
 
 /// `memvault restore PATH --at REV`.
-pub fn restore(global: &Global, args: &RestoreArgs, out: &mut dyn Write) -> Result<u8, CliError> {
-    let mut vault = open_vault(global, undoer(&args.actor)?)?;
-    let path = parse_path(&args.path)?;
-    let at = vault.resolve_rev(&args.at).map_err(not_a_rev)?;
-    let what = format!("{} as at {}", path.as_str(), at.short());
-    finish_undo(
-        &mut vault,
-        UndoTarget::Restore { path, at },
-        args.force,
-        &what,
-        out,
+pub fn restore(on: On<'_>, args: &RestoreArgs, out: &mut dyn Write) -> Result<u8, CliError> {
+    on.with(
+        || undoer(&args.actor),
+        |vault| {
+            let path = parse_path(&args.path)?;
+            let at = vault.resolve_rev(&args.at).map_err(not_a_rev)?;
+            let what = format!("{} as at {}", path.as_str(), at.short());
+            finish_undo(
+                vault,
+                UndoTarget::Restore { path, at },
+                args.force,
+                &what,
+                out,
+            )
+        },
     )
 }
 
@@ -356,10 +382,12 @@ fn finish_undo(
     }
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SessionsArgs {
     /// One JSON object per line
     #[arg(long)]
+    #[serde(skip)]
     pub json: bool,
 }
 
@@ -373,48 +401,52 @@ struct SessionAgg {
 }
 
 /// `memvault sessions`: one line per session, most recent first.
-pub fn sessions(global: &Global, args: &SessionsArgs, out: &mut dyn Write) -> Result<u8, CliError> {
-    let mut vault = open_vault(global, reader())?;
-    let mut agg: BTreeMap<String, SessionAgg> = BTreeMap::new();
-    for item in vault.walk()? {
-        let (_, meta) = item?;
-        let a = agg.entry(meta.session.clone()).or_default();
-        if a.changes == 0 {
-            a.last = meta.time_ms;
-        }
-        a.first = meta.time_ms;
-        a.changes += 1;
-        a.actors.insert(meta.actor.clone());
-        for f in touched(&meta) {
-            a.files.insert(f);
-        }
-    }
-    let mut rows: Vec<(String, SessionAgg)> = agg.into_iter().collect();
-    rows.sort_by(|a, b| b.1.last.cmp(&a.1.last).then(a.0.cmp(&b.0)));
-    for (id, a) in rows {
-        let actors: Vec<&str> = a.actors.iter().map(String::as_str).collect();
-        if args.json {
-            let line = json!({
-                "session": id, "actors": actors, "first": rfc3339(a.first),
-                "last": rfc3339(a.last), "changes": a.changes, "files": a.files.len(),
-            });
-            writeln!(out, "{line}")?;
-        } else {
-            writeln!(
-                out,
-                "{id}  {}  {}  {}  {} change{}  {} file{}",
-                actors.join(","),
-                rfc3339(a.first),
-                rfc3339(a.last),
-                a.changes,
-                if a.changes == 1 { "" } else { "s" },
-                a.files.len(),
-                if a.files.len() == 1 { "" } else { "s" }
-            )?;
-        }
-    }
-    out.flush()?;
-    Ok(0)
+pub fn sessions(on: On<'_>, args: &SessionsArgs, out: &mut dyn Write) -> Result<u8, CliError> {
+    on.with(
+        || Ok(reader()),
+        |vault| {
+            let mut agg: BTreeMap<String, SessionAgg> = BTreeMap::new();
+            for item in vault.walk()? {
+                let (_, meta) = item?;
+                let a = agg.entry(meta.session.clone()).or_default();
+                if a.changes == 0 {
+                    a.last = meta.time_ms;
+                }
+                a.first = meta.time_ms;
+                a.changes += 1;
+                a.actors.insert(meta.actor.clone());
+                for f in touched(&meta) {
+                    a.files.insert(f);
+                }
+            }
+            let mut rows: Vec<(String, SessionAgg)> = agg.into_iter().collect();
+            rows.sort_by(|a, b| b.1.last.cmp(&a.1.last).then(a.0.cmp(&b.0)));
+            for (id, a) in rows {
+                let actors: Vec<&str> = a.actors.iter().map(String::as_str).collect();
+                if args.json {
+                    let line = json!({
+                        "session": id, "actors": actors, "first": rfc3339(a.first),
+                        "last": rfc3339(a.last), "changes": a.changes, "files": a.files.len(),
+                    });
+                    writeln!(out, "{line}")?;
+                } else {
+                    writeln!(
+                        out,
+                        "{id}  {}  {}  {}  {} change{}  {} file{}",
+                        actors.join(","),
+                        rfc3339(a.first),
+                        rfc3339(a.last),
+                        a.changes,
+                        if a.changes == 1 { "" } else { "s" },
+                        a.files.len(),
+                        if a.files.len() == 1 { "" } else { "s" }
+                    )?;
+                }
+            }
+            out.flush()?;
+            Ok(0)
+        },
+    )
 }
 
 /// Every path a commit touched, as recorded in its metadata.
@@ -427,7 +459,8 @@ fn touched(meta: &CommitMeta) -> Vec<String> {
     out
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ResumeArgs {
     /// The session to brief on [default: the most recent agent session]
     #[arg(long, value_name = "ID")]
@@ -435,12 +468,16 @@ pub struct ResumeArgs {
 }
 
 /// `memvault resume`: print the briefing.
-pub fn resume(global: &Global, args: &ResumeArgs, out: &mut dyn Write) -> Result<u8, CliError> {
-    let mut vault = open_vault(global, reader())?;
-    let text = briefing(&mut vault, args.session.as_deref())?;
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
-    Ok(0)
+pub fn resume(on: On<'_>, args: &ResumeArgs, out: &mut dyn Write) -> Result<u8, CliError> {
+    on.with(
+        || Ok(reader()),
+        |vault| {
+            let text = briefing(vault, args.session.as_deref())?;
+            out.write_all(text.as_bytes())?;
+            out.flush()?;
+            Ok(0)
+        },
+    )
 }
 
 fn describe(meta: &CommitMeta) -> String {
@@ -518,29 +555,38 @@ pub fn briefing(vault: &mut Vault, session: Option<&str>) -> Result<String, CliE
     Ok(text)
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct VerifyArgs {
     /// Print the report as one JSON object
     #[arg(long)]
+    #[serde(skip)]
     pub json: bool,
 }
 
 /// `memvault verify`: exit 0 only when all is well.
-pub fn verify(global: &Global, args: &VerifyArgs, out: &mut dyn Write) -> Result<u8, CliError> {
-    let mut vault = match open_vault(global, reader()) {
-        Ok(v) => v,
-        Err(e) if e.message.contains("damaged") => {
-            if args.json {
-                let line = json!({"ok": false, "problems": [{"rev": null, "path": null, "what": e.message}]});
-                writeln!(out, "{line}")?;
-            } else {
-                writeln!(out, "PROBLEM  {}", e.message)?;
-                writeln!(out, "1 problem found")?;
+pub fn verify(on: On<'_>, args: &VerifyArgs, out: &mut dyn Write) -> Result<u8, CliError> {
+    let mut opened;
+    let vault: &mut Vault = match on {
+        On::Open(vault) => vault,
+        On::Cli(global) => match open_vault(global, reader()) {
+            Ok(v) => {
+                opened = v;
+                &mut opened
             }
-            out.flush()?;
-            return Ok(1);
-        }
-        Err(e) => return Err(e),
+            Err(e) if e.message.contains("damaged") => {
+                if args.json {
+                    let line = json!({"ok": false, "problems": [{"rev": null, "path": null, "what": e.message}]});
+                    writeln!(out, "{line}")?;
+                } else {
+                    writeln!(out, "PROBLEM  {}", e.message)?;
+                    writeln!(out, "1 problem found")?;
+                }
+                out.flush()?;
+                return Ok(1);
+            }
+            Err(e) => return Err(e),
+        },
     };
     let report = vault.verify()?;
     if args.json {

@@ -6,7 +6,7 @@ use std::io::Write;
 use serde_json::json;
 
 use super::history::rfc3339;
-use super::{CliError, Global, new_session_id, open_vault};
+use super::{CliError, On, new_session_id};
 use crate::memory::MemoryPath;
 use crate::vault::erase::parse_duration_ms;
 use crate::vault::{Attribution, Vault, VaultError};
@@ -32,7 +32,8 @@ fn sweeper(actor: &str) -> Result<Attribution, CliError> {
     })
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ExpireArgs {
     /// Remove files neither viewed nor written for this long: 90m, 12h, 30d,
     /// 2w [default: the vault's expire_after_days]
@@ -40,9 +41,11 @@ pub struct ExpireArgs {
     pub older_than: Option<String>,
     /// List what would be removed, with each file's last use; change nothing
     #[arg(long)]
+    #[serde(default)]
     pub dry_run: bool,
     /// One JSON object per line
     #[arg(long)]
+    #[serde(skip)]
     pub json: bool,
 }
 
@@ -59,7 +62,7 @@ pub fn period_ms(vault: &Vault, older_than: Option<&str>) -> Result<u64, CliErro
 }
 
 /// `memvault expire`.
-pub fn expire(global: &Global, args: &ExpireArgs, out: &mut dyn Write) -> Result<u8, CliError> {
+pub fn expire(on: On<'_>, args: &ExpireArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     if let Some(s) = &args.older_than {
         parse_duration_ms(s).ok_or_else(|| {
             usage(format!(
@@ -67,115 +70,126 @@ pub fn expire(global: &Global, args: &ExpireArgs, out: &mut dyn Write) -> Result
             ))
         })?;
     }
-    let mut vault = open_vault(global, sweeper("expiry")?)?;
-    let period = period_ms(&vault, args.older_than.as_deref())?;
-    let report = vault.expire(period, args.dry_run).map_err(refused)?;
-    let when = |t: Option<u64>| t.map(rfc3339);
-    if args.json {
-        for e in &report.expired {
-            let line = json!({
-                "path": e.path.as_str(), "last_viewed": when(e.access.viewed_ms),
-                "last_written": when(e.access.written_ms),
-                "action": if args.dry_run { "would expire" } else { "expired" },
-            });
-            writeln!(out, "{line}")?;
-        }
-        let summary = json!({
-            "dry_run": args.dry_run, "expired": report.expired.len(), "kept": report.kept,
-            "unrecorded": report.unrecorded.len(), "erased_keys": report.erased_keys,
-            "rekeyed": report.rekeyed.iter().map(MemoryPath::as_str).collect::<Vec<_>>(),
-            "revision": report.commit.map(|c| c.to_string()),
-        });
-        writeln!(out, "{summary}")?;
-    } else {
-        let verb = if args.dry_run {
-            "would expire"
-        } else {
-            "expired"
-        };
-        for e in &report.expired {
-            writeln!(
-                out,
-                "{verb}  {}  last viewed {}  last written {}",
-                e.path.as_str(),
-                when(e.access.viewed_ms).unwrap_or_else(|| "never".into()),
-                when(e.access.written_ms).unwrap_or_else(|| "unknown".into()),
-            )?;
-        }
-        for p in &report.rekeyed {
-            writeln!(
-                out,
-                "re-encrypted  {} (it shared a destroyed key)",
-                p.as_str()
-            )?;
-        }
-        match report.commit {
-            Some(c) => writeln!(
-                out,
-                "{} file{} expired as revision {}, {} key{} destroyed; {} kept",
-                report.expired.len(),
-                if report.expired.len() == 1 { "" } else { "s" },
-                c.short(),
-                report.erased_keys,
-                if report.erased_keys == 1 { "" } else { "s" },
-                report.kept
-            )?,
-            None => writeln!(
-                out,
-                "{} file{} {verb}; {} kept{}",
-                report.expired.len(),
-                if report.expired.len() == 1 { "" } else { "s" },
-                report.kept,
-                if report.unrecorded.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        " ({} with no access record yet, counted from now)",
-                        report.unrecorded.len()
-                    )
+    on.with(
+        || sweeper("expiry"),
+        |vault| {
+            let period = period_ms(&*vault, args.older_than.as_deref())?;
+            let report = vault.expire(period, args.dry_run).map_err(refused)?;
+            let when = |t: Option<u64>| t.map(rfc3339);
+            if args.json {
+                for e in &report.expired {
+                    let line = json!({
+                        "path": e.path.as_str(), "last_viewed": when(e.access.viewed_ms),
+                        "last_written": when(e.access.written_ms),
+                        "action": if args.dry_run { "would expire" } else { "expired" },
+                    });
+                    writeln!(out, "{line}")?;
                 }
-            )?,
-        }
-    }
-    out.flush()?;
-    Ok(0)
+                let summary = json!({
+                    "dry_run": args.dry_run, "expired": report.expired.len(), "kept": report.kept,
+                    "unrecorded": report.unrecorded.len(), "erased_keys": report.erased_keys,
+                    "rekeyed": report.rekeyed.iter().map(MemoryPath::as_str).collect::<Vec<_>>(),
+                    "revision": report.commit.map(|c| c.to_string()),
+                });
+                writeln!(out, "{summary}")?;
+            } else {
+                let verb = if args.dry_run {
+                    "would expire"
+                } else {
+                    "expired"
+                };
+                for e in &report.expired {
+                    writeln!(
+                        out,
+                        "{verb}  {}  last viewed {}  last written {}",
+                        e.path.as_str(),
+                        when(e.access.viewed_ms).unwrap_or_else(|| "never".into()),
+                        when(e.access.written_ms).unwrap_or_else(|| "unknown".into()),
+                    )?;
+                }
+                for p in &report.rekeyed {
+                    writeln!(
+                        out,
+                        "re-encrypted  {} (it shared a destroyed key)",
+                        p.as_str()
+                    )?;
+                }
+                match report.commit {
+                    Some(c) => writeln!(
+                        out,
+                        "{} file{} expired as revision {}, {} key{} destroyed; {} kept",
+                        report.expired.len(),
+                        if report.expired.len() == 1 { "" } else { "s" },
+                        c.short(),
+                        report.erased_keys,
+                        if report.erased_keys == 1 { "" } else { "s" },
+                        report.kept
+                    )?,
+                    None => writeln!(
+                        out,
+                        "{} file{} {verb}; {} kept{}",
+                        report.expired.len(),
+                        if report.expired.len() == 1 { "" } else { "s" },
+                        report.kept,
+                        if report.unrecorded.is_empty() {
+                            String::new()
+                        } else {
+                            format!(
+                                " ({} with no access record yet, counted from now)",
+                                report.unrecorded.len()
+                            )
+                        }
+                    )?,
+                }
+            }
+            out.flush()?;
+            Ok(0)
+        },
+    )
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PurgeArgs {
     /// The file or directory to erase from all of history
     pub path: String,
     /// Keep the present content (re-encrypted under a new key); erase only
     /// the past versions
     #[arg(long)]
+    #[serde(default)]
     pub keep_current: bool,
     /// Who is purging (stored in the tombstone commit)
     #[arg(long, env = "MEMVAULT_ACTOR", default_value = "operator")]
+    #[serde(skip)]
     pub actor: String,
 }
 
 /// `memvault purge PATH`.
-pub fn purge(global: &Global, args: &PurgeArgs, out: &mut dyn Write) -> Result<u8, CliError> {
+pub fn purge(on: On<'_>, args: &PurgeArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let path = MemoryPath::parse(&args.path).map_err(|e| usage(e.to_string()))?;
-    let mut vault = open_vault(global, sweeper(&args.actor)?)?;
-    let report = vault.purge(&path, args.keep_current).map_err(refused)?;
-    for p in &report.removed {
-        writeln!(out, "removed  {}", p.as_str())?;
-    }
-    for p in &report.rekeyed {
-        writeln!(out, "kept, re-encrypted under a new key  {}", p.as_str())?;
-    }
-    writeln!(
-        out,
-        "erased {} key{}: every past version of {} is unreadable{}",
-        report.erased_keys,
-        if report.erased_keys == 1 { "" } else { "s" },
-        path.as_str(),
-        report
-            .commit
-            .map(|c| format!(" (tombstone revision {})", c.short()))
-            .unwrap_or_default()
-    )?;
-    out.flush()?;
-    Ok(0)
+    on.with(
+        || sweeper(&args.actor),
+        |vault| {
+            let report = vault.purge(&path, args.keep_current).map_err(refused)?;
+            for p in &report.removed {
+                writeln!(out, "removed  {}", p.as_str())?;
+            }
+            for p in &report.rekeyed {
+                writeln!(out, "kept, re-encrypted under a new key  {}", p.as_str())?;
+            }
+            writeln!(
+                out,
+                "erased {} key{}: every past version of {} is unreadable{}",
+                report.erased_keys,
+                if report.erased_keys == 1 { "" } else { "s" },
+                path.as_str(),
+                report
+                    .commit
+                    .map(|c| format!(" (tombstone revision {})", c.short()))
+                    .unwrap_or_default()
+            )?;
+            out.flush()?;
+            Ok(0)
+        },
+    )
 }

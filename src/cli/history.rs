@@ -11,11 +11,12 @@ use std::io::Write;
 
 use serde_json::json;
 
-use super::{CliError, Global, open_vault};
+use super::{CliError, On};
 use crate::vault::{Attribution, CommitMeta};
 
 /// Filters of `memvault history`.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct HistoryArgs {
     /// Only changes to this path or below it
     pub path: Option<String>,
@@ -25,6 +26,9 @@ pub struct HistoryArgs {
     /// Only changes made by this actor
     #[arg(long)]
     pub actor: Option<String>,
+    /// Only changes made with this `memvault server` token (its name)
+    #[arg(long)]
+    pub principal: Option<String>,
     /// Only this operation: create, overwrite, str_replace, insert, delete,
     /// rename, revert, restore, init; or a group: edit (overwrite,
     /// str_replace, insert), undo (revert, restore)
@@ -42,6 +46,7 @@ pub struct HistoryArgs {
     pub limit: Option<usize>,
     /// One JSON object per line
     #[arg(long)]
+    #[serde(skip)]
     pub json: bool,
 }
 
@@ -139,12 +144,12 @@ pub fn rfc3339(ms: u64) -> String {
     )
 }
 
-pub fn run(global: &Global, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8, CliError> {
+pub fn run(on: On<'_>, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let who = Attribution {
         session: "history".into(),
         actor: "memvault".into(),
     };
-    let mut vault = open_vault(global, who)?;
+    on.with(|| Ok(who), |vault| {
     let path = match &args.path {
         Some(p) => Some(
             crate::memory::MemoryPath::parse(p)
@@ -213,6 +218,10 @@ pub fn run(global: &Global, args: &HistoryArgs, out: &mut dyn Write) -> Result<u
             || until.is_some_and(|u| meta.time_ms > u)
             || args.session.as_deref().is_some_and(|s| s != meta.session)
             || args.actor.as_deref().is_some_and(|a| a != meta.actor)
+            || args
+                .principal
+                .as_deref()
+                .is_some_and(|p| Some(p) != meta.principal.as_deref())
             || args.op.as_deref().is_some_and(|o| !op_matches(o, &meta.op))
         {
             continue;
@@ -222,7 +231,7 @@ pub fn run(global: &Global, args: &HistoryArgs, out: &mut dyn Write) -> Result<u
         if args.json {
             let line = json!({
                 "rev": rev, "time": rfc3339(meta.time_ms), "session": meta.session,
-                "actor": meta.actor, "op": meta.op, "path": meta.path, "new_path": meta.new_path,
+                "actor": meta.actor, "principal": meta.principal, "op": meta.op, "path": meta.path, "new_path": meta.new_path,
                 "size": meta.size, "lines_added": meta.lines_added, "lines_removed": meta.lines_removed,
                 "redactions": meta.redactions.iter().map(|(k, n)| json!({"kind": k, "count": n})).collect::<Vec<_>>(),
                 "files": meta.files, "undoes": meta.undoes, "undone_session": meta.undone_session,
@@ -271,10 +280,14 @@ pub fn run(global: &Global, args: &HistoryArgs, out: &mut dyn Write) -> Result<u
                 .collect();
             line.push_str(&format!("  redacted: {}", kinds.join(", ")));
         }
+        if let Some(p) = &meta.principal {
+            line.push_str(&format!("  principal: {p}"));
+        }
         writeln!(out, "{line}")?;
     }
     out.flush()?;
     Ok(0)
+    })
 }
 
 #[cfg(test)]

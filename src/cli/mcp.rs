@@ -283,7 +283,7 @@ impl ServerHandler for MemoryServer {
 
 /// A memory result as an MCP tool result: same text, `isError` when it is
 /// an error, images as image content.
-fn to_mcp(result: ToolResult) -> CallToolResult {
+pub(crate) fn to_mcp(result: ToolResult) -> CallToolResult {
     let block = match result.content {
         Content::Text(text) => ContentBlock::text(text),
         Content::Image {
@@ -299,7 +299,7 @@ fn to_mcp(result: ToolResult) -> CallToolResult {
 }
 
 /// Sent once at `initialize`; clients may show it to the model.
-const INSTRUCTIONS: &str = "memvault keeps your memory across conversations: a directory of files \
+pub(crate) const INSTRUCTIONS: &str = "memvault keeps your memory across conversations: a directory of files \
 under /memories, encrypted and versioned. ALWAYS VIEW YOUR MEMORY DIRECTORY BEFORE DOING ANYTHING \
 ELSE: call the `memory` tool with {\"command\": \"view\", \"path\": \"/memories\"}.";
 

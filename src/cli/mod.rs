@@ -15,6 +15,7 @@ mod keys;
 mod mcp;
 mod redact;
 mod serve;
+mod server;
 #[cfg(test)]
 mod tests;
 mod transfer;
@@ -245,6 +246,12 @@ pub(crate) enum Command {
     /// Show or change the vault's settings (authenticated; each change is recorded in history)
     #[command(subcommand)]
     Config(config::ConfigCommand),
+    /// Serve many tenants' vaults over HTTP (/v1/memory, audit and admin
+    /// routes) and MCP (/mcp), each tenant chosen by its bearer token
+    Server(server::ServerArgs),
+    /// Manage the tenants of a server root: add, list, token, remove
+    #[command(subcommand)]
+    Tenant(server::TenantCommand),
     /// Print text with secrets redacted (stdin by default)
     Redact {
         /// The file to read
@@ -426,7 +433,7 @@ pub(crate) fn vault_dir(global: &Global) -> Result<PathBuf, CliError> {
     ))
 }
 
-fn source(global: &Global) -> SecretSource {
+pub(crate) fn source(global: &Global) -> SecretSource {
     SecretSource {
         key_file: global.key_file.clone(),
         passphrase_file: global.passphrase_file.clone(),
@@ -434,7 +441,7 @@ fn source(global: &Global) -> SecretSource {
 }
 
 /// Before a secret is read: no core dumps for the rest of the process.
-fn no_core_dumps() {
+pub(crate) fn no_core_dumps() {
     if let Err(e) = crate::hygiene::disable_core_dumps() {
         eprintln!("memvault: warning: cannot disable core dumps: {e}");
     }
@@ -464,6 +471,32 @@ pub(crate) fn open_vault(global: &Global, attribution: Attribution) -> Result<Va
         Secret::Passphrase(p) => Unlock::Passphrase(p),
     };
     Ok(Vault::open(&dir, &unlock, attribution)?)
+}
+
+/// The vault a subcommand runs on: the one the command line names (opened
+/// and unlocked here), or one the caller holds open with its attribution
+/// already set (`memvault server`).
+pub(crate) enum On<'a> {
+    Cli(&'a Global),
+    Open(&'a mut Vault),
+}
+
+impl On<'_> {
+    /// Run `f` on the vault; `who` is the attribution a vault opened here
+    /// writes under.
+    pub(crate) fn with<T>(
+        self,
+        who: impl FnOnce() -> Result<Attribution, CliError>,
+        f: impl FnOnce(&mut Vault) -> Result<T, CliError>,
+    ) -> Result<T, CliError> {
+        match self {
+            On::Cli(global) => {
+                let mut vault = open_vault(global, who()?)?;
+                f(&mut vault)
+            }
+            On::Open(vault) => f(vault),
+        }
+    }
 }
 
 /// Build the command executor for a vault's settings.
@@ -504,6 +537,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         // write diagnostics to stderr: no lock is held for them.
         Command::Serve(args) => serve(global, args),
         Command::Mcp(session) => mcp::run(global, session),
+        Command::Server(args) => server::run(global, args),
         command => {
             let (stdout, stderr) = (io::stdout(), io::stderr());
             let (mut out, mut err) = (stdout.lock(), stderr.lock());
@@ -525,22 +559,25 @@ fn handle(
     match command {
         Command::Init(args) => init(global, args, err),
         Command::Keygen { file } => keygen(file, err),
-        Command::Serve(_) | Command::Mcp(_) => unreachable!("`run` serves these itself"),
+        Command::Serve(_) | Command::Mcp(_) | Command::Server(_) => {
+            unreachable!("`run` serves these itself")
+        }
+        Command::Tenant(cmd) => server::tenant(global, cmd, out, err),
         Command::Exec { session, json } => exec(global, session, json.as_deref(), out),
         Command::Demo { keep } => demo::run(keep.as_deref(), out),
-        Command::History(args) => history::run(global, args, out),
+        Command::History(args) => history::run(On::Cli(global), args, out),
         Command::Gc => gc(global, err),
-        Command::Show(args) => audit::show(global, args, out),
-        Command::Diff(args) => audit::diff(global, args, out),
-        Command::Revert(args) => audit::revert(global, args, out),
-        Command::Restore(args) => audit::restore(global, args, out),
-        Command::Sessions(args) => audit::sessions(global, args, out),
-        Command::Resume(args) => audit::resume(global, args, out),
-        Command::Verify(args) => audit::verify(global, args, out),
-        Command::Expire(args) => expiry::expire(global, args, out),
+        Command::Show(args) => audit::show(On::Cli(global), args, out),
+        Command::Diff(args) => audit::diff(On::Cli(global), args, out),
+        Command::Revert(args) => audit::revert(On::Cli(global), args, out),
+        Command::Restore(args) => audit::restore(On::Cli(global), args, out),
+        Command::Sessions(args) => audit::sessions(On::Cli(global), args, out),
+        Command::Resume(args) => audit::resume(On::Cli(global), args, out),
+        Command::Verify(args) => audit::verify(On::Cli(global), args, out),
+        Command::Expire(args) => expiry::expire(On::Cli(global), args, out),
         Command::Import(args) => transfer::import(global, args, out),
         Command::Export(args) => transfer::export(global, args, err),
-        Command::Purge(args) => expiry::purge(global, args, out),
+        Command::Purge(args) => expiry::purge(On::Cli(global), args, out),
         Command::Passwd(args) => keys::passwd(global, args, err),
         Command::Key(cmd) => keys::key(global, cmd, out, err),
         Command::Rekey(args) => keys::rekey(global, args, err),

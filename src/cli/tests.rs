@@ -69,6 +69,7 @@ fn history(limit: Option<usize>) -> Command {
         path: None,
         session: None,
         actor: None,
+        principal: None,
         op: None,
         since: None,
         until: None,

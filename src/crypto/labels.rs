@@ -45,3 +45,15 @@ pub const BLOB_MAGIC: &[u8; 4] = b"MVB1";
 pub const SLOT_MAGIC: &[u8; 4] = b"MVKS";
 /// Magic of a file-key table shard.
 pub const TABLE_MAGIC: &[u8; 4] = b"MVKT";
+
+/// HKDF salt of the keys of a `memvault server` root (from its keyring's
+/// epoch-0 key).
+pub const SERVER_SALT: &[u8] = b"memvault server v1";
+/// HKDF info: XChaCha20-Poly1305 key that seals the server's tenant registry.
+pub const SERVER_REGISTRY: &[u8] = b"memvault server registry";
+/// HKDF info: HMAC-SHA256 key under which bearer tokens are stored hashed.
+pub const SERVER_TOKEN: &[u8] = b"memvault server token";
+/// Magic of a sealed tenant registry.
+pub const REGISTRY_MAGIC: &[u8; 4] = b"MVSR";
+/// Associated data of the sealed registry.
+pub const REGISTRY_AD: &[u8] = b"memvault server registry v1\0";

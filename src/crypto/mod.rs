@@ -42,6 +42,7 @@ mod keys;
 mod labels;
 mod names;
 mod primitives;
+mod server;
 mod slot;
 mod subkeys;
 mod table;
@@ -50,6 +51,7 @@ pub use blob::{BLOB_OVERHEAD, blob_key_id, open_blob, plaintext_len, seal_blob};
 pub use keys::{DataKey, FileKey, FileKeyId, KeyFileKey, Keyring, Passphrase};
 pub use names::MAX_NAME_LEN;
 pub use primitives::random_bytes;
+pub use server::ServerKeys;
 pub use slot::{
     KdfParams, SlotInfo, SlotKind, Unlock, open_slot, seal_keyfile_slot, seal_passphrase_slot,
     slot_info,

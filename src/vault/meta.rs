@@ -27,6 +27,11 @@ pub struct CommitMeta {
     pub time_ms: u64,
     pub session: String,
     pub actor: String,
+    /// Who the change was made for, as the server authenticated it (the
+    /// name of the `memvault server` token), whatever the session and
+    /// actor labels say. None for changes made outside a server. Format 4.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
     /// Plaintext size of the file after the write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
@@ -106,6 +111,8 @@ const T_AT: u8 = 18;
 const T_ERASED_KEYS: u8 = 19;
 const T_KEYS: u8 = 20;
 const T_DETAILS: u8 = 21;
+/// Format 4: the authenticated principal.
+const T_PRINCIPAL: u8 = 22;
 
 fn put_varint(out: &mut Vec<u8>, mut n: u64) {
     while n >= 0x80 {
@@ -167,6 +174,10 @@ pub fn encode(m: &CommitMeta) -> Vec<u8> {
     put_bytes(&mut out, m.session.as_bytes());
     tag(&mut out, T_ACTOR);
     put_bytes(&mut out, m.actor.as_bytes());
+    if let Some(p) = &m.principal {
+        tag(&mut out, T_PRINCIPAL);
+        put_bytes(&mut out, p.as_bytes());
+    }
     if let Some(n) = m.size {
         tag(&mut out, T_SIZE);
         put_varint(&mut out, n);
@@ -304,6 +315,7 @@ pub fn decode(bytes: &[u8]) -> Option<CommitMeta> {
             T_TIME => m.time_ms = c.varint()?,
             T_SESSION => m.session = c.text()?,
             T_ACTOR => m.actor = c.text()?,
+            T_PRINCIPAL => m.principal = Some(c.text()?),
             T_SIZE => m.size = Some(c.varint()?),
             T_CONTENT_HASH => m.content_hash = Some(c.hex()?),
             T_KEY_ID => m.key_id = Some(c.hex()?),
@@ -346,6 +358,7 @@ mod tests {
             time_ms: 1_764_000_000_123,
             session: "s-1".into(),
             actor: "agent".into(),
+            principal: Some("ops-bot".into()),
             size: Some(1024),
             content_hash: Some("ab".repeat(32)),
             key_id: Some("cd".repeat(16)),

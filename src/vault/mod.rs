@@ -96,9 +96,13 @@ const FORMAT_FILE: &str = "memvault/format";
 /// The vault format this memvault writes. 2: settings in the key state,
 /// the key state's counter bound into main's commits, a v2 log. 3: every
 /// directory's entries under three levels of bucket trees (see
-/// `tree::buckets`). A vault of format 1 or 2 is migrated when it is first
+/// `tree::buckets`). 4: commit metadata may name a principal (the
+/// `memvault server` token a change was made with); nothing else changed,
+/// so a vault of format 3 becomes format 4 by its format file alone, and
+/// a memvault that knows format 3 only refuses it rather than failing on
+/// the new field. A vault of format 1, 2 or 3 is migrated when it is first
 /// opened (see `migrate`).
-pub(crate) const FORMAT: u32 = 3;
+pub(crate) const FORMAT: u32 = 4;
 const FORMAT_PREFIX: &str = "memvault vault format ";
 /// Format 1's plain settings file (read once, by the migration).
 const CONFIG_FILE: &str = "memvault/config.json";
@@ -165,6 +169,9 @@ pub struct Vault {
     /// was checked against (see `check_binding`).
     verified_tip: Option<(Oid, Oid)>,
     attribution: Attribution,
+    /// The authenticated principal recorded in every commit (`memvault
+    /// server` sets it from the token; None elsewhere).
+    principal: Option<String>,
     lock: File,
     caches: Caches,
     /// The write-ahead log (see [`wal`]).
@@ -219,6 +226,12 @@ impl Vault {
 
     pub fn attribution(&self) -> &Attribution {
         &self.attribution
+    }
+
+    /// Record `principal` in the metadata of every commit this handle
+    /// makes from now on (None: no principal).
+    pub fn set_principal(&mut self, principal: Option<String>) {
+        self.principal = principal;
     }
 
     /// The current tip of `refs/heads/main`, MAC-checked.

@@ -254,6 +254,7 @@ impl Vault {
             config,
             verified_tip: None,
             attribution,
+            principal: None,
             lock,
             caches: Caches::default(),
             wal,

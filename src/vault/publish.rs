@@ -279,6 +279,7 @@ impl Vault {
             time_ms: now_ms(),
             session: self.attribution.session.clone(),
             actor: self.attribution.actor.clone(),
+            principal: self.principal.clone(),
             ..Default::default()
         }
     }

@@ -109,7 +109,7 @@ fn format_1_vault_is_migrated_once_and_cannot_be_downgraded() {
     assert!(h.lines().next().unwrap().contains("migrate"), "{h}");
     assert!(!cfg.exists(), "the plain settings file is gone");
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 3\n");
+    assert_eq!(format, "memvault vault format 4\n");
     let mode = stdout(&run(&t, &["config", "get", "redaction.mode"]));
     assert_eq!(mode.trim(), "\"redact\"");
     // A downgrade attempt: format 1 again, and a plain file turning
@@ -217,7 +217,7 @@ fn format_2_vault_is_migrated_to_bucket_trees_and_reads_as_before() {
     let v = run(&t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 3\n");
+    assert_eq!(format, "memvault vault format 4\n");
     let after = git_files(&t);
     assert_eq!(after.len(), before.len());
     for g in &after {
@@ -370,5 +370,5 @@ fn format_2_vault_keeps_working_after_migration() {
     let h = stdout(&run(&t, &["history"]));
     assert_eq!(h.matches("migrate").count(), 1, "{h}");
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 3\n");
+    assert_eq!(format, "memvault vault format 4\n");
 }

@@ -1,0 +1,692 @@
+//! The routes of `memvault server`, the bearer-token check in front of
+//! them, and the limits every request meets.
+//!
+//! The tenant comes from the token and from nothing else: no path, query,
+//! header or body field names a tenant. A token is looked up by its id and
+//! its keyed hash compared in constant time; a bad token and a missing one
+//! both get 401 (no difference says whether a tenant or token exists).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path as UrlPath, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use serde_json::{Value, json};
+
+use super::pool::{Pool, PoolError, Slot};
+use super::registry::{Registry, Root, Scope, Stamp, stamp_of, token_id};
+use crate::cli::{CliError, On, audit, expiry, history, new_session_id, redact_label};
+use crate::protocol::{ParseError, duplicate_key_message, parse_strict};
+use crate::vault::{Attribution, Vault};
+
+/// A token's lookup entry.
+#[derive(Clone)]
+struct TokenEntry {
+    tenant: String,
+    name: String,
+    scopes: Vec<Scope>,
+    hash: Vec<u8>,
+}
+
+/// The registry as the server last read it.
+struct Loaded {
+    reg: Arc<Registry>,
+    stamp: Option<Stamp>,
+    tokens: HashMap<String, TokenEntry>,
+}
+
+impl Loaded {
+    fn new(reg: Registry, stamp: Option<Stamp>) -> Loaded {
+        let mut tokens = HashMap::new();
+        for (tid, t) in &reg.tenants {
+            for (id, tok) in &t.tokens {
+                if let Ok(hash) = data_encoding::HEXLOWER.decode(tok.hash.as_bytes()) {
+                    tokens.insert(
+                        id.clone(),
+                        TokenEntry {
+                            tenant: tid.clone(),
+                            name: tok.name.clone(),
+                            scopes: tok.scopes.clone(),
+                            hash,
+                        },
+                    );
+                }
+            }
+        }
+        Loaded {
+            reg: Arc::new(reg),
+            stamp,
+            tokens,
+        }
+    }
+}
+
+/// Limits and settings of the routes.
+pub struct Limits {
+    pub max_body: usize,
+    /// Requests a second per tenant (0: no limit).
+    pub rate: u32,
+    pub body_timeout: Duration,
+}
+
+/// What every request shares.
+pub struct App {
+    pub root: Root,
+    loaded: RwLock<Loaded>,
+    /// The registry could not be read (damage, or a generation older than
+    /// one read before): every request is refused until it can.
+    broken: AtomicBool,
+    pub pool: Pool,
+    pub limits: Limits,
+    pub stopping: AtomicBool,
+    /// The session of a token's requests that name none: one per token
+    /// per server run.
+    sessions: Mutex<HashMap<String, String>>,
+}
+
+/// Who a request is, once its token checked out.
+#[derive(Clone, Debug)]
+pub struct Authed {
+    pub tenant: String,
+    /// The token's name: the principal of every change it makes.
+    pub principal: String,
+    token: String,
+    scopes: Vec<Scope>,
+}
+
+/// A `tools/call` whose body gave a key twice (see `mcp`).
+#[derive(Clone, Debug)]
+pub struct RepeatedKey(pub String);
+
+/// An error outside the memory tool: plain JSON with an HTTP status.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut resp = (
+            self.status,
+            [(header::CONTENT_TYPE, "application/json")],
+            json!({"error": self.message}).to_string(),
+        )
+            .into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"memvault\""),
+            );
+        }
+        resp
+    }
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        value.to_string(),
+    )
+        .into_response()
+}
+
+fn unauthorized() -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "a valid bearer token is required: send `Authorization: Bearer TOKEN` with a token from `memvault tenant add` or `memvault tenant token`",
+    )
+}
+
+impl App {
+    pub fn new(root: Root, pool: Pool, limits: Limits) -> Result<App, CliError> {
+        let stamp = stamp_of(&root.registry_path());
+        let reg = root.load()?;
+        Ok(App {
+            root,
+            loaded: RwLock::new(Loaded::new(reg, stamp)),
+            broken: AtomicBool::new(false),
+            pool,
+            limits,
+            stopping: AtomicBool::new(false),
+            sessions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// How many tenants the registry holds.
+    pub fn tenant_count(&self) -> usize {
+        self.loaded
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .reg
+            .tenants
+            .len()
+    }
+
+    /// Read the registry again if its file changed (a `tenant` command ran).
+    pub fn refresh(&self) {
+        let stamp = stamp_of(&self.root.registry_path());
+        let current = self.loaded.read().unwrap_or_else(|p| p.into_inner()).stamp;
+        if stamp == current && !self.broken.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut loaded = self.loaded.write().unwrap_or_else(|p| p.into_inner());
+        if loaded.stamp == stamp && !self.broken.load(Ordering::SeqCst) {
+            return;
+        }
+        match self.root.load() {
+            Ok(reg) if reg.generation >= loaded.reg.generation => {
+                let gone: Vec<String> = loaded
+                    .reg
+                    .tenants
+                    .keys()
+                    .filter(|id| !reg.tenants.contains_key(*id))
+                    .cloned()
+                    .collect();
+                *loaded = Loaded::new(reg, stamp);
+                self.broken.store(false, Ordering::SeqCst);
+                drop(loaded);
+                for id in gone {
+                    self.pool.forget(&id);
+                }
+            }
+            Ok(_) => {
+                if !self.broken.swap(true, Ordering::SeqCst) {
+                    eprintln!(
+                        "memvault: the tenant registry was replaced by an older one; refusing every request until it is put right"
+                    );
+                }
+            }
+            Err(e) => {
+                if !self.broken.swap(true, Ordering::SeqCst) {
+                    eprintln!("memvault: {}; refusing every request", e.message);
+                }
+            }
+        }
+    }
+
+    /// Whether tenant `id` is in the registry.
+    pub fn has_tenant(&self, id: &str) -> bool {
+        self.loaded
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .reg
+            .tenants
+            .contains_key(id)
+    }
+
+    /// Check the request's bearer token and that it has `scope`.
+    pub fn authenticate(&self, headers: &HeaderMap, scope: Scope) -> Result<Authed, ApiError> {
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the server is shutting down",
+            ));
+        }
+        let mut values = headers.get_all(header::AUTHORIZATION).iter();
+        let (Some(value), None) = (values.next(), values.next()) else {
+            return Err(unauthorized());
+        };
+        let value = value.to_str().map_err(|_| unauthorized())?;
+        let (scheme, token) = value.split_once(' ').ok_or_else(unauthorized)?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Err(unauthorized());
+        }
+        let id = token_id(token).ok_or_else(unauthorized)?;
+        self.refresh();
+        if self.broken.load(Ordering::SeqCst) {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the server's tenant registry cannot be read; the operator must repair it",
+            ));
+        }
+        let entry = self
+            .loaded
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .tokens
+            .get(id)
+            .cloned();
+        // A token id that is not there costs the same hash as one that is.
+        let hash = entry.as_ref().map_or(&[0u8; 32][..], |e| &e.hash[..]);
+        let matches = self.root.keys().token_matches(token.as_bytes(), hash);
+        let entry = match entry {
+            Some(e) if matches => e,
+            _ => return Err(unauthorized()),
+        };
+        let allowed = entry.scopes.contains(&scope)
+            || (scope == Scope::Audit && entry.scopes.contains(&Scope::Admin));
+        if !allowed {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!("this token does not have the `{}` scope", scope.name()),
+            ));
+        }
+        Ok(Authed {
+            tenant: entry.tenant,
+            principal: entry.name,
+            token: id.to_owned(),
+            scopes: entry.scopes,
+        })
+    }
+
+    /// The slot of an authenticated tenant, after its rate check.
+    pub fn slot(&self, who: &Authed) -> Result<Arc<Slot>, ApiError> {
+        let key = {
+            let loaded = self.loaded.read().unwrap_or_else(|p| p.into_inner());
+            loaded
+                .reg
+                .tenants
+                .get(&who.tenant)
+                .map(|t| t.key.clone())
+                .ok_or_else(unauthorized)?
+        };
+        let slot = self.pool.slot(
+            &who.tenant,
+            self.root.tenant_dir(&who.tenant),
+            &key,
+            self.limits.rate,
+        );
+        if !slot.admit(self.limits.rate) {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "over this tenant's rate of {} requests a second; retry shortly",
+                    self.limits.rate
+                ),
+            ));
+        }
+        Ok(slot)
+    }
+
+    /// The session and actor labels of a request: its `Memvault-Session`
+    /// and `Memvault-Actor` headers, else the token's session of this run
+    /// and `agent`.
+    pub fn attribution(&self, headers: &HeaderMap, who: &Authed) -> Result<Attribution, ApiError> {
+        let label = |name: &str| -> Result<Option<String>, ApiError> {
+            let mut values = headers.get_all(name).iter();
+            let Some(v) = values.next() else {
+                return Ok(None);
+            };
+            let bad = || {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "the {name} header is given once, as 1 to 128 printable ASCII characters"
+                    ),
+                )
+            };
+            if values.next().is_some() {
+                return Err(bad());
+            }
+            let s = v.to_str().map_err(|_| bad())?;
+            if s.is_empty() || s.len() > 128 || s.chars().any(|c| c.is_control()) {
+                return Err(bad());
+            }
+            let red = redact_label(s)
+                .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.message))?;
+            Ok(Some(red))
+        };
+        let session = match label("memvault-session")? {
+            Some(s) => s,
+            None => self
+                .sessions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(who.token.clone())
+                .or_insert_with(new_session_id)
+                .clone(),
+        };
+        let actor = label("memvault-actor")?.unwrap_or_else(|| "agent".into());
+        Ok(Attribution { session, actor })
+    }
+}
+
+/// Read a request body of at most `max` bytes within the body timeout.
+pub async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+    let max = app.limits.max_body;
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is larger than this server's limit of {max} bytes"),
+        )
+    };
+    if let Some(len) = headers.get(header::CONTENT_LENGTH)
+        && len
+            .to_str()
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .is_none_or(|n| n > max as u64)
+    {
+        return Err(too_large());
+    }
+    let limited = http_body_util::Limited::new(body, max);
+    match tokio::time::timeout(
+        app.limits.body_timeout,
+        http_body_util::BodyExt::collect(limited),
+    )
+    .await
+    {
+        Err(_) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "the request body did not arrive in time",
+        )),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Ok(Err(_)) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "the request body could not be read",
+        )),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    }
+}
+
+fn parse_body(bytes: &[u8]) -> Result<Value, ApiError> {
+    match parse_strict(bytes) {
+        Ok(v) => Ok(v),
+        Err(ParseError::DuplicateKey(key)) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            duplicate_key_message(&key),
+        )),
+        Err(ParseError::Syntax(e)) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "the request body is not valid JSON ({e}); send one JSON object: a tool_use block or a command object such as {{\"command\":\"view\",\"path\":\"/memories\"}}"
+            ),
+        )),
+    }
+}
+
+fn no_query(uri: &axum::http::Uri) -> Result<(), ApiError> {
+    if uri.query().is_some() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "this route takes no query string: give arguments in the JSON body",
+        ));
+    }
+    Ok(())
+}
+
+fn pool_error(e: PoolError) -> ApiError {
+    match e {
+        PoolError::Gone => unauthorized(),
+        PoolError::Unavailable(m) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("this tenant's vault cannot be used: {m}"),
+        ),
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|_| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the request failed unexpectedly; nothing acknowledged is lost",
+        )
+    })
+}
+
+/// Checkpoint after the reply, off the request's path.
+fn after_reply(slot: Arc<Slot>) {
+    tokio::task::spawn_blocking(move || slot.after_reply());
+}
+
+async fn healthz(State(app): State<Arc<App>>) -> Response {
+    if app.stopping.load(Ordering::SeqCst) {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server is shutting down",
+        )
+        .into_response();
+    }
+    json_response(StatusCode::OK, &json!({"status": "ok"}))
+}
+
+/// `POST /v1/memory`: one memory tool call; the reply is `serve`'s
+/// `tool_result` JSON.
+async fn memory(State(app): State<Arc<App>>, req: Request) -> Result<Response, ApiError> {
+    let (parts, body) = req.into_parts();
+    no_query(&parts.uri)?;
+    let who = app.authenticate(&parts.headers, Scope::Memory)?;
+    let attribution = app.attribution(&parts.headers, &who)?;
+    let bytes = read_body(&app, &parts.headers, body).await?;
+    let value = parse_body(&bytes)?;
+    let slot = app.slot(&who)?;
+    let (s, a) = (slot.clone(), app.clone());
+    let reply = blocking(move || s.memory(&a.pool, &attribution, &who.principal, &value))
+        .await?
+        .map_err(pool_error)?;
+    after_reply(slot);
+    Ok(json_response(StatusCode::OK, &reply.to_json()))
+}
+
+/// The audit (read) and admin (undo, erasure) routes: `POST /v1/OP` with
+/// the subcommand's options as a JSON object (`GET` for none).
+async fn v1(
+    State(app): State<Arc<App>>,
+    UrlPath(op): UrlPath<String>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let scope = match op.as_str() {
+        "history" | "show" | "diff" | "sessions" | "resume" | "verify" => Scope::Audit,
+        "revert" | "restore" | "expire" | "purge" => Scope::Admin,
+        _ => return Err(not_found_error()),
+    };
+    let (parts, body) = req.into_parts();
+    if scope == Scope::Admin && parts.method != Method::POST {
+        return Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "this route changes the vault: use POST",
+        ));
+    }
+    no_query(&parts.uri)?;
+    let who = app.authenticate(&parts.headers, scope)?;
+    let attribution = app.attribution(&parts.headers, &who)?;
+    let bytes = read_body(&app, &parts.headers, body).await?;
+    let args = if bytes.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        parse_body(&bytes)?
+    };
+    if !args.is_object() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "the request body is a JSON object of the subcommand's options",
+        ));
+    }
+    let slot = app.slot(&who)?;
+    let (s, a) = (slot.clone(), app.clone());
+    let _ = &who.scopes;
+    let out = blocking(move || {
+        s.run(&a.pool, &attribution, &who.principal, |open| {
+            run_subcommand(&op, args, &mut open.vault)
+        })
+    })
+    .await?
+    .map_err(pool_error)??;
+    after_reply(slot);
+    Ok(json_response(StatusCode::OK, &out))
+}
+
+fn args_of<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, ApiError> {
+    serde_json::from_value(args).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("the options do not fit this route: {e}"),
+        )
+    })
+}
+
+fn cli_error(e: CliError) -> ApiError {
+    let status = if e.code == 2 {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::UNPROCESSABLE_ENTITY
+    };
+    ApiError::new(status, e.message)
+}
+
+fn lines(out: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(out)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn text(out: Vec<u8>) -> String {
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Run an audit or admin subcommand on an open vault; its answer as JSON.
+fn run_subcommand(op: &str, args: Value, vault: &mut Vault) -> Result<Value, ApiError> {
+    let mut out = Vec::new();
+    let v = match op {
+        "history" => {
+            let mut a: history::HistoryArgs = args_of(args)?;
+            a.json = true;
+            history::run(On::Open(vault), &a, &mut out).map_err(cli_error)?;
+            json!({"changes": lines(&out)})
+        }
+        "sessions" => {
+            let mut a: audit::SessionsArgs = args_of(args)?;
+            a.json = true;
+            audit::sessions(On::Open(vault), &a, &mut out).map_err(cli_error)?;
+            json!({"sessions": lines(&out)})
+        }
+        "verify" => {
+            let mut a: audit::VerifyArgs = args_of(args)?;
+            a.json = true;
+            audit::verify(On::Open(vault), &a, &mut out).map_err(cli_error)?;
+            lines(&out).into_iter().next().unwrap_or(Value::Null)
+        }
+        "show" => {
+            let a: audit::ShowArgs = args_of(args)?;
+            let code = audit::show(On::Open(vault), &a, &mut out).map_err(cli_error)?;
+            if a.raw {
+                json!({"content": text(out)})
+            } else {
+                let mut t = text(out);
+                if t.ends_with('\n') {
+                    t.pop();
+                }
+                json!({"text": t, "is_error": code != 0})
+            }
+        }
+        "diff" => {
+            let a: audit::DiffArgs = args_of(args)?;
+            audit::diff(On::Open(vault), &a, &mut out).map_err(cli_error)?;
+            json!({"diff": text(out)})
+        }
+        "resume" => {
+            let a: audit::ResumeArgs = args_of(args)?;
+            audit::resume(On::Open(vault), &a, &mut out).map_err(cli_error)?;
+            json!({"briefing": text(out)})
+        }
+        "revert" => {
+            let a: audit::RevertArgs = args_of(args)?;
+            audit::revert(On::Open(vault), &a, &mut out).map_err(cli_error)?;
+            json!({"text": text(out)})
+        }
+        "restore" => {
+            let a: audit::RestoreArgs = args_of(args)?;
+            audit::restore(On::Open(vault), &a, &mut out).map_err(cli_error)?;
+            json!({"text": text(out)})
+        }
+        "expire" => {
+            let mut a: expiry::ExpireArgs = args_of(args)?;
+            a.json = true;
+            expiry::expire(On::Open(vault), &a, &mut out).map_err(cli_error)?;
+            let mut all = lines(&out);
+            let mut summary = all.pop().unwrap_or_else(|| json!({}));
+            summary["files"] = Value::Array(all);
+            summary
+        }
+        "purge" => {
+            let a: expiry::PurgeArgs = args_of(args)?;
+            expiry::purge(On::Open(vault), &a, &mut out).map_err(cli_error)?;
+            json!({"text": text(out)})
+        }
+        _ => return Err(not_found_error()),
+    };
+    Ok(v)
+}
+
+fn not_found_error() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "no such route: see `memvault server --help` (POST /v1/memory, /v1/history, ..., /mcp, GET /healthz)",
+    )
+}
+
+async fn not_found() -> ApiError {
+    not_found_error()
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "this route does not take that method",
+    )
+}
+
+/// In front of `/mcp`: the token (scope `memory`) and the rate, the body
+/// read within the limits and checked for a repeated key; the checked
+/// identity travels to the MCP handler in the request's extensions.
+async fn mcp_gate(
+    State(app): State<Arc<App>>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let (mut parts, body) = req.into_parts();
+    // Whatever a client puts there, only this layer's value is read.
+    parts.extensions.remove::<Authed>();
+    parts.extensions.remove::<RepeatedKey>();
+    let who = app.authenticate(&parts.headers, Scope::Memory)?;
+    app.attribution(&parts.headers, &who)?;
+    app.slot(&who)?;
+    let bytes = read_body(&app, &parts.headers, body).await?;
+    if let Err(ParseError::DuplicateKey(key)) = parse_strict(&bytes)
+        && serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .is_some_and(|m| m.get("method").and_then(Value::as_str) == Some("tools/call"))
+    {
+        parts.extensions.insert(RepeatedKey(key));
+    }
+    parts.extensions.insert(who);
+    Ok(next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await)
+}
+
+/// The whole route table.
+pub fn router(app: Arc<App>, mcp: axum::routing::MethodRouter<()>) -> Router {
+    let mcp = Router::new()
+        .route("/mcp", mcp)
+        .layer(middleware::from_fn_with_state(app.clone(), mcp_gate));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/v1/memory", post(memory))
+        .route("/v1/{op}", any(v1))
+        .with_state(app)
+        .merge(mcp)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+}

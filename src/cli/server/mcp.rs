@@ -1,0 +1,114 @@
+//! `/mcp`: the `memory` tool of `memvault mcp` over MCP streamable HTTP
+//! (rmcp, stateless, JSON responses). The tenant of each call is the one
+//! [`mcp_gate`](super::http) authenticated for that very HTTP request: rmcp
+//! hands the request's parts to the handler, and nothing in the MCP
+//! messages (arguments, session ids) chooses a tenant.
+
+use std::sync::Arc;
+
+use axum::http::request::Parts;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler};
+use serde_json::Value;
+
+use super::http::{App, Authed, RepeatedKey};
+use super::pool::PoolError;
+use crate::cli::mcp::{INSTRUCTIONS, TOOL_NAME, memory_tool, to_mcp};
+use crate::memory::ToolResult;
+use crate::protocol::duplicate_key_message;
+use crate::vault::VaultConfig;
+
+/// The MCP handler of one HTTP request.
+#[derive(Clone)]
+pub struct TenantMcp {
+    pub app: Arc<App>,
+    pub tool: Tool,
+}
+
+impl TenantMcp {
+    pub fn new(app: Arc<App>) -> TenantMcp {
+        TenantMcp {
+            app,
+            tool: memory_tool(&VaultConfig::default()),
+        }
+    }
+}
+
+fn internal(message: &'static str) -> ErrorData {
+    ErrorData::internal_error(message, None)
+}
+
+impl ServerHandler for TenantMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("memvault", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(vec![self.tool.clone()]))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        (name == TOOL_NAME).then(|| self.tool.clone())
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let parts = context
+            .extensions
+            .get::<Parts>()
+            .ok_or_else(|| internal("the request reached the tool without its HTTP request"))?;
+        let who = parts
+            .extensions
+            .get::<Authed>()
+            .cloned()
+            .ok_or_else(|| internal("the request reached the tool unauthenticated"))?;
+        if let Some(RepeatedKey(key)) = parts.extensions.get::<RepeatedKey>() {
+            return Ok(to_mcp(ToolResult::error(duplicate_key_message(key))).into());
+        }
+        if request.name != TOOL_NAME {
+            return Err(ErrorData::invalid_params(
+                "unknown tool: this server has one tool, `memory`",
+                None,
+            ));
+        }
+        let attribution = self.app.attribution(&parts.headers, &who).map_err(|_| {
+            ErrorData::invalid_params("bad Memvault-Session or Memvault-Actor header", None)
+        })?;
+        let slot = self.app.slot(&who).map_err(|_| {
+            ErrorData::invalid_request("over this tenant's rate; retry shortly", None)
+        })?;
+        let input = Value::Object(request.arguments.unwrap_or_default());
+        let (s, app) = (slot.clone(), self.app.clone());
+        let result = tokio::task::spawn_blocking(move || {
+            s.run(&app.pool, &attribution, &who.principal, |open| {
+                open.memory.execute_json(&mut open.vault, &input)
+            })
+        })
+        .await
+        .map_err(|_| internal("the memory command failed unexpectedly"))?;
+        let slot2 = slot.clone();
+        tokio::task::spawn_blocking(move || slot2.after_reply());
+        match result {
+            Ok(r) => Ok(to_mcp(r).into()),
+            Err(PoolError::Gone) => {
+                Err(ErrorData::invalid_request("this tenant was removed", None))
+            }
+            Err(PoolError::Unavailable(m)) => {
+                Ok(to_mcp(ToolResult::error(format!("Error: the memory vault: {m}"))).into())
+            }
+        }
+    }
+}

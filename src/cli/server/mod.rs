@@ -1,0 +1,561 @@
+//! `memvault server` and `memvault tenant`: many tenants' vaults behind one
+//! authenticated HTTP endpoint (`/v1/...`) and MCP endpoint (`/mcp`).
+//!
+//! Layout of a root and the registry: see [`registry`]. Open vaults and
+//! group commit: [`pool`]. Routes and the token check: [`http`]. MCP:
+//! [`mcp`].
+//!
+//! Connections are served by hand (hyper's HTTP/1.1 server): each has a
+//! header timeout (which also closes idle keep-alive connections), the
+//! server a limit on open connections, and SIGTERM or SIGINT stops it
+//! gracefully: no new connection is taken, requests in flight finish
+//! (each mutation already durable when answered), then every vault is
+//! synced and closed.
+
+mod http;
+mod mcp;
+mod pool;
+mod registry;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use super::{CliError, Global, Secret, no_core_dumps, source};
+use crate::vault::erase::parse_duration_ms;
+use crate::vault::{Attribution, InitSecret, Vault, VaultConfig};
+use registry::{Root, Scope, add_tenant, check_name, erase_tree, put_token};
+
+#[derive(Args, Debug)]
+pub(crate) struct ServerArgs {
+    /// The server root: the tenant registry and every tenant's vault
+    #[arg(long, value_name = "DIR")]
+    pub root: PathBuf,
+    /// The address to listen on (port 0: any free port; the address is
+    /// printed on stderr)
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8700")]
+    pub listen: String,
+    /// A PEM certificate chain: serve HTTPS (with --tls-key)
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Serve plain HTTP on an address that is not loopback: only behind a
+    /// proxy that terminates TLS
+    #[arg(long)]
+    pub behind_tls_proxy: bool,
+    /// At most this many tenant vaults open at once (the least recently
+    /// used is closed first)
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub max_open: usize,
+    /// Close a tenant's vault (its keys wiped) after this long without a
+    /// request: 30s, 10m, 1h
+    #[arg(long, value_name = "AGE", default_value = "10m")]
+    pub idle_close: String,
+    /// At most this many client connections at once
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_connections: usize,
+    /// The largest request body, in bytes
+    #[arg(long, value_name = "BYTES", default_value_t = 4 << 20)]
+    pub max_body: usize,
+    /// Requests a second per tenant (bursts of twice that); 0: no limit
+    #[arg(long, value_name = "N", default_value_t = 500)]
+    pub rate: u32,
+    /// A host name (or host:port) that /mcp accepts in the Host header
+    /// (repeatable) [default: localhost, 127.0.0.1, ::1]
+    #[arg(long, value_name = "HOST")]
+    pub allowed_host: Vec<String>,
+    /// An Origin that /mcp accepts from browsers, e.g.
+    /// https://app.example.com:443 (repeatable) [default: loopback origins]
+    #[arg(long, value_name = "ORIGIN")]
+    pub allowed_origin: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum TenantCommand {
+    /// Create a tenant's vault and print its first token (once) on stdout;
+    /// creates the root if it does not exist
+    Add {
+        /// The tenant's name: lowercase letters, digits, '-' and '_'
+        name: String,
+        #[arg(long, value_name = "DIR")]
+        root: PathBuf,
+        /// What the token may do: memory, audit, admin (comma-separated)
+        #[arg(long, value_delimiter = ',', default_value = "memory")]
+        scopes: Vec<Scope>,
+    },
+    /// List the tenants, their tokens' names and scopes (no secret)
+    List {
+        #[arg(long, value_name = "DIR")]
+        root: PathBuf,
+        /// One JSON object per tenant
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create a token (printed once on stdout), or --rotate or --revoke one
+    Token {
+        /// The tenant
+        name: String,
+        #[arg(long, value_name = "DIR")]
+        root: PathBuf,
+        /// The token's name, recorded as the principal of each change made
+        /// with it [default: the tenant's name]
+        #[arg(long, value_name = "NAME")]
+        token_name: Option<String>,
+        /// Scopes of a new token, or of the rotated one [default: memory, or
+        /// the rotated token's own]
+        #[arg(long, value_delimiter = ',')]
+        scopes: Option<Vec<Scope>>,
+        /// Replace the token: the old one stops working at once
+        #[arg(long, conflicts_with = "revoke")]
+        rotate: bool,
+        /// Remove the token
+        #[arg(long)]
+        revoke: bool,
+    },
+    /// Remove a tenant: its tokens stop working, its vault key is
+    /// destroyed and its vault deleted
+    Remove {
+        name: String,
+        #[arg(long, value_name = "DIR")]
+        root: PathBuf,
+    },
+}
+
+fn usage(message: impl Into<String>) -> CliError {
+    CliError {
+        message: message.into(),
+        code: 2,
+    }
+}
+
+fn secret(global: &Global) -> Result<Secret, CliError> {
+    no_core_dumps();
+    source(global).resolve()
+}
+
+fn unknown_tenant(name: &str) -> CliError {
+    CliError::failure(format!(
+        "no tenant named {name} (see `memvault tenant list`); nothing was changed"
+    ))
+}
+
+/// `memvault tenant ...`.
+pub(crate) fn tenant(
+    global: &Global,
+    cmd: &TenantCommand,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<u8, CliError> {
+    match cmd {
+        TenantCommand::Add { name, root, scopes } => {
+            check_name("tenant", name)?;
+            if scopes.is_empty() {
+                return Err(usage("give at least one scope"));
+            }
+            let secret = secret(global)?;
+            let root = Root::open(root, &secret, true)?;
+            if root.load()?.by_name(name).is_some() {
+                return Err(CliError::failure(format!(
+                    "a tenant named {name} exists; nothing was changed"
+                )));
+            }
+            // The vault first, under a fresh id; then the registry entry
+            // that makes it reachable. A crash between leaves an orphan
+            // directory no token reaches.
+            let (id, key, token) = root.change(|reg| {
+                let (id, key, token) = add_tenant(reg, root.keys(), name, scopes)?;
+                let k = key
+                    .key()
+                    .ok_or_else(|| CliError::failure("a new key did not round-trip"))?;
+                let who = Attribution {
+                    session: "init".into(),
+                    actor: "memvault".into(),
+                };
+                Vault::init(
+                    &root.tenant_dir(&id),
+                    InitSecret::KeyFile(k),
+                    VaultConfig::default(),
+                    who,
+                )?;
+                Ok((id, key, token))
+            })?;
+            drop(key);
+            let _ = id;
+            writeln!(out, "{}", token.as_str())?;
+            out.flush()?;
+            writeln!(
+                err,
+                "memvault: created tenant {name}; its token ({}) is printed above, once: store it now",
+                scope_list(scopes)
+            )?;
+            Ok(0)
+        }
+        TenantCommand::List { root, json } => {
+            let root = Root::open(root, &secret(global)?, false)?;
+            let reg = root.load()?;
+            let mut rows: Vec<_> = reg.tenants.iter().collect();
+            rows.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+            for (id, t) in rows {
+                let tokens: Vec<_> = t
+                    .tokens
+                    .values()
+                    .map(|k| json!({"name": k.name, "scopes": k.scopes, "created": super::history::rfc3339(k.created_ms)}))
+                    .collect();
+                if *json {
+                    let line = json!({"name": t.name, "id": id, "created": super::history::rfc3339(t.created_ms), "tokens": tokens});
+                    writeln!(out, "{line}")?;
+                } else {
+                    let toks: Vec<String> = t
+                        .tokens
+                        .values()
+                        .map(|k| format!("{} ({})", k.name, scope_list(&k.scopes)))
+                        .collect();
+                    writeln!(out, "{}  {}  {}", t.name, id, toks.join(", "))?;
+                }
+            }
+            out.flush()?;
+            Ok(0)
+        }
+        TenantCommand::Token {
+            name,
+            root,
+            token_name,
+            scopes,
+            rotate,
+            revoke,
+        } => {
+            let token_name = token_name.as_deref().unwrap_or(name);
+            check_name("token", token_name)?;
+            let root = Root::open(root, &secret(global)?, false)?;
+            let printed = root.change(|reg| {
+                let (_, tenant) = reg
+                    .tenants
+                    .iter_mut()
+                    .find(|(_, t)| t.name == *name)
+                    .ok_or_else(|| unknown_tenant(name))?;
+                let existing = tenant
+                    .tokens
+                    .values()
+                    .find(|t| t.name == token_name)
+                    .map(|t| t.scopes.clone());
+                match (existing, *rotate, *revoke) {
+                    (Some(_), false, true) => {
+                        tenant.tokens.retain(|_, t| t.name != token_name);
+                        Ok(None)
+                    }
+                    (Some(old), true, false) => {
+                        let scopes = scopes.clone().unwrap_or(old);
+                        Ok(Some((put_token(tenant, root.keys(), token_name, &scopes), scopes)))
+                    }
+                    (None, false, false) => {
+                        let scopes = scopes.clone().unwrap_or_else(|| vec![Scope::Memory]);
+                        if scopes.is_empty() {
+                            return Err(usage("give at least one scope"));
+                        }
+                        Ok(Some((put_token(tenant, root.keys(), token_name, &scopes), scopes)))
+                    }
+                    (Some(_), false, false) => Err(CliError::failure(format!(
+                        "tenant {name} has a token named {token_name}: give --rotate to replace it or --revoke to remove it; nothing was changed"
+                    ))),
+                    (None, _, _) => Err(CliError::failure(format!(
+                        "tenant {name} has no token named {token_name}; nothing was changed"
+                    ))),
+                    (Some(_), true, true) => Err(usage("give --rotate or --revoke, not both")),
+                }
+            })?;
+            match printed {
+                Some((token, scopes)) => {
+                    writeln!(out, "{}", token.as_str())?;
+                    out.flush()?;
+                    writeln!(
+                        err,
+                        "memvault: token {token_name} of tenant {name} ({}){}; printed above, once",
+                        scope_list(&scopes),
+                        if *rotate {
+                            ", rotated: the old one no longer works"
+                        } else {
+                            ""
+                        }
+                    )?;
+                }
+                None => writeln!(err, "memvault: token {token_name} of tenant {name} revoked")?,
+            }
+            Ok(0)
+        }
+        TenantCommand::Remove { name, root } => {
+            let root = Root::open(root, &secret(global)?, false)?;
+            // The registry first: the tenant's tokens stop working and its
+            // vault key is gone from it; then the vault is erased.
+            let id = root.change(|reg| {
+                let id = reg
+                    .by_name(name)
+                    .map(|(id, _)| id.clone())
+                    .ok_or_else(|| unknown_tenant(name))?;
+                reg.tenants.remove(&id);
+                Ok(id)
+            })?;
+            let dir = root.tenant_dir(&id);
+            erase_tree(&dir).map_err(|e| {
+                CliError::failure(format!(
+                    "tenant {name} is removed and its key destroyed, but its vault directory {} could not be deleted ({}): delete it by hand",
+                    dir.display(),
+                    super::describe_io(&e)
+                ))
+            })?;
+            crate::vault::sync_dir(&root.tenant_dir(""));
+            writeln!(
+                err,
+                "memvault: removed tenant {name}: its tokens no longer work, its vault key is destroyed and its vault deleted"
+            )?;
+            Ok(0)
+        }
+    }
+}
+
+fn scope_list(scopes: &[Scope]) -> String {
+    scopes
+        .iter()
+        .map(|s| s.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn is_loopback(addr: &SocketAddr) -> bool {
+    addr.ip().is_loopback()
+}
+
+fn tls_config(cert: &PathBuf, key: &PathBuf) -> Result<rustls::ServerConfig, CliError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .and_then(|it| it.collect::<Result<_, _>>())
+        .map_err(|_| {
+            CliError::failure(format!(
+                "cannot read a PEM certificate chain from {}",
+                cert.display()
+            ))
+        })?;
+    if certs.is_empty() {
+        return Err(CliError::failure(format!(
+            "{} holds no PEM certificate",
+            cert.display()
+        )));
+    }
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|_| {
+        CliError::failure(format!(
+            "cannot read a PEM private key from {}",
+            key.display()
+        ))
+    })?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| CliError::failure(format!("TLS setup failed: {e}")))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| CliError::failure(format!("the TLS certificate and key do not fit: {e}")))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// `memvault server`.
+pub(crate) fn run(global: &Global, args: &ServerArgs) -> Result<u8, CliError> {
+    let addr: SocketAddr = args.listen.parse().map_err(|_| {
+        usage(format!(
+            "--listen {:?}: give an address such as 127.0.0.1:8700",
+            args.listen
+        ))
+    })?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => Some(tls_config(c, k)?),
+        _ => None,
+    };
+    if tls.is_none() && !is_loopback(&addr) && !args.behind_tls_proxy {
+        return Err(usage(format!(
+            "refusing plain HTTP on {addr}, which is not a loopback address: give --tls-cert and --tls-key, or --behind-tls-proxy when a proxy in front terminates TLS"
+        )));
+    }
+    let idle = parse_duration_ms(&args.idle_close).ok_or_else(|| {
+        usage(format!(
+            "--idle-close {:?}: give a period such as 30s, 10m or 1h",
+            args.idle_close
+        ))
+    })?;
+    if args.max_connections == 0 || args.max_body == 0 {
+        return Err(usage("--max-connections and --max-body must be at least 1"));
+    }
+    let secret = secret(global)?;
+    let root = Root::open(&args.root, &secret, false)?;
+    drop(secret);
+    let pool = pool::Pool::new(args.max_open, Duration::from_millis(idle));
+    let limits = http::Limits {
+        max_body: args.max_body,
+        rate: args.rate,
+        body_timeout: Duration::from_secs(30),
+    };
+    let app = Arc::new(http::App::new(root, pool, limits)?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(64)
+        .build()
+        .map_err(|e| CliError::failure(format!("cannot start the server's runtime: {e}")))?;
+    let outcome = runtime.block_on(serve(app.clone(), args, addr, tls, idle));
+    // Requests are over: sync and close every vault (keys wiped).
+    app.pool.close_all();
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    outcome.map(|()| 0)
+}
+
+async fn serve(
+    app: Arc<http::App>,
+    args: &ServerArgs,
+    addr: SocketAddr,
+    tls: Option<rustls::ServerConfig>,
+    idle_ms: u64,
+) -> Result<(), CliError> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    use tokio::signal::unix::{SignalKind, signal};
+
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| CliError::failure(format!("cannot listen on {addr}: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| CliError::failure(format!("cannot listen on {addr}: {e}")))?;
+    let hosts = if args.allowed_host.is_empty() {
+        vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()]
+    } else {
+        args.allowed_host.clone()
+    };
+    let origins = if args.allowed_origin.is_empty() {
+        ["http", "https"]
+            .iter()
+            .flat_map(|s| ["localhost", "127.0.0.1", "[::1]"].map(|h| format!("{s}://{h}:*")))
+            .collect()
+    } else {
+        args.allowed_origin.clone()
+    };
+    let mcp_config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_sse_keep_alive(None)
+        .with_allowed_hosts(hosts)
+        .with_allowed_origins(origins)
+        .with_max_request_body_bytes(args.max_body);
+    let cancel = mcp_config.cancellation_token.clone();
+    let mcp_app = app.clone();
+    let mcp_service = StreamableHttpService::new(
+        move || Ok(mcp::TenantMcp::new(mcp_app.clone())),
+        Arc::new(NeverSessionManager::default()),
+        mcp_config,
+    );
+    let router = http::router(app.clone(), axum::routing::any_service(mcp_service));
+
+    let mut term = signal(SignalKind::terminate())
+        .map_err(|e| CliError::failure(format!("cannot watch for SIGTERM: {e}")))?;
+    let mut int = signal(SignalKind::interrupt())
+        .map_err(|e| CliError::failure(format!("cannot watch for SIGINT: {e}")))?;
+
+    // The registry and idle vaults, looked at in the background.
+    let sweeper = {
+        let app = app.clone();
+        let every = Duration::from_millis((idle_ms / 4).clamp(200, 5_000));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let app = app.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    app.refresh();
+                    app.pool.sweep(&|id| app.has_tenant(id));
+                })
+                .await;
+            }
+        })
+    };
+
+    eprintln!(
+        "memvault: serving {} tenant{} on {}://{local}",
+        app.tenant_count(),
+        if app.tenant_count() == 1 { "" } else { "s" },
+        if tls.is_some() { "https" } else { "http" }
+    );
+    let acceptor = tls.map(|c| tokio_rustls::TlsAcceptor::from(Arc::new(c)));
+    let permits = Arc::new(tokio::sync::Semaphore::new(args.max_connections));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(10))
+        .max_buf_size(64 << 10)
+        .keep_alive(true);
+    let builder = Arc::new(builder);
+    loop {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        };
+        let (stream, _) = tokio::select! {
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                Err(_) => {
+                    // Out of descriptors, or a connection reset before it
+                    // was taken: wait a little rather than spin.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            match acceptor {
+                None => {
+                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    let _ = watcher.watch(conn).await;
+                }
+                Some(acceptor) => {
+                    let Ok(Ok(tls)) =
+                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
+                            .await
+                    else {
+                        return;
+                    };
+                    let conn = builder.serve_connection(TokioIo::new(tls), service);
+                    let _ = watcher.watch(conn).await;
+                }
+            }
+        });
+    }
+    // Stop: refuse new requests, let those in flight finish.
+    eprintln!("memvault: stopping; finishing the requests in flight");
+    app.stopping.store(true, Ordering::SeqCst);
+    drop(listener);
+    cancel.cancel();
+    sweeper.abort();
+    if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown())
+        .await
+        .is_err()
+    {
+        eprintln!("memvault: some connections were still open after 30 s; closing them");
+    }
+    Ok(())
+}

@@ -1,0 +1,338 @@
+//! The tenant vaults a server holds open: at most `max_open` at once (the
+//! least recently used closed first), each closed after `idle` without a
+//! request, its keys wiped as it is dropped.
+//!
+//! A tenant's requests run one at a time on its vault; a mutation's log
+//! record is made durable by one `fdatasync` outside the vault's lock that
+//! covers every record written before it (group commit, as in `serve`), so
+//! the reply to a mutation is sent only once it is durable.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::registry::HexKey;
+use crate::crypto::Unlock;
+use crate::memory::{Memory, Store, ToolResult};
+use crate::protocol::{self, Reply};
+use crate::vault::{Attribution, Vault, VaultError, fsync};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// An open tenant vault.
+pub struct Open {
+    pub vault: Vault,
+    pub memory: Memory,
+    log: File,
+}
+
+/// A per-tenant token bucket: `rate` requests a second, bursts of twice.
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// One tenant's place in the pool.
+pub struct Slot {
+    dir: PathBuf,
+    key: HexKey,
+    state: Mutex<Option<Open>>,
+    /// Log records appended through this slot (numbered from 1).
+    appended: AtomicU64,
+    /// The highest record number known durable; held while syncing.
+    synced: Mutex<u64>,
+    /// Milliseconds since the pool started, at the last request.
+    last_used: AtomicU64,
+    bucket: Mutex<Bucket>,
+    /// The tenant was removed: no request runs any more.
+    gone: AtomicBool,
+}
+
+/// Why a request could not run on a tenant's vault.
+#[derive(Debug)]
+pub enum PoolError {
+    /// The tenant's vault would not open (damage, I/O): the message says
+    /// what, naming no path or content.
+    Unavailable(String),
+    /// The tenant was removed while the request waited.
+    Gone,
+}
+
+impl Slot {
+    /// The open vault, opened now if it is not.
+    fn open<'a>(
+        &self,
+        pool: &Pool,
+        st: &'a mut MutexGuard<'_, Option<Open>>,
+    ) -> Result<&'a mut Open, PoolError> {
+        if self.gone.load(Ordering::SeqCst) {
+            return Err(PoolError::Gone);
+        }
+        if st.is_none() {
+            pool.make_room();
+            let key = self
+                .key
+                .key()
+                .ok_or_else(|| PoolError::Unavailable("its key is not one memvault made".into()))?;
+            let who = Attribution {
+                session: "server".into(),
+                actor: "memvault".into(),
+            };
+            let mut vault = Vault::open(&self.dir, &Unlock::KeyFile(&key), who).map_err(|e| {
+                PoolError::Unavailable(match e {
+                    VaultError::Io(_) => "an I/O error".to_string(),
+                    other => other.to_string(),
+                })
+            })?;
+            vault.defer_checkpoints(true);
+            let log = vault
+                .log_sync_handle()
+                .map_err(|_| PoolError::Unavailable("an I/O error".into()))?;
+            vault.defer_sync(true);
+            let memory = super::super::memory_for(vault.config())
+                .map_err(|e| PoolError::Unavailable(e.message))?;
+            **st = Some(Open { vault, memory, log });
+            pool.opened.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(st.as_mut().expect("opened above"))
+    }
+
+    /// Run `f` on the open vault (attributed to `who` and `principal`),
+    /// then make whatever it wrote durable before returning.
+    pub fn run<T>(
+        &self,
+        pool: &Pool,
+        who: &Attribution,
+        principal: &str,
+        f: impl FnOnce(&mut Open) -> T,
+    ) -> Result<T, PoolError> {
+        self.last_used.store(pool.now(), Ordering::Relaxed);
+        let (out, seq, log) = {
+            let mut st = lock(&self.state);
+            let open = self.open(pool, &mut st)?;
+            open.vault.set_attribution(who.clone());
+            open.vault.set_principal(Some(principal.to_owned()));
+            let out = f(open);
+            open.vault.set_principal(None);
+            let seq = if open.vault.take_pending_sync() {
+                self.appended.fetch_add(1, Ordering::SeqCst) + 1
+            } else {
+                0
+            };
+            let log = if seq > 0 {
+                Some(
+                    open.log
+                        .try_clone()
+                        .map_err(|_| PoolError::Unavailable("an I/O error".into()))?,
+                )
+            } else {
+                None
+            };
+            (out, seq, log)
+        };
+        if let Some(log) = log {
+            self.make_durable(seq, &log).map_err(|_| {
+                PoolError::Unavailable("the change could not be made durable (an I/O error)".into())
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// Group commit: sync unless a sync begun after record `seq` was
+    /// written has finished.
+    fn make_durable(&self, seq: u64, log: &File) -> std::io::Result<()> {
+        let mut synced = lock(&self.synced);
+        if *synced >= seq {
+            return Ok(());
+        }
+        let covered = self.appended.load(Ordering::SeqCst);
+        fsync::sync_data(log)?;
+        *synced = covered;
+        Ok(())
+    }
+
+    /// A memory tool request (a parsed `tool_use` block or command).
+    pub fn memory(
+        &self,
+        pool: &Pool,
+        who: &Attribution,
+        principal: &str,
+        request: &Value,
+    ) -> Result<Reply, PoolError> {
+        let result = self.run(pool, who, principal, |open| {
+            protocol::handle_value(&open.memory, &mut open.vault, request)
+        });
+        match result {
+            Err(PoolError::Unavailable(m)) if m.starts_with("the change") => Ok(Reply {
+                tool_use_id: request.get("id").and_then(Value::as_str).map(str::to_owned),
+                result: ToolResult::error(format!(
+                    "Error: the change was written but could not be made durable ({m}); check the disk"
+                )),
+            }),
+            other => other,
+        }
+    }
+
+    /// After a reply: run a checkpoint a request made due (off the
+    /// request's path).
+    pub fn after_reply(&self) {
+        if let Some(open) = lock(&self.state).as_mut() {
+            open.vault.after_reply();
+        }
+    }
+
+    /// Take a request from the tenant's bucket: false when over its rate.
+    pub fn admit(&self, rate: u32) -> bool {
+        if rate == 0 {
+            return true;
+        }
+        let mut b = lock(&self.bucket);
+        let now = Instant::now();
+        let burst = f64::from(rate) * 2.0;
+        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * f64::from(rate)).min(burst);
+        b.at = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Close the vault (its pending records synced first) if no request
+    /// holds it; true if it was open and is now closed.
+    fn close_if_free(&self, pool: &Pool) -> bool {
+        let Ok(mut st) = self.state.try_lock() else {
+            return false;
+        };
+        let Some(open) = st.take() else {
+            return false;
+        };
+        let _ = fsync::sync_data(&open.log);
+        drop(open);
+        pool.opened.fetch_sub(1, Ordering::SeqCst);
+        true
+    }
+}
+
+/// Every tenant slot of a server.
+pub struct Pool {
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+    opened: AtomicUsize,
+    max_open: usize,
+    idle: Duration,
+    started: Instant,
+}
+
+impl Pool {
+    pub fn new(max_open: usize, idle: Duration) -> Pool {
+        Pool {
+            slots: Mutex::new(HashMap::new()),
+            opened: AtomicUsize::new(0),
+            max_open: max_open.max(1),
+            idle,
+            started: Instant::now(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// How many tenant vaults are open.
+    pub fn open_count(&self) -> usize {
+        self.opened.load(Ordering::SeqCst)
+    }
+
+    /// The slot of tenant `id` (its vault in `dir`, unlocked by `key`).
+    pub fn slot(&self, id: &str, dir: PathBuf, key: &HexKey, rate: u32) -> Arc<Slot> {
+        let mut slots = lock(&self.slots);
+        slots
+            .entry(id.to_owned())
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    dir,
+                    key: key.clone(),
+                    state: Mutex::new(None),
+                    appended: AtomicU64::new(0),
+                    synced: Mutex::new(0),
+                    last_used: AtomicU64::new(self.now()),
+                    bucket: Mutex::new(Bucket {
+                        tokens: f64::from(rate) * 2.0,
+                        at: Instant::now(),
+                    }),
+                    gone: AtomicBool::new(false),
+                })
+            })
+            .clone()
+    }
+
+    /// Close least recently used vaults until at most `max_open - 1` are
+    /// open (room for one more), skipping any a request holds.
+    pub fn make_room(&self) {
+        if self.open_count() < self.max_open {
+            return;
+        }
+        let mut by_age: Vec<(u64, Arc<Slot>)> = lock(&self.slots)
+            .values()
+            .map(|s| (s.last_used.load(Ordering::Relaxed), s.clone()))
+            .collect();
+        by_age.sort_by_key(|(t, _)| *t);
+        for (_, slot) in by_age {
+            if self.open_count() < self.max_open {
+                break;
+            }
+            slot.close_if_free(self);
+        }
+    }
+
+    /// Close every vault idle for longer than the idle period; forget
+    /// slots of tenants no longer in `live`.
+    pub fn sweep(&self, live: &dyn Fn(&str) -> bool) {
+        let now = self.now();
+        let idle = self.idle.as_millis() as u64;
+        let slots: Vec<(String, Arc<Slot>)> = lock(&self.slots)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (id, slot) in slots {
+            if !live(&id) {
+                slot.gone.store(true, Ordering::SeqCst);
+                slot.close_if_free(self);
+                lock(&self.slots).remove(&id);
+            } else if now.saturating_sub(slot.last_used.load(Ordering::Relaxed)) > idle {
+                slot.close_if_free(self);
+            }
+        }
+    }
+
+    /// Forget tenant `id` at once (removed): its vault is closed when the
+    /// last request on it ends.
+    pub fn forget(&self, id: &str) {
+        if let Some(slot) = lock(&self.slots).remove(id) {
+            slot.gone.store(true, Ordering::SeqCst);
+            slot.close_if_free(self);
+        }
+    }
+
+    /// Close every vault (at shutdown, after the last request): each
+    /// syncs its log and checkpoints as it is dropped.
+    pub fn close_all(&self) {
+        let slots: Vec<Arc<Slot>> = lock(&self.slots).drain().map(|(_, v)| v).collect();
+        for slot in slots {
+            let mut st = lock(&slot.state);
+            if let Some(open) = st.take() {
+                let _ = fsync::sync_data(&open.log);
+                drop(open);
+                self.opened.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+}

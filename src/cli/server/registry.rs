@@ -1,0 +1,559 @@
+//! A server root: the tenant registry and where each tenant's vault lives.
+//!
+//! ```text
+//! ROOT/memvault-server/format     "memvault server format 1"
+//! ROOT/memvault-server/keyslot    the root keyring, wrapped under the
+//!                                 operator's key file or passphrase
+//! ROOT/memvault-server/registry   sealed: tenants (name, vault key) and
+//!                                 their tokens (name, scopes, keyed hash)
+//! ROOT/memvault-server/lock       flock: one registry change at a time
+//! ROOT/tenants/<id>/              each tenant's vault (a random id: no
+//!                                 name reaches the file system)
+//! ```
+//!
+//! Each tenant vault is an ordinary memvault vault unlocked by its own
+//! random key file, which only the sealed registry holds. Removing a
+//! tenant drops that key from the registry, then deletes the vault.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use zeroize::Zeroizing;
+
+use super::super::{CliError, Secret};
+use crate::crypto::{
+    KdfParams, KeyFileKey, Keyring, ServerKeys, Unlock, open_slot, random_bytes, seal_keyfile_slot,
+    seal_passphrase_slot,
+};
+use crate::vault::{FileLock, fsx, sync_dir, write_durable};
+
+const STATE: &str = "memvault-server";
+const FORMAT: &str = "memvault-server/format";
+const FORMAT_LINE: &str = "memvault server format 1\n";
+const KEYSLOT: &str = "memvault-server/keyslot";
+const REGISTRY: &str = "memvault-server/registry";
+const LOCK: &str = "memvault-server/lock";
+const TENANTS: &str = "tenants";
+/// A registry file larger than this is refused unread.
+const MAX_REGISTRY: u64 = 256 << 20;
+/// The prefix of every token.
+pub const TOKEN_PREFIX: &str = "mvt_";
+
+/// What a token may do.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Memory tool calls (`/v1/memory`, `/mcp`).
+    Memory,
+    /// Read-only audit: history, show, diff, sessions, resume, verify.
+    Audit,
+    /// Undo and erasure: revert, restore, expire, purge (and what audit reads).
+    Admin,
+}
+
+impl Scope {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Memory => "memory",
+            Scope::Audit => "audit",
+            Scope::Admin => "admin",
+        }
+    }
+}
+
+/// A tenant's vault key, hex; wiped when dropped.
+#[derive(Clone)]
+pub struct HexKey(Zeroizing<String>);
+
+impl Serialize for HexKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for HexKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(HexKey(Zeroizing::new(String::deserialize(d)?)))
+    }
+}
+
+impl HexKey {
+    fn generate() -> HexKey {
+        let key = KeyFileKey::generate();
+        HexKey(Zeroizing::new(
+            data_encoding::HEXLOWER.encode(key.expose_secret()),
+        ))
+    }
+
+    /// The key file key this unlocks the tenant's vault with.
+    pub fn key(&self) -> Option<KeyFileKey> {
+        let bytes = Zeroizing::new(data_encoding::HEXLOWER.decode(self.0.as_bytes()).ok()?);
+        KeyFileKey::from_bytes(&bytes).ok()
+    }
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Token {
+    pub name: String,
+    pub scopes: Vec<Scope>,
+    /// Hex HMAC-SHA256 of the token under the root's token key.
+    pub hash: String,
+    pub created_ms: u64,
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tenant {
+    pub name: String,
+    pub key: HexKey,
+    pub created_ms: u64,
+    /// By token id (the 16 hex digits after `mvt_`).
+    pub tokens: BTreeMap<String, Token>,
+}
+
+/// The decrypted registry.
+#[derive(Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Registry {
+    pub v: u32,
+    /// Grows with every change: a server refuses a registry older than one
+    /// it has read (a file put back).
+    pub generation: u64,
+    /// By tenant id (the name of its directory under `tenants/`).
+    pub tenants: BTreeMap<String, Tenant>,
+}
+
+impl Registry {
+    pub fn by_name(&self, name: &str) -> Option<(&String, &Tenant)> {
+        self.tenants.iter().find(|(_, t)| t.name == name)
+    }
+}
+
+/// Where a file stood when last read: a change shows as another stamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp(u64, i64, i64, u64, i64);
+
+pub fn stamp_of(path: &Path) -> Option<Stamp> {
+    let m = fs::metadata(path).ok()?;
+    Some(Stamp(
+        m.len(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ino(),
+        m.ctime_nsec(),
+    ))
+}
+
+/// A name of a tenant or a token: 1 to 64 of `a-z`, `0-9`, `-`, `_`,
+/// starting with a letter or digit. Anything else is refused rather than
+/// folded (no case or Unicode variant of a name can name another tenant).
+pub fn check_name(what: &str, name: &str) -> Result<(), CliError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && name.as_bytes()[0].is_ascii_alphanumeric();
+    if ok {
+        Ok(())
+    } else {
+        Err(CliError {
+            message: format!(
+                "a {what} name is 1 to 64 characters: lowercase letters a-z, digits, '-' and '_', starting with a letter or digit"
+            ),
+            code: 2,
+        })
+    }
+}
+
+/// A new token: `mvt_` + 16 hex digits (its id) + `_` + 64 hex digits.
+pub fn new_token() -> (String, Zeroizing<String>) {
+    let id = data_encoding::HEXLOWER.encode(&random_bytes::<8>());
+    let secret = Zeroizing::new(data_encoding::HEXLOWER.encode(&random_bytes::<32>()));
+    let token = Zeroizing::new(format!("{TOKEN_PREFIX}{id}_{}", secret.as_str()));
+    (id, token)
+}
+
+/// The id of a token of the right shape, or None.
+pub fn token_id(token: &str) -> Option<&str> {
+    let rest = token.strip_prefix(TOKEN_PREFIX)?;
+    let (id, secret) = rest.split_once('_')?;
+    let hex = |s: &str, n: usize| {
+        s.len() == n && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    (hex(id, 16) && hex(secret, 64)).then_some(id)
+}
+
+/// An unlocked server root.
+pub struct Root {
+    dir: PathBuf,
+    keys: ServerKeys,
+}
+
+fn io_err(what: &str, path: &Path, e: &io::Error) -> CliError {
+    CliError::failure(format!(
+        "cannot {what} {}: {}",
+        path.display(),
+        super::super::describe_io(e)
+    ))
+}
+
+fn not_a_root(dir: &Path) -> CliError {
+    CliError::failure(format!(
+        "{} is not a memvault server root (create one with `memvault tenant add NAME --root {}`)",
+        dir.display(),
+        dir.display()
+    ))
+}
+
+fn damaged(what: &str) -> CliError {
+    CliError::failure(format!(
+        "the server root is damaged: {what}; nothing was changed"
+    ))
+}
+
+impl Root {
+    /// Unlock the root at `dir`; with `create`, make it first when `dir`
+    /// is absent or an empty directory.
+    pub fn open(dir: &Path, secret: &Secret, create: bool) -> Result<Root, CliError> {
+        let format_path = dir.join(FORMAT);
+        if create && !format_path.exists() {
+            return Self::create(dir, secret);
+        }
+        match fs::read_to_string(&format_path) {
+            Ok(text) if text == FORMAT_LINE => {}
+            Ok(text) if text.starts_with("memvault server format ") => {
+                return Err(CliError::failure(format!(
+                    "the server root {} has a format newer than this memvault understands ({}): upgrade memvault",
+                    dir.display(),
+                    text.trim()
+                )));
+            }
+            Ok(_) => return Err(damaged("its format file is not one memvault wrote")),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(not_a_root(dir)),
+            Err(e) => return Err(io_err("read", &format_path, &e)),
+        }
+        let slot_path = dir.join(KEYSLOT);
+        let slot = read_bounded(&slot_path, 4096)?;
+        let unlock = match secret {
+            Secret::KeyFile(k) => Unlock::KeyFile(k),
+            Secret::Passphrase(p) => Unlock::Passphrase(p),
+        };
+        let keyring = open_slot(&slot, &unlock).map_err(|e| match e {
+            crate::crypto::CryptoError::DecryptionFailed | crate::crypto::CryptoError::WrongKind => {
+                CliError::failure(
+                    "the secret does not unlock this server root (check --key-file or the passphrase; nothing was changed)",
+                )
+            }
+            _ => damaged("its keyslot does not parse"),
+        })?;
+        let keys = ServerKeys::derive(&keyring).map_err(|_| damaged("its keyring is empty"))?;
+        let root = Root {
+            dir: dir.to_path_buf(),
+            keys,
+        };
+        root.load()?;
+        Ok(root)
+    }
+
+    fn create(dir: &Path, secret: &Secret) -> Result<Root, CliError> {
+        if dir.exists() {
+            let empty = dir.is_dir()
+                && fs::read_dir(dir)
+                    .map_err(|e| io_err("read", dir, &e))?
+                    .next()
+                    .is_none();
+            if !empty {
+                return Err(CliError::failure(format!(
+                    "{} exists and is not a memvault server root; give an empty or new directory",
+                    dir.display()
+                )));
+            }
+        }
+        let keyring = Keyring::new_random();
+        let slot = match secret {
+            Secret::KeyFile(k) => seal_keyfile_slot(&keyring, k),
+            Secret::Passphrase(p) => seal_passphrase_slot(&keyring, p, KdfParams::DEFAULT)
+                .map_err(|e| CliError::failure(format!("cannot derive the root key: {e}")))?,
+        };
+        let keys = ServerKeys::derive(&keyring).map_err(|_| damaged("its keyring is empty"))?;
+        for d in [dir.to_path_buf(), dir.join(STATE), dir.join(TENANTS)] {
+            match fsx::mkdir_private(&d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_err("create", &d, &e)),
+            }
+        }
+        let root = Root {
+            dir: dir.to_path_buf(),
+            keys,
+        };
+        let lock_path = dir.join(LOCK);
+        fsx::create_new(&lock_path, 0o600).map_err(|e| io_err("create", &lock_path, &e))?;
+        write_durable(&dir.join(KEYSLOT), &slot)
+            .map_err(|e| io_err("write", &dir.join(KEYSLOT), &e))?;
+        root.save(&Registry {
+            v: 1,
+            ..Registry::default()
+        })?;
+        // The format file last: a root is whole once it is there.
+        write_durable(&dir.join(FORMAT), FORMAT_LINE.as_bytes())
+            .map_err(|e| io_err("write", &dir.join(FORMAT), &e))?;
+        sync_dir(dir);
+        Ok(root)
+    }
+
+    pub fn keys(&self) -> &ServerKeys {
+        &self.keys
+    }
+
+    pub fn registry_path(&self) -> PathBuf {
+        self.dir.join(REGISTRY)
+    }
+
+    /// The directory of tenant `id`'s vault.
+    pub fn tenant_dir(&self, id: &str) -> PathBuf {
+        self.dir.join(TENANTS).join(id)
+    }
+
+    /// Read and decrypt the registry.
+    pub fn load(&self) -> Result<Registry, CliError> {
+        let path = self.registry_path();
+        let sealed = read_bounded(&path, MAX_REGISTRY)?;
+        let plain = self
+            .keys
+            .open_registry(&sealed)
+            .map_err(|_| damaged("its tenant registry fails authentication"))?;
+        let reg: Registry = serde_json::from_slice(&plain)
+            .map_err(|_| damaged("its tenant registry does not parse"))?;
+        if reg.v != 1 {
+            return Err(damaged("its tenant registry has an unknown version"));
+        }
+        for (id, t) in &reg.tenants {
+            let ok_id = id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit());
+            if !ok_id || check_name("tenant", &t.name).is_err() || t.key.key().is_none() {
+                return Err(damaged(
+                    "its tenant registry holds an entry memvault did not write",
+                ));
+            }
+        }
+        Ok(reg)
+    }
+
+    fn save(&self, reg: &Registry) -> Result<(), CliError> {
+        let plain = Zeroizing::new(
+            serde_json::to_vec(reg)
+                .map_err(|_| CliError::failure("the registry does not serialise"))?,
+        );
+        let sealed = self.keys.seal_registry(&plain);
+        let path = self.registry_path();
+        let _ = fs::remove_file(path.with_extension("tmp"));
+        write_durable(&path, &sealed).map_err(|e| io_err("write", &path, &e))
+    }
+
+    /// Change the registry under the root's lock: read it, apply `f`,
+    /// write it back with the next generation (durably) if `f` succeeds.
+    pub fn change<T>(
+        &self,
+        f: impl FnOnce(&mut Registry) -> Result<T, CliError>,
+    ) -> Result<T, CliError> {
+        let lock_path = self.dir.join(LOCK);
+        let file = File::open(&lock_path).map_err(|e| io_err("open", &lock_path, &e))?;
+        let _guard = FileLock::exclusive(&file).map_err(|e| io_err("lock", &lock_path, &e))?;
+        let mut reg = self.load()?;
+        let out = f(&mut reg)?;
+        reg.generation += 1;
+        self.save(&reg)?;
+        Ok(out)
+    }
+}
+
+fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, CliError> {
+    use std::io::Read;
+    let f = fsx::open_read(path).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => damaged("a file of memvault-server/ is missing"),
+        _ => io_err("read", path, &e),
+    })?;
+    let mut bytes = Vec::new();
+    f.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_err("read", path, &e))?;
+    if bytes.len() as u64 > max {
+        return Err(damaged(
+            "a file of memvault-server/ is larger than memvault writes",
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Add tenant `name` (its vault made by the caller) to `reg`, with a first
+/// token named `name`; returns (tenant id, token).
+pub fn add_tenant(
+    reg: &mut Registry,
+    keys: &ServerKeys,
+    name: &str,
+    scopes: &[Scope],
+) -> Result<(String, HexKey, Zeroizing<String>), CliError> {
+    check_name("tenant", name)?;
+    if reg.by_name(name).is_some() {
+        return Err(CliError::failure(format!(
+            "a tenant named {name} exists; nothing was changed"
+        )));
+    }
+    let id = data_encoding::HEXLOWER.encode(&random_bytes::<8>());
+    let key = HexKey::generate();
+    let mut tenant = Tenant {
+        name: name.to_owned(),
+        key: key.clone(),
+        created_ms: crate::vault::now_ms(),
+        tokens: BTreeMap::new(),
+    };
+    let token = put_token(&mut tenant, keys, name, scopes);
+    reg.tenants.insert(id.clone(), tenant);
+    Ok((id, key, token))
+}
+
+/// Give `tenant` a new token named `name` (replacing one of that name).
+pub fn put_token(
+    tenant: &mut Tenant,
+    keys: &ServerKeys,
+    name: &str,
+    scopes: &[Scope],
+) -> Zeroizing<String> {
+    tenant.tokens.retain(|_, t| t.name != name);
+    let (id, token) = new_token();
+    let mut scopes = scopes.to_vec();
+    scopes.sort();
+    scopes.dedup();
+    tenant.tokens.insert(
+        id,
+        Token {
+            name: name.to_owned(),
+            scopes,
+            hash: data_encoding::HEXLOWER.encode(&keys.token_hash(token.as_bytes())),
+            created_ms: crate::vault::now_ms(),
+        },
+    );
+    token
+}
+
+/// Remove a directory tree, making each file's content unreadable first
+/// where it can (overwritten with zeros and synced). Symbolic links are
+/// removed, never followed.
+pub fn erase_tree(dir: &Path) -> io::Result<()> {
+    use std::io::Write;
+    let meta = match fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if !meta.is_dir() {
+        return fs::remove_file(dir);
+    }
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            erase_tree(&path)?;
+        } else {
+            if kind.is_file()
+                && let Ok(mut f) = fs::OpenOptions::new().write(true).open(&path)
+            {
+                let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+                let zeros = vec![0u8; 64 << 10];
+                let mut left = len;
+                while left > 0 {
+                    let n = left.min(zeros.len() as u64) as usize;
+                    if f.write_all(&zeros[..n]).is_err() {
+                        break;
+                    }
+                    left -= n as u64;
+                }
+                let _ = f.sync_data();
+            }
+            fs::remove_file(&path)?;
+        }
+    }
+    fs::remove_dir(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_refused_rather_than_folded() {
+        for ok in ["alice", "a", "team-7_x", "0day"] {
+            assert!(check_name("tenant", ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "Alice",
+            "ALICE",
+            "al ice",
+            "-a",
+            "_a",
+            "a/b",
+            "..",
+            "a.b",
+            "alicé",
+            "ａlice",
+            "alice\u{200b}",
+            &"a".repeat(65),
+        ] {
+            assert!(check_name("tenant", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn tokens_have_one_shape() {
+        let (id, token) = new_token();
+        assert_eq!(token_id(&token), Some(id.as_str()));
+        assert_eq!(token.len(), 4 + 16 + 1 + 64);
+        for bad in [
+            "",
+            "mvt_",
+            "Bearer x",
+            &token[..token.len() - 1],
+            &token.to_uppercase(),
+            &format!("{}x", token.as_str()),
+        ] {
+            assert_eq!(token_id(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_registry_survives_a_round_trip_and_refuses_another_key() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("root");
+        let key = Secret::KeyFile(KeyFileKey::generate());
+        let root = Root::open(&dir, &key, true).unwrap();
+        let (id, _, token) = root
+            .change(|reg| add_tenant(reg, root.keys(), "alice", &[Scope::Memory]))
+            .unwrap();
+        let reg = root.load().unwrap();
+        assert_eq!(reg.generation, 1);
+        let t = &reg.tenants[&id];
+        let (tid, stored) = t.tokens.iter().next().unwrap();
+        assert_eq!(token_id(&token), Some(tid.as_str()));
+        let hash = data_encoding::HEXLOWER
+            .decode(stored.hash.as_bytes())
+            .unwrap();
+        assert!(root.keys().token_matches(token.as_bytes(), &hash));
+        // No secret in the clear on disk.
+        let sealed = fs::read(root.registry_path()).unwrap();
+        let hay = String::from_utf8_lossy(&sealed);
+        assert!(!hay.contains("alice") && !hay.contains(t.key.0.as_str()));
+        let other = Secret::KeyFile(KeyFileKey::generate());
+        assert!(Root::open(&dir, &other, false).is_err());
+        assert!(Root::open(&dir, &key, false).is_ok());
+    }
+}
