@@ -20,6 +20,7 @@ mod mcp;
 mod paths;
 mod protocol;
 mod redaction;
+mod server;
 mod tamper;
 mod transfer;
 mod unlock;
