@@ -1163,3 +1163,84 @@ fn the_memory_route_answers_as_serve_does() {
         assert_eq!(&got, want, "{req}");
     }
 }
+
+/// `--tls-cert`/`--tls-key`: HTTPS with rustls; a client that trusts the
+/// certificate is served, plain HTTP on the same port is not.
+#[test]
+fn tls_serves_https_with_the_given_certificate() {
+    let r = Root::new(&[("alice", "memory")]);
+    let dir = r.tmp.path();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+            "-keyout",
+        ])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl is needed for this test (.ci/run installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = Server::start(
+        &r.root,
+        &r.key,
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert!(s.stderr.lock().unwrap().contains("https://127.0.0.1:"));
+
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&cert).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let conn =
+        rustls::ClientConnection::new(Arc::new(config), ServerName::try_from("127.0.0.1").unwrap())
+            .unwrap();
+    let tcp = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let body = r#"{"command":"create","path":"/memories/tls.md","file_text":"over tls"}"#;
+    write!(tls, "POST /v1/memory HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: Bearer {}\r\nContent-Length: {}\r\n\r\n{body}", r.tokens["alice"], body.len()).unwrap();
+    let mut resp = Vec::new();
+    let _ = tls.read_to_end(&mut resp);
+    let (status, bytes) = parse_response(&resp).expect("an HTTPS response");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(
+        v["content"],
+        "File created successfully at: /memories/tls.md"
+    );
+    // Plain HTTP to the TLS port gets no HTTP answer.
+    assert!(try_http(s.port, "GET", "/healthz", &[], b"").is_none());
+}
