@@ -3,8 +3,9 @@
 # are there, then run tests/integrations/run.sh, which installs the pinned
 # packages (integrations/python/requirements.txt with pip into a venv,
 # integrations/typescript/package-lock.json with npm ci) inside the clone
-# and runs the three scripted conversations. Call it after `cargo test`:
-# it reuses the debug build.
+# and runs the scripted conversations (Python and TypeScript, each through
+# `memvault serve` and through a `memvault server` over HTTP, and the Rust
+# example). Call it after `cargo test`: it reuses the debug build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

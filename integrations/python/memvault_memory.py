@@ -2,10 +2,12 @@
 
 `MemvaultMemoryTool` is a `BetaAbstractMemoryTool` (from `anthropic.tools`)
 that starts one `memvault serve` process and forwards each memory command
-to it as one JSON line, reading back the `tool_result` line memvault writes.
-A success comes back as the result text (or image blocks); an error result
-is raised as the SDK's `ToolError`, so the tool runner sends it to Claude
-with `is_error: true`, word for word.
+to it as one JSON line, reading back the `tool_result` line memvault writes;
+or, given a `url` and a bearer `token`, posts each command to a
+`memvault server` (`POST /v1/memory`) instead. Either way a success comes
+back as the result text (or image blocks); an error result is raised as the
+SDK's `ToolError`, so the tool runner sends it to Claude with
+`is_error: true`, word for word.
 
     from anthropic import Anthropic
     from memvault_memory import MemvaultMemoryTool
@@ -16,7 +18,11 @@ with `is_error: true`, word for word.
             messages=[{"role": "user", "content": "Help me with this ticket."}])
         final = runner.until_done()
 
-What it promises:
+    # HTTP mode: the token may also come from $MEMVAULT_TOKEN, the url from $MEMVAULT_URL.
+    with MemvaultMemoryTool(url="http://127.0.0.1:8700", token=token, session="ticket-4711") as memory:
+        ...
+
+What it promises (process mode):
 
 - one server for the tool's lifetime (the vault is unlocked once), calls
   serialised with a lock, answers matched to requests by id;
@@ -27,20 +33,34 @@ What it promises:
   diagnostic lines (memvault never writes memory content or secrets to its
   stderr); every later call raises it again at once.
 
+In HTTP mode: session and actor travel as the `Memvault-Session` and
+`Memvault-Actor` headers; idle keep-alive connections are reused (calls from
+several threads each take their own); an answer other than 200, a connection
+that fails and a server silent past `timeout` raise `MemvaultServerError`
+with the HTTP status (`.status`, None when there was no answer) and the
+server's `{"error"}` message, and the next call tries again. The token is
+sent only in the `Authorization` header, never in a message.
+
 What it does not do: validate paths or commands (memvault does, and answers
-with the contract's own error text), or hold any secret: the key file or
-passphrase file is read by memvault itself.
+with the contract's own error text), or hold a vault secret: the key file or
+passphrase file is read by memvault itself (HTTP mode holds the bearer
+token, in memory only).
 """
 
 from __future__ import annotations
 
 import collections
+import http.client
 import itertools
 import json
 import os
 import queue
+import select
+import socket
 import subprocess
 import threading
+import time
+import urllib.parse
 import uuid
 import weakref
 from typing import Any, Optional, Union
@@ -52,10 +72,34 @@ __version__ = "0.1.0"
 
 PathLike = Union[str, "os.PathLike[str]"]
 _EOF = object()
+# An idle keep-alive connection is reused only this soon (memvault server
+# closes one after 10 s without a request).
+_REUSE_WITHIN = 5.0
 
 
 class MemvaultServerError(RuntimeError):
-    """The `memvault serve` process is gone, hung or out of step."""
+    """The `memvault serve` process is gone, hung or out of step; or (HTTP
+    mode) the `memvault server` refused a request, could not be reached or
+    gave no answer in time. `status` is the HTTP status, else None."""
+
+    def __init__(self, message: str, status: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _label_ok(value: str) -> bool:
+    """What `memvault server` takes as a session or actor header."""
+    return 1 <= len(value) <= 128 and all(" " <= c <= "~" for c in value)
+
+
+def _dropped(conn: http.client.HTTPConnection) -> bool:
+    """Whether an idle connection was closed by the server (it is readable)."""
+    if conn.sock is None:
+        return True
+    try:
+        return bool(select.select([conn.sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -73,7 +117,16 @@ def _stop(proc: subprocess.Popen) -> None:
 class MemvaultMemoryTool(BetaAbstractMemoryTool):
     """The memory tool (`memory_20250818`) backed by a memvault vault.
 
+    Process mode (a `memvault serve` process of its own) takes `vault`,
+    `key_file` or `passphrase_file`, `binary` and `env`; HTTP mode (a
+    `memvault server`) takes `url` and `token`. Giving `url` with any
+    process argument is a ValueError.
+
     Arguments:
+        url: HTTP mode: the server's base URL, such as http://127.0.0.1:8700
+            (default: $MEMVAULT_URL when no process argument is given).
+        token: HTTP mode: the bearer token from `memvault tenant add` or
+            `memvault tenant token` (default: $MEMVAULT_TOKEN).
         vault: the vault directory (else memvault's default: $MEMVAULT_DIR, ...).
         session: the session id stored with every change (default: a new
             random `s-...` id, available as `.session`).
@@ -84,7 +137,8 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
         actor: who is acting, stored with every change.
         binary: the memvault executable (default: $MEMVAULT_BIN, else
             `memvault` on the PATH).
-        timeout: seconds to wait for one answer before giving up on the server.
+        timeout: seconds to wait for one answer before giving up on the server
+            (HTTP mode: for the connection, and for each read of the answer).
         env: the server's environment (default: this process's).
         cache_control: passed to the tool definition, as in the SDK.
     """
@@ -101,12 +155,42 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
         timeout: float = 120.0,
         env: Optional[dict] = None,
         cache_control: Any = None,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
     ) -> None:
         super().__init__(cache_control=cache_control)
+        process_args = [
+            name
+            for name, value in (
+                ("vault", vault),
+                ("key_file", key_file),
+                ("passphrase_file", passphrase_file),
+                ("binary", binary),
+                ("env", env),
+            )
+            if value is not None
+        ]
+        if url is not None and process_args:
+            raise ValueError(
+                f"give url (HTTP mode, a memvault server) or {', '.join(process_args)} "
+                "(process mode, memvault serve), not both"
+            )
+        if url is None and not process_args:
+            url = os.environ.get("MEMVAULT_URL") or None
+        if token is not None and url is None:
+            raise ValueError("token is for HTTP mode: give url too (or set MEMVAULT_URL)")
         if key_file is not None and passphrase_file is not None:
             raise ValueError("give key_file or passphrase_file, not both")
         self.session = session if session is not None else f"s-{uuid.uuid4().hex[:16]}"
         self.timeout = timeout
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._closed = False
+        self.url: Optional[str] = None
+        self._proc: Optional[subprocess.Popen] = None
+        if url is not None:
+            self._init_http(url, token, actor)
+            return
         argv = [os.fspath(binary or os.environ.get("MEMVAULT_BIN") or "memvault")]
         if vault is not None:
             argv += ["--vault", os.fspath(vault)]
@@ -116,10 +200,7 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
             argv += ["--passphrase-file", os.fspath(passphrase_file)]
         argv += ["serve", "--session", self.session, "--actor", actor]
         self._argv0 = argv[0]
-        self._lock = threading.Lock()
-        self._ids = itertools.count(1)
         self._dead: Optional[str] = None
-        self._closed = False
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
         self._lines: "queue.Queue[object]" = queue.Queue()
         try:
@@ -166,8 +247,15 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
 
     def close(self) -> Optional[int]:
         """End the server's input and wait for it to exit; returns its exit
-        status. Idempotent. Kills the server if it does not exit in time."""
+        status. Idempotent. Kills the server if it does not exit in time.
+        HTTP mode: closes the idle connections; returns None."""
         with self._lock:
+            if self._proc is None:
+                self._closed = True
+                for conn, _ in self._idle:
+                    conn.close()
+                self._idle.clear()
+                return None
             if self._closed:
                 return self._proc.returncode
             self._closed = True
@@ -191,14 +279,23 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
         self.close()
 
     @property
-    def pid(self) -> int:
-        return self._proc.pid
+    def pid(self) -> Optional[int]:
+        """The process id of the server (None in HTTP mode)."""
+        return self._proc.pid if self._proc is not None else None
 
     # -- the wire ------------------------------------------------------------
 
     def _forward(self, command: Any) -> Any:
         if hasattr(command, "model_dump"):
             command = command.model_dump(mode="json", exclude_unset=True)
+        block = self._post(command) if self.url is not None else self._exchange(command)
+        content = block.get("content")
+        if block.get("is_error"):
+            raise ToolError(content)
+        return content
+
+    def _exchange(self, command: Any) -> dict:
+        """One request line to the `memvault serve` process, one answer back."""
         with self._lock:
             if self._closed:
                 raise MemvaultServerError("this memvault memory tool was closed")
@@ -226,13 +323,11 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
             # A request memvault could not read as one gets a null id; ours always parse.
             if block.get("type") != "tool_result" or block.get("tool_use_id") not in (rid, None):
                 self._give_up(f"the memvault server answered out of step (expected {rid})")
-        content = block.get("content")
-        if block.get("is_error"):
-            raise ToolError(content)
-        return content
+        return block
 
     def _give_up(self, what: str) -> None:
         """Record the server as dead with a message that says why; raise it."""
+        assert self._proc is not None
         try:
             code = self._proc.wait(timeout=2)
             status = f"exit status {code}"
@@ -248,15 +343,108 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
         raise MemvaultServerError(self._dead)
 
     def _read_stdout(self) -> None:
-        assert self._proc.stdout is not None
+        assert self._proc is not None and self._proc.stdout is not None
         for raw in self._proc.stdout:
             self._lines.put(raw.decode("utf-8", errors="replace"))
         self._lines.put(_EOF)
 
     def _read_stderr(self) -> None:
-        assert self._proc.stderr is not None
+        assert self._proc is not None and self._proc.stderr is not None
         for raw in self._proc.stderr:
             text = raw.decode("utf-8", errors="replace").rstrip()
             if text:
                 self._stderr_tail.append(text[:500])
 
+    # -- HTTP mode -----------------------------------------------------------
+
+    def _init_http(self, url: str, token: Optional[str], actor: str) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("url must be an http:// or https:// base URL, such as http://127.0.0.1:8700")
+        if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+            raise ValueError(
+                "url takes no user, password, query or fragment: give the bearer token as token= "
+                "or in MEMVAULT_TOKEN"
+            )
+        token = (token if token is not None else os.environ.get("MEMVAULT_TOKEN", "")).strip()
+        if not token:
+            raise ValueError("HTTP mode needs a bearer token: give token= or set MEMVAULT_TOKEN")
+        if not all("!" <= c <= "~" for c in token):
+            raise ValueError("the token is not a bearer token (printable ASCII, no spaces)")
+        for name, value in (("session", self.session), ("actor", actor)):
+            if not _label_ok(value):
+                raise ValueError(f"in HTTP mode the {name} is 1 to 128 printable ASCII characters")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._path = parts.path.rstrip("/") + "/v1/memory"
+        self.url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+        self._token = token
+        self._headers = {
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "Memvault-Session": self.session,
+            "Memvault-Actor": actor,
+            "User-Agent": f"memvault-memory-python/{__version__}",
+        }
+        self._idle: list[tuple[http.client.HTTPConnection, float]] = []
+
+    def _post(self, command: Any) -> dict:
+        """One `POST /v1/memory`; the `tool_result` object it answers with."""
+        with self._lock:
+            if self._closed:
+                raise MemvaultServerError("this memvault memory tool was closed")
+            rid = f"toolu_memvault_{next(self._ids)}"
+            conn = None
+            while self._idle:
+                idle, since = self._idle.pop()
+                if time.monotonic() - since < _REUSE_WITHIN and not _dropped(idle):
+                    conn = idle
+                    break
+                idle.close()
+        if conn is None:
+            if self._https:
+                conn = http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout)
+            else:
+                conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+        body = json.dumps({"type": "tool_use", "id": rid, "name": "memory", "input": command}).encode("utf-8")
+        try:
+            conn.request("POST", self._path, body=body, headers=self._headers)
+            resp = conn.getresponse()
+            data = resp.read()
+        except (socket.timeout, TimeoutError) as e:
+            conn.close()
+            raise self._http_error(f"gave no answer within {self.timeout:g} s", None) from e
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise self._http_error(f"could not be reached ({type(e).__name__}: {e})", None) from e
+        if resp.will_close:
+            conn.close()
+        else:
+            with self._lock:
+                if self._closed:
+                    conn.close()
+                else:
+                    self._idle.append((conn, time.monotonic()))
+        if resp.status != 200:
+            try:
+                message = json.loads(data)["error"]
+            except (ValueError, KeyError, TypeError):
+                message = data[:300].decode("utf-8", errors="replace").strip() or resp.reason
+            raise self._http_error(f"answered HTTP {resp.status}: {message}", resp.status)
+        try:
+            block = json.loads(data)
+        except ValueError:
+            block = None
+        if not isinstance(block, dict):
+            raise self._http_error("answered HTTP 200 with a body that is not a JSON object", 200)
+        # A request memvault could not read as one gets a null id; ours always parse.
+        if block.get("type") != "tool_result" or block.get("tool_use_id") not in (rid, None):
+            raise self._http_error(f"answered out of step (expected a tool_result for {rid})", 200)
+        return block
+
+    def _http_error(self, what: str, status: Optional[int]) -> MemvaultServerError:
+        message = f"the memvault server at {self.url} {what} (session {self.session})"
+        # Whatever a server or proxy echoes, the token is not repeated.
+        return MemvaultServerError(message.replace(self._token, "[token]"), status)

@@ -2,11 +2,13 @@
 //
 // `MemvaultMemory` starts one `memvault serve` process and forwards every
 // memory command to it as one JSON line, reading back the `tool_result` line
-// memvault writes. `memory.tool()` is `betaMemoryTool(handlers)` from the
-// SDK: pass it in `tools` to `client.beta.messages.toolRunner(...)`. A
-// success resolves to the result text (or image blocks); an error result is
-// thrown as the SDK's `ToolError`, so the runner sends it to Claude with
-// `is_error: true`, word for word.
+// memvault writes; or, given a `url` and a bearer `token`, posts every
+// command to a `memvault server` (`POST /v1/memory`) instead.
+// `memory.tool()` is `betaMemoryTool(handlers)` from the SDK: pass it in
+// `tools` to `client.beta.messages.toolRunner(...)`. A success resolves to
+// the result text (or image blocks); an error result is thrown as the SDK's
+// `ToolError`, so the runner sends it to Claude with `is_error: true`, word
+// for word.
 //
 //   import Anthropic from '@anthropic-ai/sdk';
 //   import { MemvaultMemory } from './memvault-memory.mjs';
@@ -17,13 +19,24 @@
 //     messages: [{ role: 'user', content: 'Help me with this ticket.' }],
 //   });
 //
-// Promises: one server for the object's lifetime (the vault is unlocked
-// once); requests are written in call order and answers matched by id, so
-// concurrent calls are safe; `close()` ends input and waits for the server
-// to exit (it kills it only after `timeoutMs`); a server that died, hung or
-// answered out of step rejects with a `MemvaultServerError` naming the exit
-// status and the server's last diagnostic lines (memvault never writes
-// memory content or secrets to stderr), and so does every later call.
+//   // HTTP mode: the token may also come from $MEMVAULT_TOKEN, the url from $MEMVAULT_URL.
+//   await using memory = new MemvaultMemory({ url: 'http://127.0.0.1:8700', token, session: 'ticket-4711' });
+//
+// Promises (process mode): one server for the object's lifetime (the vault
+// is unlocked once); requests are written in call order and answers matched
+// by id, so concurrent calls are safe; `close()` ends input and waits for
+// the server to exit (it kills it only after `timeoutMs`); a server that
+// died, hung or answered out of step rejects with a `MemvaultServerError`
+// naming the exit status and the server's last diagnostic lines (memvault
+// never writes memory content or secrets to stderr), and so does every
+// later call.
+// In HTTP mode: session and actor travel as the `Memvault-Session` and
+// `Memvault-Actor` headers; requests go out concurrently over fetch's
+// keep-alive connections; an answer other than 200, a failed connection and
+// a server silent past `timeoutMs` reject with a `MemvaultServerError`
+// carrying the HTTP status (`.status`, undefined when there was no answer)
+// and the server's `{"error"}` message, and the next call tries again. The
+// token is sent only in the `Authorization` header, never in a message.
 // Plain ES module with JSDoc types: runs on Node.js 20+ without a build step.
 
 import { spawn } from 'node:child_process';
@@ -32,26 +45,40 @@ import { createInterface } from 'node:readline';
 import { betaMemoryTool } from '@anthropic-ai/sdk/helpers/beta/memory';
 import { ToolError } from '@anthropic-ai/sdk/lib/tools/ToolError';
 
-/** The `memvault serve` process is gone, hung or out of step. */
+/**
+ * The `memvault serve` process is gone, hung or out of step; or (HTTP mode)
+ * the `memvault server` refused a request, could not be reached or gave no
+ * answer in time.
+ */
 export class MemvaultServerError extends Error {
-  /** @param {string} message */
-  constructor(message) {
+  /** @param {string} message @param {number} [status] the HTTP status, if there was an answer */
+  constructor(message, status) {
     super(message);
     this.name = 'MemvaultServerError';
+    /** @type {number | undefined} */
+    this.status = status;
   }
 }
+
+/** What `memvault server` takes as a session or actor header. @param {string} value */
+const labelOk = (value) => /^[\x20-\x7e]{1,128}$/.test(value);
 
 const COMMANDS = /** @type {const} */ (['view', 'create', 'str_replace', 'insert', 'delete', 'rename']);
 
 /**
+ * Process mode takes `vault`, `keyFile` or `passphraseFile`, `binary` and
+ * `env`; HTTP mode takes `url` and `token`. Giving `url` with any process
+ * option is a TypeError.
  * @typedef {object} MemvaultMemoryOptions
+ * @property {string} [url] HTTP mode: the server's base URL, such as http://127.0.0.1:8700 (default: $MEMVAULT_URL when no process option is given)
+ * @property {string} [token] HTTP mode: the bearer token from `memvault tenant add` or `memvault tenant token` (default: $MEMVAULT_TOKEN)
  * @property {string} [vault] the vault directory (else memvault's default: $MEMVAULT_DIR, ...)
  * @property {string} [session] session id stored with every change (default: a new random `s-...`)
  * @property {string} [keyFile] a key file made by `memvault keygen`
  * @property {string} [passphraseFile] a file whose first line is the passphrase
  * @property {string} [actor] who is acting, stored with every change (default `agent`)
  * @property {string} [binary] the memvault executable (default $MEMVAULT_BIN, else `memvault` on the PATH)
- * @property {number} [timeoutMs] how long to wait for one answer, and for the server to exit on close (default 120000)
+ * @property {number} [timeoutMs] how long to wait for one answer, and for the server to exit on close (default 120000; HTTP mode: for the whole request)
  * @property {NodeJS.ProcessEnv} [env] the server's environment (default: this process's)
  */
 
@@ -62,12 +89,32 @@ const COMMANDS = /** @type {const} */ (['view', 'create', 'str_replace', 'insert
 export class MemvaultMemory {
   /** @param {MemvaultMemoryOptions} [options] */
   constructor(options = {}) {
+    const processOptions = /** @type {const} */ (['vault', 'keyFile', 'passphraseFile', 'binary', 'env']).filter(
+      (name) => options[name] !== undefined,
+    );
+    let url = options.url;
+    if (url !== undefined && processOptions.length) {
+      throw new TypeError(
+        `give url (HTTP mode, a memvault server) or ${processOptions.join(', ')} (process mode, memvault serve), not both`,
+      );
+    }
+    if (url === undefined && !processOptions.length) url = process.env.MEMVAULT_URL || undefined;
+    if (options.token !== undefined && url === undefined) {
+      throw new TypeError('token is for HTTP mode: give url too (or set MEMVAULT_URL)');
+    }
     if (options.keyFile && options.passphraseFile) {
       throw new TypeError('give keyFile or passphraseFile, not both');
     }
     /** The session id every change is recorded under. */
     this.session = options.session ?? `s-${randomUUID().replaceAll('-', '').slice(0, 16)}`;
     this.timeoutMs = options.timeoutMs ?? 120_000;
+    this._closed = false;
+    /** HTTP mode: the server's base URL (no token in it); else null. @type {string | null} */
+    this.url = null;
+    if (url !== undefined) {
+      this._initHttp(url, options.token, options.actor ?? 'agent');
+      return;
+    }
     this.binary = options.binary ?? process.env.MEMVAULT_BIN ?? 'memvault';
     const args = [];
     if (options.vault) args.push('--vault', options.vault);
@@ -80,7 +127,6 @@ export class MemvaultMemory {
     this._next = 1;
     /** @type {string | null} */
     this._dead = null;
-    this._closed = false;
     /** @type {string[]} */
     this._stderrTail = [];
 
@@ -112,9 +158,9 @@ export class MemvaultMemory {
     });
   }
 
-  /** The process id of the server. */
+  /** The process id of the server (undefined in HTTP mode). */
   get pid() {
-    return this._proc.pid;
+    return this._proc?.pid;
   }
 
   /**
@@ -125,7 +171,7 @@ export class MemvaultMemory {
    * @returns {Promise<string | Array<any>>}
    */
   async execute(input) {
-    const block = await this._request(input);
+    const block = await (this.url !== null ? this._post(input) : this._request(input));
     if (block.is_error) throw new ToolError(block.content);
     return block.content;
   }
@@ -151,9 +197,14 @@ export class MemvaultMemory {
   /**
    * End the server's input and wait for it to exit; resolves to its exit
    * code. Idempotent. Kills the server if it has not exited after `timeoutMs`.
+   * HTTP mode: later calls reject; resolves to null.
    * @returns {Promise<number | null>}
    */
   async close() {
+    if (this.url !== null) {
+      this._closed = true;
+      return null;
+    }
     if (!this._closed) {
       this._closed = true;
       this._proc.stdin.end();
@@ -228,5 +279,104 @@ export class MemvaultMemory {
       clearTimeout(p.timer);
       p.reject(new MemvaultServerError(this._dead));
     }
+  }
+
+  // -- HTTP mode ----------------------------------------------------------------
+
+  /** @param {string} url @param {string | undefined} token @param {string} actor */
+  _initHttp(url, token, actor) {
+    let parsed;
+    try {
+      parsed = new URL(url);
+    } catch {
+      parsed = null;
+    }
+    if (!parsed || (parsed.protocol !== 'http:' && parsed.protocol !== 'https:')) {
+      throw new TypeError('url must be an http:// or https:// base URL, such as http://127.0.0.1:8700');
+    }
+    if (parsed.username || parsed.password || parsed.search || parsed.hash) {
+      throw new TypeError(
+        'url takes no user, password, query or fragment: give the bearer token as token or in MEMVAULT_TOKEN',
+      );
+    }
+    const bearer = (token ?? process.env.MEMVAULT_TOKEN ?? '').trim();
+    if (!bearer) throw new TypeError('HTTP mode needs a bearer token: give token or set MEMVAULT_TOKEN');
+    if (!/^[\x21-\x7e]+$/.test(bearer)) throw new TypeError('the token is not a bearer token (printable ASCII, no spaces)');
+    for (const [name, value] of /** @type {const} */ ([['session', this.session], ['actor', actor]])) {
+      if (!labelOk(value)) throw new TypeError(`in HTTP mode the ${name} is 1 to 128 printable ASCII characters`);
+    }
+    const base = `${parsed.origin}${parsed.pathname.replace(/\/+$/, '')}`;
+    this.url = base;
+    this._endpoint = `${base}/v1/memory`;
+    this._next = 1;
+    // Not enumerable: the token stays out of console.log(memory) and JSON.stringify(memory).
+    Object.defineProperty(this, '_token', { value: bearer, enumerable: false });
+    Object.defineProperty(this, '_headers', {
+      value: {
+        authorization: `Bearer ${bearer}`,
+        'content-type': 'application/json',
+        accept: 'application/json',
+        'memvault-session': this.session,
+        'memvault-actor': actor,
+        'user-agent': 'memvault-memory-js/0.1.0',
+      },
+      enumerable: false,
+    });
+  }
+
+  /** One `POST /v1/memory`; the `tool_result` object it answers with. @param {Record<string, unknown>} input @returns {Promise<any>} */
+  async _post(input) {
+    if (this._closed) throw new MemvaultServerError('this memvault memory tool was closed');
+    const id = `toolu_memvault_${this._next++}`;
+    const signal = AbortSignal.timeout(this.timeoutMs);
+    let status;
+    let text;
+    try {
+      const res = await fetch(/** @type {string} */ (this._endpoint), {
+        method: 'POST',
+        headers: /** @type {any} */ (this)._headers,
+        body: JSON.stringify({ type: 'tool_use', id, name: 'memory', input }),
+        signal,
+      });
+      status = res.status;
+      text = await res.text();
+    } catch (e) {
+      const err = /** @type {any} */ (e);
+      if (signal.aborted) throw this._httpError(`gave no answer within ${this.timeoutMs} ms`);
+      const cause = err?.cause;
+      const why = cause?.message || cause?.code || err?.message || String(err);
+      throw this._httpError(`could not be reached (${why})`);
+    }
+    if (status !== 200) {
+      let message;
+      try {
+        message = JSON.parse(text).error;
+      } catch {
+        message = undefined;
+      }
+      if (typeof message !== 'string') message = text.slice(0, 300).trim() || 'no message';
+      throw this._httpError(`answered HTTP ${status}: ${message}`, status);
+    }
+    let block;
+    try {
+      block = JSON.parse(text);
+    } catch {
+      block = null;
+    }
+    if (block === null || typeof block !== 'object' || Array.isArray(block)) {
+      throw this._httpError('answered HTTP 200 with a body that is not a JSON object', 200);
+    }
+    // A request memvault could not read as one gets a null id; ours always parse.
+    if (block.type !== 'tool_result' || (block.tool_use_id !== id && block.tool_use_id !== null)) {
+      throw this._httpError(`answered out of step (expected a tool_result for ${id})`, 200);
+    }
+    return block;
+  }
+
+  /** @param {string} what @param {number} [status] */
+  _httpError(what, status) {
+    const message = `the memvault server at ${this.url} ${what} (session ${this.session})`;
+    // Whatever a server or proxy echoes, the token is not repeated.
+    return new MemvaultServerError(message.replaceAll(/** @type {any} */ (this)._token, '[token]'), status);
   }
 }

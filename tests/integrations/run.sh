@@ -4,10 +4,18 @@
 #   (a) the real `anthropic` Python SDK tool runner + integrations/python
 #   (b) the real `@anthropic-ai/sdk` npm tool runner + integrations/typescript
 #   (c) examples/agent.rs (cargo run --example agent)
+# and (a) and (b) again in HTTP mode, each against its own `memvault server`
+# on loopback (a throwaway root and key file; one tenant).
 # After each: the mock saw exactly the contract's results, the vault holds the
 # final file, `history --session S --json` shows each change under S, and the
 # marker written into memory is nowhere in plaintext (vault files, decompressed
-# git objects, the client's working and temp directories).
+# git objects, the client's working and temp directories). In HTTP mode the
+# file is read with `POST /v1/memory`, the history with `POST /v1/history` (an
+# audit token; each change's principal must be the adapter's token name), the
+# server must exit 0 on SIGTERM, the scan covers the server root and every
+# tenant vault's git objects, and the token must not be in the client's output
+# or the server's stderr. Each adapter must also refuse a wrong token with its
+# server error, status 401, no token in the message.
 #
 # Usage: tests/integrations/run.sh [--release]
 #   MEMVAULT_INTEG_ONLY="python ts rust"  run only some of (a)(b)(c)
@@ -87,10 +95,15 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/memvault-integ.XXXXXX")
 LOGS=$TMP/logs
 mkdir -p "$LOGS"
 MOCK_PID=
+SERVER_PID=
 cleanup() {
   if [[ -n "$MOCK_PID" ]]; then
     kill "$MOCK_PID" 2>/dev/null || true
     wait "$MOCK_PID" 2>/dev/null || true
+  fi
+  if [[ -n "$SERVER_PID" ]]; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
   fi
   if [[ -n "${MEMVAULT_INTEG_KEEP:-}" ]]; then
     echo "integrations: kept $TMP"
@@ -175,6 +188,76 @@ run_case() { # name session actor client-function
   fi
 }
 
+# --- HTTP mode: one `memvault server` per case ----------------------------------
+
+start_server() { # name tenant -> sets DIR SERVER_ROOT TOKEN AUDIT_TOKEN SERVER_URL SERVER_PID
+  DIR=$TMP/$1
+  mkdir -p "$DIR/cwd" "$DIR/tmp"
+  SERVER_ROOT=$DIR/root
+  local key=$DIR/server.key err=$DIR/server.err
+  "$BIN" keygen "$key" 2>/dev/null || die "keygen (server) failed"
+  TOKEN=$("$BIN" --key-file "$key" tenant add "$2" --root "$SERVER_ROOT" --scopes memory 2>/dev/null) ||
+    die "tenant add failed"
+  AUDIT_TOKEN=$("$BIN" --key-file "$key" tenant token "$2" --root "$SERVER_ROOT" --token-name auditor \
+    --scopes audit 2>/dev/null) || die "tenant token failed"
+  [[ "$TOKEN" == mvt_* && "$AUDIT_TOKEN" == mvt_* ]] || die "tenant add or tenant token printed no token"
+  "$BIN" --key-file "$key" server --root "$SERVER_ROOT" --listen 127.0.0.1:0 2>"$err" &
+  SERVER_PID=$!
+  SERVER_URL=
+  for _ in $(seq 100); do
+    SERVER_URL=$(sed -n 's#^memvault: serving .* on \(http://127\.0\.0\.1:[0-9][0-9]*\)$#\1#p' "$err" | head -n1)
+    [[ -n "$SERVER_URL" ]] && break
+    kill -0 "$SERVER_PID" 2>/dev/null || die "memvault server for $1 exited at start: $(cat "$err")"
+    sleep 0.1
+  done
+  [[ -n "$SERVER_URL" ]] || die "memvault server for $1 printed no address"
+}
+
+stop_server() { # -> the server's exit status after SIGTERM (killed after 60 s)
+  local status=0
+  kill -TERM "$SERVER_PID" 2>/dev/null || true
+  for _ in $(seq 600); do
+    kill -0 "$SERVER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL "$SERVER_PID" 2>/dev/null && echo "integrations: memvault server did not stop within 60 s of SIGTERM" >&2
+  wait "$SERVER_PID" || status=$?
+  SERVER_PID=
+  return $status
+}
+
+run_http_case() { # name session actor tenant client-function
+  local name=$1 session=$2 actor=$3 tenant=$4 client=$5
+  start_server "$name" "$tenant"
+  note "($name) scripted conversation over HTTP ($SERVER_URL, tenant $tenant), session $session"
+  start_mock "$name"
+  local status=0 log=$LOGS/client-$name.log
+  (cd "$DIR/cwd" && unset MEMVAULT_URL && export TMPDIR=$DIR/tmp MEMVAULT_TOKEN=$TOKEN && "$client" "$session") \
+    >"$log" 2>&1 || status=$?
+  sed -e "s/$TOKEN/[token]/g" -e "s/$AUDIT_TOKEN/[audit token]/g" "$log"
+  local mock_status=0
+  stop_mock "$name" || mock_status=$?
+  local live_ok=1 server_status=0
+  CHECK_TOKEN=$TOKEN CHECK_AUDIT_TOKEN=$AUDIT_TOKEN python3 "$ROOT/tests/integrations/check_server.py" live \
+    --url "$SERVER_URL" --session "$session" --actor "$actor" --principal "$tenant" --marker "$MARKER" || live_ok=
+  stop_server || server_status=$?
+  if [[ $status -ne 0 ]]; then
+    FAILED+=("$name: the client exited with status $status")
+  elif [[ $mock_status -ne 0 ]]; then
+    FAILED+=("$name: the mock Messages API saw wrong tool results (above)")
+  elif [[ -z "$live_ok" ]]; then
+    FAILED+=("$name: the tenant's vault is not as the conversation left it (above)")
+  elif [[ $server_status -ne 0 ]]; then
+    FAILED+=("$name: memvault server exited with status $server_status after SIGTERM: $(tail -n3 "$DIR/server.err")")
+  elif ! python3 "$ROOT/tests/integrations/check_server.py" rest --root "$SERVER_ROOT" --marker "$MARKER" --scan "$DIR"; then
+    FAILED+=("$name: the marker is in plaintext under the server root or the client's directories (above)")
+  elif grep -qF -e "$TOKEN" -e "$AUDIT_TOKEN" "$log" "$DIR/server.err"; then
+    FAILED+=("$name: a bearer token appears in the client's output or the server's stderr")
+  else
+    PASSED=$((PASSED + 1))
+  fi
+}
+
 # --- the checks can fail ----------------------------------------------------------
 note "self-test: the mock reports a wrong tool_result"
 start_mock selftest
@@ -203,6 +286,11 @@ if wants python; then
     timeout 300 "$VENV/bin/python" "$PY_DIR/tests/mock_conversation.py" "$MOCK_URL" "$VAULT" "$SECRET" "$1"
   }
   run_case python "py-$RANDOM$RANDOM" python-sdk client_python
+
+  client_python_http() {
+    timeout 300 "$VENV/bin/python" "$PY_DIR/tests/mock_conversation.py" --http "$MOCK_URL" "$SERVER_URL" "$1"
+  }
+  run_http_case python-http "py-http-$RANDOM$RANDOM" python-sdk alice client_python_http
 fi
 
 # --- (b) TypeScript ---------------------------------------------------------------
@@ -212,6 +300,11 @@ if wants ts; then
     timeout 300 node "$TS_DIR/test/mock-conversation.mjs" "$MOCK_URL" "$VAULT" "$SECRET" "$1"
   }
   run_case ts "ts-$RANDOM$RANDOM" typescript-sdk client_ts
+
+  client_ts_http() {
+    timeout 300 node "$TS_DIR/test/mock-conversation.mjs" --http "$MOCK_URL" "$SERVER_URL" "$1"
+  }
+  run_http_case ts-http "ts-http-$RANDOM$RANDOM" typescript-sdk bob client_ts_http
 fi
 
 # --- (c) Rust example ---------------------------------------------------------------

@@ -1,15 +1,25 @@
 """Drive the real `anthropic` SDK's tool runner with MemvaultMemoryTool
-against tests/mock_messages_api.py, then check the tool's own behaviour:
-a dead server is a clear MemvaultServerError, and close() is clean.
+against tests/mock_messages_api.py, then check the tool's own behaviour.
+
+Process mode: a dead server is a clear MemvaultServerError, and close() is
+clean. HTTP mode (a `memvault server`): the url and token come from
+MEMVAULT_URL and MEMVAULT_TOKEN, concurrent calls stay in step, and a wrong
+token, an unreachable server and a silent one are each a MemvaultServerError
+with the status and without the token.
 
 Usage: python mock_conversation.py BASE_URL VAULT PASSPHRASE_FILE SESSION
-(memvault from $MEMVAULT_BIN). Exits non-zero with a message on any failure.
+       (memvault from $MEMVAULT_BIN)
+   or: python mock_conversation.py --http BASE_URL SERVER_URL SESSION
+       (the bearer token in $MEMVAULT_TOKEN)
+Exits non-zero with a message on any failure.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
+import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -18,46 +28,52 @@ from anthropic.tools import ToolError  # noqa: E402
 
 from memvault_memory import MemvaultMemoryTool, MemvaultServerError  # noqa: E402
 
+MOVED = "/memories/clients/acme.md"
+MISSING = "The path /memories/missing.md does not exist. Please provide a valid path."
+
 
 def fail(msg: str) -> None:
     print(f"python integration: FAIL: {msg}", file=sys.stderr)
     sys.exit(1)
 
 
-def main() -> None:
-    base_url, vault, passphrase_file, session = sys.argv[1:5]
+def converse(base_url: str, memory: MemvaultMemoryTool) -> None:
+    """The scripted conversation through the tool runner, then direct calls."""
     client = anthropic.Anthropic(api_key="sk-ant-mock-not-a-key", base_url=base_url, max_retries=0)
+    if memory.to_dict() != {"type": "memory_20250818", "name": "memory"}:
+        fail(f"tool definition {memory.to_dict()!r}")
+    runner = client.beta.messages.tool_runner(
+        model="claude-memvault-mock",
+        max_tokens=1024,
+        max_iterations=20,
+        messages=[{"role": "user", "content": "Remember that Acme Corp prefers email follow-ups."}],
+        tools=[memory],
+    )
+    final = runner.until_done()
+    if final.stop_reason != "end_turn":
+        fail(f"the runner ended on stop_reason {final.stop_reason!r}")
+    texts = [b.text for b in final.content if b.type == "text"]
+    if not texts or "prefers email" not in texts[0]:
+        fail(f"unexpected final message {final.content!r}")
 
+    # Direct calls: success text, and an error raised as the SDK's ToolError.
+    listing = memory.call({"command": "view", "path": "/memories/clients"})
+    if not isinstance(listing, str) or MOVED not in listing:
+        fail(f"direct view returned {listing!r}")
+    try:
+        memory.call({"command": "view", "path": "/memories/../etc/passwd"})
+    except ToolError as e:
+        if ".." not in str(e.content):
+            fail(f"the traversal error does not name the rule: {e.content!r}")
+    else:
+        fail("a traversal path did not raise ToolError")
+
+
+def process_mode(base_url: str, vault: str, passphrase_file: str, session: str) -> None:
     with MemvaultMemoryTool(
         vault=vault, passphrase_file=passphrase_file, session=session, actor="python-sdk"
     ) as memory:
-        if memory.to_dict() != {"type": "memory_20250818", "name": "memory"}:
-            fail(f"tool definition {memory.to_dict()!r}")
-        runner = client.beta.messages.tool_runner(
-            model="claude-memvault-mock",
-            max_tokens=1024,
-            max_iterations=20,
-            messages=[{"role": "user", "content": "Remember that Acme Corp prefers email follow-ups."}],
-            tools=[memory],
-        )
-        final = runner.until_done()
-        if final.stop_reason != "end_turn":
-            fail(f"the runner ended on stop_reason {final.stop_reason!r}")
-        texts = [b.text for b in final.content if b.type == "text"]
-        if not texts or "prefers email" not in texts[0]:
-            fail(f"unexpected final message {final.content!r}")
-
-        # Direct calls: success text, and an error raised as the SDK's ToolError.
-        listing = memory.call({"command": "view", "path": "/memories/clients"})
-        if not isinstance(listing, str) or "/memories/clients/acme.md" not in listing:
-            fail(f"direct view returned {listing!r}")
-        try:
-            memory.call({"command": "view", "path": "/memories/../etc/passwd"})
-        except ToolError as e:
-            if ".." not in str(e.content):
-                fail(f"the traversal error does not name the rule: {e.content!r}")
-        else:
-            fail("a traversal path did not raise ToolError")
+        converse(base_url, memory)
         pid = memory.pid
     if memory.close() != 0:
         fail("the server did not exit 0 after close()")
@@ -88,6 +104,108 @@ def main() -> None:
     dead.close()
     os.unlink(wrong)
 
+
+def expect_server_error(memory: MemvaultMemoryTool, status, words: str, secrets: list[str]) -> str:
+    """A view must raise MemvaultServerError with this status and words, and no secret."""
+    try:
+        memory.call({"command": "view", "path": "/memories"})
+    except MemvaultServerError as e:
+        msg = str(e)
+        if e.status != status or words not in msg:
+            fail(f"expected a MemvaultServerError with status {status} saying {words!r}: {e.status} {msg}")
+        for s in secrets:
+            if s in msg or s in repr(e):
+                fail("a token appears in the MemvaultServerError")
+        return msg
+    except ToolError as e:
+        fail(f"expected a MemvaultServerError, got ToolError {e.content!r}")
+    fail(f"expected a MemvaultServerError with status {status}, the call succeeded")
+    return ""
+
+
+def http_mode(base_url: str, server_url: str, session: str) -> None:
+    token = os.environ.get("MEMVAULT_TOKEN", "")
+    if not token:
+        fail("MEMVAULT_TOKEN is not set")
+    try:
+        MemvaultMemoryTool(url=server_url, vault="some-vault")
+        fail("url with vault did not raise ValueError")
+    except ValueError as e:
+        if "not both" not in str(e):
+            fail(f"url with vault: {e}")
+
+    # The url from MEMVAULT_URL, the token from MEMVAULT_TOKEN.
+    os.environ["MEMVAULT_URL"] = server_url
+    with MemvaultMemoryTool(session=session, actor="python-sdk") as memory:
+        if memory.url != server_url.rstrip("/") or memory.pid is not None or memory.session != session:
+            fail(f"HTTP mode from the environment: url {memory.url!r} pid {memory.pid!r}")
+        converse(base_url, memory)
+
+        # Calls from several threads, each answered in step.
+        paths = [MOVED, "/memories/missing.md", "/memories/clients", "/memories/../x"] * 3
+        got: list = [None] * len(paths)
+
+        def view(i: int) -> None:
+            try:
+                got[i] = ("ok", memory.call({"command": "view", "path": paths[i]}))
+            except ToolError as e:
+                got[i] = ("ToolError", e.content)
+            except Exception as e:  # noqa: BLE001 - reported below
+                got[i] = (type(e).__name__, str(e))
+
+        threads = [threading.Thread(target=view, args=(i,)) for i in range(len(paths))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, (path, (kind, content)) in enumerate(zip(paths, got)):
+            ok = {
+                0: kind == "ok" and str(content).startswith(f"Here's the content of {MOVED}"),
+                1: kind == "ToolError" and content == MISSING,
+                2: kind == "ok" and MOVED in str(content),
+                3: kind == "ToolError" and ".." in str(content),
+            }[i % 4]
+            if not ok:
+                fail(f"concurrent view {i} of {path}: {kind} {content!r}")
+    if memory.close() is not None:
+        fail("close() in HTTP mode returned something")
+    try:
+        memory.call({"command": "view", "path": "/memories"})
+        fail("a call after close() did not raise")
+    except MemvaultServerError:
+        pass
+
+    # A wrong token: 401, the server's message, and no token in the error.
+    wrong = "mvt_0123456789abcdef_" + "e" * 64
+    bad = MemvaultMemoryTool(url=server_url, token=wrong, session=session + "-bad")
+    msg = expect_server_error(bad, 401, "HTTP 401: a valid bearer token is required", [wrong, token])
+    print(f"python integration: wrong token reported as: {msg}")
+    bad.close()
+
+    # Nobody listening: no status, no token.
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    gone = MemvaultMemoryTool(url=f"http://127.0.0.1:{port}", session=session + "-gone")
+    expect_server_error(gone, None, "could not be reached", [token])
+    gone.close()
+
+    # A server that takes the connection and never answers: a timeout.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        port = silent.getsockname()[1]
+        hung = MemvaultMemoryTool(url=f"http://127.0.0.1:{port}", session=session + "-hung", timeout=0.5)
+        expect_server_error(hung, None, "gave no answer within 0.5 s", [token])
+        hung.close()
+
+
+def main() -> None:
+    if sys.argv[1] == "--http":
+        http_mode(*sys.argv[2:5])
+    else:
+        process_mode(*sys.argv[1:5])
     print("python integration: ok")
 
 

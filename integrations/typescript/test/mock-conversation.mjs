@@ -1,12 +1,19 @@
 // Drive the real @anthropic-ai/sdk tool runner with MemvaultMemory against
 // tests/mock_messages_api.py, then check the wrapper's own behaviour: error
 // results throw ToolError, concurrent calls stay in step, close() is clean,
-// and a dead server is a clear MemvaultServerError.
+// and a dead server is a clear MemvaultServerError. In HTTP mode (a
+// `memvault server`): the url and token come from MEMVAULT_URL and
+// MEMVAULT_TOKEN, and a wrong token, an unreachable server and a silent one
+// each reject with a MemvaultServerError with the status and without the token.
 //
 // Usage: node mock-conversation.mjs BASE_URL VAULT KEY_FILE SESSION
-// (memvault from $MEMVAULT_BIN). Exits non-zero with a message on any failure.
+//        (memvault from $MEMVAULT_BIN)
+//    or: node mock-conversation.mjs --http BASE_URL SERVER_URL SESSION
+//        (the bearer token in $MEMVAULT_TOKEN)
+// Exits non-zero with a message on any failure.
 
 import { writeFileSync, unlinkSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import { ToolError } from '@anthropic-ai/sdk/lib/tools/ToolError';
@@ -18,10 +25,33 @@ function fail(msg) {
   process.exit(1);
 }
 
-const [baseURL, vault, keyFile, session] = process.argv.slice(2);
+const http = process.argv[2] === '--http';
+const [baseURL, vault, keyFile, session] = http
+  ? [process.argv[3], undefined, undefined, process.argv[5]]
+  : process.argv.slice(2);
+const serverURL = http ? process.argv[4] : undefined;
 const client = new Anthropic({ apiKey: 'sk-ant-mock-not-a-key', baseURL, maxRetries: 0 });
+const token = process.env.MEMVAULT_TOKEN ?? '';
 
-const memory = new MemvaultMemory({ vault, keyFile, session, actor: 'typescript-sdk' });
+let memory;
+if (http) {
+  if (!token) fail('MEMVAULT_TOKEN is not set');
+  try {
+    new MemvaultMemory({ url: serverURL, vault: 'some-vault' });
+    fail('url with vault did not throw');
+  } catch (e) {
+    if (!(e instanceof TypeError) || !e.message.includes('not both')) fail(`url with vault: ${e}`);
+  }
+  // The url from MEMVAULT_URL, the token from MEMVAULT_TOKEN.
+  process.env.MEMVAULT_URL = serverURL;
+  memory = new MemvaultMemory({ session, actor: 'typescript-sdk' });
+  if (memory.url !== serverURL?.replace(/\/+$/, '') || memory.pid !== undefined || memory.session !== session)
+    fail(`HTTP mode from the environment: url ${memory.url} pid ${memory.pid}`);
+  if (JSON.stringify(memory).includes(token) || (await import('node:util')).inspect(memory).includes(token))
+    fail('the token shows when the tool object is printed');
+} else {
+  memory = new MemvaultMemory({ vault, keyFile, session, actor: 'typescript-sdk' });
+}
 const tool = memory.tool();
 if (tool.type !== 'memory_20250818' || tool.name !== 'memory') fail(`tool definition ${JSON.stringify(tool)}`);
 
@@ -38,16 +68,25 @@ if (!text || !text.text.includes('prefers email')) fail(`unexpected final messag
 
 // Concurrent direct calls: each gets its own answer, in step.
 const paths = ['/memories/clients/acme.md', '/memories/missing.md', '/memories/clients', '/memories/../x'];
-const settled = await Promise.allSettled(paths.map((path) => memory.execute({ command: 'view', path })));
-if (settled[0].status !== 'fulfilled' || !String(settled[0].value).startsWith("Here's the content of /memories/clients/acme.md"))
-  fail(`concurrent view 0: ${JSON.stringify(settled[0])}`);
-if (settled[1].status !== 'rejected' || !(settled[1].reason instanceof ToolError) ||
-    settled[1].reason.content !== 'The path /memories/missing.md does not exist. Please provide a valid path.')
-  fail(`concurrent view 1: ${JSON.stringify(settled[1])}`);
-if (settled[2].status !== 'fulfilled' || !String(settled[2].value).includes('/memories/clients/acme.md'))
-  fail(`concurrent view 2: ${JSON.stringify(settled[2])}`);
-if (settled[3].status !== 'rejected' || !(settled[3].reason instanceof ToolError) || !String(settled[3].reason.content).includes('..'))
-  fail(`concurrent view 3: ${JSON.stringify(settled[3])}`);
+const settled = await Promise.allSettled(
+  [...paths, ...paths, ...paths].map((path) => memory.execute({ command: 'view', path })),
+);
+settled.forEach((s, i) => {
+  const ok = [
+    s.status === 'fulfilled' && String(s.value).startsWith("Here's the content of /memories/clients/acme.md"),
+    s.status === 'rejected' && s.reason instanceof ToolError &&
+      s.reason.content === 'The path /memories/missing.md does not exist. Please provide a valid path.',
+    s.status === 'fulfilled' && String(s.value).includes('/memories/clients/acme.md'),
+    s.status === 'rejected' && s.reason instanceof ToolError && String(s.reason.content).includes('..'),
+  ][i % 4];
+  if (!ok) fail(`concurrent view ${i}: ${JSON.stringify(s)}`);
+});
+
+if (http) {
+  await httpChecks();
+  console.log('typescript integration: ok');
+  process.exit(0);
+}
 
 const pid = memory.pid;
 const code = await memory.close();
@@ -91,3 +130,58 @@ try {
 await missing.close();
 
 console.log('typescript integration: ok');
+
+/**
+ * A view must reject with MemvaultServerError with this status and words, and no token.
+ * @param {MemvaultMemory} m @param {number | undefined} status @param {string} words @param {string[]} secrets
+ */
+async function expectServerError(m, status, words, secrets) {
+  try {
+    await m.execute({ command: 'view', path: '/memories' });
+  } catch (e) {
+    if (!(e instanceof MemvaultServerError) || e.status !== status || !e.message.includes(words))
+      fail(`expected a MemvaultServerError with status ${status} saying ${JSON.stringify(words)}: ${e}`);
+    for (const s of secrets) {
+      if (String(e).includes(s) || String(e.stack).includes(s) || JSON.stringify(e).includes(s))
+        fail('a token appears in the MemvaultServerError');
+    }
+    return e.message;
+  }
+  fail(`expected a MemvaultServerError with status ${status}, the call succeeded`);
+}
+
+async function httpChecks() {
+  if ((await memory.close()) !== null) fail('close() in HTTP mode resolved to something');
+  try {
+    await memory.execute({ command: 'view', path: '/memories' });
+    fail('a call after close() did not reject');
+  } catch (e) {
+    if (!(e instanceof MemvaultServerError)) fail(`a call after close() rejected with ${e}`);
+  }
+
+  // A wrong token: 401, the server's message, and no token in the error.
+  const wrong = `mvt_0123456789abcdef_${'e'.repeat(64)}`;
+  const bad = new MemvaultMemory({ url: serverURL, token: wrong, session: `${session}-bad` });
+  const msg = await expectServerError(bad, 401, 'HTTP 401: a valid bearer token is required', [wrong, token]);
+  console.log(`typescript integration: wrong token reported as: ${msg}`);
+  await bad.close();
+
+  // Nobody listening: no status, no token.
+  const closed = createServer();
+  await new Promise((resolve) => closed.listen(0, '127.0.0.1', () => resolve(undefined)));
+  const gonePort = /** @type {import('node:net').AddressInfo} */ (closed.address()).port;
+  await new Promise((resolve) => closed.close(() => resolve(undefined)));
+  const gone = new MemvaultMemory({ url: `http://127.0.0.1:${gonePort}`, session: `${session}-gone` });
+  await expectServerError(gone, undefined, 'could not be reached', [token]);
+
+  // A server that takes the connection and never answers: a timeout.
+  /** @type {import('node:net').Socket[]} */
+  const held = [];
+  const silent = createServer((sock) => held.push(sock));
+  await new Promise((resolve) => silent.listen(0, '127.0.0.1', () => resolve(undefined)));
+  const silentPort = /** @type {import('node:net').AddressInfo} */ (silent.address()).port;
+  const hung = new MemvaultMemory({ url: `http://127.0.0.1:${silentPort}`, session: `${session}-hung`, timeoutMs: 500 });
+  await expectServerError(hung, undefined, 'gave no answer within 500 ms', [token]);
+  for (const sock of held) sock.destroy();
+  silent.close();
+}
