@@ -81,10 +81,12 @@ pub(crate) struct ServerArgs {
 #[derive(Subcommand, Debug)]
 pub(crate) enum TenantCommand {
     /// Create a tenant's vault and print its first token (once) on stdout;
-    /// creates the root if it does not exist
+    /// creates the root if it does not exist. Several names: one line
+    /// `NAME TOKEN` each, all added in one registry change
     Add {
         /// The tenant's name: lowercase letters, digits, '-' and '_'
-        name: String,
+        #[arg(required = true, num_args = 1..)]
+        names: Vec<String>,
         #[arg(long, value_name = "DIR")]
         root: PathBuf,
         /// What the token may do: memory, audit, admin (comma-separated)
@@ -155,47 +157,69 @@ pub(crate) fn tenant(
     err: &mut dyn Write,
 ) -> Result<u8, CliError> {
     match cmd {
-        TenantCommand::Add { name, root, scopes } => {
-            check_name("tenant", name)?;
+        TenantCommand::Add {
+            names,
+            root,
+            scopes,
+        } => {
+            for name in names {
+                check_name("tenant", name)?;
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            if let Some(dup) = names.iter().find(|n| !seen.insert(n.as_str())) {
+                return Err(usage(format!("{dup} is named twice")));
+            }
             if scopes.is_empty() {
                 return Err(usage("give at least one scope"));
             }
             let secret = secret(global)?;
             let root = Root::open(root, &secret, true)?;
-            if root.load()?.by_name(name).is_some() {
-                return Err(CliError::failure(format!(
-                    "a tenant named {name} exists; nothing was changed"
-                )));
-            }
-            // The vault first, under a fresh id; then the registry entry
-            // that makes it reachable. A crash between leaves an orphan
-            // directory no token reaches.
-            let (id, key, token) = root.change(|reg| {
-                let (id, key, token) = add_tenant(reg, root.keys(), name, scopes)?;
-                let k = key
-                    .key()
-                    .ok_or_else(|| CliError::failure("a new key did not round-trip"))?;
-                let who = Attribution {
-                    session: "init".into(),
-                    actor: "memvault".into(),
-                };
-                Vault::init(
-                    &root.tenant_dir(&id),
-                    InitSecret::KeyFile(k),
-                    VaultConfig::default(),
-                    who,
-                )?;
-                Ok((id, key, token))
+            // The vaults first, under fresh ids; then the registry entries
+            // that make them reachable, in one change. A crash before it
+            // leaves orphan directories no token reaches.
+            let tokens = root.change(|reg| {
+                if let Some(name) = names.iter().find(|n| reg.by_name(n).is_some()) {
+                    return Err(CliError::failure(format!(
+                        "a tenant named {name} exists; nothing was changed"
+                    )));
+                }
+                let mut tokens = Vec::with_capacity(names.len());
+                for name in names {
+                    let (id, key, token) = add_tenant(reg, root.keys(), name, scopes)?;
+                    let k = key
+                        .key()
+                        .ok_or_else(|| CliError::failure("a new key did not round-trip"))?;
+                    let who = Attribution {
+                        session: "init".into(),
+                        actor: "memvault".into(),
+                    };
+                    Vault::init(
+                        &root.tenant_dir(&id),
+                        InitSecret::KeyFile(k),
+                        VaultConfig::default(),
+                        who,
+                    )?;
+                    tokens.push(token);
+                }
+                Ok(tokens)
             })?;
-            drop(key);
-            let _ = id;
-            writeln!(out, "{}", token.as_str())?;
+            let mut text = zeroize::Zeroizing::new(String::new());
+            for (name, token) in names.iter().zip(&tokens) {
+                if names.len() > 1 {
+                    text.push_str(name);
+                    text.push(' ');
+                }
+                text.push_str(token);
+                text.push('\n');
+            }
+            out.write_all(text.as_bytes())?;
             out.flush()?;
-            writeln!(
-                err,
-                "memvault: created tenant {name}; its token ({}) is printed above, once: store it now",
-                scope_list(scopes)
-            )?;
+            let what = if names.len() == 1 {
+                format!("tenant {}; its token ({}) is printed above", names[0], scope_list(scopes))
+            } else {
+                format!("{} tenants; their tokens ({}) are printed above", names.len(), scope_list(scopes))
+            };
+            writeln!(err, "memvault: created {what}, once: store them now")?;
             Ok(0)
         }
         TenantCommand::List { root, json } => {

@@ -51,10 +51,11 @@
 //! died before it was synced, and which was therefore never acknowledged.
 //! No record is written that a reader would refuse: one larger than
 //! [`MAX_ENTRY`] is refused before anything is written
-//! ([`WalError::TooLarge`]). The file itself is preallocated (zeros,
-//! written once; see [`PREALLOC_BYTES`]) and never truncated: a new
-//! record overwrites whatever follows the last entry that checks out, and
-//! a checkpoint rewrites the head, with a new generation, at offset 0.
+//! ([`WalError::TooLarge`]). The file itself is preallocated (zeros
+//! written ahead of the records, in steps; see [`PREALLOC_BYTES`]) and
+//! never truncated: a new record overwrites whatever follows the last
+//! entry that checks out, and a checkpoint rewrites the head, with a new
+//! generation, at offset 0.
 //!
 //! Limitations: the whole log file replaced by an earlier genuine copy of
 //! this vault's own log (with the ref files of the same moment) is an
@@ -91,13 +92,20 @@ const KIND_RECORD: u8 = 4;
 const TAG_LEN: usize = 32;
 const ENTRY_OVERHEAD: usize = 4 + 1 + 4 + 20;
 
-/// The log file is kept at least this long: zeros are written once, at
-/// the first checkpoint, and never truncated after, so a record overwrites
+/// The log file is kept at least this long from the first checkpoint on,
+/// and zeros are written ahead of the records in steps of
+/// [`PREALLOC_STEP`] (never truncated after), so a record overwrites
 /// blocks the file already has and its `fdatasync` writes the data alone,
 /// not the inode too (on this machine's ext4, about 100 µs instead of
-/// 170). The log's end is where entries stop checking out: the zeros, or
+/// 170), but for the one record in a step that extends the file. A vault
+/// that is seldom written (one of a server's thousands of tenants) keeps
+/// a small log; a busy one grows it once to what a checkpoint cycle
+/// needs. The log's end is where entries stop checking out: the zeros, or
 /// the remains of records of an earlier generation.
-pub(crate) const PREALLOC_BYTES: u64 = CHECKPOINT_BYTES + (1 << 20);
+pub(crate) const PREALLOC_BYTES: u64 = 64 << 10;
+/// How far ahead of a record the zeros are extended once it comes near
+/// the file's end.
+pub(crate) const PREALLOC_STEP: u64 = 1 << 20;
 /// A checkpoint is due when the log grows past this.
 pub(crate) const CHECKPOINT_BYTES: u64 = 4 << 20;
 /// No single entry may be larger than this, for the writer as for the
@@ -514,6 +522,8 @@ pub(crate) struct Wal {
     refs_seen: std::cell::Cell<Option<([u8; 8], RefStamps)>>,
     /// The key of the entries' tags (set once the vault is unlocked).
     key: Option<LogKey>,
+    /// The file's length as last seen (zeros ahead of the records).
+    allocated: u64,
 }
 
 /// A position in the log and the ref targets there.
@@ -587,6 +597,7 @@ impl Wal {
             known: None,
             refs_seen: std::cell::Cell::new(None),
             key: None,
+            allocated: 0,
         })
     }
 
@@ -744,6 +755,21 @@ impl Wal {
         // At the end of what checks out, over whatever follows it.
         let start = known.len;
         self.file.write_all_at(&bytes, start)?;
+        // Zeros ahead of the next records (see PREALLOC_BYTES). Whatever
+        // follows this record checks out as nothing: the caller holds the
+        // writer lock and has caught up.
+        let end = start + bytes.len() as u64;
+        if end + PREALLOC_STEP / 4 > self.allocated {
+            let len = self.file.metadata()?.len();
+            if end + PREALLOC_STEP / 4 > len {
+                let to = (end + PREALLOC_STEP).next_multiple_of(PREALLOC_STEP);
+                let from = len.max(end);
+                self.file.write_all_at(&vec![0u8; (to - from) as usize], from)?;
+                self.allocated = to;
+            } else {
+                self.allocated = len;
+            }
+        }
         if let Some(k) = &mut self.known {
             k.len = start + bytes.len() as u64;
             merge_refs(&mut k.tail, &record.refs);
@@ -882,13 +908,14 @@ impl Wal {
         self.file.write_all_at(&bytes, 0)?;
         // What follows the head belongs to an earlier generation: it no
         // longer checks out, and the next records overwrite it. The file
-        // is filled with zeros once (see PREALLOC_BYTES) and not truncated.
+        // is filled with zeros ahead (see PREALLOC_BYTES), never truncated.
         let file_len = self.file.metadata()?.len();
         if file_len < PREALLOC_BYTES {
             let from = file_len.max(bytes.len() as u64);
             let zeros = vec![0u8; (PREALLOC_BYTES - from) as usize];
             self.file.write_all_at(&zeros, from)?;
         }
+        self.allocated = file_len.max(PREALLOC_BYTES);
         fsync::sync_data(&self.file)?;
         self.known = Some(Known {
             generation: head.generation,

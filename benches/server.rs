@@ -1,0 +1,444 @@
+//! `memvault server` under load (issue 19), on loopback, bounded in time.
+//!
+//! Run: `cargo bench --all-features --bench server`. In one run:
+//!
+//! 1. the baseline: one `memvault serve` process on a fresh vault driven
+//!    by one client, 1 KiB creates one after the other (fsync on): durable
+//!    mutations a second;
+//! 2. `memvault server` on a root of 1,000 tenants (each with one 1 KiB
+//!    note), 64 concurrent keep-alive clients, each request for a random
+//!    tenant: 80% views of that note, 20% creates of a new 1 KiB note.
+//!    Throughput, durable mutations a second (and their ratio to the
+//!    baseline), p50 and p99 of all requests and of each kind;
+//! 3. the same workload through `/mcp` (JSON-RPC `tools/call`, stateless);
+//! 4. memory: a server on a root of 10,000 tenants, each touched once (a
+//!    view), then its resident memory (VmRSS, and the peak VmHWM).
+//!
+//! Flags (after `--`): `--tenants N` (1000), `--clients N` (64),
+//! `--seconds S` (10 per workload), `--touch N` (10000; 0 skips part 4),
+//! `--max-open N` (the server's, default its own), `--quick` (200 tenants,
+//! 16 clients, 3 s, 1,000 touched).
+//!
+//! The roots are made once and kept under `target/bench-vaults/` (their
+//! tokens beside them, mode 0600); later runs reuse them. Everything talks
+//! to 127.0.0.1 only and stops by itself.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_memvault");
+
+struct Args {
+    tenants: usize,
+    clients: usize,
+    seconds: u64,
+    touch: usize,
+    max_open: Option<usize>,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        tenants: 1000,
+        clients: 64,
+        seconds: 10,
+        touch: 10_000,
+        max_open: None,
+    };
+    let argv: Vec<String> = std::env::args().collect();
+    let mut i = 1;
+    while i < argv.len() {
+        let next = |i: usize| argv.get(i + 1).and_then(|v| v.parse::<usize>().ok());
+        match argv[i].as_str() {
+            "--tenants" => a.tenants = next(i).expect("--tenants N"),
+            "--clients" => a.clients = next(i).expect("--clients N"),
+            "--seconds" => a.seconds = next(i).expect("--seconds S") as u64,
+            "--touch" => a.touch = next(i).expect("--touch N"),
+            "--max-open" => a.max_open = next(i),
+            "--quick" => {
+                (a.tenants, a.clients, a.seconds, a.touch) = (200, 16, 3, 1000);
+                i += 1;
+                continue;
+            }
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        i += 2;
+    }
+    a
+}
+
+/// A small xorshift generator: the workload is the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn note(seed: u64) -> String {
+    let mut s = format!("note {seed}: ");
+    while s.len() < 1024 {
+        s.push_str("the quick brown fox jumps over the lazy dog. ");
+    }
+    s.truncate(1024);
+    s
+}
+
+/// A root of `n` tenants under target/bench-vaults (made once): its
+/// directory, key file and tokens (in tenant order).
+fn root_of(n: usize) -> (PathBuf, PathBuf, Vec<String>) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("target/bench-vaults/server-{n}"));
+    let (root, key, tokens) = (dir.join("root"), dir.join("server.key"), dir.join("tokens"));
+    if !tokens.exists() {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        eprintln!("making a root of {n} tenants in {} (once)", dir.display());
+        assert!(Command::new(BIN).arg("keygen").arg(&key).status().unwrap().success());
+        let names: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
+        let out = Command::new(BIN)
+            .arg("--key-file")
+            .arg(&key)
+            .args(["tenant", "add"])
+            .args(&names)
+            .arg("--root")
+            .arg(&root)
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        let list: Vec<String> = text
+            .lines()
+            .map(|l| l.split_once(' ').map_or(l, |(_, t)| t).to_string())
+            .collect();
+        assert_eq!(list.len(), n);
+        // One 1 KiB note in each tenant, through the server.
+        let server = Server::start(&root, &key, &["--rate", "0"]);
+        std::thread::scope(|s| {
+            for part in list.chunks(n.div_ceil(8)) {
+                let port = server.port;
+                s.spawn(move || {
+                    let mut c = Conn::new(port);
+                    for t in part {
+                        let body = json!({"command": "create", "path": "/memories/note.md", "file_text": note(1)});
+                        let (st, _) = c.post("/v1/memory", t, &body.to_string());
+                        assert_eq!(st, 200);
+                    }
+                });
+            }
+        });
+        server.stop();
+        let tmp = tokens.with_extension("tmp");
+        std::fs::write(&tmp, list.join("\n")).unwrap();
+        std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        std::fs::rename(&tmp, &tokens).unwrap();
+    }
+    let list = std::fs::read_to_string(&tokens).unwrap().lines().map(str::to_string).collect();
+    (root, key, list)
+}
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(root: &Path, key: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(BIN)
+            .arg("--key-file")
+            .arg(key)
+            .arg("server")
+            .arg("--root")
+            .arg(root)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut reader = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        let mut port = None;
+        while reader.read_line(&mut line).unwrap() > 0 {
+            if let Some(at) = line.find("://127.0.0.1:") {
+                port = line[at + 13..].trim().parse().ok();
+                break;
+            }
+            line.clear();
+        }
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = reader.read_to_string(&mut rest);
+            eprint!("{rest}");
+        });
+        Server {
+            child,
+            port: port.expect("the server did not start"),
+        }
+    }
+
+    fn rss_kib(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+
+    fn stop(mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// One keep-alive HTTP/1.1 connection.
+struct Conn {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Conn {
+    fn new(port: u16) -> Conn {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_nodelay(true).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        Conn {
+            writer: s.try_clone().unwrap(),
+            reader: BufReader::new(s),
+        }
+    }
+
+    fn post(&mut self, path: &str, token: &str, body: &str) -> (u16, Vec<u8>) {
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        self.writer.write_all(req.as_bytes()).unwrap();
+        let mut status = 0;
+        let mut len = 0usize;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(self.reader.read_line(&mut line).unwrap() > 0, "connection closed");
+            if status == 0 {
+                status = line.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+            } else if line == "\r\n" {
+                break;
+            } else if let Some((k, v)) = line.split_once(':')
+                && k.eq_ignore_ascii_case("content-length")
+            {
+                len = v.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0u8; len];
+        self.reader.read_exact(&mut body).unwrap();
+        (status, body)
+    }
+}
+
+fn pct(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+/// One client's request for tenant `t`: a view or a create.
+fn request(mcp: bool, view: bool, client: usize, i: u64) -> (String, &'static str) {
+    let args = if view {
+        json!({"command": "view", "path": "/memories/note.md"})
+    } else {
+        json!({"command": "create", "path": format!("/memories/c{client}/n{i}.md"), "file_text": note(i)})
+    };
+    if mcp {
+        let rpc = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "memory", "arguments": args}});
+        (rpc.to_string(), "/mcp")
+    } else {
+        (args.to_string(), "/v1/memory")
+    }
+}
+
+fn is_error(mcp: bool, body: &[u8]) -> bool {
+    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    if mcp {
+        v["result"]["isError"] != false
+    } else {
+        v["is_error"] != false
+    }
+}
+
+/// Run the mixed workload; print and return (mutations/s, p99 ms).
+fn workload(label: &str, port: u16, tokens: &[String], clients: usize, seconds: u64, mcp: bool, epoch: u64) -> (f64, f64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let results: Vec<(Vec<Duration>, Vec<Duration>, usize)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..clients)
+            .map(|c| {
+                let stop = stop.clone();
+                s.spawn(move || {
+                    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((c as u64 + 1) * 7919) ^ epoch);
+                    let mut conn = Conn::new(port);
+                    let (mut views, mut writes, mut errors) = (vec![], vec![], 0);
+                    let mut i = epoch * 1_000_000;
+                    while !stop.load(Ordering::Relaxed) {
+                        let t = &tokens[(rng.next() % tokens.len() as u64) as usize];
+                        let view = rng.next() % 5 != 0;
+                        let (body, path) = request(mcp, view, c, i);
+                        i += 1;
+                        let at = Instant::now();
+                        let (st, resp) = conn.post(path, t, &body);
+                        let took = at.elapsed();
+                        if st != 200 || is_error(mcp, &resp) {
+                            errors += 1;
+                            if errors < 3 {
+                                eprintln!("{label}: {st} {}", String::from_utf8_lossy(&resp));
+                            }
+                            continue;
+                        }
+                        if view { views.push(took) } else { writes.push(took) }
+                    }
+                    (views, writes, errors)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs(seconds));
+        stop.store(true, Ordering::Relaxed);
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut views: Vec<Duration> = results.iter().flat_map(|r| r.0.iter().copied()).collect();
+    let mut writes: Vec<Duration> = results.iter().flat_map(|r| r.1.iter().copied()).collect();
+    let errors: usize = results.iter().map(|r| r.2).sum();
+    let mut all: Vec<Duration> = views.iter().chain(&writes).copied().collect();
+    views.sort();
+    writes.sort();
+    all.sort();
+    let mps = writes.len() as f64 / elapsed;
+    println!(
+        "{label}: {:.0} requests/s ({:.0} views/s, {mps:.0} durable mutations/s), all p50 {:.2} ms p99 {:.2} ms; views p50 {:.2} p99 {:.2}; creates p50 {:.2} p99 {:.2}{}",
+        all.len() as f64 / elapsed,
+        views.len() as f64 / elapsed,
+        pct(&all, 0.5),
+        pct(&all, 0.99),
+        pct(&views, 0.5),
+        pct(&views, 0.99),
+        pct(&writes, 0.5),
+        pct(&writes, 0.99),
+        if errors > 0 { format!(" ({errors} errors)") } else { String::new() }
+    );
+    (mps, pct(&all, 0.99))
+}
+
+/// One `serve` process, one client, 1 KiB creates for `seconds`.
+fn baseline(seconds: u64) -> f64 {
+    let tmp = tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/target")).unwrap();
+    let (vault, key) = (tmp.path().join("v"), tmp.path().join("k"));
+    assert!(Command::new(BIN).arg("keygen").arg(&key).stderr(Stdio::null()).status().unwrap().success());
+    let base = |c: &mut Command| {
+        c.arg("--vault").arg(&vault).arg("--key-file").arg(&key);
+    };
+    let mut init = Command::new(BIN);
+    base(&mut init);
+    assert!(init.arg("init").stderr(Stdio::null()).status().unwrap().success());
+    let mut serve = Command::new(BIN);
+    base(&mut serve);
+    let mut child = serve
+        .args(["serve", "--session", "bench"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let mut output = BufReader::new(child.stdout.take().unwrap());
+    let start = Instant::now();
+    let mut n = 0u64;
+    let mut line = String::new();
+    while start.elapsed() < Duration::from_secs(seconds) {
+        let req = json!({"command": "create", "path": format!("/memories/n{n}.md"), "file_text": note(n)});
+        writeln!(input, "{req}").unwrap();
+        line.clear();
+        output.read_line(&mut line).unwrap();
+        assert!(line.contains("\"is_error\":false"), "{line}");
+        n += 1;
+    }
+    let mps = n as f64 / start.elapsed().as_secs_f64();
+    drop(input);
+    let _ = child.wait();
+    println!("baseline: one `serve` process, one client: {mps:.0} durable mutations/s (1 KiB creates)");
+    mps
+}
+
+fn main() {
+    let a = args();
+    let mut extra = vec!["--rate".to_string(), "0".into()];
+    if let Some(m) = a.max_open {
+        extra.extend(["--max-open".into(), m.to_string()]);
+    }
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let (root, key, tokens) = root_of(a.tenants);
+    let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() % 1_000_000;
+
+    let base = baseline(a.seconds.div_ceil(2).max(2));
+    let server = Server::start(&root, &key, &extra);
+    let label = format!("{} tenants, {} clients, 80% views / 20% creates, /v1/memory", a.tenants, a.clients);
+    let (mps, p99) = workload(&label, server.port, &tokens, a.clients, a.seconds, false, epoch);
+    let (rss, hwm) = server.rss_kib();
+    println!(
+        "  durable mutations/s {:.2}x one serve process (target >= 2x); p99 {p99:.2} ms (target <= 20 ms); server RSS {} MiB (peak {} MiB)",
+        mps / base,
+        rss / 1024,
+        hwm / 1024
+    );
+    let label = format!("{} tenants, {} clients, 80% views / 20% creates, /mcp", a.tenants, a.clients);
+    let (mps, p99) = workload(&label, server.port, &tokens, a.clients, a.seconds, true, epoch + 1);
+    println!("  durable mutations/s {:.2}x one serve process; p99 {p99:.2} ms", mps / base);
+    server.stop();
+
+    if a.touch > 0 {
+        let (root, key, tokens) = root_of(a.touch);
+        let server = Server::start(&root, &key, &extra);
+        let start = Instant::now();
+        std::thread::scope(|s| {
+            for part in tokens.chunks(tokens.len().div_ceil(16)) {
+                let port = server.port;
+                s.spawn(move || {
+                    let mut c = Conn::new(port);
+                    for t in part {
+                        let (st, body) = c.post("/v1/memory", t, r#"{"command":"view","path":"/memories/note.md"}"#);
+                        assert!(st == 200 && !is_error(false, &body), "{st}");
+                    }
+                });
+            }
+        });
+        let (rss, hwm) = server.rss_kib();
+        println!(
+            "memory: {} tenants each touched once (one view) in {:.1} s: server RSS {} MiB, peak {} MiB (target <= 300 MB)",
+            a.touch,
+            start.elapsed().as_secs_f64(),
+            rss / 1024,
+            hwm / 1024
+        );
+        server.stop();
+    }
+}
