@@ -16,7 +16,8 @@
 //!
 //! Flags (after `--`): `--tenants N` (1000), `--clients N` (64),
 //! `--seconds S` (10 per workload), `--touch N` (10000; 0 skips part 4),
-//! `--max-open N` (the server's, default its own), `--quick` (200 tenants,
+//! `--max-open N` (the server's: default, the number of tenants for the
+//! load and the server's own default for the memory part), `--quick` (200 tenants,
 //! 16 clients, 3 s, 1,000 touched).
 //!
 //! The roots are made once and kept under `target/bench-vaults/` (their
@@ -100,13 +101,21 @@ fn note(seed: u64) -> String {
 /// A root of `n` tenants under target/bench-vaults (made once): its
 /// directory, key file and tokens (in tenant order).
 fn root_of(n: usize) -> (PathBuf, PathBuf, Vec<String>) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("target/bench-vaults/server-{n}"));
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("target/bench-vaults/server-{n}"));
     let (root, key, tokens) = (dir.join("root"), dir.join("server.key"), dir.join("tokens"));
     if !tokens.exists() {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         eprintln!("making a root of {n} tenants in {} (once)", dir.display());
-        assert!(Command::new(BIN).arg("keygen").arg(&key).status().unwrap().success());
+        assert!(
+            Command::new(BIN)
+                .arg("keygen")
+                .arg(&key)
+                .status()
+                .unwrap()
+                .success()
+        );
         let names: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
         let out = Command::new(BIN)
             .arg("--key-file")
@@ -143,10 +152,15 @@ fn root_of(n: usize) -> (PathBuf, PathBuf, Vec<String>) {
         server.stop();
         let tmp = tokens.with_extension("tmp");
         std::fs::write(&tmp, list.join("\n")).unwrap();
-        std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
         std::fs::rename(&tmp, &tokens).unwrap();
     }
-    let list = std::fs::read_to_string(&tokens).unwrap().lines().map(str::to_string).collect();
+    let list = std::fs::read_to_string(&tokens)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
     (root, key, list)
 }
 
@@ -205,7 +219,10 @@ impl Server {
     }
 
     fn stop(mut self) {
-        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
         let _ = self.child.wait();
     }
 }
@@ -238,9 +255,16 @@ impl Conn {
         let mut line = String::new();
         loop {
             line.clear();
-            assert!(self.reader.read_line(&mut line).unwrap() > 0, "connection closed");
+            assert!(
+                self.reader.read_line(&mut line).unwrap() > 0,
+                "connection closed"
+            );
             if status == 0 {
-                status = line.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+                status = line
+                    .split(' ')
+                    .nth(1)
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
             } else if line == "\r\n" {
                 break;
             } else if let Some((k, v)) = line.split_once(':')
@@ -288,7 +312,15 @@ fn is_error(mcp: bool, body: &[u8]) -> bool {
 }
 
 /// Run the mixed workload; print and return (mutations/s, p99 ms).
-fn workload(label: &str, port: u16, tokens: &[String], clients: usize, seconds: u64, mcp: bool, epoch: u64) -> (f64, f64) {
+fn workload(
+    label: &str,
+    port: u16,
+    tokens: &[String],
+    clients: usize,
+    seconds: u64,
+    mcp: bool,
+    epoch: u64,
+) -> (f64, f64) {
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
     let results: Vec<(Vec<Duration>, Vec<Duration>, usize)> = std::thread::scope(|s| {
@@ -302,12 +334,16 @@ fn workload(label: &str, port: u16, tokens: &[String], clients: usize, seconds: 
                     let mut i = epoch * 1_000_000;
                     while !stop.load(Ordering::Relaxed) {
                         let t = &tokens[(rng.next() % tokens.len() as u64) as usize];
-                        let view = rng.next() % 5 != 0;
+                        let view = !rng.next().is_multiple_of(5);
                         let (body, path) = request(mcp, view, c, i);
                         i += 1;
                         let at = Instant::now();
                         let (st, resp) = conn.post(path, t, &body);
                         let took = at.elapsed();
+                        if t == "probe" {
+                            views.push(took);
+                            continue;
+                        }
                         if st != 200 || is_error(mcp, &resp) {
                             errors += 1;
                             if errors < 3 {
@@ -315,7 +351,11 @@ fn workload(label: &str, port: u16, tokens: &[String], clients: usize, seconds: 
                             }
                             continue;
                         }
-                        if view { views.push(took) } else { writes.push(took) }
+                        if view {
+                            views.push(took)
+                        } else {
+                            writes.push(took)
+                        }
                     }
                     (views, writes, errors)
                 })
@@ -344,7 +384,11 @@ fn workload(label: &str, port: u16, tokens: &[String], clients: usize, seconds: 
         pct(&views, 0.99),
         pct(&writes, 0.5),
         pct(&writes, 0.99),
-        if errors > 0 { format!(" ({errors} errors)") } else { String::new() }
+        if errors > 0 {
+            format!(" ({errors} errors)")
+        } else {
+            String::new()
+        }
     );
     (mps, pct(&all, 0.99))
 }
@@ -353,13 +397,27 @@ fn workload(label: &str, port: u16, tokens: &[String], clients: usize, seconds: 
 fn baseline(seconds: u64) -> f64 {
     let tmp = tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/target")).unwrap();
     let (vault, key) = (tmp.path().join("v"), tmp.path().join("k"));
-    assert!(Command::new(BIN).arg("keygen").arg(&key).stderr(Stdio::null()).status().unwrap().success());
+    assert!(
+        Command::new(BIN)
+            .arg("keygen")
+            .arg(&key)
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    );
     let base = |c: &mut Command| {
         c.arg("--vault").arg(&vault).arg("--key-file").arg(&key);
     };
     let mut init = Command::new(BIN);
     base(&mut init);
-    assert!(init.arg("init").stderr(Stdio::null()).status().unwrap().success());
+    assert!(
+        init.arg("init")
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    );
     let mut serve = Command::new(BIN);
     base(&mut serve);
     let mut child = serve
@@ -385,24 +443,62 @@ fn baseline(seconds: u64) -> f64 {
     let mps = n as f64 / start.elapsed().as_secs_f64();
     drop(input);
     let _ = child.wait();
-    println!("baseline: one `serve` process, one client: {mps:.0} durable mutations/s (1 KiB creates)");
+    println!(
+        "baseline: one `serve` process, one client: {mps:.0} durable mutations/s (1 KiB creates)"
+    );
     mps
 }
 
 fn main() {
     let a = args();
-    let mut extra = vec!["--rate".to_string(), "0".into()];
-    if let Some(m) = a.max_open {
-        extra.extend(["--max-open".into(), m.to_string()]);
+    // The load: every tenant's vault may stay open (--max-open, unless
+    // given, is the number of tenants); the memory part: the server's
+    // default, the least recently used vaults closed past it.
+    let load_open = a.max_open.unwrap_or(a.tenants.max(1)).to_string();
+    let extra = ["--rate", "0", "--max-open", load_open.as_str()];
+    let mem_open = a.max_open.map(|m| m.to_string());
+    let mut mem_extra = vec!["--rate", "0"];
+    if let Some(m) = &mem_open {
+        mem_extra.extend(["--max-open", m.as_str()]);
     }
-    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     let (root, key, tokens) = root_of(a.tenants);
-    let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() % 1_000_000;
+    let epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        % 1_000_000;
 
+    if std::env::args().any(|x| x == "--probe") {
+        // The HTTP path alone: a bad token, answered 401 before any vault.
+        let server = Server::start(&root, &key, &extra);
+        let probe = vec!["probe".to_string()];
+        workload(
+            "probe: 401s only",
+            server.port,
+            &probe,
+            a.clients,
+            a.seconds,
+            false,
+            epoch,
+        );
+        server.stop();
+        return;
+    }
     let base = baseline(a.seconds.div_ceil(2).max(2));
     let server = Server::start(&root, &key, &extra);
-    let label = format!("{} tenants, {} clients, 80% views / 20% creates, /v1/memory", a.tenants, a.clients);
-    let (mps, p99) = workload(&label, server.port, &tokens, a.clients, a.seconds, false, epoch);
+    let label = format!(
+        "{} tenants, {} clients, 80% views / 20% creates, /v1/memory",
+        a.tenants, a.clients
+    );
+    let (mps, p99) = workload(
+        &label,
+        server.port,
+        &tokens,
+        a.clients,
+        a.seconds,
+        false,
+        epoch,
+    );
     let (rss, hwm) = server.rss_kib();
     println!(
         "  durable mutations/s {:.2}x one serve process (target >= 2x); p99 {p99:.2} ms (target <= 20 ms); server RSS {} MiB (peak {} MiB)",
@@ -410,14 +506,28 @@ fn main() {
         rss / 1024,
         hwm / 1024
     );
-    let label = format!("{} tenants, {} clients, 80% views / 20% creates, /mcp", a.tenants, a.clients);
-    let (mps, p99) = workload(&label, server.port, &tokens, a.clients, a.seconds, true, epoch + 1);
-    println!("  durable mutations/s {:.2}x one serve process; p99 {p99:.2} ms", mps / base);
+    let label = format!(
+        "{} tenants, {} clients, 80% views / 20% creates, /mcp",
+        a.tenants, a.clients
+    );
+    let (mps, p99) = workload(
+        &label,
+        server.port,
+        &tokens,
+        a.clients,
+        a.seconds,
+        true,
+        epoch + 1,
+    );
+    println!(
+        "  durable mutations/s {:.2}x one serve process; p99 {p99:.2} ms",
+        mps / base
+    );
     server.stop();
 
     if a.touch > 0 {
         let (root, key, tokens) = root_of(a.touch);
-        let server = Server::start(&root, &key, &extra);
+        let server = Server::start(&root, &key, &mem_extra);
         let start = Instant::now();
         std::thread::scope(|s| {
             for part in tokens.chunks(tokens.len().div_ceil(16)) {
@@ -425,7 +535,11 @@ fn main() {
                 s.spawn(move || {
                     let mut c = Conn::new(port);
                     for t in part {
-                        let (st, body) = c.post("/v1/memory", t, r#"{"command":"view","path":"/memories/note.md"}"#);
+                        let (st, body) = c.post(
+                            "/v1/memory",
+                            t,
+                            r#"{"command":"view","path":"/memories/note.md"}"#,
+                        );
                         assert!(st == 200 && !is_error(false, &body), "{st}");
                     }
                 });

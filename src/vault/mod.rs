@@ -142,6 +142,14 @@ struct LogState {
     /// This handle appended since its last checkpoint, so it checkpoints
     /// when it closes (git alone then shows every commit).
     dirty: bool,
+    /// The log size that makes a checkpoint due (None: the default).
+    checkpoint_at: Option<u64>,
+}
+
+impl LogState {
+    fn checkpoint_bytes(&self) -> u64 {
+        self.checkpoint_at.unwrap_or(wal::CHECKPOINT_BYTES)
+    }
 }
 
 /// The secret a vault is created with.
@@ -409,7 +417,7 @@ impl Vault {
         if self.log.sync == SyncBy::Handle && std::mem::take(&mut self.log.unsynced) {
             self.wal.sync().map_err(VaultError::NotDurable)?;
         }
-        if result.is_ok() && self.wal.len().unwrap_or(0) > wal::CHECKPOINT_BYTES {
+        if result.is_ok() && self.wal.len().unwrap_or(0) > self.log.checkpoint_bytes() {
             if self.log.checkpoints == CheckpointAt::AfterReply {
                 self.log.checkpoint_due = true;
             } else {
@@ -440,6 +448,20 @@ impl Vault {
     /// `Vault` (one `fdatasync` covers every record written before it).
     pub fn log_sync_handle(&self) -> std::io::Result<File> {
         self.wal.sync_handle()
+    }
+
+    /// Checkpoint once the log holds this many bytes rather than
+    /// [`wal::CHECKPOINT_BYTES`]: the objects written since the last
+    /// checkpoint are held in memory until it, so a process that keeps
+    /// many vaults open (`memvault server`) bounds each one's share.
+    pub fn set_checkpoint_bytes(&mut self, bytes: u64) {
+        self.log.checkpoint_at = Some(bytes.max(64 << 10));
+    }
+
+    /// Whether a mutation made a checkpoint due that waits for
+    /// [`Store::after_reply`] (with [`defer_checkpoints`](Self::defer_checkpoints)).
+    pub fn checkpoint_due(&self) -> bool {
+        self.log.checkpoint_due
     }
 
     /// Defer the checkpoint a mutation makes due to [`Store::after_reply`],

@@ -372,3 +372,45 @@ fn format_2_vault_keeps_working_after_migration() {
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
     assert_eq!(format, "memvault vault format 4\n");
 }
+
+/// Format 3 -> 4 changes no data: a vault whose format file says 3 (as
+/// every vault of the previous release, and the migrated fixtures, did)
+/// opens, keeps its history and files, writes, and says 4 from then on,
+/// with no migrate commit; a format it does not know is still refused.
+#[test]
+fn a_format_3_vault_becomes_format_4_by_its_format_file_alone() {
+    let t = fixture("v2");
+    // Through the 2 -> 3 migration first, then back to the file of 3.
+    assert!(run(&t, &["verify"]).status.success());
+    std::fs::write(t.vault.join("memvault/format"), "memvault vault format 3\n").unwrap();
+    let before = stdout(&run(&t, &["history", "--json"]));
+    let files = stdout(&run(
+        &t,
+        &["exec", r#"{"command":"view","path":"/memories"}"#],
+    ));
+    let after_open = stdout(&run(&t, &["history", "--json"]));
+    assert_eq!(before, after_open, "opening a format-3 vault made a commit");
+    // The one migrate commit is 2 -> 3's.
+    assert_eq!(before.matches(r#""op":"migrate""#).count(), 1, "{before}");
+    let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
+    assert_eq!(format, "memvault vault format 4\n");
+    assert!(!is_error(&serde_json::from_str(&files).unwrap()), "{files}");
+    let o = run(
+        &t,
+        &[
+            "exec",
+            r#"{"command":"create","path":"/memories/after-4.md","file_text":"four"}"#,
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = run(&t, &["verify"]);
+    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    std::fs::write(t.vault.join("memvault/format"), "memvault vault format 5\n").unwrap();
+    let o = run(&t, &["history"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("format 5, newer than this memvault understands (up to 4)"),
+        "{}",
+        stderr(&o)
+    );
+}

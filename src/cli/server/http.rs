@@ -20,10 +20,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use serde_json::{Value, json};
 
-use super::pool::{Pool, PoolError, Slot};
+use super::pool::{NOT_DURABLE, Open, Pool, PoolError, Ran, Slot};
 use super::registry::{Registry, Root, Scope, Stamp, stamp_of, token_id};
 use crate::cli::{CliError, On, audit, expiry, history, new_session_id, redact_label};
-use crate::protocol::{ParseError, duplicate_key_message, parse_strict};
+use crate::memory::ToolResult;
+use crate::protocol::{self, ParseError, Reply, duplicate_key_message, parse_strict};
 use crate::vault::{Attribution, Vault};
 
 /// A token's lookup entry.
@@ -98,7 +99,6 @@ pub struct Authed {
     /// The token's name: the principal of every change it makes.
     pub principal: String,
     token: String,
-    scopes: Vec<Scope>,
 }
 
 /// A `tools/call` whose body gave a key twice (see `mcp`).
@@ -283,7 +283,6 @@ impl App {
             tenant: entry.tenant,
             principal: entry.name,
             token: id.to_owned(),
-            scopes: entry.scopes,
         })
     }
 
@@ -444,9 +443,62 @@ async fn blocking<T: Send + 'static>(
     })
 }
 
-/// Checkpoint after the reply, off the request's path.
-fn after_reply(slot: Arc<Slot>) {
-    tokio::task::spawn_blocking(move || slot.after_reply());
+/// Run `f` on a tenant's vault and make what it wrote durable. A request
+/// on an open vault that no other request holds runs on this thread
+/// (`inline`: a memory command, short), anything else on a blocking
+/// thread; the sync, which waits on the disk, always on a blocking thread.
+/// A checkpoint the request made due runs after, off its path.
+pub async fn on_vault<T: Send + 'static>(
+    app: &Arc<App>,
+    slot: &Arc<Slot>,
+    who: Attribution,
+    principal: String,
+    inline: bool,
+    f: impl FnOnce(&mut Open) -> T + Send + 'static,
+) -> Result<Result<T, PoolError>, ApiError> {
+    if !inline {
+        return run_blocking(app, slot, who, principal, f).await;
+    }
+    let ran = match slot.try_execute(&app.pool, &who, &principal, f) {
+        Ok(ran) => ran,
+        Err(f) => return run_blocking(app, slot, who, principal, f).await,
+    };
+    finish(slot, ran).await
+}
+
+async fn run_blocking<T: Send + 'static>(
+    app: &Arc<App>,
+    slot: &Arc<Slot>,
+    who: Attribution,
+    principal: String,
+    f: impl FnOnce(&mut Open) -> T + Send + 'static,
+) -> Result<Result<T, PoolError>, ApiError> {
+    let (s, a) = (slot.clone(), app.clone());
+    let ran = blocking(move || s.execute(&a.pool, &who, &principal, f)).await?;
+    finish(slot, ran).await
+}
+
+async fn finish<T: Send + 'static>(
+    slot: &Arc<Slot>,
+    ran: Result<Ran<T>, PoolError>,
+) -> Result<Result<T, PoolError>, ApiError> {
+    let ran = match ran {
+        Ok(r) => r,
+        Err(e) => return Ok(Err(e)),
+    };
+    let done = if ran.needs_sync() {
+        let s = slot.clone();
+        blocking(move || s.durable(ran)).await?
+    } else {
+        slot.durable(ran)
+    };
+    Ok(done.map(|(out, due)| {
+        if due {
+            let s = slot.clone();
+            tokio::task::spawn_blocking(move || s.after_reply());
+        }
+        out
+    }))
 }
 
 async fn healthz(State(app): State<Arc<App>>) -> Response {
@@ -470,11 +522,20 @@ async fn memory(State(app): State<Arc<App>>, req: Request) -> Result<Response, A
     let bytes = read_body(&app, &parts.headers, body).await?;
     let value = parse_body(&bytes)?;
     let slot = app.slot(&who)?;
-    let (s, a) = (slot.clone(), app.clone());
-    let reply = blocking(move || s.memory(&a.pool, &attribution, &who.principal, &value))
-        .await?
-        .map_err(pool_error)?;
-    after_reply(slot);
+    let id = value.get("id").and_then(Value::as_str).map(str::to_owned);
+    let reply = on_vault(&app, &slot, attribution, who.principal, true, move |open| {
+        protocol::handle_value(&open.memory, &mut open.vault, &value)
+    })
+    .await?;
+    let reply = match reply {
+        Ok(r) => r,
+        // Written to the log, not acknowledged: the tool's own error.
+        Err(PoolError::Unavailable(m)) if m == NOT_DURABLE => Reply {
+            tool_use_id: id,
+            result: ToolResult::error(format!("Error: {m}")),
+        },
+        Err(e) => return Err(pool_error(e)),
+    };
     Ok(json_response(StatusCode::OK, &reply.to_json()))
 }
 
@@ -513,16 +574,16 @@ async fn v1(
         ));
     }
     let slot = app.slot(&who)?;
-    let (s, a) = (slot.clone(), app.clone());
-    let _ = &who.scopes;
-    let out = blocking(move || {
-        s.run(&a.pool, &attribution, &who.principal, |open| {
-            run_subcommand(&op, args, &mut open.vault)
-        })
-    })
+    let out = on_vault(
+        &app,
+        &slot,
+        attribution,
+        who.principal,
+        false,
+        move |open| run_subcommand(&op, args, &mut open.vault),
+    )
     .await?
     .map_err(pool_error)??;
-    after_reply(slot);
     Ok(json_response(StatusCode::OK, &out))
 }
 

@@ -15,7 +15,7 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::Value;
 
-use super::http::{App, Authed, RepeatedKey};
+use super::http::{App, Authed, RepeatedKey, on_vault};
 use super::pool::PoolError;
 use crate::cli::mcp::{INSTRUCTIONS, TOOL_NAME, memory_tool, to_mcp};
 use crate::memory::ToolResult;
@@ -91,16 +91,16 @@ impl ServerHandler for TenantMcp {
             ErrorData::invalid_request("over this tenant's rate; retry shortly", None)
         })?;
         let input = Value::Object(request.arguments.unwrap_or_default());
-        let (s, app) = (slot.clone(), self.app.clone());
-        let result = tokio::task::spawn_blocking(move || {
-            s.run(&app.pool, &attribution, &who.principal, |open| {
-                open.memory.execute_json(&mut open.vault, &input)
-            })
-        })
+        let result = on_vault(
+            &self.app,
+            &slot,
+            attribution,
+            who.principal,
+            true,
+            move |open| open.memory.execute_json(&mut open.vault, &input),
+        )
         .await
         .map_err(|_| internal("the memory command failed unexpectedly"))?;
-        let slot2 = slot.clone();
-        tokio::task::spawn_blocking(move || slot2.after_reply());
         match result {
             Ok(r) => Ok(to_mcp(r).into()),
             Err(PoolError::Gone) => {

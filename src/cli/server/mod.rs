@@ -215,9 +215,17 @@ pub(crate) fn tenant(
             out.write_all(text.as_bytes())?;
             out.flush()?;
             let what = if names.len() == 1 {
-                format!("tenant {}; its token ({}) is printed above", names[0], scope_list(scopes))
+                format!(
+                    "tenant {}; its token ({}) is printed above",
+                    names[0],
+                    scope_list(scopes)
+                )
             } else {
-                format!("{} tenants; their tokens ({}) are printed above", names.len(), scope_list(scopes))
+                format!(
+                    "{} tenants; their tokens ({}) are printed above",
+                    names.len(),
+                    scope_list(scopes)
+                )
             };
             writeln!(err, "memvault: created {what}, once: store them now")?;
             Ok(0)
@@ -416,6 +424,9 @@ pub(crate) fn run(global: &Global, args: &ServerArgs) -> Result<u8, CliError> {
     if args.max_connections == 0 || args.max_body == 0 {
         return Err(usage("--max-connections and --max-body must be at least 1"));
     }
+    // Many vaults open at once share libgit2's process-wide caches: keep
+    // them small (each vault's own caches are bounded by --max-open).
+    crate::vault::fsync::limit_for_many_vaults(32 << 20, 32 << 20, 1024);
     let secret = secret(global)?;
     let root = Root::open(&args.root, &secret, false)?;
     drop(secret);

@@ -14,13 +14,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use super::registry::HexKey;
 use crate::crypto::Unlock;
-use crate::memory::{Memory, Store, ToolResult};
-use crate::protocol::{self, Reply};
-use crate::vault::{Attribution, Vault, VaultError, fsync};
+use crate::memory::{Memory, Store};
+use crate::vault::{Attribution, Vault, VaultConfig, VaultError, fsync};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -29,9 +26,35 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// An open tenant vault.
 pub struct Open {
     pub vault: Vault,
-    pub memory: Memory,
+    /// Shared by every vault of the same settings (its redaction filter's
+    /// compiled rules are most of an open vault's memory otherwise).
+    pub memory: Arc<Memory>,
     log: File,
 }
+
+/// What a request ran, before it is made durable.
+pub struct Ran<T> {
+    out: T,
+    seq: u64,
+    log: Option<File>,
+    due: bool,
+}
+
+impl<T> Ran<T> {
+    /// Whether [`Slot::durable`] has a sync to make.
+    pub fn needs_sync(&self) -> bool {
+        self.log.is_some()
+    }
+}
+
+/// The log size at which a tenant vault checkpoints (a standalone vault:
+/// 4 MiB), so that an open vault holds at most about this much of new
+/// objects in memory.
+const CHECKPOINT_BYTES: u64 = 256 << 10;
+
+/// Why a change written to the log was not acknowledged.
+pub const NOT_DURABLE: &str =
+    "the change was written but could not be made durable (an I/O error); check the disk";
 
 /// A per-tenant token bucket: `rate` requests a second, bursts of twice.
 struct Bucket {
@@ -92,12 +115,14 @@ impl Slot {
                 })
             })?;
             vault.defer_checkpoints(true);
+            // The objects written since a checkpoint are held in memory
+            // until it: with hundreds of vaults open, each keeps little.
+            vault.set_checkpoint_bytes(CHECKPOINT_BYTES);
             let log = vault
                 .log_sync_handle()
                 .map_err(|_| PoolError::Unavailable("an I/O error".into()))?;
             vault.defer_sync(true);
-            let memory = super::super::memory_for(vault.config())
-                .map_err(|e| PoolError::Unavailable(e.message))?;
+            let memory = pool.memory_for(vault.config())?;
             **st = Some(Open { vault, memory, log });
             pool.opened.fetch_add(1, Ordering::SeqCst);
         }
@@ -105,44 +130,82 @@ impl Slot {
     }
 
     /// Run `f` on the open vault (attributed to `who` and `principal`),
-    /// then make whatever it wrote durable before returning.
-    pub fn run<T>(
+    /// opening it first if needed; what it wrote is not yet durable (see
+    /// [`Slot::durable`]).
+    pub fn execute<T>(
         &self,
         pool: &Pool,
         who: &Attribution,
         principal: &str,
         f: impl FnOnce(&mut Open) -> T,
-    ) -> Result<T, PoolError> {
-        self.last_used.store(pool.now(), Ordering::Relaxed);
-        let (out, seq, log) = {
-            let mut st = lock(&self.state);
-            let open = self.open(pool, &mut st)?;
-            open.vault.set_attribution(who.clone());
-            open.vault.set_principal(Some(principal.to_owned()));
-            let out = f(open);
-            open.vault.set_principal(None);
-            let seq = if open.vault.take_pending_sync() {
-                self.appended.fetch_add(1, Ordering::SeqCst) + 1
-            } else {
-                0
-            };
-            let log = if seq > 0 {
-                Some(
-                    open.log
-                        .try_clone()
-                        .map_err(|_| PoolError::Unavailable("an I/O error".into()))?,
-                )
-            } else {
-                None
-            };
-            (out, seq, log)
+    ) -> Result<Ran<T>, PoolError> {
+        let mut st = lock(&self.state);
+        self.execute_in(pool, &mut st, who, principal, f)
+    }
+
+    /// The same, only if the vault is open and no request holds it: a
+    /// short request then runs on the caller's thread, without a hand-off
+    /// to another. Gives `f` back otherwise.
+    pub fn try_execute<T, F: FnOnce(&mut Open) -> T>(
+        &self,
+        pool: &Pool,
+        who: &Attribution,
+        principal: &str,
+        f: F,
+    ) -> Result<Result<Ran<T>, PoolError>, F> {
+        let Ok(mut st) = self.state.try_lock() else {
+            return Err(f);
         };
-        if let Some(log) = log {
-            self.make_durable(seq, &log).map_err(|_| {
-                PoolError::Unavailable("the change could not be made durable (an I/O error)".into())
-            })?;
+        if st.is_none() {
+            return Err(f);
         }
-        Ok(out)
+        Ok(self.execute_in(pool, &mut st, who, principal, f))
+    }
+
+    fn execute_in<T>(
+        &self,
+        pool: &Pool,
+        st: &mut MutexGuard<'_, Option<Open>>,
+        who: &Attribution,
+        principal: &str,
+        f: impl FnOnce(&mut Open) -> T,
+    ) -> Result<Ran<T>, PoolError> {
+        self.last_used.store(pool.now(), Ordering::Relaxed);
+        let open = self.open(pool, st)?;
+        open.vault.set_attribution(who.clone());
+        open.vault.set_principal(Some(principal.to_owned()));
+        let out = f(open);
+        open.vault.set_principal(None);
+        let seq = if open.vault.take_pending_sync() {
+            self.appended.fetch_add(1, Ordering::SeqCst) + 1
+        } else {
+            0
+        };
+        let log = if seq > 0 {
+            Some(
+                open.log
+                    .try_clone()
+                    .map_err(|_| PoolError::Unavailable(NOT_DURABLE.into()))?,
+            )
+        } else {
+            None
+        };
+        Ok(Ran {
+            out,
+            seq,
+            log,
+            due: open.vault.checkpoint_due(),
+        })
+    }
+
+    /// Make what a request wrote durable (a no-op for one that wrote
+    /// nothing); its result, and whether a checkpoint is due.
+    pub fn durable<T>(&self, ran: Ran<T>) -> Result<(T, bool), PoolError> {
+        if let Some(log) = &ran.log {
+            self.make_durable(ran.seq, log)
+                .map_err(|_| PoolError::Unavailable(NOT_DURABLE.into()))?;
+        }
+        Ok((ran.out, ran.due))
     }
 
     /// Group commit: sync unless a sync begun after record `seq` was
@@ -156,28 +219,6 @@ impl Slot {
         fsync::sync_data(log)?;
         *synced = covered;
         Ok(())
-    }
-
-    /// A memory tool request (a parsed `tool_use` block or command).
-    pub fn memory(
-        &self,
-        pool: &Pool,
-        who: &Attribution,
-        principal: &str,
-        request: &Value,
-    ) -> Result<Reply, PoolError> {
-        let result = self.run(pool, who, principal, |open| {
-            protocol::handle_value(&open.memory, &mut open.vault, request)
-        });
-        match result {
-            Err(PoolError::Unavailable(m)) if m.starts_with("the change") => Ok(Reply {
-                tool_use_id: request.get("id").and_then(Value::as_str).map(str::to_owned),
-                result: ToolResult::error(format!(
-                    "Error: the change was written but could not be made durable ({m}); check the disk"
-                )),
-            }),
-            other => other,
-        }
     }
 
     /// After a reply: run a checkpoint a request made due (off the
@@ -225,6 +266,8 @@ impl Slot {
 /// Every tenant slot of a server.
 pub struct Pool {
     slots: Mutex<HashMap<String, Arc<Slot>>>,
+    /// The command executors built so far, by settings.
+    memories: Mutex<Vec<(VaultConfig, Arc<Memory>)>>,
     opened: AtomicUsize,
     max_open: usize,
     idle: Duration,
@@ -235,11 +278,28 @@ impl Pool {
     pub fn new(max_open: usize, idle: Duration) -> Pool {
         Pool {
             slots: Mutex::new(HashMap::new()),
+            memories: Mutex::new(Vec::new()),
             opened: AtomicUsize::new(0),
             max_open: max_open.max(1),
             idle,
             started: Instant::now(),
         }
+    }
+
+    /// The command executor for vaults of these settings: one per
+    /// distinct settings (at most 64 kept; tenants rarely differ).
+    fn memory_for(&self, config: &VaultConfig) -> Result<Arc<Memory>, PoolError> {
+        let mut memories = lock(&self.memories);
+        if let Some((_, m)) = memories.iter().find(|(c, _)| c == config) {
+            return Ok(m.clone());
+        }
+        let memory = Arc::new(
+            super::super::memory_for(config).map_err(|e| PoolError::Unavailable(e.message))?,
+        );
+        if memories.len() < 64 {
+            memories.push((config.clone(), memory.clone()));
+        }
+        Ok(memory)
     }
 
     fn now(&self) -> u64 {

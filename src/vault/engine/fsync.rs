@@ -70,6 +70,31 @@ pub fn enable() {
     INIT.call_once(|| set_libgit2_fsync(false));
 }
 
+/// For a process that keeps many vaults open at once (`memvault server`):
+/// bound libgit2's process-wide memory, its object cache to `cache_bytes`
+/// and its mapped pack windows to `mapped_bytes` (least recently used
+/// windows are unmapped past it), and the pack files it keeps open to
+/// `pack_files`. Call before any other thread is started.
+pub fn limit_for_many_vaults(cache_bytes: usize, mapped_bytes: usize, pack_files: usize) {
+    enable();
+    // SAFETY: each call is `git_libgit2_opts` with the option's one
+    // documented argument (a `ssize_t` or `size_t`), which only stores a
+    // global limit; libgit2 is initialised by `enable`, and the caller
+    // runs this before starting any other thread, as git2 asks.
+    unsafe {
+        let cache = isize::try_from(cache_bytes).unwrap_or(isize::MAX);
+        let rc = git2::opts::set_cache_max_size(cache);
+        debug_assert!(rc.is_ok(), "libgit2 refused GIT_OPT_SET_CACHE_MAX_SIZE");
+        let rc = git2::opts::set_mwindow_mapped_limit(mapped_bytes);
+        debug_assert!(
+            rc.is_ok(),
+            "libgit2 refused GIT_OPT_SET_MWINDOW_MAPPED_LIMIT"
+        );
+        let rc = git2::opts::set_mwindow_file_limit(pack_files);
+        debug_assert!(rc.is_ok(), "libgit2 refused GIT_OPT_SET_MWINDOW_FILE_LIMIT");
+    }
+}
+
 /// Turn memvault's own syncing (log records, checkpoints) on or off for
 /// the rest of the process: only for the benchmark's comparison mode,
 /// never in the CLI. Off, an acknowledged mutation can be lost on power

@@ -764,7 +764,8 @@ impl Wal {
             if end + PREALLOC_STEP / 4 > len {
                 let to = (end + PREALLOC_STEP).next_multiple_of(PREALLOC_STEP);
                 let from = len.max(end);
-                self.file.write_all_at(&vec![0u8; (to - from) as usize], from)?;
+                self.file
+                    .write_all_at(&vec![0u8; (to - from) as usize], from)?;
                 self.allocated = to;
             } else {
                 self.allocated = len;
