@@ -103,8 +103,9 @@ const ENTRY_OVERHEAD: usize = 4 + 1 + 4 + 20;
 /// needs. The log's end is where entries stop checking out: the zeros, or
 /// the remains of records of an earlier generation.
 pub(crate) const PREALLOC_BYTES: u64 = 64 << 10;
-/// How far ahead of a record the zeros are extended once it comes near
-/// the file's end.
+/// The most the zeros are extended by at once (they double the log's
+/// length up to this), when a record comes within a quarter of the file's
+/// length (16 KiB to 256 KiB) of its end.
 pub(crate) const PREALLOC_STEP: u64 = 1 << 20;
 /// A checkpoint is due when the log grows past this.
 pub(crate) const CHECKPOINT_BYTES: u64 = 4 << 20;
@@ -759,10 +760,17 @@ impl Wal {
         // follows this record checks out as nothing: the caller holds the
         // writer lock and has caught up.
         let end = start + bytes.len() as u64;
-        if end + PREALLOC_STEP / 4 > self.allocated {
+        let slack = (self.allocated / 4).clamp(16 << 10, PREALLOC_STEP / 4);
+        if end + slack > self.allocated {
             let len = self.file.metadata()?.len();
-            if end + PREALLOC_STEP / 4 > len {
-                let to = (end + PREALLOC_STEP).next_multiple_of(PREALLOC_STEP);
+            if end + slack > len {
+                // Twice the log so far, at most a step more: a few
+                // extensions per checkpoint cycle, a small file for a
+                // vault written now and then.
+                let to = (end * 2)
+                    .min(end + PREALLOC_STEP)
+                    .max(end + slack)
+                    .next_multiple_of(64 << 10);
                 let from = len.max(end);
                 self.file
                     .write_all_at(&vec![0u8; (to - from) as usize], from)?;
@@ -1122,6 +1130,47 @@ mod tests {
         assert_eq!(up.clean, contents.head.is_some());
         assert_eq!(up.records, !contents.records.is_empty());
         (contents, wal.tail_target(MAIN))
+    }
+
+    #[test]
+    fn zeros_stay_ahead_of_the_records_and_a_quiet_log_stays_small() {
+        let (tmp, _repo) = repo();
+        let size = || fs::metadata(wal_path(tmp.path())).unwrap().len();
+        let mut wal = Wal::open(tmp.path()).unwrap();
+        wal.read_all().unwrap();
+        wal.reset(refs(0)).unwrap();
+        assert_eq!(size(), PREALLOC_BYTES);
+        wal.append(&record(1)).unwrap();
+        assert_eq!(size(), PREALLOC_BYTES, "one small record grew the file");
+        let mut extensions = 0;
+        let mut last = size();
+        for i in 0..40_000u32 {
+            let data = i.to_be_bytes().repeat(64);
+            let r = Record {
+                refs: vec![(MAIN.to_string(), oid(1))],
+                objects: vec![Object {
+                    kind: ObjectType::Blob,
+                    id: Oid::hash_object(ObjectType::Blob, &data).unwrap(),
+                    data,
+                }],
+            };
+            wal.append(&r).unwrap();
+            let len = wal.len().unwrap();
+            // Never at the end: at least 16 KiB of zeros ahead.
+            assert!(size() >= len + (16 << 10), "{} {len}", size());
+            if size() != last {
+                extensions += 1;
+                assert!(size() - last <= PREALLOC_STEP + (64 << 10));
+                last = size();
+            }
+            if len > CHECKPOINT_BYTES {
+                break;
+            }
+        }
+        assert!(
+            extensions <= 12,
+            "{extensions} extensions over a 4 MiB cycle"
+        );
     }
 
     #[test]
