@@ -321,6 +321,7 @@ fn workload(
     mcp: bool,
     epoch: u64,
 ) -> (f64, f64) {
+    let views_only = label.contains("views only");
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
     let results: Vec<(Vec<Duration>, Vec<Duration>, usize)> = std::thread::scope(|s| {
@@ -334,7 +335,7 @@ fn workload(
                     let mut i = epoch * 1_000_000;
                     while !stop.load(Ordering::Relaxed) {
                         let t = &tokens[(rng.next() % tokens.len() as u64) as usize];
-                        let view = !rng.next().is_multiple_of(5);
+                        let view = views_only || !rng.next().is_multiple_of(5);
                         let (body, path) = request(mcp, view, c, i);
                         i += 1;
                         let at = Instant::now();
@@ -481,6 +482,18 @@ fn main() {
             false,
             epoch,
         );
+        for n in [1, tokens.len()] {
+            let label = format!("probe: views only, {n} tenants");
+            workload(
+                &label,
+                server.port,
+                &tokens[..n],
+                a.clients,
+                a.seconds,
+                false,
+                epoch,
+            );
+        }
         server.stop();
         return;
     }
