@@ -209,7 +209,8 @@ fn gc_and_purge_leave_nothing_after_the_log_head() {
         String::from_utf8_lossy(&out.stderr)
     );
     let rest = after_head(&v);
-    assert!(rest.len() >= 4 << 20, "the log stays preallocated");
+    // At least the 64 KiB a log starts with (records grew it further).
+    assert!(rest.len() >= 60 << 10, "the log stays preallocated");
     assert!(rest.iter().all(|&b| b == 0), "gc left bytes after the head");
 
     write(30);
