@@ -558,7 +558,14 @@ impl Store for Vault {
         {
             // Nothing is lost: the log still holds every record, and the
             // next mutation makes the checkpoint due again.
-            eprintln!("memvault: checkpoint failed ({e}); it will be retried");
+            // libgit2's messages can name a path: only the kind of a git
+            // or I/O error is said.
+            let why = match &e {
+                VaultError::Git(_) => "a git error".to_string(),
+                VaultError::Io(io) => io.kind().to_string(),
+                other => other.to_string(),
+            };
+            eprintln!("memvault: checkpoint failed ({why}); it will be retried");
         }
     }
 

@@ -142,9 +142,11 @@ impl Server {
         });
         let sink = stderr.clone();
         std::thread::spawn(move || {
-            let mut rest = String::new();
-            let _ = reader.read_to_string(&mut rest);
-            sink.lock().unwrap().push_str(&rest);
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                sink.lock().unwrap().push_str(&line);
+                line.clear();
+            }
         });
         Server {
             child,
@@ -1243,4 +1245,42 @@ fn tls_serves_https_with_the_given_certificate() {
     );
     // Plain HTTP to the TLS port gets no HTTP answer.
     assert!(try_http(s.port, "GET", "/healthz", &[], b"").is_none());
+}
+
+/// A registry put back to an older copy while the server runs (to revive
+/// a rotated token) is refused: every request gets 503 until it is put
+/// right; a registry that does not authenticate likewise.
+#[test]
+fn a_registry_put_back_or_changed_under_a_running_server_is_refused() {
+    let r = Root::new(&[("alice", "memory")]);
+    let s = r.start(&[]);
+    let old = r.tokens["alice"].clone();
+    let registry = r.root.join("memvault-server/registry");
+    let before = std::fs::read(&registry).unwrap();
+    let (ok, new, _) = r.token("alice", &["--rotate"]);
+    assert!(ok);
+    let view = r#"{"command":"view","path":"/memories"}"#;
+    assert_eq!(s.req("POST", "/v1/memory", Some(&new), view).0, 200);
+    assert_eq!(s.req("POST", "/v1/memory", Some(&old), view).0, 401);
+    // Put the old registry back (a new file, as a restore would).
+    let tmp = registry.with_extension("put-back");
+    std::fs::write(&tmp, &before).unwrap();
+    std::fs::rename(&tmp, &registry).unwrap();
+    let (status, v) = s.req("POST", "/v1/memory", Some(&old), view);
+    assert_eq!(status, 503, "the revoked token was taken again: {v}");
+    assert_eq!(s.req("POST", "/v1/memory", Some(&new), view).0, 503);
+    assert_eq!(s.req("GET", "/healthz", None, "").0, 503);
+    // A flipped byte: still refused.
+    let mut bad = before.clone();
+    let at = bad.len() / 2;
+    bad[at] ^= 1;
+    std::fs::write(&tmp, &bad).unwrap();
+    std::fs::rename(&tmp, &registry).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(s.req("POST", "/v1/memory", Some(&new), view).0, 503);
+    let log = s.stderr.lock().unwrap().clone();
+    assert!(
+        log.contains("registry") && !log.contains(r.root.to_str().unwrap()),
+        "{log}"
+    );
 }

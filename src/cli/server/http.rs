@@ -84,8 +84,10 @@ pub struct App {
     /// The registry could not be read (damage, or a generation older than
     /// one read before): every request is refused until it can.
     broken: AtomicBool,
-    pub pool: Pool,
+    pub pool: Arc<Pool>,
     pub limits: Limits,
+    /// When a broken registry was last tried.
+    last_try: Mutex<Option<std::time::Instant>>,
     pub stopping: AtomicBool,
     /// The session of a token's requests that name none: one per token
     /// per server run.
@@ -163,7 +165,8 @@ impl App {
             root,
             loaded: RwLock::new(Loaded::new(reg, stamp)),
             broken: AtomicBool::new(false),
-            pool,
+            pool: Arc::new(pool),
+            last_try: Mutex::new(None),
             limits,
             stopping: AtomicBool::new(false),
             sessions: Mutex::new(HashMap::new()),
@@ -180,19 +183,34 @@ impl App {
             .len()
     }
 
-    /// Read the registry again if its file changed (a `tenant` command ran).
-    pub fn refresh(&self) {
+    /// Read the registry again if its file changed (a `tenant` command
+    /// ran); with `force`, whatever its file's stamp says (the sweeper,
+    /// every few seconds: a change the stamp missed is seen by the
+    /// generation). While it cannot be read, tried at most once a second.
+    pub fn refresh(&self, force: bool) {
         let stamp = stamp_of(&self.root.registry_path());
         let current = self.loaded.read().unwrap_or_else(|p| p.into_inner()).stamp;
-        if stamp == current && !self.broken.load(Ordering::SeqCst) {
+        let broken = self.broken.load(Ordering::SeqCst);
+        if stamp == current && !broken && !force {
             return;
         }
+        if broken {
+            let mut last = self.last_try.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+                return;
+            }
+            *last = Some(std::time::Instant::now());
+        }
         let mut loaded = self.loaded.write().unwrap_or_else(|p| p.into_inner());
-        if loaded.stamp == stamp && !self.broken.load(Ordering::SeqCst) {
+        if loaded.stamp == stamp && !self.broken.load(Ordering::SeqCst) && !force {
             return;
         }
         match self.root.load() {
-            Ok(reg) if reg.generation >= loaded.reg.generation => {
+            Ok(reg)
+                if reg.generation > loaded.reg.generation
+                    || (reg.generation == loaded.reg.generation
+                        && self.broken.load(Ordering::SeqCst)) =>
+            {
                 let gone: Vec<String> = loaded
                     .reg
                     .tenants
@@ -203,9 +221,20 @@ impl App {
                 *loaded = Loaded::new(reg, stamp);
                 self.broken.store(false, Ordering::SeqCst);
                 drop(loaded);
-                for id in gone {
-                    self.pool.forget(&id);
+                // Closing a vault checkpoints it: not on a runtime worker.
+                let pool = self.pool.clone();
+                let forget = move || {
+                    for id in gone {
+                        pool.forget(&id);
+                    }
+                };
+                match tokio::runtime::Handle::try_current() {
+                    Ok(rt) => drop(rt.spawn_blocking(forget)),
+                    Err(_) => forget(),
                 }
+            }
+            Ok(reg) if reg.generation == loaded.reg.generation => {
+                loaded.stamp = stamp;
             }
             Ok(_) => {
                 if !self.broken.swap(true, Ordering::SeqCst) {
@@ -214,9 +243,12 @@ impl App {
                     );
                 }
             }
-            Err(e) => {
+            Err(_) => {
+                // Fixed words: the error's text can name a path.
                 if !self.broken.swap(true, Ordering::SeqCst) {
-                    eprintln!("memvault: {}; refusing every request", e.message);
+                    eprintln!(
+                        "memvault: the tenant registry cannot be read or does not authenticate; refusing every request until it is put right"
+                    );
                 }
             }
         }
@@ -250,7 +282,7 @@ impl App {
             return Err(unauthorized());
         }
         let id = token_id(token).ok_or_else(unauthorized)?;
-        self.refresh();
+        self.refresh(false);
         if self.broken.load(Ordering::SeqCst) {
             return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -303,6 +335,12 @@ impl App {
             &key,
             self.limits.rate,
         );
+        // Removed meanwhile (the refresh that saw it go may have forgotten
+        // its slot just before this one was made): refused.
+        if !self.has_tenant(&who.tenant) {
+            self.pool.forget(&who.tenant);
+            return Err(unauthorized());
+        }
         if !slot.admit(self.limits.rate) {
             return Err(ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -357,6 +395,10 @@ impl App {
         Ok(Attribution { session, actor })
     }
 }
+
+/// A memory request with a body up to this runs on the connection's
+/// thread when its vault is free (larger ones: a blocking thread).
+const INLINE_BODY: usize = 16 << 10;
 
 /// Read a request body of at most `max` bytes within the body timeout.
 pub async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
@@ -456,26 +498,31 @@ pub async fn on_vault<T: Send + 'static>(
     inline: bool,
     f: impl FnOnce(&mut Open) -> T + Send + 'static,
 ) -> Result<Result<T, PoolError>, ApiError> {
-    if !inline {
-        return run_blocking(app, slot, who, principal, f).await;
-    }
-    let ran = match slot.try_execute(&app.pool, &who, &principal, f) {
-        Ok(ran) => ran,
-        Err(f) => return run_blocking(app, slot, who, principal, f).await,
+    // One request of a tenant at the vault at a time; the others wait
+    // here, holding no thread (a busy tenant cannot take the blocking
+    // threads every tenant's syncs need).
+    let turn = slot.gate.lock().await;
+    let ran = if inline {
+        match slot.try_execute(&app.pool, &who, &principal, f) {
+            Ok(ran) => ran,
+            Err(f) => blocking_execute(app, slot, who, principal, f).await?,
+        }
+    } else {
+        blocking_execute(app, slot, who, principal, f).await?
     };
+    drop(turn);
     finish(slot, ran).await
 }
 
-async fn run_blocking<T: Send + 'static>(
+async fn blocking_execute<T: Send + 'static>(
     app: &Arc<App>,
     slot: &Arc<Slot>,
     who: Attribution,
     principal: String,
     f: impl FnOnce(&mut Open) -> T + Send + 'static,
-) -> Result<Result<T, PoolError>, ApiError> {
+) -> Result<Result<Ran<T>, PoolError>, ApiError> {
     let (s, a) = (slot.clone(), app.clone());
-    let ran = blocking(move || s.execute(&a.pool, &who, &principal, f)).await?;
-    finish(slot, ran).await
+    blocking(move || s.execute(&a.pool, &who, &principal, f)).await
 }
 
 async fn finish<T: Send + 'static>(
@@ -509,6 +556,14 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
         )
         .into_response();
     }
+    app.refresh(false);
+    if app.broken.load(Ordering::SeqCst) {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server's tenant registry cannot be read; the operator must repair it",
+        )
+        .into_response();
+    }
     json_response(StatusCode::OK, &json!({"status": "ok"}))
 }
 
@@ -519,13 +574,19 @@ async fn memory(State(app): State<Arc<App>>, req: Request) -> Result<Response, A
     no_query(&parts.uri)?;
     let who = app.authenticate(&parts.headers, Scope::Memory)?;
     let attribution = app.attribution(&parts.headers, &who)?;
+    let slot = app.slot(&who)?;
     let bytes = read_body(&app, &parts.headers, body).await?;
     let value = parse_body(&bytes)?;
-    let slot = app.slot(&who)?;
     let id = value.get("id").and_then(Value::as_str).map(str::to_owned);
-    let reply = on_vault(&app, &slot, attribution, who.principal, true, move |open| {
-        protocol::handle_value(&open.memory, &mut open.vault, &value)
-    })
+    let inline = bytes.len() <= INLINE_BODY;
+    let reply = on_vault(
+        &app,
+        &slot,
+        attribution,
+        who.principal,
+        inline,
+        move |open| protocol::handle_value(&open.memory, &mut open.vault, &value),
+    )
     .await?;
     let reply = match reply {
         Ok(r) => r,
@@ -561,6 +622,7 @@ async fn v1(
     no_query(&parts.uri)?;
     let who = app.authenticate(&parts.headers, scope)?;
     let attribution = app.attribution(&parts.headers, &who)?;
+    let slot = app.slot(&who)?;
     let bytes = read_body(&app, &parts.headers, body).await?;
     let args = if bytes.iter().all(u8::is_ascii_whitespace) {
         json!({})
@@ -573,7 +635,6 @@ async fn v1(
             "the request body is a JSON object of the subcommand's options",
         ));
     }
-    let slot = app.slot(&who)?;
     let out = on_vault(
         &app,
         &slot,
@@ -720,9 +781,10 @@ async fn mcp_gate(
     // Whatever a client puts there, only this layer's value is read.
     parts.extensions.remove::<Authed>();
     parts.extensions.remove::<RepeatedKey>();
+    parts.extensions.remove::<Arc<Slot>>();
     let who = app.authenticate(&parts.headers, Scope::Memory)?;
     app.attribution(&parts.headers, &who)?;
-    app.slot(&who)?;
+    let slot = app.slot(&who)?;
     let bytes = read_body(&app, &parts.headers, body).await?;
     if let Err(ParseError::DuplicateKey(key)) = parse_strict(&bytes)
         && serde_json::from_slice::<Value>(&bytes)
@@ -732,6 +794,7 @@ async fn mcp_gate(
         parts.extensions.insert(RepeatedKey(key));
     }
     parts.extensions.insert(who);
+    parts.extensions.insert(slot);
     Ok(next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await)

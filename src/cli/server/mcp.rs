@@ -16,7 +16,7 @@ use rmcp::{ErrorData, ServerHandler};
 use serde_json::Value;
 
 use super::http::{App, Authed, RepeatedKey, on_vault};
-use super::pool::PoolError;
+use super::pool::{PoolError, Slot};
 use crate::cli::mcp::{INSTRUCTIONS, TOOL_NAME, memory_tool, to_mcp};
 use crate::memory::ToolResult;
 use crate::protocol::duplicate_key_message;
@@ -87,9 +87,13 @@ impl ServerHandler for TenantMcp {
         let attribution = self.app.attribution(&parts.headers, &who).map_err(|_| {
             ErrorData::invalid_params("bad Memvault-Session or Memvault-Actor header", None)
         })?;
-        let slot = self.app.slot(&who).map_err(|_| {
-            ErrorData::invalid_request("over this tenant's rate; retry shortly", None)
-        })?;
+        // The slot the HTTP layer admitted this request to (its rate
+        // counted once, there).
+        let slot = parts
+            .extensions
+            .get::<Arc<Slot>>()
+            .cloned()
+            .ok_or_else(|| internal("the request reached the tool unauthenticated"))?;
         let input = Value::Object(request.arguments.unwrap_or_default());
         let result = on_vault(
             &self.app,

@@ -334,7 +334,20 @@ pub(crate) fn tenant(
                 reg.tenants.remove(&id);
                 Ok(id)
             })?;
-            let dir = root.tenant_dir(&id);
+            // Out of the server's way at once (a running server that still
+            // holds it open writes to a directory no longer there), then
+            // erased.
+            let live = root.tenant_dir(&id);
+            let dir = root.tenant_dir(&format!("{id}.removed"));
+            if let Err(e) = std::fs::rename(&live, &dir)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                return Err(CliError::failure(format!(
+                    "tenant {name} is removed and its key destroyed, but its vault directory {} could not be moved away ({}): delete it by hand",
+                    live.display(),
+                    super::describe_io(&e)
+                )));
+            }
             erase_tree(&dir).map_err(|e| {
                 CliError::failure(format!(
                     "tenant {name} is removed and its key destroyed, but its vault directory {} could not be deleted ({}): delete it by hand",
@@ -358,6 +371,104 @@ fn scope_list(scopes: &[Scope]) -> String {
         .map(|s| s.name())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// How long a connection may go without its writes making progress (a
+/// client that stops reading its responses) before it is closed.
+const WRITE_STALL: Duration = Duration::from_secs(30);
+
+/// A connection's stream, closed with an error when a write makes no
+/// progress for [`WRITE_STALL`] (reads are bounded by the header and body
+/// timeouts).
+struct Stall<T> {
+    io: T,
+    waiting: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> Stall<T> {
+    fn new(io: T) -> Stall<T> {
+        Stall { io, waiting: None }
+    }
+
+    fn progress<R>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        polled: std::task::Poll<std::io::Result<R>>,
+    ) -> std::task::Poll<std::io::Result<R>> {
+        use std::task::Poll;
+        match polled {
+            Poll::Ready(r) => {
+                self.waiting = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                let sleep = self
+                    .waiting
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(WRITE_STALL)));
+                match sleep.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the client stopped reading",
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Stall<T> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Stall<T> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.io).poll_write(cx, buf);
+        this.progress(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.progress(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.io).poll_flush(cx);
+        this.progress(cx, polled)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.io).poll_shutdown(cx);
+        this.progress(cx, polled)
+    }
 }
 
 fn is_loopback(addr: &SocketAddr) -> bool {
@@ -508,11 +619,16 @@ async fn serve(
         let app = app.clone();
         let every = Duration::from_millis((idle_ms / 4).clamp(200, 5_000));
         tokio::spawn(async move {
+            let mut forced = std::time::Instant::now();
             loop {
                 tokio::time::sleep(every).await;
                 let app = app.clone();
+                let force = forced.elapsed() >= Duration::from_secs(5);
+                if force {
+                    forced = std::time::Instant::now();
+                }
                 let _ = tokio::task::spawn_blocking(move || {
-                    app.refresh();
+                    app.refresh(force);
                     app.pool.sweep(&|id| app.has_tenant(id));
                 })
                 .await;
@@ -564,7 +680,7 @@ async fn serve(
             let _permit = permit;
             match acceptor {
                 None => {
-                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    let conn = builder.serve_connection(TokioIo::new(Stall::new(stream)), service);
                     let _ = watcher.watch(conn).await;
                 }
                 Some(acceptor) => {
@@ -574,7 +690,7 @@ async fn serve(
                     else {
                         return;
                     };
-                    let conn = builder.serve_connection(TokioIo::new(tls), service);
+                    let conn = builder.serve_connection(TokioIo::new(Stall::new(tls)), service);
                     let _ = watcher.watch(conn).await;
                 }
             }
@@ -584,7 +700,6 @@ async fn serve(
     eprintln!("memvault: stopping; finishing the requests in flight");
     app.stopping.store(true, Ordering::SeqCst);
     drop(listener);
-    cancel.cancel();
     sweeper.abort();
     if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown())
         .await
@@ -592,5 +707,7 @@ async fn serve(
     {
         eprintln!("memvault: some connections were still open after 30 s; closing them");
     }
+    // Only now: rmcp answers the requests it still holds when cancelled.
+    cancel.cancel();
     Ok(())
 }

@@ -25,11 +25,29 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// An open tenant vault.
 pub struct Open {
+    /// Counts this vault among the pool's open ones until it is dropped.
+    _counted: Counted,
     pub vault: Vault,
     /// Shared by every vault of the same settings (its redaction filter's
     /// compiled rules are most of an open vault's memory otherwise).
     pub memory: Arc<Memory>,
     log: File,
+}
+
+/// One open vault in the pool's count, for as long as it lives.
+struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    fn new(count: &Arc<AtomicUsize>) -> Counted {
+        count.fetch_add(1, Ordering::SeqCst);
+        Counted(count.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// What a request ran, before it is made durable.
@@ -51,6 +69,9 @@ impl<T> Ran<T> {
 /// 4 MiB), so that an open vault holds at most about this much of new
 /// objects in memory.
 const CHECKPOINT_BYTES: u64 = 256 << 10;
+
+/// Why nothing more runs on a tenant whose log failed a sync.
+pub const FAILED: &str = "a sync of this tenant's log failed earlier; nothing more is acknowledged for it until the server is restarted (check the disk)";
 
 /// Why a change written to the log was not acknowledged.
 pub const NOT_DURABLE: &str =
@@ -76,6 +97,14 @@ pub struct Slot {
     bucket: Mutex<Bucket>,
     /// The tenant was removed: no request runs any more.
     gone: AtomicBool,
+    /// A sync of its log failed: what it wrote since may not be on disk,
+    /// and a later sync can succeed without covering it (the kernel
+    /// reports a write-back error once), so nothing more is acknowledged
+    /// for this tenant until the server restarts and replays the log.
+    failed: AtomicBool,
+    /// Requests of this tenant wait here, without holding a thread, for
+    /// their turn at the vault.
+    pub gate: tokio::sync::Mutex<()>,
 }
 
 /// Why a request could not run on a tenant's vault.
@@ -98,6 +127,9 @@ impl Slot {
         if self.gone.load(Ordering::SeqCst) {
             return Err(PoolError::Gone);
         }
+        if self.failed.load(Ordering::SeqCst) {
+            return Err(PoolError::Unavailable(FAILED.into()));
+        }
         if st.is_none() {
             pool.make_room();
             let key = self
@@ -109,10 +141,18 @@ impl Slot {
                 actor: "memvault".into(),
             };
             let mut vault = Vault::open(&self.dir, &Unlock::KeyFile(&key), who).map_err(|e| {
-                PoolError::Unavailable(match e {
-                    VaultError::Io(_) => "an I/O error".to_string(),
-                    other => other.to_string(),
-                })
+                // Fixed words: a vault error's text can name a path.
+                PoolError::Unavailable(
+                    match e {
+                        VaultError::Io(_) => "its vault could not be read (an I/O error)",
+                        VaultError::NotFound(_) | VaultError::NotAVault(_) => {
+                            "its vault is missing"
+                        }
+                        VaultError::WrongSecret => "its vault does not open with its key",
+                        _ => "its vault is damaged or was changed outside memvault",
+                    }
+                    .into(),
+                )
             })?;
             vault.defer_checkpoints(true);
             // The objects written since a checkpoint are held in memory
@@ -123,8 +163,12 @@ impl Slot {
                 .map_err(|_| PoolError::Unavailable("an I/O error".into()))?;
             vault.defer_sync(true);
             let memory = pool.memory_for(vault.config())?;
-            **st = Some(Open { vault, memory, log });
-            pool.opened.fetch_add(1, Ordering::SeqCst);
+            **st = Some(Open {
+                _counted: Counted::new(&pool.opened),
+                vault,
+                memory,
+                log,
+            });
         }
         Ok(st.as_mut().expect("opened above"))
     }
@@ -212,11 +256,17 @@ impl Slot {
     /// written has finished.
     fn make_durable(&self, seq: u64, log: &File) -> std::io::Result<()> {
         let mut synced = lock(&self.synced);
+        if self.failed.load(Ordering::SeqCst) {
+            return Err(std::io::Error::other("an earlier sync failed"));
+        }
         if *synced >= seq {
             return Ok(());
         }
         let covered = self.appended.load(Ordering::SeqCst);
-        fsync::sync_data(log)?;
+        if let Err(e) = fsync::sync_data(log) {
+            self.failed.store(true, Ordering::SeqCst);
+            return Err(e);
+        }
         *synced = covered;
         Ok(())
     }
@@ -256,9 +306,11 @@ impl Slot {
         let Some(open) = st.take() else {
             return false;
         };
-        let _ = fsync::sync_data(&open.log);
+        if fsync::sync_data(&open.log).is_err() {
+            self.failed.store(true, Ordering::SeqCst);
+        }
         drop(open);
-        pool.opened.fetch_sub(1, Ordering::SeqCst);
+        let _ = pool;
         true
     }
 }
@@ -268,7 +320,7 @@ pub struct Pool {
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     /// The command executors built so far, by settings.
     memories: Mutex<Vec<(VaultConfig, Arc<Memory>)>>,
-    opened: AtomicUsize,
+    opened: Arc<AtomicUsize>,
     max_open: usize,
     idle: Duration,
     started: Instant,
@@ -279,7 +331,7 @@ impl Pool {
         Pool {
             slots: Mutex::new(HashMap::new()),
             memories: Mutex::new(Vec::new()),
-            opened: AtomicUsize::new(0),
+            opened: Arc::new(AtomicUsize::new(0)),
             max_open: max_open.max(1),
             idle,
             started: Instant::now(),
@@ -329,6 +381,8 @@ impl Pool {
                         at: Instant::now(),
                     }),
                     gone: AtomicBool::new(false),
+                    failed: AtomicBool::new(false),
+                    gate: tokio::sync::Mutex::new(()),
                 })
             })
             .clone()
@@ -391,7 +445,6 @@ impl Pool {
             if let Some(open) = st.take() {
                 let _ = fsync::sync_data(&open.log);
                 drop(open);
-                self.opened.fetch_sub(1, Ordering::SeqCst);
             }
         }
     }

@@ -464,8 +464,17 @@ pub fn erase_tree(dir: &Path) -> io::Result<()> {
         if kind.is_dir() {
             erase_tree(&path)?;
         } else {
+            // Never through a link: a file swapped for one meanwhile is
+            // not opened (O_NOFOLLOW), only unlinked below.
             if kind.is_file()
-                && let Ok(mut f) = fs::OpenOptions::new().write(true).open(&path)
+                && let Ok(mut f) = {
+                    use std::os::unix::fs::OpenOptionsExt;
+                    fs::OpenOptions::new()
+                        .write(true)
+                        .custom_flags(libc::O_NOFOLLOW)
+                        .open(&path)
+                }
+                && f.metadata().is_ok_and(|m| m.is_file())
             {
                 let len = f.metadata().map(|m| m.len()).unwrap_or(0);
                 let zeros = vec![0u8; 64 << 10];

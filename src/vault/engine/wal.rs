@@ -755,11 +755,12 @@ impl Wal {
         let bytes = record.encode(&known.generation, &known.tail, self.key.as_ref())?;
         // At the end of what checks out, over whatever follows it.
         let start = known.len;
-        self.file.write_all_at(&bytes, start)?;
-        // Zeros ahead of the next records (see PREALLOC_BYTES). Whatever
-        // follows this record checks out as nothing: the caller holds the
-        // writer lock and has caught up.
         let end = start + bytes.len() as u64;
+        // Zeros ahead of the record first (see PREALLOC_BYTES): if that
+        // fails (a full disk), nothing of the record is written, so a
+        // mutation that reports an error has not happened. Whatever
+        // follows the log's end checks out as nothing: the caller holds
+        // the writer lock and has caught up.
         let slack = (self.allocated / 4).clamp(16 << 10, PREALLOC_STEP / 4);
         if end + slack > self.allocated {
             let len = self.file.metadata()?.len();
@@ -779,6 +780,7 @@ impl Wal {
                 self.allocated = len;
             }
         }
+        self.file.write_all_at(&bytes, start)?;
         if let Some(k) = &mut self.known {
             k.len = start + bytes.len() as u64;
             merge_refs(&mut k.tail, &record.refs);
