@@ -243,9 +243,7 @@ impl MemoryServer {
 
 impl ServerHandler for MemoryServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("memvault", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+        server_info()
     }
 
     async fn list_tools(
@@ -279,6 +277,13 @@ impl ServerHandler for MemoryServer {
         let input = Value::Object(request.arguments.unwrap_or_default());
         Ok(to_mcp(self.execute(&input)?).into())
     }
+}
+
+/// What `initialize` answers, here and in `memvault server`'s `/mcp`.
+pub(crate) fn server_info() -> ServerConfig {
+    ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        .with_server_info(Implementation::new("memvault", env!("CARGO_PKG_VERSION")))
+        .with_instructions(INSTRUCTIONS)
 }
 
 /// A memory result as an MCP tool result: same text, `isError` when it is

@@ -178,6 +178,17 @@ impl Server {
         (status, v)
     }
 
+    /// The status of a view of `/memories` with `token`.
+    pub fn view_status(&self, token: &str) -> u16 {
+        self.req(
+            "POST",
+            "/v1/memory",
+            Some(token),
+            r#"{"command":"view","path":"/memories"}"#,
+        )
+        .0
+    }
+
     /// A memory command; the `tool_result` (asserting a 200).
     pub fn memory(&self, token: &str, command: Value) -> Value {
         let (status, v) = self.req("POST", "/v1/memory", Some(token), &command.to_string());
@@ -313,29 +324,11 @@ fn tenants_get_tokens_once_and_rotation_revocation_and_removal_take_effect_at_on
     // An existing name without --rotate changes nothing.
     let (ok, printed, _) = r.token("alice", &[]);
     assert!(!ok && printed.is_empty());
-    assert_eq!(
-        s.req(
-            "POST",
-            "/v1/memory",
-            Some(&rotated),
-            r#"{"command":"view","path":"/memories"}"#
-        )
-        .0,
-        200
-    );
+    assert_eq!(s.view_status(&rotated), 200);
     // Revocation.
     let (ok, _, _) = r.token("alice", &["--token-name", "laptop", "--revoke"]);
     assert!(ok);
-    assert_eq!(
-        s.req(
-            "POST",
-            "/v1/memory",
-            Some(&second),
-            r#"{"command":"view","path":"/memories"}"#
-        )
-        .0,
-        401
-    );
+    assert_eq!(s.view_status(&second), 401);
 
     // Names are refused, not folded.
     for bad in ["Alice", "ALICE", "alicé", "a/b", "..", ""] {
@@ -368,16 +361,7 @@ fn tenants_get_tokens_once_and_rotation_revocation_and_removal_take_effect_at_on
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(
-        s.req(
-            "POST",
-            "/v1/memory",
-            Some(&rotated),
-            r#"{"command":"view","path":"/memories"}"#
-        )
-        .0,
-        401
-    );
+    assert_eq!(s.view_status(&rotated), 401);
     assert_eq!(
         std::fs::read_dir(r.root.join("tenants")).unwrap().count(),
         dirs_before - 1
@@ -457,16 +441,7 @@ fn scopes_limit_routes_and_history_names_the_token_whatever_the_headers_say() {
     // Scopes.
     assert_eq!(s.req("POST", "/v1/history", Some(&agent), "{}").0, 403);
     assert_eq!(s.req("POST", "/v1/revert", Some(&agent), "{}").0, 403);
-    assert_eq!(
-        s.req(
-            "POST",
-            "/v1/memory",
-            Some(&audit),
-            r#"{"command":"view","path":"/memories"}"#
-        )
-        .0,
-        403
-    );
+    assert_eq!(s.view_status(&audit), 403);
     assert_eq!(
         s.req(
             "POST",
@@ -875,16 +850,7 @@ fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
     }
     assert!(limited > 0, "no 429 over the rate");
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(
-        s.req(
-            "POST",
-            "/v1/memory",
-            Some(&t),
-            r#"{"command":"view","path":"/memories"}"#
-        )
-        .0,
-        200
-    );
+    assert_eq!(s.view_status(&t), 200);
     // Nothing of the token, content or paths in the log.
     let log = s.stderr.lock().unwrap().clone();
     assert!(

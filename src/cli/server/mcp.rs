@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use axum::http::request::Parts;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams, ServerConfig,
+    Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::http::{App, Authed, RepeatedKey, on_vault};
 use super::pool::{PoolError, Slot};
-use crate::cli::mcp::{INSTRUCTIONS, TOOL_NAME, memory_tool, to_mcp};
+use crate::cli::mcp::{TOOL_NAME, memory_tool, server_info, to_mcp};
 use crate::memory::ToolResult;
 use crate::protocol::duplicate_key_message;
 use crate::vault::VaultConfig;
@@ -44,9 +44,7 @@ fn internal(message: &'static str) -> ErrorData {
 
 impl ServerHandler for TenantMcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("memvault", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+        server_info()
     }
 
     async fn list_tools(
