@@ -398,7 +398,7 @@ impl App {
 
 /// A memory request with a body up to this runs on the connection's
 /// thread when its vault is free (larger ones: a blocking thread).
-const INLINE_BODY: usize = 16 << 10;
+pub const INLINE_BODY: usize = 16 << 10;
 
 /// Read a request body of at most `max` bytes within the body timeout.
 pub async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {

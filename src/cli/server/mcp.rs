@@ -15,7 +15,7 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::Value;
 
-use super::http::{App, Authed, RepeatedKey, on_vault};
+use super::http::{App, Authed, INLINE_BODY, RepeatedKey, on_vault};
 use super::pool::{PoolError, Slot};
 use crate::cli::mcp::{TOOL_NAME, memory_tool, server_info, to_mcp};
 use crate::memory::ToolResult;
@@ -93,12 +93,20 @@ impl ServerHandler for TenantMcp {
             .cloned()
             .ok_or_else(|| internal("the request reached the tool unauthenticated"))?;
         let input = Value::Object(request.arguments.unwrap_or_default());
+        // A small request may run on the connection's thread (see
+        // `on_vault`); the gate read the body, so its length is known.
+        let inline = parts
+            .headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok())
+            .is_some_and(|n| n <= INLINE_BODY);
         let result = on_vault(
             &self.app,
             &slot,
             attribution,
             who.principal,
-            true,
+            inline,
             move |open| open.memory.execute_json(&mut open.vault, &input),
         )
         .await
