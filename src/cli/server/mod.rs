@@ -19,7 +19,7 @@ mod registry;
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -475,7 +475,29 @@ fn is_loopback(addr: &SocketAddr) -> bool {
     addr.ip().is_loopback()
 }
 
-fn tls_config(cert: &PathBuf, key: &PathBuf) -> Result<rustls::ServerConfig, CliError> {
+/// What serves TLS: rustls, in a build with the `tls` feature (default).
+#[cfg(feature = "tls")]
+type Acceptor = tokio_rustls::TlsAcceptor;
+/// A build without the `tls` feature has no TLS acceptor.
+#[cfg(not(feature = "tls"))]
+type Acceptor = std::convert::Infallible;
+
+#[cfg(not(feature = "tls"))]
+fn tls_acceptor(_cert: &Path, _key: &Path) -> Result<Acceptor, CliError> {
+    Err(CliError::failure(
+        "this memvault was built without TLS (the `tls` cargo feature): serve plain HTTP behind a TLS proxy, or use a default build",
+    ))
+}
+
+#[cfg(feature = "tls")]
+fn tls_acceptor(cert: &Path, key: &Path) -> Result<Acceptor, CliError> {
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(
+        cert, key,
+    )?)))
+}
+
+#[cfg(feature = "tls")]
+fn tls_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, CliError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
@@ -518,7 +540,7 @@ pub(crate) fn run(global: &Global, args: &ServerArgs) -> Result<u8, CliError> {
         ))
     })?;
     let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(c), Some(k)) => Some(tls_config(c, k)?),
+        (Some(c), Some(k)) => Some(tls_acceptor(c, k)?),
         _ => None,
     };
     if tls.is_none() && !is_loopback(&addr) && !args.behind_tls_proxy {
@@ -564,7 +586,7 @@ async fn serve(
     app: Arc<http::App>,
     args: &ServerArgs,
     addr: SocketAddr,
-    tls: Option<rustls::ServerConfig>,
+    acceptor: Option<Acceptor>,
     idle_ms: u64,
 ) -> Result<(), CliError> {
     use hyper_util::rt::{TokioIo, TokioTimer};
@@ -640,9 +662,8 @@ async fn serve(
         "memvault: serving {} tenant{} on {}://{local}",
         app.tenant_count(),
         if app.tenant_count() == 1 { "" } else { "s" },
-        if tls.is_some() { "https" } else { "http" }
+        if acceptor.is_some() { "https" } else { "http" }
     );
-    let acceptor = tls.map(|c| tokio_rustls::TlsAcceptor::from(Arc::new(c)));
     let permits = Arc::new(tokio::sync::Semaphore::new(args.max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -683,6 +704,7 @@ async fn serve(
                     let conn = builder.serve_connection(TokioIo::new(Stall::new(stream)), service);
                     let _ = watcher.watch(conn).await;
                 }
+                #[cfg(feature = "tls")]
                 Some(acceptor) => {
                     let Ok(Ok(tls)) =
                         tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
@@ -693,6 +715,8 @@ async fn serve(
                     let conn = builder.serve_connection(TokioIo::new(Stall::new(tls)), service);
                     let _ = watcher.watch(conn).await;
                 }
+                #[cfg(not(feature = "tls"))]
+                Some(never) => match never {},
             }
         });
     }
