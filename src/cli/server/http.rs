@@ -782,8 +782,9 @@ async fn mcp_gate(
     parts.extensions.remove::<Authed>();
     parts.extensions.remove::<RepeatedKey>();
     parts.extensions.remove::<Arc<Slot>>();
+    parts.extensions.remove::<Attribution>();
     let who = app.authenticate(&parts.headers, Scope::Memory)?;
-    app.attribution(&parts.headers, &who)?;
+    let attribution = app.attribution(&parts.headers, &who)?;
     let slot = app.slot(&who)?;
     let bytes = read_body(&app, &parts.headers, body).await?;
     if let Err(ParseError::DuplicateKey(key)) = parse_strict(&bytes)
@@ -794,6 +795,7 @@ async fn mcp_gate(
         parts.extensions.insert(RepeatedKey(key));
     }
     parts.extensions.insert(who);
+    parts.extensions.insert(attribution);
     parts.extensions.insert(slot);
     Ok(next
         .run(Request::from_parts(parts, Body::from(bytes)))

@@ -20,7 +20,7 @@ use super::pool::{PoolError, Slot};
 use crate::cli::mcp::{TOOL_NAME, memory_tool, server_info, to_mcp};
 use crate::memory::ToolResult;
 use crate::protocol::duplicate_key_message;
-use crate::vault::VaultConfig;
+use crate::vault::{Attribution, VaultConfig};
 
 /// The MCP handler of one HTTP request.
 #[derive(Clone)]
@@ -82,9 +82,12 @@ impl ServerHandler for TenantMcp {
                 None,
             ));
         }
-        let attribution = self.app.attribution(&parts.headers, &who).map_err(|_| {
-            ErrorData::invalid_params("bad Memvault-Session or Memvault-Actor header", None)
-        })?;
+        // Checked from the headers by the HTTP layer, with the token.
+        let attribution = parts
+            .extensions
+            .get::<Attribution>()
+            .cloned()
+            .ok_or_else(|| internal("the request reached the tool unauthenticated"))?;
         // The slot the HTTP layer admitted this request to (its rate
         // counted once, there).
         let slot = parts

@@ -299,7 +299,7 @@ impl Slot {
 
     /// Close the vault (its pending records synced first) if no request
     /// holds it; true if it was open and is now closed.
-    fn close_if_free(&self, pool: &Pool) -> bool {
+    fn close_if_free(&self) -> bool {
         let Ok(mut st) = self.state.try_lock() else {
             return false;
         };
@@ -310,7 +310,6 @@ impl Slot {
             self.failed.store(true, Ordering::SeqCst);
         }
         drop(open);
-        let _ = pool;
         true
     }
 }
@@ -403,7 +402,7 @@ impl Pool {
             if self.open_count() < self.max_open {
                 break;
             }
-            slot.close_if_free(self);
+            slot.close_if_free();
         }
     }
 
@@ -419,10 +418,10 @@ impl Pool {
         for (id, slot) in slots {
             if !live(&id) {
                 slot.gone.store(true, Ordering::SeqCst);
-                slot.close_if_free(self);
+                slot.close_if_free();
                 lock(&self.slots).remove(&id);
             } else if now.saturating_sub(slot.last_used.load(Ordering::Relaxed)) > idle {
-                slot.close_if_free(self);
+                slot.close_if_free();
             }
         }
     }
@@ -432,7 +431,7 @@ impl Pool {
     pub fn forget(&self, id: &str) {
         if let Some(slot) = lock(&self.slots).remove(id) {
             slot.gone.store(true, Ordering::SeqCst);
-            slot.close_if_free(self);
+            slot.close_if_free();
         }
     }
 
