@@ -433,6 +433,16 @@ fn read_entry_at(file: &File, pos: u64, file_len: u64) -> Option<(u8, Vec<u8>, u
     Some((kind, body.to_vec(), total as u64))
 }
 
+/// The entry at `pos` is a record whose body starts with `generation`
+/// (a format-2 record: its generation first). Reads 17 bytes.
+fn same_generation_at(file: &File, pos: u64, generation: &[u8; 8]) -> bool {
+    let mut first = [0u8; 9 + 8];
+    file.read_exact_at(&mut first, pos).is_ok()
+        && &first[..4] == MAGIC
+        && first[4] == KIND_RECORD
+        && first[9..] == generation[..]
+}
+
 /// The head entry: the checkpoint the records build on.
 pub(crate) struct Head {
     pub generation: [u8; 8],
@@ -629,7 +639,13 @@ impl Wal {
         mut each: impl FnMut(Record) -> Result<(), WalError>,
     ) -> Result<(u64, Refs), WalError> {
         let want = if v2 { KIND_RECORD } else { KIND_RECORD_V1 };
-        while let Some((kind, body, len)) = read_entry_at(&self.file, pos, file_len) {
+        // An earlier generation's remains (what follows a fresh head until
+        // records overwrite it) end the log: tell them by their first
+        // bytes, without reading and checking the whole entry.
+        while !v2 || same_generation_at(&self.file, pos, &head.generation) {
+            let Some((kind, body, len)) = read_entry_at(&self.file, pos, file_len) else {
+                break;
+            };
             if kind != want {
                 break;
             }
