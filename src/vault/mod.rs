@@ -189,6 +189,8 @@ pub struct Vault {
     log: LogState,
     /// The name (hex id) of the keyslot this handle was unlocked with.
     unlocked_slot: Option<String>,
+    /// The access log, held open for appends (see `retention::access`).
+    access_log: std::cell::RefCell<Option<File>>,
 }
 
 pub(crate) fn fixed_signature() -> Result<Signature<'static>, git2::Error> {

@@ -260,6 +260,7 @@ impl Vault {
             wal,
             log: LogState::default(),
             unlocked_slot: None,
+            access_log: std::cell::RefCell::new(None),
         };
         let mut vault = vault;
         match vault.migrate() {

@@ -92,6 +92,8 @@ fn blob_moved_under_a_valid_mac_still_fails_to_open() {
         .repo
         .reference(MAIN_REF, new_commit, true, "forge")
         .unwrap();
+    // As a new process sees it (a running one follows its log).
+    vault.wal.forget_refs_seen();
     assert!(verify_commit_mac(&vault.repo, &vault.keys, new_commit));
     assert_eq!(read(&mut vault, "/memories/a.txt").unwrap(), b"alpha");
     match read(&mut vault, "/memories/b.txt") {
@@ -238,6 +240,7 @@ fn history_index_is_a_cache_that_never_changes_the_answer() {
         .reference(MAIN_REF, back.oid(), true, "test")
         .unwrap();
     vault.verified_tip = None;
+    vault.wal.forget_refs_seen();
     assert_eq!(walk_ids(&mut vault), longer[100..].to_vec());
     // An index sealed with another vault's key is ignored.
     let (_tmp2, mut other) = new_vault();
@@ -336,4 +339,82 @@ fn bucket_digits_cover_every_value() {
         assert_eq!(fanned_git_path(&g), g);
     }
     assert!(seen.iter().all(|l| l.iter().all(|&s| s)));
+}
+
+fn two_handles() -> (tempfile::TempDir, Vault, Vault) {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = KeyFileKey::generate();
+    let bytes = *key.expose_secret();
+    let dir = tmp.path().join("v");
+    let a = Vault::init(
+        &dir,
+        InitSecret::KeyFile(key),
+        VaultConfig::default(),
+        who(),
+    )
+    .unwrap();
+    let key2 = KeyFileKey::from_bytes(&bytes).unwrap();
+    let b = Vault::open(&dir, &Unlock::KeyFile(&key2), who()).unwrap();
+    (tmp, a, b)
+}
+
+#[test]
+fn views_recorded_after_another_handle_compacted_the_access_log_are_kept() {
+    use crate::vault::retention::access::Kind;
+    let (_tmp, a, b) = two_handles();
+    let id = crate::crypto::FileKeyId([7; 16]);
+    // a holds the log open from its first append on.
+    a.record_access(&[(id, Kind::Viewed, 1_000)]);
+    // b rewrites it (as `expire` does): a new file takes its name.
+    let table = b.access_table().unwrap();
+    assert_eq!(table[&id].viewed_ms, Some(1_000));
+    b.compact_access(&table).unwrap();
+    // a's next view lands in the log that has the name now.
+    a.record_access(&[(id, Kind::Viewed, 2_000)]);
+    assert_eq!(b.access_table().unwrap()[&id].viewed_ms, Some(2_000));
+    // And again, when the log was removed outright.
+    std::fs::remove_file(b.dir().join("memvault/access")).unwrap();
+    a.record_access(&[(id, Kind::Viewed, 3_000)]);
+    assert_eq!(b.access_table().unwrap()[&id].viewed_ms, Some(3_000));
+}
+
+#[test]
+fn a_running_handle_follows_its_log_not_a_ref_moved_under_it_and_a_new_one_sees_the_move() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = KeyFileKey::generate();
+    let bytes = *key.expose_secret();
+    let dir = tmp.path().join("v");
+    let mut a = Vault::init(
+        &dir,
+        InitSecret::KeyFile(key),
+        VaultConfig::default(),
+        who(),
+    )
+    .unwrap();
+    put(&mut a, "/memories/x.txt", b"one");
+    a.checkpoint().unwrap();
+    put(&mut a, "/memories/x.txt", b"two");
+    a.checkpoint().unwrap();
+    assert_eq!(read(&mut a, "/memories/x.txt").unwrap(), b"two");
+    // verify remembers the newest tip it has seen.
+    assert!(a.verify().unwrap().ok());
+    // Main moved back outside memvault (a rollback).
+    let tip = a.checked_tip().unwrap().unwrap();
+    let parent = a.repo.find_commit(tip).unwrap().parent_id(0).unwrap();
+    a.repo
+        .reference(MAIN_REF, parent, true, "rollback")
+        .unwrap();
+    // The running handle still answers from its log: the newest content.
+    assert_eq!(read(&mut a, "/memories/x.txt").unwrap(), b"two");
+    // verify judges the ref files as they are, in this handle as in a new
+    // one, and finds the rollback.
+    let problems = |v: &mut Vault| {
+        let report = v.verify().unwrap();
+        assert!(!report.ok());
+        format!("{:?}", report.problems)
+    };
+    assert!(problems(&mut a).contains("roll"), "{}", problems(&mut a));
+    let key2 = KeyFileKey::from_bytes(&bytes).unwrap();
+    let mut b = Vault::open(&dir, &Unlock::KeyFile(&key2), who()).unwrap();
+    assert!(problems(&mut b).contains("roll"), "{}", problems(&mut b));
 }

@@ -361,6 +361,9 @@ fn remember<K: std::hash::Hash + Eq, V>(map: &RefCell<HashMap<K, V>>, k: K, v: V
 }
 
 /// One state of the vault's tree, readable through [`Snapshot`].
+/// What a path names in a tree: its object and kind, if anything.
+type Located = Option<(Oid, NodeKind)>;
+
 pub struct VaultSnapshot<'a> {
     repo: &'a Repository,
     odb: Option<Odb<'a>>,
@@ -369,6 +372,9 @@ pub struct VaultSnapshot<'a> {
     caches: &'a Caches,
     /// None: the empty tree.
     tree: Option<Tree<'a>>,
+    /// The last path [`entry`](Self::entry) answered, and its answer (a
+    /// view asks for the kind, then reads: one walk of the tree).
+    last_entry: RefCell<Option<(MemoryPath, Located)>>,
 }
 
 fn damaged(what: &str) -> StoreError {
@@ -390,6 +396,7 @@ impl<'a> VaultSnapshot<'a> {
             key_state,
             caches,
             tree,
+            last_entry: RefCell::new(None),
         }
     }
 
@@ -402,7 +409,14 @@ impl<'a> VaultSnapshot<'a> {
 
     /// The object a path names: its id and whether it is a blob or a tree.
     pub(crate) fn entry(&self, path: &MemoryPath) -> Result<Option<(Oid, NodeKind)>, StoreError> {
-        Ok(self.locate(path)?.1)
+        if let Some((p, at)) = &*self.last_entry.borrow()
+            && p == path
+        {
+            return Ok(*at);
+        }
+        let at = self.locate(path)?.1;
+        *self.last_entry.borrow_mut() = Some((path.clone(), at));
+        Ok(at)
     }
 
     /// Where `path` is in this tree: its git path there and what it names.

@@ -188,6 +188,8 @@ impl Vault {
     /// not returned as errors; an `Err` means verify itself could not run.
     pub fn verify(&mut self) -> Result<VerifyReport, VaultError> {
         self.wal.catch_up(&self.repo)?;
+        // The ref files as they are now, even under a running process.
+        self.wal.forget_refs_seen();
         // Every pack whole, not only the entries of the objects read: a
         // damaged pack refuses every read, so verify cannot run past it.
         objects::check_packs(&self.repo)?;

@@ -68,8 +68,26 @@ impl Vault {
         // At most 2,000 entries per record keeps the length within u16.
         for chunk in entries.chunks(2_000) {
             let record = self.seal_access_record(chunk);
-            let _ = crate::vault::fsx::open_append(&self.dir.join(ACCESS_FILE))
-                .and_then(|mut f| f.write_all(&record));
+            let _ = self.append_access_bytes(&record);
+        }
+    }
+
+    /// Append to the access log through the handle this vault holds,
+    /// opened again when the log was replaced (compaction renames a new
+    /// one into place: the one held then has no name left) or removed.
+    fn append_access_bytes(&self, record: &[u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let mut held = self.access_log.borrow_mut();
+        let current = held
+            .as_ref()
+            .is_some_and(|f| f.metadata().is_ok_and(|m| m.nlink() > 0));
+        if !current {
+            *held = None;
+            *held = Some(crate::vault::fsx::open_append(&self.dir.join(ACCESS_FILE))?);
+        }
+        match held.as_mut() {
+            Some(f) => f.write_all(record),
+            None => Ok(()),
         }
     }
 
