@@ -251,6 +251,7 @@ impl Vault {
 
     /// [`tip`](Self::tip), as git's id.
     pub(crate) fn checked_tip(&mut self) -> Result<Option<Oid>, VaultError> {
+        objects::new_request(&self.repo);
         let Some(tip) = self.wal.ref_target(&self.repo, MAIN_REF)? else {
             return Ok(None);
         };
@@ -334,6 +335,7 @@ impl Vault {
 
     /// [`snapshot_at`](Self::snapshot_at) by git's id.
     pub(crate) fn snapshot_of(&self, commit: Option<Oid>) -> Result<VaultSnapshot<'_>, VaultError> {
+        objects::new_request(&self.repo);
         Ok(VaultSnapshot::new(
             &self.repo,
             &self.keys,

@@ -46,7 +46,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{LazyLock, Mutex};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use git2::{Blob, Commit, ObjectType, OdbObject, Oid, Repository, Tree};
 use sha1::{Digest, Sha1};
@@ -103,6 +103,9 @@ struct Known {
     settled: bool,
     /// A `multi-pack-index` was seen in the pack directory.
     midx: bool,
+    /// When the pack directory was last looked at by [`check`] (None:
+    /// look at the next check; see [`new_request`]).
+    looked: Option<Instant>,
 }
 
 /// Size, modification time, inode and change time of a file, to see it
@@ -345,14 +348,30 @@ pub(crate) fn check(repo: &Repository, id: Oid) -> Result<(), ObjectError> {
         if k.memory.contains(&id) {
             return Ok(true);
         }
-        refresh_packs(repo, k, false, false)?;
+        // The pack directory is looked at once per read (see new_request;
+        // and at least every LOOK_EVERY): libgit2 lists the packs again
+        // only when an id is found nowhere, and the look below comes
+        // before saying so.
+        let looked = k.looked.is_some_and(|t| t.elapsed() < LOOK_EVERY);
+        if !looked {
+            refresh_packs(repo, k, false, false)?;
+            k.looked = Some(Instant::now());
+        } else {
+            refused(k)?;
+        }
         if k.loose.contains(&id) || k.elsewhere.contains(&id) {
             return Ok(true);
+        }
+        let mut in_packs = check_in_packs(k, id)?;
+        if !in_packs && looked {
+            refresh_packs(repo, k, false, false)?;
+            k.looked = Some(Instant::now());
+            in_packs = check_in_packs(k, id)?;
         }
         // libgit2 searches the packs before the loose files (its packed
         // backend has the higher priority): an id found in a pack is read
         // from there, and its loose file, if any, never.
-        if check_in_packs(k, id)? {
+        if in_packs {
             if k.elsewhere.len() >= KNOWN_LIMIT {
                 k.elsewhere.clear();
             }
@@ -365,6 +384,16 @@ pub(crate) fn check(repo: &Repository, id: Oid) -> Result<(), ObjectError> {
         load_loose(repo, id, false)?;
     }
     Ok(())
+}
+
+/// How long [`check`] goes without looking at the pack directory within
+/// one request.
+const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// A new read starts (a tip is checked, a snapshot taken): the next
+/// [`check`] looks at the pack directory.
+pub(crate) fn new_request(repo: &Repository) {
+    with_known(repo, |k| k.looked = None);
 }
 
 /// Put a new object into `repo`'s in-memory store (see `wal::install_odb`)
