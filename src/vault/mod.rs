@@ -193,6 +193,13 @@ pub struct Vault {
     access_log: std::cell::RefCell<Option<File>>,
 }
 
+/// The number of files in one tree (see [`Vault::known_file_count`]).
+#[derive(Debug, Clone, Copy)]
+pub struct FileCount {
+    tree: Oid,
+    files: usize,
+}
+
 pub(crate) fn fixed_signature() -> Result<Signature<'static>, git2::Error> {
     Signature::new("memvault", "memvault", &git2::Time::new(0, 0))
 }
@@ -298,6 +305,29 @@ impl Vault {
     /// Where `refs/memvault/keys` points now (see [`Wal::ref_target`]).
     pub(crate) fn keys_target(&mut self) -> Result<Option<Oid>, VaultError> {
         Ok(self.wal.ref_target(&self.repo, keys::KEYS_REF)?)
+    }
+
+    /// The number of files at the tip, if this handle has counted them
+    /// (a write that may create a file does): with its tree's id, for
+    /// [`Vault::seed_file_count`] on a later handle of the same vault.
+    pub fn known_file_count(&self) -> Option<FileCount> {
+        let tip = self.wal.tail_target(MAIN_REF)?;
+        let tree = match *self.caches.commit_tree.borrow() {
+            Some((commit, tree)) if commit == tip => tree,
+            _ => {
+                objects::check(&self.repo, tip).ok()?;
+                self.repo.find_commit(tip).ok()?.tree_id()
+            }
+        };
+        let files = self.caches.count_of(tree)?;
+        Some(FileCount { tree, files })
+    }
+
+    /// Take a count an earlier handle made ([`Vault::known_file_count`]):
+    /// a tree's id names its content, so the count holds for that tree
+    /// whoever reads it; a tree that has changed since is counted again.
+    pub fn seed_file_count(&self, count: FileCount) {
+        self.caches.remember_count(count.tree, count.files);
     }
 
     fn tree_of(&self, commit: Option<Oid>) -> Result<Option<git2::Tree<'_>>, VaultError> {

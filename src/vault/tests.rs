@@ -418,3 +418,59 @@ fn a_running_handle_follows_its_log_not_a_ref_moved_under_it_and_a_new_one_sees_
     let mut b = Vault::open(&dir, &Unlock::KeyFile(&key2), who()).unwrap();
     assert!(problems(&mut b).contains("roll"), "{}", problems(&mut b));
 }
+
+#[test]
+fn a_file_count_carried_to_a_new_handle_is_used_for_its_tree_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = KeyFileKey::generate();
+    let bytes = *key.expose_secret();
+    let dir = tmp.path().join("v");
+    let config = VaultConfig {
+        max_files: 3,
+        ..VaultConfig::default()
+    };
+    let mut a = Vault::init(&dir, InitSecret::KeyFile(key), config, who()).unwrap();
+    put(&mut a, "/memories/one.txt", b"1");
+    let first = a.known_file_count().expect("a create counts the files");
+    assert_eq!(first.files, 1);
+    put(&mut a, "/memories/two.txt", b"2");
+    let count = a.known_file_count().unwrap();
+    assert_eq!(count.files, 2);
+    assert_ne!(first.tree, count.tree);
+    let stale = FileCount {
+        tree: first.tree,
+        files: 3,
+    };
+    drop(a);
+    let open = || {
+        let key = KeyFileKey::from_bytes(&bytes).unwrap();
+        Vault::open(&dir, &Unlock::KeyFile(&key), who()).unwrap()
+    };
+    // A count said to be at the limit, for the tip's tree: the create is
+    // refused without counting (the count is taken as it is given).
+    let mut b = open();
+    b.seed_file_count(FileCount {
+        tree: count.tree,
+        files: 3,
+    });
+    let refused = b.write(&mut |_| {
+        Ok(Outcome {
+            result: ToolResult::ok("ok"),
+            mutation: Some(Mutation {
+                op: Op::Create,
+                change: Change::Write {
+                    path: MemoryPath::parse("/memories/three.txt").unwrap(),
+                    content: Zeroizing::new(b"3".to_vec()),
+                },
+                facts: ChangeFacts::default(),
+            }),
+        })
+    });
+    assert!(refused.is_err(), "the seeded count was not used");
+    drop(b);
+    // A count for a tree that is no longer the tip's changes nothing.
+    let mut c = open();
+    c.seed_file_count(stale);
+    put(&mut c, "/memories/three.txt", b"3");
+    assert_eq!(c.known_file_count().unwrap().files, 3);
+}

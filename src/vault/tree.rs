@@ -267,6 +267,11 @@ impl Caches {
         remember(&self.counts, tree, files);
     }
 
+    /// The file count of `tree`, if this process has it.
+    pub(crate) fn count_of(&self, tree: Oid) -> Option<usize> {
+        self.counts.borrow().get(&tree).copied()
+    }
+
     /// Remember the entries of a tree just written.
     pub(crate) fn remember_tree(&self, tree: Oid, entries: Entries) {
         let size: usize = entries.iter().map(|e| e.name.len() + 64).sum();

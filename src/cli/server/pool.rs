@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use super::registry::HexKey;
 use crate::crypto::Unlock;
 use crate::memory::{Memory, Store};
-use crate::vault::{Attribution, Vault, VaultConfig, VaultError, fsync};
+use crate::vault::{Attribution, FileCount, Vault, VaultConfig, VaultError, fsync};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -90,6 +90,8 @@ pub struct Slot {
     state: Mutex<Option<Open>>,
     /// Log records appended through this slot (numbered from 1).
     appended: AtomicU64,
+    /// The file count the vault last held when it was closed.
+    file_count: Mutex<Option<FileCount>>,
     /// The highest record number known durable; held while syncing.
     synced: Mutex<u64>,
     /// Milliseconds since the pool started, at the last request.
@@ -154,6 +156,9 @@ impl Slot {
                     .into(),
                 )
             })?;
+            if let Some(count) = *lock(&self.file_count) {
+                vault.seed_file_count(count);
+            }
             vault.defer_checkpoints(true);
             // The objects written since a checkpoint are held in memory
             // until it: with hundreds of vaults open, each keeps little.
@@ -309,6 +314,8 @@ impl Slot {
         if fsync::sync_data(&open.log).is_err() {
             self.failed.store(true, Ordering::SeqCst);
         }
+        // The next open's first create does not count every file again.
+        *lock(&self.file_count) = open.vault.known_file_count();
         drop(open);
         true
     }
@@ -373,6 +380,7 @@ impl Pool {
                     key: key.clone(),
                     state: Mutex::new(None),
                     appended: AtomicU64::new(0),
+                    file_count: Mutex::new(None),
                     synced: Mutex::new(0),
                     last_used: AtomicU64::new(self.now()),
                     bucket: Mutex::new(Bucket {
