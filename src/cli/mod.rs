@@ -501,11 +501,24 @@ impl On<'_> {
 
 /// Build the command executor for a vault's settings.
 pub(crate) fn memory_for(config: &VaultConfig) -> Result<Memory, CliError> {
+    memory_with(config, false)
+}
+
+/// [`memory_for`], its filter's rules all compiled now: for an executor
+/// several tenants share (see [`Redactor::compile_all`]).
+pub(crate) fn shared_memory_for(config: &VaultConfig) -> Result<Memory, CliError> {
+    memory_with(config, true)
+}
+
+fn memory_with(config: &VaultConfig, compile_all: bool) -> Result<Memory, CliError> {
     let redactor = Redactor::new(&config.redaction).map_err(|e| {
         CliError::failure(format!(
             "invalid redaction settings: {e} (change them with `memvault config set`)"
         ))
     })?;
+    if compile_all {
+        redactor.compile_all();
+    }
     Ok(crate::memory_for_config(config, redactor))
 }
 

@@ -356,6 +356,26 @@ impl Engine {
     /// idempotent: running the filter on its own output finds nothing.
     ///
     /// Also returns the redacted text when it was built along the way.
+    /// Compile every rule's pattern now rather than at its first hit
+    /// (where one filter serves several tenants, the time of a first hit
+    /// would show another tenant wrote that kind of secret first).
+    pub(crate) fn compile_all(&self) {
+        for p in &self.patterns {
+            if let Kind::Re { re, src, .. } = &p.kind {
+                re.get_or_init(|| Regex::new(src).ok());
+            }
+        }
+    }
+
+    /// Every rule's pattern is compiled (see [`Engine::compile_all`]).
+    #[cfg(test)]
+    pub(crate) fn all_compiled(&self) -> bool {
+        self.patterns.iter().all(|p| match &p.kind {
+            Kind::Re { re, .. } => re.get().is_some_and(Option::is_some),
+            _ => true,
+        })
+    }
+
     pub(crate) fn scan(&self, text: &str) -> (Vec<Found>, Option<String>) {
         let mut found = self.scan_once(text, None, &[]);
         let mut fresh = vec![true; found.len()];

@@ -2246,3 +2246,11 @@ mod adversarial {
         );
     }
 }
+
+#[test]
+fn compile_all_leaves_no_rule_to_compile_at_its_first_hit() {
+    let r = Redactor::new(&RedactConfig::default()).unwrap();
+    assert!(!r.engine.all_compiled(), "rules compile lazily by default");
+    r.compile_all();
+    assert!(r.engine.all_compiled());
+}

@@ -352,7 +352,8 @@ impl Pool {
             return Ok(m.clone());
         }
         let memory = Arc::new(
-            super::super::memory_for(config).map_err(|e| PoolError::Unavailable(e.message))?,
+            super::super::shared_memory_for(config)
+                .map_err(|e| PoolError::Unavailable(e.message))?,
         );
         if memories.len() < 64 {
             memories.push((config.clone(), memory.clone()));
