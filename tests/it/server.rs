@@ -1250,3 +1250,63 @@ fn a_registry_put_back_or_changed_under_a_running_server_is_refused() {
         "{log}"
     );
 }
+
+#[test]
+fn tenants_added_at_once_to_a_new_root_all_land_in_one_root() {
+    // No tenant yet: the root does not exist.
+    let r = Root::new(&[]);
+    assert!(!r.root.exists());
+    let names = ["t0", "t1", "t2", "t3", "t4", "t5"];
+    let children: Vec<_> = names
+        .iter()
+        .map(|n| {
+            r.tenant()
+                .args(["add", n, "--root"])
+                .arg(&r.root)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut tokens = HashMap::new();
+    for (n, c) in names.iter().zip(children) {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "tenant add {n}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        tokens.insert(
+            *n,
+            String::from_utf8(out.stdout).unwrap().trim().to_string(),
+        );
+    }
+    let out = r
+        .tenant()
+        .args(["list", "--json", "--root"])
+        .arg(&r.root)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed = String::from_utf8_lossy(&out.stdout);
+    for n in names {
+        assert!(
+            listed.contains(&format!("\"{n}\"")),
+            "{n} missing: {listed}"
+        );
+    }
+    // Every token printed opens its own tenant's vault.
+    let server = r.start(&[]);
+    for (n, token) in &tokens {
+        let reply = server.memory(
+            token,
+            json!({"command": "create", "path": "/memories/who.md", "file_text": *n}),
+        );
+        assert_eq!(reply["is_error"], false, "{n}: {reply}");
+    }
+}

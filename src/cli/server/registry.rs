@@ -270,6 +270,10 @@ impl Root {
                     .map_err(|e| io_err("read", dir, &e))?
                     .next()
                     .is_none();
+            if !empty && dir.join(STATE).is_dir() && !dir.join(FORMAT).exists() {
+                // Another process is creating this root.
+                return Self::wait_then_open(dir, secret);
+            }
             if !empty {
                 return Err(CliError::failure(format!(
                     "{} exists and is not a memvault server root; give an empty or new directory",
@@ -284,12 +288,25 @@ impl Root {
                 .map_err(|e| CliError::failure(format!("cannot derive the root key: {e}")))?,
         };
         let keys = ServerKeys::derive(&keyring).map_err(|_| damaged("its keyring is empty"))?;
-        for d in [dir.to_path_buf(), dir.join(STATE), dir.join(TENANTS)] {
-            match fsx::mkdir_private(&d) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io_err("create", &d, &e)),
+        match fsx::mkdir_private(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_err("create", dir, &e)),
+        }
+        // Making the state directory claims the creation: a second
+        // `tenant add` racing this one waits for the root to be whole and
+        // then opens it, rather than writing a keyslot of its own over it.
+        match fsx::mkdir_new_private(&dir.join(STATE)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Self::wait_then_open(dir, secret);
             }
+            Err(e) => return Err(io_err("create", &dir.join(STATE), &e)),
+        }
+        match fsx::mkdir_private(&dir.join(TENANTS)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_err("create", &dir.join(TENANTS), &e)),
         }
         let root = Root {
             dir: dir.to_path_buf(),
@@ -308,6 +325,22 @@ impl Root {
             .map_err(|e| io_err("write", &dir.join(FORMAT), &e))?;
         sync_dir(dir);
         Ok(root)
+    }
+
+    /// Another process is creating the root at `dir`: open it once its
+    /// format file is there (a creation takes well under a second).
+    fn wait_then_open(dir: &Path, secret: &Secret) -> Result<Root, CliError> {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !dir.join(FORMAT).exists() {
+            if std::time::Instant::now() > until {
+                return Err(CliError::failure(format!(
+                    "{} holds a server root whose creation did not finish (memvault-server/ without its format file); if no other memvault is creating it, remove the directory and run the command again",
+                    dir.display()
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Self::open(dir, secret, false)
     }
 
     pub fn keys(&self) -> &ServerKeys {

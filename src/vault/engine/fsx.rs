@@ -188,6 +188,12 @@ pub(crate) fn mkdir_private(path: &Path) -> io::Result<()> {
     }
 }
 
+/// Create the directory `path` (mode 0700), failing with `AlreadyExists`
+/// if anything is there: the caller is the one that made it.
+pub(crate) fn mkdir_new_private(path: &Path) -> io::Result<()> {
+    DirBuilder::new().mode(DIR_MODE).create(path)
+}
+
 /// `path` is a directory, not a link to one.
 pub(crate) fn check_real_dir(path: &Path) -> io::Result<()> {
     let m = fs::symlink_metadata(path)?;
