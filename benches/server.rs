@@ -23,7 +23,9 @@
 //! 16 clients, 3 s, 1,000 touched).
 //!
 //! The roots are made once and kept under `target/bench-vaults/` (their
-//! tokens beside them, mode 0600); later runs reuse them. Everything talks
+//! tokens beside them, mode 0600); later runs reuse them. The load runs
+//! in a fresh copy of its root (`cp -a`), so every run starts from the
+//! same vaults; the memory part only views. Everything talks
 //! to 127.0.0.1 only and stops by itself.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -102,9 +104,28 @@ fn note(seed: u64) -> String {
 
 /// A root of `n` tenants under target/bench-vaults (made once): its
 /// directory, key file and tokens (in tenant order).
+/// A copy of `root` (the pristine one [`root_of`] made) for one run to
+/// write into, made afresh each time: every run starts from the same
+/// vaults, not from what the runs before it wrote.
+fn fresh_copy(root: &Path) -> PathBuf {
+    let run = root.with_file_name("run");
+    let _ = std::fs::remove_dir_all(&run);
+    let ok = Command::new("cp")
+        .arg("-a")
+        .arg(root)
+        .arg(&run)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "cp -a of the bench root failed");
+    run
+}
+
 fn root_of(n: usize) -> (PathBuf, PathBuf, Vec<String>) {
-    let dir =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("target/bench-vaults/server-{n}"));
+    // (v2: the load runs in a copy; roots made before were written by
+    // earlier runs.)
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("target/bench-vaults/server-v2-{n}"));
     let (root, key, tokens) = (dir.join("root"), dir.join("server.key"), dir.join("tokens"));
     if !tokens.exists() {
         let _ = std::fs::remove_dir_all(&dir);
@@ -464,7 +485,8 @@ fn main() {
     if let Some(m) = &mem_open {
         mem_extra.extend(["--max-open", m.as_str()]);
     }
-    let (root, key, tokens) = root_of(a.tenants);
+    let (pristine, key, tokens) = root_of(a.tenants);
+    let root = fresh_copy(&pristine);
     let epoch = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
