@@ -25,6 +25,23 @@ fn new_vault() -> (tempfile::TempDir, Vault) {
     (tmp, vault)
 }
 
+/// A new vault at `<tmp>/v` under a fresh key file, with the key's bytes
+/// (for [`reopen`]).
+fn new_vault_with(config: VaultConfig) -> (tempfile::TempDir, PathBuf, [u8; 32], Vault) {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = KeyFileKey::generate();
+    let bytes = *key.expose_secret();
+    let dir = tmp.path().join("v");
+    let vault = Vault::init(&dir, InitSecret::KeyFile(key), config, who()).unwrap();
+    (tmp, dir, bytes, vault)
+}
+
+/// Another handle on the vault at `dir`, as a new process would open it.
+fn reopen(dir: &Path, bytes: &[u8; 32]) -> Vault {
+    let key = KeyFileKey::from_bytes(bytes).unwrap();
+    Vault::open(dir, &Unlock::KeyFile(&key), who()).unwrap()
+}
+
 fn put(vault: &mut Vault, path: &str, content: &[u8]) {
     let path = MemoryPath::parse(path).unwrap();
     let content = content.to_vec();
@@ -168,19 +185,8 @@ fn edits_and_renames_keep_the_file_key() {
 
 #[test]
 fn a_second_handle_sees_new_file_keys_written_by_the_first() {
-    let tmp = tempfile::tempdir().unwrap();
-    let key = KeyFileKey::generate();
-    let bytes = *key.expose_secret();
-    let dir = tmp.path().join("v");
-    let mut a = Vault::init(
-        &dir,
-        InitSecret::KeyFile(key),
-        VaultConfig::default(),
-        who(),
-    )
-    .unwrap();
-    let key2 = KeyFileKey::from_bytes(&bytes).unwrap();
-    let mut b = Vault::open(&dir, &Unlock::KeyFile(&key2), who()).unwrap();
+    let (_tmp, dir, bytes, mut a) = new_vault_with(VaultConfig::default());
+    let mut b = reopen(&dir, &bytes);
     put(&mut a, "/memories/new.txt", b"fresh");
     // b's key table is stale until it refreshes, which read() does.
     let got = b
@@ -342,19 +348,8 @@ fn bucket_digits_cover_every_value() {
 }
 
 fn two_handles() -> (tempfile::TempDir, Vault, Vault) {
-    let tmp = tempfile::tempdir().unwrap();
-    let key = KeyFileKey::generate();
-    let bytes = *key.expose_secret();
-    let dir = tmp.path().join("v");
-    let a = Vault::init(
-        &dir,
-        InitSecret::KeyFile(key),
-        VaultConfig::default(),
-        who(),
-    )
-    .unwrap();
-    let key2 = KeyFileKey::from_bytes(&bytes).unwrap();
-    let b = Vault::open(&dir, &Unlock::KeyFile(&key2), who()).unwrap();
+    let (tmp, dir, bytes, a) = new_vault_with(VaultConfig::default());
+    let b = reopen(&dir, &bytes);
     (tmp, a, b)
 }
 
@@ -380,17 +375,7 @@ fn views_recorded_after_another_handle_compacted_the_access_log_are_kept() {
 
 #[test]
 fn a_running_handle_follows_its_log_not_a_ref_moved_under_it_and_a_new_one_sees_the_move() {
-    let tmp = tempfile::tempdir().unwrap();
-    let key = KeyFileKey::generate();
-    let bytes = *key.expose_secret();
-    let dir = tmp.path().join("v");
-    let mut a = Vault::init(
-        &dir,
-        InitSecret::KeyFile(key),
-        VaultConfig::default(),
-        who(),
-    )
-    .unwrap();
+    let (_tmp, dir, bytes, mut a) = new_vault_with(VaultConfig::default());
     put(&mut a, "/memories/x.txt", b"one");
     a.checkpoint().unwrap();
     put(&mut a, "/memories/x.txt", b"two");
@@ -414,22 +399,16 @@ fn a_running_handle_follows_its_log_not_a_ref_moved_under_it_and_a_new_one_sees_
         format!("{:?}", report.problems)
     };
     assert!(problems(&mut a).contains("roll"), "{}", problems(&mut a));
-    let key2 = KeyFileKey::from_bytes(&bytes).unwrap();
-    let mut b = Vault::open(&dir, &Unlock::KeyFile(&key2), who()).unwrap();
+    let mut b = reopen(&dir, &bytes);
     assert!(problems(&mut b).contains("roll"), "{}", problems(&mut b));
 }
 
 #[test]
 fn a_file_count_carried_to_a_new_handle_is_used_for_its_tree_only() {
-    let tmp = tempfile::tempdir().unwrap();
-    let key = KeyFileKey::generate();
-    let bytes = *key.expose_secret();
-    let dir = tmp.path().join("v");
-    let config = VaultConfig {
+    let (_tmp, dir, bytes, mut a) = new_vault_with(VaultConfig {
         max_files: 3,
         ..VaultConfig::default()
-    };
-    let mut a = Vault::init(&dir, InitSecret::KeyFile(key), config, who()).unwrap();
+    });
     put(&mut a, "/memories/one.txt", b"1");
     let first = a.known_file_count().expect("a create counts the files");
     assert_eq!(first.files, 1);
@@ -442,10 +421,7 @@ fn a_file_count_carried_to_a_new_handle_is_used_for_its_tree_only() {
         files: 3,
     };
     drop(a);
-    let open = || {
-        let key = KeyFileKey::from_bytes(&bytes).unwrap();
-        Vault::open(&dir, &Unlock::KeyFile(&key), who()).unwrap()
-    };
+    let open = || reopen(&dir, &bytes);
     // A count said to be at the limit, for the tip's tree: the create is
     // refused without counting (the count is taken as it is given).
     let mut b = open();

@@ -82,6 +82,23 @@ impl Root {
         token
     }
 
+    /// `tenant ARGS... --root ROOT`, which must succeed; its stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self
+            .tenant()
+            .args(args)
+            .arg("--root")
+            .arg(&self.root)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "tenant {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
     /// `tenant token NAME ARGS...`; the token printed, if any.
     pub fn token(&self, name: &str, args: &[&str]) -> (bool, String, String) {
         let out = self
@@ -350,17 +367,7 @@ fn tenants_get_tokens_once_and_rotation_revocation_and_removal_take_effect_at_on
 
     // Removal: the token stops working and the vault is gone.
     let dirs_before = std::fs::read_dir(r.root.join("tenants")).unwrap().count();
-    let out = r
-        .tenant()
-        .args(["remove", "alice", "--root"])
-        .arg(&r.root)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    r.ok(&["remove", "alice"]);
     assert_eq!(s.view_status(&rotated), 401);
     assert_eq!(
         std::fs::read_dir(r.root.join("tenants")).unwrap().count(),
@@ -1282,18 +1289,7 @@ fn tenants_added_at_once_to_a_new_root_all_land_in_one_root() {
             String::from_utf8(out.stdout).unwrap().trim().to_string(),
         );
     }
-    let out = r
-        .tenant()
-        .args(["list", "--json", "--root"])
-        .arg(&r.root)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let listed = String::from_utf8_lossy(&out.stdout);
+    let listed = r.ok(&["list", "--json"]);
     for n in names {
         assert!(
             listed.contains(&format!("\"{n}\"")),
