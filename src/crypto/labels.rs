@@ -53,6 +53,9 @@ pub const SERVER_SALT: &[u8] = b"memvault server v1";
 pub const SERVER_REGISTRY: &[u8] = b"memvault server registry";
 /// HKDF info: HMAC-SHA256 key under which bearer tokens are stored hashed.
 pub const SERVER_TOKEN: &[u8] = b"memvault server token";
+/// HKDF info: HMAC-SHA256 key of the root's high-water mark (the newest
+/// registry generation this root has served).
+pub const SERVER_SEEN: &[u8] = b"memvault server seen";
 /// Magic of a sealed tenant registry.
 pub const REGISTRY_MAGIC: &[u8; 4] = b"MVSR";
 /// Associated data of the sealed registry.

@@ -13,10 +13,11 @@ use zeroize::Zeroizing;
 use super::primitives::{SecretBytes, hkdf, hmac, open, seal};
 use super::{CryptoError, Keyring, labels};
 
-/// The registry and token keys of one server root.
+/// The registry, token and high-water mark keys of one server root.
 pub struct ServerKeys {
     registry: SecretBytes<32>,
     token: SecretBytes<32>,
+    seen: SecretBytes<32>,
 }
 
 impl std::fmt::Debug for ServerKeys {
@@ -38,6 +39,7 @@ impl ServerKeys {
         Ok(ServerKeys {
             registry: hkdf(labels::SERVER_SALT, ikm, labels::SERVER_REGISTRY),
             token: hkdf(labels::SERVER_SALT, ikm, labels::SERVER_TOKEN),
+            seen: hkdf(labels::SERVER_SALT, ikm, labels::SERVER_SEEN),
         })
     }
 
@@ -65,6 +67,28 @@ impl ServerKeys {
         )
     }
 
+    /// The high-water mark file's bytes for `generation`: the generation
+    /// (8 bytes, little-endian) and its HMAC-SHA256.
+    pub fn seal_seen(&self, generation: u64) -> Vec<u8> {
+        let g = generation.to_le_bytes();
+        let tag: [u8; 32] = hmac(self.seen.expose(), &[&g])
+            .finalize()
+            .into_bytes()
+            .into();
+        let mut out = g.to_vec();
+        out.extend_from_slice(&tag);
+        out
+    }
+
+    /// The generation a high-water mark file names, if its tag checks out.
+    pub fn open_seen(&self, bytes: &[u8]) -> Option<u64> {
+        let (g, tag) = (bytes.get(..8)?, bytes.get(8..)?);
+        if tag.len() != 32 || hmac(self.seen.expose(), &[g]).verify_slice(tag).is_err() {
+            return None;
+        }
+        Some(u64::from_le_bytes(g.try_into().ok()?))
+    }
+
     /// What the registry stores of a token.
     pub fn token_hash(&self, token: &[u8]) -> [u8; 32] {
         hmac(self.token.expose(), &[token])
@@ -85,6 +109,22 @@ impl ServerKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_high_water_mark_opens_only_as_written_and_with_its_key() {
+        let keys = ServerKeys::derive(&Keyring::new_random()).unwrap();
+        let other = ServerKeys::derive(&Keyring::new_random()).unwrap();
+        let mark = keys.seal_seen(41);
+        assert_eq!(keys.open_seen(&mark), Some(41));
+        assert_eq!(other.open_seen(&mark), None);
+        for i in 0..mark.len() {
+            let mut bad = mark.clone();
+            bad[i] ^= 1;
+            assert_eq!(keys.open_seen(&bad), None, "byte {i}");
+        }
+        assert_eq!(keys.open_seen(&mark[..39]), None);
+        assert_eq!(keys.open_seen(&[mark.clone(), vec![0]].concat()), None);
+    }
 
     #[test]
     fn registry_round_trips_and_refuses_any_change_or_other_key() {

@@ -1306,3 +1306,44 @@ fn tenants_added_at_once_to_a_new_root_all_land_in_one_root() {
         assert_eq!(reply["is_error"], false, "{n}: {reply}");
     }
 }
+
+/// A registry put back to an older copy while no server runs (to revive a
+/// revoked token across a restart) is refused: the server does not start
+/// on it, and `tenant` commands refuse it, until the newer one is back.
+#[test]
+fn a_registry_put_back_across_a_restart_is_refused() {
+    let r = Root::new(&[("alice", "memory")]);
+    let registry = r.root.join("memvault-server/registry");
+    let before = std::fs::read(&registry).unwrap();
+    let (ok, _new, _) = r.token("alice", &["--revoke"]);
+    assert!(ok);
+    let after = std::fs::read(&registry).unwrap();
+    std::fs::write(&registry, &before).unwrap();
+    let mut server = tenant_cmd(&r.key);
+    server
+        .arg("server")
+        .arg("--root")
+        .arg(&r.root)
+        .args(["--listen", "127.0.0.1:0"]);
+    let out = crate::util::run_bounded(&mut server, "", Duration::from_secs(20))
+        .expect("the server started on a registry older than one it had used");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "the server started: {err}");
+    assert!(err.contains("older"), "{err}");
+    let out = r
+        .tenant()
+        .args(["list", "--root"])
+        .arg(&r.root)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    // The revoked token stays revoked: nothing was changed by the refusals.
+    std::fs::write(&registry, &after).unwrap();
+    let s = r.start(&[]);
+    let view = r#"{"command":"view","path":"/memories"}"#;
+    assert_eq!(
+        s.req("POST", "/v1/memory", Some(&r.tokens["alice"]), view)
+            .0,
+        401
+    );
+}

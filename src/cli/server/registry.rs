@@ -37,6 +37,9 @@ const FORMAT_LINE: &str = "memvault server format 1\n";
 const KEYSLOT: &str = "memvault-server/keyslot";
 const REGISTRY: &str = "memvault-server/registry";
 const LOCK: &str = "memvault-server/lock";
+/// The newest registry generation this root has served, MAC'd: a registry
+/// copied back from before it is refused, across restarts too.
+const SEEN: &str = "memvault-server/seen";
 const TENANTS: &str = "tenants";
 /// A registry file larger than this is refused unread.
 const MAX_REGISTRY: u64 = 256 << 20;
@@ -369,6 +372,12 @@ impl Root {
         if reg.v != 1 {
             return Err(damaged("its tenant registry has an unknown version"));
         }
+        let seen = self.seen();
+        if reg.generation < seen {
+            return Err(damaged(
+                "its tenant registry is older than one this root has already used (a copy put back?)",
+            ));
+        }
         for (id, t) in &reg.tenants {
             let ok_id = id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit());
             if !ok_id || check_name("tenant", &t.name).is_err() || t.key.key().is_none() {
@@ -378,6 +387,29 @@ impl Root {
             }
         }
         Ok(reg)
+    }
+
+    /// The generation the high-water mark names (0: none, or one that
+    /// does not check out, which only a writer of the root can cause, and
+    /// who could as well remove it).
+    fn seen(&self) -> u64 {
+        fs::read(self.dir.join(SEEN))
+            .ok()
+            .and_then(|b| self.keys.open_seen(&b))
+            .unwrap_or(0)
+    }
+
+    /// Raise the high-water mark to `generation` (the caller holds the
+    /// root's lock). Every registry change raises it, so a server and
+    /// every `tenant` command refuse a registry older than the newest one
+    /// written.
+    fn see(&self, generation: u64) -> Result<(), CliError> {
+        if generation <= self.seen() {
+            return Ok(());
+        }
+        let path = self.dir.join(SEEN);
+        write_durable(&path, &self.keys.seal_seen(generation))
+            .map_err(|e| io_err("write", &path, &e))
     }
 
     fn save(&self, reg: &Registry) -> Result<(), CliError> {
@@ -404,6 +436,7 @@ impl Root {
         let out = f(&mut reg)?;
         reg.generation += 1;
         self.save(&reg)?;
+        self.see(reg.generation)?;
         Ok(out)
     }
 }
