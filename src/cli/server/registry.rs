@@ -291,11 +291,8 @@ impl Root {
                 .map_err(|e| CliError::failure(format!("cannot derive the root key: {e}")))?,
         };
         let keys = ServerKeys::derive(&keyring).map_err(|_| damaged("its keyring is empty"))?;
-        match fsx::mkdir_private(dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io_err("create", dir, &e)),
-        }
+        // (An existing directory is fine: mkdir_private checks it is one.)
+        fsx::mkdir_private(dir).map_err(|e| io_err("create", dir, &e))?;
         // Making the state directory claims the creation: a second
         // `tenant add` racing this one waits for the root to be whole and
         // then opens it, rather than writing a keyslot of its own over it.
@@ -306,11 +303,8 @@ impl Root {
             }
             Err(e) => return Err(io_err("create", &dir.join(STATE), &e)),
         }
-        match fsx::mkdir_private(&dir.join(TENANTS)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io_err("create", &dir.join(TENANTS), &e)),
-        }
+        fsx::mkdir_private(&dir.join(TENANTS))
+            .map_err(|e| io_err("create", &dir.join(TENANTS), &e))?;
         let root = Root {
             dir: dir.to_path_buf(),
             keys,

@@ -433,22 +433,13 @@ fn read_entry_at(file: &File, pos: u64, file_len: u64) -> Option<(u8, Vec<u8>, u
     Some((kind, body.to_vec(), total as u64))
 }
 
-/// The log starts with a format-2 head of `generation`. Reads 17 bytes.
-fn head_generation_is(file: &File, generation: &[u8; 8]) -> bool {
-    let mut first = [0u8; 9 + 8];
-    file.read_exact_at(&mut first, 0).is_ok()
-        && &first[..4] == MAGIC
-        && first[4] == KIND_HEAD
-        && first[9..] == generation[..]
-}
-
-/// The entry at `pos` is a record whose body starts with `generation`
-/// (a format-2 record: its generation first). Reads 17 bytes.
-fn same_generation_at(file: &File, pos: u64, generation: &[u8; 8]) -> bool {
+/// The entry at `pos` is of `kind` (a format-2 head or record) and its
+/// body starts with `generation`, as both kinds' do. Reads 17 bytes.
+fn entry_of_generation(file: &File, pos: u64, kind: u8, generation: &[u8; 8]) -> bool {
     let mut first = [0u8; 9 + 8];
     file.read_exact_at(&mut first, pos).is_ok()
         && &first[..4] == MAGIC
-        && first[4] == KIND_RECORD
+        && first[4] == kind
         && first[9..] == generation[..]
 }
 
@@ -653,7 +644,7 @@ impl Wal {
         // An earlier generation's remains (what follows a fresh head until
         // records overwrite it) end the log: tell them by their first
         // bytes, without reading and checking the whole entry.
-        while !v2 || same_generation_at(&self.file, pos, &head.generation) {
+        while !v2 || entry_of_generation(&self.file, pos, KIND_RECORD, &head.generation) {
             let Some((kind, body, len)) = read_entry_at(&self.file, pos, file_len) else {
                 break;
             };
@@ -730,8 +721,8 @@ impl Wal {
         if let Some(k) = &self.known
             && k.v2
             && self.key.is_some()
-            && head_generation_is(&self.file, &k.generation)
-            && !same_generation_at(&self.file, k.len, &k.generation)
+            && entry_of_generation(&self.file, 0, KIND_HEAD, &k.generation)
+            && !entry_of_generation(&self.file, k.len, KIND_RECORD, &k.generation)
         {
             return Ok(CatchUp {
                 clean: true,
