@@ -552,6 +552,15 @@ pub fn briefing(vault: &mut Vault, session: Option<&str>) -> Result<String, CliE
     text.push_str("\nThe memory directory now:\n");
     text.push_str(listing.text().unwrap_or_default());
     text.push('\n');
+    let conflicts = vault.conflict_copies()?;
+    if !conflicts.is_empty() {
+        text.push_str(
+            "\nUnresolved sync conflicts: two machines changed the same file, and the other machine's version sits beside it. Compare the two, merge what matters into the file, then delete the copy:\n",
+        );
+        for (file, copy) in &conflicts {
+            text.push_str(&format!("- {file}: the other version is {copy}\n"));
+        }
+    }
     Ok(text)
 }
 

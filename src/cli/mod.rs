@@ -16,6 +16,7 @@ mod mcp;
 mod redact;
 mod serve;
 mod server;
+mod sync;
 #[cfg(test)]
 mod tests;
 mod transfer;
@@ -252,6 +253,17 @@ pub(crate) enum Command {
     /// Manage the tenants of a server root: add, list, token, remove
     #[command(subcommand)]
     Tenant(server::TenantCommand),
+    /// Make a working vault from a git remote (unlocked with your key file or passphrase)
+    Clone(sync::CloneArgs),
+    /// Manage the vault's git remotes: add, list, remove
+    #[command(subcommand)]
+    Remote(sync::RemoteCommand),
+    /// Send this vault's history to a remote (never forced: fails if it moved; then `sync`)
+    Push(sync::SyncArgs),
+    /// Fetch a remote's history, check it, and merge it into this vault
+    Pull(sync::SyncArgs),
+    /// Pull, then push (pulling again if the remote moved in between)
+    Sync(sync::SyncArgs),
     /// Print text with secrets redacted (stdin by default)
     Redact {
         /// The file to read
@@ -595,6 +607,11 @@ fn handle(
         Command::Key(cmd) => keys::key(global, cmd, out, err),
         Command::Rekey(args) => keys::rekey(global, args, err),
         Command::Config(cmd) => config::run(global, cmd, out, err),
+        Command::Clone(args) => sync::clone(global, args, out),
+        Command::Remote(cmd) => sync::remote(global, cmd, out),
+        Command::Push(args) => sync::push(global, args, out),
+        Command::Pull(args) => sync::pull(global, args, out),
+        Command::Sync(args) => sync::sync(global, args, out),
         Command::Redact {
             list_rules: true, ..
         } => list_rules(out),

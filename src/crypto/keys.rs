@@ -80,6 +80,14 @@ impl FileKey {
         self.0.expose()
     }
 
+    /// A second copy of this key (a merge of two key states hands a key
+    /// of the other side's table to this side's).
+    pub fn duplicate(&self) -> FileKey {
+        let mut copy = SecretBytes::zeroed();
+        copy.expose_mut().copy_from_slice(self.0.expose());
+        FileKey(copy)
+    }
+
     /// HMAC-SHA256(file key, "memvault content hash v1" || plaintext).
     ///
     /// Keyed by the file key, so erasing the key also stops the hash from

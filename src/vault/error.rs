@@ -72,6 +72,9 @@ pub enum VaultError {
     Unsafe(#[from] fsx::Unsafe),
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// A sync step failed (see `vault::sync`).
+    #[error(transparent)]
+    Sync(Box<super::sync::SyncError>),
 }
 
 /// A libgit2 failure, kept opaque so that no git2 type is part of the

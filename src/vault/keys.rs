@@ -313,7 +313,7 @@ impl KeyChange {
 
 /// The format and counter a key-state commit's message states (after its
 /// MAC was checked).
-fn read_header(repo: &Repository, commit: Oid) -> Result<(u8, u64), VaultError> {
+pub(crate) fn read_header(repo: &Repository, commit: Oid) -> Result<(u8, u64), VaultError> {
     let c = repo
         .find_commit(commit)
         .map_err(|_| damaged("the key state commit is unreadable"))?;
@@ -568,6 +568,22 @@ impl KeyState {
             shard.table(repo, keys, self.shards.layout, number)?;
         }
         Ok(())
+    }
+
+    /// Every file key of the table, each shard decrypted (a merge of two
+    /// key states).
+    pub(crate) fn all_keys(
+        &self,
+        repo: &Repository,
+        keys: &VaultKeys,
+    ) -> Result<Vec<(FileKeyId, FileKey)>, VaultError> {
+        let layout = self.shards.layout;
+        let mut out = Vec::new();
+        for (number, shard) in self.shards.all(repo)? {
+            let table = shard.table(repo, keys, layout, number)?;
+            out.extend(table.iter().map(|(id, k)| (*id, k.duplicate())));
+        }
+        Ok(out)
     }
 
     /// Re-read the state if another process replaced it (`at`: where the

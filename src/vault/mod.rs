@@ -41,6 +41,7 @@ mod publish;
 mod retention;
 mod rev;
 pub(crate) mod slots;
+pub(crate) mod sync;
 #[cfg(test)]
 mod tests;
 mod tree;
@@ -84,6 +85,7 @@ pub use meta::CommitMeta;
 use meta::{META_VERSION, meta_aad};
 pub use rev::{ParseRevError, Rev};
 pub use slots::{NewSlot, RekeyReport, SlotEntry};
+pub use sync::{PullReport, PushReport, RemoteEntry, Seen, SyncError, SyncReport, clone_vault};
 use tree::Caches;
 pub use tree::VaultSnapshot;
 use treeedit::TreeEdits;

@@ -4,6 +4,49 @@
 
 use super::*;
 
+/// A sibling folder of `dir` to build a vault in (`what`: init, clone),
+/// and `dir`'s parent (made if missing).
+pub(crate) fn sibling(dir: &Path, what: &str) -> Result<(PathBuf, PathBuf), VaultError> {
+    let parent = dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    fs::create_dir_all(&parent)?;
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "vault".into());
+    let tmp = parent.join(format!(
+        ".{name}.{what}-{}",
+        data_encoding::HEXLOWER.encode(&crypto::random_bytes::<6>())
+    ));
+    Ok((tmp, parent))
+}
+
+/// An empty vault at `tmp`: a bare repository (no refs yet), `memvault/`
+/// with its format and lock files.
+pub(crate) fn skeleton(tmp: &Path) -> Result<Repository, VaultError> {
+    // The folder is ours and private before libgit2 fills it; what
+    // libgit2 makes with the umask's modes is made private below.
+    fsx::mkdir_private(tmp)?;
+    let mut opts = RepositoryInitOptions::new();
+    opts.bare(true)
+        .initial_head("main")
+        .mkdir(true)
+        .external_template(false);
+    let repo = Repository::init_opts(tmp, &opts)?;
+    {
+        let mut cfg = repo.config()?;
+        cfg.set_bool("core.logAllRefUpdates", false)?;
+        cfg.set_i32("gc.auto", 0)?;
+    }
+    fsx::mkdir_private(&tmp.join(STATE_DIR))?;
+    write_durable(&tmp.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
+    write_durable(&tmp.join(LOCK_FILE), b"")?;
+    Ok(repo)
+}
+
 impl Vault {
     /// Create a new vault at `dir` (which must not exist, or be empty) and
     /// return it unlocked.
@@ -23,19 +66,7 @@ impl Vault {
         }
         // Build the vault in a sibling folder and move it into place at
         // the end, so a crash never leaves a half-made vault at `dir`.
-        let parent = dir
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        fs::create_dir_all(parent)?;
-        let name = dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "vault".into());
-        let tmp = parent.join(format!(
-            ".{name}.init-{}",
-            data_encoding::HEXLOWER.encode(&crypto::random_bytes::<6>())
-        ));
+        let (tmp, parent) = sibling(dir, "init")?;
         let result = Self::build(&tmp, secret, &config);
         if let Err(e) = result {
             let _ = fs::remove_dir_all(&tmp);
@@ -45,7 +76,7 @@ impl Vault {
             fs::remove_dir(dir)?;
         }
         fs::rename(&tmp, dir)?;
-        sync_dir(parent);
+        sync_dir(&parent);
         let keyring = result?;
         let repo = Repository::open_bare(dir)?;
         let wal = Wal::open(dir)?;
@@ -56,23 +87,7 @@ impl Vault {
     }
 
     fn build(tmp: &Path, secret: InitSecret, config: &VaultConfig) -> Result<Keyring, VaultError> {
-        // The folder is ours and private before libgit2 fills it; what
-        // libgit2 makes with the umask's modes is made private below.
-        fsx::mkdir_private(tmp)?;
-        let mut opts = RepositoryInitOptions::new();
-        opts.bare(true)
-            .initial_head("main")
-            .mkdir(true)
-            .external_template(false);
-        let repo = Repository::init_opts(tmp, &opts)?;
-        {
-            let mut cfg = repo.config()?;
-            cfg.set_bool("core.logAllRefUpdates", false)?;
-            cfg.set_i32("gc.auto", 0)?;
-        }
-        fsx::mkdir_private(&tmp.join(STATE_DIR))?;
-        write_durable(&tmp.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
-        write_durable(&tmp.join(LOCK_FILE), b"")?;
+        let repo = skeleton(tmp)?;
 
         let keyring = Keyring::new_random();
         let keys = VaultKeys::derive(&keyring);
@@ -97,7 +112,7 @@ impl Vault {
             keys: Some(key_state.counter),
             ..Default::default()
         };
-        let commit = write_commit(&repo, &keys, &tree, None, &meta)?;
+        let commit = write_commit(&repo, &keys, &tree, &[], &meta)?;
         repo.reference(MAIN_REF, commit, false, "memvault init")?;
         // libgit2 writes without fsync (see `fsync`): sync the new vault
         // as a whole, then start its log at this state.

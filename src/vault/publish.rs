@@ -156,8 +156,22 @@ impl Vault {
         meta: &CommitMeta,
         objects: Vec<Object>,
     ) -> Result<Oid, VaultError> {
+        self.publish_with(parent, None, tree, change, meta, objects)
+    }
+
+    /// [`publish`](Self::publish) of a merge: a commit with a second
+    /// parent, `other` (a commit this vault holds, checked by the caller).
+    pub(crate) fn publish_with(
+        &mut self,
+        parent: Option<Oid>,
+        other: Option<Oid>,
+        tree: Oid,
+        change: KeyChange,
+        meta: &CommitMeta,
+        objects: Vec<Object>,
+    ) -> Result<Oid, VaultError> {
         let changes_keys = !change.is_empty();
-        let result = self.try_publish(parent, tree, change, meta, objects);
+        let result = self.try_publish(parent, other, tree, change, meta, objects);
         if result.is_err() && changes_keys {
             // The in-memory tables were edited in place: read back the
             // state that is really on disk.
@@ -171,6 +185,7 @@ impl Vault {
     fn try_publish(
         &mut self,
         parent: Option<Oid>,
+        other: Option<Oid>,
         tree: Oid,
         mut change: KeyChange,
         meta: &CommitMeta,
@@ -200,16 +215,14 @@ impl Vault {
         };
         let mut meta = meta.clone();
         meta.keys = Some(self.key_state.counter);
-        let parent_commit = match parent {
-            Some(p) => {
-                objects::check(&self.repo, p)?;
-                Some(self.repo.find_commit(p)?)
-            }
-            None => None,
-        };
+        let mut parents = Vec::new();
+        for p in parent.into_iter().chain(other) {
+            objects::check(&self.repo, p)?;
+            parents.push(self.repo.find_commit(p)?);
+        }
         objects::check(&self.repo, tree)?;
         let tree = self.repo.find_tree(tree)?;
-        let commit = write_commit(&self.repo, keys, &tree, parent_commit.as_ref(), &meta)?;
+        let commit = write_commit(&self.repo, keys, &tree, &parents, &meta)?;
         record.add_object(&self.repo.odb()?, commit)?;
         record.objects.extend(objects);
         record.refs.push((MAIN_REF.to_string(), commit));
@@ -332,15 +345,17 @@ pub(crate) fn write_commit(
     repo: &Repository,
     keys: &VaultKeys,
     tree: &git2::Tree<'_>,
-    parent: Option<&git2::Commit<'_>>,
+    parents: &[git2::Commit<'_>],
     meta: &CommitMeta,
 ) -> Result<Oid, VaultError> {
     let plain = Zeroizing::new(meta::encode(meta));
-    let aad = meta_aad(tree.id(), parent.map(|p| p.id()));
+    // Bound to the first parent (a merge's second parent is under the
+    // commit's MAC, as every byte of the commit is).
+    let aad = meta_aad(tree.id(), parents.first().map(|p| p.id()));
     let sealed = keys.seal_meta(&aad, &plain);
     let message = format!("{}\n", data_encoding::BASE64.encode(&sealed));
     let sig = fixed_signature()?;
-    let parents: Vec<&git2::Commit<'_>> = parent.into_iter().collect();
+    let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
     let buf = repo.commit_create_buffer(&sig, &sig, &message, tree, &parents)?;
     write_signed_commit(repo, keys, &buf)
 }

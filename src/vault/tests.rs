@@ -103,7 +103,14 @@ fn blob_moved_under_a_valid_mac_still_fails_to_open() {
             op: "forged".into(),
             ..Default::default()
         };
-        write_commit(repo, &vault.keys, &tree, Some(&parent), &meta).unwrap()
+        write_commit(
+            repo,
+            &vault.keys,
+            &tree,
+            std::slice::from_ref(&parent),
+            &meta,
+        )
+        .unwrap()
     };
     vault
         .repo

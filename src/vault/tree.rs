@@ -540,6 +540,17 @@ impl<'a> VaultSnapshot<'a> {
     pub(crate) fn files_with_keys(
         &self,
     ) -> Result<Vec<(MemoryPath, String, FileKeyId)>, StoreError> {
+        Ok(self
+            .files_with_blobs()?
+            .into_iter()
+            .map(|(path, git_path, key, _)| (path, git_path, key))
+            .collect())
+    }
+
+    /// [`files_with_keys`](Self::files_with_keys), with each file's blob.
+    pub(crate) fn files_with_blobs(
+        &self,
+    ) -> Result<Vec<(MemoryPath, String, FileKeyId, Oid)>, StoreError> {
         let mut out = Vec::new();
         if let Some(tree) = &self.tree {
             self.walk_keys(&MemoryPath::root(), "", tree.id(), &mut out)?;
@@ -552,7 +563,7 @@ impl<'a> VaultSnapshot<'a> {
         dir: &MemoryPath,
         git_dir: &str,
         oid: Oid,
-        out: &mut Vec<(MemoryPath, String, FileKeyId)>,
+        out: &mut Vec<(MemoryPath, String, FileKeyId, Oid)>,
     ) -> Result<(), StoreError> {
         for e in self.caches.dir_entries(self.repo, oid)? {
             let enc =
@@ -579,7 +590,7 @@ impl<'a> VaultSnapshot<'a> {
                             k
                         }
                     };
-                    out.push((path, git_path, key));
+                    out.push((path, git_path, key, e.id));
                 }
             }
         }

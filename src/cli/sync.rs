@@ -1,0 +1,185 @@
+//! `memvault clone`, `remote`, `push`, `pull` and `sync`: one vault on
+//! several machines through a git remote (see `vault::sync`).
+
+use std::io::Write;
+
+use super::{CliError, Global, Secret, no_core_dumps, open_vault, source, vault_dir};
+use crate::crypto::Unlock;
+use crate::vault::{Attribution, PullReport, PushReport, SyncReport, Vault, clone_vault};
+
+#[derive(clap::Args, Debug)]
+pub struct CloneArgs {
+    /// The remote: a path, file://, ssh://, user@host:path or https:// URL
+    pub url: String,
+    /// Print what was received as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum RemoteCommand {
+    /// Add a remote (stored in the vault, authenticated; no secret in it)
+    Add {
+        name: String,
+        /// A path, file://, ssh://, user@host:path or https:// URL
+        url: String,
+    },
+    /// List the remotes: name, URL
+    List {
+        /// As JSON (with what this vault last saw of each)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a remote (nothing on the remote changes)
+    Remove { name: String },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SyncArgs {
+    /// The remote's name
+    #[arg(default_value = "origin")]
+    pub remote: String,
+    /// Print the report as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn sync_attribution() -> Attribution {
+    Attribution {
+        session: "sync".into(),
+        actor: "memvault".into(),
+    }
+}
+
+pub fn clone(global: &Global, args: &CloneArgs, out: &mut dyn Write) -> Result<u8, CliError> {
+    let dir = vault_dir(global)?;
+    no_core_dumps();
+    let secret = source(global).resolve()?;
+    let unlock = match &secret {
+        Secret::KeyFile(k) => Unlock::KeyFile(k),
+        Secret::Passphrase(p) => Unlock::Passphrase(p),
+    };
+    let (_vault, report) = clone_vault(&args.url, &dir, &unlock, sync_attribution())?;
+    if args.json {
+        writeln!(out, "{}", json(&report))?;
+    } else {
+        writeln!(
+            out,
+            "cloned {} into {} ({} commits, {} objects); its remote is origin",
+            args.url,
+            dir.display(),
+            report.commits,
+            report.objects
+        )?;
+    }
+    Ok(0)
+}
+
+pub fn remote(global: &Global, cmd: &RemoteCommand, out: &mut dyn Write) -> Result<u8, CliError> {
+    let vault = open_vault(global, sync_attribution())?;
+    match cmd {
+        RemoteCommand::Add { name, url } => {
+            let stored = vault.add_remote(name, url)?;
+            writeln!(out, "added remote {name}: {stored}")?;
+        }
+        RemoteCommand::List { json: true } => {
+            writeln!(out, "{}", json(&vault.remotes()?))?;
+        }
+        RemoteCommand::List { json: false } => {
+            for r in vault.remotes()? {
+                writeln!(out, "{}\t{}", r.name, r.url)?;
+            }
+        }
+        RemoteCommand::Remove { name } => {
+            vault.remove_remote(name)?;
+            writeln!(out, "removed remote {name}")?;
+        }
+    }
+    Ok(0)
+}
+
+fn open(global: &Global) -> Result<Vault, CliError> {
+    open_vault(global, sync_attribution())
+}
+
+pub fn push(global: &Global, args: &SyncArgs, out: &mut dyn Write) -> Result<u8, CliError> {
+    let report = open(global)?.push(&args.remote)?;
+    if args.json {
+        writeln!(out, "{}", json(&report))?;
+    } else {
+        writeln!(out, "{}", push_line(&report))?;
+    }
+    Ok(0)
+}
+
+pub fn pull(global: &Global, args: &SyncArgs, out: &mut dyn Write) -> Result<u8, CliError> {
+    let report = open(global)?.pull(&args.remote)?;
+    if args.json {
+        writeln!(out, "{}", json(&report))?;
+    } else {
+        write_pull(out, &report)?;
+    }
+    Ok(0)
+}
+
+pub fn sync(global: &Global, args: &SyncArgs, out: &mut dyn Write) -> Result<u8, CliError> {
+    let report: SyncReport = open(global)?.sync(&args.remote)?;
+    if args.json {
+        writeln!(out, "{}", json(&report))?;
+    } else {
+        for p in &report.pulls {
+            write_pull(out, p)?;
+        }
+        writeln!(out, "{}", push_line(&report.push))?;
+    }
+    Ok(0)
+}
+
+fn push_line(r: &PushReport) -> String {
+    if r.pushed {
+        format!(
+            "pushed {} commit{} to {}",
+            r.commits,
+            if r.commits == 1 { "" } else { "s" },
+            r.remote
+        )
+    } else {
+        format!("{} already has everything; nothing pushed", r.remote)
+    }
+}
+
+fn write_pull(out: &mut dyn Write, r: &PullReport) -> Result<(), CliError> {
+    match r.outcome.as_str() {
+        "empty remote" => writeln!(out, "{} holds no vault yet; nothing pulled", r.remote)?,
+        "up to date" => writeln!(out, "up to date with {}", r.remote)?,
+        what => writeln!(
+            out,
+            "{what}: {} new commit{} from {} ({} objects), {} file{} changed here",
+            r.commits,
+            if r.commits == 1 { "" } else { "s" },
+            r.remote,
+            r.objects,
+            r.merged_files.len(),
+            if r.merged_files.len() == 1 { "" } else { "s" },
+        )?,
+    }
+    for (file, copy) in &r.conflicts {
+        writeln!(
+            out,
+            "conflict: {file} keeps this machine's version; the other side's is at {copy}"
+        )?;
+    }
+    if r.erased > 0 {
+        writeln!(
+            out,
+            "erased here too: {} file key{} the other side destroyed",
+            r.erased,
+            if r.erased == 1 { "" } else { "s" }
+        )?;
+    }
+    Ok(())
+}
+
+fn json(v: &impl serde::Serialize) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "{}".into())
+}

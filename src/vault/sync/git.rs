@@ -1,0 +1,622 @@
+//! The transport of sync: the user's own `git` program, run against a
+//! throwaway repository, never against the vault.
+//!
+//! Why the `git` CLI and not libgit2's transports: a user who can `git
+//! push` to a URL from their shell can then `memvault push` to it. Their
+//! `~/.ssh/config` (host aliases, `IdentityFile`, `ProxyJump`), keys or
+//! agent, `known_hosts`, `GIT_SSH_COMMAND`, `url.*.insteadOf` and
+//! credential helpers all work as they do for git; libssh2 reads none of
+//! `~/.ssh/config`. And git's push protocol gives a real compare-and-swap:
+//! `--force-with-lease=REF:OLD` sends OLD in the update command and the
+//! receiving side moves the ref only from it, `--atomic` moves both refs
+//! or neither where the remote supports it, and `--porcelain` reports each
+//! ref's fate.
+//!
+//! What git never gets to do: read the vault's `config` or run its hooks
+//! (a hostile vault directory would run code). Every command runs with
+//! `GIT_DIR` set to a scratch repository under `memvault/` whose only link
+//! to the vault is `objects/info/alternates`, hooks off, and transports
+//! limited to file, ssh, http(s). Objects come back from the scratch
+//! repository through `git cat-file`, and memvault hashes each one itself
+//! before anything of it is used (see `sync`).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use git2::{ObjectType, Oid};
+
+use super::SyncError;
+use crate::vault::engine::pack::object_hash;
+use crate::vault::engine::raw::Object;
+use crate::vault::{MAIN_REF, fsx};
+
+pub(crate) const KEYS_REF: &str = crate::vault::engine::KEYS_REF;
+
+/// The largest object a remote may send (a vault's largest blob is its
+/// file size limit plus the envelope; its largest tree, 100,000 entries in
+/// one directory, about 9 MiB).
+pub(crate) const MAX_OBJECT: u64 = 1 << 30;
+
+/// Check a remote URL: a local path, `file://`, `ssh://`, scp-like
+/// `[user@]host:path`, `https://`, or `http://` to a loopback host. Never
+/// one of git's `<transport>::<address>` forms (`ext::` runs a command),
+/// an option, or a string with control characters.
+pub(crate) fn check_url(url: &str) -> Result<(), SyncError> {
+    let bad = |why: &str| Err(SyncError::BadUrl(why.to_string()));
+    if url.is_empty() || url.len() > 4096 {
+        return bad("a remote URL is 1 to 4096 characters");
+    }
+    if url.starts_with('-') {
+        return bad("a remote URL may not start with '-'");
+    }
+    if url.chars().any(|c| c.is_control()) {
+        return bad("a remote URL may not hold control characters");
+    }
+    if let Some((scheme, rest)) = url.split_once("://") {
+        return match scheme {
+            "file" | "ssh" | "https" => Ok(()),
+            "http" => {
+                let host = rest.split('/').next().unwrap_or("");
+                let host = host.rsplit('@').next().unwrap_or(host);
+                let host = match host.strip_prefix('[') {
+                    Some(v6) => v6.split(']').next().unwrap_or(""),
+                    None => host.split(':').next().unwrap_or(""),
+                };
+                if matches!(host, "127.0.0.1" | "localhost" | "::1") {
+                    Ok(())
+                } else {
+                    bad("plain http:// is allowed to a loopback host only; use https://")
+                }
+            }
+            _ => bad("a remote URL is a path, file://, ssh://, user@host:path or https://"),
+        };
+    }
+    if url.contains("::") {
+        return bad("git's <transport>::<address> URLs are not allowed");
+    }
+    Ok(())
+}
+
+/// A URL as it is stored: a relative local path made absolute (from the
+/// current directory), anything else as given.
+pub(crate) fn absolute_url(url: &str) -> Result<String, SyncError> {
+    check_url(url)?;
+    if url.contains("://") || is_scp_like(url) || url.starts_with('/') {
+        return Ok(url.to_string());
+    }
+    let cwd = std::env::current_dir().map_err(|e| SyncError::Local(e.to_string()))?;
+    let path = cwd.join(url);
+    path.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| SyncError::BadUrl("a remote path must be UTF-8".into()))
+}
+
+/// `host:path` as git reads it: a colon before any slash.
+fn is_scp_like(url: &str) -> bool {
+    match (url.find(':'), url.find('/')) {
+        (Some(c), Some(s)) => c < s,
+        (Some(_), None) => true,
+        _ => false,
+    }
+}
+
+/// Where the remote's two refs point (None: it has no such ref).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RemoteRefs {
+    pub main: Option<Oid>,
+    pub keys: Option<Oid>,
+}
+
+/// One ref update of a push: move `name` to `new`, only from `old`
+/// (None: only if the remote has no such ref).
+pub(crate) struct Update {
+    pub name: &'static str,
+    pub new: Oid,
+    pub old: Option<Oid>,
+}
+
+/// A throwaway bare repository under `memvault/` that borrows the vault's
+/// objects (alternates): every git command of a sync runs in one. Removed
+/// when dropped; one left by a crash is removed by the next sync.
+pub(crate) struct Scratch {
+    dir: PathBuf,
+}
+
+const SCRATCH_PREFIX: &str = "sync-";
+
+impl Scratch {
+    /// Make one in `<vault>/memvault/`, borrowing `<vault>/objects` (or no
+    /// objects, with `borrow` false: `clone`).
+    pub(crate) fn new(vault: &Path, borrow: bool) -> Result<Scratch, SyncError> {
+        let state = vault.join("memvault");
+        remove_stale(&state);
+        let name = format!(
+            "{SCRATCH_PREFIX}{}",
+            data_encoding::HEXLOWER.encode(&crate::crypto::random_bytes::<8>())
+        );
+        let dir = state.join(name);
+        let local = |e: std::io::Error| SyncError::Local(e.to_string());
+        fsx::mkdir_new_private(&dir).map_err(local)?;
+        let scratch = Scratch { dir };
+        for sub in [
+            "objects",
+            "objects/info",
+            "objects/pack",
+            "refs",
+            "refs/heads",
+        ] {
+            fsx::mkdir_private(&scratch.dir.join(sub)).map_err(local)?;
+        }
+        let write = |name: &str, text: &str| -> Result<(), SyncError> {
+            let mut f = fsx::create_new(&scratch.dir.join(name), fsx::FILE_MODE).map_err(local)?;
+            f.write_all(text.as_bytes()).map_err(local)
+        };
+        write("HEAD", "ref: refs/heads/main\n")?;
+        write(
+            "config",
+            "[core]\n\trepositoryformatversion = 0\n\tbare = true\n",
+        )?;
+        if borrow {
+            // Absolute: git reads the file relative to the scratch
+            // repository's objects.
+            let objects = std::fs::canonicalize(vault).map_err(local)?.join("objects");
+            let objects = objects
+                .to_str()
+                .ok_or_else(|| SyncError::Local("the vault's path is not UTF-8".into()))?;
+            write("objects/info/alternates", &format!("{objects}\n"))?;
+        }
+        Ok(scratch)
+    }
+
+    /// A `git` command in this repository: its config and hooks alone.
+    fn git(&self) -> Command {
+        let mut c = Command::new("git");
+        c.env("GIT_DIR", &self.dir)
+            .env("LC_ALL", "C")
+            .env("GIT_NO_REPLACE_OBJECTS", "1");
+        for v in [
+            "GIT_WORK_TREE",
+            "GIT_INDEX_FILE",
+            "GIT_OBJECT_DIRECTORY",
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+            "GIT_COMMON_DIR",
+            "GIT_NAMESPACE",
+            "GIT_QUARANTINE_PATH",
+            "GIT_CONFIG",
+            "GIT_SHALLOW_FILE",
+            "GIT_GRAFT_FILE",
+        ] {
+            c.env_remove(v);
+        }
+        for setting in [
+            "core.hooksPath=/dev/null",
+            "core.fsmonitor=false",
+            "core.askPass=",
+            "gc.auto=0",
+            "maintenance.auto=false",
+            "fetch.unpackLimit=1",
+            "transfer.unpackLimit=1",
+            "fetch.writeCommitGraph=false",
+            "protocol.allow=never",
+            "protocol.file.allow=always",
+            "protocol.ssh.allow=always",
+            "protocol.https.allow=always",
+            "protocol.http.allow=always",
+        ] {
+            c.arg("-c").arg(setting);
+        }
+        c.stdin(Stdio::null());
+        c
+    }
+
+    /// Run a `git` command to its end: its stdout, or its failure.
+    fn run(&self, mut c: Command, remote: &str) -> Result<Vec<u8>, SyncError> {
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let out = c.output().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => SyncError::NoGit,
+            _ => SyncError::Local(e.to_string()),
+        })?;
+        if !out.status.success() {
+            return Err(SyncError::Transport {
+                remote: remote.to_string(),
+                detail: last_lines(&out.stderr),
+            });
+        }
+        Ok(out.stdout)
+    }
+
+    /// Where the remote's refs point (`git ls-remote`).
+    pub(crate) fn ls_remote(&self, remote: &str, url: &str) -> Result<RemoteRefs, SyncError> {
+        let mut c = self.git();
+        c.args(["ls-remote", "--", url, MAIN_REF, KEYS_REF]);
+        let out = self.run(c, remote)?;
+        let mut refs = RemoteRefs::default();
+        for line in out.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let line = std::str::from_utf8(line).map_err(|_| self.odd(remote))?;
+            let (id, name) = line.split_once('\t').ok_or_else(|| self.odd(remote))?;
+            let id = Oid::from_str(id).map_err(|_| self.odd(remote))?;
+            match name {
+                MAIN_REF => refs.main = Some(id),
+                KEYS_REF => refs.keys = Some(id),
+                _ => {}
+            }
+        }
+        Ok(refs)
+    }
+
+    fn odd(&self, remote: &str) -> SyncError {
+        SyncError::Transport {
+            remote: remote.to_string(),
+            detail: "git ls-remote gave an answer memvault does not read".into(),
+        }
+    }
+
+    /// Fetch the remote's two refs (those it has, per `wanted`) into this
+    /// repository, offering `have` (commits the vault holds) so that only
+    /// what is new travels.
+    pub(crate) fn fetch(
+        &self,
+        remote: &str,
+        url: &str,
+        wanted: RemoteRefs,
+        have: &[Oid],
+    ) -> Result<(), SyncError> {
+        let local = |e: std::io::Error| SyncError::Local(e.to_string());
+        for (i, id) in have.iter().enumerate() {
+            let path = self.dir.join(format!("refs/heads/have{i}"));
+            let mut f = fsx::create_new(&path, fsx::FILE_MODE).map_err(local)?;
+            f.write_all(format!("{id}\n").as_bytes()).map_err(local)?;
+        }
+        let mut specs = Vec::new();
+        if wanted.main.is_some() {
+            specs.push(format!("+{MAIN_REF}:refs/incoming/main"));
+        }
+        if wanted.keys.is_some() {
+            specs.push(format!("+{KEYS_REF}:refs/incoming/keys"));
+        }
+        if specs.is_empty() {
+            return Ok(());
+        }
+        let mut c = self.git();
+        c.args([
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--no-auto-gc",
+            "--no-recurse-submodules",
+            "--",
+            url,
+        ]);
+        c.args(&specs);
+        self.run(c, remote)?;
+        Ok(())
+    }
+
+    /// Where this repository's `refs/incoming/*` point after [`fetch`].
+    pub(crate) fn incoming(&self) -> RemoteRefs {
+        let read = |name: &str| {
+            fsx::read_to_string(&self.dir.join("refs/incoming").join(name))
+                .ok()
+                .and_then(|t| Oid::from_str(t.trim()).ok())
+        };
+        RemoteRefs {
+            main: read("main"),
+            keys: read("keys"),
+        }
+    }
+
+    /// The ids of every object reachable from `tips` and not from `have`
+    /// (`git rev-list --objects`), at most `limit` of them.
+    pub(crate) fn new_objects(
+        &self,
+        remote: &str,
+        tips: &[Oid],
+        have: &[Oid],
+        limit: usize,
+    ) -> Result<Vec<Oid>, SyncError> {
+        if tips.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut c = self.git();
+        c.args(["rev-list", "--objects", "--no-object-names"]);
+        c.args(tips.iter().map(Oid::to_string));
+        if !have.is_empty() {
+            c.arg("--not");
+            c.args(have.iter().map(Oid::to_string));
+        }
+        let out = self.run(c, remote)?;
+        let mut ids = Vec::new();
+        for line in out.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let id = std::str::from_utf8(line)
+                .ok()
+                .and_then(|t| Oid::from_str(t.trim()).ok())
+                .ok_or_else(|| self.odd(remote))?;
+            ids.push(id);
+            if ids.len() > limit {
+                return Err(SyncError::Hostile {
+                    remote: remote.to_string(),
+                    what: "it sent more objects than a vault of this size can hold".into(),
+                });
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Read `ids` out of this repository (`git cat-file --batch`), each
+    /// one hashed here: an object whose bytes do not hash to its id, or
+    /// over [`MAX_OBJECT`], or more than `budget` bytes in all, is refused.
+    pub(crate) fn read_objects(
+        &self,
+        remote: &str,
+        ids: &[Oid],
+        budget: u64,
+    ) -> Result<Vec<Object>, SyncError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let hostile = |what: &str| SyncError::Hostile {
+            remote: remote.to_string(),
+            what: what.to_string(),
+        };
+        let mut c = self.git();
+        c.args(["cat-file", "--batch"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => SyncError::NoGit,
+            _ => SyncError::Local(e.to_string()),
+        })?;
+        let mut stdin = child.stdin.take().expect("piped");
+        let list: Vec<u8> = ids
+            .iter()
+            .flat_map(|id| format!("{id}\n").into_bytes())
+            .collect();
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(&list);
+        });
+        let mut reader = BufReader::with_capacity(1 << 16, child.stdout.take().expect("piped"));
+        let mut objects = Vec::with_capacity(ids.len());
+        let mut total = 0u64;
+        let result = (|| {
+            for &id in ids {
+                let mut header = String::new();
+                reader
+                    .read_line(&mut header)
+                    .map_err(|e| SyncError::Local(e.to_string()))?;
+                let mut parts = header.split_whitespace();
+                let (Some(got), Some(kind), Some(size)) =
+                    (parts.next(), parts.next(), parts.next())
+                else {
+                    return Err(hostile("an object it named is missing"));
+                };
+                if got != id.to_string().as_str() {
+                    return Err(hostile("an object it named is missing"));
+                }
+                let kind = match kind {
+                    "commit" => ObjectType::Commit,
+                    "tree" => ObjectType::Tree,
+                    "blob" => ObjectType::Blob,
+                    _ => return Err(hostile("it sent an object of a kind a vault never holds")),
+                };
+                let size: u64 = size.parse().map_err(|_| hostile("an object's size"))?;
+                total = total.saturating_add(size);
+                if size > MAX_OBJECT || total > budget {
+                    return Err(hostile("it sent objects of absurd size"));
+                }
+                let mut data = vec![0u8; size as usize];
+                reader
+                    .read_exact(&mut data)
+                    .map_err(|_| hostile("an object is cut short"))?;
+                let mut nl = [0u8; 1];
+                reader
+                    .read_exact(&mut nl)
+                    .map_err(|_| hostile("an object is cut short"))?;
+                if object_hash(kind, &data) != *id.as_bytes() {
+                    return Err(hostile("an object's bytes do not hash to its id"));
+                }
+                objects.push(Object { kind, id, data });
+            }
+            Ok(())
+        })();
+        drop(reader);
+        let _ = writer.join();
+        let mut stderr = Vec::new();
+        if let Some(mut e) = child.stderr.take() {
+            let _ = e.read_to_end(&mut stderr);
+        }
+        let _ = child.wait();
+        result.map(|()| objects)
+    }
+
+    /// Push `updates` (each only from its `old`: a lease), atomically when
+    /// the remote supports it, else one ref after the other in the order
+    /// given. Ok(false): the remote moved (a lease failed), nothing or
+    /// only the earlier refs moved.
+    pub(crate) fn push(
+        &self,
+        remote: &str,
+        url: &str,
+        updates: &[Update],
+    ) -> Result<bool, SyncError> {
+        match self.push_once(remote, url, updates, true) {
+            Err(SyncError::Transport { detail, .. })
+                if detail.contains("does not support --atomic") =>
+            {
+                for u in updates {
+                    if !self.push_once(remote, url, std::slice::from_ref(u), false)? {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
+            other => other,
+        }
+    }
+
+    fn push_once(
+        &self,
+        remote: &str,
+        url: &str,
+        updates: &[Update],
+        atomic: bool,
+    ) -> Result<bool, SyncError> {
+        let mut c = self.git();
+        c.args(["push", "--porcelain", "--no-verify"]);
+        if atomic {
+            c.arg("--atomic");
+        }
+        for u in updates {
+            let old = u.old.map(|o| o.to_string()).unwrap_or_default();
+            c.arg(format!("--force-with-lease={}:{old}", u.name));
+        }
+        c.arg("--").arg(url);
+        for u in updates {
+            c.arg(format!("{}:{}", u.new, u.name));
+        }
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let out = c.output().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => SyncError::NoGit,
+            _ => SyncError::Local(e.to_string()),
+        })?;
+        // `--porcelain`: one line per ref, "<flag>\t<from>:<to>\t<summary>".
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut moved = 0;
+        let mut stale = false;
+        let mut refused: Option<String> = None;
+        for line in text.lines() {
+            let mut parts = line.split('\t');
+            let (Some(flag), Some(spec)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let summary = parts.next().unwrap_or("");
+            let Some((_, to)) = spec.split_once(':') else {
+                continue;
+            };
+            if !updates.iter().any(|u| u.name == to) {
+                continue;
+            }
+            match flag {
+                " " | "+" | "*" | "=" => moved += 1,
+                "!" if summary.contains("stale info")
+                    || summary.contains("fetch first")
+                    || summary.contains("non-fast-forward")
+                    || summary.contains("atomic push failed") =>
+                {
+                    stale = true
+                }
+                _ => refused = Some(summary.to_string()),
+            }
+        }
+        if moved == updates.len() && out.status.success() {
+            return Ok(true);
+        }
+        if let Some(why) = refused {
+            return Err(SyncError::Transport {
+                remote: remote.to_string(),
+                detail: format!(
+                    "the remote refused the push: {why} ({})",
+                    last_lines(&out.stderr)
+                ),
+            });
+        }
+        if stale {
+            return Ok(false);
+        }
+        Err(SyncError::Transport {
+            remote: remote.to_string(),
+            detail: last_lines(&out.stderr),
+        })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Remove scratch repositories a killed sync left behind (older than a
+/// day, so a sync running now in another process keeps its own).
+fn remove_stale(state: &Path) {
+    let Ok(entries) = std::fs::read_dir(state) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !name.starts_with(SCRATCH_PREFIX) {
+            continue;
+        }
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age.as_secs() > 86_400);
+        if old && e.file_type().is_ok_and(|t| t.is_dir()) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// The last lines of git's stderr, for an error message: at most 3 lines
+/// and 400 characters, control characters dropped.
+fn last_lines(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let tail = lines[lines.len().saturating_sub(3)..].join("; ");
+    let clean: String = tail.chars().filter(|c| !c.is_control()).take(400).collect();
+    if clean.is_empty() {
+        "git failed without saying why".into()
+    } else {
+        clean
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_of_the_transports_memvault_runs_pass_and_others_are_refused() {
+        for ok in [
+            "/srv/vault.git",
+            "relative/path",
+            "file:///srv/v.git",
+            "ssh://git@example.com/v.git",
+            "git@example.com:v.git",
+            "https://example.com/v.git",
+            "http://127.0.0.1:8080/v.git",
+            "http://localhost/v.git",
+            "http://[::1]:80/v.git",
+        ] {
+            assert!(check_url(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "-uhelp",
+            "ext::sh -c touch% /tmp/pwned",
+            "fd::17",
+            "http://example.com/v.git",
+            "ftp://example.com/v.git",
+            "git://example.com/v.git",
+            "/a\nb",
+        ] {
+            assert!(check_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_relative_path_is_stored_absolute() {
+        let abs = absolute_url("some/dir.git").unwrap();
+        assert!(abs.starts_with('/') && abs.ends_with("some/dir.git"));
+        assert_eq!(absolute_url("git@h:v.git").unwrap(), "git@h:v.git");
+    }
+}

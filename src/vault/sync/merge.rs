@@ -1,0 +1,792 @@
+//! Merging two histories of one vault, on decrypted files.
+//!
+//! A file's identity is its file key id (kept by edits and renames, on
+//! every machine), so the merge pairs the files of the base, this side
+//! ("ours") and the remote's ("theirs") by it:
+//!
+//! - changed on one side only: that side's version (path and content);
+//! - changed on both: the path follows a rename made on either side (both
+//!   renamed: ours); the content is a three-way merge of the decrypted
+//!   text. A clean merge gives one file. A conflict keeps ours at the path
+//!   and puts theirs beside it as a new file,
+//!   `<name>.conflict-<n>.<ext>` (n from 1), which the model sees in a
+//!   `view` and `resume` lists until it is deleted or renamed;
+//! - deleted on one side, edited on the other: the edit survives; deleted
+//!   on one side and unchanged (or only renamed) on the other: deleted;
+//! - two different files at one path (both sides created it, or a rename
+//!   onto a new file): ours keeps the path, theirs goes to a conflict copy.
+//!
+//! The key state merges as a union of file keys; an id erased on either
+//! side is erased in the result (erasure wins); keyslots are the union,
+//! less every slot a commit of either side since the base removed or
+//! replaced (revocation wins); settings follow the side that changed them
+//! (both: ours); the counter is past both.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use git2::{Oid, Repository};
+use zeroize::Zeroizing;
+
+use super::super::keys::{KeyChange, KeyState};
+use super::super::tree::git_path;
+use super::super::treeedit::TreeEdits;
+use super::super::{CommitMeta, Vault, VaultError, VaultSnapshot, damaged, objects, stage_blob};
+use crate::crypto::{self, FileKey, FileKeyId, VaultKeys};
+use crate::memory::MemoryPath;
+
+/// What a pull's merge step did.
+#[derive(Default)]
+pub(crate) struct Merged {
+    pub what: &'static str,
+    pub files: Vec<String>,
+    pub conflicts: Vec<(String, String)>,
+    pub erased: usize,
+}
+
+/// The key-state side of a merge.
+pub(crate) struct KeyMerge {
+    /// The change to apply over `ours` (merge) .
+    pub change: KeyChange,
+    /// Keys of `ours` that `theirs` lacks and did not erase.
+    pub keep: Vec<(FileKeyId, FileKey)>,
+    /// Keys `ours` holds that `theirs` erased.
+    pub erased: usize,
+}
+
+/// What `theirs` adds to `ours`: its keys this side lacks (unless this
+/// side erased them), its erasures of keys this side holds or never had.
+/// With `all_ours`, also the keys of ours that theirs lacks.
+pub(crate) fn key_change(
+    repo: &Repository,
+    keys: &VaultKeys,
+    ours: &KeyState,
+    theirs: &KeyState,
+    _merge: bool,
+) -> Result<KeyMerge, VaultError> {
+    let their_keys = theirs.all_keys(repo, keys)?;
+    let their_ids: HashSet<FileKeyId> = their_keys.iter().map(|(id, _)| *id).collect();
+    let mut files = Vec::new();
+    for (id, key) in their_keys {
+        if ours.erased.contains(&id) {
+            continue;
+        }
+        if ours.file_key(repo, keys, &id)?.is_none() {
+            files.push((id, Some(key)));
+        }
+    }
+    let mut erased = 0;
+    for id in &theirs.erased {
+        if ours.erased.contains(id) {
+            continue;
+        }
+        if ours.file_key(repo, keys, id)?.is_some() {
+            erased += 1;
+        }
+        files.push((*id, None));
+    }
+    let mut keep = Vec::new();
+    for (id, key) in ours.all_keys(repo, keys)? {
+        if !their_ids.contains(&id) && !theirs.erased.contains(&id) {
+            keep.push((id, key));
+        }
+    }
+    Ok(KeyMerge {
+        change: KeyChange::files(files),
+        keep,
+        erased,
+    })
+}
+
+/// A change that adds `keys`.
+pub(crate) fn adds(keys: Vec<(FileKeyId, FileKey)>) -> KeyChange {
+    KeyChange::files(keys.into_iter().map(|(id, k)| (id, Some(k))).collect())
+}
+
+/// One file of one side.
+#[derive(Clone)]
+struct At {
+    path: MemoryPath,
+    blob: Oid,
+}
+
+/// What ends up at a path.
+enum Pick {
+    /// A stored blob, sealed for `sealed_at` (re-sealed if the path
+    /// differs).
+    Blob { oid: Oid, sealed_at: MemoryPath },
+    /// New content (a merged text, or a conflict copy).
+    Text(Zeroizing<Vec<u8>>),
+}
+
+struct Final {
+    id: FileKeyId,
+    /// A new file key (a conflict copy).
+    new_key: bool,
+    path: MemoryPath,
+    pick: Pick,
+    /// Ours holds this path (it keeps it over theirs).
+    ours: bool,
+}
+
+type Side = BTreeMap<(FileKeyId, u32), At>;
+
+impl Vault {
+    /// The files at `commit`, by (file key id, rank among that id's
+    /// paths).
+    fn side(&self, commit: Option<Oid>, ks: &KeyState) -> Result<Side, VaultError> {
+        let tree = self.tree_of(commit)?;
+        let snap = VaultSnapshot::new(&self.repo, &self.keys, ks, &self.caches, tree);
+        let mut out = Side::new();
+        let mut rank: BTreeMap<FileKeyId, u32> = BTreeMap::new();
+        let mut files = snap.files_with_blobs()?;
+        files.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        for (path, _, id, blob) in files {
+            let r = rank.entry(id).or_default();
+            out.insert((id, *r), At { path, blob });
+            *r += 1;
+        }
+        Ok(out)
+    }
+
+    /// The plaintext of `blob`, sealed for `path` with the key `id` (found
+    /// in this side's key state or theirs).
+    fn plaintext(
+        &self,
+        theirs: &KeyState,
+        id: &FileKeyId,
+        path: &MemoryPath,
+        blob: Oid,
+    ) -> Result<Zeroizing<Vec<u8>>, VaultError> {
+        let key = match self.key_state.file_key(&self.repo, &self.keys, id)? {
+            Some(k) => k,
+            None => theirs
+                .file_key(&self.repo, &self.keys, id)?
+                .ok_or_else(|| damaged("a merged file's key is in neither key state"))?,
+        };
+        objects::check(&self.repo, blob)?;
+        let b = self
+            .repo
+            .find_blob(blob)
+            .map_err(|_| damaged("a stored file is unreadable"))?;
+        crypto::open_blob(key, path.as_str(), b.content())
+            .map_err(|_| damaged("a stored file failed to decrypt"))
+    }
+
+    fn same_content(
+        &self,
+        theirs: &KeyState,
+        id: &FileKeyId,
+        a: &At,
+        b: &At,
+    ) -> Result<bool, VaultError> {
+        if a.blob == b.blob {
+            return Ok(true);
+        }
+        Ok(self.plaintext(theirs, id, &a.path, a.blob)?
+            == self.plaintext(theirs, id, &b.path, b.blob)?)
+    }
+
+    /// Merge `theirs` (the remote's main, checked and stored) into `ours`
+    /// from `base`: one MAC'd commit with two parents, with the merged key
+    /// state, in one log record. The caller holds the writer lock.
+    pub(super) fn merge_commits(
+        &mut self,
+        remote: &str,
+        ours: Oid,
+        theirs: Oid,
+        base: Option<Oid>,
+        their_keys: KeyState,
+        new: &BTreeSet<Oid>,
+    ) -> Result<Merged, VaultError> {
+        let b = self.side(base, &self.key_state)?;
+        let o = self.side(Some(ours), &self.key_state)?;
+        let t = self.side(Some(theirs), &their_keys)?;
+        let mut finals: Vec<Final> = Vec::new();
+        let idents: BTreeSet<(FileKeyId, u32)> = o.keys().chain(t.keys()).copied().collect();
+        for ident in idents {
+            let id = ident.0;
+            match (o.get(&ident), t.get(&ident), b.get(&ident)) {
+                (Some(x), None, None) => finals.push(keep(id, x, true)),
+                (None, Some(y), None) => finals.push(keep(id, y, false)),
+                (Some(x), None, Some(base)) => {
+                    // Theirs deleted it: an edit here survives.
+                    if !self.same_content(&their_keys, &id, x, base)? {
+                        finals.push(keep(id, x, true));
+                    }
+                }
+                (None, Some(y), Some(base)) => {
+                    if !self.same_content(&their_keys, &id, y, base)? {
+                        finals.push(keep(id, y, false));
+                    }
+                }
+                (Some(x), Some(y), base) => {
+                    let path = match base {
+                        Some(base) if x.path == base.path => y.path.clone(),
+                        _ => x.path.clone(),
+                    };
+                    self.merge_one(&their_keys, id, x, y, base, path, &mut finals)?;
+                }
+                (None, None, _) => {}
+            }
+        }
+        let conflicts = place(&mut finals)?;
+        // The new tree: edits over ours'.
+        let mut edits = TreeEdits::default();
+        let mut objects_out = Vec::new();
+        let mut new_keys: Vec<(FileKeyId, Option<FileKey>)> = Vec::new();
+        let mut changed: BTreeSet<String> = BTreeSet::new();
+        let kept: HashSet<(String, Oid)> = finals
+            .iter()
+            .filter_map(|f| match &f.pick {
+                Pick::Blob { oid, sealed_at } if *sealed_at == f.path => {
+                    Some((f.path.as_str().to_string(), *oid))
+                }
+                _ => None,
+            })
+            .collect();
+        let mut removed: Vec<String> = Vec::new();
+        for at in o.values() {
+            if !kept.contains(&(at.path.as_str().to_string(), at.blob)) {
+                removed.push(at.path.as_str().to_string());
+            }
+        }
+        let ours_at: HashSet<(String, Oid)> = o
+            .values()
+            .map(|a| (a.path.as_str().to_string(), a.blob))
+            .collect();
+        let mut upserts: Vec<(MemoryPath, Oid)> = Vec::new();
+        for f in &finals {
+            let key_holder;
+            let key = if f.new_key {
+                let k = FileKey::generate();
+                key_holder = Some(k.duplicate());
+                new_keys.push((f.id, Some(k)));
+                key_holder.as_ref()
+            } else {
+                None
+            };
+            let oid = match &f.pick {
+                Pick::Blob { oid, sealed_at } if *sealed_at == f.path => *oid,
+                Pick::Blob { oid, sealed_at } => {
+                    let plain = self.plaintext(&their_keys, &f.id, sealed_at, *oid)?;
+                    self.seal(&their_keys, f.id, key, &f.path, &plain, &mut objects_out)?
+                }
+                Pick::Text(text) => {
+                    self.seal(&their_keys, f.id, key, &f.path, text, &mut objects_out)?
+                }
+            };
+            if !ours_at.contains(&(f.path.as_str().to_string(), oid)) {
+                upserts.push((f.path.clone(), oid));
+                changed.insert(f.path.as_str().to_string());
+            }
+        }
+        let upserted: HashSet<String> = upserts
+            .iter()
+            .map(|(p, _)| p.as_str().to_string())
+            .collect();
+        for r in &removed {
+            if !upserted.contains(r) {
+                changed.insert(r.clone());
+            }
+        }
+        let mut git_paths = Vec::new();
+        for (path, oid) in &upserts {
+            git_paths.push((
+                git_path(&self.keys, path).map_err(|_| damaged("a path is too long"))?,
+                *oid,
+            ));
+        }
+        for r in removed.iter().filter(|r| !upserted.contains(*r)) {
+            let path = MemoryPath::parse(r).map_err(|_| damaged("a stored path"))?;
+            edits.remove(&git_path(&self.keys, &path).map_err(|_| damaged("a path is too long"))?);
+        }
+        for (gp, oid) in &git_paths {
+            edits.upsert(gp, *oid);
+        }
+        let tree = match self.edit_tree(Some(ours), &edits, &mut objects_out) {
+            Ok(tree) => tree,
+            Err(_) => {
+                // A path that is a file on one side and a directory on the
+                // other in one update: build the whole tree instead.
+                let mut all = TreeEdits::default();
+                let mut fresh = Vec::new();
+                for f in &finals {
+                    let gp =
+                        git_path(&self.keys, &f.path).map_err(|_| damaged("a path is too long"))?;
+                    let oid = match git_paths.iter().find(|(g, _)| *g == gp) {
+                        Some((_, oid)) => *oid,
+                        None => match &f.pick {
+                            Pick::Blob { oid, .. } => *oid,
+                            Pick::Text(_) => return Err(damaged("a merged file was not sealed")),
+                        },
+                    };
+                    all.upsert(&gp, oid);
+                }
+                let tree = self.edit_tree(None, &all, &mut fresh)?;
+                objects_out.extend(fresh);
+                tree
+            }
+        };
+        // The key state: ours, with theirs merged in.
+        let km = key_change(&self.repo, &self.keys, &self.key_state, &their_keys, true)?;
+        let erased = km.erased;
+        let mut change = km.change;
+        change.files.extend(new_keys);
+        let (slots, settings, notes) =
+            self.merge_slots_and_settings(ours, new, base, &their_keys)?;
+        change.slots = slots;
+        change.settings = settings;
+        self.key_state.counter = self.key_state.counter.max(their_keys.counter);
+        let mut meta: CommitMeta = self.new_meta("merge");
+        meta.files = changed.iter().cloned().collect();
+        meta.details = vec![format!("from remote {remote}"), format!("merged {theirs}")];
+        meta.details.extend(notes);
+        for (file, copy) in &conflicts {
+            meta.details.push(format!(
+                "conflict: {file} kept, the other side's version at {copy}"
+            ));
+        }
+        self.publish_with(Some(ours), Some(theirs), tree, change, &meta, objects_out)?;
+        Ok(Merged {
+            what: "merged",
+            files: meta.files,
+            conflicts,
+            erased,
+        })
+    }
+
+    /// Both sides hold the file `id`: its merged content at `path`.
+    #[allow(clippy::too_many_arguments)]
+    fn merge_one(
+        &self,
+        their_keys: &KeyState,
+        id: FileKeyId,
+        x: &At,
+        y: &At,
+        base: Option<&At>,
+        path: MemoryPath,
+        finals: &mut Vec<Final>,
+    ) -> Result<(), VaultError> {
+        let ours = self.plaintext(their_keys, &id, &x.path, x.blob)?;
+        let theirs = self.plaintext(their_keys, &id, &y.path, y.blob)?;
+        let blob_of = |at: &At| Pick::Blob {
+            oid: at.blob,
+            sealed_at: at.path.clone(),
+        };
+        if ours == theirs {
+            let pick = if path == x.path {
+                blob_of(x)
+            } else {
+                blob_of(y)
+            };
+            finals.push(Final {
+                id,
+                new_key: false,
+                path,
+                pick,
+                ours: true,
+            });
+            return Ok(());
+        }
+        let base_text = match base {
+            Some(b) => self.plaintext(their_keys, &id, &b.path, b.blob)?,
+            None => Zeroizing::new(Vec::new()),
+        };
+        if base.is_some() && ours == base_text {
+            let pick = if path == y.path {
+                blob_of(y)
+            } else {
+                Pick::Text(theirs)
+            };
+            finals.push(Final {
+                id,
+                new_key: false,
+                path,
+                pick,
+                ours: true,
+            });
+            return Ok(());
+        }
+        if base.is_some() && theirs == base_text {
+            let pick = if path == x.path {
+                blob_of(x)
+            } else {
+                Pick::Text(ours)
+            };
+            finals.push(Final {
+                id,
+                new_key: false,
+                path,
+                pick,
+                ours: true,
+            });
+            return Ok(());
+        }
+        match three_way(&base_text, &ours, &theirs)? {
+            Some(merged) => finals.push(Final {
+                id,
+                new_key: false,
+                path,
+                pick: Pick::Text(merged),
+                ours: true,
+            }),
+            None => {
+                let pick = if path == x.path {
+                    blob_of(x)
+                } else {
+                    Pick::Text(ours)
+                };
+                finals.push(Final {
+                    id,
+                    new_key: false,
+                    path: path.clone(),
+                    pick,
+                    ours: true,
+                });
+                // Theirs beside it, under a new key (placed by `place`).
+                finals.push(Final {
+                    id: FileKeyId::generate(),
+                    new_key: true,
+                    path: conflict_name(&path, 1)?,
+                    pick: Pick::Text(theirs),
+                    ours: false,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Seal `plain` for `path` with the key `id` (`key`: a new one) and
+    /// stage the blob.
+    fn seal(
+        &self,
+        theirs: &KeyState,
+        id: FileKeyId,
+        key: Option<&FileKey>,
+        path: &MemoryPath,
+        plain: &[u8],
+        out: &mut Vec<super::super::wal::Object>,
+    ) -> Result<Oid, VaultError> {
+        let key = match key {
+            Some(k) => k,
+            None => match self.key_state.file_key(&self.repo, &self.keys, &id)? {
+                Some(k) => k,
+                None => theirs
+                    .file_key(&self.repo, &self.keys, &id)?
+                    .ok_or_else(|| damaged("a merged file's key is in neither key state"))?,
+            },
+        };
+        let sealed = crypto::seal_blob(key, &id, path.as_str(), plain);
+        stage_blob(&self.repo, sealed, out)
+    }
+
+    /// The keyslots and settings of a merge (None: ours unchanged), and
+    /// notes for the commit.
+    #[allow(clippy::type_complexity)]
+    fn merge_slots_and_settings(
+        &self,
+        ours: Oid,
+        new: &BTreeSet<Oid>,
+        base: Option<Oid>,
+        their_keys: &KeyState,
+    ) -> Result<
+        (
+            Option<BTreeMap<String, Vec<u8>>>,
+            Option<super::super::VaultConfig>,
+            Vec<String>,
+        ),
+        VaultError,
+    > {
+        let mut notes = Vec::new();
+        let mut stop: HashSet<Oid> = base.into_iter().collect();
+        for &c in new {
+            for p in self.repo.find_commit(c)?.parent_ids() {
+                if !new.contains(&p) {
+                    stop.insert(p);
+                }
+            }
+        }
+        let (our_ops, our_removed) = self.ops_of(self.own_line(ours, &stop, 1_000_000)?)?;
+        let (their_ops, their_removed) = self.ops_of(new.iter().copied())?;
+        let mut slots = None;
+        if self.key_state.slots != their_keys.slots {
+            let mut merged = self.key_state.slots.clone();
+            for (name, bytes) in &their_keys.slots {
+                merged.entry(name.clone()).or_insert_with(|| bytes.clone());
+            }
+            for gone in our_removed.iter().chain(&their_removed) {
+                merged.remove(gone);
+            }
+            if merged.is_empty() {
+                return Err(damaged("a merge would leave no keyslot"));
+            }
+            if merged != self.key_state.slots {
+                notes.push("keyslots merged (removals on either side kept)".to_string());
+                slots = Some(merged);
+            }
+        }
+        let mut settings = None;
+        if their_keys.settings != self.key_state.settings {
+            let theirs_changed = their_ops.contains("config");
+            let ours_changed = our_ops.contains("config");
+            if theirs_changed && !ours_changed {
+                settings = their_keys.settings.clone();
+                notes.push("settings taken from the other side".to_string());
+            } else if theirs_changed {
+                notes.push("settings changed on both sides: this side's kept".to_string());
+            }
+        }
+        Ok((slots, settings, notes))
+    }
+
+    /// The operations of `commits`, and the keyslots they removed or
+    /// replaced.
+    fn ops_of(
+        &self,
+        commits: impl IntoIterator<Item = Oid>,
+    ) -> Result<(HashSet<String>, HashSet<String>), VaultError> {
+        let mut ops = HashSet::new();
+        let mut removed = HashSet::new();
+        for id in commits {
+            let meta = self.meta_of(id)?;
+            for d in &meta.details {
+                if let Some(slot) = d.strip_prefix("removed keyslot ") {
+                    removed.insert(slot.to_string());
+                }
+                if let Some(rest) = d.strip_prefix("replaced keyslot ")
+                    && let Some((slot, _)) = rest.split_once(" by ")
+                {
+                    removed.insert(slot.to_string());
+                }
+            }
+            ops.insert(meta.op);
+        }
+        Ok((ops, removed))
+    }
+
+    /// This side's commits since the merge: its first-parent line from
+    /// `tip` down to `stop` (the base, or a commit theirs builds on), at
+    /// most `limit`.
+    fn own_line(
+        &self,
+        tip: Oid,
+        stop: &HashSet<Oid>,
+        limit: usize,
+    ) -> Result<Vec<Oid>, VaultError> {
+        let mut out = Vec::new();
+        let mut at = Some(tip);
+        while let Some(id) = at {
+            if stop.contains(&id) || out.len() >= limit {
+                break;
+            }
+            out.push(id);
+            at = self.first_parent(id)?;
+        }
+        Ok(out)
+    }
+}
+
+fn keep(id: FileKeyId, at: &At, ours: bool) -> Final {
+    Final {
+        id,
+        new_key: false,
+        path: at.path.clone(),
+        pick: Pick::Blob {
+            oid: at.blob,
+            sealed_at: at.path.clone(),
+        },
+        ours,
+    }
+}
+
+/// A three-way merge of text: Some(merged) when clean.
+fn three_way(
+    base: &[u8],
+    ours: &[u8],
+    theirs: &[u8],
+) -> Result<Option<Zeroizing<Vec<u8>>>, VaultError> {
+    let mut a = git2::MergeFileInput::new();
+    a.content(base);
+    let mut o = git2::MergeFileInput::new();
+    o.content(ours);
+    let mut t = git2::MergeFileInput::new();
+    t.content(theirs);
+    let result = git2::merge_file(&a, &o, &t, None).map_err(|_| damaged("a text merge failed"))?;
+    if !result.is_automergeable() {
+        return Ok(None);
+    }
+    Ok(Some(Zeroizing::new(result.content().to_vec())))
+}
+
+/// `<dir>/<stem>.conflict-<n>.<ext>` (or `<name>.conflict-<n>` without an
+/// extension).
+fn conflict_name(path: &MemoryPath, n: u32) -> Result<MemoryPath, VaultError> {
+    let parent = path.parent().ok_or_else(|| damaged("a file at the root"))?;
+    let name = path.name().unwrap_or("file");
+    let new = match name.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() => format!("{stem}.conflict-{n}.{ext}"),
+        _ => format!("{name}.conflict-{n}"),
+    };
+    parent
+        .join(&new)
+        .map_err(|_| damaged("no room for a conflict copy's name"))
+}
+
+/// The file a conflict copy sits beside, if `path` is a conflict copy's
+/// name (`<stem>.conflict-<n>.<ext>` or `<name>.conflict-<n>`).
+pub(crate) fn original_of(path: &str) -> Option<String> {
+    let (dir, name) = path.rsplit_once('/')?;
+    let parts: Vec<&str> = name.split('.').collect();
+    let at = parts.iter().position(|part| {
+        part.strip_prefix("conflict-")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    })?;
+    if at == 0 {
+        return None;
+    }
+    let kept: Vec<&str> = parts
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != at)
+        .map(|(_, p)| *p)
+        .collect();
+    Some(format!("{dir}/{}", kept.join(".")))
+}
+
+/// Give every final file a path of its own: ours first, then theirs; a
+/// file whose path is taken (by a file, or as a directory), or below a
+/// path taken by a file, moves to a conflict copy's name. Returns the
+/// (original path, copy) pairs of theirs that moved, and of each content
+/// conflict.
+fn place(finals: &mut [Final]) -> Result<Vec<(String, String)>, VaultError> {
+    let mut order: Vec<usize> = (0..finals.len()).collect();
+    // Ours before theirs, and a content conflict's copy after everything.
+    order.sort_by_key(|&i| {
+        (
+            !finals[i].ours,
+            finals[i].new_key,
+            finals[i].path.as_str().to_string(),
+        )
+    });
+    let mut files: HashSet<String> = HashSet::new();
+    let mut dirs: HashSet<String> = HashSet::new();
+    let mut moves = Vec::new();
+    for i in order {
+        let wanted = if finals[i].new_key {
+            // A conflict copy: named after the file it sits beside.
+            let s = finals[i].path.as_str();
+            let original = s.replacen(".conflict-1", "", 1);
+            MemoryPath::parse(&original).unwrap_or_else(|_| finals[i].path.clone())
+        } else {
+            finals[i].path.clone()
+        };
+        let mut path = finals[i].path.clone();
+        // A conflict copy's own name is already its first.
+        let mut n = u32::from(finals[i].new_key);
+        loop {
+            let free = !files.contains(path.as_str())
+                && !dirs.contains(path.as_str())
+                && !path.ancestors().any(|a| files.contains(a.as_str()));
+            if free {
+                break;
+            }
+            n += 1;
+            if n > 1000 {
+                return Err(damaged("no free name for a conflict copy"));
+            }
+            // A file in the way above the wanted path: rename the topmost
+            // such segment; else the file itself.
+            let blocker = wanted
+                .ancestors()
+                .filter(|a| files.contains(a.as_str()))
+                .last();
+            path = match blocker {
+                Some(b) => {
+                    let moved = conflict_name(&b, n)?;
+                    wanted
+                        .rebase(&b, &moved)
+                        .ok_or_else(|| damaged("no room for a conflict copy's name"))?
+                }
+                None => conflict_name(&wanted, n)?,
+            };
+        }
+        if path != finals[i].path || finals[i].new_key {
+            moves.push((wanted.as_str().to_string(), path.as_str().to_string()));
+        }
+        for a in path.ancestors() {
+            dirs.insert(a.as_str().to_string());
+        }
+        files.insert(path.as_str().to_string());
+        finals[i].path = path;
+    }
+    Ok(moves)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conflict_copies_are_named_beside_their_file_and_recognised() {
+        let p = MemoryPath::parse("/memories/notes/todo.md").unwrap();
+        let c = conflict_name(&p, 1).unwrap();
+        assert_eq!(c.as_str(), "/memories/notes/todo.conflict-1.md");
+        assert_eq!(original_of(c.as_str()).as_deref(), Some(p.as_str()));
+        let bare = conflict_name(&MemoryPath::parse("/memories/README").unwrap(), 2).unwrap();
+        assert_eq!(bare.as_str(), "/memories/README.conflict-2");
+        assert_eq!(
+            original_of(bare.as_str()).as_deref(),
+            Some("/memories/README")
+        );
+        assert_eq!(original_of("/memories/conflict-resolution.md"), None);
+        assert_eq!(original_of("/memories/notes.conflicts-1.md"), None);
+    }
+
+    #[test]
+    fn a_clean_text_merge_keeps_both_edits_and_a_clash_is_reported() {
+        let base = b"one\ntwo\nthree\nfour\nfive\n";
+        let ours = b"ONE\ntwo\nthree\nfour\nfive\n";
+        let theirs = b"one\ntwo\nthree\nfour\nFIVE\n";
+        let merged = three_way(base, ours, theirs).unwrap().unwrap();
+        assert_eq!(&merged[..], b"ONE\ntwo\nthree\nfour\nFIVE\n");
+        assert!(three_way(base, b"uno\n", b"eins\n").unwrap().is_none());
+    }
+
+    #[test]
+    fn two_files_at_one_path_each_get_a_place() {
+        let id = FileKeyId::generate;
+        let p = |s: &str| MemoryPath::parse(s).unwrap();
+        let blob = |s: &str| Pick::Blob {
+            oid: Oid::ZERO_SHA1,
+            sealed_at: p(s),
+        };
+        let mut finals = vec![
+            Final {
+                id: id(),
+                new_key: false,
+                path: p("/memories/a.md"),
+                pick: blob("/memories/a.md"),
+                ours: false,
+            },
+            Final {
+                id: id(),
+                new_key: false,
+                path: p("/memories/a.md"),
+                pick: blob("/memories/a.md"),
+                ours: true,
+            },
+            Final {
+                id: id(),
+                new_key: false,
+                path: p("/memories/a.md/b.md"),
+                pick: blob("/memories/a.md/b.md"),
+                ours: false,
+            },
+        ];
+        let moves = place(&mut finals).unwrap();
+        assert_eq!(finals[1].path.as_str(), "/memories/a.md");
+        assert_eq!(finals[0].path.as_str(), "/memories/a.conflict-1.md");
+        assert_eq!(finals[2].path.as_str(), "/memories/a.conflict-2.md/b.md");
+        assert_eq!(moves.len(), 2);
+    }
+}

@@ -1,0 +1,823 @@
+//! Sync: one vault on many machines through any git remote.
+//!
+//! - Only `refs/heads/main` and `refs/memvault/keys` travel; the remote
+//!   gets what a stolen disk would show: encrypted objects.
+//! - Transport is the user's `git` (see [`git`]), run in a scratch
+//!   repository, never in the vault.
+//! - Fetch: everything new is read back out of the scratch repository and
+//!   hashed here; every new commit must carry this vault's MAC, the key
+//!   state too; the remote's main must descend from what this vault last
+//!   saw of it (else it rolled back or forked) and its key state's counter
+//!   may not go back. Only then are the objects written, as one synced
+//!   pack, into the vault.
+//! - Pull: fast-forward, or a merge (see [`merge`]): one MAC'd commit with
+//!   two parents and the union of the two key states, erasures winning, in
+//!   one log record.
+//! - Push: never forced. Each ref moves only from the target this vault
+//!   last saw (`--force-with-lease=REF:OLD`, checked by the receiving
+//!   side), both at once where the remote supports `--atomic`, else the
+//!   key state first: a clone between the two finds every key the older
+//!   main needs.
+//! - One sync at a time per vault (`memvault/sync.lock`); the writer lock
+//!   is held only while a merge is published, so writes keep flowing.
+
+mod git;
+mod merge;
+mod remotes;
+
+use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::path::Path;
+
+use git2::{ObjectType, Oid};
+
+pub use remotes::{RemoteEntry, Seen};
+
+use super::engine::{KEYS_REF, pack};
+use super::keys::{KeyState, mac_epoch, read_header, verify_commit_mac};
+use super::wal::{Object, Record};
+use super::{FileLock, MAIN_REF, Vault, VaultError, damaged, objects};
+
+/// Why a sync step failed (the vault is unchanged unless it says so).
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("{0}")]
+    BadUrl(String),
+    #[error(
+        "a remote name is 1 to 64 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
+    )]
+    BadName,
+    #[error("no remote named {0:?}: add one with `memvault remote add NAME URL`")]
+    NoSuchRemote(String),
+    #[error("a remote named {0:?} exists already")]
+    RemoteExists(String),
+    #[error(
+        "memvault/remotes was altered (its MAC does not match this vault's key); nothing was changed"
+    )]
+    RemotesAltered,
+    #[error("git was not found: memvault reaches remotes through your `git`; install it")]
+    NoGit,
+    #[error("remote {remote}: {detail}")]
+    Transport { remote: String, detail: String },
+    #[error(
+        "remote {remote} moved since this vault last pulled from it; nothing was pushed: run `memvault sync {remote}` (pull, merge, then push)"
+    )]
+    Moved { remote: String },
+    #[error(
+        "remote {remote} rolled back: {what}; nothing was changed here (run `memvault verify --remote {remote}`)"
+    )]
+    RolledBack { remote: String, what: &'static str },
+    #[error(
+        "remote {remote} forked: its main does not descend from what this vault last saw of it; nothing was changed here"
+    )]
+    Forked { remote: String },
+    #[error("remote {remote} cannot be trusted: {what}; nothing was changed here")]
+    Hostile { remote: String, what: String },
+    #[error(
+        "remote {remote} holds a key state of a newer key epoch (`memvault rekey` ran on another machine); pulling it in is not supported yet: clone the remote anew"
+    )]
+    Rekeyed { remote: String },
+    #[error("this vault's main does not contain what it last saw of remote {remote}; pull first")]
+    NotMerged { remote: String },
+    #[error("{0}")]
+    Local(String),
+}
+
+/// What a push did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PushReport {
+    pub remote: String,
+    /// False: the remote already held this vault's tips.
+    pub pushed: bool,
+    /// Commits on main the remote did not have.
+    pub commits: usize,
+    pub main: Option<String>,
+}
+
+/// What a pull did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PullReport {
+    pub remote: String,
+    /// "up to date", "fast-forward", "merged", "empty remote".
+    pub outcome: String,
+    /// New commits received from the remote.
+    pub commits: usize,
+    /// New objects received.
+    pub objects: usize,
+    /// Files the merge changed here (paths after the merge).
+    pub merged_files: Vec<String>,
+    /// Conflicts: (the file, the copy holding the other side's version).
+    pub conflicts: Vec<(String, String)>,
+    /// File keys destroyed here because the other side erased them.
+    pub erased: usize,
+}
+
+/// What `sync` did: its pulls (more than one when the remote moved
+/// between a pull and the push) and its push.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SyncReport {
+    pub pulls: Vec<PullReport>,
+    pub push: PushReport,
+}
+
+/// What a fetch brought: the remote's tips, checked, their objects
+/// written into the vault.
+struct Incoming {
+    main: Option<Oid>,
+    keys: Option<Oid>,
+    counter: u64,
+    /// New commits on main (not the key state).
+    commits: Vec<Oid>,
+    objects: usize,
+}
+
+const SYNC_LOCK: &str = "memvault/sync.lock";
+
+/// One sync at a time per vault: held while a push, pull or sync runs.
+struct SyncLock {
+    _guard: FileLock,
+    _file: std::fs::File,
+}
+/// The most objects one fetch may bring.
+const MAX_OBJECTS: usize = 20_000_000;
+/// The most bytes one fetch may bring.
+const MAX_BYTES: u64 = 64 << 30;
+/// How many times `sync` pulls again when the remote moved before its push.
+const SYNC_ATTEMPTS: usize = 5;
+
+impl From<SyncError> for VaultError {
+    fn from(e: SyncError) -> Self {
+        VaultError::Sync(Box::new(e))
+    }
+}
+
+impl Vault {
+    /// The remotes of this vault, as stored (checked against its key).
+    pub fn remotes(&self) -> Result<Vec<RemoteEntry>, VaultError> {
+        remotes::load(&self.dir, &self.keys)
+    }
+
+    /// Add a remote; returns the URL as stored (a relative path made
+    /// absolute).
+    pub fn add_remote(&self, name: &str, url: &str) -> Result<String, VaultError> {
+        remotes::check_name(name)?;
+        remotes::check_no_secret(url)?;
+        let url = git::absolute_url(url)?;
+        let _lock = self.sync_lock()?;
+        let mut all = self.remotes()?;
+        if all.iter().any(|r| r.name == name) {
+            return Err(SyncError::RemoteExists(name.into()).into());
+        }
+        all.push(RemoteEntry {
+            name: name.into(),
+            url: url.clone(),
+            seen: Seen::default(),
+        });
+        remotes::store(&self.dir, &self.keys, &all)?;
+        Ok(url)
+    }
+
+    /// Remove a remote (nothing on the remote changes).
+    pub fn remove_remote(&self, name: &str) -> Result<(), VaultError> {
+        let _lock = self.sync_lock()?;
+        let mut all = self.remotes()?;
+        let before = all.len();
+        all.retain(|r| r.name != name);
+        if all.len() == before {
+            return Err(SyncError::NoSuchRemote(name.into()).into());
+        }
+        remotes::store(&self.dir, &self.keys, &all)
+    }
+
+    fn remote(&self, name: &str) -> Result<RemoteEntry, VaultError> {
+        self.remotes()?
+            .into_iter()
+            .find(|r| r.name == name)
+            .ok_or_else(|| SyncError::NoSuchRemote(name.into()).into())
+    }
+
+    fn set_seen(&self, name: &str, seen: Seen) -> Result<(), VaultError> {
+        let mut all = self.remotes()?;
+        if let Some(r) = all.iter_mut().find(|r| r.name == name) {
+            r.seen = seen;
+        }
+        remotes::store(&self.dir, &self.keys, &all)
+    }
+
+    fn sync_lock(&self) -> Result<SyncLock, VaultError> {
+        let file = super::fsx::open_rw(&self.dir.join(SYNC_LOCK))?;
+        let guard = FileLock::exclusive(&file).map_err(VaultError::Lock)?;
+        Ok(SyncLock {
+            _guard: guard,
+            _file: file,
+        })
+    }
+
+    /// The two tips, with everything of the log checkpointed into git (so
+    /// that git, borrowing the vault's objects, sees them).
+    fn checkpointed_tips(&mut self) -> Result<(Option<Oid>, Option<Oid>), VaultError> {
+        self.checkpoint()?;
+        let main = self.refresh()?;
+        let keys = self.keys_target()?;
+        Ok((main, keys))
+    }
+
+    /// Send this vault's tips to remote `name`, each ref only from what
+    /// this vault last saw there. Fails with [`SyncError::Moved`] when the
+    /// remote moved since (nothing is forced).
+    pub fn push(&mut self, name: &str) -> Result<PushReport, VaultError> {
+        let _lock = self.sync_lock()?;
+        self.push_locked(name)
+    }
+
+    fn push_locked(&mut self, name: &str) -> Result<PushReport, VaultError> {
+        let entry = self.remote(name)?;
+        let (main, keys) = self.checkpointed_tips()?;
+        let (Some(main), Some(keys)) = (main, keys) else {
+            return Err(damaged("the vault has no history to push"));
+        };
+        let seen_main = entry.seen.main();
+        let seen_keys = entry.seen.keys();
+        let mut report = PushReport {
+            remote: name.into(),
+            main: Some(main.to_string()),
+            ..Default::default()
+        };
+        if seen_main == Some(main) && seen_keys == Some(keys) {
+            return Ok(report);
+        }
+        // Only a main that holds what the remote had: a push never drops
+        // another machine's work (the lease below is the remote's check).
+        if let Some(s) = seen_main
+            && !self.reaches(main, s, usize::MAX)?
+        {
+            return Err(SyncError::NotMerged {
+                remote: name.into(),
+            }
+            .into());
+        }
+        report.commits = self.count_since(main, seen_main)?;
+        let mut updates = Vec::new();
+        if seen_keys != Some(keys) {
+            updates.push(git::Update {
+                name: KEYS_REF,
+                new: keys,
+                old: seen_keys,
+            });
+        }
+        if seen_main != Some(main) {
+            updates.push(git::Update {
+                name: MAIN_REF,
+                new: main,
+                old: seen_main,
+            });
+        }
+        let scratch = git::Scratch::new(&self.dir, true)?;
+        if !scratch.push(name, &entry.url, &updates)? {
+            return Err(SyncError::Moved {
+                remote: name.into(),
+            }
+            .into());
+        }
+        let counter = read_header(&self.repo, keys)?.1;
+        self.set_seen(
+            name,
+            Seen {
+                main: Some(main.to_string()),
+                keys: Some(keys.to_string()),
+                counter,
+            },
+        )?;
+        report.pushed = true;
+        Ok(report)
+    }
+
+    /// Fetch remote `name` and merge what it has into this vault.
+    pub fn pull(&mut self, name: &str) -> Result<PullReport, VaultError> {
+        let _lock = self.sync_lock()?;
+        self.pull_locked(name)
+    }
+
+    fn pull_locked(&mut self, name: &str) -> Result<PullReport, VaultError> {
+        let entry = self.remote(name)?;
+        let mut report = PullReport {
+            remote: name.into(),
+            ..Default::default()
+        };
+        let Some(incoming) = self.fetch_checked(&entry)? else {
+            report.outcome = "empty remote".into();
+            return Ok(report);
+        };
+        report.commits = incoming.commits.len();
+        report.objects = incoming.objects;
+        let (Some(their_main), Some(their_keys)) = (incoming.main, incoming.keys) else {
+            report.outcome = "empty remote".into();
+            return Ok(report);
+        };
+        let outcome = self.with_writer_lock(|v: &mut Vault, tip| {
+            v.merge_incoming(name, tip, their_main, their_keys, &incoming.commits)
+        })?;
+        report.outcome = outcome.what.into();
+        report.merged_files = outcome.files;
+        report.conflicts = outcome.conflicts;
+        report.erased = outcome.erased;
+        if outcome.erased > 0 {
+            // The replaced key states held the erased keys: gone here too.
+            self.prune_key_garbage()?;
+        }
+        self.set_seen(
+            name,
+            Seen {
+                main: Some(their_main.to_string()),
+                keys: Some(their_keys.to_string()),
+                counter: incoming.counter,
+            },
+        )?;
+        Ok(report)
+    }
+
+    /// Pull, then push; when the remote moved in between, pull again (at
+    /// most a few times).
+    pub fn sync(&mut self, name: &str) -> Result<SyncReport, VaultError> {
+        let _lock = self.sync_lock()?;
+        let mut report = SyncReport::default();
+        for attempt in 1..=SYNC_ATTEMPTS {
+            report.pulls.push(self.pull_locked(name)?);
+            match self.push_locked(name) {
+                Ok(push) => {
+                    report.push = push;
+                    return Ok(report);
+                }
+                Err(VaultError::Sync(e))
+                    if matches!(*e, SyncError::Moved { .. }) && attempt < SYNC_ATTEMPTS => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(SyncError::Moved {
+            remote: name.into(),
+        }
+        .into())
+    }
+
+    /// Fetch the remote's two refs and check everything new before any of
+    /// it enters the vault (see the module docs). None: the remote has no
+    /// main.
+    fn fetch_checked(&mut self, entry: &RemoteEntry) -> Result<Option<Incoming>, VaultError> {
+        let name = entry.name.as_str();
+        let hostile = |what: &str| SyncError::Hostile {
+            remote: name.to_string(),
+            what: what.to_string(),
+        };
+        let (our_main, our_keys) = self.checkpointed_tips()?;
+        let scratch = git::Scratch::new(&self.dir, true)?;
+        let advertised = scratch.ls_remote(name, &entry.url)?;
+        if advertised.main.is_none() {
+            if entry.seen.main.is_some() {
+                return Err(SyncError::RolledBack {
+                    remote: name.into(),
+                    what: "it no longer has a main branch",
+                }
+                .into());
+            }
+            return Ok(None);
+        }
+        if advertised.keys.is_none() {
+            return Err(hostile("it has a main branch but no key state").into());
+        }
+        // What this vault holds, offered so that only the new travels.
+        let mut have: Vec<Oid> = Vec::new();
+        for id in [our_main, our_keys, entry.seen.main(), entry.seen.keys()]
+            .into_iter()
+            .flatten()
+        {
+            if !have.contains(&id) && objects::check(&self.repo, id).is_ok() {
+                have.push(id);
+            }
+        }
+        scratch.fetch(name, &entry.url, advertised, &have)?;
+        let incoming = scratch.incoming();
+        let (Some(main), Some(keys)) = (incoming.main, incoming.keys) else {
+            return Err(hostile("its refs vanished during the fetch").into());
+        };
+        let ids = scratch.new_objects(name, &[main, keys], &have, MAX_OBJECTS)?;
+        let received = scratch.read_objects(name, &ids, MAX_BYTES)?;
+        drop(scratch);
+        // Into this process's in-memory store only (nothing on disk yet),
+        // so that libgit2 can parse them for the checks below.
+        let mut new_ids = HashSet::new();
+        for o in &received {
+            objects::write_object(&self.repo, o.kind, &o.data)?;
+            new_ids.insert(o.id);
+        }
+        let commits: Vec<Oid> = received
+            .iter()
+            .filter(|o| o.kind == ObjectType::Commit && o.id != keys)
+            .map(|o| o.id)
+            .collect();
+        // Every new commit: this vault's MAC, readable metadata, parents
+        // that are new too or held here; every new tree: entries that are
+        // new too or held here.
+        for &c in &commits {
+            if !verify_commit_mac(&self.repo, &self.keys, c) {
+                if mac_epoch(&self.repo, c).is_some_and(|e| e > self.keys.current_epoch()) {
+                    return Err(SyncError::Rekeyed {
+                        remote: name.into(),
+                    }
+                    .into());
+                }
+                return Err(hostile("a commit was not written with this vault's key").into());
+            }
+            self.meta_of(c)
+                .map_err(|_| hostile("a commit's metadata does not open"))?;
+            let commit = self
+                .repo
+                .find_commit(c)
+                .map_err(|_| hostile("a commit does not parse"))?;
+            for p in commit.parent_ids().chain([commit.tree_id()]) {
+                if !new_ids.contains(&p) && objects::check(&self.repo, p).is_err() {
+                    return Err(hostile("a commit names an object it did not send").into());
+                }
+            }
+        }
+        for o in received.iter().filter(|o| o.kind == ObjectType::Tree) {
+            let tree = self
+                .repo
+                .find_tree(o.id)
+                .map_err(|_| hostile("a tree does not parse"))?;
+            for e in tree.iter() {
+                if !new_ids.contains(&e.id()) && objects::check(&self.repo, e.id()).is_err() {
+                    return Err(hostile("a tree names an object it did not send").into());
+                }
+            }
+        }
+        // The key state: this vault's MAC, a counter that never goes back.
+        if !verify_commit_mac(&self.repo, &self.keys, keys) {
+            if mac_epoch(&self.repo, keys).is_some_and(|e| e > self.keys.current_epoch()) {
+                return Err(SyncError::Rekeyed {
+                    remote: name.into(),
+                }
+                .into());
+            }
+            return Err(hostile("its key state was not written with this vault's key").into());
+        }
+        let (_, counter) =
+            read_header(&self.repo, keys).map_err(|_| hostile("its key state does not parse"))?;
+        if counter < entry.seen.counter
+            || (counter == entry.seen.counter && entry.seen.keys().is_some_and(|k| k != keys))
+        {
+            return Err(SyncError::RolledBack {
+                remote: name.into(),
+                what: "its key state is older than the one this vault saw there",
+            }
+            .into());
+        }
+        // Its main: from what this vault saw there, forward only.
+        if let Some(seen) = entry.seen.main()
+            && seen != main
+            && !self.reaches(main, seen, usize::MAX)?
+        {
+            let back = self.reaches(seen, main, usize::MAX).unwrap_or(false);
+            return Err(if back {
+                SyncError::RolledBack {
+                    remote: name.into(),
+                    what: "its main is behind what this vault saw there",
+                }
+            } else {
+                SyncError::Forked {
+                    remote: name.into(),
+                }
+            }
+            .into());
+        }
+        let meta = self
+            .meta_of(main)
+            .map_err(|_| hostile("its newest commit's metadata does not open"))?;
+        if meta.keys.is_some_and(|k| k > counter) {
+            return Err(SyncError::RolledBack {
+                remote: name.into(),
+                what: "its key state is older than its main requires",
+            }
+            .into());
+        }
+        // Checked: into the vault, as one synced pack.
+        if !received.is_empty() {
+            let refs: Vec<&Object> = received.iter().collect();
+            let pack_dir = self.dir.join("objects/pack");
+            let pack_name = pack::write(&pack_dir, &refs)?;
+            super::sync_dir(&pack_dir);
+            objects::trust_written_pack(&self.repo, &pack_name);
+        }
+        Ok(Some(Incoming {
+            main: Some(main),
+            keys: Some(keys),
+            counter,
+            commits,
+            objects: received.len(),
+        }))
+    }
+
+    /// Whether `target` is `from` or one of its ancestors, walking at most
+    /// `limit` commits (each checked before libgit2 reads it).
+    pub(crate) fn reaches(&self, from: Oid, target: Oid, limit: usize) -> Result<bool, VaultError> {
+        let mut queue = VecDeque::from([from]);
+        let mut seen = HashSet::from([from]);
+        while let Some(id) = queue.pop_front() {
+            if id == target {
+                return Ok(true);
+            }
+            if seen.len() > limit {
+                return Ok(false);
+            }
+            objects::check(&self.repo, id)?;
+            let c = self
+                .repo
+                .find_commit(id)
+                .map_err(|_| damaged("a commit is unreadable"))?;
+            for p in c.parent_ids() {
+                if seen.insert(p) {
+                    queue.push_back(p);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// The conflict copies a merge left at the tip and that are still
+    /// there: (the file, its copy).
+    pub fn conflict_copies(&mut self) -> Result<Vec<(String, String)>, VaultError> {
+        let tip = self.checked_tip()?;
+        let snap = self.snapshot_of(tip)?;
+        let mut out = Vec::new();
+        for path in snap.files_below(&crate::memory::MemoryPath::root())? {
+            if let Some(original) = merge::original_of(path.as_str()) {
+                out.push((original, path.as_str().to_string()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The number of commits reachable from `tip` and not from `base`.
+    fn count_since(&self, tip: Oid, base: Option<Oid>) -> Result<usize, VaultError> {
+        let mut stop = HashSet::new();
+        if let Some(b) = base {
+            let mut queue = VecDeque::from([b]);
+            stop.insert(b);
+            while let Some(id) = queue.pop_front() {
+                objects::check(&self.repo, id)?;
+                for p in self.repo.find_commit(id)?.parent_ids() {
+                    if stop.insert(p) {
+                        queue.push_back(p);
+                    }
+                }
+            }
+        }
+        let mut count = 0;
+        let mut queue = VecDeque::from([tip]);
+        let mut seen = HashSet::from([tip]);
+        while let Some(id) = queue.pop_front() {
+            if stop.contains(&id) {
+                continue;
+            }
+            count += 1;
+            objects::check(&self.repo, id)?;
+            for p in self.repo.find_commit(id)?.parent_ids() {
+                if seen.insert(p) {
+                    queue.push_back(p);
+                }
+            }
+        }
+        Ok(count)
+    }
+
+    /// Under the writer lock: bring the remote's checked tips into main.
+    fn merge_incoming(
+        &mut self,
+        remote: &str,
+        tip: Option<Oid>,
+        their_main: Oid,
+        their_keys: Oid,
+        new_commits: &[Oid],
+    ) -> Result<merge::Merged, VaultError> {
+        let up_to_date = match tip {
+            Some(t) => t == their_main || self.reaches(t, their_main, usize::MAX)?,
+            None => false,
+        };
+        if up_to_date {
+            return Ok(merge::Merged {
+                what: "up to date",
+                ..Default::default()
+            });
+        }
+        let theirs = KeyState::load_at(&self.repo, &self.keys, Some(their_keys))?;
+        let fast_forward = match tip {
+            None => true,
+            Some(t) => self.reaches(their_main, t, usize::MAX)?,
+        };
+        if fast_forward {
+            return self.fast_forward(remote, tip, their_main, theirs);
+        }
+        let Some(ours) = tip else {
+            unreachable!("no tip is a fast-forward");
+        };
+        let new: BTreeSet<Oid> = new_commits.iter().copied().collect();
+        let base = self.merge_base(ours, their_main, &new)?;
+        self.merge_commits(remote, ours, their_main, base, theirs, &new)
+    }
+
+    /// Move main and the key state to the remote's (it holds this vault's
+    /// main), then add any file key of this side it lacks.
+    fn fast_forward(
+        &mut self,
+        remote: &str,
+        tip: Option<Oid>,
+        their_main: Oid,
+        theirs: KeyState,
+    ) -> Result<merge::Merged, VaultError> {
+        let change = merge::key_change(&self.repo, &self.keys, &self.key_state, &theirs, false)?;
+        let ours_only = change.keep;
+        let erased = change.erased;
+        let mut record = Record::default();
+        record.refs.push((KEYS_REF.to_string(), theirs.commit));
+        record.refs.push((MAIN_REF.to_string(), their_main));
+        if self.wal.tail_target(MAIN_REF) != tip {
+            return Err(VaultError::Refused(
+                "the vault was changed by a writer that did not take the lock; nothing was changed, try again".into(),
+            ));
+        }
+        self.wal.append(&record)?;
+        self.log.unsynced = true;
+        self.key_state = theirs;
+        if let Some(settings) = &self.key_state.settings {
+            self.config = settings.clone();
+        }
+        self.verified_tip = None;
+        let files = Vec::new();
+        if !ours_only.is_empty() {
+            // Keys this side holds that the remote's state lacks (a push
+            // of the key state that did not arrive): kept.
+            let mut meta = self.new_meta("merge");
+            meta.details = vec![
+                format!("from remote {remote}"),
+                format!("kept {} file keys this machine held", ours_only.len()),
+            ];
+            self.publish_key_change(Some(their_main), merge::adds(ours_only), meta)?;
+        }
+        Ok(merge::Merged {
+            what: "fast-forward",
+            files,
+            conflicts: Vec::new(),
+            erased,
+        })
+    }
+
+    /// The merge base of `ours` and `theirs`: the first commit, walking
+    /// back from `ours`, that `theirs` reaches outside `new` (the commits
+    /// the fetch brought).
+    fn merge_base(
+        &self,
+        ours: Oid,
+        theirs: Oid,
+        new: &BTreeSet<Oid>,
+    ) -> Result<Option<Oid>, VaultError> {
+        // The commits of ours' side that theirs' new commits build on.
+        let mut boundary = HashSet::new();
+        if !new.contains(&theirs) {
+            boundary.insert(theirs);
+        }
+        for &c in new {
+            objects::check(&self.repo, c)?;
+            for p in self.repo.find_commit(c)?.parent_ids() {
+                if !new.contains(&p) {
+                    boundary.insert(p);
+                }
+            }
+        }
+        let mut queue = VecDeque::from([ours]);
+        let mut seen = HashSet::from([ours]);
+        while let Some(id) = queue.pop_front() {
+            if boundary.contains(&id) {
+                return Ok(Some(id));
+            }
+            objects::check(&self.repo, id)?;
+            for p in self.repo.find_commit(id)?.parent_ids() {
+                if seen.insert(p) {
+                    queue.push_back(p);
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Make a working vault at `dir` (which must not exist, or be empty)
+/// from the remote at `url`: fetch its two refs into a new vault built
+/// beside `dir`, write them as one pack, open it (unlocked with `unlock`:
+/// keyslots travel in the key state), verify all of it, and only then move
+/// it into place with the remote as `origin`. On any failure nothing is
+/// left behind.
+pub fn clone_vault(
+    url: &str,
+    dir: &Path,
+    unlock: &crate::crypto::Unlock<'_>,
+    attribution: super::Attribution,
+) -> Result<(Vault, PullReport), VaultError> {
+    remotes::check_no_secret(url)?;
+    let url = git::absolute_url(url)?;
+    if dir.exists() {
+        let empty = dir.is_dir() && std::fs::read_dir(dir)?.next().is_none();
+        if !empty {
+            return Err(VaultError::NotEmpty(dir.to_path_buf()));
+        }
+    }
+    let (tmp, parent) = super::open::sibling(dir, "clone")?;
+    let result = clone_into(&url, &tmp, unlock, attribution.clone());
+    let (vault, report) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+    };
+    drop(vault);
+    if dir.exists() {
+        std::fs::remove_dir(dir)?;
+    }
+    std::fs::rename(&tmp, dir)?;
+    super::sync_dir(&parent);
+    let vault = Vault::open(dir, unlock, attribution)?;
+    Ok((vault, report))
+}
+
+fn clone_into(
+    url: &str,
+    dir: &Path,
+    unlock: &crate::crypto::Unlock<'_>,
+    attribution: super::Attribution,
+) -> Result<(Vault, PullReport), VaultError> {
+    let name = "origin";
+    let hostile = |what: &str| SyncError::Hostile {
+        remote: name.to_string(),
+        what: what.to_string(),
+    };
+    let repo = super::open::skeleton(dir)?;
+    let scratch = git::Scratch::new(dir, false)?;
+    let advertised = scratch.ls_remote(name, url)?;
+    if advertised.main.is_none() || advertised.keys.is_none() {
+        return Err(SyncError::Transport {
+            remote: name.into(),
+            detail: "it holds no memvault vault (no main branch and key state)".into(),
+        }
+        .into());
+    }
+    scratch.fetch(name, url, advertised, &[])?;
+    let incoming = scratch.incoming();
+    let (Some(main), Some(keys)) = (incoming.main, incoming.keys) else {
+        return Err(hostile("its refs vanished during the fetch").into());
+    };
+    let ids = scratch.new_objects(name, &[main, keys], &[], MAX_OBJECTS)?;
+    let received = scratch.read_objects(name, &ids, MAX_BYTES)?;
+    drop(scratch);
+    // Each object was hashed as it was read: write them as one pack and
+    // the two refs, then open (which checks the key state's MAC, the
+    // tip's MAC and binding) and verify everything.
+    let objects: Vec<&Object> = received.iter().collect();
+    let pack_dir = dir.join("objects/pack");
+    pack::write(&pack_dir, &objects)?;
+    repo.reference(MAIN_REF, main, true, "memvault clone")?;
+    repo.reference(KEYS_REF, keys, true, "memvault clone")?;
+    drop(repo);
+    super::fsx::make_private_tree(dir)?;
+    super::sync_tree(dir)?;
+    let mut vault = Vault::open(dir, unlock, attribution)?;
+    let report = vault.verify()?;
+    if !report.ok() {
+        return Err(hostile("the vault it holds does not verify").into());
+    }
+    let (_, counter) = read_header(&vault.repo, keys)?;
+    remotes::store(
+        dir,
+        &vault.keys,
+        &[RemoteEntry {
+            name: name.into(),
+            url: url.into(),
+            seen: Seen {
+                main: Some(main.to_string()),
+                keys: Some(keys.to_string()),
+                counter,
+            },
+        }],
+    )?;
+    let commits = received
+        .iter()
+        .filter(|o| o.kind == ObjectType::Commit && o.id != keys)
+        .count();
+    Ok((
+        vault,
+        PullReport {
+            remote: name.into(),
+            outcome: "cloned".into(),
+            commits,
+            objects: received.len(),
+            ..Default::default()
+        },
+    ))
+}

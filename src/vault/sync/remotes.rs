@@ -1,0 +1,127 @@
+//! `memvault/remotes`: the vault's remotes (name, URL) and, for each, the
+//! targets of its two refs as this vault last saw them (the lease of the
+//! next push, and the mark a rollback or fork of the remote is judged
+//! against). No secret: a URL with a password in it is refused.
+//!
+//! The file is JSON on one line, then a line `mac <hex>`: the vault's MAC
+//! over it (the commit MAC key, domain-separated), so whoever can write
+//! the vault directory but has no key cannot point a push elsewhere or
+//! move a mark back unnoticed.
+
+use std::path::Path;
+
+use git2::Oid;
+use serde::{Deserialize, Serialize};
+
+use super::SyncError;
+use crate::crypto::VaultKeys;
+use crate::vault::{VaultError, fsx, write_durable};
+
+pub(crate) const FILE: &str = "memvault/remotes";
+const MAC_CONTEXT: &[u8] = b"memvault remotes v1\0";
+
+/// One remote, as stored.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RemoteEntry {
+    pub name: String,
+    pub url: String,
+    #[serde(default)]
+    pub seen: Seen,
+}
+
+/// Where a remote's refs pointed when this vault last pulled from or
+/// pushed to it, and its key state's counter then.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Seen {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub main: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<String>,
+    #[serde(default)]
+    pub counter: u64,
+}
+
+impl Seen {
+    pub(crate) fn main(&self) -> Option<Oid> {
+        self.main.as_deref().and_then(|s| Oid::from_str(s).ok())
+    }
+
+    pub(crate) fn keys(&self) -> Option<Oid> {
+        self.keys.as_deref().and_then(|s| Oid::from_str(s).ok())
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    v: u32,
+    remotes: Vec<RemoteEntry>,
+}
+
+/// Check a remote's name: 1 to 64 of `A-Za-z0-9._-`, not starting with
+/// `.` or `-`.
+pub(crate) fn check_name(name: &str) -> Result<(), SyncError> {
+    let ok = (1..=64).contains(&name.len())
+        && !name.starts_with(['.', '-'])
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok { Ok(()) } else { Err(SyncError::BadName) }
+}
+
+/// The stored remotes (none when the file does not exist).
+pub(crate) fn load(dir: &Path, keys: &VaultKeys) -> Result<Vec<RemoteEntry>, VaultError> {
+    let text = match fsx::read_to_string(&dir.join(FILE)) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let altered = || VaultError::from(SyncError::RemotesAltered);
+    let (json, mac) = text.trim_end().split_once("\nmac ").ok_or_else(altered)?;
+    let tag = data_encoding::HEXLOWER
+        .decode(mac.as_bytes())
+        .map_err(|_| altered())?;
+    if !keys.verify_mac(&[MAC_CONTEXT, json.as_bytes()].concat(), &tag) {
+        return Err(altered());
+    }
+    let stored: Stored = serde_json::from_str(json).map_err(|_| altered())?;
+    if stored.v != 1 {
+        return Err(altered());
+    }
+    Ok(stored.remotes)
+}
+
+/// Replace the stored remotes (written durably, then renamed into place).
+pub(crate) fn store(
+    dir: &Path,
+    keys: &VaultKeys,
+    remotes: &[RemoteEntry],
+) -> Result<(), VaultError> {
+    let json = serde_json::to_string(&Stored {
+        v: 1,
+        remotes: remotes.to_vec(),
+    })
+    .map_err(|e| VaultError::Io(std::io::Error::other(e)))?;
+    let tag = keys.mac(&[MAC_CONTEXT, json.as_bytes()].concat());
+    let text = format!("{json}\nmac {}\n", data_encoding::HEXLOWER.encode(&tag));
+    // A temporary file a crash left would stop every later write.
+    let _ = std::fs::remove_file(dir.join(FILE).with_extension("tmp"));
+    write_durable(&dir.join(FILE), text.as_bytes())?;
+    Ok(())
+}
+
+/// A URL must hold no password (`https://user:pw@host`): the file is not
+/// secret; git credential helpers hold those.
+pub(crate) fn check_no_secret(url: &str) -> Result<(), SyncError> {
+    if let Some((_, rest)) = url.split_once("://") {
+        let authority = rest.split('/').next().unwrap_or("");
+        if let Some((userinfo, _)) = authority.rsplit_once('@')
+            && userinfo.contains(':')
+        {
+            return Err(SyncError::BadUrl(
+                "a remote URL may not hold a password: use a git credential helper or an SSH key"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
+}
