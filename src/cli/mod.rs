@@ -132,6 +132,17 @@ impl From<VaultError> for CliError {
         if let VaultError::Io(io) = &e {
             return io_error(io);
         }
+        if let VaultError::Sync(s) = &e
+            && matches!(
+                **s,
+                crate::vault::SyncError::BadUrl(_) | crate::vault::SyncError::BadName
+            )
+        {
+            return CliError {
+                message: e.to_string(),
+                code: 2,
+            };
+        }
         let hint = match &e {
             VaultError::WrongSecret => " (check the passphrase or --key-file; nothing was changed)",
             VaultError::Damaged(_) | VaultError::Object(_) | VaultError::RolledBack(_) => {

@@ -895,7 +895,7 @@ pub const GARBAGE_FILE: &str = "memvault/keys-garbage";
 
 /// Remember a replaced key-state commit (best effort: `prune` also finds
 /// key-state commits by scanning when asked for a full prune).
-fn note_garbage(repo: &Repository, old: Oid) {
+pub(crate) fn note_garbage(repo: &Repository, old: Oid) {
     use std::io::Write;
     let _ = super::fsx::open_append(&repo.path().join(GARBAGE_FILE))
         .and_then(|mut f| writeln!(f, "{old}"));

@@ -21,6 +21,7 @@ mod paths;
 mod protocol;
 mod redaction;
 mod server;
+mod sync;
 mod tamper;
 mod transfer;
 mod unlock;

@@ -229,6 +229,11 @@ impl Vault {
                 (None, None, _) => {}
             }
         }
+        // An erasure on either side wins: no version of an erased file
+        // survives the merge, whatever the other side did to it.
+        finals.retain(|f| {
+            !self.key_state.erased.contains(&f.id) && !their_keys.erased.contains(&f.id)
+        });
         let conflicts = place(&mut finals)?;
         // The new tree: edits over ours'.
         let mut edits = TreeEdits::default();

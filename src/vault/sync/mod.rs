@@ -389,7 +389,7 @@ impl Vault {
             .into_iter()
             .flatten()
         {
-            if !have.contains(&id) && objects::check(&self.repo, id).is_ok() {
+            if !have.contains(&id) && self.holds(id) {
                 have.push(id);
             }
         }
@@ -433,7 +433,7 @@ impl Vault {
                 .find_commit(c)
                 .map_err(|_| hostile("a commit does not parse"))?;
             for p in commit.parent_ids().chain([commit.tree_id()]) {
-                if !new_ids.contains(&p) && objects::check(&self.repo, p).is_err() {
+                if !new_ids.contains(&p) && !self.holds(p) {
                     return Err(hostile("a commit names an object it did not send").into());
                 }
             }
@@ -444,7 +444,7 @@ impl Vault {
                 .find_tree(o.id)
                 .map_err(|_| hostile("a tree does not parse"))?;
             for e in tree.iter() {
-                if !new_ids.contains(&e.id()) && objects::check(&self.repo, e.id()).is_err() {
+                if !new_ids.contains(&e.id()) && !self.holds(e.id()) {
                     return Err(hostile("a tree names an object it did not send").into());
                 }
             }
@@ -513,6 +513,12 @@ impl Vault {
             commits,
             objects: received.len(),
         }))
+    }
+
+    /// Whether the vault holds the object `id`, checked (a pruned key
+    /// state, for one, is gone).
+    fn holds(&self, id: Oid) -> bool {
+        objects::check(&self.repo, id).is_ok() && self.repo.odb().is_ok_and(|odb| odb.exists(id))
     }
 
     /// Whether `target` is `from` or one of its ancestors, walking at most
@@ -645,6 +651,10 @@ impl Vault {
         }
         self.wal.append(&record)?;
         self.log.unsynced = true;
+        if self.key_state.commit != theirs.commit {
+            // Replaced: pruned with the others (at once after an erasure).
+            super::keys::note_garbage(&self.repo, self.key_state.commit);
+        }
         self.key_state = theirs;
         if let Some(settings) = &self.key_state.settings {
             self.config = settings.clone();

@@ -1,0 +1,510 @@
+//! Sync through a git remote (a bare repository on a path here; SSH and
+//! smart HTTP in `sync_net`): clone, push, pull, merge rules, and a remote
+//! that lies.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+use crate::util::*;
+
+const MARK: &str = "SYNCMARK";
+
+/// One machine's copy of a vault (all share one key file).
+pub struct Machine {
+    pub dir: PathBuf,
+    pub key: PathBuf,
+}
+
+impl Machine {
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(bin());
+        c.arg("--vault")
+            .arg(&self.dir)
+            .arg("--key-file")
+            .arg(&self.key);
+        for v in [
+            "MEMVAULT_DIR",
+            "MEMVAULT_KEY_FILE",
+            "MEMVAULT_PASSPHRASE",
+            "MEMVAULT_SESSION",
+            "MEMVAULT_ACTOR",
+        ] {
+            c.env_remove(v);
+        }
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().unwrap()
+    }
+
+    /// Run a command that must succeed; its stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "memvault {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Run a command that must fail with `code`; its stderr.
+    pub fn fails(&self, args: &[&str], code: i32) -> String {
+        let out = self.run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "memvault {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    pub fn exec(&self, cmd: Value) -> Value {
+        let out = self
+            .cmd()
+            .arg("exec")
+            .arg(cmd.to_string())
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v
+    }
+
+    pub fn write(&self, path: &str, text: &str) {
+        let r = self.exec(json!({"command": "create", "path": path, "file_text": text}));
+        assert!(!is_error(&r), "{r}");
+    }
+
+    pub fn edit(&self, path: &str, old: &str, new: &str) {
+        let r = self
+            .exec(json!({"command": "str_replace", "path": path, "old_str": old, "new_str": new}));
+        assert!(!is_error(&r), "{r}");
+    }
+
+    /// The file's content (None: it does not exist).
+    pub fn read(&self, path: &str) -> Option<String> {
+        let rel = path.strip_prefix("/memories/").unwrap();
+        self.files()
+            .into_iter()
+            .find(|(p, _)| p == rel || p.strip_prefix("memories/") == Some(rel))
+            .map(|(_, text)| text)
+    }
+
+    /// Every file's path and content, through `export`.
+    pub fn files(&self) -> Vec<(String, String)> {
+        let to = self.dir.with_extension(format!("export-{}", rand_suffix()));
+        self.ok(&["export", to.to_str().unwrap()]);
+        let mut out = Vec::new();
+        let mut stack = vec![to.clone()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let e = e.unwrap();
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(e.path());
+                } else {
+                    let rel = e
+                        .path()
+                        .strip_prefix(&to)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned();
+                    out.push((rel, std::fs::read_to_string(e.path()).unwrap()));
+                }
+            }
+        }
+        std::fs::remove_dir_all(&to).unwrap();
+        out.sort();
+        out
+    }
+}
+
+fn rand_suffix() -> String {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A vault (machine "a") with a bare repository as its `origin`, pushed;
+/// and `n` more machines cloned from it.
+pub struct World {
+    pub _v: TestVault,
+    pub hub: PathBuf,
+    pub machines: Vec<Machine>,
+}
+
+pub fn world_with(url_of: impl Fn(&Path) -> String, n: usize) -> World {
+    let v = TestVault::new();
+    let hub = v.tmp.path().join("hub.git");
+    let out = Command::new("git")
+        .args(["init", "-q", "--bare"])
+        .arg(&hub)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let a = Machine {
+        dir: v.vault.clone(),
+        key: v.key.clone(),
+    };
+    let url = url_of(&hub);
+    a.ok(&["remote", "add", "origin", &url]);
+    a.write(
+        "/memories/notes.md",
+        &format!("{MARK} one\ntwo\nthree\nfour\nfive\n"),
+    );
+    a.ok(&["push"]);
+    let mut machines = vec![a];
+    for i in 1..=n {
+        let m = Machine {
+            dir: v.tmp.path().join(format!("machine{i}")),
+            key: v.key.clone(),
+        };
+        m.ok(&["clone", &url]);
+        machines.push(m);
+    }
+    World {
+        _v: v,
+        hub,
+        machines,
+    }
+}
+
+pub fn world(n: usize) -> World {
+    world_with(|p| p.to_str().unwrap().to_string(), n)
+}
+
+#[test]
+fn a_clone_reads_what_was_pushed_and_pulls_bring_later_changes_with_nothing_readable_on_the_remote()
+{
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    assert_eq!(a.files(), b.files());
+    assert_eq!(
+        b.ok(&["remote", "list"]).trim(),
+        format!("origin\t{}", w.hub.display())
+    );
+    b.write("/memories/from-b.md", &format!("{MARK} written on b\n"));
+    b.edit("/memories/notes.md", "two", "TWO");
+    let pushed = b.ok(&["push"]);
+    assert!(pushed.contains("pushed 2 commits to origin"), "{pushed}");
+    let pulled = a.ok(&["pull"]);
+    assert!(
+        pulled.starts_with("fast-forward: 2 new commits"),
+        "{pulled}"
+    );
+    assert_eq!(a.files(), b.files());
+    assert_eq!(
+        a.read("/memories/from-b.md").unwrap(),
+        format!("{MARK} written on b\n")
+    );
+    // Nothing pushed is readable on the remote.
+    assert_eq!(plaintext_anywhere(&w.hub, MARK), Vec::<String>::new());
+    assert_eq!(
+        plaintext_anywhere(&w.hub, "written on b"),
+        Vec::<String>::new()
+    );
+    // Pull again: nothing to do; push: nothing to send.
+    assert!(a.ok(&["pull"]).contains("up to date"));
+    assert!(a.ok(&["push"]).contains("nothing pushed"));
+    a.ok(&["verify"]);
+    b.ok(&["verify"]);
+}
+
+#[test]
+fn disjoint_changes_on_two_machines_are_both_kept() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    a.write("/memories/a/only-a.md", "from a\n");
+    b.write("/memories/b/only-b.md", "from b\n");
+    b.ok(&["sync"]);
+    let out = a.ok(&["sync"]);
+    assert!(out.contains("merged: 1 new commit from origin"), "{out}");
+    b.ok(&["sync"]);
+    assert_eq!(a.files(), b.files());
+    assert_eq!(a.read("/memories/b/only-b.md").unwrap(), "from b\n");
+    assert_eq!(b.read("/memories/a/only-a.md").unwrap(), "from a\n");
+    // The merge is one commit with two parents that history shows.
+    let history = a.ok(&["history"]);
+    assert!(
+        history.lines().next().unwrap().contains("merge"),
+        "{history}"
+    );
+    a.ok(&["verify"]);
+}
+
+#[test]
+fn the_same_file_changed_on_both_sides_merges_its_text_or_keeps_both_versions_visible() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    // Clean: different lines.
+    a.edit("/memories/notes.md", "two", "TWO from a");
+    b.edit("/memories/notes.md", "five", "FIVE from b");
+    b.ok(&["sync"]);
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    let merged = format!("{MARK} one\nTWO from a\nthree\nfour\nFIVE from b\n");
+    assert_eq!(a.read("/memories/notes.md").unwrap(), merged);
+    assert_eq!(b.read("/memories/notes.md").unwrap(), merged);
+    // A clash: the same line. Neither side is lost; the model sees both.
+    a.edit("/memories/notes.md", "three", "three as a says");
+    b.edit("/memories/notes.md", "three", "three as b says");
+    b.ok(&["sync"]);
+    let out = a.ok(&["sync"]);
+    assert!(
+        out.contains("conflict: /memories/notes.md keeps this machine's version; the other side's is at /memories/notes.conflict-1.md"),
+        "{out}"
+    );
+    assert!(
+        a.read("/memories/notes.md")
+            .unwrap()
+            .contains("three as a says")
+    );
+    let copy = a.read("/memories/notes.conflict-1.md").unwrap();
+    assert!(copy.contains("three as b says"), "{copy}");
+    let listing = a.exec(json!({"command": "view", "path": "/memories"}));
+    assert!(text(&listing).contains("notes.conflict-1.md"));
+    let brief = a.ok(&["resume"]);
+    assert!(
+        brief.contains("Unresolved sync conflicts")
+            && brief.contains(
+                "- /memories/notes.md: the other version is /memories/notes.conflict-1.md"
+            ),
+        "{brief}"
+    );
+    // Resolved by the model: merged by hand, the copy deleted.
+    a.edit("/memories/notes.md", "three as a says", "three as both say");
+    let r = a.exec(json!({"command": "delete", "path": "/memories/notes.conflict-1.md"}));
+    assert!(!is_error(&r));
+    assert!(!a.ok(&["resume"]).contains("Unresolved sync conflicts"));
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    assert_eq!(a.files(), b.files());
+}
+
+#[test]
+fn an_edit_survives_a_delete_follows_a_rename_and_two_creates_of_one_path_both_survive() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    a.write("/memories/gone.md", "base\n");
+    a.write("/memories/moved.md", "base text\n");
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    // Edit against delete.
+    a.edit("/memories/gone.md", "base", "edited on a");
+    assert!(!is_error(&b.exec(
+        json!({"command": "delete", "path": "/memories/gone.md"})
+    )));
+    // Rename against edit.
+    assert!(!is_error(&a.exec(json!({"command": "rename", "old_path": "/memories/moved.md", "new_path": "/memories/dir/renamed.md"}))));
+    b.edit("/memories/moved.md", "base text", "edited on b");
+    // Both create one path.
+    a.write("/memories/same.md", "a's same\n");
+    b.write("/memories/same.md", "b's same\n");
+    b.ok(&["sync"]);
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    for m in [a, b] {
+        assert_eq!(m.read("/memories/gone.md").unwrap(), "edited on a\n");
+        assert_eq!(m.read("/memories/dir/renamed.md").unwrap(), "edited on b\n");
+        assert_eq!(m.read("/memories/moved.md"), None);
+        let same = m.read("/memories/same.md").unwrap();
+        let copy = m.read("/memories/same.conflict-1.md").unwrap();
+        let mut both = [same, copy];
+        both.sort();
+        assert_eq!(both, ["a's same\n".to_string(), "b's same\n".to_string()]);
+    }
+    assert_eq!(a.files(), b.files());
+    a.ok(&["verify"]);
+    b.ok(&["verify"]);
+}
+
+#[test]
+fn an_erasure_on_either_side_wins_and_destroys_the_key_here_too() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    a.write("/memories/secret.md", &format!("{MARK} to be erased\n"));
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    // b edits it while a purges it.
+    b.edit("/memories/secret.md", "to be erased", "edited meanwhile");
+    a.ok(&["purge", "/memories/secret.md"]);
+    a.ok(&["sync"]);
+    let out = b.ok(&["sync"]);
+    assert!(out.contains("erased here too: 1 file key"), "{out}");
+    for m in [a, b] {
+        assert_eq!(m.read("/memories/secret.md"), None);
+        m.ok(&["verify"]);
+    }
+    a.ok(&["sync"]);
+    assert_eq!(a.files(), b.files());
+    // Every version of it reads as erased on b too.
+    let verified = b.ok(&["verify"]);
+    assert!(!verified.contains(", 0 erased on purpose"), "{verified}");
+}
+
+#[test]
+fn a_push_never_forces_and_sync_merges_then_gets_in() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    a.write("/memories/x.md", "a\n");
+    b.write("/memories/y.md", "b\n");
+    b.ok(&["push"]);
+    let err = a.fails(&["push"], 1);
+    assert!(
+        err.contains("remote origin moved since this vault last pulled"),
+        "{err}"
+    );
+    // b's work is still the remote's.
+    let c = Machine {
+        dir: w.hub.with_file_name("check"),
+        key: a.key.clone(),
+    };
+    c.ok(&["clone", w.hub.to_str().unwrap()]);
+    assert_eq!(c.read("/memories/y.md").unwrap(), "b\n");
+    let out = a.ok(&["sync", "--json"]);
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["push"]["pushed"], true);
+    assert_eq!(report["pulls"][0]["outcome"], "merged");
+    c.ok(&["pull"]);
+    assert_eq!(c.read("/memories/x.md").unwrap(), "a\n");
+    assert_eq!(c.read("/memories/y.md").unwrap(), "b\n");
+}
+
+#[test]
+fn a_remote_that_rolled_back_or_forked_is_refused_and_nothing_changes_here() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    let old = String::from_utf8(git(&w.hub, &["rev-parse", "refs/heads/main"]).stdout).unwrap();
+    b.write("/memories/later.md", "later\n");
+    b.ok(&["push"]);
+    a.ok(&["pull"]);
+    let before = a.files();
+    // Rolled back: main set back to an older commit.
+    let out = git(&w.hub, &["update-ref", "refs/heads/main", old.trim()]);
+    assert!(out.status.success());
+    let err = a.fails(&["pull"], 1);
+    assert!(err.contains("remote origin rolled back"), "{err}");
+    assert_eq!(a.files(), before);
+    let err = a.fails(&["sync"], 1);
+    assert!(err.contains("rolled back"), "{err}");
+    // Forked: main replaced by another vault's history under the same key
+    // file (a vault made apart, never merged).
+    let other = TestVault::new();
+    let o = Machine {
+        dir: other.vault.clone(),
+        key: a.key.clone(),
+    };
+    // The other vault has its own data key: its commits fail our MAC.
+    let _ = o;
+    let other_remote = other.tmp.path().join("other.git");
+    git(
+        &other.tmp.path().to_path_buf(),
+        &["init", "-q", "--bare", other_remote.to_str().unwrap()],
+    );
+    let oc = Machine {
+        dir: other.vault.clone(),
+        key: other.key.clone(),
+    };
+    oc.write("/memories/notes.md", "another vault\n");
+    oc.ok(&["remote", "add", "origin", other_remote.to_str().unwrap()]);
+    oc.ok(&["push"]);
+    a.ok(&["remote", "add", "stranger", other_remote.to_str().unwrap()]);
+    let err = a.fails(&["pull", "stranger"], 1);
+    assert!(
+        err.contains("remote stranger cannot be trusted") || err.contains("remote stranger forked"),
+        "{err}"
+    );
+    assert_eq!(a.files(), before);
+    a.ok(&["verify"]);
+}
+
+#[test]
+fn remote_names_and_urls_are_checked_and_the_stored_list_is_authenticated() {
+    let w = world(0);
+    let a = &w.machines[0];
+    for bad in [
+        "ext::sh -c touch% /tmp/pwned",
+        "-uhelp",
+        "http://example.com/v.git",
+        "https://u:pw@example.com/v.git",
+    ] {
+        let err = a.fails(&["remote", "add", "x", bad], 2);
+        assert!(!err.is_empty());
+    }
+    a.fails(&["remote", "add", "../x", "/tmp/x.git"], 2);
+    let err = a.fails(&["remote", "add", "origin", "/tmp/x.git"], 1);
+    assert!(err.contains("exists already"), "{err}");
+    a.ok(&["remote", "add", "backup", "relative/backup.git"]);
+    let list = a.ok(&["remote", "list"]);
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with("backup\t/") && l.ends_with("relative/backup.git")),
+        "{list}"
+    );
+    // Someone without the key points a remote elsewhere: refused.
+    let file = a.dir.join("memvault/remotes");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        text.replace("relative/backup.git", "relative/evil.git"),
+    )
+    .unwrap();
+    let err = a.fails(&["remote", "list"], 1);
+    assert!(err.contains("memvault/remotes was altered"), "{err}");
+    std::fs::write(&file, text).unwrap();
+    a.ok(&["remote", "remove", "backup"]);
+    assert!(!a.ok(&["remote", "list"]).contains("backup"));
+    a.fails(&["remote", "remove", "backup"], 1);
+    a.fails(&["push", "nowhere"], 1);
+}
+
+#[test]
+fn a_clone_with_the_wrong_key_or_from_no_vault_leaves_nothing_behind() {
+    let w = world(0);
+    let a = &w.machines[0];
+    let tmp = w.hub.parent().unwrap();
+    let wrong = tmp.join("wrong.key");
+    assert!(
+        Command::new(bin())
+            .arg("keygen")
+            .arg(&wrong)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let m = Machine {
+        dir: tmp.join("clone-wrong"),
+        key: wrong,
+    };
+    m.fails(&["clone", w.hub.to_str().unwrap()], 1);
+    assert!(!m.dir.exists());
+    let empty = tmp.join("empty.git");
+    git(
+        &tmp.to_path_buf(),
+        &["init", "-q", "--bare", empty.to_str().unwrap()],
+    );
+    let n = Machine {
+        dir: tmp.join("clone-empty"),
+        key: a.key.clone(),
+    };
+    let err = n.fails(&["clone", empty.to_str().unwrap()], 1);
+    assert!(err.contains("holds no memvault vault"), "{err}");
+    assert!(!n.dir.exists());
+    // Nothing stray left beside it either.
+    let stray: Vec<_> = std::fs::read_dir(tmp)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".clone-"))
+        .collect();
+    assert!(stray.is_empty());
+}
