@@ -293,6 +293,9 @@ pub(crate) struct KeyChange {
     /// A new keyring (rekey): the new state and its commit on main are
     /// sealed and MAC'd under it (taken by `Vault::publish`).
     pub keyring: Option<crate::crypto::Keyring>,
+    /// Write a new key state even if nothing else changes (a merge: its
+    /// counter must pass both sides').
+    pub bump: bool,
 }
 
 impl KeyChange {
@@ -308,6 +311,7 @@ impl KeyChange {
             && self.slots.is_none()
             && self.settings.is_none()
             && self.keyring.is_none()
+            && !self.bump
     }
 }
 
@@ -674,6 +678,7 @@ impl KeyState {
             slots,
             settings,
             keyring: _,
+            bump: _,
         } = change;
         let mut touched = std::collections::BTreeSet::new();
         let mut erased_changed = false;

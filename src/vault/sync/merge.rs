@@ -341,6 +341,7 @@ impl Vault {
             self.merge_slots_and_settings(ours, new, base, &their_keys)?;
         change.slots = slots;
         change.settings = settings;
+        change.bump = true;
         self.key_state.counter = self.key_state.counter.max(their_keys.counter);
         let mut meta: CommitMeta = self.new_meta("merge");
         meta.files = changed.iter().cloned().collect();
