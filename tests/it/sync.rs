@@ -9,17 +9,28 @@ use serde_json::{Value, json};
 
 use crate::util::*;
 
-const MARK: &str = "SYNCMARK";
+pub const MARK: &str = "SYNCMARK";
 
 /// One machine's copy of a vault (all share one key file).
 pub struct Machine {
     pub dir: PathBuf,
     pub key: PathBuf,
+    /// Environment for git (e.g. `GIT_SSH_COMMAND`).
+    pub env: Vec<(String, String)>,
 }
 
 impl Machine {
+    pub fn new(dir: PathBuf, key: PathBuf) -> Machine {
+        Machine {
+            dir,
+            key,
+            env: Vec::new(),
+        }
+    }
+
     pub fn cmd(&self) -> Command {
         let mut c = Command::new(bin());
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
         c.arg("--vault")
             .arg(&self.dir)
             .arg("--key-file")
@@ -142,7 +153,7 @@ pub struct World {
     pub machines: Vec<Machine>,
 }
 
-pub fn world_with(url_of: impl Fn(&Path) -> String, n: usize) -> World {
+pub fn world_with(url_of: impl Fn(&Path) -> String, env: &[(String, String)], n: usize) -> World {
     let v = TestVault::new();
     let hub = v.tmp.path().join("hub.git");
     let out = Command::new("git")
@@ -151,10 +162,8 @@ pub fn world_with(url_of: impl Fn(&Path) -> String, n: usize) -> World {
         .output()
         .unwrap();
     assert!(out.status.success());
-    let a = Machine {
-        dir: v.vault.clone(),
-        key: v.key.clone(),
-    };
+    let mut a = Machine::new(v.vault.clone(), v.key.clone());
+    a.env = env.to_vec();
     let url = url_of(&hub);
     a.ok(&["remote", "add", "origin", &url]);
     a.write(
@@ -164,10 +173,8 @@ pub fn world_with(url_of: impl Fn(&Path) -> String, n: usize) -> World {
     a.ok(&["push"]);
     let mut machines = vec![a];
     for i in 1..=n {
-        let m = Machine {
-            dir: v.tmp.path().join(format!("machine{i}")),
-            key: v.key.clone(),
-        };
+        let mut m = Machine::new(v.tmp.path().join(format!("machine{i}")), v.key.clone());
+        m.env = env.to_vec();
         m.ok(&["clone", &url]);
         machines.push(m);
     }
@@ -179,7 +186,7 @@ pub fn world_with(url_of: impl Fn(&Path) -> String, n: usize) -> World {
 }
 
 pub fn world(n: usize) -> World {
-    world_with(|p| p.to_str().unwrap().to_string(), n)
+    world_with(|p| p.to_str().unwrap().to_string(), &[], n)
 }
 
 #[test]
@@ -364,10 +371,7 @@ fn a_push_never_forces_and_sync_merges_then_gets_in() {
         "{err}"
     );
     // b's work is still the remote's.
-    let c = Machine {
-        dir: w.hub.with_file_name("check"),
-        key: a.key.clone(),
-    };
+    let c = Machine::new(w.hub.with_file_name("check"), a.key.clone());
     c.ok(&["clone", w.hub.to_str().unwrap()]);
     assert_eq!(c.read("/memories/y.md").unwrap(), "b\n");
     let out = a.ok(&["sync", "--json"]);
@@ -399,10 +403,7 @@ fn a_remote_that_rolled_back_or_forked_is_refused_and_nothing_changes_here() {
     // Forked: main replaced by another vault's history under the same key
     // file (a vault made apart, never merged).
     let other = TestVault::new();
-    let o = Machine {
-        dir: other.vault.clone(),
-        key: a.key.clone(),
-    };
+    let o = Machine::new(other.vault.clone(), a.key.clone());
     // The other vault has its own data key: its commits fail our MAC.
     let _ = o;
     let other_remote = other.tmp.path().join("other.git");
@@ -410,10 +411,7 @@ fn a_remote_that_rolled_back_or_forked_is_refused_and_nothing_changes_here() {
         &other.tmp.path().to_path_buf(),
         &["init", "-q", "--bare", other_remote.to_str().unwrap()],
     );
-    let oc = Machine {
-        dir: other.vault.clone(),
-        key: other.key.clone(),
-    };
+    let oc = Machine::new(other.vault.clone(), other.key.clone());
     oc.write("/memories/notes.md", "another vault\n");
     oc.ok(&["remote", "add", "origin", other_remote.to_str().unwrap()]);
     oc.ok(&["push"]);
@@ -482,10 +480,7 @@ fn a_clone_with_the_wrong_key_or_from_no_vault_leaves_nothing_behind() {
             .status
             .success()
     );
-    let m = Machine {
-        dir: tmp.join("clone-wrong"),
-        key: wrong,
-    };
+    let m = Machine::new(tmp.join("clone-wrong"), wrong);
     m.fails(&["clone", w.hub.to_str().unwrap()], 1);
     assert!(!m.dir.exists());
     let empty = tmp.join("empty.git");
@@ -493,10 +488,7 @@ fn a_clone_with_the_wrong_key_or_from_no_vault_leaves_nothing_behind() {
         &tmp.to_path_buf(),
         &["init", "-q", "--bare", empty.to_str().unwrap()],
     );
-    let n = Machine {
-        dir: tmp.join("clone-empty"),
-        key: a.key.clone(),
-    };
+    let n = Machine::new(tmp.join("clone-empty"), a.key.clone());
     let err = n.fails(&["clone", empty.to_str().unwrap()], 1);
     assert!(err.contains("holds no memvault vault"), "{err}");
     assert!(!n.dir.exists());
