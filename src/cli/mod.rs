@@ -316,6 +316,13 @@ pub(crate) struct ServeArgs {
     /// every AGE (e.g. 1h) inside this process
     #[arg(long, value_name = "AGE")]
     pub expire_every: Option<String>,
+    /// Also sync with this remote (`memvault sync REMOTE`) at start and then
+    /// every --sync-every, inside this process; requests keep flowing
+    #[arg(long, value_name = "REMOTE")]
+    pub sync: Option<String>,
+    /// The period of --sync (e.g. 30s, 5m, 1h)
+    #[arg(long, value_name = "AGE", default_value = "5m", requires = "sync")]
+    pub sync_every: String,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -716,6 +723,9 @@ fn serve(global: &Global, args: &ServeArgs) -> Result<u8, CliError> {
                 }
             }
         });
+    }
+    if let Some(remote) = &args.sync {
+        sync::spawn_syncer(&vault, remote, &args.sync_every)?;
     }
     // Checkpoints run after a reply is written, not inside the request.
     vault.defer_checkpoints(true);

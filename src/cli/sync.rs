@@ -183,3 +183,46 @@ fn write_pull(out: &mut dyn Write, r: &PullReport) -> Result<(), CliError> {
 fn json(v: &impl serde::Serialize) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "{}".into())
 }
+
+/// `serve --sync REMOTE --sync-every AGE`: a thread with its own handle on
+/// the vault syncs at start and then every period; the serving handle
+/// catches up with what a merge wrote as it would with another process's
+/// writes. Reports go to stderr as counts (never paths or content); git
+/// may not prompt for credentials in the background.
+pub fn spawn_syncer(vault: &Vault, remote: &str, every: &str) -> Result<(), CliError> {
+    let every_ms = crate::vault::erase::parse_duration_ms(every).ok_or_else(|| CliError {
+        message: format!("--sync-every {every:?}: give a period such as 30s, 5m or 1h"),
+        code: 2,
+    })?;
+    // The remote must exist now: a typo is a usage error, not a log line.
+    if !vault.remotes()?.iter().any(|r| r.name == remote) {
+        return Err(CliError {
+            message: format!(
+                "--sync {remote:?}: no such remote (add one with `memvault remote add {remote} URL`)"
+            ),
+            code: 2,
+        });
+    }
+    crate::vault::sync_without_prompts();
+    let mut syncer = vault.reopen(sync_attribution())?;
+    let remote = remote.to_string();
+    std::thread::spawn(move || {
+        loop {
+            match syncer.sync(&remote) {
+                Ok(r) => {
+                    let received: usize = r.pulls.iter().map(|p| p.commits).sum();
+                    let conflicts: usize = r.pulls.iter().map(|p| p.conflicts.len()).sum();
+                    if received > 0 || r.push.pushed || conflicts > 0 {
+                        eprintln!(
+                            "memvault: synced with {remote}: {received} commit(s) received, {} sent, {conflicts} conflict(s)",
+                            r.push.commits
+                        );
+                    }
+                }
+                Err(e) => eprintln!("memvault: sync with {remote} failed: {e}"),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(every_ms));
+        }
+    });
+    Ok(())
+}

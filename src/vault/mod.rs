@@ -85,7 +85,10 @@ pub use meta::CommitMeta;
 use meta::{META_VERSION, meta_aad};
 pub use rev::{ParseRevError, Rev};
 pub use slots::{NewSlot, RekeyReport, SlotEntry};
-pub use sync::{PullReport, PushReport, RemoteEntry, Seen, SyncError, SyncReport, clone_vault};
+pub use sync::{
+    PullReport, PushReport, RemoteEntry, Seen, SyncError, SyncReport, clone_vault,
+    sync_without_prompts,
+};
 use tree::Caches;
 pub use tree::VaultSnapshot;
 use treeedit::TreeEdits;

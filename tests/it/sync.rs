@@ -630,3 +630,69 @@ fn three_clones_syncing_in_random_order_converge_and_lose_no_written_line() {
         }
     }
 }
+
+/// `serve --sync origin --sync-every 1s`: another machine's change shows
+/// up in a running server's answers, and a write made through the server
+/// reaches the remote, while requests keep being answered.
+#[test]
+fn a_running_serve_syncs_in_the_background_and_keeps_answering() {
+    use std::io::{BufRead, BufReader, Write};
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    let mut child = a
+        .cmd()
+        .args(["serve", "--sync", "origin", "--sync-every", "1s"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut ask = |cmd: Value| -> Value {
+        writeln!(stdin, "{cmd}").unwrap();
+        stdin.flush().unwrap();
+        serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap()
+    };
+    b.write("/memories/from-b.md", "written on b\n");
+    b.ok(&["push"]);
+    let r = ask(
+        json!({"command": "create", "path": "/memories/from-serve.md", "file_text": "written through serve\n"}),
+    );
+    assert!(!is_error(&r), "{r}");
+    let start = std::time::Instant::now();
+    loop {
+        let r = ask(json!({"command": "view", "path": "/memories/from-b.md"}));
+        if !is_error(&r) {
+            assert!(text(&r).contains("written on b"));
+            break;
+        }
+        assert!(
+            start.elapsed().as_secs() < 30,
+            "b's change never arrived: {r}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // The write made through the server reaches the remote.
+    let start = std::time::Instant::now();
+    loop {
+        b.ok(&["pull"]);
+        if b.read("/memories/from-serve.md").is_some() {
+            break;
+        }
+        assert!(
+            start.elapsed().as_secs() < 30,
+            "the server's write never reached the remote"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("synced with origin"), "{err}");
+    assert!(!err.contains("written"), "no content in logs: {err}");
+    a.ok(&["verify"]);
+    // A remote that does not exist is a usage error at start.
+    a.fails(&["serve", "--sync", "nowhere"], 2);
+}

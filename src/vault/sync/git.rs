@@ -38,6 +38,16 @@ pub(crate) const KEYS_REF: &str = crate::vault::engine::KEYS_REF;
 /// one directory, about 9 MiB).
 pub(crate) const MAX_OBJECT: u64 = 1 << 30;
 
+/// Set once by a process that syncs in the background (`serve --sync`):
+/// git may not prompt for a password there.
+static NO_PROMPTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// From now on git asks for no credentials on a terminal (a helper or an
+/// SSH agent still works).
+pub fn no_prompts() {
+    NO_PROMPTS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Check a remote URL: a local path, `file://`, `ssh://`, scp-like
 /// `[user@]host:path`, `https://`, or `http://` to a loopback host. Never
 /// one of git's `<transport>::<address>` forms (`ext::` runs a command),
@@ -205,6 +215,10 @@ impl Scratch {
             "protocol.http.allow=always",
         ] {
             c.arg("-c").arg(setting);
+        }
+        if NO_PROMPTS.load(std::sync::atomic::Ordering::Relaxed) {
+            c.env("GIT_TERMINAL_PROMPT", "0")
+                .env("SSH_ASKPASS_REQUIRE", "never");
         }
         c.stdin(Stdio::null());
         c

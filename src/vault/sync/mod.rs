@@ -30,6 +30,7 @@ use std::path::Path;
 
 use git2::{ObjectType, Oid};
 
+pub use git::no_prompts as sync_without_prompts;
 pub use remotes::{RemoteEntry, Seen};
 
 use super::engine::{KEYS_REF, pack};
