@@ -571,6 +571,61 @@ pub struct VerifyArgs {
     #[arg(long)]
     #[serde(skip)]
     pub json: bool,
+    /// Check this git remote instead, as a pull would, changing nothing:
+    /// its objects, MACs, and that it neither rolled back nor forked
+    #[arg(long, value_name = "NAME")]
+    #[serde(skip)]
+    pub remote: Option<String>,
+}
+
+/// `verify --remote NAME`: the remote checked as a pull would check it.
+fn verify_remote(
+    vault: &mut Vault,
+    name: &str,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<u8, CliError> {
+    let state = match vault.verify_remote(name) {
+        Ok(s) => s,
+        Err(crate::vault::VaultError::Sync(e))
+            if !matches!(
+                *e,
+                crate::vault::SyncError::NoSuchRemote(_)
+                    | crate::vault::SyncError::Transport { .. }
+                    | crate::vault::SyncError::NoGit
+            ) =>
+        {
+            if json {
+                writeln!(
+                    out,
+                    "{}",
+                    json!({"ok": false, "remote": name, "problem": e.to_string()})
+                )?;
+            } else {
+                writeln!(out, "PROBLEM  {e}")?;
+            }
+            return Ok(1);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if json {
+        let mut v = serde_json::to_value(&state)
+            .map_err(|_| CliError::failure("the report does not serialise"))?;
+        v["ok"] = json!(true);
+        writeln!(out, "{v}")?;
+    } else if state.empty {
+        writeln!(out, "ok: remote {name} holds no vault yet")?;
+    } else {
+        writeln!(
+            out,
+            "ok: remote {name} checks out (main {}, key state {}): {} commit(s) this vault has not merged, {} it lacks; nothing rolled back or forked",
+            state.main.as_deref().map_or("-", |m| &m[..12]),
+            state.key_counter,
+            state.new_commits,
+            state.behind
+        )?;
+    }
+    Ok(0)
 }
 
 /// `memvault verify`: exit 0 only when all is well.
@@ -597,6 +652,9 @@ pub fn verify(on: On<'_>, args: &VerifyArgs, out: &mut dyn Write) -> Result<u8, 
             Err(e) => return Err(e),
         },
     };
+    if let Some(name) = &args.remote {
+        return verify_remote(vault, name, args.json, out);
+    }
     let report = vault.verify()?;
     if args.json {
         let mut v = serde_json::to_value(&report)

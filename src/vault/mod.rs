@@ -86,7 +86,7 @@ use meta::{META_VERSION, meta_aad};
 pub use rev::{ParseRevError, Rev};
 pub use slots::{NewSlot, RekeyReport, SlotEntry};
 pub use sync::{
-    PullReport, PushReport, RemoteEntry, Seen, SyncError, SyncReport, clone_vault,
+    PullReport, PushReport, RemoteEntry, RemoteState, Seen, SyncError, SyncReport, clone_vault,
     sync_without_prompts,
 };
 use tree::Caches;

@@ -392,6 +392,15 @@ fn a_remote_that_rolled_back_or_forked_is_refused_and_nothing_changes_here() {
     b.ok(&["push"]);
     a.ok(&["pull"]);
     let before = a.files();
+    let ok = a.ok(&["verify", "--remote", "origin"]);
+    assert!(ok.starts_with("ok: remote origin checks out"), "{ok}");
+    b.write("/memories/unpulled.md", "x\n");
+    b.ok(&["push"]);
+    let ok = a.ok(&["verify", "--remote", "origin", "--json"]);
+    let state: Value = serde_json::from_str(&ok).unwrap();
+    assert_eq!(state["new_commits"], 1, "{state}");
+    // verify changed nothing here.
+    assert_eq!(a.files(), before);
     // Rolled back: main set back to an older commit.
     let out = git(&w.hub, &["update-ref", "refs/heads/main", old.trim()]);
     assert!(out.status.success());
@@ -400,6 +409,9 @@ fn a_remote_that_rolled_back_or_forked_is_refused_and_nothing_changes_here() {
     assert_eq!(a.files(), before);
     let err = a.fails(&["sync"], 1);
     assert!(err.contains("rolled back"), "{err}");
+    let out = a.run(&["verify", "--remote", "origin"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("PROBLEM  remote origin rolled back"));
     // Forked: main replaced by another vault's history under the same key
     // file (a vault made apart, never merged).
     let other = TestVault::new();

@@ -112,6 +112,20 @@ pub struct PullReport {
     pub erased: usize,
 }
 
+/// How a remote stands (`verify --remote`): checked, nothing changed.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct RemoteState {
+    pub remote: String,
+    /// It holds no vault yet.
+    pub empty: bool,
+    pub main: Option<String>,
+    pub key_counter: u64,
+    /// Commits it has that this vault has not merged.
+    pub new_commits: usize,
+    /// Commits this vault has that it lacks (a push would send them).
+    pub behind: usize,
+}
+
 /// What `sync` did: its pulls (more than one when the remote moved
 /// between a pull and the push) and its push.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -304,7 +318,7 @@ impl Vault {
             remote: name.into(),
             ..Default::default()
         };
-        let Some(incoming) = self.fetch_checked(&entry)? else {
+        let Some(incoming) = self.fetch_checked(&entry, true)? else {
             report.outcome = "empty remote".into();
             return Ok(report);
         };
@@ -336,6 +350,34 @@ impl Vault {
         Ok(report)
     }
 
+    /// Check remote `name` as a pull would (every new object hashed, every
+    /// new commit and the key state MAC'd with this vault's key, no
+    /// rollback or fork against what this vault saw there), changing
+    /// nothing here; and say how it stands against this vault.
+    pub fn verify_remote(&mut self, name: &str) -> Result<RemoteState, VaultError> {
+        let _lock = self.sync_lock()?;
+        let entry = self.remote(name)?;
+        let mut state = RemoteState {
+            remote: name.into(),
+            ..Default::default()
+        };
+        let Some(incoming) = self.fetch_checked(&entry, false)? else {
+            state.empty = true;
+            return Ok(state);
+        };
+        state.main = incoming.main.map(|m| m.to_string());
+        state.key_counter = incoming.counter;
+        state.new_commits = incoming.commits.len();
+        let tip = self.checked_tip()?;
+        if let (Some(tip), Some(main)) = (tip, incoming.main)
+            && incoming.commits.is_empty()
+            && tip != main
+        {
+            state.behind = self.count_since(tip, Some(main))?;
+        }
+        Ok(state)
+    }
+
     /// Pull, then push; when the remote moved in between, pull again (at
     /// most a few times).
     pub fn sync(&mut self, name: &str) -> Result<SyncReport, VaultError> {
@@ -362,7 +404,11 @@ impl Vault {
     /// Fetch the remote's two refs and check everything new before any of
     /// it enters the vault (see the module docs). None: the remote has no
     /// main.
-    fn fetch_checked(&mut self, entry: &RemoteEntry) -> Result<Option<Incoming>, VaultError> {
+    fn fetch_checked(
+        &mut self,
+        entry: &RemoteEntry,
+        store: bool,
+    ) -> Result<Option<Incoming>, VaultError> {
         let name = entry.name.as_str();
         let hostile = |what: &str| SyncError::Hostile {
             remote: name.to_string(),
@@ -500,7 +546,7 @@ impl Vault {
             .into());
         }
         // Checked: into the vault, as one synced pack.
-        if !received.is_empty() {
+        if store && !received.is_empty() {
             let refs: Vec<&Object> = received.iter().collect();
             let pack_dir = self.dir.join("objects/pack");
             let pack_name = pack::write(&pack_dir, &refs)?;
