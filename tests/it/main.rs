@@ -22,6 +22,7 @@ mod protocol;
 mod redaction;
 mod server;
 mod sync;
+mod sync_faults;
 mod sync_net;
 mod tamper;
 mod transfer;

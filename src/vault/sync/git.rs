@@ -497,6 +497,10 @@ impl Scratch {
         })?;
         // `--porcelain`: one line per ref, "<flag>\t<from>:<to>\t<summary>".
         let text = String::from_utf8_lossy(&out.stdout);
+        let errors = String::from_utf8_lossy(&out.stderr);
+        // The receiving side found a ref not where the lease said (it
+        // moved between the advertisement and the update): a race lost.
+        let lost_race = errors.contains("but expected") || errors.contains("cannot lock ref");
         let mut moved = 0;
         let mut stale = false;
         let mut refused: Option<String> = None;
@@ -517,7 +521,11 @@ impl Scratch {
                 "!" if summary.contains("stale info")
                     || summary.contains("fetch first")
                     || summary.contains("non-fast-forward")
-                    || summary.contains("atomic push failed") =>
+                    || summary.contains("atomic push failed")
+                    || (lost_race
+                        && (summary.contains("atomic transaction failed")
+                            || summary.contains("failed to update ref")
+                            || summary.contains("failed to lock"))) =>
                 {
                     stale = true
                 }
@@ -527,7 +535,7 @@ impl Scratch {
         if moved == updates.len() && out.status.success() {
             return Ok(true);
         }
-        if let Some(why) = refused {
+        if let Some(why) = refused.filter(|_| !stale) {
             return Err(SyncError::Transport {
                 remote: remote.to_string(),
                 detail: format!(

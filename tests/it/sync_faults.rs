@@ -1,0 +1,224 @@
+//! Faults during sync: `push`, `pull` and `sync` (and the merges they
+//! make) killed with SIGKILL at seeded random points, connections cut in
+//! the middle of a transfer, two machines pushing at the same moment.
+//! Neither side ever loses an acknowledged mutation, `verify` passes on
+//! both, and a fresh clone of the remote reads completely.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::sync::{Machine, world, world_with};
+use crate::util::*;
+
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Every file machine `m` was told was written is there with its text.
+fn holds(m: &Machine, acked: &[(String, String)]) {
+    let files = m.files();
+    for (path, text) in acked {
+        let rel = path.strip_prefix("/memories/").unwrap();
+        assert!(
+            files
+                .iter()
+                .any(|(p, t)| (p == rel || p.strip_prefix("memories/") == Some(rel)) && t == text),
+            "{path} was acknowledged and is gone"
+        );
+    }
+}
+
+#[test]
+fn push_pull_and_sync_killed_at_random_points_lose_nothing_on_either_side() {
+    let rounds: u64 = std::env::var("MEMVAULT_SYNC_KILL_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100);
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    let mut rng = Rng(0x5EED_5EED_1234_5678);
+    let mut acked_a: Vec<(String, String)> = Vec::new();
+    let mut acked_b: Vec<(String, String)> = Vec::new();
+    for round in 0..rounds {
+        // Both sides write; b publishes now and then, so a's pulls merge.
+        let pa = format!("/memories/a/{round}.md");
+        let ta = format!("a wrote {round}\n");
+        a.write(&pa, &ta);
+        acked_a.push((pa, ta));
+        if rng.below(2) == 0 {
+            let pb = format!("/memories/b/{round}.md");
+            let tb = format!("b wrote {round}\n");
+            b.write(&pb, &tb);
+            acked_b.push((pb, tb));
+            b.ok(&["sync"]);
+        }
+        // a's push, pull or sync, killed after a random delay.
+        let op = ["push", "pull", "sync"][rng.below(3) as usize];
+        let delay = Duration::from_millis(rng.below(120));
+        let mut child = a
+            .cmd()
+            .arg(op)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay);
+        let _ = child.kill();
+        let _ = child.wait();
+        // Let any git the kill orphaned finish with the remote.
+        std::thread::sleep(Duration::from_millis(30));
+        a.ok(&["verify"]);
+        holds(a, &acked_a);
+        if round % 10 == 9 {
+            // A sync runs to its end, and both sides hold everything.
+            a.ok(&["sync"]);
+            b.ok(&["sync"]);
+            holds(a, &acked_b);
+            holds(b, &acked_a);
+            let c = Machine::new(w.hub.with_file_name(format!("check{round}")), a.key.clone());
+            c.ok(&["clone", w.hub.to_str().unwrap()]);
+            c.ok(&["verify"]);
+            holds(&c, &acked_a);
+            holds(&c, &acked_b);
+            std::fs::remove_dir_all(&c.dir).unwrap();
+        }
+    }
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    a.ok(&["sync"]);
+    assert_eq!(a.files(), b.files());
+    b.ok(&["verify"]);
+}
+
+#[test]
+fn two_machines_pushing_at_the_same_moment_both_get_in() {
+    for round in 0..5 {
+        let w = world(2);
+        let ms = &w.machines;
+        for (i, m) in ms.iter().enumerate() {
+            m.write(&format!("/memories/m{i}-{round}.md"), "x\n");
+        }
+        let children: Vec<_> = ms
+            .iter()
+            .map(|m| {
+                m.cmd()
+                    .arg("sync")
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for c in children {
+            let out = c.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "a concurrent sync failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        for m in ms {
+            m.ok(&["sync"]);
+        }
+        let files = ms[0].files();
+        for (i, m) in ms.iter().enumerate() {
+            assert_eq!(m.files(), files);
+            assert!(
+                files
+                    .iter()
+                    .any(|(p, _)| p.contains(&format!("m{i}-{round}.md")))
+            );
+        }
+    }
+}
+
+/// A transport whose connection is cut after LIMIT bytes: a stand-in for
+/// `ssh` (git runs `$GIT_SSH_COMMAND HOST COMMAND`) that runs the command
+/// here, with its output (`out`: fetches) or its input (`in`: pushes) cut.
+fn cutting_ssh(dir: &std::path::Path, side: &str, limit: usize) -> Vec<(String, String)> {
+    let script = dir.join(format!("cut-{side}-{limit}.py"));
+    // A relay, unbuffered, that passes `limit` bytes one way and then
+    // kills the command and hangs up (`head` would wait for a full block
+    // and stall git's ref advertisement).
+    let body = format!(
+        r#"#!/usr/bin/env python3
+import os, subprocess, sys
+side, limit = "{side}", {limit}
+p = subprocess.Popen(sys.argv[2], shell=True,
+                     stdin=subprocess.PIPE if side == "in" else None,
+                     stdout=subprocess.PIPE if side == "out" else None)
+src, dst = (p.stdout.fileno(), 1) if side == "out" else (0, p.stdin.fileno())
+n = 0
+while True:
+    b = os.read(src, 65536)
+    if not b:
+        break
+    if n + len(b) > limit:
+        os.write(dst, b[: limit - n])
+        p.kill()
+        os._exit(1)
+    os.write(dst, b)
+    n += len(b)
+if side == "in":
+    p.stdin.close()
+sys.exit(p.wait())
+"#
+    );
+    std::fs::write(&script, body).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    vec![
+        ("GIT_SSH_COMMAND".into(), script.display().to_string()),
+        ("GIT_SSH_VARIANT".into(), "simple".into()),
+    ]
+}
+
+#[test]
+fn a_connection_cut_in_the_middle_of_a_transfer_changes_nothing_on_either_side() {
+    let scripts = tempfile::tempdir().unwrap();
+    let tmp = scripts.path().to_path_buf();
+    let uncut = cutting_ssh(&tmp, "out", 1 << 30);
+    let w = world_with(|hub| format!("cut:{}", hub.display()), &uncut, 1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    // Content that does not compress, so the pack is large.
+    let mut rng = Rng(42);
+    let big: String = (0..60_000)
+        .map(|_| char::from(b'a' + rng.below(26) as u8))
+        .collect();
+    let remote_main =
+        || String::from_utf8(git(&w.hub, &["rev-parse", "refs/heads/main"]).stdout).unwrap();
+    // A push cut off: the remote keeps what it had.
+    a.write("/memories/big.md", &big);
+    let before = remote_main();
+    let mut cut = Machine::new(a.dir.clone(), a.key.clone());
+    cut.env = cutting_ssh(&tmp, "in", 20_000);
+    let err = cut.fails(&["push"], 1);
+    assert!(err.contains("remote origin"), "{err}");
+    assert_eq!(remote_main(), before);
+    a.ok(&["verify"]);
+    // A fetch cut off: this side keeps what it had.
+    b.write("/memories/big-b.md", &big);
+    b.ok(&["push"]);
+    let a_before = a.files();
+    cut.env = cutting_ssh(&tmp, "out", 20_000);
+    let err = cut.fails(&["pull"], 1);
+    assert!(err.contains("remote origin"), "{err}");
+    assert_eq!(a.files(), a_before);
+    a.ok(&["verify"]);
+    // The same, uncut: everything arrives.
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    assert_eq!(a.files(), b.files());
+    assert_eq!(a.read("/memories/big-b.md").unwrap(), big);
+    let r = a.exec(json!({"command": "view", "path": "/memories/big.md"}));
+    assert!(!is_error(&r));
+}
