@@ -420,7 +420,7 @@ fn a_remote_that_rolled_back_or_forked_is_refused_and_nothing_changes_here() {
     let _ = o;
     let other_remote = other.tmp.path().join("other.git");
     git(
-        &other.tmp.path().to_path_buf(),
+        other.tmp.path(),
         &["init", "-q", "--bare", other_remote.to_str().unwrap()],
     );
     let oc = Machine::new(other.vault.clone(), other.key.clone());
@@ -497,7 +497,7 @@ fn a_clone_with_the_wrong_key_or_from_no_vault_leaves_nothing_behind() {
     assert!(!m.dir.exists());
     let empty = tmp.join("empty.git");
     git(
-        &tmp.to_path_buf(),
+        tmp,
         &["init", "-q", "--bare", empty.to_str().unwrap()],
     );
     let n = Machine::new(tmp.join("clone-empty"), a.key.clone());
