@@ -496,10 +496,7 @@ fn a_clone_with_the_wrong_key_or_from_no_vault_leaves_nothing_behind() {
     m.fails(&["clone", w.hub.to_str().unwrap()], 1);
     assert!(!m.dir.exists());
     let empty = tmp.join("empty.git");
-    git(
-        tmp,
-        &["init", "-q", "--bare", empty.to_str().unwrap()],
-    );
+    git(tmp, &["init", "-q", "--bare", empty.to_str().unwrap()]);
     let n = Machine::new(tmp.join("clone-empty"), a.key.clone());
     let err = n.fails(&["clone", empty.to_str().unwrap()], 1);
     assert!(err.contains("holds no memvault vault"), "{err}");
@@ -707,4 +704,58 @@ fn a_running_serve_syncs_in_the_background_and_keeps_answering() {
     a.ok(&["verify"]);
     // A remote that does not exist is a usage error at start.
     a.fails(&["serve", "--sync", "nowhere"], 2);
+}
+
+/// Keyslots travel with the vault: a machine's own key file, added on
+/// one machine, opens a clone made elsewhere; removed on one machine while
+/// the other wrote (a real merge, not a fast-forward), it stays removed
+/// everywhere, and that key opens no copy synced after.
+#[test]
+fn a_keyslot_added_travels_and_one_removed_stays_removed_through_a_merge() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    let tmp = w.hub.parent().unwrap();
+    let laptop_key = tmp.join("laptop.key");
+    assert!(
+        Command::new(bin())
+            .arg("keygen")
+            .arg(&laptop_key)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let added = a.ok(&["key", "add", "--new-key-file", laptop_key.to_str().unwrap()]);
+    let _ = added;
+    let slots = a.ok(&["key", "list"]);
+    let laptop_id = slots
+        .lines()
+        .filter(|l| l.contains("key-file") && !l.contains("unlocked with"))
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .next()
+        .unwrap();
+    a.ok(&["sync"]);
+    // The laptop clones with its own key file.
+    let laptop = Machine::new(tmp.join("laptop"), laptop_key.clone());
+    laptop.ok(&["clone", w.hub.to_str().unwrap()]);
+    assert_eq!(laptop.files(), a.files());
+    b.ok(&["sync"]);
+    // b removes the laptop's slot while a writes: the sync is a merge.
+    b.ok(&["key", "remove", &laptop_id]);
+    a.write("/memories/while-removing.md", "x\n");
+    b.ok(&["sync"]);
+    let out = a.ok(&["sync"]);
+    assert!(out.contains("merged"), "{out}");
+    b.ok(&["sync"]);
+    for m in [a, b] {
+        assert!(
+            !m.ok(&["key", "list"]).contains(&laptop_id),
+            "the removed slot came back"
+        );
+    }
+    // The laptop's key opens no copy made from the remote now.
+    let again = Machine::new(tmp.join("laptop-again"), laptop_key);
+    let err = again.fails(&["clone", w.hub.to_str().unwrap()], 1);
+    assert!(err.contains("does not unlock"), "{err}");
+    assert!(!again.dir.exists());
 }
