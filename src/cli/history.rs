@@ -235,7 +235,8 @@ pub fn run(on: On<'_>, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8, Cl
                 "size": meta.size, "lines_added": meta.lines_added, "lines_removed": meta.lines_removed,
                 "redactions": meta.redactions.iter().map(|(k, n)| json!({"kind": k, "count": n})).collect::<Vec<_>>(),
                 "files": meta.files, "undoes": meta.undoes, "undone_session": meta.undone_session,
-                "at": meta.at, "details": meta.details,
+                "at": meta.at, "details": meta.details, "machine": meta.machine,
+                "merged": meta.merged,
             });
             writeln!(out, "{line}")?;
             continue;
@@ -271,6 +272,9 @@ pub fn run(on: On<'_>, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8, Cl
         }
         if !meta.details.is_empty() {
             line.push_str(&format!("  {}", meta.details.join("; ")));
+        }
+        if let Some(m) = &meta.machine {
+            line.push_str(&format!("  on {m}"));
         }
         if !meta.redactions.is_empty() {
             let kinds: Vec<String> = meta

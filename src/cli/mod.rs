@@ -275,6 +275,8 @@ pub(crate) enum Command {
     Pull(sync::SyncArgs),
     /// Pull, then push (pulling again if the remote moved in between)
     Sync(sync::SyncArgs),
+    /// Show this machine's id and name (every commit names it), or set the name
+    Machine(sync::MachineArgs),
     /// Print text with secrets redacted (stdin by default)
     Redact {
         /// The file to read
@@ -630,6 +632,7 @@ fn handle(
         Command::Push(args) => sync::push(global, args, out),
         Command::Pull(args) => sync::pull(global, args, out),
         Command::Sync(args) => sync::sync(global, args, out),
+        Command::Machine(args) => sync::machine(global, args, out),
         Command::Redact {
             list_rules: true, ..
         } => list_rules(out),

@@ -44,6 +44,32 @@ pub struct SyncArgs {
     pub json: bool,
 }
 
+#[derive(clap::Args, Debug)]
+pub struct MachineArgs {
+    /// A new name for this machine (its id stays)
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Print as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `memvault machine [--name NAME]`.
+pub fn machine(global: &Global, args: &MachineArgs, out: &mut dyn Write) -> Result<u8, CliError> {
+    // Opened (and unlocked) so that only a key holder names the machine.
+    let vault = open(global)?;
+    let m = match &args.name {
+        Some(name) => crate::vault::set_machine_name(vault.dir(), name)?,
+        None => crate::vault::machine_info(vault.dir())?,
+    };
+    if args.json {
+        writeln!(out, "{}", json(&m))?;
+    } else {
+        writeln!(out, "{}\t{}", m.id, m.name)?;
+    }
+    Ok(0)
+}
+
 fn sync_attribution() -> Attribution {
     Attribution {
         session: "sync".into(),

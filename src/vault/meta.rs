@@ -73,6 +73,14 @@ pub struct CommitMeta {
     /// changed, in words (slot ids, setting names; never a secret).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub details: Vec<String>,
+    /// The machine the change was made on: its name and stable id
+    /// (`memvault/machine`), `NAME (ID)`. Format 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
+    /// For a `merge`: the hex ids of the commits it brought in from the
+    /// other side (history lists them after it). Format 5.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged: Vec<String>,
 }
 
 /// The additional data that binds sealed metadata to its commit.
@@ -113,6 +121,9 @@ const T_KEYS: u8 = 20;
 const T_DETAILS: u8 = 21;
 /// Format 4: the authenticated principal.
 const T_PRINCIPAL: u8 = 22;
+/// Format 5: the machine, and a merge's merged commits.
+const T_MACHINE: u8 = 23;
+const T_MERGED: u8 = 24;
 
 fn put_varint(out: &mut Vec<u8>, mut n: u64) {
     while n >= 0x80 {
@@ -242,6 +253,17 @@ pub fn encode(m: &CommitMeta) -> Vec<u8> {
         tag(&mut out, T_DETAILS);
         put_strings(&mut out, &m.details);
     }
+    if let Some(machine) = &m.machine {
+        tag(&mut out, T_MACHINE);
+        put_bytes(&mut out, machine.as_bytes());
+    }
+    if !m.merged.is_empty() {
+        tag(&mut out, T_MERGED);
+        put_varint(&mut out, m.merged.len() as u64);
+        for c in &m.merged {
+            put_hex(&mut out, c);
+        }
+    }
     out
 }
 
@@ -336,6 +358,8 @@ pub fn decode(bytes: &[u8]) -> Option<CommitMeta> {
             }
             T_KEYS => m.keys = Some(c.varint()?),
             T_DETAILS => m.details = c.strings()?,
+            T_MACHINE => m.machine = Some(c.text()?),
+            T_MERGED => m.merged = (0..c.count()?).map(|_| c.hex()).collect::<Option<_>>()?,
             _ => return None,
         }
     }

@@ -86,8 +86,8 @@ use meta::{META_VERSION, meta_aad};
 pub use rev::{ParseRevError, Rev};
 pub use slots::{NewSlot, RekeyReport, SlotEntry};
 pub use sync::{
-    PullReport, PushReport, RemoteEntry, RemoteState, Seen, SyncError, SyncReport, clone_vault,
-    sync_without_prompts,
+    Machine, PullReport, PushReport, RemoteEntry, RemoteState, Seen, SyncError, SyncReport,
+    clone_vault, machine_info, set_machine_name, sync_without_prompts,
 };
 use tree::Caches;
 pub use tree::VaultSnapshot;
@@ -105,9 +105,11 @@ const FORMAT_FILE: &str = "memvault/format";
 /// `memvault server` token a change was made with); nothing else changed,
 /// so a vault of format 3 becomes format 4 by its format file alone, and
 /// a memvault that knows format 3 only refuses it rather than failing on
-/// the new field. A vault of format 1, 2 or 3 is migrated when it is first
+/// the new field. 5: commit metadata may name the machine a change was
+/// made on and a merge's merged commits (sync); again only the format file
+/// changes. A vault of format 1, 2, 3 or 4 is migrated when it is first
 /// opened (see `migrate`).
-pub(crate) const FORMAT: u32 = 4;
+pub(crate) const FORMAT: u32 = 5;
 const FORMAT_PREFIX: &str = "memvault vault format ";
 /// Format 1's plain settings file (read once, by the migration).
 const CONFIG_FILE: &str = "memvault/config.json";
@@ -196,6 +198,9 @@ pub struct Vault {
     unlocked_slot: Option<String>,
     /// The access log, held open for appends (see `retention::access`).
     access_log: std::cell::RefCell<Option<File>>,
+    /// This machine, as every commit names it (`memvault/machine`, read
+    /// or made at the first commit).
+    machine: std::cell::OnceCell<Option<String>>,
 }
 
 /// The number of files in one tree (see [`Vault::known_file_count`]).

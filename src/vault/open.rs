@@ -276,6 +276,7 @@ impl Vault {
             log: LogState::default(),
             unlocked_slot: None,
             access_log: std::cell::RefCell::new(None),
+            machine: std::cell::OnceCell::new(),
         };
         let mut vault = vault;
         match vault.migrate() {

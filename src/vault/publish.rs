@@ -293,6 +293,10 @@ impl Vault {
             session: self.attribution.session.clone(),
             actor: self.attribution.actor.clone(),
             principal: self.principal.clone(),
+            machine: self
+                .machine
+                .get_or_init(|| sync::machine_label(&self.dir))
+                .clone(),
             ..Default::default()
         }
     }

@@ -239,12 +239,32 @@ fn disjoint_changes_on_two_machines_are_both_kept() {
     assert_eq!(a.files(), b.files());
     assert_eq!(a.read("/memories/b/only-b.md").unwrap(), "from b\n");
     assert_eq!(b.read("/memories/a/only-a.md").unwrap(), "from a\n");
-    // The merge is one commit with two parents that history shows.
+    // The merge is one commit with two parents that history shows, then
+    // what it brought in, each change naming the machine it was made on.
+    b.ok(&["machine", "--name", "laptop"]);
+    b.write("/memories/b/named.md", "from the laptop\n");
+    a.write("/memories/a/again.md", "again\n");
+    b.ok(&["sync"]);
+    a.ok(&["sync"]);
     let history = a.ok(&["history"]);
+    let lines: Vec<&str> = history.lines().collect();
+    assert!(lines[0].contains("  merge  "), "{history}");
     assert!(
-        history.lines().next().unwrap().contains("merge"),
+        lines[1].contains("create  /memories/b/named.md") && lines[1].contains("  on laptop ("),
         "{history}"
     );
+    let me = a.ok(&["machine"]);
+    let (id, name) = me.trim().split_once('\t').unwrap();
+    assert!(
+        lines[0].ends_with(&format!("  on {name} ({id})")),
+        "{history}"
+    );
+    assert!(
+        history.contains("create  /memories/b/only-b.md"),
+        "{history}"
+    );
+    let sessions = a.ok(&["sessions"]);
+    assert!(sessions.lines().count() >= 3, "{sessions}");
     a.ok(&["verify"]);
 }
 

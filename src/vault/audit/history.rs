@@ -55,6 +55,10 @@ pub struct Walk<'v> {
     index: Option<Index>,
     /// Reading from the index: entries `..pos` are still to come.
     index_pos: Option<usize>,
+    /// Commits a merge just yielded brought in from another machine, to
+    /// yield next (newest first), and every one queued so far.
+    merged: std::collections::VecDeque<Oid>,
+    merged_seen: std::collections::HashSet<Oid>,
 }
 
 impl Walk<'_> {
@@ -75,12 +79,52 @@ impl Walk<'_> {
     fn newest_first_to_oldest(&self) -> Vec<Entry> {
         self.from_git.iter().rev().cloned().collect()
     }
+
+    /// After a merge: the commits it brought in, to yield next.
+    fn queue_merged(&mut self, meta: &CommitMeta) {
+        for c in meta.merged.iter().filter_map(|h| Oid::from_str(h).ok()) {
+            if self.merged_seen.insert(c) {
+                self.merged.push_back(c);
+            }
+        }
+    }
+
+    /// One commit a merge brought in: its metadata, opened as the walk
+    /// opens every commit's.
+    fn read_merged(&mut self, id: Oid) -> Result<(Rev, CommitMeta), VaultError> {
+        let (tree, parent, message) = self.vault.read_commit(id)?;
+        let mut meta = self.vault.open_meta_message(tree, parent, &message)?;
+        meta.content_hash = None;
+        meta.key_id = None;
+        self.queue_merged(&meta);
+        Ok((Rev::from_oid(id), meta))
+    }
+
+    /// The next commit on main's first-parent line.
+    fn next_on_main(&mut self) -> Option<Result<(Rev, CommitMeta), VaultError>> {
+        self.next_on_main_impl()
+    }
 }
 
 impl Iterator for Walk<'_> {
     type Item = Result<(Rev, CommitMeta), VaultError>;
 
+    /// Main's first-parent line, newest first; after each merge, the
+    /// commits it brought in from the other machine (newest first).
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(id) = self.merged.pop_front() {
+            return Some(self.read_merged(id));
+        }
+        let item = self.next_on_main()?;
+        if let Ok((_, meta)) = &item {
+            self.queue_merged(meta);
+        }
+        Some(item)
+    }
+}
+
+impl Walk<'_> {
+    fn next_on_main_impl(&mut self) -> Option<Result<(Rev, CommitMeta), VaultError>> {
         if let Some(pos) = self.index_pos {
             return self.yield_indexed(pos);
         }
@@ -206,6 +250,8 @@ impl Vault {
             from_git: Vec::new(),
             index: None,
             index_pos: None,
+            merged: Default::default(),
+            merged_seen: Default::default(),
         })
     }
 

@@ -345,6 +345,7 @@ impl Vault {
         self.key_state.counter = self.key_state.counter.max(their_keys.counter);
         let mut meta: CommitMeta = self.new_meta("merge");
         meta.files = changed.iter().cloned().collect();
+        meta.merged = self.newest_first(theirs, new)?;
         meta.details = vec![format!("from remote {remote}"), format!("merged {theirs}")];
         meta.details.extend(notes);
         for (file, copy) in &conflicts {
@@ -543,6 +544,27 @@ impl Vault {
             }
         }
         Ok((slots, settings, notes))
+    }
+
+    /// The commits of `new`, from `tip` back (breadth first: newest
+    /// first on each line), as hex ids.
+    fn newest_first(&self, tip: Oid, new: &BTreeSet<Oid>) -> Result<Vec<String>, VaultError> {
+        let mut out = Vec::new();
+        let mut queue = std::collections::VecDeque::from([tip]);
+        let mut seen = HashSet::from([tip]);
+        while let Some(id) = queue.pop_front() {
+            if !new.contains(&id) {
+                continue;
+            }
+            out.push(id.to_string());
+            objects::check(&self.repo, id)?;
+            for p in self.repo.find_commit(id)?.parent_ids() {
+                if seen.insert(p) {
+                    queue.push_back(p);
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The operations of `commits`, and the keyslots they removed or

@@ -22,6 +22,7 @@
 //!   is held only while a merge is published, so writes keep flowing.
 
 mod git;
+mod machine;
 mod merge;
 mod remotes;
 
@@ -31,6 +32,8 @@ use std::path::Path;
 use git2::{ObjectType, Oid};
 
 pub use git::no_prompts as sync_without_prompts;
+pub(crate) use machine::machine_label;
+pub use machine::{Machine, machine_info, set_machine_name};
 pub use remotes::{RemoteEntry, Seen};
 
 use super::engine::{KEYS_REF, pack};
