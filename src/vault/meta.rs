@@ -396,6 +396,8 @@ mod tests {
             erased_keys: vec!["ef".repeat(16)],
             keys: Some(u64::MAX),
             details: vec!["one".into(), "two".into()],
+            machine: Some("laptop (0123456789abcdef)".into()),
+            merged: vec!["ab".repeat(20), "cd".repeat(20)],
         }
     }
 
