@@ -105,7 +105,7 @@ fn history_handler_writes_one_line_per_change_to_its_sink() {
         &fields[2..6],
         ["s-test", "tester", "create", "/memories/a.md"]
     );
-    assert!(lines[0].ends_with("  8B  +2 -0"), "{}", lines[0]);
+    assert!(lines[0].contains("  8B  +2 -0  on "), "{}", lines[0]);
     assert!(lines[1].contains("  init  memvault  init"), "{}", lines[1]);
 
     let newest = run(&global, history(Some(1)));

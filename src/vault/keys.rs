@@ -413,7 +413,7 @@ pub(crate) fn mac_epoch(repo: &Repository, id: Oid) -> Option<u32> {
 /// Split a commit object into its MAC and the buffer the MAC covers (the
 /// object without the `mvmac` header line). None if there is no such
 /// header, or more than one.
-fn split_mac(data: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+pub(crate) fn split_mac(data: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
     let header_end = data.windows(2).position(|w| w == b"\n\n")? + 1;
     let prefix = format!("{MAC_FIELD} ");
     let mut found: Option<(usize, usize)> = None;
@@ -462,7 +462,7 @@ pub fn write_signed_commit(
 /// after the header's last line (a test checks they are the same bytes),
 /// so the commit goes into the in-memory store without libgit2's write
 /// path.
-fn signed_commit_bytes(buffer: &[u8], tag: &str) -> Result<Vec<u8>, VaultError> {
+pub(crate) fn signed_commit_bytes(buffer: &[u8], tag: &str) -> Result<Vec<u8>, VaultError> {
     let header_end = buffer
         .windows(2)
         .position(|w| w == b"\n\n")

@@ -779,3 +779,70 @@ fn a_keyslot_added_travels_and_one_removed_stays_removed_through_a_merge() {
     assert!(err.contains("does not unlock"), "{err}");
     assert!(!again.dir.exists());
 }
+
+/// Expiry across machines: a file viewed on one machine within the period
+/// is not expired on another, as of their last syncs (access times travel
+/// sealed, in the remote's `refs/memvault/access`; a view still makes no
+/// commit); a file nobody viewed is.
+#[cfg(feature = "test-hooks")]
+#[test]
+fn a_file_viewed_on_one_machine_is_not_expired_on_another_after_a_sync() {
+    const DAY: u64 = 86_400_000;
+    const T0: u64 = 1_767_225_600_000;
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    let at = |m: &Machine, t: u64, args: &[&str]| -> Output {
+        m.cmd()
+            .env("MEMVAULT_TEST_NOW_MS", t.to_string())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for path in ["/memories/read-on-a.md", "/memories/read-nowhere.md"] {
+        let o = at(
+            a,
+            T0,
+            &[
+                "exec",
+                &json!({"command": "create", "path": path, "file_text": "x\n"}).to_string(),
+            ],
+        );
+        assert!(o.status.success());
+    }
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    let commits_before = a.ok(&["history"]).lines().count();
+    // Day 50: a reads one of them. No commit; the sync carries the view.
+    let o = at(
+        a,
+        T0 + 50 * DAY,
+        &[
+            "exec",
+            &json!({"command": "view", "path": "/memories/read-on-a.md"}).to_string(),
+        ],
+    );
+    assert!(o.status.success());
+    assert_eq!(a.ok(&["history"]).lines().count(), commits_before);
+    let pushed = a.ok(&["sync", "--json"]);
+    let report: Value = serde_json::from_str(&pushed).unwrap();
+    assert_eq!(report["push"]["commits"], 0, "{report}");
+    assert!(
+        git(&w.hub, &["rev-parse", "--verify", "refs/memvault/access"])
+            .status
+            .success(),
+        "the access ref"
+    );
+    assert_eq!(
+        plaintext_anywhere(&w.hub, "read-on-a"),
+        Vec::<String>::new()
+    );
+    b.ok(&["sync"]);
+    // Day 70 on b, expiring after 30 days: only the unread file goes.
+    let o = at(b, T0 + 70 * DAY, &["expire", "--older-than", "30d"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(b.read("/memories/read-on-a.md").is_some());
+    assert!(b.read("/memories/read-nowhere.md").is_none());
+    // And a second sync with nothing new pushes nothing.
+    let again = a.ok(&["sync"]);
+    assert!(again.contains("nothing pushed"), "{again}");
+}

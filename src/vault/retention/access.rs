@@ -134,6 +134,79 @@ impl Vault {
         Ok(table)
     }
 
+    /// The whole access table as sealed records (the log's own form), for
+    /// sync: other machines' expiry must see this machine's views.
+    pub(crate) fn access_records(&self) -> Result<Vec<u8>, VaultError> {
+        let table = self.access_table()?;
+        let mut entries = Vec::with_capacity(table.len() * 2);
+        for (id, a) in &table {
+            if let Some(t) = a.viewed_ms {
+                entries.push((*id, Kind::Viewed, t));
+            }
+            if let Some(t) = a.written_ms {
+                entries.push((*id, Kind::Written, t));
+            }
+        }
+        entries.sort_by_key(|e| (e.0, e.2));
+        let mut bytes = Vec::new();
+        for chunk in entries.chunks(2_000) {
+            bytes.extend_from_slice(&self.seal_access_record(chunk));
+        }
+        Ok(bytes)
+    }
+
+    /// A keyed digest of the access table (equal tables, equal digests):
+    /// whether it changed since it was last pushed.
+    pub(crate) fn access_digest(&self) -> Result<String, VaultError> {
+        let table = self.access_table()?;
+        let mut entries: Vec<_> = table.into_iter().collect();
+        entries.sort_by_key(|e| e.0);
+        let mut plain = zeroize::Zeroizing::new(b"memvault access digest v1\0".to_vec());
+        for (id, a) in entries {
+            plain.extend_from_slice(&id.0);
+            plain.extend_from_slice(&a.viewed_ms.unwrap_or(0).to_le_bytes());
+            plain.extend_from_slice(&a.written_ms.unwrap_or(0).to_le_bytes());
+        }
+        Ok(data_encoding::HEXLOWER.encode(&self.keys.mac(&plain)))
+    }
+
+    /// Take in another machine's access records (sealed, in the log's
+    /// form): every time newer than this machine's is appended here. A
+    /// record that does not open is skipped. Returns how many were newer.
+    pub(crate) fn merge_access_records(&self, bytes: &[u8]) -> Result<usize, VaultError> {
+        let mine = self.access_table()?;
+        let mut newer = Vec::new();
+        let mut at = 0;
+        while at + 2 <= bytes.len() {
+            let len = u16::from_le_bytes([bytes[at], bytes[at + 1]]) as usize;
+            let Some(sealed) = bytes.get(at + 2..at + 2 + len) else {
+                break;
+            };
+            at += 2 + len;
+            let Ok(plain) = self.keys.open_access(AAD, sealed) else {
+                continue;
+            };
+            for e in plain.chunks_exact(ENTRY) {
+                let mut id = [0u8; 16];
+                id.copy_from_slice(&e[..16]);
+                let id = FileKeyId(id);
+                let mut t = [0u8; 8];
+                t.copy_from_slice(&e[17..]);
+                let t = u64::from_le_bytes(t);
+                let known = mine.get(&id).copied().unwrap_or_default();
+                match e[16] {
+                    VIEWED if known.viewed_ms < Some(t) => newer.push((id, Kind::Viewed, t)),
+                    WRITTEN if known.written_ms < Some(t) => newer.push((id, Kind::Written, t)),
+                    _ => {}
+                }
+            }
+        }
+        if !newer.is_empty() {
+            self.record_access(&newer);
+        }
+        Ok(newer.len())
+    }
+
     /// Rewrite the log as one record holding `table` (durably). The
     /// caller holds the writer lock exclusively.
     pub(crate) fn compact_access(

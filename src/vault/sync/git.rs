@@ -32,6 +32,11 @@ use crate::vault::engine::raw::Object;
 use crate::vault::{MAIN_REF, fsx};
 
 pub(crate) const KEYS_REF: &str = crate::vault::engine::KEYS_REF;
+/// The third ref sync exchanges: a MAC'd commit holding the sealed access
+/// table (when each file was last viewed and written), so that expiry on
+/// one machine sees the views of the others. Local vaults have no such
+/// ref; it lives only on remotes.
+pub(crate) const ACCESS_REF: &str = "refs/memvault/access";
 
 /// The largest object a remote may send (a vault's largest blob is its
 /// file size limit plus the envelope; its largest tree, 100,000 entries in
@@ -116,6 +121,7 @@ fn is_scp_like(url: &str) -> bool {
 pub(crate) struct RemoteRefs {
     pub main: Option<Oid>,
     pub keys: Option<Oid>,
+    pub access: Option<Oid>,
 }
 
 /// One ref update of a push: move `name` to `new`, only from `old`
@@ -243,7 +249,7 @@ impl Scratch {
     /// Where the remote's refs point (`git ls-remote`).
     pub(crate) fn ls_remote(&self, remote: &str, url: &str) -> Result<RemoteRefs, SyncError> {
         let mut c = self.git();
-        c.args(["ls-remote", "--", url, MAIN_REF, KEYS_REF]);
+        c.args(["ls-remote", "--", url, MAIN_REF, KEYS_REF, ACCESS_REF]);
         let out = self.run(c, remote)?;
         let mut refs = RemoteRefs::default();
         for line in out.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
@@ -253,6 +259,7 @@ impl Scratch {
             match name {
                 MAIN_REF => refs.main = Some(id),
                 KEYS_REF => refs.keys = Some(id),
+                ACCESS_REF => refs.access = Some(id),
                 _ => {}
             }
         }
@@ -289,6 +296,9 @@ impl Scratch {
         if wanted.keys.is_some() {
             specs.push(format!("+{KEYS_REF}:refs/incoming/keys"));
         }
+        if wanted.access.is_some() {
+            specs.push(format!("+{ACCESS_REF}:refs/incoming/access"));
+        }
         if specs.is_empty() {
             return Ok(());
         }
@@ -318,6 +328,7 @@ impl Scratch {
         RemoteRefs {
             main: read("main"),
             keys: read("keys"),
+            access: read("access"),
         }
     }
 
@@ -443,6 +454,36 @@ impl Scratch {
         }
         let _ = child.wait();
         result.map(|()| objects)
+    }
+
+    /// Write an object (bytes memvault made) into this repository as a
+    /// loose object, for a push: the access ref's commit, which the vault
+    /// itself does not keep.
+    pub(crate) fn write_loose(&self, kind: ObjectType, data: &[u8]) -> Result<Oid, SyncError> {
+        use flate2::{Compression, write::ZlibEncoder};
+        let local = |e: std::io::Error| SyncError::Local(e.to_string());
+        let id = Oid::from_bytes(&object_hash(kind, data))
+            .map_err(|e| SyncError::Local(e.to_string()))?;
+        let hex = id.to_string();
+        let dir = self.dir.join("objects").join(&hex[..2]);
+        fsx::mkdir_private(&dir).map_err(local)?;
+        let path = dir.join(&hex[2..]);
+        if path.exists() {
+            return Ok(id);
+        }
+        let name = match kind {
+            ObjectType::Commit => "commit",
+            ObjectType::Tree => "tree",
+            _ => "blob",
+        };
+        let mut z = ZlibEncoder::new(Vec::new(), Compression::fast());
+        z.write_all(format!("{name} {}\0", data.len()).as_bytes())
+            .and_then(|()| z.write_all(data))
+            .map_err(local)?;
+        let bytes = z.finish().map_err(local)?;
+        let mut f = fsx::create_new(&path, fsx::FILE_MODE).map_err(local)?;
+        f.write_all(&bytes).map_err(local)?;
+        Ok(id)
     }
 
     /// Push `updates` (each only from its `old`: a lease), atomically when

@@ -143,12 +143,16 @@ struct Incoming {
     main: Option<Oid>,
     keys: Option<Oid>,
     counter: u64,
+    /// The remote's access ref and the sealed access records it holds.
+    access: Option<(Oid, Vec<u8>)>,
     /// New commits on main (not the key state).
     commits: Vec<Oid>,
     objects: usize,
 }
 
 const SYNC_LOCK: &str = "memvault/sync.lock";
+/// The message of the access ref's commit.
+const ACCESS_MESSAGE: &str = "memvault access table v1\n";
 
 /// One sync at a time per vault: held while a push, pull or sync runs.
 struct SyncLock {
@@ -260,7 +264,9 @@ impl Vault {
             main: Some(main.to_string()),
             ..Default::default()
         };
-        if seen_main == Some(main) && seen_keys == Some(keys) {
+        let digest = self.access_digest()?;
+        let access_changed = entry.seen.access_digest.as_deref() != Some(digest.as_str());
+        if seen_main == Some(main) && seen_keys == Some(keys) && !access_changed {
             return Ok(report);
         }
         // Only a main that holds what the remote had: a push never drops
@@ -290,6 +296,24 @@ impl Vault {
             });
         }
         let scratch = git::Scratch::new(&self.dir, true)?;
+        // The access table goes too (views make no commit, but another
+        // machine's expiry must see them), written into the scratch
+        // repository only.
+        let mut access = entry.seen.access();
+        if access_changed {
+            let mut at = None;
+            for (kind, data) in self.access_objects()? {
+                at = Some(scratch.write_loose(kind, &data)?);
+            }
+            if let Some(at) = at {
+                updates.push(git::Update {
+                    name: git::ACCESS_REF,
+                    new: at,
+                    old: entry.seen.access(),
+                });
+                access = Some(at);
+            }
+        }
         if !scratch.push(name, &entry.url, &updates)? {
             return Err(SyncError::Moved {
                 remote: name.into(),
@@ -303,9 +327,11 @@ impl Vault {
                 main: Some(main.to_string()),
                 keys: Some(keys.to_string()),
                 counter,
+                access: access.map(|a| a.to_string()),
+                access_digest: Some(digest),
             },
         )?;
-        report.pushed = true;
+        report.pushed = seen_main != Some(main) || seen_keys != Some(keys);
         Ok(report)
     }
 
@@ -342,12 +368,19 @@ impl Vault {
             // The replaced key states held the erased keys: gone here too.
             self.prune_key_garbage()?;
         }
+        // Views made on other machines count here too (for expiry).
+        if let Some((_, records)) = &incoming.access {
+            self.merge_access_records(records)?;
+        }
         self.set_seen(
             name,
             Seen {
                 main: Some(their_main.to_string()),
                 keys: Some(their_keys.to_string()),
                 counter: incoming.counter,
+                access: incoming.access.as_ref().map(|(a, _)| a.to_string()),
+                // What it holds is not what this vault holds: push anew.
+                access_digest: None,
             },
         )?;
         Ok(report)
@@ -448,9 +481,19 @@ impl Vault {
         let (Some(main), Some(keys)) = (incoming.main, incoming.keys) else {
             return Err(hostile("its refs vanished during the fetch").into());
         };
-        let ids = scratch.new_objects(name, &[main, keys], &have, MAX_OBJECTS)?;
-        let received = scratch.read_objects(name, &ids, MAX_BYTES)?;
+        let tips: Vec<Oid> = [Some(main), Some(keys), incoming.access]
+            .into_iter()
+            .flatten()
+            .collect();
+        let ids = scratch.new_objects(name, &tips, &have, MAX_OBJECTS)?;
+        let mut received = scratch.read_objects(name, &ids, MAX_BYTES)?;
         drop(scratch);
+        // The access ref's three objects: checked and read here, never
+        // kept in the vault.
+        let access = match incoming.access {
+            Some(at) => Some((at, self.take_access(name, at, &mut received)?)),
+            None => None,
+        };
         // Into this process's in-memory store only (nothing on disk yet),
         // so that libgit2 can parse them for the checks below.
         let mut new_ids = HashSet::new();
@@ -560,9 +603,75 @@ impl Vault {
             main: Some(main),
             keys: Some(keys),
             counter,
+            access,
             commits,
             objects: received.len(),
         }))
+    }
+
+    /// Take the access ref's commit, tree and blob out of `received`,
+    /// check them (the commit carries this vault's MAC and the access
+    /// message; the tree holds one blob, `access`) and return the blob:
+    /// sealed access records.
+    fn take_access(
+        &self,
+        name: &str,
+        at: Oid,
+        received: &mut Vec<Object>,
+    ) -> Result<Vec<u8>, VaultError> {
+        let hostile = |what: &str| SyncError::Hostile {
+            remote: name.to_string(),
+            what: what.to_string(),
+        };
+        let mut take = |id: Oid, kind: ObjectType| -> Result<Vec<u8>, SyncError> {
+            let i = received
+                .iter()
+                .position(|o| o.id == id && o.kind == kind)
+                .ok_or_else(|| hostile("its access ref names an object it did not send"))?;
+            Ok(received.swap_remove(i).data)
+        };
+        let commit = take(at, ObjectType::Commit)?;
+        let Some((tag, signed)) = super::keys::split_mac(&commit) else {
+            return Err(hostile("its access ref is not a signed commit").into());
+        };
+        if !self.keys.verify_mac(&signed, &tag) {
+            return Err(hostile("its access ref was not written with this vault's key").into());
+        }
+        let text = std::str::from_utf8(&signed).map_err(|_| hostile("its access ref"))?;
+        let tree = text
+            .strip_prefix("tree ")
+            .and_then(|r| r.get(..40))
+            .and_then(|h| Oid::from_str(h).ok())
+            .filter(|_| text.ends_with(&format!("\n\n{ACCESS_MESSAGE}")))
+            .ok_or_else(|| hostile("its access ref is not an access table"))?;
+        let tree_bytes = take(tree, ObjectType::Tree)?;
+        let prefix = b"100644 access\0";
+        let blob = tree_bytes
+            .strip_prefix(&prefix[..])
+            .filter(|rest| rest.len() == 20)
+            .and_then(|rest| Oid::from_bytes(rest).ok())
+            .ok_or_else(|| hostile("its access ref is not an access table"))?;
+        Ok(take(blob, ObjectType::Blob)?)
+    }
+
+    /// The access ref's objects for a push: the sealed access table, a
+    /// tree holding it, a commit MAC'd with the vault key (commit last).
+    fn access_objects(&self) -> Result<Vec<(ObjectType, Vec<u8>)>, VaultError> {
+        let blob = self.access_records()?;
+        let blob_id = pack::object_hash(ObjectType::Blob, &blob);
+        let mut tree = b"100644 access\0".to_vec();
+        tree.extend_from_slice(&blob_id);
+        let tree_id = Oid::from_bytes(&pack::object_hash(ObjectType::Tree, &tree))?;
+        let buffer = format!(
+            "tree {tree_id}\nauthor memvault <memvault> 0 +0000\ncommitter memvault <memvault> 0 +0000\n\n{ACCESS_MESSAGE}"
+        );
+        let tag = data_encoding::HEXLOWER.encode(&self.keys.mac(buffer.as_bytes()));
+        let commit = super::keys::signed_commit_bytes(buffer.as_bytes(), &tag)?;
+        Ok(vec![
+            (ObjectType::Blob, blob),
+            (ObjectType::Tree, tree),
+            (ObjectType::Commit, commit),
+        ])
     }
 
     /// Whether the vault holds the object `id`, checked (a pruned key
@@ -863,6 +972,8 @@ fn clone_into(
                 main: Some(main.to_string()),
                 keys: Some(keys.to_string()),
                 counter,
+                access: incoming.access.map(|a| a.to_string()),
+                access_digest: None,
             },
         }],
     )?;

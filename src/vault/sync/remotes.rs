@@ -39,6 +39,12 @@ pub struct Seen {
     pub keys: Option<String>,
     #[serde(default)]
     pub counter: u64,
+    /// The remote's access ref (see `git::ACCESS_REF`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<String>,
+    /// The digest of the access table this vault last pushed there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_digest: Option<String>,
 }
 
 impl Seen {
@@ -48,6 +54,10 @@ impl Seen {
 
     pub(crate) fn keys(&self) -> Option<Oid> {
         self.keys.as_deref().and_then(|s| Oid::from_str(s).ok())
+    }
+
+    pub(crate) fn access(&self) -> Option<Oid> {
+        self.access.as_deref().and_then(|s| Oid::from_str(s).ok())
     }
 }
 
