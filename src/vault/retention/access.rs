@@ -107,6 +107,19 @@ impl Vault {
             Err(e) => return Err(e.into()),
         };
         let mut table: HashMap<FileKeyId, Access> = HashMap::new();
+        self.each_access_entry(&bytes, |id, kind, t| {
+            let a = table.entry(id).or_default();
+            match kind {
+                Kind::Viewed => a.viewed_ms = a.viewed_ms.max(Some(t)),
+                Kind::Written => a.written_ms = a.written_ms.max(Some(t)),
+            }
+        });
+        Ok(table)
+    }
+
+    /// Every entry of sealed access records (the log's form), in order; a
+    /// record that does not open is skipped, one cut short ends the read.
+    fn each_access_entry(&self, bytes: &[u8], mut f: impl FnMut(FileKeyId, Kind, u64)) {
         let mut at = 0;
         while at + 2 <= bytes.len() {
             let len = u16::from_le_bytes([bytes[at], bytes[at + 1]]) as usize;
@@ -122,24 +135,20 @@ impl Vault {
                 id.copy_from_slice(&e[..16]);
                 let mut t = [0u8; 8];
                 t.copy_from_slice(&e[17..]);
-                let t = u64::from_le_bytes(t);
-                let a = table.entry(FileKeyId(id)).or_default();
-                match e[16] {
-                    VIEWED => a.viewed_ms = a.viewed_ms.max(Some(t)),
-                    WRITTEN => a.written_ms = a.written_ms.max(Some(t)),
-                    _ => {}
-                }
+                let kind = match e[16] {
+                    VIEWED => Kind::Viewed,
+                    WRITTEN => Kind::Written,
+                    _ => continue,
+                };
+                f(FileKeyId(id), kind, u64::from_le_bytes(t));
             }
         }
-        Ok(table)
     }
 
-    /// The whole access table as sealed records (the log's own form), for
-    /// sync: other machines' expiry must see this machine's views.
-    pub(crate) fn access_records(&self) -> Result<Vec<u8>, VaultError> {
-        let table = self.access_table()?;
+    /// A table as sealed records (the log's form), in a stable order.
+    fn seal_table(&self, table: &HashMap<FileKeyId, Access>) -> Vec<u8> {
         let mut entries = Vec::with_capacity(table.len() * 2);
-        for (id, a) in &table {
+        for (id, a) in table {
             if let Some(t) = a.viewed_ms {
                 entries.push((*id, Kind::Viewed, t));
             }
@@ -152,7 +161,13 @@ impl Vault {
         for chunk in entries.chunks(2_000) {
             bytes.extend_from_slice(&self.seal_access_record(chunk));
         }
-        Ok(bytes)
+        bytes
+    }
+
+    /// The whole access table as sealed records (the log's own form), for
+    /// sync: other machines' expiry must see this machine's views.
+    pub(crate) fn access_records(&self) -> Result<Vec<u8>, VaultError> {
+        Ok(self.seal_table(&self.access_table()?))
     }
 
     /// A keyed digest of the access table (equal tables, equal digests):
@@ -176,31 +191,16 @@ impl Vault {
     pub(crate) fn merge_access_records(&self, bytes: &[u8]) -> Result<usize, VaultError> {
         let mine = self.access_table()?;
         let mut newer = Vec::new();
-        let mut at = 0;
-        while at + 2 <= bytes.len() {
-            let len = u16::from_le_bytes([bytes[at], bytes[at + 1]]) as usize;
-            let Some(sealed) = bytes.get(at + 2..at + 2 + len) else {
-                break;
+        self.each_access_entry(bytes, |id, kind, t| {
+            let known = mine.get(&id).copied().unwrap_or_default();
+            let have = match kind {
+                Kind::Viewed => known.viewed_ms,
+                Kind::Written => known.written_ms,
             };
-            at += 2 + len;
-            let Ok(plain) = self.keys.open_access(AAD, sealed) else {
-                continue;
-            };
-            for e in plain.chunks_exact(ENTRY) {
-                let mut id = [0u8; 16];
-                id.copy_from_slice(&e[..16]);
-                let id = FileKeyId(id);
-                let mut t = [0u8; 8];
-                t.copy_from_slice(&e[17..]);
-                let t = u64::from_le_bytes(t);
-                let known = mine.get(&id).copied().unwrap_or_default();
-                match e[16] {
-                    VIEWED if known.viewed_ms < Some(t) => newer.push((id, Kind::Viewed, t)),
-                    WRITTEN if known.written_ms < Some(t) => newer.push((id, Kind::Written, t)),
-                    _ => {}
-                }
+            if have < Some(t) {
+                newer.push((id, kind, t));
             }
-        }
+        });
         if !newer.is_empty() {
             self.record_access(&newer);
         }
@@ -213,19 +213,7 @@ impl Vault {
         &self,
         table: &HashMap<FileKeyId, Access>,
     ) -> Result<(), VaultError> {
-        let mut entries = Vec::with_capacity(table.len() * 2);
-        for (id, a) in table {
-            if let Some(t) = a.viewed_ms {
-                entries.push((*id, Kind::Viewed, t));
-            }
-            if let Some(t) = a.written_ms {
-                entries.push((*id, Kind::Written, t));
-            }
-        }
-        let mut bytes = Vec::new();
-        for chunk in entries.chunks(2_000) {
-            bytes.extend_from_slice(&self.seal_access_record(chunk));
-        }
+        let bytes = self.seal_table(table);
         write_durable(&self.dir.join(ACCESS_FILE), &bytes)?;
         Ok(())
     }

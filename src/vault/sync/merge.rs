@@ -376,90 +376,56 @@ impl Vault {
     ) -> Result<(), VaultError> {
         let ours = self.plaintext(their_keys, &id, &x.path, x.blob)?;
         let theirs = self.plaintext(their_keys, &id, &y.path, y.blob)?;
-        let blob_of = |at: &At| Pick::Blob {
-            oid: at.blob,
-            sealed_at: at.path.clone(),
-        };
-        if ours == theirs {
-            let pick = if path == x.path {
-                blob_of(x)
+        // A side's stored blob where it sits at the merged path, else its
+        // text to seal there anew.
+        let side = |at: &At, text: Zeroizing<Vec<u8>>| {
+            if path == at.path {
+                Pick::Blob {
+                    oid: at.blob,
+                    sealed_at: at.path.clone(),
+                }
             } else {
-                blob_of(y)
-            };
-            finals.push(Final {
-                id,
-                new_key: false,
-                path,
-                pick,
-                ours: true,
-            });
-            return Ok(());
-        }
-        let base_text = match base {
-            Some(b) => self.plaintext(their_keys, &id, &b.path, b.blob)?,
-            None => Zeroizing::new(Vec::new()),
-        };
-        if base.is_some() && ours == base_text {
-            let pick = if path == y.path {
-                blob_of(y)
-            } else {
-                Pick::Text(theirs)
-            };
-            finals.push(Final {
-                id,
-                new_key: false,
-                path,
-                pick,
-                ours: true,
-            });
-            return Ok(());
-        }
-        if base.is_some() && theirs == base_text {
-            let pick = if path == x.path {
-                blob_of(x)
-            } else {
-                Pick::Text(ours)
-            };
-            finals.push(Final {
-                id,
-                new_key: false,
-                path,
-                pick,
-                ours: true,
-            });
-            return Ok(());
-        }
-        match three_way(&base_text, &ours, &theirs)? {
-            Some(merged) => finals.push(Final {
-                id,
-                new_key: false,
-                path,
-                pick: Pick::Text(merged),
-                ours: true,
-            }),
-            None => {
-                let pick = if path == x.path {
-                    blob_of(x)
-                } else {
-                    Pick::Text(ours)
-                };
-                finals.push(Final {
-                    id,
-                    new_key: false,
-                    path: path.clone(),
-                    pick,
-                    ours: true,
-                });
-                // Theirs beside it, under a new key (placed by `place`).
-                finals.push(Final {
-                    id: FileKeyId::generate(),
-                    new_key: true,
-                    path: conflict_name(&path, 1)?,
-                    pick: Pick::Text(theirs),
-                    ours: false,
-                });
+                Pick::Text(text)
             }
-        }
+        };
+        let base_text = match base {
+            Some(b) => Some(self.plaintext(their_keys, &id, &b.path, b.blob)?),
+            None => None,
+        };
+        let pick = if ours == theirs {
+            if path == y.path {
+                side(y, theirs)
+            } else {
+                side(x, ours)
+            }
+        } else if base_text.as_ref() == Some(&ours) {
+            side(y, theirs)
+        } else if base_text.as_ref() == Some(&theirs) {
+            side(x, ours)
+        } else {
+            let empty = Zeroizing::new(Vec::new());
+            match three_way(base_text.as_ref().unwrap_or(&empty), &ours, &theirs)? {
+                Some(merged) => Pick::Text(merged),
+                None => {
+                    // Theirs beside it, under a new key (placed by `place`).
+                    finals.push(Final {
+                        id: FileKeyId::generate(),
+                        new_key: true,
+                        path: conflict_name(&path, 1)?,
+                        pick: Pick::Text(theirs),
+                        ours: false,
+                    });
+                    side(x, ours)
+                }
+            }
+        };
+        finals.push(Final {
+            id,
+            new_key: false,
+            path,
+            pick,
+            ours: true,
+        });
         Ok(())
     }
 
