@@ -173,8 +173,11 @@ impl Vault {
     /// A keyed digest of the access table (equal tables, equal digests):
     /// whether it changed since it was last pushed.
     pub(crate) fn access_digest(&self) -> Result<String, VaultError> {
-        let table = self.access_table()?;
-        let mut entries: Vec<_> = table.into_iter().collect();
+        Ok(self.digest_of(&self.access_table()?))
+    }
+
+    fn digest_of(&self, table: &HashMap<FileKeyId, Access>) -> String {
+        let mut entries: Vec<_> = table.iter().collect();
         entries.sort_by_key(|e| e.0);
         let mut plain = zeroize::Zeroizing::new(b"memvault access digest v1\0".to_vec());
         for (id, a) in entries {
@@ -182,21 +185,26 @@ impl Vault {
             plain.extend_from_slice(&a.viewed_ms.unwrap_or(0).to_le_bytes());
             plain.extend_from_slice(&a.written_ms.unwrap_or(0).to_le_bytes());
         }
-        Ok(data_encoding::HEXLOWER.encode(&self.keys.mac(&plain)))
+        data_encoding::HEXLOWER.encode(&self.keys.mac(&plain))
     }
 
     /// Take in another machine's access records (sealed, in the log's
     /// form): every time newer than this machine's is appended here. A
-    /// record that does not open is skipped. Returns how many were newer.
-    pub(crate) fn merge_access_records(&self, bytes: &[u8]) -> Result<usize, VaultError> {
+    /// record that does not open is skipped. Returns the digest of the
+    /// table those records hold (equal to [`access_digest`] afterwards when
+    /// this machine knows nothing newer: nothing to send back).
+    pub(crate) fn merge_access_records(&self, bytes: &[u8]) -> Result<String, VaultError> {
         let mine = self.access_table()?;
+        let mut theirs: HashMap<FileKeyId, Access> = HashMap::new();
         let mut newer = Vec::new();
         self.each_access_entry(bytes, |id, kind, t| {
             let known = mine.get(&id).copied().unwrap_or_default();
-            let have = match kind {
-                Kind::Viewed => known.viewed_ms,
-                Kind::Written => known.written_ms,
+            let a = theirs.entry(id).or_default();
+            let (have, slot) = match kind {
+                Kind::Viewed => (known.viewed_ms, &mut a.viewed_ms),
+                Kind::Written => (known.written_ms, &mut a.written_ms),
             };
+            *slot = (*slot).max(Some(t));
             if have < Some(t) {
                 newer.push((id, kind, t));
             }
@@ -204,7 +212,7 @@ impl Vault {
         if !newer.is_empty() {
             self.record_access(&newer);
         }
-        Ok(newer.len())
+        Ok(self.digest_of(&theirs))
     }
 
     /// Rewrite the log as one record holding `table` (durably). The

@@ -296,42 +296,44 @@ impl Vault {
             });
         }
         let scratch = git::Scratch::new(&self.dir, true)?;
-        // The access table goes too (views make no commit, but another
-        // machine's expiry must see them), written into the scratch
-        // repository only.
-        let mut access = entry.seen.access();
-        if access_changed {
-            let mut at = None;
-            for (kind, data) in self.access_objects()? {
-                at = Some(scratch.write_loose(kind, &data)?);
-            }
-            if let Some(at) = at {
-                updates.push(git::Update {
-                    name: git::ACCESS_REF,
-                    new: at,
-                    old: entry.seen.access(),
-                });
-                access = Some(at);
-            }
-        }
-        if !scratch.push(name, &entry.url, &updates)? {
+        if !updates.is_empty() && !scratch.push(name, &entry.url, &updates)? {
             return Err(SyncError::Moved {
                 remote: name.into(),
             }
             .into());
         }
         let counter = read_header(&self.repo, keys)?.1;
-        self.set_seen(
-            name,
-            Seen {
-                main: Some(main.to_string()),
-                keys: Some(keys.to_string()),
-                counter,
-                access: access.map(|a| a.to_string()),
-                access_digest: Some(digest),
-            },
-        )?;
-        report.pushed = seen_main != Some(main) || seen_keys != Some(keys);
+        let mut seen = Seen {
+            main: Some(main.to_string()),
+            keys: Some(keys.to_string()),
+            counter,
+            access: entry.seen.access.clone(),
+            access_digest: entry.seen.access_digest.clone(),
+        };
+        // Then the access table (views make no commit, but another
+        // machine's expiry must see them), written into the scratch
+        // repository only, in a push of its own under its own lease: a
+        // race lost there (another machine pushed its table) waits for the
+        // next sync, which merges the two, and fails nothing.
+        if access_changed {
+            let mut at = None;
+            for (kind, data) in self.access_objects()? {
+                at = Some(scratch.write_loose(kind, &data)?);
+            }
+            if let Some(at) = at {
+                let update = git::Update {
+                    name: git::ACCESS_REF,
+                    new: at,
+                    old: entry.seen.access(),
+                };
+                if let Ok(true) = scratch.push(name, &entry.url, &[update]) {
+                    seen.access = Some(at.to_string());
+                    seen.access_digest = Some(digest);
+                }
+            }
+        }
+        self.set_seen(name, seen)?;
+        report.pushed = !updates.is_empty();
         Ok(report)
     }
 
@@ -368,9 +370,13 @@ impl Vault {
             // The replaced key states held the erased keys: gone here too.
             self.prune_key_garbage()?;
         }
-        // Views made on other machines count here too (for expiry).
+        // Views made on other machines count here too (for expiry); when
+        // this machine knows nothing newer, there is nothing to send back.
+        let mut access_digest = None;
         if let Some((_, records)) = &incoming.access {
-            self.merge_access_records(records)?;
+            let theirs = self.merge_access_records(records)?;
+            let ours = self.access_digest()?;
+            access_digest = (ours == theirs).then_some(ours);
         }
         self.set_seen(
             name,
@@ -379,8 +385,7 @@ impl Vault {
                 keys: Some(their_keys.to_string()),
                 counter: incoming.counter,
                 access: incoming.access.as_ref().map(|(a, _)| a.to_string()),
-                // What it holds is not what this vault holds: push anew.
-                access_digest: None,
+                access_digest,
             },
         )?;
         Ok(report)
@@ -942,8 +947,12 @@ fn clone_into(
     let (Some(main), Some(keys)) = (incoming.main, incoming.keys) else {
         return Err(hostile("its refs vanished during the fetch").into());
     };
-    let ids = scratch.new_objects(name, &[main, keys], &[], MAX_OBJECTS)?;
-    let received = scratch.read_objects(name, &ids, MAX_BYTES)?;
+    let tips: Vec<Oid> = [Some(main), Some(keys), incoming.access]
+        .into_iter()
+        .flatten()
+        .collect();
+    let ids = scratch.new_objects(name, &tips, &[], MAX_OBJECTS)?;
+    let mut received = scratch.read_objects(name, &ids, MAX_BYTES)?;
     drop(scratch);
     // Each object was hashed as it was read: write them as one pack and
     // the two refs, then open (which checks the key state's MAC, the
@@ -961,6 +970,13 @@ fn clone_into(
     if !report.ok() {
         return Err(hostile("the vault it holds does not verify").into());
     }
+    // The other machines' views, so that an expiry here before the first
+    // pull spares what they read.
+    let mut access_digest = None;
+    if let Some(at) = incoming.access {
+        let records = vault.take_access(name, at, &mut received)?;
+        access_digest = Some(vault.merge_access_records(&records)?);
+    }
     let (_, counter) = read_header(&vault.repo, keys)?;
     remotes::store(
         dir,
@@ -973,7 +989,7 @@ fn clone_into(
                 keys: Some(keys.to_string()),
                 counter,
                 access: incoming.access.map(|a| a.to_string()),
-                access_digest: None,
+                access_digest,
             },
         }],
     )?;
