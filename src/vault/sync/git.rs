@@ -246,26 +246,6 @@ impl Scratch {
         Ok(out.stdout)
     }
 
-    /// Where the remote's refs point (`git ls-remote`).
-    pub(crate) fn ls_remote(&self, remote: &str, url: &str) -> Result<RemoteRefs, SyncError> {
-        let mut c = self.git();
-        c.args(["ls-remote", "--", url, MAIN_REF, KEYS_REF, ACCESS_REF]);
-        let out = self.run(c, remote)?;
-        let mut refs = RemoteRefs::default();
-        for line in out.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            let line = std::str::from_utf8(line).map_err(|_| self.odd(remote))?;
-            let (id, name) = line.split_once('\t').ok_or_else(|| self.odd(remote))?;
-            let id = Oid::from_str(id).map_err(|_| self.odd(remote))?;
-            match name {
-                MAIN_REF => refs.main = Some(id),
-                KEYS_REF => refs.keys = Some(id),
-                ACCESS_REF => refs.access = Some(id),
-                _ => {}
-            }
-        }
-        Ok(refs)
-    }
-
     fn odd(&self, remote: &str) -> SyncError {
         SyncError::Transport {
             remote: remote.to_string(),
@@ -273,34 +253,17 @@ impl Scratch {
         }
     }
 
-    /// Fetch the remote's two refs (those it has, per `wanted`) into this
-    /// repository, offering `have` (commits the vault holds) so that only
-    /// what is new travels.
-    pub(crate) fn fetch(
-        &self,
-        remote: &str,
-        url: &str,
-        wanted: RemoteRefs,
-        have: &[Oid],
-    ) -> Result<(), SyncError> {
+    /// Fetch the remote's refs (main, and the key state and access table
+    /// under `refs/memvault/`) into this repository's `refs/incoming/`,
+    /// offering `have` (commits the vault holds) so that only what is new
+    /// travels. One connection. Ok(false): the remote has no main (an
+    /// empty remote); nothing was fetched.
+    pub(crate) fn fetch(&self, remote: &str, url: &str, have: &[Oid]) -> Result<bool, SyncError> {
         let local = |e: std::io::Error| SyncError::Local(e.to_string());
         for (i, id) in have.iter().enumerate() {
             let path = self.dir.join(format!("refs/heads/have{i}"));
             let mut f = fsx::create_new(&path, fsx::FILE_MODE).map_err(local)?;
             f.write_all(format!("{id}\n").as_bytes()).map_err(local)?;
-        }
-        let mut specs = Vec::new();
-        if wanted.main.is_some() {
-            specs.push(format!("+{MAIN_REF}:refs/incoming/main"));
-        }
-        if wanted.keys.is_some() {
-            specs.push(format!("+{KEYS_REF}:refs/incoming/keys"));
-        }
-        if wanted.access.is_some() {
-            specs.push(format!("+{ACCESS_REF}:refs/incoming/access"));
-        }
-        if specs.is_empty() {
-            return Ok(());
         }
         let mut c = self.git();
         c.args([
@@ -313,9 +276,17 @@ impl Scratch {
             "--",
             url,
         ]);
-        c.args(&specs);
-        self.run(c, remote)?;
-        Ok(())
+        c.arg(format!("+{MAIN_REF}:refs/incoming/main"));
+        c.arg("+refs/memvault/*:refs/incoming/memvault/*");
+        match self.run(c, remote) {
+            Ok(_) => Ok(true),
+            Err(SyncError::Transport { detail, .. })
+                if detail.contains("couldn't find remote ref") =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Where this repository's `refs/incoming/*` point after [`fetch`].
@@ -327,8 +298,8 @@ impl Scratch {
         };
         RemoteRefs {
             main: read("main"),
-            keys: read("keys"),
-            access: read("access"),
+            keys: read(&KEYS_REF.replace("refs/", "")),
+            access: read(&ACCESS_REF.replace("refs/", "")),
         }
     }
 
@@ -367,6 +338,21 @@ impl Scratch {
             }
         }
         Ok(ids)
+    }
+
+    /// How many commits `tip` reaches that `base` does not (`git rev-list
+    /// --count`, over the borrowed objects: no walk of the history here).
+    pub(crate) fn count_since(&self, tip: Oid, base: Option<Oid>) -> Result<usize, SyncError> {
+        let mut c = self.git();
+        c.args(["rev-list", "--count", &tip.to_string()]);
+        if let Some(b) = base {
+            c.arg("--not").arg(b.to_string());
+        }
+        let out = self.run(c, "(local)")?;
+        std::str::from_utf8(&out)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .ok_or_else(|| SyncError::Local("git rev-list --count gave no number".into()))
     }
 
     /// Read `ids` out of this repository (`git cat-file --batch`), each

@@ -279,7 +279,6 @@ impl Vault {
             }
             .into());
         }
-        report.commits = self.count_since(main, seen_main)?;
         let mut updates = Vec::new();
         if seen_keys != Some(keys) {
             updates.push(git::Update {
@@ -296,6 +295,7 @@ impl Vault {
             });
         }
         let scratch = git::Scratch::new(&self.dir, true)?;
+        report.commits = scratch.count_since(main, seen_main.filter(|s| self.holds(*s)))?;
         if !updates.is_empty() && !scratch.push(name, &entry.url, &updates)? {
             return Err(SyncError::Moved {
                 remote: name.into(),
@@ -414,7 +414,7 @@ impl Vault {
             && incoming.commits.is_empty()
             && tip != main
         {
-            state.behind = self.count_since(tip, Some(main))?;
+            state.behind = git::Scratch::new(&self.dir, true)?.count_since(tip, Some(main))?;
         }
         Ok(state)
     }
@@ -457,20 +457,6 @@ impl Vault {
         };
         let (our_main, our_keys) = self.checkpointed_tips()?;
         let scratch = git::Scratch::new(&self.dir, true)?;
-        let advertised = scratch.ls_remote(name, &entry.url)?;
-        if advertised.main.is_none() {
-            if entry.seen.main.is_some() {
-                return Err(SyncError::RolledBack {
-                    remote: name.into(),
-                    what: "it no longer has a main branch",
-                }
-                .into());
-            }
-            return Ok(None);
-        }
-        if advertised.keys.is_none() {
-            return Err(hostile("it has a main branch but no key state").into());
-        }
         // What this vault holds, offered so that only the new travels.
         let mut have: Vec<Oid> = Vec::new();
         for id in [our_main, our_keys, entry.seen.main(), entry.seen.keys()]
@@ -481,10 +467,19 @@ impl Vault {
                 have.push(id);
             }
         }
-        scratch.fetch(name, &entry.url, advertised, &have)?;
+        if !scratch.fetch(name, &entry.url, &have)? {
+            if entry.seen.main.is_some() {
+                return Err(SyncError::RolledBack {
+                    remote: name.into(),
+                    what: "it no longer has a main branch",
+                }
+                .into());
+            }
+            return Ok(None);
+        }
         let incoming = scratch.incoming();
         let (Some(main), Some(keys)) = (incoming.main, incoming.keys) else {
-            return Err(hostile("its refs vanished during the fetch").into());
+            return Err(hostile("it has a main branch but no key state").into());
         };
         let tips: Vec<Oid> = [Some(main), Some(keys), incoming.access]
             .into_iter()
@@ -725,39 +720,6 @@ impl Vault {
         Ok(out)
     }
 
-    /// The number of commits reachable from `tip` and not from `base`.
-    fn count_since(&self, tip: Oid, base: Option<Oid>) -> Result<usize, VaultError> {
-        let mut stop = HashSet::new();
-        if let Some(b) = base {
-            let mut queue = VecDeque::from([b]);
-            stop.insert(b);
-            while let Some(id) = queue.pop_front() {
-                objects::check(&self.repo, id)?;
-                for p in self.repo.find_commit(id)?.parent_ids() {
-                    if stop.insert(p) {
-                        queue.push_back(p);
-                    }
-                }
-            }
-        }
-        let mut count = 0;
-        let mut queue = VecDeque::from([tip]);
-        let mut seen = HashSet::from([tip]);
-        while let Some(id) = queue.pop_front() {
-            if stop.contains(&id) {
-                continue;
-            }
-            count += 1;
-            objects::check(&self.repo, id)?;
-            for p in self.repo.find_commit(id)?.parent_ids() {
-                if seen.insert(p) {
-                    queue.push_back(p);
-                }
-            }
-        }
-        Ok(count)
-    }
-
     /// Under the writer lock: bring the remote's checked tips into main.
     fn merge_incoming(
         &mut self,
@@ -767,8 +729,14 @@ impl Vault {
         their_keys: Oid,
         new_commits: &[Oid],
     ) -> Result<merge::Merged, VaultError> {
+        // Everything the fetch brought is new here: a main among it is
+        // not in this vault's history (no walk of that history needed).
+        let new: BTreeSet<Oid> = new_commits.iter().copied().collect();
         let up_to_date = match tip {
-            Some(t) => t == their_main || self.reaches(t, their_main, usize::MAX)?,
+            Some(t) => {
+                t == their_main
+                    || (!new.contains(&their_main) && self.reaches(t, their_main, usize::MAX)?)
+            }
             None => false,
         };
         if up_to_date {
@@ -778,9 +746,11 @@ impl Vault {
             });
         }
         let theirs = KeyState::load_at(&self.repo, &self.keys, Some(their_keys))?;
+        // This vault's tip is in the remote's history: found walking the
+        // new commits down to what they build on (a bounded walk).
         let fast_forward = match tip {
             None => true,
-            Some(t) => self.reaches(their_main, t, usize::MAX)?,
+            Some(t) => self.reaches(their_main, t, 2 * new.len() + 64)?,
         };
         if fast_forward {
             return self.fast_forward(remote, tip, their_main, theirs);
@@ -788,7 +758,6 @@ impl Vault {
         let Some(ours) = tip else {
             unreachable!("no tip is a fast-forward");
         };
-        let new: BTreeSet<Oid> = new_commits.iter().copied().collect();
         let base = self.merge_base(ours, their_main, &new)?;
         self.merge_commits(remote, ours, their_main, base, theirs, &new)
     }
@@ -934,15 +903,13 @@ fn clone_into(
     };
     let repo = super::open::skeleton(dir)?;
     let scratch = git::Scratch::new(dir, false)?;
-    let advertised = scratch.ls_remote(name, url)?;
-    if advertised.main.is_none() || advertised.keys.is_none() {
-        return Err(SyncError::Transport {
-            remote: name.into(),
-            detail: "it holds no memvault vault (no main branch and key state)".into(),
-        }
-        .into());
+    let no_vault = || SyncError::Transport {
+        remote: name.into(),
+        detail: "it holds no memvault vault (no main branch and key state)".into(),
+    };
+    if !scratch.fetch(name, url, &[])? || scratch.incoming().keys.is_none() {
+        return Err(no_vault().into());
     }
-    scratch.fetch(name, url, advertised, &[])?;
     let incoming = scratch.incoming();
     let (Some(main), Some(keys)) = (incoming.main, incoming.keys) else {
         return Err(hostile("its refs vanished during the fetch").into());
