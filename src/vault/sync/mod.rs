@@ -485,7 +485,11 @@ impl Vault {
             .into_iter()
             .flatten()
             .collect();
-        let ids = scratch.new_objects(name, &tips, &have, MAX_OBJECTS)?;
+        let mut ids = scratch.new_objects(name, &tips, &have, MAX_OBJECTS)?;
+        // git leaves out only what the commits it was offered reach, so a
+        // new key state (a commit with no parent) comes with its whole
+        // table: what the vault already holds is not read again.
+        ids.retain(|id| !self.holds(*id));
         let mut received = scratch.read_objects(name, &ids, MAX_BYTES)?;
         drop(scratch);
         // The access ref's three objects: checked and read here, never
@@ -624,11 +628,19 @@ impl Vault {
             what: what.to_string(),
         };
         let mut take = |id: Oid, kind: ObjectType| -> Result<Vec<u8>, SyncError> {
-            let i = received
-                .iter()
-                .position(|o| o.id == id && o.kind == kind)
-                .ok_or_else(|| hostile("its access ref names an object it did not send"))?;
-            Ok(received.swap_remove(i).data)
+            if let Some(i) = received.iter().position(|o| o.id == id && o.kind == kind) {
+                return Ok(received.swap_remove(i).data);
+            }
+            // Held here already (left out of the fetch): read it, checked.
+            let held = || -> Option<Vec<u8>> {
+                if !self.holds(id) {
+                    return None;
+                }
+                let odb = self.repo.odb().ok()?;
+                let o = odb.read(id).ok()?;
+                (o.kind() == kind).then(|| o.data().to_vec())
+            };
+            held().ok_or_else(|| hostile("its access ref names an object it did not send"))
         };
         let commit = take(at, ObjectType::Commit)?;
         let Some((tag, signed)) = super::keys::split_mac(&commit) else {
