@@ -268,7 +268,18 @@ fn permission_error_names_the_file() {
         let mut cmd = unprivileged_cmd(&t);
         cmd.args(args);
         std::fs::set_permissions(&wal, std::fs::Permissions::from_mode(0o000)).unwrap();
-        let out = cmd.output().unwrap();
+        // The binary was just copied: a child another test thread forked
+        // meanwhile may still hold the copy's write descriptor ("text
+        // file busy") for a moment.
+        let out = (0..100)
+            .find_map(|_| match cmd.output() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    None
+                }
+                other => Some(other.unwrap()),
+            })
+            .expect("the copied binary stayed busy");
         std::fs::set_permissions(&wal, mode.clone()).unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");

@@ -176,8 +176,14 @@ sys.exit(p.wait())
     );
     std::fs::write(&script, body).unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Run through the interpreter, not exec'd itself: a script just
+    // written may be "text file busy" while a child forked meanwhile by
+    // another test thread still holds its write descriptor.
     vec![
-        ("GIT_SSH_COMMAND".into(), script.display().to_string()),
+        (
+            "GIT_SSH_COMMAND".into(),
+            format!("python3 {}", script.display()),
+        ),
         ("GIT_SSH_VARIANT".into(), "simple".into()),
     ]
 }
