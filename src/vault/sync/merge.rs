@@ -55,13 +55,12 @@ pub(crate) struct KeyMerge {
 
 /// What `theirs` adds to `ours`: its keys this side lacks (unless this
 /// side erased them), its erasures of keys this side holds or never had.
-/// With `all_ours`, also the keys of ours that theirs lacks.
+/// And the keys of ours that theirs lacks (kept by a fast-forward).
 pub(crate) fn key_change(
     repo: &Repository,
     keys: &VaultKeys,
     ours: &KeyState,
     theirs: &KeyState,
-    _merge: bool,
 ) -> Result<KeyMerge, VaultError> {
     let their_keys = theirs.all_keys(repo, keys)?;
     let their_ids: HashSet<FileKeyId> = their_keys.iter().map(|(id, _)| *id).collect();
@@ -333,7 +332,7 @@ impl Vault {
             }
         };
         // The key state: ours, with theirs merged in.
-        let km = key_change(&self.repo, &self.keys, &self.key_state, &their_keys, true)?;
+        let km = key_change(&self.repo, &self.keys, &self.key_state, &their_keys)?;
         let erased = km.erased;
         let mut change = km.change;
         change.files.extend(new_keys);

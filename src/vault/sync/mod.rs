@@ -783,7 +783,7 @@ impl Vault {
         their_main: Oid,
         theirs: KeyState,
     ) -> Result<merge::Merged, VaultError> {
-        let change = merge::key_change(&self.repo, &self.keys, &self.key_state, &theirs, false)?;
+        let change = merge::key_change(&self.repo, &self.keys, &self.key_state, &theirs)?;
         let ours_only = change.keep;
         let erased = change.erased;
         let mut record = Record::default();
