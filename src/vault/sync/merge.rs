@@ -598,6 +598,9 @@ fn three_way(
     ours: &[u8],
     theirs: &[u8],
 ) -> Result<Option<Zeroizing<Vec<u8>>>, VaultError> {
+    // git2's merge_file does not initialise libgit2 itself (in a vault
+    // something always has; a process that only merges text has not).
+    drop(git2::Buf::new());
     let mut a = git2::MergeFileInput::new();
     a.content(base);
     let mut o = git2::MergeFileInput::new();
