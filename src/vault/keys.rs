@@ -1,8 +1,17 @@
 //! The key state of a vault: keyslots and the file-key table, kept in the
 //! commit that `refs/memvault/keys` points to.
 //!
-//! That commit has no parent and is replaced, never appended to, on every
-//! change, so a destroyed file key leaves no reachable copy behind. Its tree:
+//! A new commit replaces it on every change. From format 4 on, the new
+//! commit names the one it replaces as its parent (and a merge's names the
+//! other side's too), so that git, which leaves out of a transfer only what
+//! the receiver's commits reach through their parents, sends a sync the
+//! changed shard and not the whole table. The chain is cut (the new commit
+//! has no parent) whenever a key is destroyed, a keyslot changes or the
+//! vault is rekeyed, and once every [`CHAIN_SEGMENT`] states: then the
+//! replaced states are unreachable and pruned (`prune_key_garbage`,
+//! `gc`), so a destroyed file key or a removed keyslot leaves no reachable
+//! copy behind. Every state the chain reaches holds only keys that still
+//! exist and the keyslots of today. Its tree:
 //!
 //! ```text
 //! erased           ids of the file keys destroyed on purpose
@@ -18,8 +27,9 @@
 //! The commit carries a MAC over its buffer in the `mvmac` header, checked
 //! after unlock, so a key state not written by a key holder is refused.
 //! Its message says its format and, from format 2 on, a counter that grows
-//! by one with every new key state (`memvault key state v3\ncounter N\n`,
-//! under the MAC; `v2` for format 2). Every key state is written in the same log record as a
+//! by one with every new key state (`memvault key state v4\ncounter N\n`,
+//! under the MAC; `v3` for a format-3 state, which has no parent, `v2` for
+//! format 2). Every key state is written in the same log record as a
 //! commit on main whose metadata names that counter
 //! ([`super::CommitMeta::keys`]), so a key state older than main requires
 //! (a rollback of `refs/memvault/keys`, e.g. to bring back an erased file
@@ -59,8 +69,8 @@ pub struct KeyState {
     /// staged (besides the commit), for [`KeyState::add_to_record`]; empty
     /// when it does not know them.
     staged: Option<(Oid, Vec<super::engine::raw::Object>)>,
-    /// The key-state format: 1 (no counter, no settings), 2 (256 shards)
-    /// or 3.
+    /// The key-state format: 1 (no counter, no settings), 2 (256 shards),
+    /// 3 (4096 shards) or 4 (4096 shards, chained to the state it replaced).
     pub format: u8,
     /// Grows by one with every new key state (0 for format 1).
     pub counter: u64,
@@ -296,6 +306,9 @@ pub(crate) struct KeyChange {
     /// Write a new key state even if nothing else changes (a merge: its
     /// counter must pass both sides').
     pub bump: bool,
+    /// A merge: the other side's key state, which the new one names as a
+    /// second parent where it may (see `chains_to`).
+    pub merge_parent: Option<Oid>,
 }
 
 impl KeyChange {
@@ -325,9 +338,12 @@ pub(crate) fn read_header(repo: &Repository, commit: Oid) -> Result<(u8, u64), V
     if msg == KEY_COMMIT_V1.as_bytes() {
         return Ok((1, 0));
     }
-    let (format, rest) = match msg.strip_prefix(KEY_COMMIT_V3.as_bytes()) {
-        Some(rest) => (3, Some(rest)),
-        None => (2, msg.strip_prefix(KEY_COMMIT_V2.as_bytes())),
+    let (format, rest) = if let Some(rest) = msg.strip_prefix(KEY_COMMIT_V4.as_bytes()) {
+        (4, Some(rest))
+    } else if let Some(rest) = msg.strip_prefix(KEY_COMMIT_V3.as_bytes()) {
+        (3, Some(rest))
+    } else {
+        (2, msg.strip_prefix(KEY_COMMIT_V2.as_bytes()))
     };
     let counter = rest
         .and_then(|rest| std::str::from_utf8(rest).ok())
@@ -679,14 +695,16 @@ impl KeyState {
             settings,
             keyring: _,
             bump: _,
+            merge_parent,
         } = change;
         let mut touched = std::collections::BTreeSet::new();
         let mut erased_changed = false;
-        // Every new key state is format 3, with the next counter; a
+        let mut removed_any = false;
+        // Every new key state is format 4, with the next counter; a
         // format-1 state gets its settings now (the caller gives them).
         let previous_format = self.format;
         self.counter += 1;
-        self.format = 3;
+        self.format = 4;
         // A table of 256 shards (format 2) is split into 4096, all
         // rewritten.
         if self.shards.layout != ShardLayout::Wide {
@@ -734,7 +752,7 @@ impl KeyState {
                     table.insert(id, k);
                 }
                 None => {
-                    table.remove(&id);
+                    removed_any |= table.remove(&id).is_some();
                     erased_changed |= self.erased.insert(id);
                 }
             }
@@ -821,7 +839,21 @@ impl KeyState {
             ObjectType::Tree,
             root_tree_bytes(erased, settings, slot_tree, table),
         )?;
-        let commit = write_signed_commit(repo, keys, &key_commit_buffer(root, self.counter))?;
+        // The states this one chains to: the one it replaces unless a key
+        // left the table, and a merge's other side; each only if it holds
+        // the same erased list and keyslots, under the same key, in the
+        // same segment (see the module docs).
+        let mut parents = Vec::new();
+        let ours = (!removed_any).then_some(self.commit);
+        for candidate in ours.into_iter().chain(merge_parent) {
+            if !parents.contains(&candidate)
+                && chains_to(repo, keys, candidate, erased, slot_tree, self.counter)
+            {
+                parents.push(candidate);
+            }
+        }
+        let buffer = key_commit_buffer(root, &parents, self.counter);
+        let commit = write_signed_commit(repo, keys, &buffer)?;
         self.staged = Some((commit, objects));
         Ok(commit)
     }
@@ -856,9 +888,14 @@ impl KeyState {
         Ok(())
     }
 
-    /// The ref now points at the staged commit.
+    /// The ref now points at the staged commit: the state it replaced is
+    /// garbage unless the new one chains to it.
     pub(crate) fn published(&mut self, repo: &Repository, commit: Oid) {
-        if commit != self.commit {
+        let chained = || {
+            objects::find_commit(repo, commit)
+                .is_ok_and(|c| c.parent_ids().any(|p| p == self.commit))
+        };
+        if commit != self.commit && !chained() {
             note_garbage(repo, self.commit);
         }
         self.commit = commit;
@@ -877,7 +914,7 @@ impl KeyState {
             shards: Shards::new(ShardLayout::Wide, None),
             erased: Default::default(),
             staged: None,
-            format: 3,
+            format: 4,
             counter: 1,
             settings: Some(settings.clone()),
         };
@@ -940,7 +977,7 @@ fn write_key_commit(
         )?;
     }
     let root = root.write()?;
-    write_signed_commit(repo, keys, &key_commit_buffer(root, state.counter))
+    write_signed_commit(repo, keys, &key_commit_buffer(root, &[], state.counter))
 }
 
 /// Levels of the `table` tree of format 3 (4096 shards, eight per tree).
@@ -992,23 +1029,101 @@ fn root_tree_bytes(erased: Option<Oid>, settings: Oid, slots: Oid, table: Oid) -
 
 /// The unsigned buffer of a key-state commit (what
 /// `commit_create_buffer` gives with the fixed signature).
-fn key_commit_buffer(root: Oid, counter: u64) -> Vec<u8> {
+fn key_commit_buffer(root: Oid, parents: &[Oid], counter: u64) -> Vec<u8> {
+    let parents: String = parents.iter().map(|p| format!("parent {p}\n")).collect();
     format!(
-        "tree {root}\nauthor memvault <memvault> 0 +0000\ncommitter memvault <memvault> 0 +0000\n\n{}",
+        "tree {root}\n{parents}author memvault <memvault> 0 +0000\ncommitter memvault <memvault> 0 +0000\n\n{}",
         key_commit_message(counter)
     )
     .into_bytes()
+}
+
+/// Check the key states `tip` chains to (`verify`): each one held,
+/// carrying this vault's MAC (a state before a rekey: any epoch this
+/// keyring holds), with a header it reads and a counter below its
+/// child's. Returns how many there are.
+pub(crate) fn check_chain(
+    repo: &Repository,
+    keys: &VaultKeys,
+    tip: Oid,
+) -> Result<usize, VaultError> {
+    let mut seen = std::collections::HashSet::new();
+    let (_, counter) = read_header(repo, tip)?;
+    let mut stack: Vec<(Oid, u64)> = objects::find_commit(repo, tip)
+        .map_err(|_| damaged("the key state commit is unreadable"))?
+        .parent_ids()
+        .map(|p| (p, counter))
+        .collect();
+    while let Some((id, child)) = stack.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        let commit = objects::find_commit(repo, id)
+            .map_err(|_| damaged("a key state the current one chains to is missing"))?;
+        if !verify_commit_mac(repo, keys, id) {
+            return Err(damaged(
+                "a key state the current one chains to was not written with this vault's key",
+            ));
+        }
+        let (_, counter) = read_header(repo, id)?;
+        if counter >= child {
+            return Err(damaged(
+                "a key state the current one chains to is not older than it",
+            ));
+        }
+        stack.extend(commit.parent_ids().map(|p| (p, counter)));
+    }
+    Ok(seen.len())
+}
+
+/// Key states a chain holds between two cuts at most: past a multiple of
+/// this counter, a new state starts a new chain, so the replaced ones
+/// become garbage and the chain a vault keeps stays short (a sync whose
+/// remote is behind a cut sends the whole table once).
+pub(crate) const CHAIN_SEGMENT: u64 = 256;
+
+/// Whether a new key state with these `erased` and `slots` entries,
+/// MAC'd under `keys`, with `counter`, may name `candidate` as its
+/// parent: a readable state of format 3 or later, with the same erased
+/// list and keyslots, under the same key epoch, in the same segment.
+fn chains_to(
+    repo: &Repository,
+    keys: &VaultKeys,
+    candidate: Oid,
+    erased: Option<Oid>,
+    slots: Oid,
+    counter: u64,
+) -> bool {
+    let Ok(commit) = objects::find_commit(repo, candidate) else {
+        return false;
+    };
+    let Ok((format, theirs)) = read_header(repo, candidate) else {
+        return false;
+    };
+    let same_tree = objects::check(repo, commit.tree_id()).is_ok()
+        && commit.tree().is_ok_and(|t| {
+            t.get_name("erased").map(|e| e.id()) == erased
+                && t.get_name("slots").map(|e| e.id()) == Some(slots)
+        });
+    format >= 3
+        && theirs < counter
+        && theirs / CHAIN_SEGMENT == counter / CHAIN_SEGMENT
+        && same_tree
+        && mac_epoch(repo, candidate) == Some(keys.current_epoch())
+        && verify_commit_mac(repo, keys, candidate)
 }
 
 /// The message of a key-state commit of format 1 (read only).
 const KEY_COMMIT_V1: &str = "memvault key state v1\n";
 /// The first line of a key-state commit of format 2 (read only).
 const KEY_COMMIT_V2: &str = "memvault key state v2\n";
-/// The first line of a key-state commit of format 3.
+/// The first line of a key-state commit of format 3 (read only).
 const KEY_COMMIT_V3: &str = "memvault key state v3\n";
+/// The first line of a key-state commit of format 4.
+const KEY_COMMIT_V4: &str = "memvault key state v4\n";
 
 fn key_commit_message(counter: u64) -> String {
-    format!("{KEY_COMMIT_V3}counter {counter}\n")
+    format!("{KEY_COMMIT_V4}counter {counter}\n")
 }
 
 /// The `erased` blob: the destroyed key ids, in order.
@@ -1033,7 +1148,7 @@ mod tests {
         let repo = Repository::init_bare(tmp.path()).unwrap();
         let tree = repo.treebuilder(None).unwrap().write().unwrap();
         for message in ["one line\n", "base64==\n", "x\n\ny\n"] {
-            let buffer = key_commit_buffer(tree, 7).to_vec();
+            let buffer = key_commit_buffer(tree, &[], 7).to_vec();
             let buffer = [&buffer[..], message.as_bytes()].concat();
             let tag = "00ff".repeat(18);
             let theirs = repo
@@ -1088,12 +1203,17 @@ mod tests {
             let tree = repo.find_tree(tree_of(&repo, staged)).unwrap();
             let sig = super::super::fixed_signature().unwrap();
             let message = key_commit_message(state.counter);
+            let parents: Vec<git2::Commit> = repo.find_commit(staged).unwrap().parents().collect();
+            // Chained to the state it replaced until a key is erased.
+            assert_eq!(parents.len(), usize::from(round < 2), "round {round}");
+            let parent_refs: Vec<&git2::Commit> = parents.iter().collect();
+            let parent_ids: Vec<Oid> = parents.iter().map(|c| c.id()).collect();
             let libgit2 = repo
-                .commit_create_buffer(&sig, &sig, &message, &tree, &[])
+                .commit_create_buffer(&sig, &sig, &message, &tree, &parent_refs)
                 .unwrap();
             assert_eq!(
                 &libgit2[..],
-                &key_commit_buffer(tree.id(), state.counter)[..]
+                &key_commit_buffer(tree.id(), &parent_ids, state.counter)[..]
             );
             // The record holds every object the new state needs beyond
             // the old one, with its true bytes.
@@ -1134,5 +1254,96 @@ mod tests {
             assert_eq!(again.settings, state.settings);
         }
         assert!(!state.erased.is_empty());
+    }
+
+    fn parents_of(repo: &Repository, commit: Oid) -> Vec<Oid> {
+        repo.find_commit(commit).unwrap().parent_ids().collect()
+    }
+
+    /// A key state names the one it replaces as its parent while keys are
+    /// only added; an erasure, a keyslot change, a new key epoch or a new
+    /// segment cut the chain (so the replaced states become garbage); a
+    /// merge names the other side too where it holds the same erased list
+    /// and keyslots.
+    #[test]
+    fn key_states_chain_until_a_key_or_keyslot_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        std::fs::create_dir(repo.path().join("memvault")).unwrap();
+        let keys = VaultKeys::derive(&Keyring::new_random());
+        let caches = Caches::default();
+        let mut slots = BTreeMap::new();
+        slots.insert("00112233aabbccdd".to_string(), vec![7u8; 90]);
+        let mut state =
+            KeyState::create(&repo, &keys, slots.clone(), VaultConfig::default()).unwrap();
+        let step = |state: &mut KeyState, change: KeyChange| {
+            let before = state.commit;
+            let staged = state.stage_changes(&repo, &keys, &caches, change).unwrap();
+            state.published(&repo, staged);
+            (before, staged)
+        };
+        let add = || KeyChange::files(vec![(FileKeyId::generate(), Some(FileKey::generate()))]);
+        let (before, a) = step(&mut state, add());
+        assert_eq!(parents_of(&repo, a), vec![before]);
+        let (before, b) = step(&mut state, add());
+        assert_eq!(parents_of(&repo, b), vec![before]);
+        // A second state from `a` (the other machine's side of a merge).
+        let mut other = KeyState::load_at(&repo, &keys, Some(a)).unwrap();
+        let (_, theirs) = step(&mut other, add());
+        assert_eq!(parents_of(&repo, theirs), vec![a]);
+        let mut merge = KeyChange::files(
+            other
+                .all_keys(&repo, &keys)
+                .unwrap()
+                .into_iter()
+                .map(|(id, k)| (id, Some(k)))
+                .collect(),
+        );
+        merge.merge_parent = Some(theirs);
+        let (before, m) = step(&mut state, merge);
+        assert_eq!(parents_of(&repo, m), vec![before, theirs]);
+        // Erasure: no parent, and the replaced state is garbage.
+        let id = FileKeyId::generate();
+        step(
+            &mut state,
+            KeyChange::files(vec![(id, Some(FileKey::generate()))]),
+        );
+        let (before, e) = step(&mut state, KeyChange::files(vec![(id, None)]));
+        assert!(parents_of(&repo, e).is_empty());
+        let garbage = std::fs::read_to_string(repo.path().join(GARBAGE_FILE)).unwrap();
+        assert_eq!(
+            garbage.lines().collect::<Vec<_>>(),
+            vec![before.to_string()]
+        );
+        // Chained again after it (the erased list is the same).
+        let (before, f) = step(&mut state, add());
+        assert_eq!(parents_of(&repo, f), vec![before]);
+        // A merge with a side that has not erased that key: not its parent.
+        let mut merge = add();
+        merge.merge_parent = Some(theirs);
+        let (before, g) = step(&mut state, merge);
+        assert_eq!(parents_of(&repo, g), vec![before]);
+        // A keyslot change cuts it.
+        slots.insert("ffeeddccbbaa9988".to_string(), vec![9u8; 90]);
+        let (_, h) = step(
+            &mut state,
+            KeyChange {
+                slots: Some(slots),
+                ..add()
+            },
+        );
+        assert!(parents_of(&repo, h).is_empty());
+        // Crossing into the next segment cuts it.
+        state.counter = CHAIN_SEGMENT - 1;
+        let (_, i) = step(&mut state, add());
+        assert!(parents_of(&repo, i).is_empty());
+        let (before, j) = step(&mut state, add());
+        assert_eq!(parents_of(&repo, j), vec![before]);
+        // Another key epoch (a rekey) cuts it.
+        let other_keys = VaultKeys::derive(&Keyring::new_random());
+        let staged = state
+            .stage_changes(&repo, &other_keys, &caches, add())
+            .unwrap();
+        assert!(parents_of(&repo, staged).is_empty());
     }
 }

@@ -107,9 +107,13 @@ const FORMAT_FILE: &str = "memvault/format";
 /// a memvault that knows format 3 only refuses it rather than failing on
 /// the new field. 5: commit metadata may name the machine a change was
 /// made on and a merge's merged commits (sync); again only the format file
-/// changes. A vault of format 1, 2, 3 or 4 is migrated when it is first
-/// opened (see `migrate`).
-pub(crate) const FORMAT: u32 = 5;
+/// changes. 6: a key state may name the states it replaced as parents
+/// (`keys`: a chain, so a sync sends the changed shard, not the table);
+/// older key states have none and stay as they are, so again only the
+/// format file changes, and a memvault of format 5 refuses the vault
+/// rather than dropping the chain in its `gc`. A vault of format 1 to 5
+/// is migrated when it is first opened (see `migrate`).
+pub(crate) const FORMAT: u32 = 6;
 const FORMAT_PREFIX: &str = "memvault vault format ";
 /// Format 1's plain settings file (read once, by the migration).
 const CONFIG_FILE: &str = "memvault/config.json";

@@ -1,5 +1,5 @@
 //! The committed fixture vaults (`tests/fixtures/`, made as
-//! `tests/fixtures/make-v1.sh` and `make-v2.sh` say): a vault written by an earlier format
+//! `tests/fixtures/make-v1.sh`, `make-v2.sh` and `make-v5.sh` say): a vault written by an earlier format
 //! must keep opening and working, and each named broken copy (`fail_*`)
 //! must be refused as damaged, never read as content.
 
@@ -109,7 +109,7 @@ fn format_1_vault_is_migrated_once_and_cannot_be_downgraded() {
     assert!(h.lines().next().unwrap().contains("migrate"), "{h}");
     assert!(!cfg.exists(), "the plain settings file is gone");
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 5\n");
+    assert_eq!(format, "memvault vault format 6\n");
     let mode = stdout(&run(&t, &["config", "get", "redaction.mode"]));
     assert_eq!(mode.trim(), "\"redact\"");
     // A downgrade attempt: format 1 again, and a plain file turning
@@ -217,7 +217,7 @@ fn format_2_vault_is_migrated_to_bucket_trees_and_reads_as_before() {
     let v = run(&t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 5\n");
+    assert_eq!(format, "memvault vault format 6\n");
     let after = git_files(&t);
     assert_eq!(after.len(), before.len());
     for g in &after {
@@ -234,7 +234,7 @@ fn format_2_vault_is_migrated_to_bucket_trees_and_reads_as_before() {
     assert_eq!(top["op"], "migrate", "{h}");
     // The key state too: format 3, its table in shards four levels down.
     let keys = crate::util::git(&t.vault, &["cat-file", "commit", "refs/memvault/keys"]);
-    assert!(String::from_utf8_lossy(&keys.stdout).contains("memvault key state v3\n"));
+    assert!(String::from_utf8_lossy(&keys.stdout).contains("memvault key state v4\n"));
     let table = crate::util::git(
         &t.vault,
         &["ls-tree", "-r", "--name-only", "refs/memvault/keys:table"],
@@ -370,7 +370,7 @@ fn format_2_vault_keeps_working_after_migration() {
     let h = stdout(&run(&t, &["history"]));
     assert_eq!(h.matches("migrate").count(), 1, "{h}");
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 5\n");
+    assert_eq!(format, "memvault vault format 6\n");
 }
 
 /// Format 3 -> 4 changes no data: a vault whose format file says 3 (as
@@ -393,7 +393,7 @@ fn a_format_3_vault_becomes_format_4_by_its_format_file_alone() {
     // The one migrate commit is 2 -> 3's.
     assert_eq!(before.matches(r#""op":"migrate""#).count(), 1, "{before}");
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 5\n");
+    assert_eq!(format, "memvault vault format 6\n");
     assert!(!is_error(&serde_json::from_str(&files).unwrap()), "{files}");
     let o = run(
         &t,
@@ -405,12 +405,117 @@ fn a_format_3_vault_becomes_format_4_by_its_format_file_alone() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v = run(&t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
-    std::fs::write(t.vault.join("memvault/format"), "memvault vault format 6\n").unwrap();
+    std::fs::write(t.vault.join("memvault/format"), "memvault vault format 7\n").unwrap();
     let o = run(&t, &["history"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).contains("format 6, newer than this memvault understands (up to 5)"),
+        stderr(&o).contains("format 7, newer than this memvault understands (up to 6)"),
         "{}",
         stderr(&o)
     );
+}
+
+/// The key-state commit `refs/memvault/keys` points to, as text.
+fn key_state_commit(t: &TestVault) -> String {
+    let k = crate::util::git(&t.vault, &["cat-file", "commit", "refs/memvault/keys"]);
+    String::from_utf8_lossy(&k.stdout).into_owned()
+}
+
+/// A vault of format 5 (made by the last release writing it, as
+/// `make-v5.sh` says: two machines, a merge with conflict copies, a purge
+/// after it) opens as it is: it reads as before, `verify` passes, history
+/// names each change's machine and the merge, and the format file says 6.
+/// Its next write starts a key-state chain (the old state stays as it
+/// was, with no parent), and it pushes to a new remote, from which a clone
+/// reads the same files and verifies.
+#[test]
+fn format_5_vault_opens_keeps_working_and_syncs() {
+    let t = fixture("v5");
+    let v = run(&t, &["verify"]);
+    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
+    assert_eq!(format, "memvault vault format 6\n");
+    let old_state = key_state_commit(&t);
+    assert!(old_state.contains("memvault key state v3\n"), "{old_state}");
+    assert!(!old_state.contains("\nparent "), "{old_state}");
+    let expect = [
+        ("/memories/notes/project.md", "Wednesdays"),
+        ("/memories/notes/project.conflict-1.md", "Owner: Bo."),
+        ("/memories/notes/plan.md", "July"),
+        ("/memories/notes/plan.conflict-1.md", "June"),
+        ("/memories/server.md", "Written on the server."),
+        ("/memories/archive/day2.md", "Day 2"),
+    ];
+    for (path, want) in expect {
+        let r = t.one(serde_json::json!({"command": "view", "path": path}));
+        assert!(text(&r).contains(want), "{path}: {r}");
+    }
+    for gone in ["/memories/secret-plan.md", "/memories/log/day3.md"] {
+        let r = t.one(serde_json::json!({"command": "view", "path": gone}));
+        assert!(is_error(&r), "{gone}: {r}");
+    }
+    let h = stdout(&run(&t, &["history", "--json"]));
+    let lines: Vec<serde_json::Value> = h
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let merge = lines.iter().find(|v| v["op"] == "merge").expect("a merge");
+    assert!(
+        merge["machine"].as_str().unwrap().starts_with("laptop ("),
+        "{merge}"
+    );
+    assert!(!merge["merged"].as_array().unwrap().is_empty(), "{merge}");
+    assert!(
+        lines.iter().any(|v| v["machine"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("server ("))),
+        "{h}"
+    );
+    let m = stdout(&run(&t, &["config", "get", "max_files"]));
+    assert_eq!(m.trim(), "5000");
+    // A write: the new key state names the old one as its parent.
+    let r = t.one(serde_json::json!({"command": "create",
+        "path": "/memories/after.md", "file_text": "Written by format 6.\n"}));
+    assert!(!is_error(&r), "{r}");
+    let new_state = key_state_commit(&t);
+    assert!(new_state.contains("memvault key state v4\n"), "{new_state}");
+    let old_id = crate::util::git(&t.vault, &["rev-parse", "refs/memvault/keys~1"]);
+    assert!(old_id.status.success(), "the new state has a parent");
+    let v = run(&t, &["verify"]);
+    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    // Through a new remote to a clone.
+    let remote = t.tmp.path().join("remote.git");
+    let g = Command::new("git")
+        .args(["init", "-q", "--bare"])
+        .arg(&remote)
+        .output()
+        .unwrap();
+    assert!(g.status.success());
+    let a = run(&t, &["remote", "add", "origin", remote.to_str().unwrap()]);
+    assert!(a.status.success(), "{}", stderr(&a));
+    let p = run(&t, &["push"]);
+    assert!(p.status.success(), "{}", stderr(&p));
+    let other = t.tmp.path().join("clone");
+    let c = Command::new(bin())
+        .args(["clone", remote.to_str().unwrap(), "--vault"])
+        .arg(&other)
+        .arg("--key-file")
+        .arg(&t.key)
+        .output()
+        .unwrap();
+    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
+    let clone = TestVault {
+        tmp: tempfile::tempdir().unwrap(),
+        vault: other,
+        key: t.key.clone(),
+    };
+    for (path, want) in expect
+        .into_iter()
+        .chain([("/memories/after.md", "Written by format 6.")])
+    {
+        let r = clone.one(serde_json::json!({"command": "view", "path": path}));
+        assert!(text(&r).contains(want), "{path}: {r}");
+    }
+    let v = run(&clone, &["verify"]);
+    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
 }

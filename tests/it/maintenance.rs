@@ -24,13 +24,35 @@ fn gc_keeps_everything_reachable_in_one_pack_and_drops_the_rest() {
         assert!(!is_error(&o), "{o}");
     }
     let commits = v.commits();
+    // An object nothing reaches (as a crash between writing objects and
+    // moving a ref leaves them).
+    let mut stray = std::process::Command::new("git")
+        .args(["hash-object", "-w", "--stdin"])
+        .current_dir(&v.vault)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        stray
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"stray object")
+            .unwrap();
+    }
+    assert!(stray.wait_with_output().unwrap().status.success());
     let all_before = count_lines(git(
         &v.vault,
         &["cat-file", "--batch-all-objects", "--batch-check"],
     ));
     let reachable = count_lines(git(&v.vault, &["rev-list", "--objects", "--all"]));
-    // Every create replaced the key table: old versions are unreachable.
     assert!(all_before > reachable, "{all_before} <= {reachable}");
+    // The key state chains to the states it replaced (only keys were
+    // added): they are reachable, and stay.
+    let chain = count_lines(git(&v.vault, &["rev-list", "refs/memvault/keys"]));
+    assert!(chain > 20, "{chain}");
 
     let out = v.cmd().arg("gc").output().unwrap();
     assert!(
@@ -57,6 +79,10 @@ fn gc_keeps_everything_reachable_in_one_pack_and_drops_the_rest() {
     ));
     assert_eq!(all_after, reachable);
     assert_eq!(v.commits(), commits);
+    assert_eq!(
+        count_lines(git(&v.vault, &["rev-list", "refs/memvault/keys"])),
+        chain
+    );
     git(&v.vault, &["fsck", "--connectivity-only", "--no-dangling"]);
     let view = v.one(json!({"command": "view", "path": "/memories/d/n15.md"}));
     assert!(text(&view).contains("note 15"), "{view}");

@@ -270,7 +270,10 @@ impl Vault {
         // Every shard of the key table must open, not only those of the
         // keys the walk asked for.
         let state = KeyState::load_at(&self.repo, &self.keys, at)
-            .and_then(|s| s.open_all_shards(&self.repo, &self.keys).map(|()| s));
+            .and_then(|s| s.open_all_shards(&self.repo, &self.keys).map(|()| s))
+            .and_then(|s| {
+                crate::vault::keys::check_chain(&self.repo, &self.keys, s.commit).map(|_| s)
+            });
         match state {
             Err(e) => report.problems.push(Problem {
                 rev: None,

@@ -276,8 +276,14 @@ pub(crate) fn repack_locked(repo: &Repository) -> Result<GcReport, VaultError> {
             }
         }
     }
-    if let Ok(keys) = repo.refname_to_id(KEYS_REF) {
-        commits.push(keys);
+    // The key state and the states it chains to (see `keys`: every one
+    // of them holds only keys that still exist).
+    let mut stack: Vec<Oid> = repo.refname_to_id(KEYS_REF).into_iter().collect();
+    while let Some(id) = stack.pop() {
+        if queued.insert(id) {
+            commits.push(id);
+            stack.extend(objects::find_commit(repo, id)?.parent_ids());
+        }
     }
     for id in commits {
         if seen.insert(id) {

@@ -513,14 +513,21 @@ impl Vault {
         Ok(removed)
     }
 
-    /// The ids of a commit, its tree and everything below (best effort:
-    /// objects already gone are skipped).
+    /// The ids of a key-state commit, the states it chains to (its
+    /// parents, see `keys`), their trees and everything below (best
+    /// effort: objects already gone are skipped).
     fn collect_objects(&self, commit: Oid, out: &mut HashSet<Oid>) {
-        out.insert(commit);
-        let Ok(c) = crate::vault::objects::find_commit(&self.repo, commit) else {
-            return;
-        };
-        let mut stack = vec![c.tree_id()];
+        let mut commits = vec![commit];
+        let mut stack = Vec::new();
+        while let Some(id) = commits.pop() {
+            if !out.insert(id) {
+                continue;
+            }
+            if let Ok(c) = crate::vault::objects::find_commit(&self.repo, id) {
+                stack.push(c.tree_id());
+                commits.extend(c.parent_ids());
+            }
+        }
         while let Some(t) = stack.pop() {
             if !out.insert(t) {
                 continue;

@@ -341,6 +341,7 @@ impl Vault {
         change.slots = slots;
         change.settings = settings;
         change.bump = true;
+        change.merge_parent = Some(their_keys.commit);
         self.key_state.counter = self.key_state.counter.max(their_keys.counter);
         let mut meta: CommitMeta = self.new_meta("merge");
         meta.files = changed.iter().cloned().collect();

@@ -487,8 +487,8 @@ impl Vault {
             .collect();
         let mut ids = scratch.new_objects(name, &tips, &have, MAX_OBJECTS)?;
         // git leaves out only what the commits it was offered reach, so a
-        // new key state (a commit with no parent) comes with its whole
-        // table: what the vault already holds is not read again.
+        // key state that starts a new chain (no parent) comes with its
+        // whole table: what the vault already holds is not read again.
         ids.retain(|id| !self.holds(*id));
         let mut received = scratch.read_objects(name, &ids, MAX_BYTES)?;
         drop(scratch);
@@ -505,11 +505,47 @@ impl Vault {
             objects::write_object(&self.repo, o.kind, &o.data)?;
             new_ids.insert(o.id);
         }
+        // The new key states: the remote's and those it chains to.
+        let mut key_states = HashSet::new();
+        let mut stack = vec![keys];
+        while let Some(id) = stack.pop() {
+            if new_ids.contains(&id) && key_states.insert(id) {
+                let commit = self
+                    .repo
+                    .find_commit(id)
+                    .map_err(|_| hostile("its key state does not parse"))?;
+                stack.extend(commit.parent_ids());
+            }
+        }
         let commits: Vec<Oid> = received
             .iter()
-            .filter(|o| o.kind == ObjectType::Commit && o.id != keys)
+            .filter(|o| o.kind == ObjectType::Commit && !key_states.contains(&o.id))
             .map(|o| o.id)
             .collect();
+        // Each key state: this vault's MAC, a header it reads, parents
+        // and tree new too or held here (the remote's own state is
+        // checked again below, with its counter).
+        for &k in &key_states {
+            if !verify_commit_mac(&self.repo, &self.keys, k) {
+                if mac_epoch(&self.repo, k).is_some_and(|e| e > self.keys.current_epoch()) {
+                    return Err(SyncError::Rekeyed {
+                        remote: name.into(),
+                    }
+                    .into());
+                }
+                return Err(hostile("its key state was not written with this vault's key").into());
+            }
+            read_header(&self.repo, k).map_err(|_| hostile("its key state does not parse"))?;
+            let commit = self
+                .repo
+                .find_commit(k)
+                .map_err(|_| hostile("its key state does not parse"))?;
+            for p in commit.parent_ids().chain([commit.tree_id()]) {
+                if !new_ids.contains(&p) && !self.holds(p) {
+                    return Err(hostile("its key state names an object it did not send").into());
+                }
+            }
+        }
         // Every new commit: this vault's MAC, readable metadata, parents
         // that are new too or held here; every new tree: entries that are
         // new too or held here.
