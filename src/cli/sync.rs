@@ -162,7 +162,7 @@ pub fn sync(global: &Global, args: &SyncArgs, out: &mut dyn Write) -> Result<u8,
 }
 
 fn push_line(r: &PushReport) -> String {
-    if r.pushed {
+    let mut line = if r.pushed {
         format!(
             "pushed {} commit{} to {}",
             r.commits,
@@ -171,7 +171,21 @@ fn push_line(r: &PushReport) -> String {
         )
     } else {
         format!("{} already has everything; nothing pushed", r.remote)
+    };
+    if r.pruned {
+        line.push_str(&format!(
+            "\npruned {}: the key states it replaced are deleted there",
+            r.remote
+        ));
     }
+    if let Some(why) = &r.prune_failed {
+        // The push landed; the remote still holds the replaced states.
+        eprintln!(
+            "memvault: warning: pushed, but pruning {} failed ({why}); run `git gc --prune=now` there",
+            r.remote
+        );
+    }
+    line
 }
 
 fn write_pull(out: &mut dyn Write, r: &PullReport) -> Result<(), CliError> {

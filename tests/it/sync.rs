@@ -361,10 +361,39 @@ fn an_erasure_on_either_side_wins_and_destroys_the_key_here_too() {
     a.write("/memories/secret.md", &format!("{MARK} to be erased\n"));
     a.ok(&["sync"]);
     b.ok(&["sync"]);
+    // The key states the hub holds now: they hold the key a purge destroys.
+    let states = |repo: &std::path::Path| -> Vec<String> {
+        let out = git(repo, &["rev-list", "refs/memvault/keys"]);
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let before = states(&w.hub);
+    assert!(!before.is_empty());
     // b edits it while a purges it.
     b.edit("/memories/secret.md", "to be erased", "edited meanwhile");
     a.ok(&["purge", "/memories/secret.md"]);
-    a.ok(&["sync"]);
+    let out = a.ok(&["sync"]);
+    // The hub is a path: pruned, the replaced states gone from it too.
+    assert!(out.contains("pruned origin"), "{out}");
+    for old in &before {
+        let found = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&w.hub)
+            .args(["cat-file", "-e", old])
+            .output()
+            .unwrap();
+        assert!(!found.status.success(), "{old} is still in the hub");
+        assert!(!states(&w.hub).contains(old));
+    }
+    let fsck = git(&w.hub, &["fsck", "--no-dangling"]);
+    assert!(
+        fsck.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
     let out = b.ok(&["sync"]);
     assert!(out.contains("erased here too: 1 file key"), "{out}");
     for m in [a, b] {

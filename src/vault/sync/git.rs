@@ -29,7 +29,7 @@ use git2::{ObjectType, Oid};
 use super::SyncError;
 use crate::vault::engine::pack::object_hash;
 use crate::vault::engine::raw::Object;
-use crate::vault::{MAIN_REF, fsx};
+use crate::vault::{FileLock, MAIN_REF, fsx};
 
 pub(crate) const KEYS_REF: &str = crate::vault::engine::KEYS_REF;
 /// The third ref sync exchanges: a MAC'd commit holding the sealed access
@@ -187,47 +187,7 @@ impl Scratch {
 
     /// A `git` command in this repository: its config and hooks alone.
     fn git(&self) -> Command {
-        let mut c = Command::new("git");
-        c.env("GIT_DIR", &self.dir)
-            .env("LC_ALL", "C")
-            .env("GIT_NO_REPLACE_OBJECTS", "1");
-        for v in [
-            "GIT_WORK_TREE",
-            "GIT_INDEX_FILE",
-            "GIT_OBJECT_DIRECTORY",
-            "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-            "GIT_COMMON_DIR",
-            "GIT_NAMESPACE",
-            "GIT_QUARANTINE_PATH",
-            "GIT_CONFIG",
-            "GIT_SHALLOW_FILE",
-            "GIT_GRAFT_FILE",
-        ] {
-            c.env_remove(v);
-        }
-        for setting in [
-            "core.hooksPath=/dev/null",
-            "core.fsmonitor=false",
-            "core.askPass=",
-            "gc.auto=0",
-            "maintenance.auto=false",
-            "fetch.unpackLimit=1",
-            "transfer.unpackLimit=1",
-            "fetch.writeCommitGraph=false",
-            "protocol.allow=never",
-            "protocol.file.allow=always",
-            "protocol.ssh.allow=always",
-            "protocol.https.allow=always",
-            "protocol.http.allow=always",
-        ] {
-            c.arg("-c").arg(setting);
-        }
-        if NO_PROMPTS.load(std::sync::atomic::Ordering::Relaxed) {
-            c.env("GIT_TERMINAL_PROMPT", "0")
-                .env("SSH_ASKPASS_REQUIRE", "never");
-        }
-        c.stdin(Stdio::null());
-        c
+        git_in(&self.dir)
     }
 
     /// Run a `git` command to its end: its stdout, or its failure.
@@ -579,6 +539,124 @@ impl Scratch {
             detail: last_lines(&out.stderr),
         })
     }
+}
+
+/// A `git` command in the repository `dir`: its config and hooks alone
+/// (none), no prompts when asked, only the transports memvault runs, and
+/// none of the caller's `GIT_*` variables that would point it elsewhere.
+fn git_in(dir: &Path) -> Command {
+    let mut c = Command::new("git");
+    c.env("GIT_DIR", dir)
+        .env("LC_ALL", "C")
+        .env("GIT_NO_REPLACE_OBJECTS", "1");
+    for v in [
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_COMMON_DIR",
+        "GIT_NAMESPACE",
+        "GIT_QUARANTINE_PATH",
+        "GIT_CONFIG",
+        "GIT_SHALLOW_FILE",
+        "GIT_GRAFT_FILE",
+    ] {
+        c.env_remove(v);
+    }
+    for setting in [
+        "core.hooksPath=/dev/null",
+        "core.fsmonitor=false",
+        "core.askPass=",
+        "gc.auto=0",
+        "maintenance.auto=false",
+        "fetch.unpackLimit=1",
+        "transfer.unpackLimit=1",
+        "fetch.writeCommitGraph=false",
+        "protocol.allow=never",
+        "protocol.file.allow=always",
+        "protocol.ssh.allow=always",
+        "protocol.https.allow=always",
+        "protocol.http.allow=always",
+    ] {
+        c.arg("-c").arg(setting);
+    }
+    if NO_PROMPTS.load(std::sync::atomic::Ordering::Relaxed) {
+        c.env("GIT_TERMINAL_PROMPT", "0")
+            .env("SSH_ASKPASS_REQUIRE", "never");
+    }
+    c.stdin(Stdio::null());
+    c
+}
+
+/// The lock file memvault takes in a remote reached as a path: pushes
+/// from memvault processes and the prune after an erasure wait for each
+/// other on it.
+const REMOTE_LOCK: &str = "memvault.lock";
+
+/// The directory of a remote reached as a path (a local path or a
+/// `file://` URL; stored URLs are absolute), None for a remote reached
+/// over the network.
+pub(crate) fn local_dir(url: &str) -> Option<PathBuf> {
+    let path = match url.strip_prefix("file://") {
+        Some(rest) => rest,
+        None if url.contains("://") || is_scp_like(url) => return None,
+        None => url,
+    };
+    path.starts_with('/').then(|| PathBuf::from(path))
+}
+
+/// The lock of a remote reached as a path, held while the guard lives
+/// (None: it could not be taken, e.g. a remote this user may only read).
+pub(crate) struct RemoteLock {
+    _guard: FileLock,
+    _file: std::fs::File,
+}
+
+/// Take the lock of the remote in `dir`, exclusively: pushes and the
+/// prune of memvault processes go one at a time (git's own pushes, and
+/// memvault's over SSH or HTTP to the same repository, do not take it).
+pub(crate) fn lock_remote(dir: &Path) -> Option<RemoteLock> {
+    if !dir.join("objects").is_dir() {
+        return None;
+    }
+    let file = fsx::open_rw(&dir.join(REMOTE_LOCK)).ok()?;
+    let guard = FileLock::exclusive(&file).ok()?;
+    Some(RemoteLock {
+        _guard: guard,
+        _file: file,
+    })
+}
+
+/// Prune the bare repository in `dir` (a remote reached as a path, whose
+/// lock the caller holds): `git gc --prune=now`, reflogs expired first,
+/// so that objects nothing reaches any more (key states replaced by an
+/// erasure, holding the destroyed key) are deleted there too. Its own
+/// hooks do not run.
+pub(crate) fn prune_remote(remote: &str, dir: &Path) -> Result<(), SyncError> {
+    let mut c = git_in(dir);
+    c.args([
+        "-c",
+        "gc.reflogExpire=now",
+        "-c",
+        "gc.reflogExpireUnreachable=now",
+        "-c",
+        "gc.cruftPacks=false",
+        "gc",
+        "--quiet",
+        "--prune=now",
+    ]);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let out = c.output().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => SyncError::NoGit,
+        _ => SyncError::Local(e.to_string()),
+    })?;
+    if !out.status.success() {
+        return Err(SyncError::Transport {
+            remote: remote.to_string(),
+            detail: format!("git gc failed there: {}", last_lines(&out.stderr)),
+        });
+    }
+    Ok(())
 }
 
 impl Drop for Scratch {

@@ -95,6 +95,13 @@ pub struct PushReport {
     /// Commits on main the remote did not have.
     pub commits: usize,
     pub main: Option<String>,
+    /// A remote reached as a path was pruned after the push replaced its
+    /// key states (an erasure, a keyslot change, a rekey): what they held
+    /// is deleted there too.
+    pub pruned: bool,
+    /// That prune failed (the push itself landed): why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prune_failed: Option<String>,
 }
 
 /// What a pull did.
@@ -296,6 +303,10 @@ impl Vault {
         }
         let scratch = git::Scratch::new(&self.dir, true)?;
         report.commits = scratch.count_since(main, seen_main.filter(|s| self.holds(*s)))?;
+        // A remote on a path: memvault's pushes there and its prune go one
+        // at a time.
+        let local = git::local_dir(&entry.url);
+        let remote_lock = local.as_deref().and_then(git::lock_remote);
         if !updates.is_empty() && !scratch.push(name, &entry.url, &updates)? {
             return Err(SyncError::Moved {
                 remote: name.into(),
@@ -334,6 +345,19 @@ impl Vault {
         }
         self.set_seen(name, seen)?;
         report.pushed = !updates.is_empty();
+        // The key states the remote held before are replaced, not chained
+        // to (an erasure, a keyslot change, a rekey): on a remote this
+        // machine reaches as a path, delete them now, as here.
+        let replaced = seen_keys.is_some_and(|old| {
+            old != keys && !self.reaches(keys, old, usize::MAX).unwrap_or(false)
+        });
+        if replaced && let (Some(dir), Some(_lock)) = (local.as_deref(), remote_lock.as_ref()) {
+            match git::prune_remote(name, dir) {
+                Ok(()) => report.pruned = true,
+                Err(e) => report.prune_failed = Some(e.to_string()),
+            }
+        }
+        drop(remote_lock);
         Ok(report)
     }
 
