@@ -672,6 +672,14 @@ fn init(global: &Global, args: &InitArgs, err: &mut dyn Write) -> Result<u8, Cli
 }
 
 fn keygen(file: &Path, err: &mut dyn Write) -> Result<u8, CliError> {
+    write_new_key_file(file, &KeyFileKey::generate())?;
+    writeln!(err, "memvault: wrote a new key file to {}", file.display())?;
+    Ok(0)
+}
+
+/// Write `key` to a new key file (mode 0600; an existing file is never
+/// overwritten), synced.
+pub(crate) fn write_new_key_file(file: &Path, key: &KeyFileKey) -> Result<(), CliError> {
     use std::fs::OpenOptions;
     let mut opts = OpenOptions::new();
     opts.write(true).create_new(true);
@@ -690,11 +698,9 @@ fn keygen(file: &Path, err: &mut dyn Write) -> Result<u8, CliError> {
             CliError::failure(format!("cannot create {}: {e}", file.display()))
         }
     })?;
-    let key = KeyFileKey::generate();
     f.write_all(key.expose_secret())?;
     f.sync_all()?;
-    writeln!(err, "memvault: wrote a new key file to {}", file.display())?;
-    Ok(0)
+    Ok(())
 }
 
 fn serve(global: &Global, args: &ServeArgs) -> Result<u8, CliError> {

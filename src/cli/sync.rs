@@ -70,7 +70,7 @@ pub fn machine(global: &Global, args: &MachineArgs, out: &mut dyn Write) -> Resu
     Ok(0)
 }
 
-fn sync_attribution() -> Attribution {
+pub(crate) fn sync_attribution() -> Attribution {
     Attribution {
         session: "sync".into(),
         actor: "memvault".into(),
@@ -150,15 +150,25 @@ pub fn pull(global: &Global, args: &SyncArgs, out: &mut dyn Write) -> Result<u8,
 
 pub fn sync(global: &Global, args: &SyncArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     let report: SyncReport = open(global)?.sync(&args.remote)?;
-    if args.json {
-        writeln!(out, "{}", json(&report))?;
+    write_sync(out, &report, args.json)?;
+    Ok(0)
+}
+
+/// What a sync did, as `memvault sync` prints it (`--json`: one line).
+pub(crate) fn write_sync(
+    out: &mut dyn Write,
+    report: &SyncReport,
+    as_json: bool,
+) -> Result<(), CliError> {
+    if as_json {
+        writeln!(out, "{}", json(report))?;
     } else {
         for p in &report.pulls {
             write_pull(out, p)?;
         }
         writeln!(out, "{}", push_line(&report.push))?;
     }
-    Ok(0)
+    Ok(())
 }
 
 fn push_line(r: &PushReport) -> String {

@@ -25,7 +25,7 @@ pub enum Secret {
     Passphrase(Passphrase),
 }
 
-fn read_key_file(path: &Path) -> Result<KeyFileKey, CliError> {
+pub(crate) fn read_key_file(path: &Path) -> Result<KeyFileKey, CliError> {
     let mut f = fs::File::open(path).map_err(|e| {
         CliError::failure(format!("cannot read the key file {}: {e}", path.display()))
     })?;

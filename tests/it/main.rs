@@ -21,6 +21,7 @@ mod paths;
 mod protocol;
 mod redaction;
 mod server;
+mod server_sync;
 mod sync;
 mod sync_faults;
 mod sync_net;

@@ -30,7 +30,7 @@ use serde_json::json;
 use super::{CliError, Global, Secret, no_core_dumps, source};
 use crate::vault::erase::parse_duration_ms;
 use crate::vault::{Attribution, InitSecret, Vault, VaultConfig};
-use registry::{Root, Scope, add_tenant, check_name, erase_tree, put_token};
+use registry::{HexKey, Root, Scope, add_tenant, check_name, erase_tree, put_token};
 
 #[derive(Args, Debug)]
 pub(crate) struct ServerArgs {
@@ -76,6 +76,14 @@ pub(crate) struct ServerArgs {
     /// https://app.example.com:443 (repeatable) [default: loopback origins]
     #[arg(long, value_name = "ORIGIN")]
     pub allowed_origin: Vec<String>,
+    /// Sync every tenant vault that has this git remote (`memvault tenant
+    /// remote`) at start, every --sync-every, and once more at shutdown;
+    /// requests keep flowing meanwhile
+    #[arg(long, value_name = "REMOTE")]
+    pub sync: Option<String>,
+    /// The period of --sync (e.g. 30s, 5m, 1h)
+    #[arg(long, value_name = "AGE", default_value = "5m", requires = "sync")]
+    pub sync_every: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -92,6 +100,57 @@ pub(crate) enum TenantCommand {
         /// What the token may do: memory, audit, admin (comma-separated)
         #[arg(long, value_delimiter = ',', default_value = "memory")]
         scopes: Vec<Scope>,
+        /// Make the tenant's vault a clone of this git remote (a tenant
+        /// moved from another server; one name only, with
+        /// --vault-key-file); the remote becomes its `origin`
+        #[arg(long, value_name = "URL", requires = "vault_key_file")]
+        clone: Option<String>,
+        /// The key file of the vault cloned with --clone (`memvault tenant
+        /// export-key` on the server it comes from)
+        #[arg(long, value_name = "FILE", requires = "clone")]
+        vault_key_file: Option<PathBuf>,
+    },
+    /// Set the git remote a tenant's vault syncs with (`server --sync`,
+    /// `tenant sync`), or remove it with --remove
+    Remote {
+        /// The tenant
+        name: String,
+        /// The remote's URL: a path, file://, ssh://, user@host:path or
+        /// https://
+        #[arg(required_unless_present = "remove")]
+        url: Option<String>,
+        #[arg(long, value_name = "DIR")]
+        root: PathBuf,
+        /// The remote's name in the tenant's vault
+        #[arg(long, value_name = "NAME", default_value = "origin")]
+        remote: String,
+        /// Remove the remote instead
+        #[arg(long, conflicts_with = "url")]
+        remove: bool,
+    },
+    /// Sync a tenant's vault with its remote now (pull, merge, push); safe
+    /// beside a running server
+    Sync {
+        /// The tenant
+        name: String,
+        #[arg(long, value_name = "DIR")]
+        root: PathBuf,
+        #[arg(long, value_name = "NAME", default_value = "origin")]
+        remote: String,
+        /// One JSON line
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a tenant's vault key to a new key file (mode 0600), so that
+    /// another server can serve its vault (`tenant add --clone`)
+    ExportKey {
+        /// The tenant
+        name: String,
+        #[arg(long, value_name = "DIR")]
+        root: PathBuf,
+        /// The key file to create (never overwritten)
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
     },
     /// List the tenants, their tokens' names and scopes (no secret)
     List {
@@ -161,6 +220,54 @@ pub(crate) fn tenant(
             names,
             root,
             scopes,
+            clone: Some(url),
+            vault_key_file: Some(key_file),
+        } => {
+            let [name] = names.as_slice() else {
+                return Err(usage("--clone makes one tenant: give one name"));
+            };
+            check_name("tenant", name)?;
+            if scopes.is_empty() {
+                return Err(usage("give at least one scope"));
+            }
+            let key = super::unlock::read_key_file(key_file)?;
+            let secret = secret(global)?;
+            let root = Root::open(root, &secret, true)?;
+            let token = root.change(|reg| {
+                let (id, key, token) =
+                    add_tenant(reg, root.keys(), name, scopes, Some(HexKey::of(&key)))?;
+                let k = key
+                    .key()
+                    .ok_or_else(|| CliError::failure("a key did not round-trip"))?;
+                crate::vault::sync_without_prompts();
+                let (vault, report) = crate::vault::clone_vault(
+                    url,
+                    &root.tenant_dir(&id),
+                    &crate::crypto::Unlock::KeyFile(&k),
+                    super::sync::sync_attribution(),
+                )?;
+                drop(vault);
+                writeln!(
+                    err,
+                    "memvault: cloned tenant {name}'s vault: {} commits",
+                    report.commits
+                )?;
+                Ok(token)
+            })?;
+            out.write_all(format!("{}\n", token.as_str()).as_bytes())?;
+            out.flush()?;
+            writeln!(
+                err,
+                "memvault: created tenant {name} from its remote; its token ({}) is printed above, once: store it now",
+                scope_list(scopes)
+            )?;
+            Ok(0)
+        }
+        TenantCommand::Add {
+            names,
+            root,
+            scopes,
+            ..
         } => {
             for name in names {
                 check_name("tenant", name)?;
@@ -185,7 +292,7 @@ pub(crate) fn tenant(
                 }
                 let mut tokens = Vec::with_capacity(names.len());
                 for name in names {
-                    let (id, key, token) = add_tenant(reg, root.keys(), name, scopes)?;
+                    let (id, key, token) = add_tenant(reg, root.keys(), name, scopes, None)?;
                     let k = key
                         .key()
                         .ok_or_else(|| CliError::failure("a new key did not round-trip"))?;
@@ -322,6 +429,63 @@ pub(crate) fn tenant(
             }
             Ok(0)
         }
+        TenantCommand::Remote {
+            name,
+            url,
+            root,
+            remote,
+            remove,
+        } => {
+            let (mut vault, _) = open_tenant(global, root, name)?;
+            match (url, remove) {
+                (_, true) => {
+                    vault.remove_remote(remote)?;
+                    writeln!(err, "memvault: tenant {name}: removed remote {remote}")?;
+                }
+                (Some(url), false) => {
+                    if vault.remotes()?.iter().any(|r| r.name == *remote) {
+                        vault.remove_remote(remote)?;
+                    }
+                    let stored = vault.add_remote(remote, url)?;
+                    writeln!(err, "memvault: tenant {name}: remote {remote} is {stored}")?;
+                }
+                (None, false) => return Err(usage("give the remote's URL, or --remove")),
+            }
+            drop(vault.checkpoint());
+            Ok(0)
+        }
+        TenantCommand::Sync {
+            name,
+            root,
+            remote,
+            json,
+        } => {
+            crate::vault::sync_without_prompts();
+            let (mut vault, _) = open_tenant(global, root, name)?;
+            let report = vault.sync(remote)?;
+            super::sync::write_sync(out, &report, *json)?;
+            Ok(0)
+        }
+        TenantCommand::ExportKey {
+            name,
+            root,
+            out: file,
+        } => {
+            let root = Root::open(root, &secret(global)?, false)?;
+            let reg = root.load()?;
+            let (_, tenant) = reg.by_name(name).ok_or_else(|| unknown_tenant(name))?;
+            let key = tenant
+                .key
+                .key()
+                .ok_or_else(|| CliError::failure("the tenant's key is not one memvault made"))?;
+            super::write_new_key_file(file, &key)?;
+            writeln!(
+                err,
+                "memvault: wrote tenant {name}'s vault key to {}: it opens the tenant's vault and every copy of it; keep it as you keep the server key",
+                file.display()
+            )?;
+            Ok(0)
+        }
         TenantCommand::Remove { name, root } => {
             let root = Root::open(root, &secret(global)?, false)?;
             // The registry first: the tenant's tokens stop working and its
@@ -363,6 +527,25 @@ pub(crate) fn tenant(
             Ok(0)
         }
     }
+}
+
+/// Open tenant `name`'s vault with its key from the registry (for the
+/// operator's commands beside a running server: the writer lock orders
+/// them). Returns the vault and the tenant's id.
+fn open_tenant(global: &Global, root: &Path, name: &str) -> Result<(Vault, String), CliError> {
+    let root = Root::open(root, &secret(global)?, false)?;
+    let reg = root.load()?;
+    let (id, tenant) = reg.by_name(name).ok_or_else(|| unknown_tenant(name))?;
+    let key = tenant
+        .key
+        .key()
+        .ok_or_else(|| CliError::failure("the tenant's key is not one memvault made"))?;
+    let vault = Vault::open(
+        &root.tenant_dir(id),
+        &crate::crypto::Unlock::KeyFile(&key),
+        super::sync::sync_attribution(),
+    )?;
+    Ok((vault, id.clone()))
 }
 
 fn scope_list(scopes: &[Scope]) -> String {
@@ -531,6 +714,101 @@ fn tls_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, CliError>
     Ok(config)
 }
 
+/// `server --sync REMOTE`: a thread that syncs every tenant vault that has
+/// the remote, at start and then every period, each through its own
+/// handle (the serving one catches up with a merge as with another
+/// process's writes; the writer lock orders them). Its reports on stderr
+/// are counts: no tenant name, path, URL or error text.
+struct TenantSyncer {
+    stop: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    thread: std::thread::JoinHandle<()>,
+    app: Arc<http::App>,
+    remote: String,
+}
+
+impl TenantSyncer {
+    fn spawn(app: Arc<http::App>, remote: &str, every_ms: u64) -> TenantSyncer {
+        crate::vault::sync_without_prompts();
+        let stop = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let thread = {
+            let (app, remote, stop) = (app.clone(), remote.to_string(), stop.clone());
+            std::thread::spawn(move || {
+                loop {
+                    sync_tenants(&app, &remote);
+                    let (lock, wake) = &*stop;
+                    let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+                    let (guard, _) = wake
+                        .wait_timeout_while(guard, Duration::from_millis(every_ms), |stop| !*stop)
+                        .unwrap_or_else(|p| p.into_inner());
+                    if *guard {
+                        return;
+                    }
+                }
+            })
+        };
+        TenantSyncer {
+            stop,
+            thread,
+            app,
+            remote: remote.to_string(),
+        }
+    }
+
+    /// Stop the periodic rounds (waiting for one under way), then one last
+    /// round.
+    fn finish(self) {
+        let (lock, wake) = &*self.stop;
+        *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        wake.notify_all();
+        let _ = self.thread.join();
+        sync_tenants(&self.app, &self.remote);
+    }
+}
+
+/// One round: every tenant vault that has `remote`, synced (pull, merge,
+/// push).
+fn sync_tenants(app: &http::App, remote: &str) {
+    let Ok(reg) = app.root.load() else {
+        eprintln!("memvault: sync: the tenant registry could not be read; no vault was synced");
+        return;
+    };
+    let (mut synced, mut failed) = (0usize, 0usize);
+    for (id, tenant) in &reg.tenants {
+        let Some(key) = tenant.key.key() else {
+            failed += 1;
+            continue;
+        };
+        let opened = Vault::open(
+            &app.root.tenant_dir(id),
+            &crate::crypto::Unlock::KeyFile(&key),
+            super::sync::sync_attribution(),
+        );
+        let Ok(mut vault) = opened else {
+            failed += 1;
+            continue;
+        };
+        match vault.remotes() {
+            Ok(r) if r.iter().any(|r| r.name == remote) => {}
+            Ok(_) => continue,
+            Err(_) => {
+                failed += 1;
+                continue;
+            }
+        }
+        match vault.sync(remote) {
+            Ok(_) => synced += 1,
+            Err(_) => failed += 1,
+        }
+    }
+    if failed > 0 {
+        eprintln!(
+            "memvault: synced {synced} tenant vault(s) with their remote {remote}; {failed} failed (run `memvault tenant sync NAME` to see why)"
+        );
+    } else if synced > 0 {
+        eprintln!("memvault: synced {synced} tenant vault(s) with their remote {remote}");
+    }
+}
+
 /// `memvault server`.
 pub(crate) fn run(global: &Global, args: &ServerArgs) -> Result<u8, CliError> {
     let addr: SocketAddr = args.listen.parse().map_err(|_| {
@@ -557,6 +835,15 @@ pub(crate) fn run(global: &Global, args: &ServerArgs) -> Result<u8, CliError> {
     if args.max_connections == 0 || args.max_body == 0 {
         return Err(usage("--max-connections and --max-body must be at least 1"));
     }
+    let sync_every = match &args.sync {
+        None => None,
+        Some(_) => Some(parse_duration_ms(&args.sync_every).ok_or_else(|| {
+            usage(format!(
+                "--sync-every {:?}: give a period such as 30s, 5m or 1h",
+                args.sync_every
+            ))
+        })?),
+    };
     // Many vaults open at once share libgit2's process-wide caches: keep
     // them small (each vault's own caches are bounded by --max-open).
     crate::vault::fsync::limit_for_many_vaults(32 << 20, 32 << 20, 1024);
@@ -575,9 +862,18 @@ pub(crate) fn run(global: &Global, args: &ServerArgs) -> Result<u8, CliError> {
         .max_blocking_threads(64)
         .build()
         .map_err(|e| CliError::failure(format!("cannot start the server's runtime: {e}")))?;
+    let syncer = match (&args.sync, sync_every) {
+        (Some(remote), Some(every)) => Some(TenantSyncer::spawn(app.clone(), remote, every)),
+        _ => None,
+    };
     let outcome = runtime.block_on(serve(app.clone(), args, addr, tls, idle));
     // Requests are over: sync and close every vault (keys wiped).
     app.pool.close_all();
+    // Then every tenant vault with the remote once more, so that what was
+    // acknowledged last is there too.
+    if let Some(syncer) = syncer {
+        syncer.finish();
+    }
     runtime.shutdown_timeout(Duration::from_secs(5));
     outcome.map(|()| 0)
 }

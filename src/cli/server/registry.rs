@@ -94,6 +94,14 @@ impl HexKey {
         ))
     }
 
+    /// The hex form of a key file's key (a tenant's vault cloned from
+    /// another server, `tenant add --clone`).
+    pub fn of(key: &KeyFileKey) -> HexKey {
+        HexKey(Zeroizing::new(
+            data_encoding::HEXLOWER.encode(key.expose_secret()),
+        ))
+    }
+
     /// The key file key this unlocks the tenant's vault with.
     pub fn key(&self) -> Option<KeyFileKey> {
         let bytes = Zeroizing::new(data_encoding::HEXLOWER.decode(self.0.as_bytes()).ok()?);
@@ -460,6 +468,7 @@ pub fn add_tenant(
     keys: &ServerKeys,
     name: &str,
     scopes: &[Scope],
+    key: Option<HexKey>,
 ) -> Result<(String, HexKey, Zeroizing<String>), CliError> {
     check_name("tenant", name)?;
     if reg.by_name(name).is_some() {
@@ -468,7 +477,7 @@ pub fn add_tenant(
         )));
     }
     let id = data_encoding::HEXLOWER.encode(&random_bytes::<8>());
-    let key = HexKey::generate();
+    let key = key.unwrap_or_else(HexKey::generate);
     let mut tenant = Tenant {
         name: name.to_owned(),
         key: key.clone(),
@@ -606,7 +615,7 @@ mod tests {
         let key = Secret::KeyFile(KeyFileKey::generate());
         let root = Root::open(&dir, &key, true).unwrap();
         let (id, _, token) = root
-            .change(|reg| add_tenant(reg, root.keys(), "alice", &[Scope::Memory]))
+            .change(|reg| add_tenant(reg, root.keys(), "alice", &[Scope::Memory], None))
             .unwrap();
         let reg = root.load().unwrap();
         assert_eq!(reg.generation, 1);

@@ -1,0 +1,267 @@
+//! `memvault server --sync` and moving a tenant between two servers
+//! through its git remote (`tenant remote`, `tenant sync`, `tenant
+//! export-key`, `tenant add --clone`): real servers on loopback, a real
+//! bare repository as the remote.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::server::{Root, tenant_cmd};
+use crate::util::bin;
+
+fn note(i: usize) -> (String, String) {
+    (
+        format!("/memories/notes/n{i}.md"),
+        format!("note {i}: written through the server\n"),
+    )
+}
+
+fn commits(hub: &Path) -> usize {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(hub)
+        .args(["rev-list", "--count", "refs/heads/main"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+fn tenant(root: &Root, args: &[&str]) -> std::process::Output {
+    root.tenant()
+        .args(args)
+        .arg("--root")
+        .arg(&root.root)
+        .output()
+        .unwrap()
+}
+
+/// A tenant's vault is pushed by the server itself (`--sync`), then moved
+/// to a second server while the first keeps serving another tenant: every
+/// write acknowledged by either server is in the moved vault, and in the
+/// remote after the second server's graceful stop; the first server no
+/// longer knows the tenant's token.
+#[test]
+fn a_tenant_moves_between_two_servers_through_its_remote_without_losing_a_write() {
+    let a = Root::new(&[("ana", "memory,audit"), ("bo", "memory")]);
+    let b = Root::new(&[]);
+    let hub = a.tmp.path().join("hub.git");
+    let init = Command::new("git")
+        .args(["init", "-q", "--bare"])
+        .arg(&hub)
+        .output()
+        .unwrap();
+    assert!(init.status.success());
+    let o = tenant(&a, &["remote", "ana", hub.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // A remote for a tenant that does not exist: refused.
+    let o = tenant(&a, &["remote", "nobody", hub.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let server_a = a.start(&["--sync", "origin", "--sync-every", "1s"]);
+    let ana_a = a.tokens["ana"].clone();
+    let bo = a.tokens["bo"].clone();
+    for i in 0..20 {
+        let (path, text) = note(i);
+        let r = server_a.memory(
+            &ana_a,
+            json!({"command": "create", "path": path, "file_text": text}),
+        );
+        assert_eq!(r["is_error"], false, "{r}");
+    }
+    // The server pushes them itself: init and 20 creates reach the hub.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while commits(&hub) < 21 {
+        assert!(
+            Instant::now() < deadline,
+            "the server did not push: {}",
+            server_a.stderr.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // More writes, then the move: the router stops sending ana's requests
+    // to A, the operator syncs ana's vault beside the running server and
+    // hands its key to B.
+    for i in 20..30 {
+        let (path, text) = note(i);
+        server_a.memory(
+            &ana_a,
+            json!({"command": "create", "path": path, "file_text": text}),
+        );
+    }
+    let o = tenant(&a, &["sync", "ana", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let key = b.tmp.path().join("ana.key");
+    let o = tenant(&a, &["export-key", "ana", "--out", key.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Never over an existing file.
+    let o = tenant(&a, &["export-key", "ana", "--out", key.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let o = tenant(
+        &b,
+        &[
+            "add",
+            "ana",
+            "--scopes",
+            "memory,audit",
+            "--clone",
+            hub.to_str().unwrap(),
+            "--vault-key-file",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ana_b = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    assert!(ana_b.starts_with("mvt_"), "{ana_b}");
+    // A forgets ana and keeps serving bo.
+    let o = tenant(&a, &["remove", "ana"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(server_a.view_status(&ana_a), 401);
+    assert_eq!(server_a.view_status(&bo), 200);
+    let server_b = b.start(&["--sync", "origin", "--sync-every", "1h"]);
+    for i in 30..35 {
+        let (path, text) = note(i);
+        server_b.memory(
+            &ana_b,
+            json!({"command": "create", "path": path, "file_text": text}),
+        );
+    }
+    // Every write, A's and B's, is in ana's vault on B.
+    for i in 0..35 {
+        let (path, text) = note(i);
+        let r = server_b.memory(&ana_b, json!({"command": "view", "path": path}));
+        assert!(
+            r["content"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(text.trim_end()),
+            "{path}: {r}"
+        );
+    }
+    // History moved with it: the changes made on A, and B's.
+    let (status, h) = server_b.req("GET", "/v1/history", Some(&ana_b), "");
+    assert_eq!(status, 200, "{h}");
+    let h = h.to_string();
+    assert!(
+        h.contains("/memories/notes/n0.md") && h.contains("/memories/notes/n34.md"),
+        "{h}"
+    );
+    // A graceful stop of B pushes what it acknowledged last.
+    let before = commits(&hub);
+    assert!(server_b.stop().success());
+    assert!(
+        commits(&hub) >= before + 5,
+        "B's last writes were not pushed"
+    );
+    // A fresh clone of the hub holds all 35 notes and verifies.
+    let check = b.tmp.path().join("check");
+    let o = Command::new(bin())
+        .args(["clone", hub.to_str().unwrap(), "--vault"])
+        .arg(&check)
+        .arg("--key-file")
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for i in 0..35 {
+        let (path, text) = note(i);
+        let o = tenant_cmd(&key)
+            .arg("--vault")
+            .arg(&check)
+            .args([
+                "exec",
+                &json!({"command": "view", "path": path}).to_string(),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains(text.trim_end()),
+            "{path}: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+    let v = tenant_cmd(&key)
+        .arg("--vault")
+        .arg(&check)
+        .arg("verify")
+        .output()
+        .unwrap();
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stdout));
+    drop(server_a);
+}
+
+/// Usage errors of the new options are code 2; a clone from a remote that
+/// holds no vault, or with the wrong key, is refused and registers
+/// nothing.
+#[test]
+fn a_tenant_clone_that_fails_registers_nothing() {
+    let a = Root::new(&[("ana", "memory")]);
+    let hub = a.tmp.path().join("empty.git");
+    assert!(
+        Command::new("git")
+            .args(["init", "-q", "--bare"])
+            .arg(&hub)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let key = a.tmp.path().join("other.key");
+    assert!(
+        Command::new(bin())
+            .arg("keygen")
+            .arg(&key)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let o = tenant(
+        &a,
+        &[
+            "add",
+            "cy",
+            "--clone",
+            hub.to_str().unwrap(),
+            "--vault-key-file",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.stdout.is_empty());
+    let list = String::from_utf8(tenant(&a, &["list"]).stdout).unwrap();
+    assert!(!list.contains("cy"), "{list}");
+    // --clone without its key file, or with two names: usage.
+    let o = tenant(&a, &["add", "cy", "--clone", hub.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = tenant(
+        &a,
+        &[
+            "add",
+            "cy",
+            "dee",
+            "--clone",
+            hub.to_str().unwrap(),
+            "--vault-key-file",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let o = tenant(&a, &["sync", "ana"]);
+    assert_eq!(o.status.code(), Some(1), "no remote origin");
+    let o = Command::new(bin())
+        .args(["server", "--root"])
+        .arg(&a.root)
+        .args(["--sync-every", "5m"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "--sync-every needs --sync");
+}
