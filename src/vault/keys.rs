@@ -1031,8 +1031,10 @@ fn root_tree_bytes(erased: Option<Oid>, settings: Oid, slots: Oid, table: Oid) -
 /// `commit_create_buffer` gives with the fixed signature).
 fn key_commit_buffer(root: Oid, parents: &[Oid], counter: u64) -> Vec<u8> {
     let parents: String = parents.iter().map(|p| format!("parent {p}\n")).collect();
+    // Its date is its counter, which grows along the chain (git orders its
+    // walks by date; see `publish::write_commit`).
     format!(
-        "tree {root}\n{parents}author memvault <memvault> 0 +0000\ncommitter memvault <memvault> 0 +0000\n\n{}",
+        "tree {root}\n{parents}author m <m> {counter} +0000\ncommitter m <m> {counter} +0000\n\n{}",
         key_commit_message(counter)
     )
     .into_bytes()
@@ -1201,7 +1203,7 @@ mod tests {
             assert_eq!(entries(staged), entries(full), "round {round}");
             // The commit is the one libgit2 would build (same buffer).
             let tree = repo.find_tree(tree_of(&repo, staged)).unwrap();
-            let sig = super::super::fixed_signature().unwrap();
+            let sig = super::super::generation_signature(state.counter as i64).unwrap();
             let message = key_commit_message(state.counter);
             let parents: Vec<git2::Commit> = repo.find_commit(staged).unwrap().parents().collect();
             // Chained to the state it replaced until a key is erased.

@@ -358,7 +358,18 @@ pub(crate) fn write_commit(
     let aad = meta_aad(tree.id(), parents.first().map(|p| p.id()));
     let sealed = keys.seal_meta(&aad, &plain);
     let message = format!("{}\n", data_encoding::BASE64.encode(&sealed));
-    let sig = fixed_signature()?;
+    // The date git sees is no time: a generation number, one past the
+    // parents' (format 6; earlier commits say 0), which tells nothing the
+    // graph does not. git orders its walks by date and, with every date
+    // equal, walked the whole history to tell what a fetch or push must
+    // send (40 ms at 20,000 commits, in each of the several git commands
+    // of a sync).
+    let generation = parents
+        .iter()
+        .map(|p| p.committer().when().seconds().max(0))
+        .max()
+        .map_or(1, |g| g.saturating_add(1));
+    let sig = generation_signature(generation)?;
     let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
     let buf = repo.commit_create_buffer(&sig, &sig, &message, tree, &parents)?;
     write_signed_commit(repo, keys, &buf)

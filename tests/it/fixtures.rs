@@ -481,6 +481,26 @@ fn format_5_vault_opens_keeps_working_and_syncs() {
     assert!(new_state.contains("memvault key state v4\n"), "{new_state}");
     let old_id = crate::util::git(&t.vault, &["rev-parse", "refs/memvault/keys~1"]);
     assert!(old_id.status.success(), "the new state has a parent");
+    // Dates git sees: a generation number on main (its format-5 parent
+    // says 0), the counter on a key state; never a time.
+    let dates = |rev: &str| {
+        let o = crate::util::git(&t.vault, &["log", "-2", "--format=%ct %at", rev]);
+        String::from_utf8(o.stdout).unwrap()
+    };
+    assert_eq!(dates("refs/heads/main"), "1 1\n0 0\n");
+    let r = t.one(serde_json::json!({"command": "create",
+        "path": "/memories/after-2.md", "file_text": "Again.\n"}));
+    assert!(!is_error(&r), "{r}");
+    assert_eq!(dates("refs/heads/main"), "2 2\n1 1\n");
+    let counter = new_state
+        .lines()
+        .find_map(|l| l.strip_prefix("counter "))
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
+    let key_dates = dates("refs/memvault/keys");
+    let first: Vec<&str> = key_dates.lines().collect();
+    assert_eq!(first[0], format!("{0} {0}", counter + 1), "{key_dates}");
     let v = run(&t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
     // Through a new remote to a clone.
@@ -509,10 +529,10 @@ fn format_5_vault_opens_keeps_working_and_syncs() {
         vault: other,
         key: t.key.clone(),
     };
-    for (path, want) in expect
-        .into_iter()
-        .chain([("/memories/after.md", "Written by format 6.")])
-    {
+    for (path, want) in expect.into_iter().chain([
+        ("/memories/after.md", "Written by format 6."),
+        ("/memories/after-2.md", "Again."),
+    ]) {
         let r = clone.one(serde_json::json!({"command": "view", "path": path}));
         assert!(text(&r).contains(want), "{path}: {r}");
     }
