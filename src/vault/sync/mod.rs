@@ -303,6 +303,25 @@ impl Vault {
         }
         let scratch = git::Scratch::new(&self.dir, true)?;
         report.commits = scratch.count_since(main, seen_main.filter(|s| self.holds(*s)))?;
+        // The access table too (views make no commit, but another
+        // machine's expiry must see them), in the same push, last, under
+        // its own lease: its objects are written into the scratch
+        // repository only. A lease lost there is the remote having moved,
+        // as for the other two (`sync` pulls, which merges the tables, and
+        // pushes again).
+        let mut access_at = None;
+        if access_changed {
+            for (kind, data) in self.access_objects(main)? {
+                access_at = Some(scratch.write_loose(kind, &data)?);
+            }
+            if let Some(at) = access_at {
+                updates.push(git::Update {
+                    name: git::ACCESS_REF,
+                    new: at,
+                    old: entry.seen.access(),
+                });
+            }
+        }
         // A remote on a path: memvault's pushes there and its prune go one
         // at a time.
         let local = git::local_dir(&entry.url);
@@ -321,30 +340,14 @@ impl Vault {
             access: entry.seen.access.clone(),
             access_digest: entry.seen.access_digest.clone(),
         };
-        // Then the access table (views make no commit, but another
-        // machine's expiry must see them), written into the scratch
-        // repository only, in a push of its own under its own lease: a
-        // race lost there (another machine pushed its table) waits for the
-        // next sync, which merges the two, and fails nothing.
-        if access_changed {
-            let mut at = None;
-            for (kind, data) in self.access_objects()? {
-                at = Some(scratch.write_loose(kind, &data)?);
-            }
-            if let Some(at) = at {
-                let update = git::Update {
-                    name: git::ACCESS_REF,
-                    new: at,
-                    old: entry.seen.access(),
-                };
-                if let Ok(true) = scratch.push(name, &entry.url, &[update]) {
-                    seen.access = Some(at.to_string());
-                    seen.access_digest = Some(digest);
-                }
-            }
+        if let Some(at) = access_at {
+            seen.access = Some(at.to_string());
+            seen.access_digest = Some(digest);
         }
         self.set_seen(name, seen)?;
-        report.pushed = !updates.is_empty();
+        report.pushed = updates
+            .iter()
+            .any(|u| u.name == KEYS_REF || u.name == MAIN_REF);
         // The key states the remote held before are replaced, not chained
         // to (an erasure, a keyslot change, a rekey): on a remote this
         // machine reaches as a path, delete them now, as here.
@@ -728,14 +731,21 @@ impl Vault {
 
     /// The access ref's objects for a push: the sealed access table, a
     /// tree holding it, a commit MAC'd with the vault key (commit last).
-    fn access_objects(&self) -> Result<Vec<(ObjectType, Vec<u8>)>, VaultError> {
+    fn access_objects(&self, main: Oid) -> Result<Vec<(ObjectType, Vec<u8>)>, VaultError> {
+        // Its date: one past main's (a generation number, see
+        // `publish::write_commit`). With date 0 it sorted below every
+        // commit, and git walked the whole history before it in every
+        // fetch that wanted it.
+        let date = objects::find_commit(&self.repo, main)
+            .map(|c| c.committer().when().seconds().max(0).saturating_add(1))
+            .unwrap_or(1);
         let blob = self.access_records()?;
         let blob_id = pack::object_hash(ObjectType::Blob, &blob);
         let mut tree = b"100644 access\0".to_vec();
         tree.extend_from_slice(&blob_id);
         let tree_id = Oid::from_bytes(&pack::object_hash(ObjectType::Tree, &tree))?;
         let buffer = format!(
-            "tree {tree_id}\nauthor memvault <memvault> 0 +0000\ncommitter memvault <memvault> 0 +0000\n\n{ACCESS_MESSAGE}"
+            "tree {tree_id}\nauthor m <m> {date} +0000\ncommitter m <m> {date} +0000\n\n{ACCESS_MESSAGE}"
         );
         let tag = data_encoding::HEXLOWER.encode(&self.keys.mac(buffer.as_bytes()));
         let commit = super::keys::signed_commit_bytes(buffer.as_bytes(), &tag)?;
