@@ -247,6 +247,8 @@ impl Vault {
         self.checkpoint()?;
         let main = self.refresh()?;
         let keys = self.keys_target()?;
+        // Every pack written so far, known now (see `holds`).
+        self.repo.odb()?.refresh()?;
         Ok((main, keys))
     }
 
@@ -757,9 +759,16 @@ impl Vault {
     }
 
     /// Whether the vault holds the object `id`, checked (a pruned key
-    /// state, for one, is gone).
+    /// state, for one, is gone). The packs are those known when the sync
+    /// began (see `fetch_checked`): libgit2 otherwise rescans the pack
+    /// directory on every miss, and most ids asked about are misses (a
+    /// clone asks about every object it receives).
     fn holds(&self, id: Oid) -> bool {
-        objects::check(&self.repo, id).is_ok() && self.repo.odb().is_ok_and(|odb| odb.exists(id))
+        objects::check(&self.repo, id).is_ok()
+            && self
+                .repo
+                .odb()
+                .is_ok_and(|odb| odb.exists_ext(id, git2::OdbLookupFlags::NO_REFRESH))
     }
 
     /// Whether `target` is `from` or one of its ancestors, walking at most
@@ -1042,9 +1051,24 @@ fn clone_into(
             },
         }],
     )?;
+    // Commits on main: not the key states (the remote's and those it
+    // chains to) nor the access table's.
+    let mut key_states = HashSet::new();
+    let mut stack = vec![keys];
+    while let Some(id) = stack.pop() {
+        if key_states.insert(id)
+            && let Ok(c) = objects::find_commit(&vault.repo, id)
+        {
+            stack.extend(c.parent_ids());
+        }
+    }
     let commits = received
         .iter()
-        .filter(|o| o.kind == ObjectType::Commit && o.id != keys)
+        .filter(|o| {
+            o.kind == ObjectType::Commit
+                && !key_states.contains(&o.id)
+                && Some(o.id) != incoming.access
+        })
         .count();
     Ok((
         vault,
