@@ -191,19 +191,8 @@ impl Scratch {
     }
 
     /// Run a `git` command to its end: its stdout, or its failure.
-    fn run(&self, mut c: Command, remote: &str) -> Result<Vec<u8>, SyncError> {
-        c.stdout(Stdio::piped()).stderr(Stdio::piped());
-        let out = c.output().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => SyncError::NoGit,
-            _ => SyncError::Local(e.to_string()),
-        })?;
-        if !out.status.success() {
-            return Err(SyncError::Transport {
-                remote: remote.to_string(),
-                detail: last_lines(&out.stderr),
-            });
-        }
-        Ok(out.stdout)
+    fn run(&self, c: Command, remote: &str) -> Result<Vec<u8>, SyncError> {
+        run_git(c, remote, "")
     }
 
     fn odd(&self, remote: &str) -> SyncError {
@@ -645,6 +634,12 @@ pub(crate) fn prune_remote(remote: &str, dir: &Path) -> Result<(), SyncError> {
         "--quiet",
         "--prune=now",
     ]);
+    run_git(c, remote, "git gc failed there: ").map(drop)
+}
+
+/// Run a `git` command to its end: its stdout, or its failure (the last
+/// lines of its stderr after `context`).
+fn run_git(mut c: Command, remote: &str, context: &str) -> Result<Vec<u8>, SyncError> {
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
     let out = c.output().map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => SyncError::NoGit,
@@ -653,10 +648,10 @@ pub(crate) fn prune_remote(remote: &str, dir: &Path) -> Result<(), SyncError> {
     if !out.status.success() {
         return Err(SyncError::Transport {
             remote: remote.to_string(),
-            detail: format!("git gc failed there: {}", last_lines(&out.stderr)),
+            detail: format!("{context}{}", last_lines(&out.stderr)),
         });
     }
-    Ok(())
+    Ok(out.stdout)
 }
 
 impl Drop for Scratch {

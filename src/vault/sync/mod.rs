@@ -551,19 +551,24 @@ impl Vault {
             .filter(|o| o.kind == ObjectType::Commit && !key_states.contains(&o.id))
             .map(|o| o.id)
             .collect();
+        // A commit's MAC: this vault's key, or a later epoch's (a rekey
+        // this copy has not had), or not the vault's at all.
+        let check_mac = |c: Oid, what: &str| -> Result<(), SyncError> {
+            if verify_commit_mac(&self.repo, &self.keys, c) {
+                return Ok(());
+            }
+            if mac_epoch(&self.repo, c).is_some_and(|e| e > self.keys.current_epoch()) {
+                return Err(SyncError::Rekeyed {
+                    remote: name.into(),
+                });
+            }
+            Err(hostile(what))
+        };
         // Each key state: this vault's MAC, a header it reads, parents
         // and tree new too or held here (the remote's own state is
         // checked again below, with its counter).
         for &k in &key_states {
-            if !verify_commit_mac(&self.repo, &self.keys, k) {
-                if mac_epoch(&self.repo, k).is_some_and(|e| e > self.keys.current_epoch()) {
-                    return Err(SyncError::Rekeyed {
-                        remote: name.into(),
-                    }
-                    .into());
-                }
-                return Err(hostile("its key state was not written with this vault's key").into());
-            }
+            check_mac(k, "its key state was not written with this vault's key")?;
             read_header(&self.repo, k).map_err(|_| hostile("its key state does not parse"))?;
             let commit = self
                 .repo
@@ -579,15 +584,7 @@ impl Vault {
         // that are new too or held here; every new tree: entries that are
         // new too or held here.
         for &c in &commits {
-            if !verify_commit_mac(&self.repo, &self.keys, c) {
-                if mac_epoch(&self.repo, c).is_some_and(|e| e > self.keys.current_epoch()) {
-                    return Err(SyncError::Rekeyed {
-                        remote: name.into(),
-                    }
-                    .into());
-                }
-                return Err(hostile("a commit was not written with this vault's key").into());
-            }
+            check_mac(c, "a commit was not written with this vault's key")?;
             self.meta_of(c)
                 .map_err(|_| hostile("a commit's metadata does not open"))?;
             let commit = self
@@ -612,15 +609,7 @@ impl Vault {
             }
         }
         // The key state: this vault's MAC, a counter that never goes back.
-        if !verify_commit_mac(&self.repo, &self.keys, keys) {
-            if mac_epoch(&self.repo, keys).is_some_and(|e| e > self.keys.current_epoch()) {
-                return Err(SyncError::Rekeyed {
-                    remote: name.into(),
-                }
-                .into());
-            }
-            return Err(hostile("its key state was not written with this vault's key").into());
-        }
+        check_mac(keys, "its key state was not written with this vault's key")?;
         let (_, counter) =
             read_header(&self.repo, keys).map_err(|_| hostile("its key state does not parse"))?;
         if counter < entry.seen.counter
