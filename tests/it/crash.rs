@@ -108,10 +108,24 @@ fn sigkill_during_a_stream_of_writes_loses_no_acknowledged_mutation() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(12);
+    // The rounds go to two vaults side by side (even and odd rounds),
+    // one process at a time on each: the two cores, where one sat idle.
+    let workers: Vec<_> = (0..2)
+        .map(|w| std::thread::spawn(move || crash_rounds(seed, (w..rounds).step_by(2))))
+        .collect();
+    for w in workers {
+        if let Err(panic) = w.join() {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+/// The rounds `rounds` of the test above, on a vault of their own.
+fn crash_rounds(seed: u64, rounds: impl Iterator<Item = u64>) {
     let v = TestVault::new();
     let mut model = Model::new();
     let mut commits = v.commits();
-    for round in 0..rounds {
+    for round in rounds {
         let mut rng = Rng(seed ^ (round + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let steps = plan(&mut rng, round, &model, 80);
         let mut child = v
