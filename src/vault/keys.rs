@@ -69,6 +69,10 @@ pub struct KeyState {
     /// staged (besides the commit), for [`KeyState::add_to_record`]; empty
     /// when it does not know them.
     staged: Option<(Oid, Vec<super::engine::raw::Object>)>,
+    /// The commit [`KeyState::stage_changes`] staged last and whether it
+    /// names the state it replaces as a parent (for
+    /// [`KeyState::published`]).
+    chained: Option<(Oid, bool)>,
     /// The key-state format: 1 (no counter, no settings), 2 (256 shards),
     /// 3 (4096 shards) or 4 (4096 shards, chained to the state it replaced).
     pub format: u8,
@@ -515,6 +519,7 @@ impl KeyState {
             shards: Shards::new(ShardLayout::Wide, None),
             erased: Default::default(),
             staged: None,
+            chained: None,
             format,
             counter,
             settings: None,
@@ -790,6 +795,7 @@ impl KeyState {
         // the log record, rather than rebuild everything through libgit2
         // and read it back.
         self.staged = None;
+        self.chained = None;
         let previous = match slots {
             Some(_) => None,
             None if previous_format < 3 || self.format_of_previous(repo) < 3 => None,
@@ -854,6 +860,7 @@ impl KeyState {
         }
         let buffer = key_commit_buffer(root, &parents, self.counter);
         let commit = write_signed_commit(repo, keys, &buffer)?;
+        self.chained = Some((commit, parents.contains(&self.commit)));
         self.staged = Some((commit, objects));
         Ok(commit)
     }
@@ -891,9 +898,10 @@ impl KeyState {
     /// The ref now points at the staged commit: the state it replaced is
     /// garbage unless the new one chains to it.
     pub(crate) fn published(&mut self, repo: &Repository, commit: Oid) {
-        let chained = || {
-            objects::find_commit(repo, commit)
-                .is_ok_and(|c| c.parent_ids().any(|p| p == self.commit))
+        // Known from the staging (a state written whole has no parent).
+        let mut chained = || match self.chained.take() {
+            Some((staged, chained)) if staged == commit => chained,
+            _ => false,
         };
         if commit != self.commit && !chained() {
             note_garbage(repo, self.commit);
@@ -914,6 +922,7 @@ impl KeyState {
             shards: Shards::new(ShardLayout::Wide, None),
             erased: Default::default(),
             staged: None,
+            chained: None,
             format: 4,
             counter: 1,
             settings: Some(settings.clone()),

@@ -471,13 +471,7 @@ pub(crate) fn tenant(
             root,
             out: file,
         } => {
-            let root = Root::open(root, &secret(global)?, false)?;
-            let reg = root.load()?;
-            let (_, tenant) = reg.by_name(name).ok_or_else(|| unknown_tenant(name))?;
-            let key = tenant
-                .key
-                .key()
-                .ok_or_else(|| CliError::failure("the tenant's key is not one memvault made"))?;
+            let (_, _, key) = tenant_key(global, root, name)?;
             super::write_new_key_file(file, &key)?;
             writeln!(
                 err,
@@ -533,6 +527,21 @@ pub(crate) fn tenant(
 /// operator's commands beside a running server: the writer lock orders
 /// them). Returns the vault and the tenant's id.
 fn open_tenant(global: &Global, root: &Path, name: &str) -> Result<(Vault, String), CliError> {
+    let (root, id, key) = tenant_key(global, root, name)?;
+    let vault = Vault::open(
+        &root.tenant_dir(&id),
+        &crate::crypto::Unlock::KeyFile(&key),
+        super::sync::sync_attribution(),
+    )?;
+    Ok((vault, id))
+}
+
+/// The root, tenant `name`'s id and its vault key, from the registry.
+fn tenant_key(
+    global: &Global,
+    root: &Path,
+    name: &str,
+) -> Result<(Root, String, crate::crypto::KeyFileKey), CliError> {
     let root = Root::open(root, &secret(global)?, false)?;
     let reg = root.load()?;
     let (id, tenant) = reg.by_name(name).ok_or_else(|| unknown_tenant(name))?;
@@ -540,12 +549,9 @@ fn open_tenant(global: &Global, root: &Path, name: &str) -> Result<(Vault, Strin
         .key
         .key()
         .ok_or_else(|| CliError::failure("the tenant's key is not one memvault made"))?;
-    let vault = Vault::open(
-        &root.tenant_dir(id),
-        &crate::crypto::Unlock::KeyFile(&key),
-        super::sync::sync_attribution(),
-    )?;
-    Ok((vault, id.clone()))
+    let id = id.clone();
+    drop(reg);
+    Ok((root, id, key))
 }
 
 fn scope_list(scopes: &[Scope]) -> String {

@@ -564,21 +564,27 @@ impl Vault {
             }
             Err(hostile(what))
         };
+        // A commit's parents and tree: sent too, or held here.
+        let complete = |c: Oid, unparsed: &str, missing: &str| -> Result<(), SyncError> {
+            let commit = self.repo.find_commit(c).map_err(|_| hostile(unparsed))?;
+            for p in commit.parent_ids().chain([commit.tree_id()]) {
+                if !new_ids.contains(&p) && !self.holds(p) {
+                    return Err(hostile(missing));
+                }
+            }
+            Ok(())
+        };
         // Each key state: this vault's MAC, a header it reads, parents
         // and tree new too or held here (the remote's own state is
         // checked again below, with its counter).
         for &k in &key_states {
             check_mac(k, "its key state was not written with this vault's key")?;
             read_header(&self.repo, k).map_err(|_| hostile("its key state does not parse"))?;
-            let commit = self
-                .repo
-                .find_commit(k)
-                .map_err(|_| hostile("its key state does not parse"))?;
-            for p in commit.parent_ids().chain([commit.tree_id()]) {
-                if !new_ids.contains(&p) && !self.holds(p) {
-                    return Err(hostile("its key state names an object it did not send").into());
-                }
-            }
+            complete(
+                k,
+                "its key state does not parse",
+                "its key state names an object it did not send",
+            )?;
         }
         // Every new commit: this vault's MAC, readable metadata, parents
         // that are new too or held here; every new tree: entries that are
@@ -587,15 +593,11 @@ impl Vault {
             check_mac(c, "a commit was not written with this vault's key")?;
             self.meta_of(c)
                 .map_err(|_| hostile("a commit's metadata does not open"))?;
-            let commit = self
-                .repo
-                .find_commit(c)
-                .map_err(|_| hostile("a commit does not parse"))?;
-            for p in commit.parent_ids().chain([commit.tree_id()]) {
-                if !new_ids.contains(&p) && !self.holds(p) {
-                    return Err(hostile("a commit names an object it did not send").into());
-                }
-            }
+            complete(
+                c,
+                "a commit does not parse",
+                "a commit names an object it did not send",
+            )?;
         }
         for o in received.iter().filter(|o| o.kind == ObjectType::Tree) {
             let tree = self
