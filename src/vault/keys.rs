@@ -244,6 +244,58 @@ fn walk_table(
     Ok(found)
 }
 
+/// The shard numbers below the table trees `a` and `b` (wide layout, at
+/// `depth` with the number's leading digits `prefix`) whose blobs differ.
+fn diff_table(
+    repo: &Repository,
+    a: Option<Oid>,
+    b: Option<Oid>,
+    prefix: u16,
+    depth: usize,
+    out: &mut Vec<u16>,
+) -> Result<(), VaultError> {
+    if a == b {
+        return Ok(());
+    }
+    let bad = || damaged("a key table shard has a bad name");
+    let leaf = depth == SHARD_LEVELS - 1;
+    // Each tree's entries by digit: (blob or tree id).
+    let entries = |t: Option<Oid>| -> Result<[Option<Oid>; 8], VaultError> {
+        let mut out = [None; 8];
+        let Some(t) = t else { return Ok(out) };
+        objects::check(repo, t)?;
+        for e in repo.find_tree(t)?.iter() {
+            let n = match e.name_bytes() {
+                [d @ b'0'..=b'7'] => usize::from(d - b'0'),
+                _ => return Err(bad()),
+            };
+            let kind = if leaf {
+                ObjectType::Blob
+            } else {
+                ObjectType::Tree
+            };
+            if e.kind() != Some(kind) {
+                return Err(bad());
+            }
+            out[n] = Some(e.id());
+        }
+        Ok(out)
+    };
+    let (ea, eb) = (entries(a)?, entries(b)?);
+    for (n, (x, y)) in ea.into_iter().zip(eb).enumerate() {
+        let number = (prefix << 3) | n as u16;
+        if x == y {
+            continue;
+        }
+        if leaf {
+            out.push(number);
+        } else {
+            diff_table(repo, x, y, number, depth + 1, out)?;
+        }
+    }
+    Ok(())
+}
+
 impl Shard {
     /// A shard stored in the blob `oid`, not decrypted yet.
     fn found(oid: Oid) -> Shard {
@@ -609,6 +661,55 @@ impl KeyState {
             out.extend(table.iter().map(|(id, k)| (*id, k.duplicate())));
         }
         Ok(out)
+    }
+
+    /// The numbers of the shards whose blobs differ between this state's
+    /// stored table and `other`'s (in one of them only, or different):
+    /// the only shards whose keys can differ, found by walking the two
+    /// table trees past every subtree they share. None when either is of
+    /// an older layout (compare them whole).
+    pub(crate) fn differing_shards(
+        &self,
+        repo: &Repository,
+        other: &KeyState,
+    ) -> Result<Option<Vec<u16>>, VaultError> {
+        if self.shards.layout != ShardLayout::Wide || other.shards.layout != ShardLayout::Wide {
+            return Ok(None);
+        }
+        let table = |commit: Oid| -> Result<Option<Oid>, VaultError> {
+            objects::check(repo, commit)?;
+            let tree = repo.find_commit(commit)?.tree_id();
+            objects::check(repo, tree)?;
+            let tree = repo.find_tree(tree)?;
+            match tree.get_name("table") {
+                None => Ok(None),
+                Some(e) if e.kind() == Some(ObjectType::Tree) => Ok(Some(e.id())),
+                Some(_) => Err(damaged("a key table shard has a bad name")),
+            }
+        };
+        let mut out = Vec::new();
+        diff_table(
+            repo,
+            table(self.commit)?,
+            table(other.commit)?,
+            0,
+            0,
+            &mut out,
+        )?;
+        Ok(Some(out))
+    }
+
+    /// The keys of shard `number` (none if there is no such shard).
+    pub(crate) fn shard_keys(
+        &self,
+        repo: &Repository,
+        keys: &VaultKeys,
+        number: u16,
+    ) -> Result<Vec<(FileKeyId, FileKey)>, VaultError> {
+        Ok(match self.shards.table(repo, keys, number)? {
+            None => Vec::new(),
+            Some(t) => t.iter().map(|(id, k)| (*id, k.duplicate())).collect(),
+        })
     }
 
     /// Re-read the state if another process replaced it (`at`: where the

@@ -558,6 +558,91 @@ impl<'a> VaultSnapshot<'a> {
         Ok(out)
     }
 
+    /// The files of this tree whose entry is not the same in every one of
+    /// `others` (trees of the same vault; None: the empty tree), with
+    /// their file key ids and blobs: a subtree (directory or bucket) with
+    /// the same id in all of them is skipped unread. So a merge reads
+    /// what changed on either side since the base, not the whole vault.
+    pub(crate) fn files_differing(
+        &self,
+        others: &[Option<Oid>],
+    ) -> Result<Vec<(MemoryPath, FileKeyId, Oid)>, StoreError> {
+        let mut out = Vec::new();
+        if let Some(tree) = &self.tree {
+            self.walk_differing(&MemoryPath::root(), tree.id(), others, 0, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn walk_differing(
+        &self,
+        dir: &MemoryPath,
+        oid: Oid,
+        others: &[Option<Oid>],
+        bucket_depth: usize,
+        out: &mut Vec<(MemoryPath, FileKeyId, Oid)>,
+    ) -> Result<(), StoreError> {
+        if others.iter().all(|o| *o == Some(oid)) {
+            return Ok(());
+        }
+        let entries = self.caches.tree_entries(self.repo, oid)?;
+        let mut theirs = Vec::with_capacity(others.len());
+        for o in others {
+            theirs.push(match o {
+                Some(o) => Some(self.caches.tree_entries(self.repo, *o)?),
+                None => None,
+            });
+        }
+        for e in entries.iter() {
+            // The same name's entry in each other tree.
+            let same: Vec<Option<&TreeEntry>> = theirs
+                .iter()
+                .map(|t| {
+                    t.as_ref()
+                        .and_then(|t| find_entry(t, &e.name).map(|i| &t[i]))
+                })
+                .collect();
+            if same
+                .iter()
+                .all(|s| s.is_some_and(|s| s.id == e.id && s.mode == e.mode))
+            {
+                continue;
+            }
+            let subtrees: Vec<Option<Oid>> = same
+                .iter()
+                .map(|s| s.filter(|s| s.mode == MODE_TREE).map(|s| s.id))
+                .collect();
+            if e.mode == MODE_TREE && is_bucket(&e.name) {
+                if bucket_depth >= FANOUT_LEVELS {
+                    return Err(objects::ObjectError::Corrupt(e.id).into());
+                }
+                self.walk_differing(dir, e.id, &subtrees, bucket_depth + 1, out)?;
+                continue;
+            }
+            let enc =
+                std::str::from_utf8(&e.name).map_err(|_| damaged("a stored name is not text"))?;
+            let path = dir
+                .join(&self.name_of(dir, enc)?)
+                .map_err(|_| damaged("a stored name is not a valid path"))?;
+            match kind_of(e.mode)? {
+                NodeKind::Dir => self.walk_differing(&path, e.id, &subtrees, 0, out)?,
+                NodeKind::File => out.push((path, self.key_id_of(e.id)?, e.id)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The file key id in the header of the blob `oid` (remembered).
+    fn key_id_of(&self, oid: Oid) -> Result<FileKeyId, StoreError> {
+        if let Some(k) = self.caches.key_ids.borrow().get(&oid).copied() {
+            return Ok(k);
+        }
+        let k = crypto::blob_key_id(&self.blob_bytes(oid)?)
+            .map_err(|_| damaged("a stored file has a bad header"))?;
+        remember(&self.caches.key_ids, oid, k);
+        Ok(k)
+    }
+
     fn walk_keys(
         &self,
         dir: &MemoryPath,
@@ -579,19 +664,7 @@ impl<'a> VaultSnapshot<'a> {
             };
             match kind_of(e.mode)? {
                 NodeKind::Dir => self.walk_keys(&path, &git_path, e.id, out)?,
-                NodeKind::File => {
-                    let cached = self.caches.key_ids.borrow().get(&e.id).copied();
-                    let key = match cached {
-                        Some(k) => k,
-                        None => {
-                            let k = crypto::blob_key_id(&self.blob_bytes(e.id)?)
-                                .map_err(|_| damaged("a stored file has a bad header"))?;
-                            remember(&self.caches.key_ids, e.id, k);
-                            k
-                        }
-                    };
-                    out.push((path, git_path, key, e.id));
-                }
+                NodeKind::File => out.push((path, git_path, self.key_id_of(e.id)?, e.id)),
             }
         }
         Ok(())

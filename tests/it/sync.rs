@@ -317,6 +317,77 @@ fn the_same_file_changed_on_both_sides_merges_its_text_or_keeps_both_versions_vi
     assert_eq!(a.files(), b.files());
 }
 
+/// A merge reads only the files that differ between the base and either
+/// side; the files it does not read must still hold their places: a
+/// conflict copy does not take the name of an untouched file, and a path
+/// that is a file on one side and a directory on the other (the tree
+/// built whole) keeps every untouched file.
+#[test]
+fn a_merge_that_reads_only_what_changed_keeps_every_untouched_file_in_place() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    a.write("/memories/plan.md", "base plan\n");
+    // Untouched from here on: the conflict copy's first name, and files
+    // in the directories the merge rebuilds.
+    a.write("/memories/plan.conflict-1.md", "an older copy\n");
+    a.write("/memories/gone/f1.md", "one\n");
+    a.write("/memories/gone/f2.md", "two\n");
+    for i in 0..20 {
+        a.write(&format!("/memories/keep/n{i}.md"), &format!("kept {i}\n"));
+        a.write(&format!("/memories/n{i}.md"), &format!("top {i}\n"));
+    }
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    a.edit("/memories/plan.md", "base plan", "a's plan");
+    b.edit("/memories/plan.md", "base plan", "b's plan");
+    // A file here, a directory there.
+    a.write("/memories/keep/x", "a file on a\n");
+    b.write("/memories/keep/x/y.md", "a file below on b\n");
+    // A directory there replaced by a file.
+    for f in ["/memories/gone/f1.md", "/memories/gone/f2.md"] {
+        assert!(!is_error(&b.exec(json!({"command": "delete", "path": f}))));
+    }
+    b.write("/memories/gone", "now a file\n");
+    b.ok(&["sync"]);
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    for m in [a, b] {
+        assert_eq!(m.read("/memories/gone").unwrap(), "now a file\n");
+        assert_eq!(
+            m.read("/memories/plan.conflict-1.md").unwrap(),
+            "an older copy\n"
+        );
+        let mut plans = [
+            m.read("/memories/plan.md").unwrap(),
+            m.read("/memories/plan.conflict-2.md").unwrap(),
+        ];
+        plans.sort();
+        assert_eq!(plans, ["a's plan\n".to_string(), "b's plan\n".to_string()]);
+        for i in 0..20 {
+            assert_eq!(
+                m.read(&format!("/memories/keep/n{i}.md")).unwrap(),
+                format!("kept {i}\n")
+            );
+            assert_eq!(
+                m.read(&format!("/memories/n{i}.md")).unwrap(),
+                format!("top {i}\n")
+            );
+        }
+        let files = m.files();
+        let x: Vec<_> = files
+            .iter()
+            .filter(|(p, _)| p.starts_with("memories/keep/x"))
+            .map(|(_, t)| t.as_str())
+            .collect();
+        let mut x = x.clone();
+        x.sort();
+        assert_eq!(x, ["a file below on b\n", "a file on a\n"], "{files:?}");
+    }
+    assert_eq!(a.files(), b.files());
+    a.ok(&["verify"]);
+    b.ok(&["verify"]);
+}
+
 #[test]
 fn an_edit_survives_a_delete_follows_a_rename_and_two_creates_of_one_path_both_survive() {
     let w = world(1);

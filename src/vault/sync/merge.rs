@@ -32,7 +32,7 @@ use super::super::tree::git_path;
 use super::super::treeedit::TreeEdits;
 use super::super::{CommitMeta, Vault, VaultError, VaultSnapshot, damaged, objects, stage_blob};
 use crate::crypto::{self, FileKey, FileKeyId, VaultKeys};
-use crate::memory::MemoryPath;
+use crate::memory::{MemoryPath, NodeKind};
 
 /// What a pull's merge step did.
 #[derive(Default)]
@@ -62,14 +62,24 @@ pub(crate) fn key_change(
     ours: &KeyState,
     theirs: &KeyState,
 ) -> Result<KeyMerge, VaultError> {
-    let their_keys = theirs.all_keys(repo, keys)?;
+    // The keys each side holds where the two tables differ: a shard with
+    // the same blob on both sides holds the same keys.
+    let (our_keys, their_keys) = match ours.differing_shards(repo, theirs)? {
+        Some(shards) => {
+            let (mut o, mut t) = (Vec::new(), Vec::new());
+            for n in shards {
+                o.extend(ours.shard_keys(repo, keys, n)?);
+                t.extend(theirs.shard_keys(repo, keys, n)?);
+            }
+            (o, t)
+        }
+        None => (ours.all_keys(repo, keys)?, theirs.all_keys(repo, keys)?),
+    };
+    let our_ids: HashSet<FileKeyId> = our_keys.iter().map(|(id, _)| *id).collect();
     let their_ids: HashSet<FileKeyId> = their_keys.iter().map(|(id, _)| *id).collect();
     let mut files = Vec::new();
     for (id, key) in their_keys {
-        if ours.erased.contains(&id) {
-            continue;
-        }
-        if ours.file_key(repo, keys, &id)?.is_none() {
+        if !ours.erased.contains(&id) && !our_ids.contains(&id) {
             files.push((id, Some(key)));
         }
     }
@@ -84,7 +94,7 @@ pub(crate) fn key_change(
         files.push((*id, None));
     }
     let mut keep = Vec::new();
-    for (id, key) in ours.all_keys(repo, keys)? {
+    for (id, key) in our_keys {
         if !their_ids.contains(&id) && !theirs.erased.contains(&id) {
             keep.push((id, key));
         }
@@ -131,20 +141,50 @@ type Side = BTreeMap<(FileKeyId, u32), At>;
 
 impl Vault {
     /// The files at `commit`, by (file key id, rank among that id's
-    /// paths).
-    fn side(&self, commit: Option<Oid>, ks: &KeyState) -> Result<Side, VaultError> {
+    /// paths): all of them (`others` None), or only those whose entry is
+    /// not the same in every tree of `others` (see
+    /// [`VaultSnapshot::files_differing`]).
+    fn side(
+        &self,
+        commit: Option<Oid>,
+        ks: &KeyState,
+        others: Option<&[Option<Oid>]>,
+    ) -> Result<Side, VaultError> {
         let tree = self.tree_of(commit)?;
         let snap = VaultSnapshot::new(&self.repo, &self.keys, ks, &self.caches, tree);
+        let mut files = match others {
+            None => snap
+                .files_with_blobs()?
+                .into_iter()
+                .map(|(path, _, id, blob)| (path, id, blob))
+                .collect(),
+            Some(others) => snap.files_differing(others)?,
+        };
+        files.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
         let mut out = Side::new();
         let mut rank: BTreeMap<FileKeyId, u32> = BTreeMap::new();
-        let mut files = snap.files_with_blobs()?;
-        files.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
-        for (path, _, id, blob) in files {
+        for (path, id, blob) in files {
             let r = rank.entry(id).or_default();
             out.insert((id, *r), At { path, blob });
             *r += 1;
         }
         Ok(out)
+    }
+
+    /// Whether `path` is taken in the tree of `commit`: something is at
+    /// it, or a file is at one of its ancestors.
+    fn taken_in(&self, commit: Oid, ks: &KeyState, path: &MemoryPath) -> Result<bool, VaultError> {
+        let tree = self.tree_of(Some(commit))?;
+        let snap = VaultSnapshot::new(&self.repo, &self.keys, ks, &self.caches, tree);
+        if snap.entry(path)?.is_some() {
+            return Ok(true);
+        }
+        for a in path.ancestors() {
+            if matches!(snap.entry(&a)?, Some((_, NodeKind::File))) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The plaintext of `blob`, sealed for `path` with the key `id` (found
@@ -197,9 +237,41 @@ impl Vault {
         their_keys: KeyState,
         new: &BTreeSet<Oid>,
     ) -> Result<Merged, VaultError> {
-        let b = self.side(base, &self.key_state)?;
-        let o = self.side(Some(ours), &self.key_state)?;
-        let t = self.side(Some(theirs), &their_keys)?;
+        self.merge_with(remote, ours, theirs, base, their_keys, new, false)
+    }
+
+    /// [`merge_commits`](Self::merge_commits) over the files that differ
+    /// between the three trees (a file the same in all three stays as it
+    /// is), or over every file (`full`: when a path is a file on one side
+    /// and a directory on the other, the tree is built whole).
+    #[allow(clippy::too_many_arguments)]
+    fn merge_with(
+        &mut self,
+        remote: &str,
+        ours: Oid,
+        theirs: Oid,
+        base: Option<Oid>,
+        their_keys: KeyState,
+        new: &BTreeSet<Oid>,
+        full: bool,
+    ) -> Result<Merged, VaultError> {
+        let (b, o, t) = if full {
+            (
+                self.side(base, &self.key_state, None)?,
+                self.side(Some(ours), &self.key_state, None)?,
+                self.side(Some(theirs), &their_keys, None)?,
+            )
+        } else {
+            let root = |c: Option<Oid>| -> Result<Option<Oid>, VaultError> {
+                Ok(self.tree_of(c)?.map(|t| t.id()))
+            };
+            let (rb, ro, rt) = (root(base)?, root(Some(ours))?, root(Some(theirs))?);
+            (
+                self.side(base, &self.key_state, Some(&[ro, rt]))?,
+                self.side(Some(ours), &self.key_state, Some(&[rb, rt]))?,
+                self.side(Some(theirs), &their_keys, Some(&[rb, ro]))?,
+            )
+        };
         let mut finals: Vec<Final> = Vec::new();
         let idents: BTreeSet<(FileKeyId, u32)> = o.keys().chain(t.keys()).copied().collect();
         for ident in idents {
@@ -233,7 +305,14 @@ impl Vault {
         finals.retain(|f| {
             !self.key_state.erased.contains(&f.id) && !their_keys.erased.contains(&f.id)
         });
-        let conflicts = place(&mut finals)?;
+        // A conflict copy's name must also be free of the files the
+        // merge did not look at (the same in all three trees).
+        let taken = |p: &MemoryPath| -> Result<bool, VaultError> {
+            Ok(!full
+                && (self.taken_in(ours, &self.key_state, p)?
+                    || self.taken_in(theirs, &their_keys, p)?))
+        };
+        let conflicts = place(&mut finals, &taken)?;
         // The new tree: edits over ours'.
         let mut edits = TreeEdits::default();
         let mut objects_out = Vec::new();
@@ -309,6 +388,9 @@ impl Vault {
         }
         let tree = match self.edit_tree(Some(ours), &edits, &mut objects_out) {
             Ok(tree) => tree,
+            Err(_) if !full => {
+                return self.merge_with(remote, ours, theirs, base, their_keys, new, true);
+            }
             Err(_) => {
                 // A path that is a file on one side and a directory on the
                 // other in one update: build the whole tree instead.
@@ -374,6 +456,11 @@ impl Vault {
         path: MemoryPath,
         finals: &mut Vec<Final>,
     ) -> Result<(), VaultError> {
+        if x.path == y.path && x.blob == y.blob && path == x.path {
+            // The same on both sides: nothing to read.
+            finals.push(keep(id, x, true));
+            return Ok(());
+        }
         let ours = self.plaintext(their_keys, &id, &x.path, x.blob)?;
         let theirs = self.plaintext(their_keys, &id, &y.path, y.blob)?;
         // A side's stored blob where it sits at the merged path, else its
@@ -655,7 +742,10 @@ pub(crate) fn original_of(path: &str) -> Option<String> {
 /// path taken by a file, moves to a conflict copy's name. Returns the
 /// (original path, copy) pairs of theirs that moved, and of each content
 /// conflict.
-fn place(finals: &mut [Final]) -> Result<Vec<(String, String)>, VaultError> {
+fn place(
+    finals: &mut [Final],
+    taken: &dyn Fn(&MemoryPath) -> Result<bool, VaultError>,
+) -> Result<Vec<(String, String)>, VaultError> {
     let mut order: Vec<usize> = (0..finals.len()).collect();
     // Ours before theirs, and a content conflict's copy after everything.
     order.sort_by_key(|&i| {
@@ -681,9 +771,13 @@ fn place(finals: &mut [Final]) -> Result<Vec<(String, String)>, VaultError> {
         // A conflict copy's own name is already its first.
         let mut n = u32::from(finals[i].new_key);
         loop {
+            // A name of its own is never taken by a file the merge did
+            // not look at (that file would be at the same place on this
+            // file's side); a new name may be.
             let free = !files.contains(path.as_str())
                 && !dirs.contains(path.as_str())
-                && !path.ancestors().any(|a| files.contains(a.as_str()));
+                && !path.ancestors().any(|a| files.contains(a.as_str()))
+                && (n == 0 || !taken(&path)?);
             if free {
                 break;
             }
@@ -780,7 +874,7 @@ mod tests {
                 ours: false,
             },
         ];
-        let moves = place(&mut finals).unwrap();
+        let moves = place(&mut finals, &|_| Ok(false)).unwrap();
         assert_eq!(finals[1].path.as_str(), "/memories/a.md");
         assert_eq!(finals[0].path.as_str(), "/memories/a.conflict-1.md");
         assert_eq!(finals[2].path.as_str(), "/memories/a.conflict-2.md/b.md");
