@@ -794,6 +794,7 @@ impl KeyState {
         keys: &VaultKeys,
         caches: &Caches,
         change: KeyChange,
+        date: u64,
     ) -> Result<Oid, VaultError> {
         let KeyChange {
             files,
@@ -959,7 +960,7 @@ impl KeyState {
                 parents.push(candidate);
             }
         }
-        let buffer = key_commit_buffer(root, &parents, self.counter);
+        let buffer = key_commit_buffer(root, &parents, self.counter, date);
         let commit = write_signed_commit(repo, keys, &buffer)?;
         self.chained = Some((commit, parents.contains(&self.commit)));
         self.staged = Some((commit, objects));
@@ -1087,7 +1088,11 @@ fn write_key_commit(
         )?;
     }
     let root = root.write()?;
-    write_signed_commit(repo, keys, &key_commit_buffer(root, &[], state.counter))
+    write_signed_commit(
+        repo,
+        keys,
+        &key_commit_buffer(root, &[], state.counter, state.counter),
+    )
 }
 
 /// Levels of the `table` tree of format 3 (4096 shards, eight per tree).
@@ -1139,12 +1144,12 @@ fn root_tree_bytes(erased: Option<Oid>, settings: Oid, slots: Oid, table: Oid) -
 
 /// The unsigned buffer of a key-state commit (what
 /// `commit_create_buffer` gives with the fixed signature).
-fn key_commit_buffer(root: Oid, parents: &[Oid], counter: u64) -> Vec<u8> {
+fn key_commit_buffer(root: Oid, parents: &[Oid], counter: u64, date: u64) -> Vec<u8> {
     let parents: String = parents.iter().map(|p| format!("parent {p}\n")).collect();
-    // Its date is its counter, which grows along the chain (git orders its
-    // walks by date; see `publish::write_commit`).
+    // Its date is the clock it shares with main, which grows along both
+    // histories (git orders its walks by date; see `Vault::clock`).
     format!(
-        "tree {root}\n{parents}author m <m> {counter} +0000\ncommitter m <m> {counter} +0000\n\n{}",
+        "tree {root}\n{parents}author m <m> {date} +0000\ncommitter m <m> {date} +0000\n\n{}",
         key_commit_message(counter)
     )
     .into_bytes()
@@ -1260,7 +1265,7 @@ mod tests {
         let repo = Repository::init_bare(tmp.path()).unwrap();
         let tree = repo.treebuilder(None).unwrap().write().unwrap();
         for message in ["one line\n", "base64==\n", "x\n\ny\n"] {
-            let buffer = key_commit_buffer(tree, &[], 7).to_vec();
+            let buffer = key_commit_buffer(tree, &[], 7, 7).to_vec();
             let buffer = [&buffer[..], message.as_bytes()].concat();
             let tag = "00ff".repeat(18);
             let theirs = repo
@@ -1295,8 +1300,15 @@ mod tests {
                     changes.push((id, None));
                 }
             }
+            let date = 100 + round as u64;
             let staged = state
-                .stage_changes(&repo, &keys, &Caches::default(), KeyChange::files(changes))
+                .stage_changes(
+                    &repo,
+                    &keys,
+                    &Caches::default(),
+                    KeyChange::files(changes),
+                    date,
+                )
                 .unwrap();
             let settings = state.settings.clone().unwrap();
             let full =
@@ -1313,7 +1325,7 @@ mod tests {
             assert_eq!(entries(staged), entries(full), "round {round}");
             // The commit is the one libgit2 would build (same buffer).
             let tree = repo.find_tree(tree_of(&repo, staged)).unwrap();
-            let sig = super::super::generation_signature(state.counter as i64).unwrap();
+            let sig = super::super::generation_signature(date as i64).unwrap();
             let message = key_commit_message(state.counter);
             let parents: Vec<git2::Commit> = repo.find_commit(staged).unwrap().parents().collect();
             // Chained to the state it replaced until a key is erased.
@@ -1325,7 +1337,7 @@ mod tests {
                 .unwrap();
             assert_eq!(
                 &libgit2[..],
-                &key_commit_buffer(tree.id(), &parent_ids, state.counter)[..]
+                &key_commit_buffer(tree.id(), &parent_ids, state.counter, date)[..]
             );
             // The record holds every object the new state needs beyond
             // the old one, with its true bytes.
@@ -1390,7 +1402,9 @@ mod tests {
             KeyState::create(&repo, &keys, slots.clone(), VaultConfig::default()).unwrap();
         let step = |state: &mut KeyState, change: KeyChange| {
             let before = state.commit;
-            let staged = state.stage_changes(&repo, &keys, &caches, change).unwrap();
+            let staged = state
+                .stage_changes(&repo, &keys, &caches, change, 1)
+                .unwrap();
             state.published(&repo, staged);
             (before, staged)
         };
@@ -1454,7 +1468,7 @@ mod tests {
         // Another key epoch (a rekey) cuts it.
         let other_keys = VaultKeys::derive(&Keyring::new_random());
         let staged = state
-            .stage_changes(&repo, &other_keys, &caches, add())
+            .stage_changes(&repo, &other_keys, &caches, add(), 1)
             .unwrap();
         assert!(parents_of(&repo, staged).is_empty());
     }

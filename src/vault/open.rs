@@ -112,7 +112,7 @@ impl Vault {
             keys: Some(key_state.counter),
             ..Default::default()
         };
-        let commit = write_commit(&repo, &keys, &tree, &[], &meta)?;
+        let commit = write_commit(&repo, &keys, &tree, &[], &meta, 1)?;
         repo.reference(MAIN_REF, commit, false, "memvault init")?;
         // libgit2 writes without fsync (see `fsync`): sync the new vault
         // as a whole, then start its log at this state.

@@ -203,12 +203,13 @@ impl Vault {
         let new_keys = keyring.as_ref().map(VaultKeys::derive);
         let keys = new_keys.as_ref().unwrap_or(&self.keys);
         let mut record = Record::default();
+        let clock = self.clock(parent.into_iter().chain(other).chain(change.merge_parent))?;
         let staged = if change.is_empty() {
             None
         } else {
-            let staged = self
-                .key_state
-                .stage_changes(&self.repo, keys, &self.caches, change)?;
+            let staged =
+                self.key_state
+                    .stage_changes(&self.repo, keys, &self.caches, change, clock)?;
             self.key_state
                 .add_to_record(&self.repo, &mut record, old_keys, staged)?;
             Some(staged)
@@ -222,7 +223,7 @@ impl Vault {
         }
         objects::check(&self.repo, tree)?;
         let tree = self.repo.find_tree(tree)?;
-        let commit = write_commit(&self.repo, keys, &tree, &parents, &meta)?;
+        let commit = write_commit(&self.repo, keys, &tree, &parents, &meta, clock as i64)?;
         record.add_object(&self.repo.odb()?, commit)?;
         record.objects.extend(objects);
         record.refs.push((MAIN_REF.to_string(), commit));
@@ -243,6 +244,25 @@ impl Vault {
         }
         self.verified_tip = Some((commit, self.key_state.commit));
         Ok(commit)
+    }
+
+    /// The date of the next main commit and of the key state written with
+    /// it: one past every date of the commits they name as parents
+    /// (`parents`) or may (the current key state). git orders its walks by
+    /// date, so main and the key state share this one clock: in a fetch,
+    /// the commits a machine offers from both (newest first) then reach
+    /// the remote's last tips of both within a round or two, where with a
+    /// clock each the newer of the two histories was walked first.
+    fn clock(&self, parents: impl Iterator<Item = Oid>) -> Result<u64, VaultError> {
+        let mut date = 0i64;
+        for c in parents.chain([self.key_state.commit]) {
+            if c.is_zero() {
+                continue;
+            }
+            objects::check(&self.repo, c)?;
+            date = date.max(self.repo.find_commit(c)?.committer().when().seconds());
+        }
+        Ok(u64::try_from(date).unwrap_or(0).saturating_add(1))
     }
 
     /// Write `edits` over the tree of `base` (a commit; None: the empty
@@ -351,6 +371,7 @@ pub(crate) fn write_commit(
     tree: &git2::Tree<'_>,
     parents: &[git2::Commit<'_>],
     meta: &CommitMeta,
+    at_least: i64,
 ) -> Result<Oid, VaultError> {
     let plain = Zeroizing::new(meta::encode(meta));
     // Bound to the first parent (a merge's second parent is under the
@@ -364,11 +385,14 @@ pub(crate) fn write_commit(
     // equal, walked the whole history to tell what a fetch or push must
     // send (40 ms at 20,000 commits, in each of the several git commands
     // of a sync).
+    // At least `at_least`: the clock main shares with the key state (see
+    // `Vault::clock`).
     let generation = parents
         .iter()
         .map(|p| p.committer().when().seconds().max(0))
         .max()
-        .map_or(1, |g| g.saturating_add(1));
+        .map_or(1, |g| g.saturating_add(1))
+        .max(at_least);
     let sig = generation_signature(generation)?;
     let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
     let buf = repo.commit_create_buffer(&sig, &sig, &message, tree, &parents)?;

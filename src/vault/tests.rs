@@ -109,6 +109,7 @@ fn blob_moved_under_a_valid_mac_still_fails_to_open() {
             &tree,
             std::slice::from_ref(&parent),
             &meta,
+            0,
         )
         .unwrap()
     };

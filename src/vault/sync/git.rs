@@ -577,6 +577,46 @@ fn git_in(dir: &Path) -> Command {
     c
 }
 
+/// Where the refs of a remote reached as a path point, read from its
+/// files (a loose ref, else `packed-refs`), each file read at most
+/// [`PEEK_LIMIT`] bytes: a hint only (whether `sync` pushes first), so
+/// anything it cannot read this way (reftable, a working tree, a ref it
+/// cannot parse) is None, and a remote that lies here only slows a sync.
+pub(crate) fn peek_refs(dir: &Path) -> Option<RemoteRefs> {
+    let read = |path: &Path| -> Option<String> {
+        // Not through a link, nor a FIFO's open that would wait.
+        let f = fsx::open_read(path).ok()?;
+        let mut text = String::new();
+        f.take(PEEK_LIMIT).read_to_string(&mut text).ok()?;
+        Some(text)
+    };
+    if dir.join("reftable").exists() || !dir.join("refs").is_dir() {
+        return None;
+    }
+    let packed = read(&dir.join("packed-refs")).unwrap_or_default();
+    let one = |name: &str| -> Option<Option<Oid>> {
+        if let Some(text) = read(&dir.join(name)) {
+            return Oid::from_str(text.trim()).ok().map(Some);
+        }
+        for line in packed.lines() {
+            if let Some((id, r)) = line.split_once(' ')
+                && r == name
+            {
+                return Oid::from_str(id).ok().map(Some);
+            }
+        }
+        Some(None)
+    };
+    Some(RemoteRefs {
+        main: one(MAIN_REF)?,
+        keys: one(KEYS_REF)?,
+        access: one(ACCESS_REF)?,
+    })
+}
+
+/// The most [`peek_refs`] reads of one file.
+const PEEK_LIMIT: u64 = 1 << 20;
+
 /// The lock file memvault takes in a remote reached as a path: pushes
 /// from memvault processes and the prune after an erasure wait for each
 /// other on it.

@@ -261,6 +261,13 @@ impl Vault {
     }
 
     fn push_locked(&mut self, name: &str) -> Result<PushReport, VaultError> {
+        self.push_leased(name, false)
+    }
+
+    /// [`push_locked`](Self::push_locked); with `lease_all`, the access
+    /// table goes too even if it did not change, so that every ref the
+    /// remote has is under a lease (see [`sync`](Self::sync)).
+    fn push_leased(&mut self, name: &str, lease_all: bool) -> Result<PushReport, VaultError> {
         let entry = self.remote(name)?;
         let (main, keys) = self.checkpointed_tips()?;
         let (Some(main), Some(keys)) = (main, keys) else {
@@ -278,6 +285,7 @@ impl Vault {
         if seen_main == Some(main) && seen_keys == Some(keys) && !access_changed {
             return Ok(report);
         }
+        let access_changed = access_changed || lease_all;
         // Only a main that holds what the remote had: a push never drops
         // another machine's work (the lease below is the remote's check).
         if let Some(s) = seen_main
@@ -420,6 +428,30 @@ impl Vault {
         Ok(report)
     }
 
+    /// Whether `sync` pushes first: this vault holds commits remote `name`
+    /// has not seen, and the remote (reached as a path, its refs read
+    /// from its files) still points where this vault last saw it. A
+    /// remote over the network is fetched first: asking it costs a
+    /// connection, as a push that finds it moved does.
+    fn push_first(&mut self, name: &str) -> Result<bool, VaultError> {
+        let entry = self.remote(name)?;
+        let (Some(seen_main), Some(seen_keys)) = (entry.seen.main(), entry.seen.keys()) else {
+            return Ok(false);
+        };
+        let unmoved = git::local_dir(&entry.url)
+            .and_then(|dir| git::peek_refs(&dir))
+            .is_some_and(|at| {
+                at.main == Some(seen_main)
+                    && at.keys == Some(seen_keys)
+                    && at.access == entry.seen.access()
+            });
+        if !unmoved {
+            return Ok(false);
+        }
+        let (main, keys) = self.checkpointed_tips()?;
+        Ok(main != Some(seen_main) || keys != Some(seen_keys))
+    }
+
     /// Check remote `name` as a pull would (every new object hashed, every
     /// new commit and the key state MAC'd with this vault's key, no
     /// rollback or fork against what this vault saw there), changing
@@ -453,6 +485,32 @@ impl Vault {
     pub fn sync(&mut self, name: &str) -> Result<SyncReport, VaultError> {
         let _lock = self.sync_lock()?;
         let mut report = SyncReport::default();
+        // With something to send to a remote that looks unmoved since
+        // this vault last saw it (see `push_first`), push first, every
+        // ref of the remote under a lease (main, keys, and the access
+        // table, sent even when unchanged): if it lands, the remote held
+        // exactly what this vault last merged, so a pull would have
+        // brought nothing (and its fetch cost as much as the push). If
+        // the remote moved after all, nothing moved there: pull, merge
+        // and push as below.
+        if self.push_first(name)? {
+            match self.push_leased(name, true) {
+                Ok(push) => {
+                    report.pulls.push(PullReport {
+                        remote: name.into(),
+                        outcome: "up to date".into(),
+                        ..Default::default()
+                    });
+                    report.push = push;
+                    return Ok(report);
+                }
+                // (Or this vault's main does not hold what the remote
+                // had: the pull below merges it.)
+                Err(VaultError::Sync(e))
+                    if matches!(*e, SyncError::Moved { .. } | SyncError::NotMerged { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
         for attempt in 1..=SYNC_ATTEMPTS {
             report.pulls.push(self.pull_locked(name)?);
             match self.push_locked(name) {
@@ -737,8 +795,12 @@ impl Vault {
         let mut tree = b"100644 access\0".to_vec();
         tree.extend_from_slice(&blob_id);
         let tree_id = Oid::from_bytes(&pack::object_hash(ObjectType::Tree, &tree))?;
+        // Its parent: main, whose tips it goes with. A fetch that wants it
+        // then knows it is complete once the remote has seen the
+        // commits main descends from; with no parent, git offered the
+        // remote a few hundred commits before giving up on it.
         let buffer = format!(
-            "tree {tree_id}\nauthor m <m> {date} +0000\ncommitter m <m> {date} +0000\n\n{ACCESS_MESSAGE}"
+            "tree {tree_id}\nparent {main}\nauthor m <m> {date} +0000\ncommitter m <m> {date} +0000\n\n{ACCESS_MESSAGE}"
         );
         let tag = data_encoding::HEXLOWER.encode(&self.keys.mac(buffer.as_bytes()));
         let commit = super::keys::signed_commit_bytes(buffer.as_bytes(), &tag)?;
