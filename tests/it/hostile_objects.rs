@@ -22,7 +22,7 @@ fn run_bounded(cmd: &mut Command, input: &str) -> Option<Output> {
 }
 
 /// A vault with a few commits whose objects are all loose (each `exec`
-/// checkpoints on exit; a checkpoint of few objects writes them loose).
+/// checkpoints on exit into a pack, unpacked here).
 fn vault_with_loose_history() -> TestVault {
     let v = TestVault::new();
     for (path, text) in [
@@ -42,15 +42,42 @@ fn vault_with_loose_history() -> TestVault {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    unpack_all(&v);
+    v
+}
+
+/// Turn every pack of the vault into loose objects (a checkpoint writes a
+/// pack; the pack is moved out first, or git would skip what it holds).
+fn unpack_all(v: &TestVault) {
+    let pack_dir = v.vault.join("objects/pack");
+    for e in pack_dir.read_dir().unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_some_and(|x| x == "pack") {
+            let moved = v.tmp.path().join("unpack.pack");
+            std::fs::rename(&path, &moved).unwrap();
+            std::fs::remove_file(path.with_extension("idx")).unwrap();
+            let out = Command::new("git")
+                .env("GIT_DIR", &v.vault)
+                .arg("unpack-objects")
+                .arg("-q")
+                .stdin(std::fs::File::open(&moved).unwrap())
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
     assert!(
-        !v.vault.join("objects/pack").read_dir().unwrap().any(|e| e
+        !pack_dir.read_dir().unwrap().any(|e| e
             .unwrap()
             .file_name()
             .to_string_lossy()
             .ends_with(".pack")),
         "the test needs loose objects, not packs"
     );
-    v
 }
 
 fn rev_parse(v: &TestVault, rev: &str) -> String {
@@ -586,6 +613,7 @@ fn a_damaged_commit_below_the_verified_head_is_damage_not_rollback() {
             .unwrap();
         assert!(out.status.success());
     }
+    unpack_all(&v);
     std::fs::remove_file(loose_file(&v, &rev_parse(&v, "refs/heads/main~1"))).unwrap();
     let out = run_bounded(v.cmd().arg("verify"), "").expect("verify hung");
     let stdout = String::from_utf8_lossy(&out.stdout);

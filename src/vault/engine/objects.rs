@@ -177,6 +177,29 @@ fn stamp(path: &Path) -> Option<Stamp> {
 /// List the packs and check the index of each new or changed one if the
 /// pack directory changed (or `force`); the first refusal, if any pack
 /// failed. With `whole`, every pack is also validated whole.
+/// Validate whole (see [`check_packs`]) the packs named `stems`
+/// (`pack-<hex>`) alone: those a merge of small packs copies entries from
+/// as they stand. The others are read through libgit2, each object
+/// checked as it is read, as always.
+pub(crate) fn check_packs_named(repo: &Repository, stems: &[&str]) -> Result<(), ObjectError> {
+    with_known(repo, |k| {
+        refresh_packs(repo, k, false, false)?;
+        let dir = repo.path().join("objects/pack");
+        for (name, p) in &mut k.packs {
+            let stem = name.strip_suffix(".idx").unwrap_or(name);
+            if p.whole || p.state.is_err() || !stems.contains(&stem) {
+                continue;
+            }
+            let idx = dir.join(name.as_str());
+            p.state = pack::validate(&idx, &idx.with_extension("pack"))
+                .map(Box::new)
+                .map_err(refusal);
+            p.whole = true;
+        }
+        refused(k)
+    })
+}
+
 fn refresh_packs(
     repo: &Repository,
     k: &mut Known,
