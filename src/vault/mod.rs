@@ -573,8 +573,10 @@ impl Drop for Vault {
         if self.log.dirty {
             let _ = self.checkpoint();
         }
-        // Its in-memory object store goes with it.
+        // Its in-memory object store goes with it, and the open pack
+        // files of what was checked.
         fsync::forget_odb(&self.repo);
+        objects::forget(self.repo.path());
     }
 }
 

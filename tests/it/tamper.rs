@@ -18,6 +18,8 @@ fn vault_with_two_files() -> TestVault {
             .to_string(),
     ]);
     assert!(out.iter().all(|o| !is_error(o)));
+    // Loose objects to tamper with (a checkpoint writes a pack).
+    unpack_all(&v);
     v
 }
 

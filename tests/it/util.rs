@@ -248,3 +248,37 @@ pub fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Turn every pack of the vault into loose objects (a checkpoint writes a
+/// pack; the pack is moved out first, or git would skip what it holds).
+pub fn unpack_all(v: &TestVault) {
+    let pack_dir = v.vault.join("objects/pack");
+    for e in pack_dir.read_dir().unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_some_and(|x| x == "pack") {
+            let moved = v.tmp.path().join("unpack.pack");
+            std::fs::rename(&path, &moved).unwrap();
+            std::fs::remove_file(path.with_extension("idx")).unwrap();
+            let out = Command::new("git")
+                .env("GIT_DIR", &v.vault)
+                .arg("unpack-objects")
+                .arg("-q")
+                .stdin(std::fs::File::open(&moved).unwrap())
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    assert!(
+        !pack_dir.read_dir().unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .ends_with(".pack")),
+        "the test needs loose objects, not packs"
+    );
+}

@@ -162,6 +162,13 @@ fn with_known<T>(repo: &Repository, f: impl FnOnce(&mut Known) -> T) -> T {
     f(all.entry(repo.path().to_path_buf()).or_default())
 }
 
+/// Forget what was checked of the repository at `path` (a vault closed):
+/// its packs' indexes hold two open files each, and a server that closes
+/// idle vaults must not keep them.
+pub(crate) fn forget(path: &Path) {
+    KNOWN.lock().unwrap_or_else(|e| e.into_inner()).remove(path);
+}
+
 fn stamp(path: &Path) -> Option<Stamp> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path).ok()?;
@@ -174,9 +181,6 @@ fn stamp(path: &Path) -> Option<Stamp> {
     ))
 }
 
-/// List the packs and check the index of each new or changed one if the
-/// pack directory changed (or `force`); the first refusal, if any pack
-/// failed. With `whole`, every pack is also validated whole.
 /// Validate whole (see [`check_packs`]) the packs named `stems`
 /// (`pack-<hex>`) alone: those a merge of small packs copies entries from
 /// as they stand. The others are read through libgit2, each object
@@ -200,6 +204,9 @@ pub(crate) fn check_packs_named(repo: &Repository, stems: &[&str]) -> Result<(),
     })
 }
 
+/// List the packs and check the index of each new or changed one if the
+/// pack directory changed (or `force`); the first refusal, if any pack
+/// failed. With `whole`, every pack is also validated whole.
 fn refresh_packs(
     repo: &Repository,
     k: &mut Known,
