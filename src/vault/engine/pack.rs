@@ -43,6 +43,10 @@ pub(crate) enum Entry<'a> {
     /// An object, to be stored (checked against its id first), as a delta
     /// when it has a base earlier in the pack.
     Object(&'a Object),
+    /// [`Entry::Object`] whose bytes the caller has just hashed against
+    /// its id (a clone's objects, hashed as they were read): stored
+    /// without hashing them again.
+    Hashed(&'a Object),
     /// An entry copied as it stands from another pack (header and zlib
     /// data of a whole, non-delta object), with its CRC-32.
     Raw { id: Oid, crc: u32, bytes: &'a [u8] },
@@ -60,7 +64,7 @@ pub(crate) enum Entry<'a> {
 impl Entry<'_> {
     fn id(&self) -> Oid {
         match self {
-            Entry::Object(o) => o.id,
+            Entry::Object(o) | Entry::Hashed(o) => o.id,
             Entry::Raw { id, .. } | Entry::RawOfsDelta { id, .. } => *id,
         }
     }
@@ -295,7 +299,7 @@ pub(crate) fn build_entries(
     let mut pack = Vec::with_capacity(
         all.iter()
             .map(|e| match e {
-                Entry::Object(o) => o.data.len() + 32,
+                Entry::Object(o) | Entry::Hashed(o) => o.data.len() + 32,
                 Entry::Raw { bytes, .. } => bytes.len(),
                 Entry::RawOfsDelta { zdata, .. } => zdata.len() + 16,
             })
@@ -341,8 +345,9 @@ pub(crate) fn build_entries(
                 pack.extend_from_slice(zdata);
                 written.insert(*id, (offset, None));
             }
-            Entry::Object(o) => {
-                if object_hash(o.kind, &o.data) != o.id.as_bytes() {
+            Entry::Object(o) | Entry::Hashed(o) => {
+                if matches!(e, Entry::Object(_)) && object_hash(o.kind, &o.data) != o.id.as_bytes()
+                {
                     return Err(io::Error::other("a logged object does not match its id"));
                 }
                 let delta = bases
@@ -444,6 +449,12 @@ fn write_synced(dir: &Path, bytes: &[u8]) -> io::Result<std::path::PathBuf> {
 /// before they get their names. Returns the pack's name.
 pub(crate) fn write(pack_dir: &Path, objects: &[&Object]) -> io::Result<String> {
     let entries: Vec<Entry<'_>> = objects.iter().map(|o| Entry::Object(o)).collect();
+    write_entries(pack_dir, &entries, &tree_bases(objects))
+}
+
+/// [`write`] of objects the caller has just hashed against their ids.
+pub(crate) fn write_hashed(pack_dir: &Path, objects: &[&Object]) -> io::Result<String> {
+    let entries: Vec<Entry<'_>> = objects.iter().map(|o| Entry::Hashed(o)).collect();
     write_entries(pack_dir, &entries, &tree_bases(objects))
 }
 
