@@ -312,7 +312,10 @@ impl Vault {
             });
         }
         let scratch = git::Scratch::new(&self.dir, true)?;
-        report.commits = scratch.count_since(main, seen_main.filter(|s| self.holds(*s)))?;
+        report.commits = match self.linear_distance(main, seen_main) {
+            Some(n) => n,
+            None => scratch.count_since(main, seen_main.filter(|s| self.holds(*s)))?,
+        };
         // The access table too (views make no commit, but another
         // machine's expiry must see them), in the same push, last, under
         // its own lease: its objects are written into the scratch
@@ -826,6 +829,26 @@ impl Vault {
 
     /// Whether `target` is `from` or one of its ancestors, walking at most
     /// `limit` commits (each checked before libgit2 reads it).
+    /// How many commits `tip` is ahead of `base` when `base` is a few
+    /// single-parent steps below it (a push's usual case), counted here;
+    /// None otherwise (`git rev-list --count` counts).
+    fn linear_distance(&self, tip: Oid, base: Option<Oid>) -> Option<usize> {
+        let base = base?;
+        let mut at = tip;
+        for n in 0..64 {
+            if at == base {
+                return Some(n);
+            }
+            objects::check(&self.repo, at).ok()?;
+            let c = self.repo.find_commit(at).ok()?;
+            if c.parent_count() != 1 {
+                return None;
+            }
+            at = c.parent_id(0).ok()?;
+        }
+        None
+    }
+
     pub(crate) fn reaches(&self, from: Oid, target: Oid, limit: usize) -> Result<bool, VaultError> {
         let mut queue = VecDeque::from([from]);
         let mut seen = HashSet::from([from]);
