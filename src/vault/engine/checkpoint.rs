@@ -57,16 +57,6 @@ pub(crate) fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), 
             target.push((name.to_string(), t));
         }
     }
-    // Nothing logged since the last checkpoint and the refs where the log
-    // says: that checkpoint synced them; another would only sync them
-    // again (five syncs, twice in every `sync`).
-    if contents.records.is_empty()
-        && target
-            .iter()
-            .all(|(name, id)| repo.refname_to_id(name).ok() == Some(*id))
-    {
-        return Ok(());
-    }
     let objects: Vec<&raw::Object> = contents
         .records
         .iter()
