@@ -227,25 +227,13 @@ impl Vault {
 
     /// Merge `theirs` (the remote's main, checked and stored) into `ours`
     /// from `base`: one MAC'd commit with two parents, with the merged key
-    /// state, in one log record. The caller holds the writer lock.
-    pub(super) fn merge_commits(
-        &mut self,
-        remote: &str,
-        ours: Oid,
-        theirs: Oid,
-        base: Option<Oid>,
-        their_keys: KeyState,
-        new: &BTreeSet<Oid>,
-    ) -> Result<Merged, VaultError> {
-        self.merge_with(remote, ours, theirs, base, their_keys, new, false)
-    }
-
-    /// [`merge_commits`](Self::merge_commits) over the files that differ
-    /// between the three trees (a file the same in all three stays as it
-    /// is), or over every file (`full`: when a path is a file on one side
-    /// and a directory on the other, the tree is built whole).
+    /// state, in one log record. The caller holds the writer lock. Over
+    /// the files that differ between the three trees (a file the same in
+    /// all three stays as it is), or over every file (`full`: when a path
+    /// is a file on one side and a directory on the other, the tree is
+    /// built whole).
     #[allow(clippy::too_many_arguments)]
-    fn merge_with(
+    pub(super) fn merge_commits(
         &mut self,
         remote: &str,
         ours: Oid,
@@ -389,7 +377,7 @@ impl Vault {
         let tree = match self.edit_tree(Some(ours), &edits, &mut objects_out) {
             Ok(tree) => tree,
             Err(_) if !full => {
-                return self.merge_with(remote, ours, theirs, base, their_keys, new, true);
+                return self.merge_commits(remote, ours, theirs, base, their_keys, new, true);
             }
             Err(_) => {
                 // A path that is a file on one side and a directory on the

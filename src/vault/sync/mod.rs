@@ -938,7 +938,7 @@ impl Vault {
             unreachable!("no tip is a fast-forward");
         };
         let base = self.merge_base(ours, their_main, &new)?;
-        self.merge_commits(remote, ours, their_main, base, theirs, &new)
+        self.merge_commits(remote, ours, their_main, base, theirs, &new, false)
     }
 
     /// Move main and the key state to the remote's (it holds this vault's
@@ -1168,15 +1168,7 @@ fn clone_into(
     )?;
     // Commits on main: not the key states (the remote's and those it
     // chains to) nor the access table's.
-    let mut key_states = HashSet::new();
-    let mut stack = vec![keys];
-    while let Some(id) = stack.pop() {
-        if key_states.insert(id)
-            && let Ok(c) = objects::find_commit(&vault.repo, id)
-        {
-            stack.extend(c.parent_ids());
-        }
-    }
+    let key_states = chain;
     let commits = received
         .iter()
         .filter(|o| {
