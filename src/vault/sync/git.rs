@@ -262,7 +262,14 @@ impl Scratch {
         if fsx::check_real_dir(&objects).is_err() {
             return Ok(None);
         }
-        let Some(refs) = peek_refs(&dir) else {
+        // Under the remote's lock, which memvault's pushes to a path hold
+        // while they move its refs: git moves them one after the other
+        // (main before the key state), and refs read in between would
+        // pair a new main with the key state it replaces ("rolled back").
+        let lock = lock_remote(&dir);
+        let refs = peek_refs(&dir);
+        drop(lock);
+        let Some(refs) = refs else {
             return Ok(None);
         };
         let Some(main) = refs.main else {
