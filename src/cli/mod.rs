@@ -145,8 +145,11 @@ impl From<VaultError> for CliError {
         }
         let hint = match &e {
             VaultError::WrongSecret => " (check the passphrase or --key-file; nothing was changed)",
-            VaultError::Damaged(_) | VaultError::Object(_) | VaultError::RolledBack(_) => {
+            VaultError::Damaged(_) | VaultError::Object(_) => {
                 " (nothing was changed; run `memvault verify` to locate the damage)"
+            }
+            VaultError::RolledBack(_) => {
+                " (nothing was changed; someone put back older ref files: restore them, or the vault from a backup)"
             }
             _ => "",
         };

@@ -43,23 +43,25 @@ fn reopen(dir: &Path, bytes: &[u8; 32]) -> Vault {
 }
 
 fn put(vault: &mut Vault, path: &str, content: &[u8]) {
+    try_put(vault, path, content).unwrap();
+}
+
+fn try_put(vault: &mut Vault, path: &str, content: &[u8]) -> Result<ToolResult, StoreError> {
     let path = MemoryPath::parse(path).unwrap();
     let content = content.to_vec();
-    vault
-        .write(&mut |_| {
-            Ok(Outcome {
-                result: ToolResult::ok("ok"),
-                mutation: Some(Mutation {
-                    op: Op::Create,
-                    change: Change::Write {
-                        path: path.clone(),
-                        content: Zeroizing::new(content.clone()),
-                    },
-                    facts: ChangeFacts::default(),
-                }),
-            })
+    vault.write(&mut |_| {
+        Ok(Outcome {
+            result: ToolResult::ok("ok"),
+            mutation: Some(Mutation {
+                op: Op::Create,
+                change: Change::Write {
+                    path: path.clone(),
+                    content: Zeroizing::new(content.clone()),
+                },
+                facts: ChangeFacts::default(),
+            }),
         })
-        .unwrap();
+    })
 }
 
 fn read(vault: &mut Vault, path: &str) -> Result<Vec<u8>, StoreError> {
@@ -382,7 +384,7 @@ fn views_recorded_after_another_handle_compacted_the_access_log_are_kept() {
 }
 
 #[test]
-fn a_running_handle_follows_its_log_not_a_ref_moved_under_it_and_a_new_one_sees_the_move() {
+fn a_running_handle_follows_its_log_not_a_ref_moved_under_it_and_a_new_one_refuses_it() {
     let (_tmp, dir, bytes, mut a) = new_vault_with(VaultConfig::default());
     put(&mut a, "/memories/x.txt", b"one");
     a.checkpoint().unwrap();
@@ -399,16 +401,63 @@ fn a_running_handle_follows_its_log_not_a_ref_moved_under_it_and_a_new_one_sees_
         .unwrap();
     // The running handle still answers from its log: the newest content.
     assert_eq!(read(&mut a, "/memories/x.txt").unwrap(), b"two");
-    // verify judges the ref files as they are, in this handle as in a new
-    // one, and finds the rollback.
-    let problems = |v: &mut Vault| {
-        let report = v.verify().unwrap();
-        assert!(!report.ok());
-        format!("{:?}", report.problems)
-    };
-    assert!(problems(&mut a).contains("roll"), "{}", problems(&mut a));
-    let mut b = reopen(&dir, &bytes);
-    assert!(problems(&mut b).contains("roll"), "{}", problems(&mut b));
+    // verify judges the ref files as they are and finds the rollback; a
+    // new handle refuses to open (the log is newer than main).
+    let report = a.verify().unwrap();
+    assert!(!report.ok());
+    assert!(format!("{:?}", report.problems).contains("roll"));
+    let key = KeyFileKey::from_bytes(&bytes).unwrap();
+    let opened = Vault::open(&dir, &Unlock::KeyFile(&key), who());
+    assert!(matches!(opened, Err(VaultError::RolledBack(_))));
+}
+
+/// A ref moved back under a running writer (main to an ancestor, the key
+/// state to an older state) is refused as a rollback: the next write does
+/// not build on the old state (which would drop the acknowledged writes
+/// after it from history), nothing changes, a new handle refuses to open,
+/// and once the ref files are put back everything is there.
+#[test]
+fn a_ref_moved_back_under_a_running_writer_loses_no_acknowledged_write() {
+    for with_main in [true, false] {
+        let (_tmp, dir, bytes, mut a) = new_vault_with(VaultConfig::default());
+        put(&mut a, "/memories/x.txt", b"one");
+        a.checkpoint().unwrap();
+        let old_main = a.repo.refname_to_id(MAIN_REF).unwrap();
+        let old_keys = a.repo.refname_to_id(keys::KEYS_REF).unwrap();
+        put(&mut a, "/memories/x.txt", b"two");
+        // A new file: a new key, so a newer key state.
+        put(&mut a, "/memories/y.txt", b"why");
+        a.checkpoint().unwrap();
+        let now = [MAIN_REF, keys::KEYS_REF].map(|n| (n, a.repo.refname_to_id(n).unwrap()));
+        let mut moved = vec![(keys::KEYS_REF, old_keys)];
+        if with_main {
+            moved.push((MAIN_REF, old_main));
+        }
+        for (name, id) in &moved {
+            a.repo.reference(name, *id, true, "rollback").unwrap();
+        }
+        let refused = try_put(&mut a, "/memories/z.txt", b"zed").unwrap_err();
+        assert!(format!("{refused}").contains("rollback"), "{refused}");
+        for (name, id) in &moved {
+            assert_eq!(a.repo.refname_to_id(name).unwrap(), *id, "{name} changed");
+        }
+        assert!(read(&mut a, "/memories/z.txt").is_err());
+        let key = KeyFileKey::from_bytes(&bytes).unwrap();
+        let opened = Vault::open(&dir, &Unlock::KeyFile(&key), who());
+        assert!(matches!(opened, Err(VaultError::RolledBack(_))));
+        // The ref files put back: everything acknowledged is there.
+        for (name, id) in now {
+            a.repo.reference(name, id, true, "restored").unwrap();
+        }
+        put(&mut a, "/memories/z.txt", b"zed");
+        for v in [&mut a, &mut reopen(&dir, &bytes)] {
+            assert_eq!(read(v, "/memories/x.txt").unwrap(), b"two");
+            assert_eq!(read(v, "/memories/y.txt").unwrap(), b"why");
+            assert_eq!(read(v, "/memories/z.txt").unwrap(), b"zed");
+            let report = v.verify().unwrap();
+            assert!(report.ok(), "{:?}", report.problems);
+        }
+    }
 }
 
 #[test]

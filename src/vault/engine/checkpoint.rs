@@ -19,9 +19,13 @@ use crate::vault::error::VaultError;
 ///
 /// Which tail: a ref on disk that does not read, names a missing object, or
 /// names an older target from the log (a writer died before moving it) is
-/// set to the log's tail; a ref that is gone or names something the log
-/// never wrote was changed outside memvault and is kept as it is (the MAC
-/// checks judge it).
+/// set to the log's tail. A ref moved back outside memvault to a state
+/// the log's tail is newer than (main: an ancestor of the tail; the key
+/// state: a lower counter) is refused as rolled back, and nothing
+/// changes: building on it would drop acknowledged writes from history.
+/// A ref that is gone or names anything else the log never wrote was
+/// changed outside memvault and is kept as it is (the MAC checks judge
+/// it).
 pub(crate) fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), VaultError> {
     // Under the writer lock no live memvault writer holds a ref lock: one
     // left behind belongs to a writer killed while moving a ref.
@@ -51,6 +55,15 @@ pub(crate) fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), 
         };
         let t = match (disk, logged) {
             (Some(d), Some(l)) if d == l || earlier(d) || !odb.exists(d) => Some(l),
+            // A rollback under the log: building on the old ref would
+            // drop acknowledged writes (their file keys, for the key
+            // state) from history. Refused; the log keeps them.
+            (Some(d), Some(l)) if behind(repo, name, d, l) => {
+                return Err(VaultError::RolledBack(match name {
+                    KEYS_REF => ROLLED_BACK_KEYS,
+                    _ => ROLLED_BACK_MAIN,
+                }));
+            }
             (d, _) => d,
         };
         if let Some(t) = t.filter(|t| !t.is_zero()) {
@@ -62,7 +75,8 @@ pub(crate) fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), 
         .iter()
         .flat_map(|r| r.objects.iter())
         .collect();
-    wal::write_durable_objects(repo, &objects)?;
+    // Objects of tagged records were hashed when logged: not hashed again.
+    wal::write_durable_objects(repo, &objects, contents.tagged)?;
     for (name, id) in &target {
         if repo.refname_to_id(name).ok() != Some(*id)
             && repo.reference(name, *id, true, "memvault recover").is_err()
@@ -91,6 +105,54 @@ pub(crate) fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), 
     // search and pruning is `memvault gc`'s, never a mutation's).
     gc::merge_small_packs(repo)?;
     Ok(())
+}
+
+const ROLLED_BACK_MAIN: &str = "rollback: main (refs/heads/main) was moved back outside \
+     memvault, below the newest commit in the log (memvault/wal), which is kept";
+const ROLLED_BACK_KEYS: &str = "rollback: the key state (refs/memvault/keys) was rolled back \
+     outside memvault, below the newest one in the log (memvault/wal), which is kept";
+
+/// At most this many commits are read to find that a ref was moved back.
+const BEHIND_WALK: usize = 1 << 18;
+
+/// Whether the ref `name`'s file, naming `disk`, is behind the log's
+/// `logged` target: for main, `disk` is an ancestor of `logged` (a walk
+/// that never goes below `disk`'s date, as each commit is dated after
+/// its parents); for the key state, `disk` has a lower counter. Every
+/// commit is checked before it is read; anything unreadable is `false`
+/// (the ref is then kept and judged by the MAC checks).
+fn behind(repo: &Repository, name: &str, disk: Oid, logged: Oid) -> bool {
+    use super::objects::find_commit;
+    let Ok(d) = find_commit(repo, disk) else {
+        return false;
+    };
+    if name == KEYS_REF {
+        let counter = |id: Oid| {
+            find_commit(repo, id)
+                .ok()
+                .and_then(|_| crate::vault::keys::read_header(repo, id).ok())
+                .map(|(_, counter)| counter)
+        };
+        return matches!((counter(disk), counter(logged)), (Some(d), Some(l)) if d < l);
+    }
+    let floor = d.time().seconds();
+    let mut seen = std::collections::HashSet::new();
+    let mut todo = vec![logged];
+    while let Some(id) = todo.pop() {
+        if id == disk {
+            return true;
+        }
+        if !seen.insert(id) || seen.len() > BEHIND_WALK {
+            continue;
+        }
+        let Ok(c) = find_commit(repo, id) else {
+            continue;
+        };
+        if c.time().seconds() > floor {
+            todo.extend(c.parent_ids());
+        }
+    }
+    false
 }
 
 /// fsync every file and directory below `dir` (a new vault, before it is

@@ -495,6 +495,10 @@ pub(crate) struct Contents {
     /// Length of the part that checks out.
     #[cfg_attr(not(test), allow(dead_code))]
     pub valid_len: u64,
+    /// Every record's tag was checked under the vault's log key: each
+    /// object in them is as a key holder wrote it, its id computed from
+    /// its bytes then (so a checkpoint need not hash it again).
+    pub tagged: bool,
 }
 
 impl Contents {
@@ -685,6 +689,7 @@ impl Wal {
                 head: None,
                 records: Vec::new(),
                 valid_len: 0,
+                tagged: false,
             });
         };
         let mut records = Vec::new();
@@ -704,6 +709,7 @@ impl Wal {
             head: Some(head),
             records,
             valid_len: pos,
+            tagged: v2 && self.key.is_some(),
         })
     }
 
@@ -1038,6 +1044,7 @@ const LOOSE_LIMIT: usize = 1;
 pub(crate) fn write_durable_objects(
     repo: &Repository,
     objects: &[&Object],
+    hashed: bool,
 ) -> Result<(), git2::Error> {
     if objects.is_empty() {
         return Ok(());
@@ -1068,7 +1075,11 @@ pub(crate) fn write_durable_objects(
     // One pack, no delta search (gc finds deltas), synced before named.
     let pack_dir = dir.join("pack");
     fsx::mkdir_private(&pack_dir).map_err(io_git)?;
-    let name = super::pack::write(&pack_dir, objects).map_err(io_git)?;
+    let name = match hashed {
+        true => super::pack::write_hashed(&pack_dir, objects),
+        false => super::pack::write(&pack_dir, objects),
+    }
+    .map_err(io_git)?;
     fsync::sync_path(&pack_dir).map_err(io_git)?;
     // Written from objects checked against their ids: not validated again.
     super::objects::trust_written_pack(repo, &name);
