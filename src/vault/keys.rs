@@ -66,13 +66,16 @@ pub struct KeyState {
     /// blob `erased` (ids only; covered by the key-state MAC).
     pub erased: std::collections::BTreeSet<FileKeyId>,
     /// The objects [`KeyState::stage_changes`] wrote for the commit it
-    /// staged (besides the commit), for [`KeyState::add_to_record`]; empty
-    /// when it does not know them.
+    /// staged (the commit included), for [`KeyState::add_to_record`];
+    /// None when it does not know them.
     staged: Option<(Oid, Vec<super::engine::raw::Object>)>,
     /// The commit [`KeyState::stage_changes`] staged last and whether it
     /// names the state it replaces as a parent (for
     /// [`KeyState::published`]).
     chained: Option<(Oid, bool)>,
+    /// What this handle knows of the last state it staged without a
+    /// rebuild (see [`Written`]); used only while it is `commit`.
+    written: Option<Written>,
     /// The key-state format: 1 (no counter, no settings), 2 (256 shards),
     /// 3 (4096 shards) or 4 (4096 shards, chained to the state it replaced).
     pub format: u8,
@@ -81,6 +84,42 @@ pub struct KeyState {
     /// The authenticated settings (None in a format-1 key state, whose
     /// settings are still the plain `memvault/config.json`).
     pub settings: Option<VaultConfig>,
+}
+
+/// What [`KeyState::stage_changes`] knows of a state it wrote, so that
+/// the next change neither reads it back nor checks again what it made
+/// (its root entries, date, counter, key epoch and MAC): valid only while
+/// that state is the current one (`KeyState::commit`).
+#[derive(Clone, Copy)]
+struct Written {
+    commit: Oid,
+    counter: u64,
+    date: u64,
+    /// Which key MAC'd it: a MAC of [`WRITTEN_UNDER`] (epoch included).
+    under: [u8; 8],
+    erased: Option<Oid>,
+    settings: Oid,
+    slots: Oid,
+    table: Option<Oid>,
+}
+
+/// What [`Written::under`] MACs.
+const WRITTEN_UNDER: &[u8] = b"memvault: the key a written key state is MAC'd under";
+
+/// A short fingerprint of the key `keys` MACs under (its epoch included).
+fn written_under(keys: &VaultKeys) -> [u8; 8] {
+    let mac = keys.mac(WRITTEN_UNDER);
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&mac[mac.len() - 8..]);
+    out
+}
+
+/// The root entries of a key state that a change keeps.
+struct Root {
+    slots: Oid,
+    table: Option<Oid>,
+    erased: Option<Oid>,
+    settings: Option<Oid>,
 }
 
 /// One shard of the key table: its blob, and its keys once decrypted.
@@ -118,6 +157,17 @@ impl Shards {
 
     /// The shard `number`, found now if it was not yet.
     fn get(&self, repo: &Repository, number: u16) -> Result<Option<&Shard>, VaultError> {
+        self.get_with(repo, None, number)
+    }
+
+    /// [`Shards::get`], reading the table's trees through `caches` when
+    /// given (a change: the trees are mostly the ones it wrote last).
+    fn get_with(
+        &self,
+        repo: &Repository,
+        caches: Option<&Caches>,
+        number: u16,
+    ) -> Result<Option<&Shard>, VaultError> {
         let slot = self
             .slots
             .get(usize::from(number))
@@ -127,7 +177,7 @@ impl Shards {
         }
         let oid = match self.tree {
             None => None,
-            Some(tree) => find_shard(repo, tree, &shard_path_of(self.layout, number))?,
+            Some(tree) => find_shard(repo, caches, tree, &shard_path_of(self.layout, number))?,
         };
         let shard = oid.map(Shard::found);
         Ok(slot.get_or_init(|| shard).as_ref())
@@ -137,9 +187,10 @@ impl Shards {
     fn get_mut(
         &mut self,
         repo: &Repository,
+        caches: &Caches,
         number: u16,
     ) -> Result<&mut Option<Shard>, VaultError> {
-        self.get(repo, number)?;
+        self.get_with(repo, Some(caches), number)?;
         self.slots
             .get_mut(usize::from(number))
             .and_then(OnceLock::get_mut)
@@ -186,19 +237,38 @@ impl Shards {
 }
 
 /// The blob of a shard at `path` below the table tree `tree`, if any.
-fn find_shard(repo: &Repository, tree: Oid, path: &str) -> Result<Option<Oid>, VaultError> {
+fn find_shard(
+    repo: &Repository,
+    caches: Option<&Caches>,
+    tree: Oid,
+    path: &str,
+) -> Result<Option<Oid>, VaultError> {
     let bad = || damaged("a key table shard has a bad name");
     let mut at = tree;
     let mut parts = path.split('/').peekable();
     while let Some(name) = parts.next() {
-        objects::check(repo, at)?;
-        let t = repo.find_tree(at)?;
-        let Some(e) = t.get_name(name) else {
-            return Ok(None);
+        let last = parts.peek().is_none();
+        let (mode, id) = match caches {
+            // The entries remembered, or read checked (and remembered).
+            Some(c) => {
+                let entries = c.tree_entries(repo, at)?;
+                let Some(i) = super::tree::find_entry(&entries, name.as_bytes()) else {
+                    return Ok(None);
+                };
+                (entries[i].mode, entries[i].id)
+            }
+            None => {
+                objects::check(repo, at)?;
+                let t = repo.find_tree(at)?;
+                let Some(e) = t.get_name(name) else {
+                    return Ok(None);
+                };
+                (e.filemode(), e.id())
+            }
         };
-        match (parts.peek().is_none(), e.kind()) {
-            (true, Some(ObjectType::Blob)) => return Ok(Some(e.id())),
-            (false, Some(ObjectType::Tree)) => at = e.id(),
+        match (last, mode) {
+            (true, m) if m == i32::from(FileMode::Blob) => return Ok(Some(id)),
+            (false, super::tree::MODE_TREE) => at = id,
             _ => return Err(bad()),
         }
     }
@@ -524,9 +594,24 @@ pub fn write_signed_commit(
     keys: &VaultKeys,
     buffer: &[u8],
 ) -> Result<Oid, VaultError> {
+    Ok(write_signed_object(repo, keys, buffer)?.id)
+}
+
+/// [`write_signed_commit`], returning the commit object (for a log
+/// record, without reading it back).
+pub(crate) fn write_signed_object(
+    repo: &Repository,
+    keys: &VaultKeys,
+    buffer: &[u8],
+) -> Result<super::engine::raw::Object, VaultError> {
     let tag = data_encoding::HEXLOWER.encode(&keys.mac(buffer));
     let data = signed_commit_bytes(buffer, &tag)?;
-    Ok(objects::write_object(repo, ObjectType::Commit, &data)?)
+    let id = objects::write_object(repo, ObjectType::Commit, &data)?;
+    Ok(super::engine::raw::Object {
+        kind: ObjectType::Commit,
+        id,
+        data,
+    })
 }
 
 /// The object `git_commit_create_with_signature` makes of a commit buffer
@@ -572,6 +657,7 @@ impl KeyState {
             erased: Default::default(),
             staged: None,
             chained: None,
+            written: None,
             format,
             counter,
             settings: None,
@@ -819,7 +905,7 @@ impl KeyState {
             let mut wide: BTreeMap<u16, KeyTable> = BTreeMap::new();
             let numbers: Vec<u16> = self.shards.all(repo)?.iter().map(|(n, _)| *n).collect();
             for number in numbers {
-                let Some(shard) = self.shards.get_mut(repo, number)? else {
+                let Some(shard) = self.shards.get_mut(repo, caches, number)? else {
                     continue;
                 };
                 let table = std::mem::take(shard.table_mut(repo, keys, layout, number)?);
@@ -851,7 +937,7 @@ impl KeyState {
             touched.insert(number);
             let table = self
                 .shards
-                .get_mut(repo, number)?
+                .get_mut(repo, caches, number)?
                 .get_or_insert_with(|| Shard::unsaved(KeyTable::default()))
                 .table_mut(repo, keys, layout, number)?;
             match key {
@@ -868,7 +954,7 @@ impl KeyState {
         let mut table_edits = TreeEdits::default();
         for shard in &touched {
             // Every touched shard was found and decrypted above.
-            let slot = self.shards.get_mut(repo, *shard)?;
+            let slot = self.shards.get_mut(repo, caches, *shard)?;
             let empty = slot
                 .as_ref()
                 .is_none_or(|s| s.table.get().is_some_and(KeyTable::is_empty));
@@ -898,29 +984,44 @@ impl KeyState {
         // and read it back.
         self.staged = None;
         self.chained = None;
-        let previous = match slots {
-            Some(_) => None,
-            None if previous_format < 3 || self.format_of_previous(repo) < 3 => None,
-            None => objects::check(repo, self.commit)
+        // The state this handle wrote last needs no reading back.
+        let known = self.written.take().filter(|w| w.commit == self.commit);
+        let previous = match (&slots, known) {
+            (Some(_), _) => None,
+            (None, Some(w)) => Some(Root {
+                slots: w.slots,
+                table: w.table,
+                erased: w.erased,
+                settings: Some(w.settings),
+            }),
+            (None, None) if previous_format < 3 || self.format_of_previous(repo) < 3 => None,
+            (None, None) => objects::check(repo, self.commit)
                 .ok()
                 .and_then(|()| repo.find_commit(self.commit).ok())
                 .filter(|c| objects::check(repo, c.tree_id()).is_ok())
-                .and_then(|c| c.tree().ok()),
+                .and_then(|c| c.tree().ok())
+                .and_then(|t| {
+                    let id = |name: &str| t.get_name(name).map(|e| e.id());
+                    Some(Root {
+                        slots: id("slots")?,
+                        table: id("table"),
+                        erased: id("erased"),
+                        settings: id("settings"),
+                    })
+                }),
         };
         if let Some(s) = slots {
             self.slots = s;
         }
-        let Some((previous, slot_tree, table_tree)) = previous.and_then(|t| {
-            let slots = t.get_name("slots").map(|e| e.id())?;
-            let table = t.get_name("table").map(|e| e.id());
-            Some((t, slots, table))
-        }) else {
+        let Some(previous) = previous else {
             let commit = write_key_commit(repo, keys, self, &settings, caches)?;
             // Every shard was found for the rebuild; none is looked up in a
             // tree again until the next state is read.
             self.shards.tree = None;
             return Ok(commit);
         };
+        let slot_tree = previous.slots;
+        let table_tree = previous.table;
         let table = table_edits.write(repo, caches, table_tree, &mut objects)?;
         // Shards not found yet are looked up in the new table from now on:
         // the old one goes with the replaced state (pruned after an
@@ -934,13 +1035,12 @@ impl KeyState {
         let erased = match self.erased.is_empty() {
             true => None,
             false if erased_changed => Some(add(ObjectType::Blob, erased_bytes(&self.erased))?),
-            false => previous.get_name("erased").map(|e| e.id()),
+            false => previous.erased,
         };
         let settings = match settings_changed {
             true => add(ObjectType::Blob, seal_settings(keys, &settings)?)?,
             false => previous
-                .get_name("settings")
-                .map(|e| e.id())
+                .settings
                 .ok_or_else(|| damaged("the key state has no settings"))?,
         };
         let root = add(
@@ -954,14 +1054,35 @@ impl KeyState {
         let mut parents = Vec::new();
         let ours = (!removed_any).then_some(self.commit);
         for candidate in ours.into_iter().chain(merge_parent) {
-            if !parents.contains(&candidate)
-                && chains_to(repo, keys, candidate, erased, slot_tree, self.counter)
-            {
+            let chains = match known.filter(|w| w.commit == candidate) {
+                // This handle wrote it (format 4, MAC'd under `epoch`).
+                Some(w) => {
+                    w.counter < self.counter
+                        && w.counter / CHAIN_SEGMENT == self.counter / CHAIN_SEGMENT
+                        && w.erased == erased
+                        && w.slots == slot_tree
+                        && w.under == written_under(keys)
+                }
+                None => chains_to(repo, keys, candidate, erased, slot_tree, self.counter),
+            };
+            if !parents.contains(&candidate) && chains {
                 parents.push(candidate);
             }
         }
         let buffer = key_commit_buffer(root, &parents, self.counter, date);
-        let commit = write_signed_commit(repo, keys, &buffer)?;
+        let object = write_signed_object(repo, keys, &buffer)?;
+        let commit = object.id;
+        objects.push(object);
+        self.written = Some(Written {
+            commit,
+            counter: self.counter,
+            date,
+            under: written_under(keys),
+            erased,
+            settings,
+            slots: slot_tree,
+            table: Some(table),
+        });
         self.chained = Some((commit, parents.contains(&self.commit)));
         self.staged = Some((commit, objects));
         Ok(commit)
@@ -976,15 +1097,16 @@ impl KeyState {
         old: Oid,
         new: Oid,
     ) -> Result<(), VaultError> {
-        let odb = repo.odb()?;
-        record.add_object(&odb, new)?;
         if let Some((commit, objects)) = self.staged.take()
             && commit == new
         {
+            // The commit among them.
             record.objects.extend(objects);
             record.refs.push((KEYS_REF.to_string(), new));
             return Ok(());
         }
+        let odb = repo.odb()?;
+        record.add_object(&odb, new)?;
         objects::check(repo, new)?;
         let new_tree = repo.find_commit(new)?.tree_id();
         let old_tree = match objects::check(repo, old) {
@@ -1025,6 +1147,7 @@ impl KeyState {
             erased: Default::default(),
             staged: None,
             chained: None,
+            written: None,
             format: 4,
             counter: 1,
             settings: Some(settings.clone()),
@@ -1037,6 +1160,13 @@ impl KeyState {
     /// The format of the key state this one was staged from (the commit
     /// it replaces): the fast path reuses that commit's trees, which a
     /// format-1 state lacks the settings of.
+    /// The date of the current state, if this handle wrote it (no read).
+    pub(crate) fn known_date(&self) -> Option<u64> {
+        self.written
+            .filter(|w| w.commit == self.commit)
+            .map(|w| w.date)
+    }
+
     fn format_of_previous(&self, repo: &Repository) -> u8 {
         read_header(repo, self.commit).map_or(1, |(f, _)| f)
     }
@@ -1145,12 +1275,17 @@ fn root_tree_bytes(erased: Option<Oid>, settings: Oid, slots: Oid, table: Oid) -
 /// The unsigned buffer of a key-state commit (what
 /// `commit_create_buffer` gives with the fixed signature).
 fn key_commit_buffer(root: Oid, parents: &[Oid], counter: u64, date: u64) -> Vec<u8> {
-    let parents: String = parents.iter().map(|p| format!("parent {p}\n")).collect();
     // Its date is the clock it shares with main, which grows along both
     // histories (git orders its walks by date; see `Vault::clock`).
+    commit_buffer(root, parents, date, &key_commit_message(counter))
+}
+
+/// The bytes libgit2's `commit_create_buffer` makes of a commit by `m <m>`
+/// at `date` (+0000) with `message` (tests compare the two).
+pub(crate) fn commit_buffer(tree: Oid, parents: &[Oid], date: u64, message: &str) -> Vec<u8> {
+    let parents: String = parents.iter().map(|p| format!("parent {p}\n")).collect();
     format!(
-        "tree {root}\n{parents}author m <m> {date} +0000\ncommitter m <m> {date} +0000\n\n{}",
-        key_commit_message(counter)
+        "tree {tree}\n{parents}author m <m> {date} +0000\ncommitter m <m> {date} +0000\n\n{message}"
     )
     .into_bytes()
 }
@@ -1255,6 +1390,32 @@ mod tests {
 
     fn tree_of(repo: &Repository, commit: Oid) -> Oid {
         repo.find_commit(commit).unwrap().tree_id()
+    }
+
+    /// Main commits are built by hand too: the same bytes as libgit2's
+    /// for no, one and two parents and a sealed-metadata message.
+    #[test]
+    fn commit_buffers_are_the_bytes_libgit2_makes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(tmp.path()).unwrap();
+        let tree = repo.treebuilder(None).unwrap().write().unwrap();
+        let tree = repo.find_tree(tree).unwrap();
+        let sig = super::super::generation_signature(7).unwrap();
+        let one = repo.commit(None, &sig, &sig, "a\n", &tree, &[]).unwrap();
+        let two = repo.commit(None, &sig, &sig, "b\n", &tree, &[]).unwrap();
+        let commits = [one, two].map(|c| repo.find_commit(c).unwrap());
+        for n in 0..=2 {
+            let parents: Vec<&git2::Commit> = commits.iter().take(n).collect();
+            let ids: Vec<Oid> = parents.iter().map(|c| c.id()).collect();
+            for (date, message) in [(7, "c2VhbGVk+/=\n"), (4_000_000_000, "x\n")] {
+                let sig = super::super::generation_signature(date).unwrap();
+                let libgit2 = repo
+                    .commit_create_buffer(&sig, &sig, message, &tree, &parents)
+                    .unwrap();
+                let ours = commit_buffer(tree.id(), &ids, date as u64, message);
+                assert_eq!(&libgit2[..], &ours[..], "{n} parents");
+            }
+        }
     }
 
     /// The in-place update of the key tree gives exactly the tree a full

@@ -66,7 +66,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
-use git2::{Oid, Repository, RepositoryInitOptions, Signature};
+use git2::{Oid, Repository, RepositoryInitOptions};
 use zeroize::Zeroizing;
 
 use crate::crypto::{
@@ -80,7 +80,7 @@ pub use erase::{Expired, PurgeReport, SweepReport};
 pub use gc::GcReport;
 pub use history::{FileChange, RevisionStore, Walk};
 pub(crate) use keys::KeyChange;
-use keys::{KeyState, verify_commit_mac, write_signed_commit};
+use keys::{KeyState, verify_commit_mac};
 pub use meta::CommitMeta;
 use meta::{META_VERSION, meta_aad};
 pub use rev::{ParseRevError, Rev};
@@ -187,6 +187,9 @@ pub struct Vault {
     /// The newest tip seen whose MAC checked out, with the key state it
     /// was checked against (see `check_binding`).
     verified_tip: Option<(Oid, Oid)>,
+    /// The last main commit this handle wrote and its date (the clock's
+    /// next value needs no read of it).
+    tip_date: Option<(Oid, u64)>,
     attribution: Attribution,
     /// The authenticated principal recorded in every commit (`memvault
     /// server` sets it from the token; None elsewhere).
@@ -218,8 +221,11 @@ pub struct FileCount {
 /// number (see `publish::write_commit`), no time zone. (Format 5 and
 /// earlier: `memvault <memvault>`, date 0; the shorter name keeps a
 /// mutation's two commits 56 bytes smaller.)
-pub(crate) fn generation_signature(generation: i64) -> Result<Signature<'static>, git2::Error> {
-    Signature::new("m", "m", &git2::Time::new(generation, 0))
+#[cfg(test)]
+pub(crate) fn generation_signature(
+    generation: i64,
+) -> Result<git2::Signature<'static>, git2::Error> {
+    git2::Signature::new("m", "m", &git2::Time::new(generation, 0))
 }
 
 /// Milliseconds since the Unix epoch, by the clock in use (the system's,

@@ -268,6 +268,7 @@ impl Vault {
             key_state,
             config,
             verified_tip: None,
+            tip_date: None,
             attribution,
             principal: None,
             lock,

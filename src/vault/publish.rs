@@ -216,15 +216,12 @@ impl Vault {
         };
         let mut meta = meta.clone();
         meta.keys = Some(self.key_state.counter);
-        let mut parents = Vec::new();
-        for p in parent.into_iter().chain(other) {
-            objects::check(&self.repo, p)?;
-            parents.push(self.repo.find_commit(p)?);
-        }
+        let parents: Vec<Oid> = parent.into_iter().chain(other).collect();
         objects::check(&self.repo, tree)?;
-        let tree = self.repo.find_tree(tree)?;
-        let commit = write_commit(&self.repo, keys, &tree, &parents, &meta, clock as i64)?;
-        record.add_object(&self.repo.odb()?, commit)?;
+        // The clock is past every parent's date.
+        let object = write_main_commit(&self.repo, keys, tree, &parents, &meta, clock as i64)?;
+        let commit = object.id;
+        record.objects.push(object);
         record.objects.extend(objects);
         record.refs.push((MAIN_REF.to_string(), commit));
         // The record moves the refs: the log's tail is where they point
@@ -243,6 +240,7 @@ impl Vault {
             self.keys = keys;
         }
         self.verified_tip = Some((commit, self.key_state.commit));
+        self.tip_date = Some((commit, clock));
         Ok(commit)
     }
 
@@ -254,15 +252,26 @@ impl Vault {
     /// the remote's last tips of both within a round or two, where with a
     /// clock each the newer of the two histories was walked first.
     fn clock(&self, parents: impl Iterator<Item = Oid>) -> Result<u64, VaultError> {
-        let mut date = 0i64;
+        let mut date = 0u64;
         for c in parents.chain([self.key_state.commit]) {
-            if c.is_zero() {
-                continue;
-            }
-            objects::check(&self.repo, c)?;
-            date = date.max(self.repo.find_commit(c)?.committer().when().seconds());
+            // Known without a read: the commits this handle wrote last.
+            let known = match self.tip_date {
+                Some((tip, d)) if tip == c => Some(d),
+                _ if c == self.key_state.commit => self.key_state.known_date(),
+                _ => None,
+            };
+            let d = match known {
+                Some(d) => d,
+                None if c.is_zero() => continue,
+                None => {
+                    objects::check(&self.repo, c)?;
+                    let s = self.repo.find_commit(c)?.committer().when().seconds();
+                    u64::try_from(s).unwrap_or(0)
+                }
+            };
+            date = date.max(d);
         }
-        Ok(u64::try_from(date).unwrap_or(0).saturating_add(1))
+        Ok(date.saturating_add(1))
     }
 
     /// Write `edits` over the tree of `base` (a commit; None: the empty
@@ -373,12 +382,6 @@ pub(crate) fn write_commit(
     meta: &CommitMeta,
     at_least: i64,
 ) -> Result<Oid, VaultError> {
-    let plain = Zeroizing::new(meta::encode(meta));
-    // Bound to the first parent (a merge's second parent is under the
-    // commit's MAC, as every byte of the commit is).
-    let aad = meta_aad(tree.id(), parents.first().map(|p| p.id()));
-    let sealed = keys.seal_meta(&aad, &plain);
-    let message = format!("{}\n", data_encoding::BASE64.encode(&sealed));
     // The date git sees is no time: a generation number, one past the
     // parents' (format 6; earlier commits say 0), which tells nothing the
     // graph does not. git orders its walks by date and, with every date
@@ -393,8 +396,27 @@ pub(crate) fn write_commit(
         .max()
         .map_or(1, |g| g.saturating_add(1))
         .max(at_least);
-    let sig = generation_signature(generation)?;
-    let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
-    let buf = repo.commit_create_buffer(&sig, &sig, &message, tree, &parents)?;
-    write_signed_commit(repo, keys, &buf)
+    let ids: Vec<Oid> = parents.iter().map(|p| p.id()).collect();
+    Ok(write_main_commit(repo, keys, tree.id(), &ids, meta, generation)?.id)
+}
+
+/// [`write_commit`] with the parents' ids and the date given (at least
+/// one past every parent's), built without libgit2 reading the tree or
+/// the parents: the commit object, for a log record.
+pub(crate) fn write_main_commit(
+    repo: &Repository,
+    keys: &VaultKeys,
+    tree: Oid,
+    parents: &[Oid],
+    meta: &CommitMeta,
+    date: i64,
+) -> Result<Object, VaultError> {
+    let plain = Zeroizing::new(meta::encode(meta));
+    // Bound to the first parent (a merge's second parent is under the
+    // commit's MAC, as every byte of the commit is).
+    let aad = meta_aad(tree, parents.first().copied());
+    let sealed = keys.seal_meta(&aad, &plain);
+    let message = format!("{}\n", data_encoding::BASE64.encode(&sealed));
+    let buf = keys::commit_buffer(tree, parents, date.max(0) as u64, &message);
+    keys::write_signed_object(repo, keys, &buf)
 }
