@@ -964,12 +964,14 @@ fn sigkill_under_load_loses_no_acknowledged_mutation_in_any_tenant() {
         let s = r.start(&["--rate", "0"]);
         let port = s.port;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let acked = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let mut workers = vec![];
         // Two clients per tenant, all at once.
         for w in 0..names.len() * 2 {
             let n = names[w % names.len()].to_string();
             let token = r.tokens[&n].clone();
             let stop = stop.clone();
+            let acked = acked.clone();
             workers.push(std::thread::spawn(move || {
                 let (mut files, mut lines) = (vec![], vec![]);
                 let log = format!("/memories/log-{w}.md");
@@ -989,6 +991,7 @@ fn sigkill_under_load_loses_no_acknowledged_mutation_in_any_tenant() {
                         _ => json!({"command": "view", "path": "/memories"}),
                     };
                     let Some((200, bytes)) = try_http(port, "POST", "/v1/memory", &[("Authorization", &auth)], body.to_string().as_bytes()) else { break };
+                    acked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let v: Value = serde_json::from_slice(&bytes).unwrap();
                     assert_eq!(v["is_error"], false, "{body}: {v}");
                     match body["command"].as_str() {
@@ -1001,7 +1004,15 @@ fn sigkill_under_load_loses_no_acknowledged_mutation_in_any_tenant() {
                 (files, lines)
             }));
         }
-        // A seeded kill point.
+        // A seeded kill point, once the load is under way (a loaded
+        // machine starts the clients late; a kill before any request was
+        // answered would test nothing).
+        let waited = std::time::Instant::now();
+        while acked.load(std::sync::atomic::Ordering::SeqCst) < 6
+            && waited.elapsed() < Duration::from_secs(20)
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
         std::thread::sleep(Duration::from_millis(30 + (round * 7919) % 250));
         drop(s);
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
