@@ -531,6 +531,48 @@ fn scopes_limit_routes_and_history_names_the_token_whatever_the_headers_say() {
 /// data: names and ids in paths, queries, headers, bodies and MCP
 /// arguments, path tricks, case and Unicode variants. Nothing of another
 /// tenant comes back, and no plaintext is on disk.
+/// An audit answer over `--max-answer` is refused with what to ask for
+/// instead; a narrower one, and the tenant's other routes, still work.
+#[test]
+fn an_audit_answer_over_the_limit_is_refused_and_a_narrower_one_served() {
+    let r = Root::new(&[("acme", "memory,audit")]);
+    let token = r.tokens["acme"].clone();
+    let s = r.start(&["--max-answer", "4000"]);
+    for i in 0..40 {
+        s.memory(
+            &token,
+            json!({"command": "create", "path": format!("/memories/n{i}.md"), "file_text": "x\n"}),
+        );
+    }
+    let (status, v) = s.req("POST", "/v1/history", Some(&token), "{}");
+    assert_eq!(status, 422, "{v}");
+    let why = v.to_string();
+    assert!(
+        why.contains("--max-answer") && why.contains("limit"),
+        "{why}"
+    );
+    let (status, v) = s.req("POST", "/v1/history", Some(&token), r#"{"limit":3}"#);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["changes"].as_array().unwrap().len(), 3, "{v}");
+    let (status, v) = s.req(
+        "POST",
+        "/v1/show",
+        Some(&token),
+        r#"{"rev":"HEAD","path":"/memories/n7.md"}"#,
+    );
+    assert_eq!(
+        (status, v["text"].as_str().unwrap().contains('x')),
+        (200, true),
+        "{v}"
+    );
+    let out = tenant_cmd(&r.key)
+        .args(["server", "--max-answer", "0", "--root"])
+        .arg(&r.root)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
 #[test]
 fn no_token_reaches_another_tenants_data() {
     let names = ["alice", "bob", "carol"];

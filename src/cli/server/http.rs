@@ -72,6 +72,8 @@ impl Loaded {
 /// Limits and settings of the routes.
 pub struct Limits {
     pub max_body: usize,
+    /// The largest answer of an audit or admin route, in bytes.
+    pub max_answer: usize,
     /// Requests a second per tenant (0: no limit).
     pub rate: u32,
     pub body_timeout: Duration,
@@ -635,13 +637,14 @@ async fn v1(
             "the request body is a JSON object of the subcommand's options",
         ));
     }
+    let max_answer = app.limits.max_answer;
     let out = on_vault(
         &app,
         &slot,
         attribution,
         who.principal,
         false,
-        move |open| run_subcommand(&op, args, &mut open.vault),
+        move |open| run_subcommand(&op, args, &mut open.vault, max_answer),
     )
     .await?
     .map_err(pool_error)??;
@@ -677,35 +680,95 @@ fn text(out: Vec<u8>) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Run an audit or admin subcommand on an open vault; its answer as JSON.
-fn run_subcommand(op: &str, args: Value, vault: &mut Vault) -> Result<Value, ApiError> {
-    let mut out = Vec::new();
+/// A subcommand's output, refused past `limit` bytes: an audit answer
+/// (a whole history, a diff of everything) is never built whole.
+struct Capped {
+    out: Vec<u8>,
+    limit: usize,
+    over: bool,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.out.len() + buf.len() > self.limit {
+            self.over = true;
+            return Err(std::io::Error::other(
+                "the answer is over the server's limit",
+            ));
+        }
+        self.out.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for Capped {
+    type Target = Vec<u8>;
+    fn deref(&self) -> &Vec<u8> {
+        &self.out
+    }
+}
+
+/// Run an audit or admin subcommand on an open vault; its answer as JSON,
+/// at most `limit` bytes of output.
+fn run_subcommand(
+    op: &str,
+    args: Value,
+    vault: &mut Vault,
+    limit: usize,
+) -> Result<Value, ApiError> {
+    let mut out = Capped {
+        out: Vec::new(),
+        limit,
+        over: false,
+    };
+    let v = subcommand(op, args, vault, &mut out);
+    match v {
+        Err(_) if out.over => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "the answer is larger than this server's limit of {limit} bytes (--max-answer): ask for less (history: `limit`, `session` or `path`; diff: two nearby revisions; show: one file)"
+            ),
+        )),
+        v => v,
+    }
+}
+
+fn subcommand(
+    op: &str,
+    args: Value,
+    vault: &mut Vault,
+    out: &mut Capped,
+) -> Result<Value, ApiError> {
     let v = match op {
         "history" => {
             let mut a: history::HistoryArgs = args_of(args)?;
             a.json = true;
-            history::run(On::Open(vault), &a, &mut out).map_err(cli_error)?;
-            json!({"changes": lines(&out)})
+            history::run(On::Open(vault), &a, out).map_err(cli_error)?;
+            json!({"changes": lines(out)})
         }
         "sessions" => {
             let mut a: audit::SessionsArgs = args_of(args)?;
             a.json = true;
-            audit::sessions(On::Open(vault), &a, &mut out).map_err(cli_error)?;
-            json!({"sessions": lines(&out)})
+            audit::sessions(On::Open(vault), &a, out).map_err(cli_error)?;
+            json!({"sessions": lines(out)})
         }
         "verify" => {
             let mut a: audit::VerifyArgs = args_of(args)?;
             a.json = true;
-            audit::verify(On::Open(vault), &a, &mut out).map_err(cli_error)?;
-            lines(&out).into_iter().next().unwrap_or(Value::Null)
+            audit::verify(On::Open(vault), &a, out).map_err(cli_error)?;
+            lines(out).into_iter().next().unwrap_or(Value::Null)
         }
         "show" => {
             let a: audit::ShowArgs = args_of(args)?;
-            let code = audit::show(On::Open(vault), &a, &mut out).map_err(cli_error)?;
+            let code = audit::show(On::Open(vault), &a, out).map_err(cli_error)?;
             if a.raw {
-                json!({"content": text(out)})
+                json!({"content": text(std::mem::take(&mut out.out))})
             } else {
-                let mut t = text(out);
+                let mut t = text(std::mem::take(&mut out.out));
                 if t.ends_with('\n') {
                     t.pop();
                 }
@@ -714,37 +777,37 @@ fn run_subcommand(op: &str, args: Value, vault: &mut Vault) -> Result<Value, Api
         }
         "diff" => {
             let a: audit::DiffArgs = args_of(args)?;
-            audit::diff(On::Open(vault), &a, &mut out).map_err(cli_error)?;
-            json!({"diff": text(out)})
+            audit::diff(On::Open(vault), &a, out).map_err(cli_error)?;
+            json!({"diff": text(std::mem::take(&mut out.out))})
         }
         "resume" => {
             let a: audit::ResumeArgs = args_of(args)?;
-            audit::resume(On::Open(vault), &a, &mut out).map_err(cli_error)?;
-            json!({"briefing": text(out)})
+            audit::resume(On::Open(vault), &a, out).map_err(cli_error)?;
+            json!({"briefing": text(std::mem::take(&mut out.out))})
         }
         "revert" => {
             let a: audit::RevertArgs = args_of(args)?;
-            audit::revert(On::Open(vault), &a, &mut out).map_err(cli_error)?;
-            json!({"text": text(out)})
+            audit::revert(On::Open(vault), &a, out).map_err(cli_error)?;
+            json!({"text": text(std::mem::take(&mut out.out))})
         }
         "restore" => {
             let a: audit::RestoreArgs = args_of(args)?;
-            audit::restore(On::Open(vault), &a, &mut out).map_err(cli_error)?;
-            json!({"text": text(out)})
+            audit::restore(On::Open(vault), &a, out).map_err(cli_error)?;
+            json!({"text": text(std::mem::take(&mut out.out))})
         }
         "expire" => {
             let mut a: expiry::ExpireArgs = args_of(args)?;
             a.json = true;
-            expiry::expire(On::Open(vault), &a, &mut out).map_err(cli_error)?;
-            let mut all = lines(&out);
+            expiry::expire(On::Open(vault), &a, out).map_err(cli_error)?;
+            let mut all = lines(out);
             let mut summary = all.pop().unwrap_or_else(|| json!({}));
             summary["files"] = Value::Array(all);
             summary
         }
         "purge" => {
             let a: expiry::PurgeArgs = args_of(args)?;
-            expiry::purge(On::Open(vault), &a, &mut out).map_err(cli_error)?;
-            json!({"text": text(out)})
+            expiry::purge(On::Open(vault), &a, out).map_err(cli_error)?;
+            json!({"text": text(std::mem::take(&mut out.out))})
         }
         _ => return Err(not_found_error()),
     };

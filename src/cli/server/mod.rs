@@ -65,6 +65,11 @@ pub(crate) struct ServerArgs {
     /// The largest request body, in bytes
     #[arg(long, value_name = "BYTES", default_value_t = 4 << 20)]
     pub max_body: usize,
+    /// The largest answer of an audit or admin route (`/v1/history`,
+    /// `/v1/diff`, ...), in bytes: a larger one is refused (422) with what
+    /// to ask for instead, and is never built whole in memory
+    #[arg(long, value_name = "BYTES", default_value_t = 8 << 20)]
+    pub max_answer: usize,
     /// Requests a second per tenant (bursts of twice that); 0: no limit
     #[arg(long, value_name = "N", default_value_t = 500)]
     pub rate: u32,
@@ -838,8 +843,10 @@ pub(crate) fn run(global: &Global, args: &ServerArgs) -> Result<u8, CliError> {
             args.idle_close
         ))
     })?;
-    if args.max_connections == 0 || args.max_body == 0 {
-        return Err(usage("--max-connections and --max-body must be at least 1"));
+    if args.max_connections == 0 || args.max_body == 0 || args.max_answer == 0 {
+        return Err(usage(
+            "--max-connections, --max-body and --max-answer must be at least 1",
+        ));
     }
     let sync_every = match &args.sync {
         None => None,
@@ -859,6 +866,7 @@ pub(crate) fn run(global: &Global, args: &ServerArgs) -> Result<u8, CliError> {
     let pool = pool::Pool::new(args.max_open, Duration::from_millis(idle));
     let limits = http::Limits {
         max_body: args.max_body,
+        max_answer: args.max_answer,
         rate: args.rate,
         body_timeout: Duration::from_secs(30),
     };
