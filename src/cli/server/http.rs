@@ -681,7 +681,8 @@ fn text(out: Vec<u8>) -> String {
 }
 
 /// A subcommand's output, refused past `limit` bytes: an audit answer
-/// (a whole history, a diff of everything) is never built whole.
+/// (history writes change by change, so a whole history is never listed
+/// whole in memory).
 struct Capped {
     out: Vec<u8>,
     limit: usize,

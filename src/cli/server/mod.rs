@@ -67,7 +67,7 @@ pub(crate) struct ServerArgs {
     pub max_body: usize,
     /// The largest answer of an audit or admin route (`/v1/history`,
     /// `/v1/diff`, ...), in bytes: a larger one is refused (422) with what
-    /// to ask for instead, and is never built whole in memory
+    /// to ask for instead
     #[arg(long, value_name = "BYTES", default_value_t = 8 << 20)]
     pub max_answer: usize,
     /// Requests a second per tenant (bursts of twice that); 0: no limit
