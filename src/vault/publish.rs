@@ -271,7 +271,8 @@ impl Vault {
             };
             date = date.max(d);
         }
-        Ok(date.saturating_add(1))
+        // Within git's (signed) dates, as the commit says it.
+        Ok(date.saturating_add(1).min(i64::MAX as u64))
     }
 
     /// Write `edits` over the tree of `base` (a commit; None: the empty

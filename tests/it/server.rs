@@ -122,7 +122,13 @@ pub struct Server {
 
 impl Server {
     pub fn start(root: &Path, key: &Path, extra: &[&str]) -> Server {
+        Server::start_env(root, key, extra, &[])
+    }
+
+    /// [`Server::start`] with environment variables (test hooks).
+    pub fn start_env(root: &Path, key: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = tenant_cmd(key)
+            .envs(env.iter().copied())
             .arg("server")
             .arg("--root")
             .arg(root)
@@ -535,7 +541,7 @@ fn scopes_limit_routes_and_history_names_the_token_whatever_the_headers_say() {
 /// instead; a narrower one, and the tenant's other routes, still work.
 #[test]
 fn an_audit_answer_over_the_limit_is_refused_and_a_narrower_one_served() {
-    let r = Root::new(&[("acme", "memory,audit")]);
+    let r = Root::new(&[("acme", "memory,audit,admin")]);
     let token = r.tokens["acme"].clone();
     let s = r.start(&["--max-answer", "4000"]);
     for i in 0..40 {
@@ -565,6 +571,26 @@ fn an_audit_answer_over_the_limit_is_refused_and_a_narrower_one_served() {
         (200, true),
         "{v}"
     );
+    // An admin route's answer follows its change: never refused for its
+    // size (an expiry's list of what it destroyed). Two days later (the
+    // test hooks' clock), every note is older than a day.
+    drop(s);
+    let later = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 2 * 86_400_000;
+    let later = later.to_string();
+    let s = Server::start_env(
+        &r.root,
+        &r.key,
+        &["--max-answer", "4000"],
+        &[("MEMVAULT_TEST_NOW_MS", &later)],
+    );
+    let (status, v) = s.req("POST", "/v1/expire", Some(&token), r#"{"older_than":"1d"}"#);
+    assert_eq!(status, 200, "{v}");
+    assert!(v.to_string().len() > 4000, "{v}");
+    assert_eq!(v["files"].as_array().unwrap().len(), 40, "{v}");
     let out = tenant_cmd(&r.key)
         .args(["server", "--max-answer", "0", "--root"])
         .arg(&r.root)

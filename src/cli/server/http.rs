@@ -714,16 +714,23 @@ impl std::ops::Deref for Capped {
 }
 
 /// Run an audit or admin subcommand on an open vault; its answer as JSON,
-/// at most `limit` bytes of output.
+/// at most `limit` bytes of output for a read-only (audit) route. An admin
+/// route's output is not capped: it is written after its change is made,
+/// and a refusal then would hide a change that happened (an expiry's list
+/// of what it destroyed).
 fn run_subcommand(
     op: &str,
     args: Value,
     vault: &mut Vault,
     limit: usize,
 ) -> Result<Value, ApiError> {
+    let read_only = matches!(
+        op,
+        "history" | "show" | "diff" | "sessions" | "resume" | "verify"
+    );
     let mut out = Capped {
         out: Vec::new(),
-        limit,
+        limit: if read_only { limit } else { usize::MAX },
         over: false,
     };
     let v = subcommand(op, args, vault, &mut out);

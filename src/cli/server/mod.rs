@@ -65,9 +65,10 @@ pub(crate) struct ServerArgs {
     /// The largest request body, in bytes
     #[arg(long, value_name = "BYTES", default_value_t = 4 << 20)]
     pub max_body: usize,
-    /// The largest answer of an audit or admin route (`/v1/history`,
-    /// `/v1/diff`, ...), in bytes: a larger one is refused (422) with what
-    /// to ask for instead
+    /// The largest answer of an audit route (`/v1/history`, `/v1/diff`,
+    /// ...), in bytes: a larger one is refused (422) with what to ask for
+    /// instead (admin routes, whose answer follows their change, are not
+    /// capped)
     #[arg(long, value_name = "BYTES", default_value_t = 8 << 20)]
     pub max_answer: usize,
     /// Requests a second per tenant (bursts of twice that); 0: no limit

@@ -237,40 +237,16 @@ fn subtrees(data: &[u8]) -> Vec<(&[u8], Oid)> {
     out
 }
 
-/// A hasher for maps keyed by object ids, which are uniform already: the
-/// first 8 bytes of the id (SipHash over every id of a checkpoint's
-/// objects was a visible part of its CPU).
-#[derive(Default)]
-pub(crate) struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.0 = self.0.rotate_left(5) ^ u64::from_le_bytes(b);
-        }
-    }
-}
-
-/// Maps and sets keyed by object ids.
-pub(crate) type IdMap<V> = HashMap<Oid, V, std::hash::BuildHasherDefault<IdHasher>>;
-pub(crate) type IdSet = HashSet<Oid, std::hash::BuildHasherDefault<IdHasher>>;
-
 /// For the trees among `objects` (a log's objects, in order), the earlier
 /// version of the same tree among them, found by walking each commit's
 /// tree against its parent's (main) or the previous key commit's (the key
 /// state, whose commits have no parent). Only a hint: a base is used only
 /// when it is written earlier in the pack, and a poor one is refused by
 /// size.
-pub(crate) fn tree_bases(objects: &[&Object]) -> IdMap<Oid> {
-    let by_id: IdMap<&Object> = objects.iter().map(|o| (o.id, *o)).collect();
-    let mut bases = IdMap::default();
-    fn pair(by_id: &IdMap<&Object>, new: Oid, old: Oid, bases: &mut IdMap<Oid>) {
+pub(crate) fn tree_bases(objects: &[&Object]) -> HashMap<Oid, Oid> {
+    let by_id: HashMap<Oid, &Object> = objects.iter().map(|o| (o.id, *o)).collect();
+    let mut bases = HashMap::new();
+    fn pair(by_id: &HashMap<Oid, &Object>, new: Oid, old: Oid, bases: &mut HashMap<Oid, Oid>) {
         if new == old || bases.contains_key(&new) {
             return;
         }
@@ -315,9 +291,9 @@ type Written<'a> = (u64, Option<(&'a [u8], u8)>);
 /// the pack's name (the hex SHA-1 of its content, as git names packs).
 pub(crate) fn build_entries(
     all: &[Entry<'_>],
-    bases: &IdMap<Oid>,
+    bases: &HashMap<Oid, Oid>,
 ) -> io::Result<(Vec<u8>, Vec<u8>, String)> {
-    let mut seen = IdSet::with_capacity_and_hasher(all.len(), Default::default());
+    let mut seen = HashSet::with_capacity(all.len());
     let unique: Vec<&Entry<'_>> = all.iter().filter(|e| seen.insert(e.id())).collect();
     let count = u32::try_from(unique.len())
         .map_err(|_| io::Error::other("too many objects for one pack"))?;
@@ -338,8 +314,7 @@ pub(crate) fn build_entries(
     let mut entries: Vec<([u8; 20], u32, u64)> = Vec::with_capacity(unique.len());
     // Where each object went, with its bytes and delta depth when it can
     // serve as a base.
-    let mut written: IdMap<Written<'_>> =
-        IdMap::with_capacity_and_hasher(unique.len(), Default::default());
+    let mut written: HashMap<Oid, Written<'_>> = HashMap::with_capacity(unique.len());
     // Stored, not deflated: blobs are ciphertext (and so is the key
     // table), which deflate cannot shrink; trees go as deltas where they
     // can; zlib level 1 on the rest cost a third of a write's CPU. `gc`
@@ -489,7 +464,7 @@ pub(crate) fn write_hashed(pack_dir: &Path, objects: &[&Object]) -> io::Result<S
 pub(crate) fn write_entries(
     pack_dir: &Path,
     entries: &[Entry<'_>],
-    bases: &IdMap<Oid>,
+    bases: &HashMap<Oid, Oid>,
 ) -> io::Result<String> {
     let (pack, idx, name) = build_entries(entries, bases)?;
     let pack_tmp = write_synced(pack_dir, &pack)?;
@@ -1434,7 +1409,7 @@ mod tests {
     fn an_object_that_does_not_match_its_id_is_refused() {
         let mut o = object(ObjectType::Blob, b"right");
         o.data = b"wrong".to_vec();
-        assert!(build_entries(&[Entry::Object(&o)], &IdMap::default()).is_err());
+        assert!(build_entries(&[Entry::Object(&o)], &HashMap::new()).is_err());
         let t = object(ObjectType::Tree, b"");
         assert_eq!(&object_hash(ObjectType::Tree, b"")[..], t.id.as_bytes());
     }
@@ -1524,7 +1499,7 @@ mod tests {
         }
         assert_eq!(deltas, 1, "libgit2 stored one of the two as a delta");
         entries.extend(resolved.iter().map(Entry::Object));
-        let merged = write_entries(&pack_dir, &entries, &IdMap::default()).unwrap();
+        let merged = write_entries(&pack_dir, &entries, &HashMap::new()).unwrap();
         drop(files);
         for stem in [format!("pack-{a}"), format!("pack-{b}"), c] {
             fs::remove_file(pack_dir.join(format!("{stem}.idx"))).unwrap();
@@ -1696,7 +1671,7 @@ mod tests {
                 object(ObjectType::Blob, base),
                 object(ObjectType::Blob, target),
             );
-            let bases: IdMap<Oid> = [(t.id, b.id)].into_iter().collect();
+            let bases: HashMap<Oid, Oid> = [(t.id, b.id)].into();
             let name =
                 write_entries(&pack_dir, &[Entry::Object(&b), Entry::Object(&t)], &bases).unwrap();
             let repo = Repository::open_bare(tmp.path()).unwrap();
