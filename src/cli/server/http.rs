@@ -72,7 +72,8 @@ impl Loaded {
 /// Limits and settings of the routes.
 pub struct Limits {
     pub max_body: usize,
-    /// The largest answer of an audit or admin route, in bytes.
+    /// The largest answer of an audit route, in bytes (admin routes'
+    /// answers are not capped).
     pub max_answer: usize,
     /// Requests a second per tenant (0: no limit).
     pub rate: u32,
@@ -637,7 +638,13 @@ async fn v1(
             "the request body is a JSON object of the subcommand's options",
         ));
     }
-    let max_answer = app.limits.max_answer;
+    // Only audit answers are capped: an admin route's answer is written
+    // after its change is made, and a refusal then would hide a change
+    // that happened (an expiry's list of what it destroyed).
+    let max_answer = match scope {
+        Scope::Audit => app.limits.max_answer,
+        _ => usize::MAX,
+    };
     let out = on_vault(
         &app,
         &slot,
@@ -714,23 +721,16 @@ impl std::ops::Deref for Capped {
 }
 
 /// Run an audit or admin subcommand on an open vault; its answer as JSON,
-/// at most `limit` bytes of output for a read-only (audit) route. An admin
-/// route's output is not capped: it is written after its change is made,
-/// and a refusal then would hide a change that happened (an expiry's list
-/// of what it destroyed).
+/// at most `limit` bytes of output.
 fn run_subcommand(
     op: &str,
     args: Value,
     vault: &mut Vault,
     limit: usize,
 ) -> Result<Value, ApiError> {
-    let read_only = matches!(
-        op,
-        "history" | "show" | "diff" | "sessions" | "resume" | "verify"
-    );
     let mut out = Capped {
         out: Vec::new(),
-        limit: if read_only { limit } else { usize::MAX },
+        limit,
         over: false,
     };
     let v = subcommand(op, args, vault, &mut out);

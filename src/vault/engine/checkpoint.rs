@@ -127,13 +127,14 @@ fn behind(repo: &Repository, name: &str, disk: Oid, logged: Oid) -> bool {
         return false;
     };
     if name == KEYS_REF {
+        // `disk` is checked above; `logged` is checked here.
         let counter = |id: Oid| {
-            find_commit(repo, id)
+            crate::vault::keys::read_header(repo, id)
                 .ok()
-                .and_then(|_| crate::vault::keys::read_header(repo, id).ok())
                 .map(|(_, counter)| counter)
         };
-        return matches!((counter(disk), counter(logged)), (Some(d), Some(l)) if d < l);
+        let logged_counter = find_commit(repo, logged).ok().and_then(|_| counter(logged));
+        return matches!((counter(disk), logged_counter), (Some(d), Some(l)) if d < l);
     }
     let floor = d.time().seconds();
     let mut seen = std::collections::HashSet::new();
