@@ -281,8 +281,9 @@ impl Root {
                     .map_err(|e| io_err("read", dir, &e))?
                     .next()
                     .is_none();
-            if !empty && dir.join(STATE).is_dir() && !dir.join(FORMAT).exists() {
-                // Another process is creating this root.
+            if !empty && dir.join(STATE).is_dir() {
+                // Another process is creating this root, or has finished
+                // since the caller looked for its format file.
                 return Self::wait_then_open(dir, secret);
             }
             if !empty {
@@ -633,5 +634,34 @@ mod tests {
         let other = Secret::KeyFile(KeyFileKey::generate());
         assert!(Root::open(&dir, &other, false).is_err());
         assert!(Root::open(&dir, &key, false).is_ok());
+    }
+
+    /// `tenant add` looks for the root's format file, then creates the
+    /// root when it is missing; a racing `tenant add` can finish the root
+    /// in between. Creating a root that is whole by then opens it, with
+    /// its own key, rather than refusing the directory as foreign.
+    #[test]
+    fn creating_a_root_another_process_has_just_finished_opens_it() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("root");
+        let key = Secret::KeyFile(KeyFileKey::generate());
+        let first = Root::open(&dir, &key, true).unwrap();
+        let slot = fs::read(dir.join(KEYSLOT)).unwrap();
+        let second = Root::create(&dir, &key).unwrap();
+        assert_eq!(fs::read(dir.join(KEYSLOT)).unwrap(), slot);
+        let (_, _, token) = second
+            .change(|reg| add_tenant(reg, second.keys(), "bob", &[Scope::Memory], None))
+            .unwrap();
+        let reg = first.load().unwrap();
+        let stored = &reg.tenants.values().next().unwrap().tokens[token_id(&token).unwrap()];
+        let hash = data_encoding::HEXLOWER
+            .decode(stored.hash.as_bytes())
+            .unwrap();
+        assert!(first.keys().token_matches(token.as_bytes(), &hash));
+        // A directory holding something else is still refused.
+        let other = d.path().join("other");
+        fs::create_dir(&other).unwrap();
+        fs::write(other.join("notes.txt"), b"x").unwrap();
+        assert!(Root::create(&other, &key).is_err());
     }
 }
