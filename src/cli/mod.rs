@@ -196,6 +196,10 @@ pub(crate) struct Global {
     /// A file whose first line is the passphrase (else MEMVAULT_PASSPHRASE, else a prompt)
     #[arg(long, global = true, value_name = "FILE")]
     pub passphrase_file: Option<PathBuf>,
+    /// Give up on a remote (sync, push, pull, clone) after this many seconds of one git transfer; nothing changes here then
+    #[arg(long, global = true, value_name = "SECONDS", env = "MEMVAULT_REMOTE_TIMEOUT",
+          default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub remote_timeout: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -580,6 +584,7 @@ pub fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<u8, CliError> {
     let global = &cli.global;
+    crate::vault::sync::set_remote_timeout(std::time::Duration::from_secs(global.remote_timeout));
     match &cli.command {
         // The protocol servers own stdin and stdout, and their threads
         // write diagnostics to stderr: no lock is held for them.

@@ -35,6 +35,7 @@ fn new_vault(dir: &Path) -> Global {
         vault: Some(dir.join("vault")),
         key_file: Some(key.clone()),
         passphrase_file: None,
+        remote_timeout: 300,
     };
     let made = run(&global, Command::Keygen { file: key });
     assert!(made.err.starts_with("memvault: wrote a new key file"));

@@ -228,3 +228,90 @@ fn a_connection_cut_in_the_middle_of_a_transfer_changes_nothing_on_either_side()
     let r = a.exec(json!({"command": "view", "path": "/memories/big.md"}));
     assert!(!is_error(&r));
 }
+
+/// A remote that takes the connection and then never answers: over HTTP
+/// (a listener on loopback that reads and says nothing) and over SSH (a
+/// transport that never speaks). Each of push, pull, sync and clone gives
+/// up after `--remote-timeout` with an error naming the remote, and
+/// changes nothing on either side.
+#[test]
+fn a_remote_that_never_answers_is_given_up_after_the_timeout_and_nothing_changes() {
+    let w = world(0);
+    let a = &w.machines[0];
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().flatten() {
+            // Read what comes, answer nothing, hang up never.
+            let mut c = conn.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c, &mut std::io::sink());
+            });
+            held.push(conn);
+        }
+    });
+    let url = format!("http://127.0.0.1:{port}/vault.git");
+    a.ok(&["remote", "add", "stall", &url]);
+    a.write("/memories/local.md", "written before the syncs\n");
+    let files = a.files();
+    let hub_main = || git(&w.hub, &["rev-parse", "refs/heads/main"]).stdout;
+    let hub_before = hub_main();
+    for args in [
+        &["--remote-timeout", "2", "sync", "stall"][..],
+        &["--remote-timeout", "2", "pull", "stall"],
+        &["--remote-timeout", "2", "push", "stall"],
+    ] {
+        let t = std::time::Instant::now();
+        let err = a.fails(args, 1);
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "{args:?} took {:?}",
+            t.elapsed()
+        );
+        assert!(
+            err.contains("remote stall") && err.contains("did not answer within 2 s"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(a.files(), files, "{args:?}");
+    }
+    // SSH: the transport never says a word (it waits for its input to
+    // end, so it goes when git is killed).
+    let mut silent = Machine::new(a.dir.clone(), a.key.clone());
+    silent.env = vec![
+        (
+            "GIT_SSH_COMMAND".into(),
+            "python3 -c 'import sys; sys.stdin.buffer.read()'".into(),
+        ),
+        ("GIT_SSH_VARIANT".into(), "simple".into()),
+    ];
+    silent.ok(&["remote", "add", "quiet", "ssh://nobody@127.0.0.1/vault.git"]);
+    a.write("/memories/local2.md", "another\n");
+    let files = a.files();
+    let err = silent.fails(&["--remote-timeout", "1", "push", "quiet"], 1);
+    assert!(err.contains("did not answer within 1 s"), "{err}");
+    let clone_dir = w._v.tmp.path().join("never");
+    let mut c = Machine::new(clone_dir.clone(), a.key.clone());
+    c.env = silent.env.clone();
+    let err = c.fails(
+        &[
+            "--remote-timeout",
+            "1",
+            "clone",
+            "ssh://nobody@127.0.0.1/vault.git",
+        ],
+        1,
+    );
+    assert!(err.contains("did not answer within 1 s"), "{err}");
+    assert!(
+        !clone_dir.exists() || std::fs::read_dir(&clone_dir).unwrap().next().is_none(),
+        "a clone that timed out left a vault behind"
+    );
+    // Nothing moved anywhere; the vault is whole and still syncs with a
+    // remote that answers.
+    assert_eq!(a.files(), files);
+    assert_eq!(hub_main(), hub_before);
+    a.ok(&["verify"]);
+    a.ok(&["sync"]);
+    assert_ne!(hub_main(), hub_before);
+}

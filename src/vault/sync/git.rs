@@ -23,6 +23,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use git2::{ObjectType, Oid};
 
@@ -51,6 +52,96 @@ static NO_PROMPTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool
 /// SSH agent still works).
 pub fn no_prompts() {
     NO_PROMPTS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// How long one git command that reaches a remote may run, in ms
+/// (`--remote-timeout`).
+static REMOTE_TIMEOUT_MS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(DEFAULT_REMOTE_TIMEOUT.as_millis() as u64);
+
+/// [`set_remote_timeout`]'s default: a remote that stalls (accepts the
+/// connection, then sends nothing) holds a sync this long at most.
+const DEFAULT_REMOTE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// From now on a git command that reaches a remote and has not ended
+/// after `limit` is killed and the remote reported as not answering.
+pub fn set_remote_timeout(limit: Duration) {
+    let ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX).max(1);
+    REMOTE_TIMEOUT_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Run `c` to its end as [`Command::output`] does, within the remote
+/// timeout. Past it, git is killed (its ssh or HTTP helper then sees its
+/// pipes close and ends too) and the error's kind is `TimedOut`; nothing
+/// of what it fetched is used, and a push it was making either moved the
+/// remote's refs whole or not at all (the next sync sees which).
+fn output_within(mut c: Command) -> std::io::Result<std::process::Output> {
+    let limit = Duration::from_millis(REMOTE_TIMEOUT_MS.load(std::sync::atomic::Ordering::Relaxed));
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn()?;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let deadline = std::time::Instant::now() + limit;
+    let mut nap = Duration::from_millis(1);
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            // The readers are left to end with the pipes: a helper git
+            // started may hold them a moment longer.
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "git did not finish in time",
+            ));
+        }
+        std::thread::sleep(nap.min(deadline - now));
+        nap = (nap * 2).min(Duration::from_millis(50));
+    };
+    Ok(std::process::Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
+}
+
+/// The error for a git command that could not run or did not end in time.
+fn spawn_failed(e: std::io::Error, remote: &str) -> SyncError {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => SyncError::NoGit,
+        std::io::ErrorKind::TimedOut => SyncError::Transport {
+            remote: remote.to_string(),
+            detail: format!(
+                "it did not answer within {} s (--remote-timeout); gave up, nothing was changed here",
+                REMOTE_TIMEOUT_MS
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    .div_ceil(1000)
+            ),
+        },
+        _ => SyncError::Local(e.to_string()),
+    }
 }
 
 /// Check a remote URL: a local path, `file://`, `ssh://`, scp-like
@@ -524,11 +615,7 @@ impl Scratch {
         for u in updates {
             c.arg(format!("{}:{}", u.new, u.name));
         }
-        c.stdout(Stdio::piped()).stderr(Stdio::piped());
-        let out = c.output().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => SyncError::NoGit,
-            _ => SyncError::Local(e.to_string()),
-        })?;
+        let out = output_within(c).map_err(|e| spawn_failed(e, remote))?;
         // `--porcelain`: one line per ref, "<flag>\t<from>:<to>\t<summary>".
         let text = String::from_utf8_lossy(&out.stdout);
         let errors = String::from_utf8_lossy(&out.stderr);
@@ -741,12 +828,8 @@ pub(crate) fn prune_remote(remote: &str, dir: &Path) -> Result<(), SyncError> {
 
 /// Run a `git` command to its end: its stdout, or its failure (the last
 /// lines of its stderr after `context`).
-fn run_git(mut c: Command, remote: &str, context: &str) -> Result<Vec<u8>, SyncError> {
-    c.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let out = c.output().map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => SyncError::NoGit,
-        _ => SyncError::Local(e.to_string()),
-    })?;
+fn run_git(c: Command, remote: &str, context: &str) -> Result<Vec<u8>, SyncError> {
+    let out = output_within(c).map_err(|e| spawn_failed(e, remote))?;
     if !out.status.success() {
         return Err(SyncError::Transport {
             remote: remote.to_string(),

@@ -32,6 +32,7 @@ use std::path::Path;
 use git2::{ObjectType, Oid};
 
 pub use git::no_prompts as sync_without_prompts;
+pub use git::set_remote_timeout;
 pub(crate) use machine::machine_label;
 pub use machine::{Machine, machine_info, set_machine_name};
 pub use remotes::{RemoteEntry, Seen};
