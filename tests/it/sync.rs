@@ -958,3 +958,117 @@ fn a_file_viewed_on_one_machine_is_not_expired_on_another_after_a_sync() {
     let again = a.ok(&["sync"]);
     assert!(again.contains("nothing pushed"), "{again}");
 }
+
+/// `exec` on machine `m` as `session`.
+fn exec_as(m: &Machine, session: &str, cmd: Value) {
+    let out = m
+        .cmd()
+        .args(["exec", "--session", session])
+        .arg(cmd.to_string())
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!is_error(&v), "{v}");
+}
+
+/// A session that ran on another machine and came in through a merge is
+/// undone here by `revert --session`, commit by commit, as `history` lists
+/// it; one of its commits alone by `revert REV`; a file this side changed
+/// too since makes a conflict; and the merge itself (the sync, run here)
+/// is never counted as a session's own change.
+#[test]
+fn a_session_merged_in_from_another_machine_is_reverted_here() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    exec_as(
+        b,
+        "agent-b",
+        json!({"command": "create", "path": "/memories/from-b.md", "file_text": "b wrote this\n"}),
+    );
+    exec_as(
+        b,
+        "agent-b",
+        json!({"command": "str_replace", "path": "/memories/notes.md", "old_str": "two", "new_str": "TWO by b"}),
+    );
+    b.ok(&["sync"]);
+    // a writes meanwhile, so its sync is a true merge, not a fast-forward;
+    // the sync runs as a's own session.
+    exec_as(
+        a,
+        "agent-a",
+        json!({"command": "create", "path": "/memories/from-a.md", "file_text": "a wrote this\n"}),
+    );
+    a.ok(&["sync"]);
+    assert_eq!(
+        a.read("/memories/from-b.md").as_deref(),
+        Some("b wrote this\n")
+    );
+    let listed = a.ok(&["history", "--session", "agent-b", "--json"]);
+    assert_eq!(listed.lines().count(), 2, "{listed}");
+    // a's own session: its create only, not the merge.
+    let mine = a.ok(&["revert", "--session", "agent-a"]);
+    assert!(a.read("/memories/from-a.md").is_none(), "{mine}");
+    assert_eq!(
+        a.read("/memories/from-b.md").as_deref(),
+        Some("b wrote this\n")
+    );
+    assert!(a.read("/memories/notes.md").unwrap().contains("TWO by b"));
+    // b's session, undone on a.
+    let out = a.ok(&["revert", "--session", "agent-b"]);
+    assert!(a.read("/memories/from-b.md").is_none(), "{out}");
+    let notes = a.read("/memories/notes.md").unwrap();
+    assert!(
+        notes.contains("\ntwo\n") && !notes.contains("TWO"),
+        "{notes}"
+    );
+    a.ok(&["verify"]);
+
+    // One merged-in commit by its id, as history gives it.
+    exec_as(
+        b,
+        "agent-b2",
+        json!({"command": "create", "path": "/memories/b2.md", "file_text": "second\n"}),
+    );
+    b.ok(&["sync"]);
+    exec_as(
+        a,
+        "agent-a2",
+        json!({"command": "create", "path": "/memories/a2.md", "file_text": "a again\n"}),
+    );
+    a.ok(&["sync"]);
+    let line = a.ok(&["history", "--session", "agent-b2", "--json"]);
+    let rev: Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    let id = rev["rev"]
+        .as_str()
+        .or(rev["id"].as_str())
+        .unwrap()
+        .to_string();
+    a.ok(&["revert", &id]);
+    assert!(a.read("/memories/b2.md").is_none());
+    assert_eq!(a.read("/memories/a2.md").as_deref(), Some("a again\n"));
+
+    // b's session edits a line of a file a edits too (another line): the
+    // merge combines both, so undoing b's session would drop a's edit:
+    // refused, nothing changed; --force undoes it anyway.
+    b.ok(&["sync"]);
+    exec_as(
+        b,
+        "agent-b3",
+        json!({"command": "str_replace", "path": "/memories/notes.md", "old_str": "three", "new_str": "THREE by b"}),
+    );
+    b.ok(&["sync"]);
+    a.edit("/memories/notes.md", "five", "FIVE by a");
+    a.ok(&["sync"]);
+    let merged = a.read("/memories/notes.md").unwrap();
+    assert!(
+        merged.contains("THREE by b") && merged.contains("FIVE by a"),
+        "{merged}"
+    );
+    let before = a.files();
+    let err = a.fails(&["revert", "--session", "agent-b3"], 1);
+    assert!(err.contains("notes.md"), "{err}");
+    assert_eq!(a.files(), before);
+    a.ok(&["revert", "--session", "agent-b3", "--force"]);
+    assert!(!a.read("/memories/notes.md").unwrap().contains("THREE"));
+    a.ok(&["verify"]);
+}

@@ -90,6 +90,141 @@ impl Vault {
         Err(damaged("a revision is not on main"))
     }
 
+    /// For a revert: main from `tip` back to the oldest commit `target`
+    /// names, newest first, and the set of those it names. After a merge
+    /// that says what it brought in from another machine come those
+    /// commits (children before parents), each with its own changes; the
+    /// merge then counts only what it changed itself (`true`: files that
+    /// differ from both its parents, where two sides were combined), so a
+    /// session that ran on another machine is undone here commit by
+    /// commit, and a change made on this side since conflicts. A merge is
+    /// never part of a session's undo (it is the sync, not the session's
+    /// own work); it is undone whole only when named itself.
+    fn undo_chain(
+        &self,
+        tip: Oid,
+        target: &UndoTarget,
+    ) -> Result<(Vec<(Oid, bool)>, BTreeSet<Oid>), VaultError> {
+        let named = |id: Oid| matches!(target, UndoTarget::Commit(c) if c.oid() == id);
+        let member = |id: Oid| -> Result<bool, VaultError> {
+            Ok(match target {
+                UndoTarget::Commit(c) => c.oid() == id,
+                UndoTarget::Session(s) => {
+                    let meta = self.meta_of(id)?;
+                    meta.session == *s && meta.op != "init" && meta.op != "merge"
+                }
+                UndoTarget::Restore { .. } => false,
+            })
+        };
+        let mut set = BTreeSet::new();
+        let mut chain = Vec::new();
+        let mut oldest_index = None;
+        let mut next = Some(tip);
+        'walk: while let Some(id) = next {
+            let parents = self.parents_of(id)?;
+            let mut group = vec![(id, false)];
+            if parents.len() > 1 && !named(id) {
+                let brought = self.brought_in(id)?;
+                if !brought.is_empty() {
+                    group[0].1 = true;
+                    for c in brought {
+                        let own = !named(c)
+                            && self.parents_of(c)?.len() > 1
+                            && !self.meta_of(c)?.merged.is_empty();
+                        group.push((c, own));
+                    }
+                }
+            }
+            for (c, own) in group {
+                chain.push((c, own));
+                if member(c)? {
+                    set.insert(c);
+                    oldest_index = Some(chain.len() - 1);
+                    if matches!(target, UndoTarget::Commit(_)) {
+                        break 'walk;
+                    }
+                }
+            }
+            next = parents.first().copied();
+        }
+        let Some(oldest_index) = oldest_index else {
+            return Err(match target {
+                UndoTarget::Session(s) => {
+                    VaultError::Refused(format!("session {s:?} made no changes to undo"))
+                }
+                _ => damaged("a revision is not on main"),
+            });
+        };
+        chain.truncate(oldest_index + 1);
+        Ok((chain, set))
+    }
+
+    /// A commit's parents, the object checked before libgit2 reads it.
+    fn parents_of(&self, id: Oid) -> Result<Vec<Oid>, VaultError> {
+        self.check_object(id)?;
+        let c = self
+            .repo
+            .find_commit(id)
+            .map_err(|_| damaged("a commit is unreadable"))?;
+        Ok(c.parent_ids().collect())
+    }
+
+    /// The commits the merge `id` brought in (its metadata's list), newest
+    /// first and every child before its parents.
+    fn brought_in(&self, id: Oid) -> Result<Vec<Oid>, VaultError> {
+        let listed: Vec<Oid> = self
+            .meta_of(id)?
+            .merged
+            .iter()
+            .map(|h| Oid::from_str(h).map_err(|_| damaged("a merge names a bad commit")))
+            .collect::<Result<_, _>>()?;
+        let inside: BTreeSet<Oid> = listed.iter().copied().collect();
+        // Depth first, each commit after its parents (oldest first), then
+        // reversed.
+        let mut done = BTreeSet::new();
+        let mut order = Vec::with_capacity(listed.len());
+        for &start in &listed {
+            let mut stack = vec![(start, false)];
+            while let Some((c, parents_done)) = stack.pop() {
+                if parents_done {
+                    order.push(c);
+                    continue;
+                }
+                if !done.insert(c) {
+                    continue;
+                }
+                stack.push((c, true));
+                for p in self.parents_of(c)? {
+                    if inside.contains(&p) && !done.contains(&p) {
+                        stack.push((p, false));
+                    }
+                }
+            }
+        }
+        order.reverse();
+        Ok(order)
+    }
+
+    /// What the merge `id` changed itself: the files whose content
+    /// differs from both its parents (changes compared with its first
+    /// parent).
+    fn merge_own_changes(&self, id: Oid) -> Result<Vec<crate::vault::FileChange>, VaultError> {
+        let parents = self.parents_of(id)?;
+        let mine = self.changed_between(parents.first().copied(), Some(id), None)?;
+        let Some(&theirs) = parents.get(1) else {
+            return Ok(mine);
+        };
+        let from_theirs: BTreeSet<String> = self
+            .changed_between(Some(theirs), Some(id), None)?
+            .into_iter()
+            .map(|c| c.git_path)
+            .collect();
+        Ok(mine
+            .into_iter()
+            .filter(|c| from_theirs.contains(&c.git_path))
+            .collect())
+    }
+
     fn undo_locked(
         &mut self,
         tip: Option<Oid>,
@@ -106,43 +241,17 @@ impl Vault {
         let mut undoes = Vec::new();
         match target {
             UndoTarget::Commit(_) | UndoTarget::Session(_) => {
-                // The commits to undo, and the chain back to the oldest.
-                let mut set = BTreeSet::new();
-                let mut chain = Vec::new();
-                let mut next = Some(tip);
-                let mut oldest_index = None;
-                while let Some(id) = next {
-                    let member = match target {
-                        UndoTarget::Commit(c) => c.oid() == id,
-                        UndoTarget::Session(s) => {
-                            let meta = self.meta_of(id)?;
-                            meta.session == *s && meta.op != "init"
-                        }
-                        UndoTarget::Restore { .. } => false,
-                    };
-                    chain.push(id);
-                    if member {
-                        set.insert(id);
-                        oldest_index = Some(chain.len() - 1);
-                        if matches!(target, UndoTarget::Commit(_)) {
-                            break;
-                        }
-                    }
-                    next = self.first_parent(id)?;
-                }
-                let Some(oldest_index) = oldest_index else {
-                    return Err(match target {
-                        UndoTarget::Session(s) => {
-                            VaultError::Refused(format!("session {s:?} made no changes to undo"))
-                        }
-                        _ => damaged("a revision is not on main"),
-                    });
-                };
-                chain.truncate(oldest_index + 1);
+                // The commits to undo, and main back to the oldest of them
+                // (newest first), what each merge brought in included.
+                let (chain, set) = self.undo_chain(tip, target)?;
                 // Oldest first: the first touch by the undone set fixes the
                 // state to return to; later touches by others conflict.
-                for &id in chain.iter().rev() {
-                    let changes = self.commit_changes(id)?;
+                for &(id, own) in chain.iter().rev() {
+                    let changes = if own {
+                        self.merge_own_changes(id)?
+                    } else {
+                        self.commit_changes(id)?
+                    };
                     if set.contains(&id) {
                         undoes.push(id.to_string());
                         for c in changes {
