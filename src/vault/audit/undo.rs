@@ -62,6 +62,10 @@ pub enum UndoOutcome {
     },
 }
 
+/// Main for an undo, newest first: each commit, and whether only what it
+/// combined itself counts (a merge whose brought-in commits are listed).
+type Chain = Vec<(Oid, bool)>;
+
 /// One file the undo wants to set: its path and the blob to put back
 /// (None: remove it).
 struct Target {
@@ -104,7 +108,7 @@ impl Vault {
         &self,
         tip: Oid,
         target: &UndoTarget,
-    ) -> Result<(Vec<(Oid, bool)>, BTreeSet<Oid>), VaultError> {
+    ) -> Result<(Chain, BTreeSet<Oid>), VaultError> {
         let named = |id: Oid| matches!(target, UndoTarget::Commit(c) if c.oid() == id);
         let member = |id: Oid| -> Result<bool, VaultError> {
             Ok(match target {
