@@ -39,7 +39,7 @@ pub enum VaultError {
     /// A ref was set back to an older state than this vault has reached
     /// (refused: it would bring back erased keys or removed keyslots).
     #[error("the vault is damaged: {0}")]
-    RolledBack(&'static str),
+    RolledBack(String),
     #[error(
         "{0:?} is not a revision on this vault's main branch (give a commit id from `memvault history`, or HEAD~N)"
     )]
@@ -141,7 +141,7 @@ impl From<VaultError> for StoreError {
         match e {
             VaultError::Store(e) => e,
             VaultError::Damaged(what) => StoreError::Damaged(what.to_string()),
-            VaultError::RolledBack(what) => StoreError::Damaged(what.to_string()),
+            VaultError::RolledBack(what) => StoreError::Damaged(what),
             VaultError::Object(e) => StoreError::Damaged(e.to_string()),
             VaultError::Refused(what) => StoreError::Limit(what),
             VaultError::Git(e) => git_unavailable(&e.0),

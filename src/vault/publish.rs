@@ -352,7 +352,8 @@ impl Vault {
         }
         if older || unerased {
             return Err(VaultError::RolledBack(
-                "the key state (refs/memvault/keys) was rolled back: it is older than the newest commit requires",
+                "the key state (refs/memvault/keys) was rolled back: it is older than the newest commit requires"
+                    .into(),
             ));
         }
         Ok(())

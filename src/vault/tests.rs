@@ -438,6 +438,12 @@ fn a_ref_moved_back_under_a_running_writer_loses_no_acknowledged_write() {
         }
         let refused = try_put(&mut a, "/memories/z.txt", b"zed").unwrap_err();
         assert!(format!("{refused}").contains("rollback"), "{refused}");
+        // It names the logged target, to put the ref back by hand.
+        let (name, logged) = now[if with_main { 0 } else { 1 }];
+        assert!(
+            format!("{refused}").contains(&format!("git update-ref {name} {logged}")),
+            "{refused}"
+        );
         for (name, id) in &moved {
             assert_eq!(a.repo.refname_to_id(name).unwrap(), *id, "{name} changed");
         }

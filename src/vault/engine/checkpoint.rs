@@ -59,10 +59,15 @@ pub(crate) fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), 
             // drop acknowledged writes (their file keys, for the key
             // state) from history. Refused; the log keeps them.
             (Some(d), Some(l)) if behind(repo, name, d, l) => {
-                return Err(VaultError::RolledBack(match name {
-                    KEYS_REF => ROLLED_BACK_KEYS,
-                    _ => ROLLED_BACK_MAIN,
-                }));
+                // The logged target, so a person can put the ref back
+                // (`git update-ref NAME ID` in the vault directory).
+                return Err(VaultError::RolledBack(format!(
+                    "{}; the log's {name} is {l} (put it back with `git update-ref {name} {l}` in the vault directory)",
+                    match name {
+                        KEYS_REF => ROLLED_BACK_KEYS,
+                        _ => ROLLED_BACK_MAIN,
+                    }
+                )));
             }
             (d, _) => d,
         };
