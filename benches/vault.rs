@@ -292,6 +292,8 @@ fn throughput(
     tag: &str,
     closed_loop: bool,
 ) -> f64 {
+    // Dirty pages written back first (see the server bench's `settle`).
+    let _ = Command::new("sync").status();
     let ready = std::sync::Arc::new(std::sync::Barrier::new(clients + 1));
     let handles: Vec<_> = (0..clients)
         .map(|c| {

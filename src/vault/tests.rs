@@ -466,6 +466,63 @@ fn a_ref_moved_back_under_a_running_writer_loses_no_acknowledged_write() {
     }
 }
 
+/// A ref set outside memvault to a commit that does not hold the log's
+/// target (not an ancestor either: a commit of another line) while the
+/// log holds records is refused too, naming the log's target: adopting it
+/// would drop the acknowledged writes since the last checkpoint. Put
+/// back, everything is there.
+#[test]
+fn a_ref_set_sideways_under_a_running_writer_loses_no_acknowledged_write() {
+    for name in [MAIN_REF, keys::KEYS_REF] {
+        let (_tmp, dir, bytes, mut a) = new_vault_with(VaultConfig::default());
+        put(&mut a, "/memories/x.txt", b"one");
+        a.checkpoint().unwrap();
+        // Records since the checkpoint, not yet in git.
+        put(&mut a, "/memories/x.txt", b"two");
+        put(&mut a, "/memories/y.txt", b"why");
+        let logged = a.wal.ref_target(&a.repo, name).unwrap().unwrap();
+        // A commit on a line of its own (no parent; the empty tree),
+        // written to disk, as another tool would.
+        let sideways = {
+            let other = git2::Repository::open(a.repo.path()).unwrap();
+            let tree = other.treebuilder(None).unwrap().write().unwrap();
+            let tree = other.find_tree(tree).unwrap();
+            let sig = git2::Signature::new("x", "x@x", &git2::Time::new(1, 0)).unwrap();
+            other
+                .commit(None, &sig, &sig, "elsewhere", &tree, &[])
+                .unwrap()
+        };
+        a.repo.reference(name, sideways, true, "sideways").unwrap();
+        let refused = try_put(&mut a, "/memories/z.txt", b"zed").unwrap_err();
+        let said = format!("{refused}");
+        assert!(said.contains("set outside memvault"), "{name}: {said}");
+        assert!(
+            said.contains(&format!("git update-ref {name} {logged}")),
+            "{name}: {said}"
+        );
+        assert_eq!(a.repo.refname_to_id(name).unwrap(), sideways);
+        let key = KeyFileKey::from_bytes(&bytes).unwrap();
+        let opened = Vault::open(&dir, &Unlock::KeyFile(&key), who());
+        // (A key state that is not this vault's does not unlock: the open
+        // stops there, before the log is looked at.)
+        assert!(
+            matches!(opened, Err(VaultError::RolledBack(_)))
+                || (name == keys::KEYS_REF && matches!(opened, Err(VaultError::Damaged(_)))),
+            "{name}: {:?}",
+            opened.as_ref().err()
+        );
+        assert_eq!(a.repo.refname_to_id(name).unwrap(), sideways);
+        // Put back as the refusal says: every acknowledged write is there.
+        a.repo.reference(name, logged, true, "put back").unwrap();
+        let mut v = reopen(&dir, &bytes);
+        assert_eq!(read(&mut v, "/memories/x.txt").unwrap(), b"two");
+        assert_eq!(read(&mut v, "/memories/y.txt").unwrap(), b"why");
+        put(&mut v, "/memories/z.txt", b"zed");
+        let report = v.verify().unwrap();
+        assert!(report.ok(), "{name}: {:?}", report.problems);
+    }
+}
+
 #[test]
 fn a_file_count_carried_to_a_new_handle_is_used_for_its_tree_only() {
     let (_tmp, dir, bytes, mut a) = new_vault_with(VaultConfig {

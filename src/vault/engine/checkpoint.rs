@@ -69,6 +69,21 @@ pub(crate) fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), 
                     }
                 )));
             }
+            // Set outside memvault to something that does not hold the
+            // log's target while the log holds records since the last
+            // checkpoint: building on it would drop those acknowledged
+            // writes (for the key state, their file keys). Refused like a
+            // rollback. With no record pending, nothing is lost: the ref
+            // is kept and the MAC checks judge it.
+            (Some(d), Some(l)) if !contents.records.is_empty() && !keeps(repo, d, l) => {
+                return Err(VaultError::RolledBack(format!(
+                    "{} was set outside memvault to a state that lacks the newest one in the log (memvault/wal), which is kept; the log's {name} is {l} (put it back with `git update-ref {name} {l}` in the vault directory)",
+                    match name {
+                        KEYS_REF => "the key state (refs/memvault/keys)",
+                        _ => "main (refs/heads/main)",
+                    }
+                )));
+            }
             (d, _) => d,
         };
         if let Some(t) = t.filter(|t| !t.is_zero()) {
@@ -141,11 +156,19 @@ fn behind(repo: &Repository, name: &str, disk: Oid, logged: Oid) -> bool {
         let logged_counter = find_commit(repo, logged).ok().and_then(|_| counter(logged));
         return matches!((counter(disk), logged_counter), (Some(d), Some(l)) if d < l);
     }
-    let floor = d.time().seconds();
+    reaches(repo, logged, disk, d.time().seconds())
+}
+
+/// Whether `ancestor` (dated `floor`) is `tip` or one of its ancestors:
+/// a walk from `tip` that never goes below `floor` (each commit is dated
+/// after its parents), every commit checked before it is read, at most
+/// [`BEHIND_WALK`] of them; anything unreadable ends that path.
+fn reaches(repo: &Repository, tip: Oid, ancestor: Oid, floor: i64) -> bool {
+    use super::objects::find_commit;
     let mut seen = std::collections::HashSet::new();
-    let mut todo = vec![logged];
+    let mut todo = vec![tip];
     while let Some(id) = todo.pop() {
-        if id == disk {
+        if id == ancestor {
             return true;
         }
         if !seen.insert(id) || seen.len() > BEHIND_WALK {
@@ -159,6 +182,16 @@ fn behind(repo: &Repository, name: &str, disk: Oid, logged: Oid) -> bool {
         }
     }
     false
+}
+
+/// Whether the ref file naming `disk` still holds everything the log's
+/// `logged` target holds: `logged` is `disk` or one of its ancestors
+/// (main and the key state both chain their commits by parent).
+fn keeps(repo: &Repository, disk: Oid, logged: Oid) -> bool {
+    let Ok(l) = super::objects::find_commit(repo, logged) else {
+        return false;
+    };
+    reaches(repo, disk, logged, l.time().seconds())
 }
 
 /// fsync every file and directory below `dir` (a new vault, before it is
