@@ -7,8 +7,9 @@ use std::process::{Command, Output, Stdio};
 use serde_json::Value;
 
 /// The memvault binary the tests run: the one cargo built with them, or
-/// the one `MEMVAULT_TEST_BIN` names (CI runs the crash test's rounds
-/// against the release binary from a debug test build: see `.ci/test`).
+/// the one `MEMVAULT_TEST_BIN` names (to run, say, the crash test's
+/// rounds against a release build: `MEMVAULT_TEST_BIN=target/release/memvault
+/// cargo test --test it crash::`).
 pub fn bin() -> &'static str {
     static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {
