@@ -53,20 +53,36 @@ pub(crate) fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), 
                 .chain(contents.records.iter().flat_map(|r| r.refs.iter()))
                 .any(|(n, v)| n == name && *v == id)
         };
+        // How a person puts the ref back: the last checkpoint's target is
+        // in git (the log's newest may be in the log alone, and git
+        // refuses a ref to an object it does not hold); memvault then
+        // moves the ref on to the log's newest itself.
+        let put_back = |l: Oid| match contents
+            .head
+            .iter()
+            .flat_map(|h| h.refs.iter())
+            .find(|(n, _)| n == name)
+        {
+            Some((_, h)) => format!(
+                "the log's newest {name} is {l}; put the ref back with `git update-ref {name} {h}` in the vault directory (the last checkpoint's; memvault moves it on)"
+            ),
+            None => format!(
+                "the log's newest {name} is {l}; put the ref back by writing that id into the file {name} in the vault directory"
+            ),
+        };
         let t = match (disk, logged) {
             (Some(d), Some(l)) if d == l || earlier(d) || !odb.exists(d) => Some(l),
             // A rollback under the log: building on the old ref would
             // drop acknowledged writes (their file keys, for the key
             // state) from history. Refused; the log keeps them.
             (Some(d), Some(l)) if behind(repo, name, d, l) => {
-                // The logged target, so a person can put the ref back
-                // (`git update-ref NAME ID` in the vault directory).
                 return Err(VaultError::RolledBack(format!(
-                    "{}; the log's {name} is {l} (put it back with `git update-ref {name} {l}` in the vault directory)",
+                    "{}; {}",
                     match name {
                         KEYS_REF => ROLLED_BACK_KEYS,
                         _ => ROLLED_BACK_MAIN,
-                    }
+                    },
+                    put_back(l)
                 )));
             }
             // Set outside memvault to something that does not hold the
@@ -77,11 +93,12 @@ pub(crate) fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), 
             // is kept and the MAC checks judge it.
             (Some(d), Some(l)) if !contents.records.is_empty() && !keeps(repo, d, l) => {
                 return Err(VaultError::RolledBack(format!(
-                    "{} was set outside memvault to a state that lacks the newest one in the log (memvault/wal), which is kept; the log's {name} is {l} (put it back with `git update-ref {name} {l}` in the vault directory)",
+                    "{} was set outside memvault to a state that lacks the newest one in the log (memvault/wal), which is kept; {}",
                     match name {
                         KEYS_REF => "the key state (refs/memvault/keys)",
                         _ => "main (refs/heads/main)",
-                    }
+                    },
+                    put_back(l)
                 )));
             }
             (d, _) => d,
