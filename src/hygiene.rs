@@ -5,7 +5,8 @@
 //! which also stops other processes of the same user from attaching with
 //! ptrace or reading `/proc/<pid>/mem`. [`widen_pipe`] is the one
 //! call here that is about speed, not hygiene: a larger pipe buffer for
-//! `memvault redact`'s output.
+//! `memvault redact`'s output. [`kill_group`] ends a git command that ran
+//! past `--remote-timeout` with everything it started.
 //!
 //! Promises: called before any secret is read, a crash of the process
 //! writes no core file holding keys or plaintext.
@@ -15,6 +16,24 @@
 //! (`PR_SET_DUMPABLE` 0 covers that case on Linux).
 
 use std::io;
+
+/// SIGKILL every process of the process group `group` (a child started
+/// with `process_group(0)`, whose id is its group's). Errors are ignored:
+/// the group may be gone already.
+pub fn kill_group(group: u32) {
+    let Ok(group) = libc::pid_t::try_from(group) else {
+        return;
+    };
+    if group <= 1 {
+        return;
+    }
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours;
+    // a negative pid names the process group, never this process's own
+    // (the group is a child's, made by `process_group(0)`).
+    unsafe {
+        libc::kill(-group, libc::SIGKILL);
+    }
+}
 
 /// Turn core dumps off for this process (and its children, which inherit
 /// the limit). Safe to call more than once.

@@ -315,3 +315,91 @@ fn a_remote_that_never_answers_is_given_up_after_the_timeout_and_nothing_changes
     a.ok(&["sync"]);
     assert_ne!(hub_main(), hub_before);
 }
+
+/// In a process that syncs in the background (`serve --sync`), a stalled
+/// remote's transport is killed with git at the timeout, even one that
+/// would outlive git (real ssh waits on its peer, not its input); the
+/// server keeps answering meanwhile, and the next sync tries again.
+#[test]
+fn a_background_sync_kills_a_stalled_transport_with_git() {
+    use std::io::{BufRead, BufReader, Write};
+    let w = world(0);
+    let a = &w.machines[0];
+    let pids = w._v.tmp.path().join("transport-pids");
+    // A transport that records its pid, then sleeps, whatever its input.
+    let script = w._v.tmp.path().join("stall.py");
+    std::fs::write(
+        &script,
+        format!(
+            "import os, time\nwith open({:?}, 'a') as f:\n    f.write(str(os.getpid()) + '\\n')\ntime.sleep(600)\n",
+            pids.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let mut m = Machine::new(a.dir.clone(), a.key.clone());
+    m.env = vec![
+        (
+            "GIT_SSH_COMMAND".into(),
+            format!("python3 {}", script.display()),
+        ),
+        ("GIT_SSH_VARIANT".into(), "simple".into()),
+    ];
+    m.ok(&["remote", "add", "quiet", "ssh://nobody@127.0.0.1/vault.git"]);
+    let mut child = m
+        .cmd()
+        .args([
+            "--remote-timeout",
+            "1",
+            "serve",
+            "--sync",
+            "quiet",
+            "--sync-every",
+            "1h",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let cmd = json!({"command": "create", "path": "/memories/while.md", "file_text": "answered\n"});
+    stdin.write_all(format!("{cmd}\n").as_bytes()).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert!(!is_error(&r), "{r}");
+    // The sync at start began, stalled, and was given up after 1 s: its
+    // transport is gone too.
+    let start = std::time::Instant::now();
+    let first = loop {
+        if let Some(pid) = std::fs::read_to_string(&pids)
+            .ok()
+            .and_then(|t| t.lines().next().map(str::to_string))
+        {
+            break pid;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no sync began");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let proc_dir = std::path::PathBuf::from(format!("/proc/{first}"));
+    while proc_dir.exists() {
+        // (A zombie, reaped by init, has no cmdline left.)
+        if std::fs::read(proc_dir.join("cmdline")).is_ok_and(|c| c.is_empty()) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the stalled transport outlived the timeout"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let cmd = json!({"command": "view", "path": "/memories/while.md"});
+    stdin.write_all(format!("{cmd}\n").as_bytes()).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert!(text(&r).contains("answered"), "{r}");
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("did not answer within 1 s"), "{err}");
+    a.ok(&["verify"]);
+}

@@ -70,13 +70,23 @@ pub fn set_remote_timeout(limit: Duration) {
     REMOTE_TIMEOUT_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Run `c` to its end as [`Command::output`] does, within the remote
-/// timeout. Past it, git is killed (its ssh or HTTP helper then sees its
-/// pipes close and ends too) and the error's kind is `TimedOut`; nothing
-/// of what it fetched is used, and a push it was making either moved the
-/// remote's refs whole or not at all (the next sync sees which).
+/// Run `c`, a git command that reaches a remote (fetch, push), to its end
+/// as [`Command::output`] does, within the remote timeout. Past it, git is
+/// killed with what it started: in a process that syncs in the background
+/// (no prompts) git runs in a process group of its own, and the whole
+/// group is killed (ssh, git's HTTP helper, a local `receive-pack`); at a
+/// terminal git stays in the foreground group, where ssh and credential
+/// prompts can read the terminal, so git alone is killed (its helpers
+/// see their pipes close). The error's kind is then `TimedOut`. Nothing
+/// of what a fetch brought is used; a push either moved the remote's refs
+/// whole or not at all, which the next sync's lease sees.
 fn output_within(mut c: Command) -> std::io::Result<std::process::Output> {
+    use std::os::unix::process::CommandExt;
     let limit = Duration::from_millis(REMOTE_TIMEOUT_MS.load(std::sync::atomic::Ordering::Relaxed));
+    let grouped = NO_PROMPTS.load(std::sync::atomic::Ordering::Relaxed);
+    if grouped {
+        c.process_group(0);
+    }
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = c.spawn()?;
     let drain = |pipe: Option<Box<dyn Read + Send>>| {
@@ -101,24 +111,30 @@ fn output_within(mut c: Command) -> std::io::Result<std::process::Output> {
             .map(|p| Box::new(p) as Box<dyn Read + Send>),
     );
     let deadline = std::time::Instant::now() + limit;
-    let mut nap = Duration::from_millis(1);
+    let mut nap = Duration::from_micros(200);
     let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
+        let done = child.try_wait();
         let now = std::time::Instant::now();
-        if now >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            // The readers are left to end with the pipes: a helper git
-            // started may hold them a moment longer.
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "git did not finish in time",
-            ));
+        match done {
+            Ok(Some(status)) => break status,
+            Ok(None) if now < deadline => {
+                std::thread::sleep(nap.min(deadline - now));
+                nap = (nap * 2).min(Duration::from_millis(5));
+                continue;
+            }
+            _ => {}
         }
-        std::thread::sleep(nap.min(deadline - now));
-        nap = (nap * 2).min(Duration::from_millis(50));
+        if grouped {
+            crate::hygiene::kill_group(child.id());
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        // The readers are left to end with the pipes: a helper git
+        // started may hold them a moment longer.
+        return Err(match done {
+            Err(e) => e,
+            _ => std::io::Error::new(std::io::ErrorKind::TimedOut, "git did not finish in time"),
+        });
     };
     Ok(std::process::Output {
         status,
@@ -281,7 +297,7 @@ impl Scratch {
         git_in(&self.dir)
     }
 
-    /// Run a `git` command to its end: its stdout, or its failure.
+    /// Run a local `git` command to its end: its stdout, or its failure.
     fn run(&self, c: Command, remote: &str) -> Result<Vec<u8>, SyncError> {
         run_git(c, remote, "")
     }
@@ -321,7 +337,10 @@ impl Scratch {
         ]);
         c.arg(format!("+{MAIN_REF}:refs/incoming/main"));
         c.arg("+refs/memvault/*:refs/incoming/memvault/*");
-        match self.run(c, remote) {
+        let fetched = output_within(c)
+            .map_err(|e| spawn_failed(e, remote))
+            .and_then(|out| git_result(out, remote, ""));
+        match fetched {
             Ok(_) => Ok(true),
             Err(SyncError::Transport { detail, .. })
                 if detail.contains("couldn't find remote ref") =>
@@ -828,8 +847,19 @@ pub(crate) fn prune_remote(remote: &str, dir: &Path) -> Result<(), SyncError> {
 
 /// Run a `git` command to its end: its stdout, or its failure (the last
 /// lines of its stderr after `context`).
-fn run_git(c: Command, remote: &str, context: &str) -> Result<Vec<u8>, SyncError> {
-    let out = output_within(c).map_err(|e| spawn_failed(e, remote))?;
+fn run_git(mut c: Command, remote: &str, context: &str) -> Result<Vec<u8>, SyncError> {
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let out = c.output().map_err(|e| spawn_failed(e, remote))?;
+    git_result(out, remote, context)
+}
+
+/// A finished git command's stdout, or its failure (the last lines of its
+/// stderr after `context`).
+fn git_result(
+    out: std::process::Output,
+    remote: &str,
+    context: &str,
+) -> Result<Vec<u8>, SyncError> {
     if !out.status.success() {
         return Err(SyncError::Transport {
             remote: remote.to_string(),
