@@ -1071,4 +1071,34 @@ fn a_session_merged_in_from_another_machine_is_reverted_here() {
     a.ok(&["revert", "--session", "agent-b3", "--force"]);
     assert!(!a.read("/memories/notes.md").unwrap().contains("THREE"));
     a.ok(&["verify"]);
+
+    // Both sides change the same line: the merge keeps this side's and
+    // sets b's aside. Undoing b's change (its session, or its commit)
+    // would overwrite a's line with the old one: refused, nothing changed.
+    a.write("/memories/g.md", "the line\n");
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    exec_as(
+        b,
+        "agent-b4",
+        json!({"command": "str_replace", "path": "/memories/g.md", "old_str": "the line", "new_str": "b's line"}),
+    );
+    b.ok(&["sync"]);
+    a.edit("/memories/g.md", "the line", "a's line");
+    a.ok(&["sync"]);
+    assert_eq!(a.read("/memories/g.md").as_deref(), Some("a's line\n"));
+    let before = a.files();
+    let err = a.fails(&["revert", "--session", "agent-b4"], 1);
+    assert!(err.contains("g.md"), "{err}");
+    let line = a.ok(&["history", "--session", "agent-b4", "--json"]);
+    let rev: Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    let id = rev["rev"]
+        .as_str()
+        .or(rev["id"].as_str())
+        .unwrap()
+        .to_string();
+    let err = a.fails(&["revert", &id], 1);
+    assert!(err.contains("g.md"), "{err}");
+    assert_eq!(a.files(), before);
+    a.ok(&["verify"]);
 }

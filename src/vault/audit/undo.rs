@@ -62,15 +62,35 @@ pub enum UndoOutcome {
     },
 }
 
-/// Main for an undo, newest first: each commit, and whether only what it
-/// combined itself counts (a merge whose brought-in commits are listed).
-type Chain = Vec<(Oid, bool)>;
+/// How a commit of an undo's chain counts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Its changes against its first parent.
+    Plain,
+    /// A commit the merge at chain index `.0` brought in: its changes
+    /// against its own first parent.
+    Brought(usize),
+    /// A merge on main whose brought-in commits follow it in the chain:
+    /// it touched a file the undo would set if its content there differs
+    /// from the side the file's undone change came from (the brought-in
+    /// side, for a change among its own brought-in commits; else main's).
+    Merge,
+    /// A merge among another merge's brought-in commits, its own also
+    /// listed: the files that differ from both its parents.
+    Nested(usize),
+}
+
+/// Main for an undo, newest first.
+type Chain = Vec<(Oid, Step)>;
 
 /// One file the undo wants to set: its path and the blob to put back
 /// (None: remove it).
 struct Target {
     path: MemoryPath,
     desired: Option<Oid>,
+    /// The chain index of the merge that brought in the undone change
+    /// that set this target (None: a change made on main itself).
+    via: Option<usize>,
 }
 
 impl Vault {
@@ -126,21 +146,29 @@ impl Vault {
         let mut next = Some(tip);
         'walk: while let Some(id) = next {
             let parents = self.parents_of(id)?;
-            let mut group = vec![(id, false)];
+            let at = chain.len();
+            let mut group = vec![(id, Step::Plain)];
             if parents.len() > 1 && !named(id) {
                 let brought = self.brought_in(id)?;
                 if !brought.is_empty() {
-                    group[0].1 = true;
+                    group[0].1 = Step::Merge;
                     for c in brought {
-                        let own = !named(c)
+                        let nested = !named(c)
                             && self.parents_of(c)?.len() > 1
                             && !self.meta_of(c)?.merged.is_empty();
-                        group.push((c, own));
+                        group.push((
+                            c,
+                            if nested {
+                                Step::Nested(at)
+                            } else {
+                                Step::Brought(at)
+                            },
+                        ));
                     }
                 }
             }
-            for (c, own) in group {
-                chain.push((c, own));
+            for (c, step) in group {
+                chain.push((c, step));
                 if member(c)? {
                     set.insert(c);
                     oldest_index = Some(chain.len() - 1);
@@ -209,6 +237,51 @@ impl Vault {
         Ok(order)
     }
 
+    /// The merge `id` (at chain index `index`), for the files the undo
+    /// sets so far: a conflict where its content differs from the side
+    /// the undone change came from. A change it brought in (kept by the
+    /// merge as it came) is no conflict; one it combined with this side's,
+    /// or set aside for this side's (a conflict copy), is.
+    fn merge_conflicts(
+        &self,
+        id: Oid,
+        index: usize,
+        targets: &BTreeMap<String, Target>,
+        conflicts: &mut Vec<(String, Conflict)>,
+    ) -> Result<(), VaultError> {
+        if targets.is_empty() {
+            return Ok(());
+        }
+        let parents = self.parents_of(id)?;
+        let differs_from =
+            |parent: Option<Oid>| -> Result<BTreeMap<String, MemoryPath>, VaultError> {
+                Ok(self
+                    .changed_between(parent, Some(id), None)?
+                    .into_iter()
+                    .map(|c| (c.git_path, c.path))
+                    .collect())
+            };
+        let from_main = differs_from(parents.first().copied())?;
+        let from_brought = differs_from(parents.get(1).copied())?;
+        for (git_path, t) in targets {
+            let side = if t.via == Some(index) {
+                &from_brought
+            } else {
+                &from_main
+            };
+            if let Some(path) = side.get(git_path) {
+                conflicts.push((
+                    git_path.clone(),
+                    Conflict {
+                        rev: Rev::from_oid(id),
+                        path: path.clone(),
+                    },
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// What the merge `id` changed itself: the files whose content
     /// differs from both its parents (changes compared with its first
     /// parent).
@@ -250,18 +323,27 @@ impl Vault {
                 let (chain, set) = self.undo_chain(tip, target)?;
                 // Oldest first: the first touch by the undone set fixes the
                 // state to return to; later touches by others conflict.
-                for &(id, own) in chain.iter().rev() {
-                    let changes = if own {
+                for (index, &(id, step)) in chain.iter().enumerate().rev() {
+                    if step == Step::Merge {
+                        self.merge_conflicts(id, index, &targets, &mut conflicts)?;
+                        continue;
+                    }
+                    let changes = if matches!(step, Step::Nested(_)) {
                         self.merge_own_changes(id)?
                     } else {
                         self.commit_changes(id)?
                     };
                     if set.contains(&id) {
                         undoes.push(id.to_string());
+                        let via = match step {
+                            Step::Brought(m) | Step::Nested(m) => Some(m),
+                            _ => None,
+                        };
                         for c in changes {
                             targets.entry(c.git_path).or_insert(Target {
                                 path: c.path,
                                 desired: c.old,
+                                via,
                             });
                         }
                     } else {
@@ -287,6 +369,7 @@ impl Vault {
                         Target {
                             path: c.path,
                             desired: c.new,
+                            via: None,
                         },
                     );
                 }
