@@ -1289,6 +1289,13 @@ mod tests {
         for cut in at..end {
             // The file ends at the cut, or zeros follow it (preallocated).
             for zeros in [false, true] {
+                // Zeros after a cut whose missing bytes are all zeros (the
+                // record's checksum, random with the log's generation,
+                // ends in a zero byte one run in 256) make the record
+                // whole again: it was written in full, and is read.
+                if zeros && full[cut as usize..end as usize].iter().all(|&b| b == 0) {
+                    continue;
+                }
                 let mut bytes = full[..cut as usize].to_vec();
                 if zeros {
                     bytes.resize(end as usize + 4096, 0);
