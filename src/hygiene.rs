@@ -17,9 +17,53 @@
 
 use std::io;
 
+/// Start `cmd`'s child as the leader of a new session (setsid(2) between
+/// fork and exec): it has no controlling terminal, so nothing it runs
+/// can stop on one or prompt there, and its process group's id is its
+/// pid, so [`kill_group`] ends it with everything it started.
+pub fn in_new_session(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec, where
+    // only async-signal-safe calls are allowed: setsid(2) is one, and the
+    // closure touches no memory shared with the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Whether the child `pid` has exited, without reaping it (waitid(2)
+/// with `WNOWAIT`): until it is reaped, neither its pid nor its process
+/// group's id can be reused, so [`kill_group`] can still name them.
+pub fn has_exited(pid: u32) -> io::Result<bool> {
+    // SAFETY: siginfo_t is plain data, for which all zeros is a valid
+    // value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid(2) writes only into `info`, which lives across the
+    // call; the flags make it return at once and leave the child as is.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            libc::id_t::from(pid),
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    if r == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: with WNOHANG, waitid zeroes si_pid when the child has not
+    // exited, and sets it when it has; reading it is reading plain data.
+    Ok(unsafe { info.si_pid() } != 0)
+}
+
 /// SIGKILL every process of the process group `group` (a child started
-/// with `process_group(0)`, whose id is its group's). Errors are ignored:
-/// the group may be gone already.
+/// by [`in_new_session`], whose pid is its group's id). Errors are
+/// ignored: the group may be gone already.
 pub fn kill_group(group: u32) {
     let Ok(group) = libc::pid_t::try_from(group) else {
         return;
@@ -29,7 +73,7 @@ pub fn kill_group(group: u32) {
     }
     // SAFETY: kill(2) takes plain integers and touches no memory of ours;
     // a negative pid names the process group, never this process's own
-    // (the group is a child's, made by `process_group(0)`).
+    // (the group is a child's, made by `in_new_session`).
     unsafe {
         libc::kill(-group, libc::SIGKILL);
     }

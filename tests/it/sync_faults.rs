@@ -326,21 +326,13 @@ fn a_background_sync_kills_a_stalled_transport_with_git() {
     let w = world(0);
     let a = &w.machines[0];
     let pids = w._v.tmp.path().join("transport-pids");
-    // A transport that records its pid, then sleeps, whatever its input.
-    let script = w._v.tmp.path().join("stall.py");
-    std::fs::write(
-        &script,
-        format!(
-            "import os, time\nwith open({:?}, 'a') as f:\n    f.write(str(os.getpid()) + '\\n')\ntime.sleep(600)\n",
-            pids.to_str().unwrap()
-        ),
-    )
-    .unwrap();
+    // A transport that records its pid, then sleeps, whatever its input
+    // (a shell, quick to start even on a loaded machine).
     let mut m = Machine::new(a.dir.clone(), a.key.clone());
     m.env = vec![
         (
             "GIT_SSH_COMMAND".into(),
-            format!("python3 {}", script.display()),
+            format!("sh -c 'echo $$ >>{}; exec sleep 600'", pids.display()),
         ),
         ("GIT_SSH_VARIANT".into(), "simple".into()),
     ];
@@ -349,7 +341,7 @@ fn a_background_sync_kills_a_stalled_transport_with_git() {
         .cmd()
         .args([
             "--remote-timeout",
-            "1",
+            "2",
             "serve",
             "--sync",
             "quiet",
@@ -367,7 +359,7 @@ fn a_background_sync_kills_a_stalled_transport_with_git() {
     stdin.write_all(format!("{cmd}\n").as_bytes()).unwrap();
     let r: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
     assert!(!is_error(&r), "{r}");
-    // The sync at start began, stalled, and was given up after 1 s: its
+    // The sync at start began, stalled, and was given up after 2 s: its
     // transport is gone too.
     let start = std::time::Instant::now();
     let first = loop {
@@ -400,6 +392,6 @@ fn a_background_sync_kills_a_stalled_transport_with_git() {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("did not answer within 1 s"), "{err}");
+    assert!(err.contains("did not answer within 2 s"), "{err}");
     a.ok(&["verify"]);
 }

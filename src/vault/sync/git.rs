@@ -71,75 +71,101 @@ pub fn set_remote_timeout(limit: Duration) {
 }
 
 /// Run `c`, a git command that reaches a remote (fetch, push), to its end
-/// as [`Command::output`] does, within the remote timeout. Past it, git is
-/// killed with what it started: in a process that syncs in the background
-/// (no prompts) git runs in a process group of its own, and the whole
-/// group is killed (ssh, git's HTTP helper, a local `receive-pack`); at a
-/// terminal git stays in the foreground group, where ssh and credential
-/// prompts can read the terminal, so git alone is killed (its helpers
-/// see their pipes close). The error's kind is then `TimedOut`. Nothing
-/// of what a fetch brought is used; a push either moved the remote's refs
-/// whole or not at all, which the next sync's lease sees.
+/// as [`Command::output`] does, within the remote timeout, its output
+/// included. The error's kind is then `TimedOut`. Nothing of what a fetch
+/// brought is used; a push either moved the remote's refs whole or not at
+/// all, which the next sync's lease sees.
+///
+/// In a process that syncs in the background (no prompts), git runs in a
+/// session of its own (no terminal: nothing can stop on one or prompt),
+/// and when it has exited or run out of time its whole process group is
+/// killed before it is reaped: a transport that would outlive git (ssh
+/// waits on its peer, not on its input) goes with it, and cannot hold
+/// git's output pipes open. At a terminal git stays in the foreground,
+/// where ssh and credential prompts can read the terminal; past the
+/// timeout git alone is killed, and a helper that still holds its pipes
+/// is not waited for.
 fn output_within(mut c: Command) -> std::io::Result<std::process::Output> {
-    use std::os::unix::process::CommandExt;
     let limit = Duration::from_millis(REMOTE_TIMEOUT_MS.load(std::sync::atomic::Ordering::Relaxed));
     let grouped = NO_PROMPTS.load(std::sync::atomic::Ordering::Relaxed);
     if grouped {
-        c.process_group(0);
+        crate::hygiene::in_new_session(&mut c);
     }
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = c.spawn()?;
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (which, pipe) in [
+        (
+            0,
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ),
+        (
+            1,
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ),
+    ] {
+        let tx = tx.clone();
         std::thread::spawn(move || {
             let mut v = Vec::new();
             if let Some(mut p) = pipe {
                 let _ = p.read_to_end(&mut v);
             }
-            v
-        })
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
+            let _ = tx.send((which, v));
+        });
+    }
+    drop(tx);
     let deadline = std::time::Instant::now() + limit;
+    let timed_out =
+        || std::io::Error::new(std::io::ErrorKind::TimedOut, "git did not finish in time");
     let mut nap = Duration::from_micros(200);
     let status = loop {
-        let done = child.try_wait();
+        // Grouped: seen exited but not reaped, so its group id is still
+        // its own when the group is killed.
+        let exited = if grouped {
+            crate::hygiene::has_exited(pid)
+        } else {
+            child.try_wait().map(|s| s.is_some())
+        };
         let now = std::time::Instant::now();
-        match done {
-            Ok(Some(status)) => break status,
-            Ok(None) if now < deadline => {
+        match exited {
+            Ok(true) => {
+                if grouped {
+                    crate::hygiene::kill_group(pid);
+                }
+                break child.wait()?;
+            }
+            Ok(false) if now < deadline => {
                 std::thread::sleep(nap.min(deadline - now));
                 nap = (nap * 2).min(Duration::from_millis(5));
-                continue;
             }
-            _ => {}
+            done => {
+                if grouped {
+                    crate::hygiene::kill_group(pid);
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(done.err().unwrap_or_else(timed_out));
+            }
         }
-        if grouped {
-            crate::hygiene::kill_group(child.id());
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        // The readers are left to end with the pipes: a helper git
-        // started may hold them a moment longer.
-        return Err(match done {
-            Err(e) => e,
-            _ => std::io::Error::new(std::io::ErrorKind::TimedOut, "git did not finish in time"),
-        });
     };
+    let mut outputs = [Vec::new(), Vec::new()];
+    for _ in 0..2 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let (which, bytes) = rx.recv_timeout(left).map_err(|_| timed_out())?;
+        outputs[which] = bytes;
+    }
+    let [stdout, stderr] = outputs;
     Ok(std::process::Output {
         status,
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
+        stdout,
+        stderr,
     })
 }
 
