@@ -1102,3 +1102,42 @@ fn a_session_merged_in_from_another_machine_is_reverted_here() {
     assert_eq!(a.files(), before);
     a.ok(&["verify"]);
 }
+
+/// A change that reached this machine through a merge made on another:
+/// c changes a line, b changes the same line and merges c's (keeping its
+/// own, setting c's aside), a merges b's. Undoing c's session on a would
+/// put back the old line over b's: refused, nothing changed.
+#[test]
+fn a_change_set_aside_by_a_merge_on_another_machine_is_not_reverted_over_it() {
+    let w = world(2);
+    let (a, b, c) = (&w.machines[0], &w.machines[1], &w.machines[2]);
+    a.write("/memories/f.md", "the line\n");
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    c.ok(&["sync"]);
+    exec_as(
+        c,
+        "agent-c",
+        json!({"command": "str_replace", "path": "/memories/f.md", "old_str": "the line", "new_str": "c's line"}),
+    );
+    c.ok(&["sync"]);
+    exec_as(
+        b,
+        "agent-b",
+        json!({"command": "str_replace", "path": "/memories/f.md", "old_str": "the line", "new_str": "b's line"}),
+    );
+    b.ok(&["sync"]);
+    assert_eq!(b.read("/memories/f.md").as_deref(), Some("b's line\n"));
+    a.write("/memories/own.md", "a's own\n");
+    a.ok(&["sync"]);
+    assert_eq!(a.read("/memories/f.md").as_deref(), Some("b's line\n"));
+    let before = a.files();
+    let err = a.fails(&["revert", "--session", "agent-c"], 1);
+    assert!(err.contains("f.md"), "{err}");
+    assert_eq!(a.files(), before);
+    // b's own session is undone cleanly: the line goes back to what b
+    // changed it from.
+    a.ok(&["revert", "--session", "agent-b"]);
+    assert_eq!(a.read("/memories/f.md").as_deref(), Some("the line\n"));
+    a.ok(&["verify"]);
+}

@@ -91,6 +91,8 @@ struct Target {
     /// The chain index of the merge that brought in the undone change
     /// that set this target (None: a change made on main itself).
     via: Option<usize>,
+    /// The undone commit that set it (None: a restore).
+    by: Option<Oid>,
 }
 
 impl Vault {
@@ -282,6 +284,80 @@ impl Vault {
         Ok(())
     }
 
+    /// A merge `id` among the commits the merge at chain index `m` brought
+    /// in, for the files set by undone commits of that same group: a
+    /// conflict where its content differs from the side the undone commit
+    /// is on (its second parent for one it brought in itself, its first
+    /// for one of its first parent's ancestors). A change it set aside
+    /// for the other side's is then a conflict, as at a merge on main.
+    fn nested_merge_conflicts(
+        &self,
+        id: Oid,
+        m: usize,
+        chain: &Chain,
+        targets: &BTreeMap<String, Target>,
+        conflicts: &mut Vec<(String, Conflict)>,
+    ) -> Result<(), VaultError> {
+        let ours: Vec<(&String, &Target, Oid)> = targets
+            .iter()
+            .filter(|(_, t)| t.via == Some(m))
+            .filter_map(|(g, t)| t.by.map(|by| (g, t, by)))
+            .collect();
+        if ours.is_empty() {
+            return Ok(());
+        }
+        let parents = self.parents_of(id)?;
+        let (Some(&first), Some(&second)) = (parents.first(), parents.get(1)) else {
+            return Ok(());
+        };
+        let brought: BTreeSet<Oid> = self
+            .meta_of(id)?
+            .merged
+            .iter()
+            .filter_map(|h| Oid::from_str(h).ok())
+            .collect();
+        // The group's commits its first parent reaches.
+        let group: BTreeSet<Oid> = chain
+            .iter()
+            .filter(|(_, s)| matches!(s, Step::Brought(x) | Step::Nested(x) if *x == m))
+            .map(|(c, _)| *c)
+            .collect();
+        let mut first_side = BTreeSet::new();
+        let mut todo = vec![first];
+        while let Some(c) = todo.pop() {
+            if group.contains(&c) && first_side.insert(c) {
+                todo.extend(self.parents_of(c)?);
+            }
+        }
+        let differs_from = |parent: Oid| -> Result<BTreeMap<String, MemoryPath>, VaultError> {
+            Ok(self
+                .changed_between(Some(parent), Some(id), None)?
+                .into_iter()
+                .map(|c| (c.git_path, c.path))
+                .collect())
+        };
+        let (from_first, from_second) = (differs_from(first)?, differs_from(second)?);
+        for (git_path, _, by) in ours {
+            let side = if brought.contains(&by) {
+                &from_second
+            } else if first_side.contains(&by) {
+                &from_first
+            } else {
+                continue;
+            };
+            if let Some(path) = side.get(git_path) {
+                conflicts.push((
+                    git_path.clone(),
+                    Conflict {
+                        rev: Rev::from_oid(id),
+                        path: path.clone(),
+                    },
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// What the merge `id` changed itself: the files whose content
     /// differs from both its parents (changes compared with its first
     /// parent).
@@ -328,6 +404,9 @@ impl Vault {
                         self.merge_conflicts(id, index, &targets, &mut conflicts)?;
                         continue;
                     }
+                    if let Step::Nested(m) = step {
+                        self.nested_merge_conflicts(id, m, &chain, &targets, &mut conflicts)?;
+                    }
                     let changes = if matches!(step, Step::Nested(_)) {
                         self.merge_own_changes(id)?
                     } else {
@@ -344,6 +423,7 @@ impl Vault {
                                 path: c.path,
                                 desired: c.old,
                                 via,
+                                by: Some(id),
                             });
                         }
                     } else {
@@ -370,6 +450,7 @@ impl Vault {
                             path: c.path,
                             desired: c.new,
                             via: None,
+                            by: None,
                         },
                     );
                 }
