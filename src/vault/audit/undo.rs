@@ -62,6 +62,25 @@ pub enum UndoOutcome {
     },
 }
 
+/// A conflict with the merge `id` at `git_path`, if `side` (the files the
+/// merge differs from a parent in) holds it.
+fn conflict_at(
+    side: &BTreeMap<String, MemoryPath>,
+    git_path: &str,
+    id: Oid,
+    conflicts: &mut Vec<(String, Conflict)>,
+) {
+    if let Some(path) = side.get(git_path) {
+        conflicts.push((
+            git_path.to_string(),
+            Conflict {
+                rev: Rev::from_oid(id),
+                path: path.clone(),
+            },
+        ));
+    }
+}
+
 /// How a commit of an undo's chain counts.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Step {
@@ -255,33 +274,31 @@ impl Vault {
             return Ok(());
         }
         let parents = self.parents_of(id)?;
-        let differs_from =
-            |parent: Option<Oid>| -> Result<BTreeMap<String, MemoryPath>, VaultError> {
-                Ok(self
-                    .changed_between(parent, Some(id), None)?
-                    .into_iter()
-                    .map(|c| (c.git_path, c.path))
-                    .collect())
-            };
-        let from_main = differs_from(parents.first().copied())?;
-        let from_brought = differs_from(parents.get(1).copied())?;
+        let from_main = self.differs_from(parents.first().copied(), id)?;
+        let from_brought = self.differs_from(parents.get(1).copied(), id)?;
         for (git_path, t) in targets {
             let side = if t.via == Some(index) {
                 &from_brought
             } else {
                 &from_main
             };
-            if let Some(path) = side.get(git_path) {
-                conflicts.push((
-                    git_path.clone(),
-                    Conflict {
-                        rev: Rev::from_oid(id),
-                        path: path.clone(),
-                    },
-                ));
-            }
+            conflict_at(side, git_path, id, conflicts);
         }
         Ok(())
+    }
+
+    /// The files whose content at `id` differs from `parent`'s, by git
+    /// path.
+    fn differs_from(
+        &self,
+        parent: Option<Oid>,
+        id: Oid,
+    ) -> Result<BTreeMap<String, MemoryPath>, VaultError> {
+        Ok(self
+            .changed_between(parent, Some(id), None)?
+            .into_iter()
+            .map(|c| (c.git_path, c.path))
+            .collect())
     }
 
     /// A merge `id` among the commits the merge at chain index `m` brought
@@ -298,10 +315,10 @@ impl Vault {
         targets: &BTreeMap<String, Target>,
         conflicts: &mut Vec<(String, Conflict)>,
     ) -> Result<(), VaultError> {
-        let ours: Vec<(&String, &Target, Oid)> = targets
+        let ours: Vec<(&String, Oid)> = targets
             .iter()
             .filter(|(_, t)| t.via == Some(m))
-            .filter_map(|(g, t)| t.by.map(|by| (g, t, by)))
+            .filter_map(|(g, t)| t.by.map(|by| (g, by)))
             .collect();
         if ours.is_empty() {
             return Ok(());
@@ -329,15 +346,9 @@ impl Vault {
                 todo.extend(self.parents_of(c)?);
             }
         }
-        let differs_from = |parent: Oid| -> Result<BTreeMap<String, MemoryPath>, VaultError> {
-            Ok(self
-                .changed_between(Some(parent), Some(id), None)?
-                .into_iter()
-                .map(|c| (c.git_path, c.path))
-                .collect())
-        };
-        let (from_first, from_second) = (differs_from(first)?, differs_from(second)?);
-        for (git_path, _, by) in ours {
+        let from_first = self.differs_from(Some(first), id)?;
+        let from_second = self.differs_from(Some(second), id)?;
+        for (git_path, by) in ours {
             let side = if brought.contains(&by) {
                 &from_second
             } else if first_side.contains(&by) {
@@ -345,15 +356,7 @@ impl Vault {
             } else {
                 continue;
             };
-            if let Some(path) = side.get(git_path) {
-                conflicts.push((
-                    git_path.clone(),
-                    Conflict {
-                        rev: Rev::from_oid(id),
-                        path: path.clone(),
-                    },
-                ));
-            }
+            conflict_at(side, git_path, id, conflicts);
         }
         Ok(())
     }
