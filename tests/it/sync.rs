@@ -991,8 +991,8 @@ fn a_session_merged_in_from_another_machine_is_reverted_here() {
         json!({"command": "str_replace", "path": "/memories/notes.md", "old_str": "two", "new_str": "TWO by b"}),
     );
     b.ok(&["sync"]);
-    // a writes meanwhile, so its sync is a true merge, not a fast-forward;
-    // the sync runs as a's own session.
+    // a writes meanwhile, so its sync is a true merge, not a fast-forward
+    // (labelled with the session `sync`).
     exec_as(
         a,
         "agent-a",
@@ -1005,7 +1005,9 @@ fn a_session_merged_in_from_another_machine_is_reverted_here() {
     );
     let listed = a.ok(&["history", "--session", "agent-b", "--json"]);
     assert_eq!(listed.lines().count(), 2, "{listed}");
-    // a's own session: its create only, not the merge.
+    // a's own session: its create only; and `sync`'s: no merge.
+    let err = a.fails(&["revert", "--session", "sync"], 1);
+    assert!(err.contains("no changes to undo"), "{err}");
     let mine = a.ok(&["revert", "--session", "agent-a"]);
     assert!(a.read("/memories/from-a.md").is_none(), "{mine}");
     assert_eq!(
