@@ -971,6 +971,17 @@ fn exec_as(m: &Machine, session: &str, cmd: Value) {
     assert!(!is_error(&v), "{v}");
 }
 
+/// The id of the newest commit `history` lists for `session` on `m`.
+fn newest_of_session(m: &Machine, session: &str) -> String {
+    let line = m.ok(&["history", "--session", session, "--json"]);
+    let rev: Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    rev["rev"]
+        .as_str()
+        .or(rev["id"].as_str())
+        .unwrap()
+        .to_string()
+}
+
 /// A session that ran on another machine and came in through a merge is
 /// undone here by `revert --session`, commit by commit, as `history` lists
 /// it; one of its commits alone by `revert REV`; a file this side changed
@@ -1038,13 +1049,7 @@ fn a_session_merged_in_from_another_machine_is_reverted_here() {
         json!({"command": "create", "path": "/memories/a2.md", "file_text": "a again\n"}),
     );
     a.ok(&["sync"]);
-    let line = a.ok(&["history", "--session", "agent-b2", "--json"]);
-    let rev: Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
-    let id = rev["rev"]
-        .as_str()
-        .or(rev["id"].as_str())
-        .unwrap()
-        .to_string();
+    let id = newest_of_session(a, "agent-b2");
     a.ok(&["revert", &id]);
     assert!(a.read("/memories/b2.md").is_none());
     assert_eq!(a.read("/memories/a2.md").as_deref(), Some("a again\n"));
@@ -1092,13 +1097,7 @@ fn a_session_merged_in_from_another_machine_is_reverted_here() {
     let before = a.files();
     let err = a.fails(&["revert", "--session", "agent-b4"], 1);
     assert!(err.contains("g.md"), "{err}");
-    let line = a.ok(&["history", "--session", "agent-b4", "--json"]);
-    let rev: Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
-    let id = rev["rev"]
-        .as_str()
-        .or(rev["id"].as_str())
-        .unwrap()
-        .to_string();
+    let id = newest_of_session(a, "agent-b4");
     let err = a.fails(&["revert", &id], 1);
     assert!(err.contains("g.md"), "{err}");
     assert_eq!(a.files(), before);
