@@ -394,12 +394,9 @@ impl Shard {
         if let Some(t) = self.table.get() {
             return Ok(t);
         }
-        objects::check(repo, self.oid)?;
-        let blob = repo
-            .find_blob(self.oid)
-            .map_err(|_| damaged("a key table shard is unreadable"))?;
+        let blob = objects::blob_content(repo, self.oid)?;
         let table = keys
-            .open_table_shard(layout, number, blob.content())
+            .open_table_shard(layout, number, &blob)
             .map_err(|_| damaged("a key table shard failed to decrypt"))?;
         Ok(self.table.get_or_init(|| table))
     }

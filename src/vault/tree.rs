@@ -496,8 +496,7 @@ impl<'a> VaultSnapshot<'a> {
         if let Some(b) = self.caches.blobs.borrow().0.get(&oid) {
             return Ok(b.to_vec());
         }
-        let blob = objects::find_blob(self.repo, oid)?;
-        Ok(blob.content().to_vec())
+        Ok(objects::blob_content(self.repo, oid)?)
     }
 
     /// The file-key id of the file at `path`, if it is a file.

@@ -382,13 +382,7 @@ pub(crate) fn check(repo: &Repository, id: Oid) -> Result<(), ObjectError> {
         // and at least every LOOK_EVERY): libgit2 lists the packs again
         // only when an id is found nowhere, and the look below comes
         // before saying so.
-        let looked = k.looked.is_some_and(|t| t.elapsed() < LOOK_EVERY);
-        if !looked {
-            refresh_packs(repo, k, false, false)?;
-            k.looked = Some(Instant::now());
-        } else {
-            refused(k)?;
-        }
+        let looked = look(repo, k)?;
         if k.loose.contains(&id) || k.elsewhere.contains(&id) {
             return Ok(true);
         }
@@ -414,6 +408,20 @@ pub(crate) fn check(repo: &Repository, id: Oid) -> Result<(), ObjectError> {
         load_loose(repo, id, false)?;
     }
     Ok(())
+}
+
+/// Look at the pack directory unless [`check`] did within this request
+/// (see [`LOOK_EVERY`]); refuse every read while a pack fails. Returns
+/// whether it had looked already.
+fn look(repo: &Repository, k: &mut Known) -> Result<bool, ObjectError> {
+    let looked = k.looked.is_some_and(|t| t.elapsed() < LOOK_EVERY);
+    if !looked {
+        refresh_packs(repo, k, false, false)?;
+        k.looked = Some(Instant::now());
+    } else {
+        refused(k)?;
+    }
+    Ok(looked)
 }
 
 /// How long [`check`] goes without looking at the pack directory within
@@ -622,6 +630,42 @@ pub(crate) fn find_tree(repo: &Repository, id: Oid) -> Result<Tree<'_>, ObjectEr
 pub(crate) fn find_blob(repo: &Repository, id: Oid) -> Result<Blob<'_>, ObjectError> {
     check(repo, id)?;
     repo.find_blob(id).map_err(|_| ObjectError::Unreadable(id))
+}
+
+/// The content of the blob `id`. When a pack holds it whole, memvault
+/// reads it there itself, checking the entry as [`check`] would (its
+/// header, stream, size, CRC-32 and hash) while it inflates it: one read,
+/// where [`check`] and then libgit2 (hashing again with its slower
+/// collision-detecting SHA-1) made a view read it twice. Otherwise (in
+/// memory, loose, a delta) [`check`]ed and read through libgit2.
+pub(crate) fn blob_content(repo: &Repository, id: Oid) -> Result<Vec<u8>, ObjectError> {
+    let own = with_known(repo, |k| {
+        if k.memory.contains(&id) {
+            return Ok(None);
+        }
+        look(repo, k)?;
+        for (name, p) in &mut k.packs {
+            let Ok(index) = &mut p.state else { continue };
+            match index.read_whole(id) {
+                Ok(None) => {}
+                Ok(Some((ObjectType::Blob, content))) => return Ok(Some(content)),
+                Ok(Some(_)) => return Err(ObjectError::Unreadable(id)),
+                Err(e) => {
+                    let what = refusal(e);
+                    p.state = Err(what);
+                    return Err(ObjectError::Pack {
+                        index: name.clone(),
+                        what,
+                    });
+                }
+            }
+        }
+        Ok(None)
+    })?;
+    match own {
+        Some(content) => Ok(content),
+        None => Ok(find_blob(repo, id)?.content().to_vec()),
+    }
 }
 
 /// [`git2::Odb::read`], checked first.

@@ -794,6 +794,8 @@ pub(crate) struct PackIndex {
     /// Those of them checked as the entry of their id (CRC-32 and, when
     /// whole, hash), not only as a delta base.
     by_id: HashSet<u64>,
+    /// The buffer [`PackIndex::read_entry`] reads into, kept between reads.
+    scratch: Vec<u8>,
 }
 
 /// One fanout bucket of an index: the positions `lo..` of the ids that
@@ -916,6 +918,7 @@ pub(crate) fn open_index(idx_path: &Path, pack_path: &Path) -> Result<PackIndex,
         trailer,
         checked: HashMap::new(),
         by_id: HashSet::new(),
+        scratch: Vec::new(),
     })
 }
 
@@ -1084,8 +1087,8 @@ impl PackIndex {
             if pending.len() >= MAX_CHAIN {
                 return Err(bad("a delta chain is too long"));
             }
-            match self.read_entry(at, expect)? {
-                Checked::Whole(size) => {
+            match self.read_entry(at, expect, None)? {
+                Checked::Whole(size, _) => {
                     self.checked.insert(at, size);
                     break size;
                 }
@@ -1116,14 +1119,23 @@ impl PackIndex {
     /// when it is reached by id (its CRC-32 and, when whole, its id are
     /// checked then). Its bytes are read a few KiB first, more while its
     /// stream runs on.
-    fn read_entry(&mut self, start: u64, expect: Option<usize>) -> Result<Checked, PackError> {
+    fn read_entry(
+        &mut self,
+        start: u64,
+        expect: Option<usize>,
+        mut keep: Option<&mut Vec<u8>>,
+    ) -> Result<Checked, PackError> {
         use PackError::Malformed as bad;
         let room = self.body_end.saturating_sub(start);
         let mut want = room.min(4 << 10);
-        let mut buf = vec![0u8; want as usize];
-        loop {
+        // The buffer of the last read, reused (zeroing a new one per
+        // entry cost a view more than inflating its blob).
+        let mut buf = std::mem::take(&mut self.scratch);
+        let checked = loop {
             buf.resize(want as usize, 0);
-            std::os::unix::fs::FileExt::read_exact_at(&self.pack, &mut buf, start)?;
+            if let Err(e) = std::os::unix::fs::FileExt::read_exact_at(&self.pack, &mut buf, start) {
+                break Err(e.into());
+            }
             // The entry cannot be longer than its header (at most 32
             // bytes, with a delta's base) and a zlib stream of its
             // declared size: a stored stream adds 5 bytes per 64 KiB
@@ -1131,14 +1143,49 @@ impl PackIndex {
             let most = parse_entry_header(&buf).map_or(want, |(_, size, _)| {
                 room.min(size.saturating_add(size / 64 + 128))
             });
-            match self.entry_in(start, &buf, expect) {
-                Ok((checked, _)) => return Ok(checked),
+            if let Some(k) = keep.as_deref_mut() {
+                k.clear();
+            }
+            match self.entry_in(start, &buf, expect, keep.as_deref_mut()) {
+                Ok((checked, _)) => break Ok(checked),
                 // Only a stream may go on past what was read.
                 Err(what) if what == NO_INFLATE && want < most => {
                     want = most.min(want.saturating_mul(8));
                 }
-                Err(what) => return Err(bad(what)),
+                Err(what) => break Err(bad(what)),
             }
+        };
+        // A large entry's buffer is not kept.
+        if buf.capacity() <= 64 << 10 {
+            self.scratch = buf;
+        }
+        checked
+    }
+
+    /// The object `id`, if this pack holds it as a whole entry: its type
+    /// and content, read and checked as [`check_object`](Self::check_object)
+    /// checks an entry (header, stream, size, CRC-32, hash), without
+    /// libgit2. None if the pack does not hold it, or holds it as a delta.
+    pub(crate) fn read_whole(
+        &mut self,
+        id: Oid,
+    ) -> Result<Option<(ObjectType, Vec<u8>)>, PackError> {
+        use PackError::Malformed as bad;
+        let Some(pos) = self.position(id.as_bytes())? else {
+            return Ok(None);
+        };
+        let at = self.offset(pos);
+        if !(12..self.body_end).contains(&at) {
+            return Err(bad("an entry's offset is out of place"));
+        }
+        let mut content = Vec::new();
+        match self.read_entry(at, Some(pos), Some(&mut content))? {
+            Checked::Whole(size, kind) => {
+                self.checked.insert(at, size);
+                self.by_id.insert(at);
+                Ok(Some((kind, content)))
+            }
+            Checked::Delta { .. } => Ok(None),
         }
     }
 
@@ -1149,6 +1196,7 @@ impl PackIndex {
         start: u64,
         buf: &[u8],
         expect: Option<usize>,
+        mut keep: Option<&mut Vec<u8>>,
     ) -> Result<(Checked, usize), &'static str> {
         let (code, size, mut at) =
             parse_entry_header(buf).ok_or("an entry's header does not parse")?;
@@ -1189,8 +1237,14 @@ impl PackIndex {
         });
         let mut inflated = 0u64;
         let mut delta_head = Vec::new();
+        if let Some(k) = keep.as_deref_mut() {
+            k.reserve_exact(size as usize);
+        }
         let used = inflate_stream(&buf[at..], size, |chunk| {
             inflated += chunk.len() as u64;
+            if let Some(k) = keep.as_deref_mut() {
+                k.extend_from_slice(chunk);
+            }
             if let Some(h) = &mut h {
                 h.update(chunk);
             } else if delta_head.len() < 20 {
@@ -1216,7 +1270,7 @@ impl PackIndex {
             }
         }
         let checked = match base {
-            None => Checked::Whole(size),
+            None => Checked::Whole(size, kind.unwrap_or(ObjectType::Any)),
             Some(base) => {
                 let mut r = &delta_head[..];
                 let (Some(base_size), Some(result)) = (delta_varint(&mut r), delta_varint(&mut r))
@@ -1241,7 +1295,8 @@ const NO_INFLATE: &str = "an entry's data does not inflate";
 /// An entry [`PackIndex::read_entry`] checked: a whole object's size, or
 /// a delta's base (its offset), the base's size it names, and its result's.
 enum Checked {
-    Whole(u64),
+    /// Its size and type.
+    Whole(u64, ObjectType),
     Delta {
         base: u64,
         base_size: u64,
@@ -1326,7 +1381,7 @@ pub(crate) fn validate(idx_path: &Path, pack_path: &Path) -> Result<PackIndex, P
         buf.resize(len as usize, 0);
         reader.read_exact(&mut buf)?;
         hasher.update(&buf);
-        let (checked, used) = index.entry_in(start, &buf, Some(i)).map_err(bad)?;
+        let (checked, used) = index.entry_in(start, &buf, Some(i), None).map_err(bad)?;
         // The stream ends exactly where the next entry starts.
         if used != buf.len() {
             return Err(bad(
@@ -1334,7 +1389,7 @@ pub(crate) fn validate(idx_path: &Path, pack_path: &Path) -> Result<PackIndex, P
             ));
         }
         let object_size = match checked {
-            Checked::Whole(size) => size,
+            Checked::Whole(size, _) => size,
             Checked::Delta {
                 base,
                 base_size,
@@ -1886,6 +1941,54 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn whole_reads_give_what_libgit2_reads_and_nothing_else_from_a_flipped_byte() {
+        let (tmp, packs) = genuine_packs();
+        let repo = Repository::open_bare(tmp.path()).unwrap();
+        let odb = repo.odb().unwrap();
+        let mut whole = 0;
+        for (idx, pack) in &packs {
+            let ids = ids_of(idx, pack);
+            let mut index = open_index(idx, pack).unwrap();
+            let originals: Vec<(ObjectType, Vec<u8>)> = ids
+                .iter()
+                .map(|&id| {
+                    let o = odb.read(id).unwrap();
+                    (o.kind(), o.data().to_vec())
+                })
+                .collect();
+            for (&id, original) in ids.iter().zip(&originals) {
+                // A delta is left to libgit2; a whole entry reads as it.
+                if let Some(read) = index.read_whole(id).unwrap() {
+                    assert_eq!(&read, original, "{id}");
+                    whole += 1;
+                }
+            }
+            assert_eq!(index.read_whole(Oid::ZERO_SHA1).unwrap(), None);
+            let (i_bytes, p_bytes) = (fs::read(idx).unwrap(), fs::read(pack).unwrap());
+            let work = tempfile::tempdir().unwrap();
+            let (i2, p2) = (work.path().join("p.idx"), work.path().join("p.pack"));
+            fs::write(&i2, &i_bytes).unwrap();
+            for at in 0..p_bytes.len() {
+                let mut b = p_bytes.clone();
+                b[at] ^= 0x01;
+                fs::write(&p2, &b).unwrap();
+                let Ok(mut index) = open_index(&i2, &p2) else {
+                    continue;
+                };
+                for (&id, original) in ids.iter().zip(&originals) {
+                    if let Ok(Some(read)) = index.read_whole(id) {
+                        assert_eq!(
+                            &read, original,
+                            "a flipped bit at {at} gave {id} other content"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(whole > 0, "no whole entry was read");
     }
 
     /// A copy of the pack `idx`/`pack` in a directory of its own, with
