@@ -342,14 +342,10 @@ impl Caches {
         if let Some(e) = self.trees.borrow().0.get(&id) {
             return Ok(e.clone());
         }
-        let tree = objects::find_tree(repo, id)?;
         let entries: Entries = Arc::new(
-            tree.iter()
-                .map(|e| TreeEntry {
-                    name: e.name_bytes().to_vec(),
-                    mode: e.filemode(),
-                    id: e.id(),
-                })
+            objects::tree_entries(repo, id)?
+                .into_iter()
+                .map(|(name, mode, id)| TreeEntry { name, mode, id })
                 .collect(),
         );
         self.remember_tree(id, entries.clone());

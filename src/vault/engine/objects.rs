@@ -632,24 +632,23 @@ pub(crate) fn find_blob(repo: &Repository, id: Oid) -> Result<Blob<'_>, ObjectEr
     repo.find_blob(id).map_err(|_| ObjectError::Unreadable(id))
 }
 
-/// The content of the blob `id`. When a pack holds it whole, memvault
-/// reads it there itself, checking the entry as [`check`] would (its
-/// header, stream, size, CRC-32 and hash) while it inflates it: one read,
-/// where [`check`] and then libgit2 (hashing again with its slower
-/// collision-detecting SHA-1) made a view read it twice. Otherwise (in
-/// memory, loose, a delta) [`check`]ed and read through libgit2.
-pub(crate) fn blob_content(repo: &Repository, id: Oid) -> Result<Vec<u8>, ObjectError> {
-    let own = with_known(repo, |k| {
+/// The object `id` as a pack holds it, read by memvault itself (see
+/// [`PackIndex::read_object`]: each entry checked as [`check`] checks it,
+/// deltas applied, the object hashed against its id): one read, where
+/// [`check`] and then libgit2 (hashing again with its slower
+/// collision-detecting SHA-1) read it twice. None if it is in memory (the
+/// log's, which libgit2 reads first) or in no pack (loose).
+fn read_packed(repo: &Repository, id: Oid) -> Result<Option<pack::Made>, ObjectError> {
+    with_known(repo, |k| {
         if k.memory.contains(&id) {
             return Ok(None);
         }
         look(repo, k)?;
         for (name, p) in &mut k.packs {
             let Ok(index) = &mut p.state else { continue };
-            match index.read_whole(id) {
+            match index.read_object(id) {
                 Ok(None) => {}
-                Ok(Some((ObjectType::Blob, content))) => return Ok(Some(content)),
-                Ok(Some(_)) => return Err(ObjectError::Unreadable(id)),
+                Ok(Some(read)) => return Ok(Some(read)),
                 Err(e) => {
                     let what = refusal(e);
                     p.state = Err(what);
@@ -661,10 +660,82 @@ pub(crate) fn blob_content(repo: &Repository, id: Oid) -> Result<Vec<u8>, Object
             }
         }
         Ok(None)
-    })?;
-    match own {
-        Some(content) => Ok(content),
+    })
+}
+
+/// The content of the blob `id`: from its pack by [`read_packed`], else
+/// [`check`]ed and read through libgit2.
+pub(crate) fn blob_content(repo: &Repository, id: Oid) -> Result<Vec<u8>, ObjectError> {
+    match read_packed(repo, id)? {
+        Some((ObjectType::Blob, data)) => {
+            Ok(std::sync::Arc::try_unwrap(data).unwrap_or_else(|d| d.to_vec()))
+        }
+        Some(_) => Err(ObjectError::Unreadable(id)),
         None => Ok(find_blob(repo, id)?.content().to_vec()),
+    }
+}
+
+/// The entries of the tree `id` (name, git's normalised mode, id), from
+/// its pack by [`read_packed`], else [`check`]ed and read through libgit2.
+pub(crate) fn tree_entries(
+    repo: &Repository,
+    id: Oid,
+) -> Result<Vec<(Vec<u8>, i32, Oid)>, ObjectError> {
+    match read_packed(repo, id)? {
+        Some((ObjectType::Tree, data)) => parse_tree(&data).ok_or(ObjectError::Corrupt(id)),
+        Some(_) => Err(ObjectError::Unreadable(id)),
+        None => Ok(find_tree(repo, id)?
+            .iter()
+            .map(|e| (e.name_bytes().to_vec(), e.filemode(), e.id()))
+            .collect()),
+    }
+}
+
+/// A tree's entries as libgit2 parses them (`<octal mode> <name>\0<20-byte
+/// id>`, the mode normalised as `git_tree_entry_filemode` does); None if
+/// the bytes are not a tree libgit2 would read.
+fn parse_tree(mut data: &[u8]) -> Option<Vec<(Vec<u8>, i32, Oid)>> {
+    let mut out = Vec::new();
+    while !data.is_empty() {
+        let space = data.iter().position(|&b| b == b' ')?;
+        let (digits, rest) = (&data[..space], &data[space + 1..]);
+        if digits.is_empty() || digits.len() > 7 {
+            return None;
+        }
+        let mut mode = 0i32;
+        for &d in digits {
+            if !(b'0'..=b'7').contains(&d) {
+                return None;
+            }
+            mode = mode * 8 + i32::from(d - b'0');
+        }
+        // libgit2 keeps a mode in 16 bits.
+        if mode > 0xffff {
+            return None;
+        }
+        let nul = rest.iter().position(|&b| b == 0)?;
+        if nul == 0 {
+            return None;
+        }
+        let name = rest[..nul].to_vec();
+        let id = rest.get(nul + 1..nul + 21)?;
+        out.push((name, normalise_mode(mode), Oid::from_bytes(id).ok()?));
+        data = &rest[nul + 21..];
+    }
+    Some(out)
+}
+
+/// libgit2's `normalize_filemode`.
+fn normalise_mode(mode: i32) -> i32 {
+    const TREE: i32 = 0o040000;
+    const COMMIT: i32 = 0o160000;
+    const LINK: i32 = 0o120000;
+    match mode & 0o170000 {
+        TREE => TREE,
+        _ if mode & 0o100 != 0 => 0o100755,
+        COMMIT => COMMIT,
+        LINK => LINK,
+        _ => 0o100644,
     }
 }
 
@@ -740,6 +811,52 @@ mod tests {
         z.write_all(header.as_bytes()).unwrap();
         z.write_all(content).unwrap();
         z.finish().unwrap()
+    }
+
+    #[test]
+    fn trees_parse_as_libgit2_parses_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(tmp.path()).unwrap();
+        let odb = repo.odb().unwrap();
+        let id = [7u8; 20];
+        let entry = |mode: &str, name: &[u8]| {
+            let mut e = format!("{mode} ").into_bytes();
+            e.extend_from_slice(name);
+            e.push(0);
+            e.extend_from_slice(&id);
+            e
+        };
+        let mut cases: Vec<Vec<u8>> = vec![Vec::new()];
+        for mode in [
+            "100644", "100755", "100664", "100744", "100654", "40000", "040000", "40755", "120000",
+            "160000", "0", "7", "177777", "200000", "1000000", "10064x", "", " 100644", "-1", "8",
+        ] {
+            cases.push(entry(mode, b"name"));
+        }
+        let two = [entry("100644", b"a"), entry("40000", b"b")].concat();
+        cases.push(two.clone());
+        cases.push(entry("100644", b""));
+        cases.push(entry("100644", "é\u{1}/.".as_bytes()));
+        cases.push(two[..two.len() - 1].to_vec());
+        cases.push(b"100644 name".to_vec());
+        cases.push(b"100644".to_vec());
+        for raw in cases {
+            let expected = odb
+                .write(ObjectType::Tree, &raw)
+                .ok()
+                .and_then(|id| repo.find_tree(id).ok())
+                .map(|t| {
+                    t.iter()
+                        .map(|e| (e.name_bytes().to_vec(), e.filemode(), e.id()))
+                        .collect::<Vec<_>>()
+                });
+            assert_eq!(
+                parse_tree(&raw),
+                expected,
+                "{}",
+                String::from_utf8_lossy(&raw)
+            );
+        }
     }
 
     #[test]

@@ -24,6 +24,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::{self, Read as _, Write};
 use std::path::Path;
+use std::sync::Arc;
 
 use git2::{ObjectType, Oid};
 use sha1::{Digest, Sha1};
@@ -766,6 +767,60 @@ fn delta_varint(r: &mut &[u8]) -> Option<u64> {
     }
 }
 
+/// The object a git delta makes of `base`: None if the delta does not
+/// parse, names another base size, copies from outside the base, or does
+/// not make exactly the size it declares (at most [`MAX_OBJECT`]).
+pub(crate) fn apply_delta(base: &[u8], delta: &[u8]) -> Option<Vec<u8>> {
+    let mut r = delta;
+    let base_size = delta_varint(&mut r)?;
+    let size = delta_varint(&mut r)?;
+    if base_size != base.len() as u64 || size > MAX_OBJECT {
+        return None;
+    }
+    let size = size as usize;
+    let mut out = Vec::with_capacity(size);
+    while let Some((&cmd, rest)) = r.split_first() {
+        r = rest;
+        let piece = if cmd & 0x80 != 0 {
+            let mut arg = |bits: u8, shift: usize| -> Option<usize> {
+                let mut v = 0usize;
+                for i in 0..shift {
+                    if bits & (1 << i) != 0 {
+                        let (&b, rest) = r.split_first()?;
+                        r = rest;
+                        v |= usize::from(b) << (8 * i);
+                    }
+                }
+                Some(v)
+            };
+            let offset = arg(cmd & 0x0f, 4)?;
+            let len = match arg((cmd >> 4) & 0x07, 3)? {
+                0 => 0x10000,
+                n => n,
+            };
+            base.get(offset..offset.checked_add(len)?)?
+        } else if cmd != 0 {
+            let (piece, rest) = r.split_at_checked(usize::from(cmd))?;
+            r = rest;
+            piece
+        } else {
+            return None;
+        };
+        if out.len() + piece.len() > size {
+            return None;
+        }
+        out.extend_from_slice(piece);
+    }
+    (out.len() == size).then_some(out)
+}
+
+/// An object [`PackIndex::read_object`] read: its type and content.
+pub(crate) type Made = (ObjectType, Arc<Vec<u8>>);
+
+/// How many bytes of objects [`PackIndex::read_object`] keeps per pack
+/// as delta bases (all are dropped when they would go over).
+const BASES_KEPT: usize = 1 << 20;
+
 /// A pack's index and the pack, open: what [`open_index`] checks of a
 /// pack before libgit2 may search it, and what
 /// [`PackIndex::check_object`] needs to check, one object at a time, the
@@ -796,6 +851,11 @@ pub(crate) struct PackIndex {
     by_id: HashSet<u64>,
     /// The buffer [`PackIndex::read_entry`] reads into, kept between reads.
     scratch: Vec<u8>,
+    /// Objects [`PackIndex::read_object`] made, by entry offset, to apply
+    /// the next delta on them (a tree's versions are a chain of deltas):
+    /// at most [`BASES_KEPT`] bytes.
+    bases: HashMap<u64, Made>,
+    bases_bytes: usize,
 }
 
 /// One fanout bucket of an index: the positions `lo..` of the ids that
@@ -919,6 +979,8 @@ pub(crate) fn open_index(idx_path: &Path, pack_path: &Path) -> Result<PackIndex,
         checked: HashMap::new(),
         by_id: HashSet::new(),
         scratch: Vec::new(),
+        bases: HashMap::new(),
+        bases_bytes: 0,
     })
 }
 
@@ -1162,31 +1224,83 @@ impl PackIndex {
         checked
     }
 
-    /// The object `id`, if this pack holds it as a whole entry: its type
-    /// and content, read and checked as [`check_object`](Self::check_object)
-    /// checks an entry (header, stream, size, CRC-32, hash), without
-    /// libgit2. None if the pack does not hold it, or holds it as a delta.
-    pub(crate) fn read_whole(
-        &mut self,
-        id: Oid,
-    ) -> Result<Option<(ObjectType, Vec<u8>)>, PackError> {
+    /// The object `id`, if this pack holds it: its type and content, read
+    /// here without libgit2, a delta applied on its base (and that base's,
+    /// down to a whole entry or one read before), each entry checked as
+    /// [`check_object`](Self::check_object) checks it, and the object made
+    /// hashed against `id`. None if the pack does not hold it.
+    pub(crate) fn read_object(&mut self, id: Oid) -> Result<Option<Made>, PackError> {
         use PackError::Malformed as bad;
         let Some(pos) = self.position(id.as_bytes())? else {
             return Ok(None);
         };
-        let at = self.offset(pos);
-        if !(12..self.body_end).contains(&at) {
-            return Err(bad("an entry's offset is out of place"));
-        }
-        let mut content = Vec::new();
-        match self.read_entry(at, Some(pos), Some(&mut content))? {
-            Checked::Whole(size, kind) => {
-                self.checked.insert(at, size);
-                self.by_id.insert(at);
-                Ok(Some((kind, content)))
+        let top = self.offset(pos);
+        // Down the chain to a whole entry or a base made before, keeping
+        // each delta; then back up, applying them.
+        let mut deltas: Vec<(u64, Vec<u8>)> = Vec::new();
+        let (mut at, mut expect) = (top, Some(pos));
+        let (kind, mut made) = loop {
+            if !(12..self.body_end).contains(&at) {
+                return Err(bad("an entry's offset is out of place"));
             }
-            Checked::Delta { .. } => Ok(None),
+            if let Some((kind, made)) = self.bases.get(&at) {
+                // Kept only once made from an entry checked by id or
+                // hashed: the top entry is checked below all the same.
+                if expect.is_none() {
+                    break (*kind, made.clone());
+                }
+            }
+            if deltas.len() >= MAX_CHAIN {
+                return Err(bad("a delta chain is too long"));
+            }
+            let mut body = Vec::new();
+            match self.read_entry(at, expect, Some(&mut body))? {
+                Checked::Whole(size, kind) => {
+                    self.checked.insert(at, size);
+                    break (kind, Arc::new(body));
+                }
+                Checked::Delta { base, result, .. } => {
+                    self.checked.insert(at, result);
+                    deltas.push((at, body));
+                    (at, expect) = (base, None);
+                }
+            }
+        };
+        let chained = !deltas.is_empty();
+        while let Some((at, delta)) = deltas.pop() {
+            let next =
+                apply_delta(&made, &delta).ok_or(bad("a delta does not apply to its base"))?;
+            made = Arc::new(next);
+            if !deltas.is_empty() {
+                self.keep_base(at, kind, &made);
+            }
         }
+        // A whole entry was hashed as it was read (reached by its id).
+        if chained && object_hash(kind, &made) != *id.as_bytes() {
+            return Err(bad("an entry does not hash to its id"));
+        }
+        self.by_id.insert(top);
+        // The newest version of a chain is the likeliest base of the next.
+        if chained {
+            self.keep_base(top, kind, &made);
+        }
+        Ok(Some((kind, made)))
+    }
+
+    /// Keep an object [`read_object`](Self::read_object) made, as a base
+    /// for later deltas.
+    fn keep_base(&mut self, at: u64, kind: ObjectType, made: &Arc<Vec<u8>>) {
+        if made.len() > BASES_KEPT / 4 {
+            return;
+        }
+        if self.bases_bytes + made.len() > BASES_KEPT {
+            self.bases.clear();
+            self.bases_bytes = 0;
+        }
+        if let Some((_, old)) = self.bases.insert(at, (kind, made.clone())) {
+            self.bases_bytes -= old.len();
+        }
+        self.bases_bytes += made.len();
     }
 
     /// [`PackIndex::read_entry`] on the entry's first bytes, `buf`; also
@@ -1944,11 +2058,11 @@ mod tests {
     }
 
     #[test]
-    fn whole_reads_give_what_libgit2_reads_and_nothing_else_from_a_flipped_byte() {
+    fn own_reads_give_what_libgit2_reads_and_nothing_else_from_a_flipped_byte() {
         let (tmp, packs) = genuine_packs();
         let repo = Repository::open_bare(tmp.path()).unwrap();
         let odb = repo.odb().unwrap();
-        let mut whole = 0;
+        let (mut read, mut chains) = (0, 0);
         for (idx, pack) in &packs {
             let ids = ids_of(idx, pack);
             let mut index = open_index(idx, pack).unwrap();
@@ -1960,13 +2074,13 @@ mod tests {
                 })
                 .collect();
             for (&id, original) in ids.iter().zip(&originals) {
-                // A delta is left to libgit2; a whole entry reads as it.
-                if let Some(read) = index.read_whole(id).unwrap() {
-                    assert_eq!(&read, original, "{id}");
-                    whole += 1;
-                }
+                let (kind, data) = index.read_object(id).unwrap().unwrap();
+                assert_eq!(&(kind, data.to_vec()), original, "{id}");
+                read += 1;
             }
-            assert_eq!(index.read_whole(Oid::ZERO_SHA1).unwrap(), None);
+            assert!(index.read_object(Oid::ZERO_SHA1).unwrap().is_none());
+            // Deltas were applied (their results kept as bases).
+            chains += index.bases.len();
             let (i_bytes, p_bytes) = (fs::read(idx).unwrap(), fs::read(pack).unwrap());
             let work = tempfile::tempdir().unwrap();
             let (i2, p2) = (work.path().join("p.idx"), work.path().join("p.pack"));
@@ -1979,16 +2093,20 @@ mod tests {
                     continue;
                 };
                 for (&id, original) in ids.iter().zip(&originals) {
-                    if let Ok(Some(read)) = index.read_whole(id) {
+                    if let Ok(Some((kind, data))) = index.read_object(id) {
                         assert_eq!(
-                            &read, original,
+                            &(kind, data.to_vec()),
+                            original,
                             "a flipped bit at {at} gave {id} other content"
                         );
                     }
                 }
             }
         }
-        assert!(whole > 0, "no whole entry was read");
+        assert!(
+            read > 0 && chains > 0,
+            "{read} objects, {chains} from deltas"
+        );
     }
 
     /// A copy of the pack `idx`/`pack` in a directory of its own, with
