@@ -13,7 +13,10 @@
 //!   peer through its tool with `--no-fsync`, then `sync`), then create,
 //!   str_replace, insert, rename, delete, view of a file and view of
 //!   `/memories` (the listing; a sixth of the samples, as the SDK's takes
-//!   about 100 ms), one request at a time, round trip included. Each
+//!   about 100 ms), and a view of `/etc/passwd`, which both refuse without
+//!   touching storage (the round trip's floor: what a view costs above it,
+//!   and what the view target leaves memvault), one request at a time,
+//!   round trip included. Each
 //!   round's medians and p99s, the ratio memvault/SDK of the medians per
 //!   round and the median of the ratios, marked against the issue's
 //!   targets; beside them the cost of one `fdatasync` of a small write;
@@ -250,8 +253,10 @@ impl Server {
         self.line.clear();
         self.out.read_line(&mut self.line).unwrap();
         let d = t.elapsed();
+        // Only the floor's request is refused, by both tools.
+        let refused = cmd["path"] == "/etc/passwd";
         assert!(
-            self.line.contains("\"is_error\":false"),
+            self.line.contains("\"is_error\":false") != refused,
             "{cmd} -> {}",
             self.line
         );
@@ -370,7 +375,7 @@ fn fill_sdk(python: &Path, root: &Path, notes: usize) {
     s.close();
 }
 
-const OPS: [&str; 7] = [
+const OPS: [&str; 8] = [
     "create",
     "str_replace",
     "insert",
@@ -378,6 +383,9 @@ const OPS: [&str; 7] = [
     "delete",
     "view",
     "listing",
+    // A view of a path outside /memories, which both refuse without
+    // touching storage: the round trip's floor (no target).
+    "floor",
 ];
 
 /// The target for memvault/SDK per op, fsync on.
@@ -426,6 +434,11 @@ fn run_ops(s: &mut Server, a: &Args) -> Vec<Vec<Duration>> {
     out.push(
         (0..listing_samples(a))
             .map(|_| s.call(&json!({"command": "view", "path": "/memories"})))
+            .collect(),
+    );
+    out.push(
+        (0..n)
+            .map(|_| s.call(&json!({"command": "view", "path": "/etc/passwd"})))
             .collect(),
     );
     out
@@ -642,8 +655,36 @@ fn peer(
         );
     }
     println!("  memvault/SDK, median of the rounds' ratios, against the issue's targets:");
+    let median_of = |tool: usize, k: usize| {
+        median_f(
+            &(0..a.rounds)
+                .map(|r| median(&res[tool][r][k]).as_secs_f64())
+                .collect::<Vec<_>>(),
+        )
+    };
     for (k, &op) in OPS.iter().enumerate() {
         let ratios = &ratios_of[k];
+        if op == "floor" {
+            // What a view costs above the floor, and what the view target
+            // leaves memvault for it.
+            let (floor, view) = (
+                (median_of(0, k), median_of(1, k)),
+                (median_of(0, 5), median_of(1, 5)),
+            );
+            let us = |x: f64| fmt(Duration::from_secs_f64(x.max(0.0)));
+            let line = format!(
+                "the round trip of a refused path (no storage touched): memvault {}, SDK {} ({:.2}x); a view above it: memvault {}, SDK {}; a 0.35x view leaves memvault {} above its floor",
+                us(floor.0),
+                us(floor.1),
+                median_f(ratios),
+                us(view.0 - floor.0),
+                us(view.1 - floor.1),
+                us(0.35 * view.1 - floor.0)
+            );
+            println!("  {line}");
+            sum.add(format!("- {line} ({mode})"));
+            continue;
+        }
         let med = median_f(ratios);
         // Fsync off, rename and delete: the target is 0.5x when one
         // fdatasync alone costs more than the SDK's whole rename.
