@@ -892,6 +892,42 @@ fn a_keyslot_added_travels_and_one_removed_stays_removed_through_a_merge() {
     assert!(!again.dir.exists());
 }
 
+/// A rekey on one machine: another copy with the same key file cannot take
+/// in the new epoch yet. Its sync says so (not that the remote is hostile)
+/// and changes nothing; a clone made anew reads everything, new and old.
+#[test]
+fn a_copy_told_of_a_rekey_elsewhere_changes_nothing_and_a_new_clone_reads_it() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    b.write("/memories/b-only.md", "from b before the rekey\n");
+    a.ok(&["rekey"]);
+    a.write("/memories/after-rekey.md", "written under the new epoch\n");
+    a.ok(&["sync"]);
+    let before = (b.ok(&["history"]), b.files());
+    for args in [&["sync"][..], &["pull"]] {
+        let err = b.fails(args, 1);
+        assert!(
+            err.contains("newer key epoch") && err.contains("nothing was changed"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("cannot be trusted"), "{err}");
+    }
+    // A push sends nothing over what it has not pulled (and sync says why).
+    let err = b.fails(&["push"], 1);
+    assert!(err.contains("nothing was pushed"), "{err}");
+    assert_eq!((b.ok(&["history"]), b.files()), before);
+    // The hint works: a new clone with the same key file reads both the
+    // new epoch's file and the history written before it.
+    let fresh = Machine::new(w.hub.parent().unwrap().join("fresh"), b.key.clone());
+    fresh.ok(&["clone", w.hub.to_str().unwrap()]);
+    assert_eq!(
+        fresh.read("/memories/after-rekey.md").as_deref(),
+        Some("written under the new epoch\n")
+    );
+    assert!(fresh.read("/memories/notes.md").unwrap().contains(MARK));
+    assert_eq!(fresh.files(), a.files());
+}
+
 /// Expiry across machines: a file viewed on one machine within the period
 /// is not expired on another, as of their last syncs (access times travel
 /// sealed, in the remote's `refs/memvault/access`; a view still makes no

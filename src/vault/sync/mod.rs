@@ -78,7 +78,7 @@ pub enum SyncError {
     #[error("remote {remote} cannot be trusted: {what}; nothing was changed here")]
     Hostile { remote: String, what: String },
     #[error(
-        "remote {remote} holds a key state of a newer key epoch (`memvault rekey` ran on another machine); pulling it in is not supported yet: clone the remote anew"
+        "remote {remote} holds a key state of a newer key epoch (`memvault rekey` ran on another machine), which this copy cannot take in yet; nothing was changed here. Clone the remote anew into another directory (`memvault --vault DIR clone URL`, with a secret it opens); this copy keeps what it holds"
     )]
     Rekeyed { remote: String },
     #[error("this vault's main does not contain what it last saw of remote {remote}; pull first")]
@@ -777,6 +777,18 @@ impl Vault {
             return Err(hostile("its access ref is not a signed commit").into());
         };
         if !self.keys.verify_mac(&signed, &tag) {
+            // A later epoch's (a rekey this copy has not had), as for the
+            // commits below; or not the vault's at all.
+            let epoch = tag
+                .get(..4)
+                .and_then(|b| b.try_into().ok())
+                .map(u32::from_be_bytes);
+            if epoch.is_some_and(|e| e > self.keys.current_epoch()) {
+                return Err(SyncError::Rekeyed {
+                    remote: name.into(),
+                }
+                .into());
+            }
             return Err(hostile("its access ref was not written with this vault's key").into());
         }
         let text = std::str::from_utf8(&signed).map_err(|_| hostile("its access ref"))?;
