@@ -108,7 +108,7 @@ impl Vault {
         }
         meta.size = Some(files.iter().map(|f| f.content.len() as u64).sum());
         // The edit reads the trees on each path: check them first.
-        if let Some(base) = self.tree_of(tip)?.map(|t| t.id()) {
+        if let Some(base) = self.tree_of(tip)? {
             for f in &files {
                 let git_path = self.git_path_of(&f.path)?;
                 super::objects::check_path(&self.repo, base, &git_path)?;

@@ -354,32 +354,47 @@ impl Vault {
         self.caches.remember_count(count.tree, count.files);
     }
 
-    fn tree_of(&self, commit: Option<Oid>) -> Result<Option<git2::Tree<'_>>, VaultError> {
-        match commit {
-            None => Ok(None),
-            Some(c) => {
-                let cached = *self.caches.commit_tree.borrow();
-                let tree_id = match cached {
-                    Some((commit, tree)) if commit == c => tree,
-                    _ => {
-                        objects::check(&self.repo, c)?;
-                        let commit = self
-                            .repo
-                            .find_commit(c)
-                            .map_err(|_| damaged("a commit is unreadable"))?;
-                        let tree = commit.tree_id();
-                        *self.caches.commit_tree.borrow_mut() = Some((c, tree));
-                        tree
-                    }
-                };
-                objects::check(&self.repo, tree_id)?;
-                Ok(Some(
-                    self.repo
-                        .find_tree(tree_id)
-                        .map_err(|_| damaged("a tree is unreadable"))?,
-                ))
+    /// The root tree of `commit` (None: the empty tree), checked readable
+    /// as a tree: through the tree cache, which holds the trees this
+    /// handle wrote or read, so a write's next request reads nothing.
+    pub(crate) fn tree_of(&self, commit: Option<Oid>) -> Result<Option<Oid>, VaultError> {
+        let Some(c) = commit else {
+            return Ok(None);
+        };
+        let cached = *self.caches.commit_tree.borrow();
+        let tree_id = match cached {
+            Some((commit, tree)) if commit == c => tree,
+            _ => {
+                objects::check(&self.repo, c)?;
+                let commit = self
+                    .repo
+                    .find_commit(c)
+                    .map_err(|_| damaged("a commit is unreadable"))?;
+                let tree = commit.tree_id();
+                *self.caches.commit_tree.borrow_mut() = Some((c, tree));
+                tree
             }
-        }
+        };
+        // Checked even when cached: the check looks at the pack directory
+        // once per request, so a pack planted meanwhile is refused.
+        objects::check(&self.repo, tree_id)?;
+        self.caches
+            .tree_entries(&self.repo, tree_id)
+            .map_err(|_| damaged("a tree is unreadable"))?;
+        Ok(Some(tree_id))
+    }
+
+    /// [`tree_of`](Self::tree_of), as libgit2's tree (for its diffs).
+    pub(crate) fn git_tree_of(
+        &self,
+        commit: Option<Oid>,
+    ) -> Result<Option<git2::Tree<'_>>, VaultError> {
+        let Some(id) = self.tree_of(commit)? else {
+            return Ok(None);
+        };
+        Ok(Some(
+            objects::find_tree(&self.repo, id).map_err(|_| damaged("a tree is unreadable"))?,
+        ))
     }
 
     /// A snapshot of the tree at `rev` (None: the empty tree).

@@ -367,7 +367,7 @@ impl Vault {
         let Some(tree) = self.tree_of(tip)? else {
             return Ok(false);
         };
-        let entries = self.caches.tree_entries(&self.repo, tree.id())?;
+        let entries = self.caches.tree_entries(&self.repo, tree)?;
         Ok(entries.iter().any(|e| !tree::is_bucket(&e.name)))
     }
 

@@ -22,13 +22,8 @@ impl Vault {
         let mut objects: Vec<Object> = Vec::new();
         let new_tree = {
             let base = self.tree_of(parent)?;
-            let snap = VaultSnapshot::new(
-                &self.repo,
-                &self.keys,
-                &self.key_state,
-                &self.caches,
-                base.clone(),
-            );
+            let snap =
+                VaultSnapshot::new(&self.repo, &self.keys, &self.key_state, &self.caches, base);
             let mut update = TreeEdits::default();
             match m.change {
                 Change::Write { path, content } => {
@@ -114,7 +109,6 @@ impl Vault {
                 }
             }
             drop(snap);
-            let base = base.map(|t| t.id());
             update
                 .write(&self.repo, &self.caches, base, &mut objects)
                 .map_err(ge)?
@@ -241,6 +235,8 @@ impl Vault {
         }
         self.verified_tip = Some((commit, self.key_state.commit));
         self.tip_date = Some((commit, clock));
+        // The next request's snapshot needs the tree: known, not read back.
+        *self.caches.commit_tree.borrow_mut() = Some((commit, tree));
         Ok(commit)
     }
 
@@ -285,7 +281,7 @@ impl Vault {
         edits: &TreeEdits,
         objects: &mut Vec<Object>,
     ) -> Result<Oid, VaultError> {
-        let base = self.tree_of(base)?.map(|t| t.id());
+        let base = self.tree_of(base)?;
         Ok(edits.write(&self.repo, &self.caches, base, objects)?)
     }
 
@@ -308,7 +304,7 @@ impl Vault {
         meta: CommitMeta,
     ) -> Result<Oid, VaultError> {
         let tree = match self.tree_of(tip)? {
-            Some(t) => t.id(),
+            Some(t) => t,
             None => self.repo.treebuilder(None)?.write()?,
         };
         self.publish(tip, tree, change, &meta, Vec::new())

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use git2::{ObjectType, Odb, Oid, Repository, Tree};
+use git2::{ObjectType, Odb, Oid, Repository};
 use zeroize::Zeroizing;
 
 use super::keys::KeyState;
@@ -371,8 +371,8 @@ pub struct VaultSnapshot<'a> {
     keys: &'a VaultKeys,
     key_state: &'a KeyState,
     caches: &'a Caches,
-    /// None: the empty tree.
-    tree: Option<Tree<'a>>,
+    /// The root tree's id (None: the empty tree).
+    tree: Option<Oid>,
     /// The last path [`entry`](Self::entry) answered, and its answer (a
     /// view asks for the kind, then reads: one walk of the tree).
     last_entry: RefCell<Option<(MemoryPath, Located)>>,
@@ -388,7 +388,7 @@ impl<'a> VaultSnapshot<'a> {
         keys: &'a VaultKeys,
         key_state: &'a KeyState,
         caches: &'a Caches,
-        tree: Option<Tree<'a>>,
+        tree: Option<Oid>,
     ) -> Self {
         VaultSnapshot {
             repo,
@@ -430,8 +430,8 @@ impl<'a> VaultSnapshot<'a> {
         path: &MemoryPath,
     ) -> Result<(String, Option<(Oid, NodeKind)>), StoreError> {
         if path.is_root() {
-            let at = match &self.tree {
-                Some(tree) => (tree.id(), NodeKind::Dir),
+            let at = match self.tree {
+                Some(tree) => (tree, NodeKind::Dir),
                 None => (Oid::ZERO_SHA1, NodeKind::Dir),
             };
             return Ok((String::new(), Some(at)));
@@ -460,10 +460,10 @@ impl<'a> VaultSnapshot<'a> {
             }
             git
         };
-        let Some(tree) = &self.tree else {
+        let Some(tree) = self.tree else {
             return Ok((fanned_rest(git, encs), None));
         };
-        let mut at = (tree.id(), MODE_TREE);
+        let mut at = (tree, MODE_TREE);
         for (i, enc) in encs.iter().enumerate() {
             if at.1 != MODE_TREE {
                 return Ok((fanned_rest(git, &encs[i..]), None));
@@ -547,8 +547,8 @@ impl<'a> VaultSnapshot<'a> {
         &self,
     ) -> Result<Vec<(MemoryPath, String, FileKeyId, Oid)>, StoreError> {
         let mut out = Vec::new();
-        if let Some(tree) = &self.tree {
-            self.walk_keys(&MemoryPath::root(), "", tree.id(), &mut out)?;
+        if let Some(tree) = self.tree {
+            self.walk_keys(&MemoryPath::root(), "", tree, &mut out)?;
         }
         Ok(out)
     }
@@ -563,8 +563,8 @@ impl<'a> VaultSnapshot<'a> {
         others: &[Option<Oid>],
     ) -> Result<Vec<(MemoryPath, FileKeyId, Oid)>, StoreError> {
         let mut out = Vec::new();
-        if let Some(tree) = &self.tree {
-            self.walk_differing(&MemoryPath::root(), tree.id(), others, 0, &mut out)?;
+        if let Some(tree) = self.tree {
+            self.walk_differing(&MemoryPath::root(), tree, others, 0, &mut out)?;
         }
         Ok(out)
     }
@@ -783,21 +783,22 @@ impl<'a> VaultSnapshot<'a> {
             if let Some(n) = caches.counts.borrow().get(&oid) {
                 return Ok(*n);
             }
-            let tree = objects::find_tree(repo, oid)?;
             let mut n = 0;
-            for e in tree.iter() {
-                match e.kind() {
-                    Some(ObjectType::Blob) => n += 1,
-                    Some(ObjectType::Tree) => n += walk(repo, caches, e.id())?,
-                    _ => {}
+            // Read once, not kept in the tree cache (a walk of every tree).
+            for (_, mode, id) in objects::tree_entries(repo, oid)? {
+                match mode {
+                    MODE_TREE => n += walk(repo, caches, id)?,
+                    // A submodule (git's commit mode) is no file.
+                    0o160000 => {}
+                    _ => n += 1,
                 }
             }
             remember(&caches.counts, oid, n);
             Ok(n)
         }
-        match &self.tree {
+        match self.tree {
             None => Ok(0),
-            Some(t) => walk(self.repo, self.caches, t.id()),
+            Some(t) => walk(self.repo, self.caches, t),
         }
     }
 }

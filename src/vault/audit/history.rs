@@ -357,8 +357,8 @@ impl Vault {
         for c in [old, new].into_iter().flatten() {
             objects::check_tree_deep(&self.repo, self.read_commit(c)?.0)?;
         }
-        let old_tree = self.tree_of(old)?;
-        let new_tree = self.tree_of(new)?;
+        let old_tree = self.git_tree_of(old)?;
+        let new_tree = self.git_tree_of(new)?;
         let mut opts = DiffOptions::new();
         opts.skip_binary_check(true);
         if let Some(p) = under.filter(|p| !p.is_root()) {

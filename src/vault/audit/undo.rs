@@ -459,7 +459,7 @@ impl Vault {
                 }
                 // Content written after `at` that the restore would discard.
                 let at_risk: BTreeSet<String> = {
-                    let tip_tree = self.tree_of(Some(tip))?;
+                    let tip_tree = self.git_tree_of(Some(tip))?;
                     targets
                         .keys()
                         .filter(|g| entry_at(tip_tree.as_ref(), g).is_some())
@@ -486,7 +486,7 @@ impl Vault {
         }
 
         // Keep only what would really change.
-        let tip_tree = self.tree_of(Some(tip))?;
+        let tip_tree = self.git_tree_of(Some(tip))?;
         // The trees on each path are read below, and by the tree update.
         if let Some(t) = &tip_tree {
             for git_path in targets.keys() {

@@ -166,7 +166,7 @@ impl Vault {
             }
         }
         // The edit reads the trees on each path: check them first.
-        if let Some(base) = self.tree_of(tip)?.map(|t| t.id()) {
+        if let Some(base) = self.tree_of(tip)? {
             for f in removals.iter().copied().chain(&keep_current) {
                 crate::vault::objects::check_path(&self.repo, base, &f.git_path)?;
             }

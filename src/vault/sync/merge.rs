@@ -250,10 +250,11 @@ impl Vault {
                 self.side(Some(theirs), &their_keys, None)?,
             )
         } else {
-            let root = |c: Option<Oid>| -> Result<Option<Oid>, VaultError> {
-                Ok(self.tree_of(c)?.map(|t| t.id()))
-            };
-            let (rb, ro, rt) = (root(base)?, root(Some(ours))?, root(Some(theirs))?);
+            let (rb, ro, rt) = (
+                self.tree_of(base)?,
+                self.tree_of(Some(ours))?,
+                self.tree_of(Some(theirs))?,
+            );
             (
                 self.side(base, &self.key_state, Some(&[ro, rt]))?,
                 self.side(Some(ours), &self.key_state, Some(&[rb, rt]))?,
