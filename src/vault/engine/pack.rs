@@ -2267,6 +2267,39 @@ mod hostile {
     }
 
     #[test]
+    fn deltas_apply_as_libgit2_applies_them_and_hostile_ones_do_not() {
+        let base = b"the quick brown fox jumps over the lazy dog".to_vec();
+        let target = b"the quick red fox jumps over the lazy cat!".to_vec();
+        let delta = make_delta(&base, &target);
+        assert_eq!(apply_delta(&base, &delta).as_deref(), Some(&target[..]));
+        // Another base size, a copy beyond the base, a result of another
+        // size, a reserved command, a cut: refused.
+        assert_eq!(apply_delta(&base[1..], &delta), None);
+        let copy_out = [base.len() as u8, 4, 0x91, 40, 4];
+        assert_eq!(apply_delta(&base, &copy_out), None);
+        let short = [base.len() as u8, 5, 0x90, 4];
+        assert_eq!(apply_delta(&base, &short), None);
+        assert_eq!(apply_delta(&base, &[base.len() as u8, 1, 0]), None);
+        assert_eq!(apply_delta(&base, &delta[..delta.len() - 1]), None);
+        // Every truncation and every flipped byte: no panic, and any
+        // result is exactly the declared size.
+        for cut in 0..delta.len() {
+            let _ = apply_delta(&base, &delta[..cut]);
+        }
+        for at in 0..delta.len() {
+            for bit in 0..8 {
+                let mut d = delta.clone();
+                d[at] ^= 1 << bit;
+                if let Some(out) = apply_delta(&base, &d) {
+                    let mut r = &d[..];
+                    delta_varint(&mut r).unwrap();
+                    assert_eq!(out.len() as u64, delta_varint(&mut r).unwrap());
+                }
+            }
+        }
+    }
+
+    #[test]
     fn hostile_packs_are_read_without_panicking() {
         let mut pack = b"PACK\0\0\0\x02\0\0\0\x02".to_vec();
         pack.extend_from_slice(&[0x60, 0x85, 0xff, 0xff, 0xff]);
