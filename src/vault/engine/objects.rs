@@ -26,6 +26,12 @@
 //!   `<type> <size>\0` header checked against what follows, and its SHA-1
 //!   against its id.
 //!
+//! Trees and blobs in packs are mostly not handed to libgit2 at all:
+//! [`blob_content`] and [`tree_entries`] read them with memvault's own
+//! reader ([`PackIndex::read_object`]), which checks each entry it reads
+//! as above and hashes the object it makes; only the pack it reads from is
+//! checked for that id.
+//!
 //! Objects never change, so an id that checked out is remembered (per
 //! repository, in this process) until the object database is installed
 //! again ([`odb_installed`]: at every checkpoint, this process's or
@@ -699,7 +705,9 @@ fn parse_tree(mut data: &[u8]) -> Option<Vec<(Vec<u8>, i32, Oid)>> {
     while !data.is_empty() {
         let space = data.iter().position(|&b| b == b' ')?;
         let (digits, rest) = (&data[..space], &data[space + 1..]);
-        if digits.is_empty() || digits.len() > 7 {
+        // Octal digits only (libgit2 also takes a sign, which neither git
+        // nor memvault writes: refused here), at most 16 bits of value.
+        if digits.is_empty() {
             return None;
         }
         let mut mode = 0i32;
@@ -708,13 +716,12 @@ fn parse_tree(mut data: &[u8]) -> Option<Vec<(Vec<u8>, i32, Oid)>> {
                 return None;
             }
             mode = mode * 8 + i32::from(d - b'0');
-        }
-        // libgit2 keeps a mode in 16 bits.
-        if mode > 0xffff {
-            return None;
+            if mode > 0xffff {
+                return None;
+            }
         }
         let nul = rest.iter().position(|&b| b == 0)?;
-        if nul == 0 {
+        if nul == 0 || nul > 0xffff {
             return None;
         }
         let name = rest[..nul].to_vec();
@@ -837,6 +844,8 @@ mod tests {
         cases.push(two.clone());
         cases.push(entry("100644", b""));
         cases.push(entry("100644", "é\u{1}/.".as_bytes()));
+        cases.push(entry("100644", &[b'n'; 0xffff]));
+        cases.push(entry("100644", &[b'n'; 0x10000]));
         cases.push(two[..two.len() - 1].to_vec());
         cases.push(b"100644 name".to_vec());
         cases.push(b"100644".to_vec());

@@ -778,7 +778,9 @@ pub(crate) fn apply_delta(base: &[u8], delta: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let size = size as usize;
-    let mut out = Vec::with_capacity(size);
+    // Room for what the delta can make at most before it copies (inserts
+    // are its own bytes; each copy at most the base).
+    let mut out = Vec::with_capacity(size.min(base.len().saturating_add(delta.len())));
     while let Some((&cmd, rest)) = r.split_first() {
         r = rest;
         let piece = if cmd & 0x80 != 0 {
@@ -816,6 +818,11 @@ pub(crate) fn apply_delta(base: &[u8], delta: &[u8]) -> Option<Vec<u8>> {
 
 /// An object [`PackIndex::read_object`] read: its type and content.
 pub(crate) type Made = (ObjectType, Arc<Vec<u8>>);
+
+/// How many bytes of deltas [`PackIndex::read_object`] holds at once
+/// (down a chain, before it applies them).
+/// (1 MiB in unit tests, to test it with small packs.)
+const DELTAS_HELD: usize = if cfg!(test) { 1 << 20 } else { 64 << 20 };
 
 /// How many bytes of objects [`PackIndex::read_object`] keeps per pack
 /// as delta bases (all are dropped when they would go over).
@@ -1238,17 +1245,20 @@ impl PackIndex {
         // Down the chain to a whole entry or a base made before, keeping
         // each delta; then back up, applying them.
         let mut deltas: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut held = 0usize;
+        let mut sizes: Vec<(u64, u64)> = Vec::new();
         let (mut at, mut expect) = (top, Some(pos));
         let (kind, mut made) = loop {
             if !(12..self.body_end).contains(&at) {
                 return Err(bad("an entry's offset is out of place"));
             }
-            if let Some((kind, made)) = self.bases.get(&at) {
-                // Kept only once made from an entry checked by id or
-                // hashed: the top entry is checked below all the same.
-                if expect.is_none() {
-                    break (*kind, made.clone());
-                }
+            // A base made before (from this pack's bytes alone, as it
+            // would be made again); never the top entry, read and checked
+            // here every time.
+            if let Some((kind, made)) = self.bases.get(&at)
+                && expect.is_none()
+            {
+                break (*kind, made.clone());
             }
             if deltas.len() >= MAX_CHAIN {
                 return Err(bad("a delta chain is too long"));
@@ -1256,11 +1266,18 @@ impl PackIndex {
             let mut body = Vec::new();
             match self.read_entry(at, expect, Some(&mut body))? {
                 Checked::Whole(size, kind) => {
-                    self.checked.insert(at, size);
+                    sizes.push((at, size));
                     break (kind, Arc::new(body));
                 }
                 Checked::Delta { base, result, .. } => {
-                    self.checked.insert(at, result);
+                    // The deltas wait here to be applied: their bytes are
+                    // bounded (libgit2, which holds one at a time, reads
+                    // what would go over).
+                    held += body.len();
+                    if held > DELTAS_HELD {
+                        return Ok(None);
+                    }
+                    sizes.push((at, result));
                     deltas.push((at, body));
                     (at, expect) = (base, None);
                 }
@@ -1279,6 +1296,9 @@ impl PackIndex {
         if chained && object_hash(kind, &made) != *id.as_bytes() {
             return Err(bad("an entry does not hash to its id"));
         }
+        // Every entry of the chain checked out: remembered as
+        // `check_object` remembers them.
+        self.checked.extend(sizes);
         self.by_id.insert(top);
         // The newest version of a chain is the likeliest base of the next.
         if chained {
@@ -1352,7 +1372,8 @@ impl PackIndex {
         let mut inflated = 0u64;
         let mut delta_head = Vec::new();
         if let Some(k) = keep.as_deref_mut() {
-            k.reserve_exact(size as usize);
+            // Room for what is declared, up to what the stream has shown.
+            k.reserve_exact((size as usize).min(buf.len().saturating_mul(4)));
         }
         let used = inflate_stream(&buf[at..], size, |chunk| {
             inflated += chunk.len() as u64;
@@ -1848,6 +1869,37 @@ mod tests {
             assert_eq!(odb.read(t.id).unwrap().data(), target, "{name}");
             assert_eq!(odb.read(b.id).unwrap().data(), base);
         }
+    }
+
+    #[test]
+    fn a_chain_of_deltas_too_large_to_hold_is_left_to_libgit2() {
+        // An insert-only delta larger than what read_object holds: None
+        // (libgit2 reads it, one delta at a time); a small one is read.
+        let (tmp, pack_dir) = bare_repo();
+        // The target: the base, then more than DELTAS_HELD new bytes (a
+        // delta is written when under half its object's size).
+        let big = 3 * DELTAS_HELD;
+        let base = object(ObjectType::Blob, &vec![1u8; big]);
+        let mut changed = vec![1u8; big];
+        changed.extend(std::iter::repeat_n(2u8, DELTAS_HELD + DELTAS_HELD / 5));
+        let target = object(ObjectType::Blob, &changed);
+        let small_base = object(ObjectType::Blob, b"a small base, long enough to delta");
+        let small = object(ObjectType::Blob, b"a small base, long enough to delta on");
+        let bases: HashMap<Oid, Oid> = [(target.id, base.id), (small.id, small_base.id)].into();
+        let entries = [&base, &target, &small_base, &small].map(Entry::Object);
+        let name = write_entries(&pack_dir, &entries, &bases).unwrap();
+        let stem = pack_dir.join(format!("pack-{name}"));
+        let mut index =
+            open_index(&stem.with_extension("idx"), &stem.with_extension("pack")).unwrap();
+        assert!(index.read_object(target.id).unwrap().is_none());
+        let (kind, data) = index.read_object(small.id).unwrap().unwrap();
+        assert_eq!((kind, &data[..]), (ObjectType::Blob, &small.data[..]));
+        // libgit2 reads the big one, as it did before.
+        let repo = Repository::open_bare(tmp.path()).unwrap();
+        assert_eq!(
+            repo.odb().unwrap().read(target.id).unwrap().data(),
+            &changed[..]
+        );
     }
 
     #[test]
