@@ -342,19 +342,22 @@ fn check_in_packs(k: &mut Known, id: Oid) -> Result<bool, ObjectError> {
         } else {
             index.check_object(id)
         };
-        match held {
-            Ok(held) => found |= held && p.listed,
-            Err(e) => {
-                let what = refusal(e);
-                p.state = Err(what);
-                return Err(ObjectError::Pack {
-                    index: name.clone(),
-                    what,
-                });
-            }
-        }
+        found |= refuse_on_error(name, p, held)? && p.listed;
     }
     Ok(found)
+}
+
+/// A pack's answer; on an error the pack is refused from then on (every
+/// later read says so), and the error names it.
+fn refuse_on_error<T>(name: &str, p: &mut Pack, r: Result<T, PackError>) -> Result<T, ObjectError> {
+    r.map_err(|e| {
+        let what = refusal(e);
+        p.state = Err(what);
+        ObjectError::Pack {
+            index: name.to_string(),
+            what,
+        }
+    })
 }
 
 /// The object database was (re)installed: validate every pack now, before
@@ -652,17 +655,9 @@ fn read_packed(repo: &Repository, id: Oid) -> Result<Option<pack::Made>, ObjectE
         look(repo, k)?;
         for (name, p) in &mut k.packs {
             let Ok(index) = &mut p.state else { continue };
-            match index.read_object(id) {
-                Ok(None) => {}
-                Ok(Some(read)) => return Ok(Some(read)),
-                Err(e) => {
-                    let what = refusal(e);
-                    p.state = Err(what);
-                    return Err(ObjectError::Pack {
-                        index: name.clone(),
-                        what,
-                    });
-                }
+            let read = index.read_object(id);
+            if let Some(read) = refuse_on_error(name, p, read)? {
+                return Ok(Some(read));
             }
         }
         Ok(None)
