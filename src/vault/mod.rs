@@ -375,9 +375,10 @@ impl Vault {
                 tree
             }
         };
-        // Checked even when cached: the check looks at the pack directory
-        // once per request, so a pack planted meanwhile is refused.
-        objects::check(&self.repo, tree_id)?;
+        // The pack directory is looked at even when the tree is cached
+        // (once per request), so a pack planted meanwhile is refused; a
+        // tree not cached is checked as it is read (not read twice).
+        objects::look_at_packs(&self.repo)?;
         self.caches
             .tree_entries(&self.repo, tree_id)
             .map_err(|_| damaged("a tree is unreadable"))?;

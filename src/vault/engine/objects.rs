@@ -433,6 +433,12 @@ fn look(repo: &Repository, k: &mut Known) -> Result<bool, ObjectError> {
     Ok(looked)
 }
 
+/// [`look`], for a read served from memory (a cached tree): a pack
+/// planted since the last request is still refused before the next.
+pub(crate) fn look_at_packs(repo: &Repository) -> Result<(), ObjectError> {
+    with_known(repo, |k| look(repo, k).map(|_| ()))
+}
+
 /// How long [`check`] goes without looking at the pack directory within
 /// one request.
 const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
