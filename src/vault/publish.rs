@@ -221,7 +221,7 @@ impl Vault {
         // The record moves the refs: the log's tail is where they point
         // (ref files follow at the next checkpoint). The acknowledgement
         // point is the sync of this record (see `with_writer_lock`).
-        self.wal.append(&record)?;
+        self.wal.append(record)?;
         self.log.unsynced = true;
         if let Some(k) = staged {
             self.key_state.published(&self.repo, k);

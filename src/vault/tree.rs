@@ -60,7 +60,7 @@ const TREE_CACHE_BYTES: usize = 16 << 20;
 
 /// One entry of a git tree.
 pub(crate) struct TreeEntry {
-    pub name: Vec<u8>,
+    pub name: Arc<[u8]>,
     pub mode: i32,
     pub id: Oid,
 }
@@ -177,7 +177,7 @@ impl Caches {
         self.for_each_in_dir(repo, id, &mut |e, buckets| {
             let name = String::from_utf8_lossy(&e.name);
             out.push(DirEntryAt {
-                name: e.name.clone(),
+                name: e.name.to_vec(),
                 mode: e.mode,
                 id: e.id,
                 sub_path: format!("{buckets}{name}"),

@@ -167,7 +167,7 @@ impl Writer<'_> {
                 }
                 (Some(i), None) => removed[i] = true,
                 (None, Some((mode, id))) => added.push(Entry {
-                    name: name.clone(),
+                    name: Arc::from(name.as_slice()),
                     mode,
                     id,
                 }),
@@ -370,7 +370,7 @@ mod tests {
         let blob = repo.blob(b"x").unwrap();
         let root = caches.tree_entries(&repo, t).unwrap();
         assert_eq!(root.len(), 1);
-        assert_eq!(root[0].name, b"d");
+        assert_eq!(&root[0].name[..], b"d");
         assert_eq!(caches.tree_bytes(), 2 * (1 + 64), "two trees of one entry");
         let names: Vec<String> = (0..200_000).map(|i| format!("{i:080}")).collect();
         let mut big = TreeEdits::default();

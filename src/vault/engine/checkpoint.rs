@@ -32,7 +32,7 @@ pub(crate) fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), 
     for name in [MAIN_REF, KEYS_REF, "packed-refs"] {
         let _ = fs::remove_file(repo.path().join(format!("{name}.lock")));
     }
-    let contents = wal.read_all()?;
+    let contents = wal.contents_for_checkpoint()?;
     let tail = contents.tail();
     let odb = repo.odb()?;
     let mut target: Refs = Vec::new();

@@ -51,6 +51,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::{LazyLock, Mutex};
 use std::time::{Instant, SystemTime};
 
@@ -682,18 +683,18 @@ pub(crate) fn blob_content(repo: &Repository, id: Oid) -> Result<Vec<u8>, Object
     }
 }
 
+/// One tree entry: its name, git's normalised mode and its id.
+pub(crate) type TreeRow = (Arc<[u8]>, i32, Oid);
+
 /// The entries of the tree `id` (name, git's normalised mode, id), from
 /// its pack by [`read_packed`], else [`check`]ed and read through libgit2.
-pub(crate) fn tree_entries(
-    repo: &Repository,
-    id: Oid,
-) -> Result<Vec<(Vec<u8>, i32, Oid)>, ObjectError> {
+pub(crate) fn tree_entries(repo: &Repository, id: Oid) -> Result<Vec<TreeRow>, ObjectError> {
     match read_packed(repo, id)? {
         Some((ObjectType::Tree, data)) => parse_tree(&data).ok_or(ObjectError::Corrupt(id)),
         Some(_) => Err(ObjectError::Unreadable(id)),
         None => Ok(find_tree(repo, id)?
             .iter()
-            .map(|e| (e.name_bytes().to_vec(), e.filemode(), e.id()))
+            .map(|e| (Arc::from(e.name_bytes()), e.filemode(), e.id()))
             .collect()),
     }
 }
@@ -701,7 +702,7 @@ pub(crate) fn tree_entries(
 /// A tree's entries as libgit2 parses them (`<octal mode> <name>\0<20-byte
 /// id>`, the mode normalised as `git_tree_entry_filemode` does); None if
 /// the bytes are not a tree libgit2 would read.
-fn parse_tree(mut data: &[u8]) -> Option<Vec<(Vec<u8>, i32, Oid)>> {
+fn parse_tree(mut data: &[u8]) -> Option<Vec<TreeRow>> {
     let mut out = Vec::new();
     while !data.is_empty() {
         let space = data.iter().position(|&b| b == b' ')?;
@@ -725,7 +726,7 @@ fn parse_tree(mut data: &[u8]) -> Option<Vec<(Vec<u8>, i32, Oid)>> {
         if nul == 0 || nul > 0xffff {
             return None;
         }
-        let name = rest[..nul].to_vec();
+        let name = Arc::from(&rest[..nul]);
         let id = rest.get(nul + 1..nul + 21)?;
         out.push((name, normalise_mode(mode), Oid::from_bytes(id).ok()?));
         data = &rest[nul + 21..];
@@ -857,7 +858,7 @@ mod tests {
                 .and_then(|id| repo.find_tree(id).ok())
                 .map(|t| {
                     t.iter()
-                        .map(|e| (e.name_bytes().to_vec(), e.filemode(), e.id()))
+                        .map(|e| (Arc::from(e.name_bytes()), e.filemode(), e.id()))
                         .collect::<Vec<_>>()
                 });
             assert_eq!(

@@ -554,6 +554,11 @@ struct Known {
     head: Refs,
     /// The ref targets at `len`.
     tail: Refs,
+    /// Every record from the head to `len`, as this process read (tag
+    /// checked, objects hashed) or wrote them, when it holds them all: a
+    /// checkpoint then packs them without reading the log back. None when
+    /// some were not kept.
+    held: Option<Vec<Record>>,
 }
 
 fn target(refs: &Refs, name: &str) -> Option<Oid> {
@@ -704,6 +709,9 @@ impl Wal {
             head_len,
             head: head.refs.clone(),
             tail,
+            // Handed to the caller (a checkpoint, which starts the log
+            // over).
+            held: None,
         });
         Ok(Contents {
             head: Some(head),
@@ -711,6 +719,33 @@ impl Wal {
             valid_len: pos,
             tagged: v2 && self.key.is_some(),
         })
+    }
+
+    /// What a checkpoint packs (the caller holds the writer lock): the
+    /// records this process holds (see `Known::held`) when they are the
+    /// whole log, which it then need not read back, check and hash again;
+    /// otherwise the log read whole ([`Wal::read_all`]). Held records are
+    /// handed over: the checkpoint starts the log over.
+    pub fn contents_for_checkpoint(&mut self) -> Result<Contents, WalError> {
+        if let Some(k) = &mut self.known
+            && k.v2
+            && self.key.is_some()
+            && k.held.is_some()
+            && entry_of_generation(&self.file, 0, KIND_HEAD, &k.generation)
+            && !entry_of_generation(&self.file, k.len, KIND_RECORD, &k.generation)
+            && let Some(records) = k.held.take()
+        {
+            return Ok(Contents {
+                head: Some(Head {
+                    generation: k.generation,
+                    refs: k.head.clone(),
+                }),
+                records,
+                valid_len: k.len,
+                tagged: true,
+            });
+        }
+        self.read_all()
     }
 
     /// Bring this process's view of the log up to date: load the objects
@@ -743,26 +778,35 @@ impl Wal {
                 records: false,
             });
         };
-        let (start, refs) = match &self.known {
+        let (start, refs, mut held) = match &mut self.known {
             Some(k) if k.generation == head.generation && k.len <= file_len => {
-                (k.len, k.tail.clone())
+                (k.len, k.tail.clone(), k.held.take())
             }
             _ => {
                 // First look, or another process checkpointed: everything
                 // before is in git now.
                 install_odb(repo)?;
-                (head_len, head.refs.clone())
+                (head_len, head.refs.clone(), Some(Vec::new()))
             }
         };
+        // Kept only when checked as read (see `Known::held`).
+        if !(v2 && self.key.is_some()) {
+            held = None;
+        }
         // The log ends where entries stop checking out (see
         // PREALLOC_BYTES): a record a writer is still appending, one that
         // was torn by a crash (never acknowledged; the next record
         // overwrites it), zeros, or an earlier generation's remains.
+        // On an error, what this process knew stays as it was, without
+        // held records (taken above).
         let (pos, refs) = self.scan(&head, v2, start, refs, file_len, |r| {
             for o in &r.objects {
                 if super::objects::write_object(repo, o.kind, &o.data)? != o.id {
                     return Err(WalError::BadObject);
                 }
+            }
+            if let Some(h) = &mut held {
+                h.push(r);
             }
             Ok(())
         })?;
@@ -773,6 +817,7 @@ impl Wal {
             head_len,
             head: head.refs,
             tail: refs,
+            held,
         });
         Ok(CatchUp {
             // A log with a head is clean: whatever follows its last valid
@@ -787,7 +832,7 @@ impl Wal {
     /// must be of format 2 (checkpoint first), and the record names the
     /// tail it builds on. Nothing is written when it is refused. Returns
     /// where the record starts.
-    pub fn append(&mut self, record: &Record) -> Result<u64, WalError> {
+    pub fn append(&mut self, record: Record) -> Result<u64, WalError> {
         let Some(known) = &self.known else {
             return Err(WalError::NotReady);
         };
@@ -826,6 +871,9 @@ impl Wal {
         if let Some(k) = &mut self.known {
             k.len = start + bytes.len() as u64;
             merge_refs(&mut k.tail, &record.refs);
+            if let Some(h) = &mut k.held {
+                h.push(record);
+            }
         }
         Ok(start)
     }
@@ -988,6 +1036,7 @@ impl Wal {
             head_len: bytes.len() as u64,
             tail: head.refs.clone(),
             head: head.refs,
+            held: self.key.is_some().then(Vec::new),
         });
         Ok(())
     }
@@ -1180,7 +1229,7 @@ mod tests {
         let mut wal = Wal::open(dir).unwrap();
         wal.read_all().unwrap();
         wal.reset(refs(0)).unwrap();
-        let starts = (1..=n).map(|i| wal.append(&record(i)).unwrap()).collect();
+        let starts = (1..=n).map(|i| wal.append(record(i)).unwrap()).collect();
         wal.sync().unwrap();
         (starts, wal.len().unwrap())
     }
@@ -1204,7 +1253,7 @@ mod tests {
         wal.read_all().unwrap();
         wal.reset(refs(0)).unwrap();
         assert_eq!(size(), PREALLOC_BYTES);
-        wal.append(&record(1)).unwrap();
+        wal.append(record(1)).unwrap();
         assert_eq!(size(), PREALLOC_BYTES, "one small record grew the file");
         let mut extensions = 0;
         let mut last = size();
@@ -1218,7 +1267,7 @@ mod tests {
                     data,
                 }],
             };
-            wal.append(&r).unwrap();
+            wal.append(r).unwrap();
             let len = wal.len().unwrap();
             // Never at the end: at least 16 KiB of zeros ahead.
             assert!(size() >= len + (16 << 10), "{} {len}", size());
@@ -1241,7 +1290,7 @@ mod tests {
     fn a_new_log_holds_nothing_and_refuses_an_append_before_a_read() {
         let (tmp, repo) = repo();
         let mut wal = Wal::open(tmp.path()).unwrap();
-        assert!(wal.append(&record(1)).is_err());
+        assert!(wal.append(record(1)).is_err());
         let c = wal.read_all().unwrap();
         assert!(c.head.is_none() && c.records.is_empty() && c.valid_len == 0);
         assert!(c.tail().is_empty());
@@ -1314,7 +1363,7 @@ mod tests {
         // The next record goes where the torn one began, and is read.
         let mut wal = Wal::open(tmp.path()).unwrap();
         wal.read_all().unwrap();
-        assert_eq!(wal.append(&record(7)).unwrap(), at);
+        assert_eq!(wal.append(record(7)).unwrap(), at);
         let (c, main) = read_fresh(tmp.path(), &repo);
         assert_eq!(summaries(&c.records), summaries(&[record(1), record(7)]));
         assert_eq!(main, Some(oid(7)));
@@ -1358,7 +1407,7 @@ mod tests {
 
         // A new record overwrites the first old one exactly; the second old
         // one follows it, whole, and is still not read.
-        assert_eq!(wal.append(&record(9)).unwrap(), starts[0]);
+        assert_eq!(wal.append(record(9)).unwrap(), starts[0]);
         let bytes = fs::read(wal_path(tmp.path())).unwrap();
         assert_eq!(&bytes[starts[1] as usize..][..4], MAGIC);
         let (c, main) = read_fresh(tmp.path(), &repo);
@@ -1407,8 +1456,60 @@ mod tests {
         // The next record overwrites the header.
         let mut wal = Wal::open(tmp.path()).unwrap();
         wal.read_all().unwrap();
-        assert_eq!(wal.append(&record(2)).unwrap(), len);
+        assert_eq!(wal.append(record(2)).unwrap(), len);
         let (c, _) = read_fresh(tmp.path(), &repo);
         assert_eq!(summaries(&c.records), summaries(&[record(1), record(2)]));
+    }
+
+    /// A checkpoint packs the records this process wrote and read without
+    /// reading the log back, the same ones a read of the log gives; a
+    /// record another handle appended since is read from the log.
+    #[test]
+    fn a_checkpoint_takes_the_records_held_and_reads_the_log_when_they_are_not_all() {
+        let (tmp, repo) = repo();
+        let keys = crate::crypto::VaultKeys::derive(&crate::crypto::Keyring::new_random());
+        let open = || {
+            let mut w = Wal::open(tmp.path()).unwrap();
+            w.set_key(keys.log_key());
+            w
+        };
+        let mut wal = open();
+        wal.read_all().unwrap();
+        wal.reset(refs(0)).unwrap();
+        for i in 1..=3 {
+            wal.append(record(i)).unwrap();
+        }
+        let held = wal.contents_for_checkpoint().unwrap();
+        let read = open().read_all().unwrap();
+        assert_eq!(summaries(&held.records), summaries(&read.records));
+        assert_eq!(held.tail(), read.tail());
+        assert_eq!(held.valid_len, read.valid_len);
+        assert!(held.tagged);
+        // Handed over: a second ask reads the log.
+        let again = wal.contents_for_checkpoint().unwrap();
+        assert_eq!(summaries(&again.records), summaries(&read.records));
+
+        // Another handle (another process) appends after this one's reads:
+        // not held here, so the log is read, its record included.
+        let mut wal = open();
+        wal.read_all().unwrap();
+        wal.reset(refs(0)).unwrap();
+        wal.append(record(1)).unwrap();
+        let mut other = open();
+        other.catch_up(&repo).unwrap();
+        other.append(record(2)).unwrap();
+        let c = wal.contents_for_checkpoint().unwrap();
+        assert_eq!(c.records.len(), 2);
+        assert_eq!(target(&c.tail(), MAIN), Some(oid(2)));
+        // The other handle caught up and appended: it holds both.
+        let c = other.contents_for_checkpoint().unwrap();
+        assert_eq!(summaries(&c.records), summaries(&[record(1), record(2)]));
+
+        // Without the key nothing is held: the log is read.
+        let mut plain = Wal::open(tmp.path()).unwrap();
+        plain.read_all().unwrap();
+        plain.reset(refs(0)).unwrap();
+        plain.append(record(5)).unwrap();
+        assert!(plain.known.as_ref().unwrap().held.is_none());
     }
 }

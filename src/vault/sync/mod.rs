@@ -974,7 +974,7 @@ impl Vault {
                 "the vault was changed by a writer that did not take the lock; nothing was changed, try again".into(),
             ));
         }
-        self.wal.append(&record)?;
+        self.wal.append(record)?;
         self.log.unsynced = true;
         if self.key_state.commit != theirs.commit {
             // Replaced: pruned with the others (at once after an erasure).
