@@ -84,7 +84,15 @@ pub struct KeyState {
     /// The authenticated settings (None in a format-1 key state, whose
     /// settings are still the plain `memvault/config.json`).
     pub settings: Option<VaultConfig>,
+    /// Shards this state holds beyond `commit`: those the log's records
+    /// replaced since (format 7, see [`KeyState::stage_deferred`]), by
+    /// number, with their blobs. A new key state takes them all in.
+    pub(crate) pending: BTreeMap<u16, Oid>,
 }
+
+/// What [`KeyState::stage_deferred`] gives: the sealed shard blobs and
+/// the shards they replace (shard number, blob id).
+pub(crate) type Deferred = (Vec<super::engine::raw::Object>, Vec<(u16, Oid)>);
 
 /// What [`KeyState::stage_changes`] knows of a state it wrote, so that
 /// the next change neither reads it back nor checks again what it made
@@ -653,6 +661,7 @@ impl KeyState {
             shards: Shards::new(ShardLayout::Wide, None),
             erased: Default::default(),
             staged: None,
+            pending: BTreeMap::new(),
             chained: None,
             written: None,
             format,
@@ -817,6 +826,9 @@ impl KeyState {
         }
         let (_, slots) = read_slots_at(repo, Some(current))?;
         let (format, counter) = read_header(repo, current)?;
+        // The shards read from now on are the new state's: the log's
+        // pending ones are applied again by the caller.
+        self.pending.clear();
         self.commit = current;
         self.slots = slots;
         self.format = format;
@@ -864,6 +876,95 @@ impl KeyState {
         self.shards = Shards::new(ShardLayout::Wide, None);
         *self = KeyState::load_at(repo, keys, at)?;
         Ok(())
+    }
+
+    /// Whether `change` can be logged as its shards alone
+    /// ([`stage_deferred`](Self::stage_deferred)): file keys added, nothing
+    /// else, to a state of the current format.
+    pub(crate) fn can_defer(&self, change: &KeyChange) -> bool {
+        !change.files.is_empty()
+            && change.files.iter().all(|(_, k)| k.is_some())
+            && change.slots.is_none()
+            && change.settings.is_none()
+            && change.keyring.is_none()
+            && !change.bump
+            && change.merge_parent.is_none()
+            && self.format == 4
+            && self.settings.is_some()
+            && self.shards.layout == ShardLayout::Wide
+    }
+
+    /// Add the file keys of `files` (a change [`can_defer`](Self::can_defer)
+    /// allows) to the in-memory table and seal the shards they change,
+    /// without a new key state: a create's log record then carries one
+    /// shard blob where a whole state took four table trees, a root and a
+    /// MAC'd commit. Returns the blobs (for the record's objects) and the
+    /// shards they replace (its `keys`). The key state takes them in
+    /// before the next checkpoint (`Vault::fold_keys`); until then every
+    /// process reads them from the log (see [`apply_pending`](Self::apply_pending)).
+    /// The in-memory table holds the change; on failure the caller reloads.
+    pub(crate) fn stage_deferred(
+        &mut self,
+        repo: &Repository,
+        keys: &VaultKeys,
+        caches: &Caches,
+        files: Vec<(FileKeyId, Option<FileKey>)>,
+    ) -> Result<Deferred, VaultError> {
+        let layout = self.shards.layout;
+        let mut touched = std::collections::BTreeSet::new();
+        for (id, key) in files {
+            let Some(key) = key else {
+                return Err(damaged("a key to destroy cannot be deferred"));
+            };
+            let number = layout.shard_of(&id);
+            touched.insert(number);
+            self.shards
+                .get_mut(repo, caches, number)?
+                .get_or_insert_with(|| Shard::unsaved(KeyTable::default()))
+                .table_mut(repo, keys, layout, number)?
+                .insert(id, key);
+        }
+        let mut objects = Vec::with_capacity(touched.len());
+        let mut replaced = Vec::with_capacity(touched.len());
+        for number in touched {
+            let slot = self.shards.get_mut(repo, caches, number)?;
+            let Some(Shard { oid, table }) = slot else {
+                return Err(damaged("a key table shard vanished while being changed"));
+            };
+            let table = table
+                .get()
+                .ok_or_else(|| damaged("a key table shard was not read"))?;
+            let sealed = keys.seal_table_shard(ShardLayout::Wide, number, table);
+            *oid = objects::write_object(repo, ObjectType::Blob, &sealed)?;
+            objects.push(super::engine::raw::Object {
+                kind: ObjectType::Blob,
+                id: *oid,
+                data: sealed,
+            });
+            replaced.push((number, *oid));
+            self.pending.insert(number, *oid);
+        }
+        Ok((objects, replaced))
+    }
+
+    /// Take in the shards the log's records replaced since this state's
+    /// commit (`pending`, from `Wal::pending_keys`): each is read from its
+    /// blob when one of its keys is asked for.
+    pub(crate) fn apply_pending(&mut self, pending: &BTreeMap<u16, Oid>) {
+        for (&number, &oid) in pending {
+            let Some(slot) = self.shards.slots.get_mut(usize::from(number)) else {
+                continue;
+            };
+            if slot
+                .get()
+                .and_then(Option::as_ref)
+                .is_some_and(|s| s.oid == oid)
+            {
+                continue;
+            }
+            *slot = OnceLock::from(Some(Shard::found(oid)));
+        }
+        self.pending.clone_from(pending);
     }
 
     /// Write the objects of a new keys commit with `changes` applied, and
@@ -1019,6 +1120,13 @@ impl KeyState {
         };
         let slot_tree = previous.slots;
         let table_tree = previous.table;
+        // Shards logged alone since the state this one replaces (see
+        // `stage_deferred`): it takes them in.
+        for (number, oid) in &self.pending {
+            if !touched.contains(number) {
+                table_edits.upsert(&shard_path(*number), *oid);
+            }
+        }
         let table = table_edits.write(repo, caches, table_tree, &mut objects)?;
         // Shards not found yet are looked up in the new table from now on:
         // the old one goes with the replaced state (pruned after an
@@ -1128,6 +1236,8 @@ impl KeyState {
             note_garbage(repo, self.commit);
         }
         self.commit = commit;
+        // The new state holds every shard this one had pending.
+        self.pending.clear();
     }
 
     /// Initial key state for a new vault.
@@ -1143,6 +1253,7 @@ impl KeyState {
             shards: Shards::new(ShardLayout::Wide, None),
             erased: Default::default(),
             staged: None,
+            pending: BTreeMap::new(),
             chained: None,
             written: None,
             format: 4,

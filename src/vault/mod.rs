@@ -111,9 +111,13 @@ const FORMAT_FILE: &str = "memvault/format";
 /// (`keys`: a chain, so a sync sends the changed shard, not the table);
 /// older key states have none and stay as they are, so again only the
 /// format file changes, and a memvault of format 5 refuses the vault
-/// rather than dropping the chain in its `gc`. A vault of format 1 to 5
-/// is migrated when it is first opened (see `migrate`).
-pub(crate) const FORMAT: u32 = 6;
+/// rather than dropping the chain in its `gc`. 7: a log record may carry
+/// key-table shards that no key state holds yet (a create logs its shard
+/// alone; see `KeyState::stage_deferred`), which a memvault of format 6
+/// would not read, so it must refuse the vault; what git holds is as in
+/// format 6. A vault of format 1 to 6 is migrated when it is first opened
+/// (see `migrate`).
+pub(crate) const FORMAT: u32 = 7;
 const FORMAT_PREFIX: &str = "memvault vault format ";
 /// Format 1's plain settings file (read once, by the migration).
 const CONFIG_FILE: &str = "memvault/config.json";
@@ -155,6 +159,8 @@ struct LogState {
     dirty: bool,
     /// The log size that makes a checkpoint due (None: the default).
     checkpoint_at: Option<u64>,
+    /// The stamp of `Wal::pending_keys` the key state last took in.
+    keys_seen: Option<u64>,
 }
 
 impl LogState {
@@ -311,11 +317,7 @@ impl Vault {
             if self.key_state.format >= 2 && self.wal.head_is_v1() == Some(true) {
                 return Err(damaged(LOG_DOWNGRADED));
             }
-            match self
-                .keys_target()
-                .and_then(|at| self.key_state.refresh(&self.repo, &self.keys, at))
-                .and_then(|()| self.checked_tip())
-            {
+            match self.refresh_keys().and_then(|()| self.checked_tip()) {
                 Err(VaultError::Damaged(_) | VaultError::Object(_) | VaultError::RolledBack(_))
                     if attempt < 3 =>
                 {
@@ -559,7 +561,7 @@ impl Vault {
         }
         if !c.clean || self.wal.head_is_v1() == Some(true) || !self.wal.refs_consistent(&self.repo)
         {
-            checkpoint_locked(&self.repo, &mut self.wal)?;
+            self.checkpoint_locked()?;
         }
         Ok(())
     }
@@ -568,8 +570,44 @@ impl Vault {
     /// and start the log over. Takes the writer lock.
     pub fn checkpoint(&mut self) -> Result<(), VaultError> {
         let _guard = FileLock::exclusive(&self.lock).map_err(VaultError::Lock)?;
-        checkpoint_locked(&self.repo, &mut self.wal)?;
+        self.checkpoint_locked()?;
         self.log.dirty = false;
+        Ok(())
+    }
+
+    /// The checkpoint, under the writer lock: first, if the log holds
+    /// key-table shards no key state holds yet (format 7), a new key state
+    /// that takes them in ([`fold_keys`](Self::fold_keys)), so that git
+    /// alone holds every key of every file.
+    pub(crate) fn checkpoint_locked(&mut self) -> Result<(), VaultError> {
+        self.wal.catch_up(&self.repo)?;
+        if !self.wal.pending_keys().0.is_empty() {
+            // On the log's key state, which the checkpoint then writes to
+            // the ref file (and which judges a ref file changed outside
+            // memvault, refusing as before).
+            let at = self.wal.tail_target(engine::KEYS_REF);
+            self.refresh_keys_at(at)?;
+            self.fold_keys()?;
+        }
+        checkpoint_locked(&self.repo, &mut self.wal)
+    }
+
+    /// Follow the key state to where its ref points now (another process
+    /// may have replaced it), with the shards the log's records replaced
+    /// since ([`KeyState::apply_pending`]); the caller has caught up.
+    pub(crate) fn refresh_keys(&mut self) -> Result<(), VaultError> {
+        let at = self.keys_target()?;
+        self.refresh_keys_at(at)
+    }
+
+    fn refresh_keys_at(&mut self, at: Option<Oid>) -> Result<(), VaultError> {
+        let before = self.key_state.commit;
+        self.key_state.refresh(&self.repo, &self.keys, at)?;
+        let (pending, stamp) = self.wal.pending_keys();
+        if before != self.key_state.commit || self.log.keys_seen != Some(stamp) {
+            self.key_state.apply_pending(pending);
+            self.log.keys_seen = Some(stamp);
+        }
         Ok(())
     }
 }
@@ -579,7 +617,7 @@ impl Vault {
     /// delete every other pack and loose object. Takes the writer lock.
     pub fn gc(&mut self) -> Result<GcReport, VaultError> {
         let _guard = FileLock::exclusive(&self.lock).map_err(VaultError::Lock)?;
-        checkpoint::checkpoint_locked(&self.repo, &mut self.wal)?;
+        self.checkpoint_locked()?;
         // Earlier records' bytes (replaced key tables and keyslots among
         // them) leave the preallocated log file, as they leave git.
         self.wal.scrub()?;

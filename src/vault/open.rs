@@ -236,7 +236,7 @@ impl Vault {
         let keys = VaultKeys::derive(&keyring);
         // From now on every entry of the log is checked against its tag.
         wal.set_key(keys.log_key());
-        let mut key_state = Self::load_key_state(&repo, &mut wal, &keys)?;
+        let key_state = Self::load_key_state(&repo, &mut wal, &keys)?;
         // The log is never of an older format than the key state: an
         // untagged head in a vault of format 2 was put there.
         if key_state.format >= 2 && wal.head_is_v1() == Some(true) {
@@ -247,12 +247,10 @@ impl Vault {
         // show, a torn head) or an untagged head: git alone then shows
         // every acknowledged commit.
         let c = wal.catch_up(&repo)?;
-        if c.records || !c.clean || wal.head_is_v1() == Some(true) || !wal.refs_consistent(&repo) {
-            let lock = fsx::open_rw(&dir.join(LOCK_FILE))?;
-            let _guard = FileLock::exclusive(&lock).map_err(VaultError::Lock)?;
-            checkpoint_locked(&repo, &mut wal)?;
-            key_state = Self::load_key_state(&repo, &mut wal, &keys)?;
-        }
+        // (Below, once the vault is built: a checkpoint first takes in any
+        // key-table shards the log holds beyond the key state, format 7.)
+        let recover =
+            c.records || !c.clean || wal.head_is_v1() == Some(true) || !wal.refs_consistent(&repo);
         // Format 2 keeps the settings in the key state, authenticated;
         // format 1 in a plain file, until `migrate` moves them.
         let config = match &key_state.settings {
@@ -280,6 +278,15 @@ impl Vault {
             machine: std::cell::OnceCell::new(),
         };
         let mut vault = vault;
+        if recover {
+            let _guard = FileLock::exclusive(&vault.lock).map_err(VaultError::Lock)?;
+            vault.checkpoint_locked()?;
+            vault.key_state = Self::load_key_state(&vault.repo, &mut vault.wal, &vault.keys)?;
+            vault.log.keys_seen = None;
+            if let Some(s) = &vault.key_state.settings {
+                vault.config = s.clone();
+            }
+        }
         match vault.migrate() {
             Ok(()) => {}
             // A damaged format-1 vault stays of format 1: each command

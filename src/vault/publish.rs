@@ -167,13 +167,63 @@ impl Vault {
         let changes_keys = !change.is_empty();
         let result = self.try_publish(parent, other, tree, change, meta, objects);
         if result.is_err() && changes_keys {
-            // The in-memory tables were edited in place: read back the
-            // state that is really on disk.
-            if let Ok(at) = self.keys_target() {
-                let _ = self.key_state.reload(&self.repo, &self.keys, at);
-            }
+            self.reload_keys();
         }
         result
+    }
+
+    /// The in-memory tables were edited in place by a change that was
+    /// not published: read back the state that is really on disk, with
+    /// the shards the log holds beyond it.
+    fn reload_keys(&mut self) {
+        if let Ok(at) = self.keys_target()
+            && self.key_state.reload(&self.repo, &self.keys, at).is_ok()
+        {
+            self.key_state.apply_pending(self.wal.pending_keys().0);
+            self.log.keys_seen = Some(self.wal.pending_keys().1);
+        }
+    }
+
+    /// Under the writer lock, caught up, with the key state refreshed: if
+    /// the log holds shards no key state holds yet (format 7: each create
+    /// logs its shard alone, see [`KeyState::stage_deferred`]), log a new
+    /// key state that takes them all in, and nothing else (main does not
+    /// move). A checkpoint runs this first, so git alone always holds
+    /// every file's key.
+    pub(crate) fn fold_keys(&mut self) -> Result<(), VaultError> {
+        if self.key_state.pending.is_empty() {
+            return Ok(());
+        }
+        let result = self.try_fold_keys();
+        if result.is_err() {
+            self.reload_keys();
+        }
+        result
+    }
+
+    fn try_fold_keys(&mut self) -> Result<(), VaultError> {
+        let old = self.key_state.commit;
+        let tip = self.wal.tail_target(MAIN_REF);
+        let clock = self.clock(tip.into_iter())?;
+        let change = KeyChange {
+            bump: true,
+            ..Default::default()
+        };
+        let staged =
+            self.key_state
+                .stage_changes(&self.repo, &self.keys, &self.caches, change, clock)?;
+        let mut record = Record::default();
+        self.key_state
+            .add_to_record(&self.repo, &mut record, old, staged)?;
+        self.wal.append(record)?;
+        self.log.unsynced = true;
+        self.log.dirty = true;
+        self.key_state.published(&self.repo, staged);
+        self.log.keys_seen = Some(self.wal.pending_keys().1);
+        if let Some((commit, _)) = self.verified_tip {
+            self.verified_tip = Some((commit, staged));
+        }
+        Ok(())
     }
 
     fn try_publish(
@@ -190,6 +240,17 @@ impl Vault {
                 "the vault was changed by a writer that did not take the lock; nothing was changed, try again".into(),
             ));
         }
+        // Any other key change (a key destroyed, keyslots, settings, a
+        // rekey, a merge) starts from a key state holding every shard the
+        // log holds: the state it replaces then holds the shards it drops,
+        // and goes to the garbage an erasure prunes (a destroyed key must
+        // not stay behind in a shard blob no key state names).
+        if !change.is_empty()
+            && !self.key_state.can_defer(&change)
+            && !self.key_state.pending.is_empty()
+        {
+            self.try_fold_keys()?;
+        }
         let old_keys = self.key_state.commit;
         // A new keyring (rekey): the key state and the commit are sealed and
         // MAC'd under it.
@@ -199,6 +260,18 @@ impl Vault {
         let mut record = Record::default();
         let clock = self.clock(parent.into_iter().chain(other).chain(change.merge_parent))?;
         let staged = if change.is_empty() {
+            None
+        } else if self.key_state.can_defer(&change) {
+            // New file keys: the record carries their shards alone (see
+            // `KeyState::stage_deferred`); the key state stays as it is.
+            let (shards, replaced) = self.key_state.stage_deferred(
+                &self.repo,
+                keys,
+                &self.caches,
+                std::mem::take(&mut change.files),
+            )?;
+            record.objects.extend(shards);
+            record.keys = replaced;
             None
         } else {
             let staged =
@@ -223,6 +296,8 @@ impl Vault {
         // point is the sync of this record (see `with_writer_lock`).
         self.wal.append(record)?;
         self.log.unsynced = true;
+        // This handle's key state is the log's (it was caught up).
+        self.log.keys_seen = Some(self.wal.pending_keys().1);
         if let Some(k) = staged {
             self.key_state.published(&self.repo, k);
             if let Some(settings) = &self.key_state.settings {

@@ -495,6 +495,13 @@ fn a_ref_set_sideways_under_a_running_writer_loses_no_acknowledged_write() {
         let refused = try_put(&mut a, "/memories/z.txt", b"zed").unwrap_err();
         let said = format!("{refused}");
         assert!(said.contains("set outside memvault"), "{name}: {said}");
+        // The log's newest, which for the key state is the one that took
+        // in the shards logged since (format 7), written before the ref
+        // files are judged.
+        let logged = match name {
+            MAIN_REF => logged,
+            _ => a.wal.tail_target(name).unwrap(),
+        };
         assert!(said.contains(&format!("{logged}")), "{name}: {said}");
         assert_eq!(a.repo.refname_to_id(name).unwrap(), sideways);
         let key = KeyFileKey::from_bytes(&bytes).unwrap();
@@ -580,4 +587,76 @@ fn a_file_count_carried_to_a_new_handle_is_used_for_its_tree_only() {
     c.seed_file_count(stale);
     put(&mut c, "/memories/three.txt", b"3");
     assert_eq!(c.known_file_count().unwrap().files, 3);
+}
+
+/// Format 7: a create logs its key-table shard alone; a shard replaced by
+/// a later one before any key state took it in never reaches git, and a
+/// purge leaves no copy of the destroyed key in any object.
+#[test]
+fn a_shard_replaced_before_a_key_state_took_it_in_never_reaches_git_nor_outlives_a_purge() {
+    let (_tmp, dir, bytes, mut a) = new_vault_with(VaultConfig::default());
+    put(&mut a, "/memories/secret.txt", b"salary");
+    let path = MemoryPath::parse("/memories/secret.txt").unwrap();
+    let tip = a.tip().unwrap();
+    let secret = a
+        .snapshot_at(tip)
+        .unwrap()
+        .file_key_id(&path)
+        .unwrap()
+        .unwrap();
+    let shard = crate::crypto::ShardLayout::Wide.shard_of(&secret);
+    // Logged alone: the key state did not move.
+    assert_eq!(a.wal.pending_keys().0.len(), 1);
+    assert!(a.key_state.pending.contains_key(&shard));
+    // A second key in the same shard, added on its own (a create whose key
+    // lands there), replaces the shard before any key state holds it.
+    let mut other = secret;
+    other.0[15] ^= 1;
+    let replaced = a.key_state.pending[&shard];
+    a.with_writer_lock(|v, tip| {
+        let tree = v.tree_of(tip)?.unwrap();
+        let meta = v.new_meta("test");
+        v.publish(
+            tip,
+            tree,
+            keys::KeyChange::files(vec![(other, Some(crate::crypto::FileKey::generate()))]),
+            &meta,
+            Vec::new(),
+        )
+    })
+    .unwrap();
+    assert_ne!(a.key_state.pending[&shard], replaced);
+    // A second handle reads the file through the log's shards.
+    let mut b = reopen(&dir, &bytes);
+    assert_eq!(read(&mut b, "/memories/secret.txt").unwrap(), b"salary");
+    drop(b);
+    // The reopen checkpointed (a key state took the shards in first):
+    // the replaced shard is nowhere in git, its successor is.
+    let on_disk = git2::Repository::open_bare(&dir).unwrap();
+    assert!(on_disk.odb().unwrap().read(replaced).is_err());
+    assert!(on_disk.odb().unwrap().exists(a.key_state.pending[&shard]));
+    a.purge(&path, false).unwrap();
+    let on_disk = git2::Repository::open_bare(&dir).unwrap();
+    let mut holding = Vec::new();
+    on_disk
+        .odb()
+        .unwrap()
+        .foreach(|id| {
+            holding.push(*id);
+            true
+        })
+        .unwrap();
+    assert!(holding.len() > 10);
+    let odb = on_disk.odb().unwrap();
+    for id in holding {
+        let Ok(o) = odb.read(id) else { continue };
+        if let Ok(table) =
+            a.keys
+                .open_table_shard(crate::crypto::ShardLayout::Wide, shard, o.data())
+        {
+            assert!(table.get(&secret).is_none(), "{id} still holds the key");
+        }
+    }
+    let mut v = reopen(&dir, &bytes);
+    assert!(v.verify().unwrap().ok());
 }

@@ -109,7 +109,7 @@ fn format_1_vault_is_migrated_once_and_cannot_be_downgraded() {
     assert!(h.lines().next().unwrap().contains("migrate"), "{h}");
     assert!(!cfg.exists(), "the plain settings file is gone");
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 6\n");
+    assert_eq!(format, "memvault vault format 7\n");
     let mode = stdout(&run(&t, &["config", "get", "redaction.mode"]));
     assert_eq!(mode.trim(), "\"redact\"");
     // A downgrade attempt: format 1 again, and a plain file turning
@@ -217,7 +217,7 @@ fn format_2_vault_is_migrated_to_bucket_trees_and_reads_as_before() {
     let v = run(&t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 6\n");
+    assert_eq!(format, "memvault vault format 7\n");
     let after = git_files(&t);
     assert_eq!(after.len(), before.len());
     for g in &after {
@@ -370,7 +370,7 @@ fn format_2_vault_keeps_working_after_migration() {
     let h = stdout(&run(&t, &["history"]));
     assert_eq!(h.matches("migrate").count(), 1, "{h}");
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 6\n");
+    assert_eq!(format, "memvault vault format 7\n");
 }
 
 /// Format 3 -> 4 changes no data: a vault whose format file says 3 (as
@@ -393,7 +393,7 @@ fn a_format_3_vault_becomes_format_4_by_its_format_file_alone() {
     // The one migrate commit is 2 -> 3's.
     assert_eq!(before.matches(r#""op":"migrate""#).count(), 1, "{before}");
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 6\n");
+    assert_eq!(format, "memvault vault format 7\n");
     assert!(!is_error(&serde_json::from_str(&files).unwrap()), "{files}");
     let o = run(
         &t,
@@ -405,11 +405,11 @@ fn a_format_3_vault_becomes_format_4_by_its_format_file_alone() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v = run(&t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
-    std::fs::write(t.vault.join("memvault/format"), "memvault vault format 7\n").unwrap();
+    std::fs::write(t.vault.join("memvault/format"), "memvault vault format 8\n").unwrap();
     let o = run(&t, &["history"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).contains("format 7, newer than this memvault understands (up to 6)"),
+        stderr(&o).contains("format 8, newer than this memvault understands (up to 7)"),
         "{}",
         stderr(&o)
     );
@@ -434,7 +434,7 @@ fn format_5_vault_opens_keeps_working_and_syncs() {
     let v = run(&t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 6\n");
+    assert_eq!(format, "memvault vault format 7\n");
     let old_state = key_state_commit(&t);
     assert!(old_state.contains("memvault key state v3\n"), "{old_state}");
     assert!(!old_state.contains("\nparent "), "{old_state}");
@@ -493,8 +493,9 @@ fn format_5_vault_opens_keeps_working_and_syncs() {
         "path": "/memories/after-2.md", "file_text": "Again.\n"}));
     assert!(!is_error(&r), "{r}");
     assert_eq!(dates("refs/heads/main"), "2 2\n1 1\n");
-    // The key state written with each create has its commit's date.
-    assert_eq!(dates("refs/memvault/keys"), "2 2\n1 1\n");
+    // The key state that took in the new keys (when the command closed,
+    // format 7) is dated past main's tip and the state it replaced.
+    assert_eq!(dates("refs/memvault/keys"), "3 3\n1 1\n");
     let v = run(&t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
     // Through a new remote to a clone.

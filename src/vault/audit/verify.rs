@@ -188,6 +188,10 @@ impl Vault {
     /// not returned as errors; an `Err` means verify itself could not run.
     pub fn verify(&mut self) -> Result<VerifyReport, VaultError> {
         self.wal.catch_up(&self.repo)?;
+        // Keys of files created since the last key state are in the log
+        // (format 7): taken in here (a key state that does not read is
+        // reported below).
+        let _ = self.refresh_keys();
         // The ref files as they are now, even under a running process.
         self.wal.forget_refs_seen();
         // Every pack whole, not only the entries of the objects read: a

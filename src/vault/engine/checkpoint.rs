@@ -33,6 +33,13 @@ pub(crate) fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), 
         let _ = fs::remove_file(repo.path().join(format!("{name}.lock")));
     }
     let contents = wal.contents_for_checkpoint()?;
+    // Format 7: shards logged alone must be in a key state before the log
+    // forgets them (`Vault::checkpoint_locked` logs one first).
+    if !contents.pending_keys().is_empty() {
+        return Err(VaultError::Damaged(
+            "the log holds key-table shards no key state holds yet; nothing was changed",
+        ));
+    }
     let tail = contents.tail();
     let odb = repo.odb()?;
     let mut target: Refs = Vec::new();
@@ -107,10 +114,12 @@ pub(crate) fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), 
             target.push((name.to_string(), t));
         }
     }
+    let superseded = wal::superseded_keys(&contents.records);
     let objects: Vec<&raw::Object> = contents
         .records
         .iter()
         .flat_map(|r| r.objects.iter())
+        .filter(|o| !superseded.contains(&o.id))
         .collect();
     // Objects of tagged records were hashed when logged: not hashed again.
     wal::write_durable_objects(repo, &objects, contents.tagged)?;

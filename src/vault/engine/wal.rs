@@ -168,6 +168,43 @@ pub(crate) use super::raw::Object;
 pub(crate) struct Record {
     pub refs: Refs,
     pub objects: Vec<Object>,
+    /// Key-table shards this record replaces without a new key state
+    /// (format 7): shard number and its new sealed blob, which is among
+    /// `objects`. The key state folds them in before the next checkpoint
+    /// (see [`Wal::pending_keys`]).
+    pub keys: Vec<(u16, Oid)>,
+}
+
+/// The shard blobs of `records` that a later record replaced before any
+/// key state took them in: no key state ever names them, so a checkpoint
+/// leaves them out of git (each holds only keys its successor holds too;
+/// a destroyed key must not stay behind in one, see `erase`).
+pub(crate) fn superseded_keys(records: &[Record]) -> HashSet<Oid> {
+    let mut pending = std::collections::BTreeMap::new();
+    let mut out = HashSet::new();
+    for r in records {
+        if r.refs.iter().any(|(n, _)| n == super::KEYS_REF) {
+            pending.clear();
+        }
+        for (shard, id) in &r.keys {
+            if let Some(old) = pending.insert(*shard, *id)
+                && old != *id
+            {
+                out.insert(old);
+            }
+        }
+    }
+    out
+}
+
+/// The key-table shards the log's records replaced since the last record
+/// that moved the key state (a new key state holds every shard its writer
+/// knew): `pending` after `r`.
+fn note_keys(pending: &mut std::collections::BTreeMap<u16, Oid>, r: &Record) {
+    if r.refs.iter().any(|(n, _)| n == super::KEYS_REF) {
+        pending.clear();
+    }
+    pending.extend(r.keys.iter().copied());
 }
 
 impl Record {
@@ -270,6 +307,17 @@ impl Record {
             body.extend_from_slice(&(o.data.len() as u32).to_le_bytes());
             body.extend_from_slice(&o.data);
         }
+        // Format 7: the shards replaced, after the objects (a record
+        // without any is as format 6 wrote it).
+        if !self.keys.is_empty() {
+            let n = u16::try_from(self.keys.len())
+                .map_err(|_| WalError::TooLarge { bytes: size, limit })?;
+            body.extend_from_slice(&n.to_le_bytes());
+            for (shard, id) in &self.keys {
+                body.extend_from_slice(&shard.to_le_bytes());
+                body.extend_from_slice(id.as_bytes());
+            }
+        }
         let kind = match key {
             Some(k) => {
                 let tag = k.tag(&[&[KIND_RECORD], &body]);
@@ -313,10 +361,36 @@ impl Record {
             let data = r.take(len)?.to_vec();
             objects.push(Object { kind, id, data });
         }
+        let mut keys = Vec::new();
+        if !r.0.is_empty() {
+            let n = u16::from_le_bytes(r.take(2)?.try_into().ok()?);
+            if n == 0 {
+                return None;
+            }
+            for _ in 0..n {
+                let shard = u16::from_le_bytes(r.take(2)?.try_into().ok()?);
+                let id = Oid::from_bytes(r.take(20)?).ok()?;
+                // Each names a blob of the record (the shard's new version).
+                if !objects
+                    .iter()
+                    .any(|o| o.id == id && o.kind == ObjectType::Blob)
+                {
+                    return None;
+                }
+                keys.push((shard, id));
+            }
+        }
         if !r.0.is_empty() {
             return None;
         }
-        Some((base, Record { refs, objects }))
+        Some((
+            base,
+            Record {
+                refs,
+                objects,
+                keys,
+            },
+        ))
     }
 }
 
@@ -502,6 +576,16 @@ pub(crate) struct Contents {
 }
 
 impl Contents {
+    /// The key-table shards replaced since the last new key state (see
+    /// [`Wal::pending_keys`]): none once the key state holds them all.
+    pub fn pending_keys(&self) -> std::collections::BTreeMap<u16, Oid> {
+        let mut pending = std::collections::BTreeMap::new();
+        for r in &self.records {
+            note_keys(&mut pending, r);
+        }
+        pending
+    }
+
     /// Where the refs must point: the head's targets with every record's
     /// applied in order. Empty if the log holds nothing that checks out.
     pub fn tail(&self) -> Refs {
@@ -539,6 +623,9 @@ pub(crate) struct Wal {
     key: Option<LogKey>,
     /// The file's length as last seen (zeros ahead of the records).
     allocated: u64,
+    /// Grows whenever what this handle knows of the log may have changed
+    /// [`Wal::pending_keys`] (so a reader applies them only then).
+    keys_stamp: u64,
 }
 
 /// A position in the log and the ref targets there.
@@ -559,6 +646,9 @@ struct Known {
     /// checkpoint then packs them without reading the log back. None when
     /// some were not kept.
     held: Option<Vec<Record>>,
+    /// The key-table shards replaced since the last new key state, at
+    /// `len` (see [`Wal::pending_keys`]).
+    keys: std::collections::BTreeMap<u16, Oid>,
 }
 
 fn target(refs: &Refs, name: &str) -> Option<Oid> {
@@ -620,6 +710,7 @@ impl Wal {
             refs_seen: std::cell::Cell::new(None),
             key: None,
             allocated: 0,
+            keys_stamp: 0,
         })
     }
 
@@ -698,10 +789,13 @@ impl Wal {
             });
         };
         let mut records = Vec::new();
+        let mut keys = std::collections::BTreeMap::new();
         let (pos, tail) = self.scan(&head, v2, head_len, head.refs.clone(), file_len, |r| {
+            note_keys(&mut keys, &r);
             records.push(r);
             Ok(())
         })?;
+        self.keys_stamp += 1;
         self.known = Some(Known {
             generation: head.generation,
             v2,
@@ -712,6 +806,7 @@ impl Wal {
             // Handed to the caller (a checkpoint, which starts the log
             // over).
             held: None,
+            keys,
         });
         Ok(Contents {
             head: Some(head),
@@ -778,15 +873,16 @@ impl Wal {
                 records: false,
             });
         };
-        let (start, refs, mut held) = match &mut self.known {
+        let (start, refs, mut held, mut keys) = match &mut self.known {
             Some(k) if k.generation == head.generation && k.len <= file_len => {
-                (k.len, k.tail.clone(), k.held.take())
+                (k.len, k.tail.clone(), k.held.take(), k.keys.clone())
             }
             _ => {
                 // First look, or another process checkpointed: everything
                 // before is in git now.
                 install_odb(repo)?;
-                (head_len, head.refs.clone(), Some(Vec::new()))
+                let none = std::collections::BTreeMap::new();
+                (head_len, head.refs.clone(), Some(Vec::new()), none)
             }
         };
         // Kept only when checked as read (see `Known::held`).
@@ -805,11 +901,13 @@ impl Wal {
                     return Err(WalError::BadObject);
                 }
             }
+            note_keys(&mut keys, &r);
             if let Some(h) = &mut held {
                 h.push(r);
             }
             Ok(())
         })?;
+        self.keys_stamp += 1;
         self.known = Some(Known {
             generation: head.generation,
             v2,
@@ -818,6 +916,7 @@ impl Wal {
             head: head.refs,
             tail: refs,
             held,
+            keys,
         });
         Ok(CatchUp {
             // A log with a head is clean: whatever follows its last valid
@@ -840,6 +939,7 @@ impl Wal {
             return Err(WalError::NotReady);
         }
         let bytes = record.encode(&known.generation, &known.tail, self.key.as_ref())?;
+        self.keys_stamp += 1;
         // At the end of what checks out, over whatever follows it.
         let start = known.len;
         let end = start + bytes.len() as u64;
@@ -871,6 +971,7 @@ impl Wal {
         if let Some(k) = &mut self.known {
             k.len = start + bytes.len() as u64;
             merge_refs(&mut k.tail, &record.refs);
+            note_keys(&mut k.keys, &record);
             if let Some(h) = &mut k.held {
                 h.push(record);
             }
@@ -888,6 +989,19 @@ impl Wal {
     /// on the log).
     pub fn sync_handle(&self) -> std::io::Result<File> {
         self.file.try_clone()
+    }
+
+    /// The key-table shards the log's records replaced since the last
+    /// new key state, as far as this process has read (format 7: a create
+    /// logs its shard alone; the key state takes them in before the next
+    /// checkpoint, see `Vault::fold_keys`), with a stamp that changes
+    /// whenever they may have.
+    pub fn pending_keys(&self) -> (&std::collections::BTreeMap<u16, Oid>, u64) {
+        static NONE: std::collections::BTreeMap<u16, Oid> = std::collections::BTreeMap::new();
+        match &self.known {
+            Some(k) => (&k.keys, self.keys_stamp),
+            None => (&NONE, self.keys_stamp),
+        }
     }
 
     /// The log's current length.
@@ -1037,7 +1151,9 @@ impl Wal {
             tail: head.refs.clone(),
             head: head.refs,
             held: self.key.is_some().then(Vec::new),
+            keys: Default::default(),
         });
+        self.keys_stamp += 1;
         Ok(())
     }
 }
@@ -1201,6 +1317,7 @@ mod tests {
                 id: Oid::hash_object(ObjectType::Blob, &data).unwrap(),
                 data,
             }],
+            keys: Vec::new(),
         }
     }
 
@@ -1266,6 +1383,7 @@ mod tests {
                     id: Oid::hash_object(ObjectType::Blob, &data).unwrap(),
                     data,
                 }],
+                keys: Vec::new(),
             };
             wal.append(r).unwrap();
             let len = wal.len().unwrap();

@@ -462,7 +462,7 @@ impl Vault {
         // The write-ahead log still holds the objects of recent key states:
         // checkpoint it first (its objects go to git, the log starts over),
         // then remove the replaced ones from git.
-        crate::vault::checkpoint_locked(&self.repo, &mut self.wal)?;
+        self.checkpoint_locked()?;
         // The log file keeps earlier records' bytes until overwritten
         // (it is preallocated): zero them, replaced key tables among them.
         self.wal.scrub()?;
