@@ -833,7 +833,13 @@ impl KeyState {
         self.slots = slots;
         self.format = format;
         self.counter = counter;
-        self.load_shards(repo, keys)
+        let loaded = self.load_shards(repo, keys);
+        if loaded.is_err() {
+            // Not this state: read again at the next look, never the
+            // tables of the one before under its name.
+            self.commit = Oid::ZERO_SHA1;
+        }
+        loaded
     }
 
     /// The file key with this id, if the table holds it (its shard is

@@ -161,6 +161,10 @@ struct LogState {
     checkpoint_at: Option<u64>,
     /// The stamp of `Wal::pending_keys` the key state last took in.
     keys_seen: Option<u64>,
+    /// The format file said 7 when this handle opened the vault (after its
+    /// migration): only then does a create log its shard alone, which a
+    /// memvault of format 6 would not read.
+    defer_keys: bool,
 }
 
 impl LogState {
@@ -590,6 +594,18 @@ impl Vault {
             self.fold_keys()?;
         }
         checkpoint_locked(&self.repo, &mut self.wal)
+    }
+
+    /// At open, under the writer lock: a key state that takes in the
+    /// shards the log holds, if any (see [`checkpoint_locked`](Self::checkpoint_locked)).
+    pub(crate) fn fold_at_open(&mut self) -> Result<(), VaultError> {
+        self.wal.catch_up(&self.repo)?;
+        if self.wal.pending_keys().0.is_empty() {
+            return Ok(());
+        }
+        let at = self.wal.tail_target(engine::KEYS_REF);
+        self.refresh_keys_at(at)?;
+        self.fold_keys()
     }
 
     /// Follow the key state to where its ref points now (another process

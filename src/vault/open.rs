@@ -280,11 +280,23 @@ impl Vault {
         let mut vault = vault;
         if recover {
             let _guard = FileLock::exclusive(&vault.lock).map_err(VaultError::Lock)?;
-            vault.checkpoint_locked()?;
-            vault.key_state = Self::load_key_state(&vault.repo, &mut vault.wal, &vault.keys)?;
-            vault.log.keys_seen = None;
-            if let Some(s) = &vault.key_state.settings {
-                vault.config = s.clone();
+            // The log's shards need a key state that takes them in before
+            // the checkpoint (format 7). One that cannot be written (a
+            // damaged key state) leaves the log as it is: the vault still
+            // opens, reads through the log, and each command reports the
+            // damage (`verify` locates it).
+            let foldable = match vault.fold_at_open() {
+                Ok(()) => true,
+                Err(e) if e.is_damage() => false,
+                Err(e) => return Err(e),
+            };
+            if foldable {
+                vault.checkpoint_locked()?;
+                vault.key_state = Self::load_key_state(&vault.repo, &mut vault.wal, &vault.keys)?;
+                vault.log.keys_seen = None;
+                if let Some(s) = &vault.key_state.settings {
+                    vault.config = s.clone();
+                }
             }
         }
         match vault.migrate() {
@@ -295,6 +307,7 @@ impl Vault {
             Err(e) if e.is_damage() => {}
             Err(e) => return Err(e),
         }
+        vault.log.defer_keys = read_format(&vault.dir).is_ok_and(|f| f >= FORMAT);
         // A damaged tip is reported by each command, not here, so that a
         // server can still start and say what is wrong.
         Ok(vault)

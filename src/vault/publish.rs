@@ -245,10 +245,8 @@ impl Vault {
         // log holds: the state it replaces then holds the shards it drops,
         // and goes to the garbage an erasure prunes (a destroyed key must
         // not stay behind in a shard blob no key state names).
-        if !change.is_empty()
-            && !self.key_state.can_defer(&change)
-            && !self.key_state.pending.is_empty()
-        {
+        let defer = self.log.defer_keys && self.key_state.can_defer(&change);
+        if !change.is_empty() && !defer && !self.key_state.pending.is_empty() {
             self.try_fold_keys()?;
         }
         let old_keys = self.key_state.commit;
@@ -261,7 +259,7 @@ impl Vault {
         let clock = self.clock(parent.into_iter().chain(other).chain(change.merge_parent))?;
         let staged = if change.is_empty() {
             None
-        } else if self.key_state.can_defer(&change) {
+        } else if defer {
             // New file keys: the record carries their shards alone (see
             // `KeyState::stage_deferred`); the key state stays as it is.
             let (shards, replaced) = self.key_state.stage_deferred(

@@ -90,6 +90,11 @@ const KIND_RECORD_V1: u8 = 2;
 const KIND_HEAD: u8 = 3;
 const KIND_RECORD: u8 = 4;
 const TAG_LEN: usize = 32;
+/// The key table's shards (format 3 on): a record names at most these.
+const SHARDS: u16 = 4096;
+/// Records kept in memory for the checkpoint (see `Known::held`) stop
+/// being kept past this many bytes of objects: the log is read back then.
+const HELD_BYTES: usize = 64 << 20;
 const ENTRY_OVERHEAD: usize = 4 + 1 + 4 + 20;
 
 /// The log file is kept at least this long from the first checkpoint on,
@@ -173,6 +178,20 @@ pub(crate) struct Record {
     /// `objects`. The key state folds them in before the next checkpoint
     /// (see [`Wal::pending_keys`]).
     pub keys: Vec<(u16, Oid)>,
+}
+
+/// Keep `r` among the held records (see `Known::held`), unless they pass
+/// [`HELD_BYTES`]: then none are kept (the checkpoint reads the log).
+fn hold(held: &mut Option<Vec<Record>>, bytes: &mut usize, r: Record) {
+    let Some(h) = held else {
+        return;
+    };
+    *bytes += r.objects.iter().map(|o| o.data.len()).sum::<usize>();
+    if *bytes > HELD_BYTES {
+        *held = None;
+    } else {
+        h.push(r);
+    }
 }
 
 /// The shard blobs of `records` that a later record replaced before any
@@ -364,17 +383,21 @@ impl Record {
         let mut keys = Vec::new();
         if !r.0.is_empty() {
             let n = u16::from_le_bytes(r.take(2)?.try_into().ok()?);
-            if n == 0 {
+            // Each shard once, of the 4096 there are, each naming a blob of
+            // the record (the shard's new version).
+            if n == 0 || usize::from(n) > objects.len() || n > SHARDS {
                 return None;
             }
+            let blobs: HashSet<Oid> = objects
+                .iter()
+                .filter(|o| o.kind == ObjectType::Blob)
+                .map(|o| o.id)
+                .collect();
+            let mut seen = HashSet::new();
             for _ in 0..n {
                 let shard = u16::from_le_bytes(r.take(2)?.try_into().ok()?);
                 let id = Oid::from_bytes(r.take(20)?).ok()?;
-                // Each names a blob of the record (the shard's new version).
-                if !objects
-                    .iter()
-                    .any(|o| o.id == id && o.kind == ObjectType::Blob)
-                {
+                if shard >= SHARDS || !seen.insert(shard) || !blobs.contains(&id) {
                     return None;
                 }
                 keys.push((shard, id));
@@ -646,6 +669,8 @@ struct Known {
     /// checkpoint then packs them without reading the log back. None when
     /// some were not kept.
     held: Option<Vec<Record>>,
+    /// The object bytes in `held`.
+    held_bytes: usize,
     /// The key-table shards replaced since the last new key state, at
     /// `len` (see [`Wal::pending_keys`]).
     keys: std::collections::BTreeMap<u16, Oid>,
@@ -806,6 +831,7 @@ impl Wal {
             // Handed to the caller (a checkpoint, which starts the log
             // over).
             held: None,
+            held_bytes: 0,
             keys,
         });
         Ok(Contents {
@@ -873,16 +899,20 @@ impl Wal {
                 records: false,
             });
         };
-        let (start, refs, mut held, mut keys) = match &mut self.known {
-            Some(k) if k.generation == head.generation && k.len <= file_len => {
-                (k.len, k.tail.clone(), k.held.take(), k.keys.clone())
-            }
+        let (start, refs, mut held, mut keys, mut held_bytes) = match &mut self.known {
+            Some(k) if k.generation == head.generation && k.len <= file_len => (
+                k.len,
+                k.tail.clone(),
+                k.held.take(),
+                k.keys.clone(),
+                k.held_bytes,
+            ),
             _ => {
                 // First look, or another process checkpointed: everything
                 // before is in git now.
                 install_odb(repo)?;
                 let none = std::collections::BTreeMap::new();
-                (head_len, head.refs.clone(), Some(Vec::new()), none)
+                (head_len, head.refs.clone(), Some(Vec::new()), none, 0)
             }
         };
         // Kept only when checked as read (see `Known::held`).
@@ -902,9 +932,7 @@ impl Wal {
                 }
             }
             note_keys(&mut keys, &r);
-            if let Some(h) = &mut held {
-                h.push(r);
-            }
+            hold(&mut held, &mut held_bytes, r);
             Ok(())
         })?;
         self.keys_stamp += 1;
@@ -916,6 +944,7 @@ impl Wal {
             head: head.refs,
             tail: refs,
             held,
+            held_bytes,
             keys,
         });
         Ok(CatchUp {
@@ -972,9 +1001,7 @@ impl Wal {
             k.len = start + bytes.len() as u64;
             merge_refs(&mut k.tail, &record.refs);
             note_keys(&mut k.keys, &record);
-            if let Some(h) = &mut k.held {
-                h.push(record);
-            }
+            hold(&mut k.held, &mut k.held_bytes, record);
         }
         Ok(start)
     }
@@ -1151,6 +1178,7 @@ impl Wal {
             tail: head.refs.clone(),
             head: head.refs,
             held: self.key.is_some().then(Vec::new),
+            held_bytes: 0,
             keys: Default::default(),
         });
         self.keys_stamp += 1;
@@ -1629,5 +1657,52 @@ mod tests {
         plain.reset(refs(0)).unwrap();
         plain.append(record(5)).unwrap();
         assert!(plain.known.as_ref().unwrap().held.is_none());
+    }
+
+    /// A record's shard list (format 7) reads back as written, and one
+    /// that names a shard out of range or twice, or an id that is not a
+    /// blob of the record, does not read at all.
+    #[test]
+    fn a_records_shard_list_reads_back_and_a_malformed_one_does_not() {
+        let generation = [7u8; 8];
+        let base = refs(0);
+        let with = |keys: Vec<(u16, Oid)>| {
+            let mut r = record(1);
+            let blob = r.objects[0].id;
+            r.objects.push(Object {
+                kind: ObjectType::Tree,
+                id: oid(9),
+                data: Vec::new(),
+            });
+            r.keys = keys
+                .into_iter()
+                .map(|(n, id)| (n, if id == oid(0) { blob } else { id }))
+                .collect();
+            r
+        };
+        let decode = |r: &Record| {
+            let entry = r.encode(&generation, &base, None).unwrap();
+            let (_, body, _) = parse_entry(&entry).unwrap();
+            Record::decode(body, &generation, false).map(|(_, r)| r.keys)
+        };
+        let blob = record(1).objects[0].id;
+        assert_eq!(
+            decode(&with(vec![(4095, oid(0))])),
+            Some(vec![(4095, blob)])
+        );
+        assert_eq!(decode(&with(vec![])), Some(vec![]));
+        // Out of range, twice, a tree, an id the record does not hold.
+        assert_eq!(decode(&with(vec![(4096, oid(0))])), None);
+        assert_eq!(decode(&with(vec![(3, oid(0)), (3, oid(0))])), None);
+        assert_eq!(decode(&with(vec![(3, oid(9))])), None);
+        assert_eq!(decode(&with(vec![(3, oid(8))])), None);
+        // A count of zero after the objects is not a record either.
+        let mut entry = record(1).encode(&generation, &base, None).unwrap();
+        let (_, body, _) = parse_entry(&entry).unwrap();
+        let mut body = body.to_vec();
+        body.extend_from_slice(&0u16.to_le_bytes());
+        entry = super::entry(KIND_RECORD_V1, &body);
+        let (_, body, _) = parse_entry(&entry).unwrap();
+        assert!(Record::decode(body, &generation, false).is_none());
     }
 }

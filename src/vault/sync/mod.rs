@@ -417,8 +417,9 @@ impl Vault {
         report.conflicts = outcome.conflicts;
         report.erased = outcome.erased;
         if outcome.erased > 0 {
-            // The replaced key states held the erased keys: gone here too.
-            self.prune_key_garbage()?;
+            // The replaced key states held the erased keys: gone here too
+            // (a checkpoint and a scrub of the log: under the writer lock).
+            self.with_writer_lock(|v: &mut Vault, _| v.prune_key_garbage().map(|_| ()))?;
         }
         // Views made on other machines count here too (for expiry); when
         // this machine knows nothing newer, there is nothing to send back.
@@ -921,6 +922,9 @@ impl Vault {
         their_keys: Oid,
         new_commits: &[Oid],
     ) -> Result<merge::Merged, VaultError> {
+        // A key state that holds every shard of the log first (format 7):
+        // the merge and the fast-forward compare and replace key states.
+        self.fold_keys()?;
         // Everything the fetch brought is new here: a main among it is
         // not in this vault's history (no walk of that history needed).
         let new: BTreeSet<Oid> = new_commits.iter().copied().collect();
