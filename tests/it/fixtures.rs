@@ -534,3 +534,64 @@ fn format_5_vault_opens_keeps_working_and_syncs() {
     let v = run(&clone, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
 }
+
+/// A vault of format 6 whose log still holds acknowledged records of a
+/// `serve` that was killed (each create's record with a whole key state,
+/// as format 6 wrote it; `tests/fixtures/make-v6.sh`): this memvault
+/// replays them, becomes format 7, and its own creates (their shards
+/// logged alone) read back in another process and verify.
+#[test]
+fn format_6_vault_with_a_killed_writers_log_opens_replays_and_keeps_working() {
+    let t = fixture("v6");
+    let wal = std::fs::metadata(t.vault.join("memvault/wal")).unwrap().len();
+    assert!(wal > 5_000, "the fixture's log holds its records ({wal} bytes)");
+    let v = run(&t, &["verify"]);
+    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    assert!(stdout(&v).starts_with("ok: 11 commits"), "{}", stdout(&v));
+    let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
+    assert_eq!(format, "memvault vault format 7\n");
+    let expect = [
+        ("/memories/notes/late.md", "Written in the killed session."),
+        ("/memories/people/bo.md", "Bo joined in June."),
+        ("/memories/log/day1.md", "Day 1."),
+        ("/memories/people/ana-lead.md", "Ana owns the deploy."),
+        ("/memories/notes/plan.md", "June"),
+    ];
+    for (path, want) in expect {
+        let r = t.one(serde_json::json!({"command": "view", "path": path}));
+        assert!(text(&r).contains(want), "{path}: {r}");
+    }
+    for gone in ["/memories/old.md", "/memories/people/ana.md"] {
+        let r = t.one(serde_json::json!({"command": "view", "path": gone}));
+        assert!(is_error(&r), "{gone}: {r}");
+    }
+    let sessions = stdout(&run(&t, &["sessions"]));
+    assert!(sessions.contains("s2"), "{sessions}");
+    // Creates by this memvault in one process, read in another while the
+    // first still runs (their keys only in the log), then verified.
+    let mut cmd = t.cmd();
+    let mut writer = cmd
+        .args(["serve", "--session", "s3"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = writer.stdin.take().unwrap();
+    let mut output = std::io::BufReader::new(writer.stdout.take().unwrap());
+    use std::io::{BufRead, Write};
+    for i in 0..5 {
+        let line = serde_json::json!({"command": "create",
+            "path": format!("/memories/after/{i}.md"), "file_text": format!("after {i}\n")});
+        writeln!(input, "{line}").unwrap();
+        let mut reply = String::new();
+        output.read_line(&mut reply).unwrap();
+        assert!(reply.contains("\"is_error\":false"), "{reply}");
+    }
+    let r = t.one(serde_json::json!({"command": "view", "path": "/memories/after/3.md"}));
+    assert!(text(&r).contains("after 3"), "{r}");
+    drop(input);
+    assert!(writer.wait().unwrap().success());
+    let v = run(&t, &["verify"]);
+    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    crate::util::git(&t.vault, &["fsck", "--connectivity-only", "--no-dangling"]);
+}
