@@ -543,8 +543,13 @@ fn format_5_vault_opens_keeps_working_and_syncs() {
 #[test]
 fn format_6_vault_with_a_killed_writers_log_opens_replays_and_keeps_working() {
     let t = fixture("v6");
-    let wal = std::fs::metadata(t.vault.join("memvault/wal")).unwrap().len();
-    assert!(wal > 5_000, "the fixture's log holds its records ({wal} bytes)");
+    let wal = std::fs::metadata(t.vault.join("memvault/wal"))
+        .unwrap()
+        .len();
+    assert!(
+        wal > 5_000,
+        "the fixture's log holds its records ({wal} bytes)"
+    );
     let v = run(&t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
     assert!(stdout(&v).starts_with("ok: 11 commits"), "{}", stdout(&v));
