@@ -285,9 +285,11 @@ impl Vault {
         self.principal = principal;
     }
 
-    /// The current tip of `refs/heads/main`, MAC-checked.
+    /// The current tip of `refs/heads/main`, MAC-checked, with the key
+    /// state followed to it (and the log's shards taken in, format 7), so
+    /// a snapshot of it reads every file.
     pub fn tip(&mut self) -> Result<Option<Rev>, VaultError> {
-        Ok(self.checked_tip()?.map(Rev::from_oid))
+        Ok(self.refresh()?.map(Rev::from_oid))
     }
 
     /// [`tip`](Self::tip), as git's id.

@@ -660,3 +660,66 @@ fn a_shard_replaced_before_a_key_state_took_it_in_never_reaches_git_nor_outlives
     let mut v = reopen(&dir, &bytes);
     assert!(v.verify().unwrap().ok());
 }
+
+/// Format 7: two handles (two processes) add keys to one shard while no
+/// key state holds either; each reads through the log's shards, and the
+/// key state a checkpoint writes holds both.
+#[test]
+fn two_handles_adding_keys_to_one_shard_keep_both_and_a_checkpoint_takes_them_in() {
+    let (_tmp, dir, bytes, mut a) = new_vault_with(VaultConfig::default());
+    let mut b = reopen(&dir, &bytes);
+    let keys_before = a.key_state.commit;
+    put(&mut a, "/memories/one.txt", b"one");
+    let path = MemoryPath::parse("/memories/one.txt").unwrap();
+    let tip = a.tip().unwrap();
+    let one = a
+        .snapshot_at(tip)
+        .unwrap()
+        .file_key_id(&path)
+        .unwrap()
+        .unwrap();
+    let mut other = one;
+    other.0[15] ^= 1;
+    // b adds a key to the shard a's create replaced (it reads a's shard
+    // from the log and seals one holding both).
+    b.with_writer_lock(|v, tip| {
+        let tree = v.tree_of(tip)?.unwrap();
+        let meta = v.new_meta("test");
+        v.publish(
+            tip,
+            tree,
+            keys::KeyChange::files(vec![(other, Some(crate::crypto::FileKey::generate()))]),
+            &meta,
+            Vec::new(),
+        )
+    })
+    .unwrap();
+    assert_eq!(b.key_state.commit, keys_before, "no key state was written");
+    assert_eq!(read(&mut b, "/memories/one.txt").unwrap(), b"one");
+    assert_eq!(read(&mut a, "/memories/one.txt").unwrap(), b"one");
+    assert!(
+        a.key_state
+            .file_key(&a.repo, &a.keys, &other)
+            .unwrap()
+            .is_some()
+    );
+    // b closes: its checkpoint writes a key state holding both keys.
+    drop(b);
+    let mut c = reopen(&dir, &bytes);
+    assert_ne!(c.key_state.commit, keys_before);
+    assert!(c.key_state.pending.is_empty());
+    for id in [&one, &other] {
+        assert!(
+            c.key_state
+                .file_key(&c.repo, &c.keys, id)
+                .unwrap()
+                .is_some()
+        );
+    }
+    assert_eq!(read(&mut c, "/memories/one.txt").unwrap(), b"one");
+    assert_eq!(read(&mut a, "/memories/one.txt").unwrap(), b"one");
+    put(&mut a, "/memories/two.txt", b"two");
+    drop(a);
+    assert_eq!(read(&mut c, "/memories/two.txt").unwrap(), b"two");
+    assert!(c.verify().unwrap().ok());
+}
