@@ -589,6 +589,27 @@ fn a_file_count_carried_to_a_new_handle_is_used_for_its_tree_only() {
     assert_eq!(c.known_file_count().unwrap().files, 3);
 }
 
+/// The id of the key `path`'s file is sealed under, at the tip.
+fn key_id_of(vault: &mut Vault, path: &MemoryPath) -> crate::crypto::FileKeyId {
+    let tip = vault.tip().unwrap();
+    let snap = vault.snapshot_at(tip).unwrap();
+    snap.file_key_id(path).unwrap().unwrap()
+}
+
+/// A commit that adds the file key `id` and nothing else (as a create
+/// whose key lands in that shard does).
+fn add_key_alone(vault: &mut Vault, id: crate::crypto::FileKeyId) {
+    vault
+        .with_writer_lock(|v, tip| {
+            let tree = v.tree_of(tip)?.unwrap();
+            let meta = v.new_meta("test");
+            let key = crate::crypto::FileKey::generate();
+            let change = keys::KeyChange::files(vec![(id, Some(key))]);
+            v.publish(tip, tree, change, &meta, Vec::new())
+        })
+        .unwrap();
+}
+
 /// Format 7: a create logs its key-table shard alone; a shard replaced by
 /// a later one before any key state took it in never reaches git, and a
 /// purge leaves no copy of the destroyed key in any object.
@@ -597,13 +618,7 @@ fn a_shard_replaced_before_a_key_state_took_it_in_never_reaches_git_nor_outlives
     let (_tmp, dir, bytes, mut a) = new_vault_with(VaultConfig::default());
     put(&mut a, "/memories/secret.txt", b"salary");
     let path = MemoryPath::parse("/memories/secret.txt").unwrap();
-    let tip = a.tip().unwrap();
-    let secret = a
-        .snapshot_at(tip)
-        .unwrap()
-        .file_key_id(&path)
-        .unwrap()
-        .unwrap();
+    let secret = key_id_of(&mut a, &path);
     let shard = crate::crypto::ShardLayout::Wide.shard_of(&secret);
     // Logged alone: the key state did not move.
     assert_eq!(a.wal.pending_keys().0.len(), 1);
@@ -613,18 +628,7 @@ fn a_shard_replaced_before_a_key_state_took_it_in_never_reaches_git_nor_outlives
     let mut other = secret;
     other.0[15] ^= 1;
     let replaced = a.key_state.pending[&shard];
-    a.with_writer_lock(|v, tip| {
-        let tree = v.tree_of(tip)?.unwrap();
-        let meta = v.new_meta("test");
-        v.publish(
-            tip,
-            tree,
-            keys::KeyChange::files(vec![(other, Some(crate::crypto::FileKey::generate()))]),
-            &meta,
-            Vec::new(),
-        )
-    })
-    .unwrap();
+    add_key_alone(&mut a, other);
     assert_ne!(a.key_state.pending[&shard], replaced);
     // A second handle reads the file through the log's shards.
     let mut b = reopen(&dir, &bytes);
@@ -671,29 +675,12 @@ fn two_handles_adding_keys_to_one_shard_keep_both_and_a_checkpoint_takes_them_in
     let keys_before = a.key_state.commit;
     put(&mut a, "/memories/one.txt", b"one");
     let path = MemoryPath::parse("/memories/one.txt").unwrap();
-    let tip = a.tip().unwrap();
-    let one = a
-        .snapshot_at(tip)
-        .unwrap()
-        .file_key_id(&path)
-        .unwrap()
-        .unwrap();
+    let one = key_id_of(&mut a, &path);
     let mut other = one;
     other.0[15] ^= 1;
     // b adds a key to the shard a's create replaced (it reads a's shard
     // from the log and seals one holding both).
-    b.with_writer_lock(|v, tip| {
-        let tree = v.tree_of(tip)?.unwrap();
-        let meta = v.new_meta("test");
-        v.publish(
-            tip,
-            tree,
-            keys::KeyChange::files(vec![(other, Some(crate::crypto::FileKey::generate()))]),
-            &meta,
-            Vec::new(),
-        )
-    })
-    .unwrap();
+    add_key_alone(&mut b, other);
     assert_eq!(b.key_state.commit, keys_before, "no key state was written");
     assert_eq!(read(&mut b, "/memories/one.txt").unwrap(), b"one");
     assert_eq!(read(&mut a, "/memories/one.txt").unwrap(), b"one");
