@@ -315,9 +315,17 @@ impl<'s, 'v: 's, 'e> Node<'s, 'v, 'e> {
                 out.write_all(reply.as_bytes())?;
                 out.flush()?;
             }
-            if !matches!(self.mode, Mode::Follower(_)) {
-                self.shared.after_reply();
+            #[cfg(feature = "test-hooks")]
+            if let Some(ms) = std::env::var("MEMVAULT_TEST_AFTER_REPLY_PAUSE_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+            {
+                std::thread::sleep(Duration::from_millis(ms));
             }
+            // Also as a follower: a request that ran here after its
+            // leader went away leaves its view's access record (and the
+            // shared lock it holds) for after the reply.
+            self.shared.after_reply();
         }
     }
 

@@ -215,6 +215,17 @@ pub struct Vault {
     unlocked_slot: Option<String>,
     /// The access log, held open for appends (see `retention::access`).
     access_log: std::cell::RefCell<Option<File>>,
+    /// Views noted but not yet appended to the access log: with
+    /// [`defer_access`](Self::defer_access), written by
+    /// [`Store::after_reply`] (off the view's path), when the access table
+    /// is read, and when the handle closes.
+    access_pending: Vec<(crate::crypto::FileKeyId, access::Kind, u64)>,
+    /// The writer lock, shared, from a deferred view until its record is
+    /// appended: a sweep that starts after the reply waits for the record
+    /// (and sees the view), as when the record was written before it.
+    access_guard: Option<FileLock>,
+    /// Views are recorded after the reply (see `access_pending`).
+    defer_access: bool,
     /// This machine, as every commit names it (`memvault/machine`, read
     /// or made at the first commit).
     machine: std::cell::OnceCell<Option<String>>,
@@ -475,6 +486,7 @@ impl Vault {
         &mut self,
         f: impl FnOnce(&mut Vault, Option<Oid>) -> Result<T, E>,
     ) -> Result<T, E> {
+        self.flush_access();
         let guard = FileLock::exclusive(&self.lock).map_err(VaultError::Lock)?;
         let len_before = self.wal.len().unwrap_or(0);
         let result = self
@@ -557,6 +569,33 @@ impl Vault {
         };
     }
 
+    /// Record a view's access time after the reply rather than before it:
+    /// the caller calls [`Store::after_reply`] after every reply (`serve`
+    /// does). The record is written microseconds later, off the view's
+    /// path; a process killed in between loses it, as it could lose any
+    /// access record (they are never synced: a time can only be older
+    /// than the truth).
+    pub fn defer_access(&mut self, on: bool) {
+        self.defer_access = on;
+        if !on {
+            self.flush_access();
+        }
+    }
+
+    /// Append the views noted and not yet recorded, if any, and let go of
+    /// the shared lock they held. Runs before this handle takes the
+    /// writer lock exclusively: that lock and the shared one are the same
+    /// `flock` (one open file), so releasing the shared one later would
+    /// release the exclusive one.
+    pub(crate) fn flush_access(&mut self) {
+        let pending = std::mem::take(&mut self.access_pending);
+        if !pending.is_empty() {
+            // Under the shared lock the views took (`record_access` sees it).
+            self.record_access(&pending);
+        }
+        self.access_guard = None;
+    }
+
     /// Under the writer lock: check that the log's tail is what the refs
     /// say (a writer that died between its log record and its ref moves
     /// leaves them apart) and recover if not.
@@ -575,6 +614,7 @@ impl Vault {
     /// Make everything in the log durable in git (one pack, refs synced)
     /// and start the log over. Takes the writer lock.
     pub fn checkpoint(&mut self) -> Result<(), VaultError> {
+        self.flush_access();
         let _guard = FileLock::exclusive(&self.lock).map_err(VaultError::Lock)?;
         self.checkpoint_locked()?;
         self.log.dirty = false;
@@ -634,6 +674,7 @@ impl Vault {
     /// Checkpoint, then repack everything reachable into one pack and
     /// delete every other pack and loose object. Takes the writer lock.
     pub fn gc(&mut self) -> Result<GcReport, VaultError> {
+        self.flush_access();
         let _guard = FileLock::exclusive(&self.lock).map_err(VaultError::Lock)?;
         self.checkpoint_locked()?;
         // Earlier records' bytes (replaced key tables and keyslots among
@@ -648,6 +689,7 @@ impl Drop for Vault {
     /// A clean close checkpoints what this process logged, so that git
     /// alone (without the log) shows every commit.
     fn drop(&mut self) {
+        self.flush_access();
         if self.log.dirty {
             let _ = self.checkpoint();
         }
@@ -685,6 +727,7 @@ impl Store for Vault {
     }
 
     fn after_reply(&mut self) {
+        self.flush_access();
         if std::mem::take(&mut self.log.checkpoint_due)
             && let Err(e) = self.checkpoint()
         {
@@ -706,7 +749,24 @@ impl Store for Vault {
         if let Some((p, id)) = last
             && p == path.as_str()
         {
-            self.record_access(&[(id, access::Kind::Viewed, now_ms())]);
+            let entry = (id, access::Kind::Viewed, now_ms());
+            if self.defer_access {
+                if self.access_guard.is_none() {
+                    // Without the lock nothing is recorded (as in
+                    // `record_access`): a time can only be older than the truth.
+                    let Ok(guard) = FileLock::shared(&self.lock) else {
+                        return;
+                    };
+                    self.access_guard = Some(guard);
+                }
+                self.access_pending.push(entry);
+                // Bounded: a caller that never replies still records.
+                if self.access_pending.len() >= 1024 {
+                    self.flush_access();
+                }
+            } else {
+                self.record_access(&[entry]);
+            }
         }
     }
 }

@@ -275,6 +275,9 @@ impl Vault {
             log: LogState::default(),
             unlocked_slot: None,
             access_log: std::cell::RefCell::new(None),
+            access_pending: Vec::new(),
+            access_guard: None,
+            defer_access: false,
             machine: std::cell::OnceCell::new(),
         };
         let mut vault = vault;

@@ -456,6 +456,58 @@ fn a_sweep_beside_a_live_serve_loses_no_write_and_spares_what_was_just_viewed() 
     assert!(ok(&v.cmd().arg("verify").output().unwrap()).starts_with("ok:"));
 }
 
+/// `serve` writes a view's access record after its reply (off the view's
+/// path), holding the writer lock shared from the view until then: a sweep
+/// started after the reply waits for the record and spares the file. Here
+/// the record is held back for a second and a half after the reply (a
+/// test hook); without the lock the sweep would remove the file.
+#[test]
+fn a_sweep_started_after_a_views_reply_sees_the_view_whose_record_is_written_after_it() {
+    let v = TestVault::new();
+    let now = T0 + 40 * DAY;
+    serve_at(&v, T0, &[create("/memories/old.md", "o\n")]);
+    let mut child = at(v.cmd().args(["serve", "--session", "live"]), now)
+        .env("MEMVAULT_TEST_AFTER_REPLY_PAUSE_MS", "1500")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    writeln!(stdin, "{}", view("/memories/old.md")).unwrap();
+    stdin.flush().unwrap();
+    let r: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert!(!is_error(&r), "{r}");
+    // The record is not written yet; the sweep starts now.
+    let started = std::time::Instant::now();
+    let sweep = at(v.cmd().args(["expire", "--older-than", "30d"]), now)
+        .output()
+        .unwrap();
+    assert!(
+        sweep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sweep.stderr)
+    );
+    // It waited for the lock the view held.
+    assert!(started.elapsed() >= std::time::Duration::from_millis(500));
+    drop(stdin);
+    child.wait().unwrap();
+    assert!(
+        files(&v).contains("/memories/old.md"),
+        "a file viewed before the sweep began was expired"
+    );
+    // Without a view since, the next sweep (ten more days on) removes it.
+    let out = at(
+        v.cmd().args(["expire", "--older-than", "5d"]),
+        now + 10 * DAY,
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success());
+    assert!(!files(&v).contains("/memories/old.md"));
+}
+
 #[test]
 fn serve_expire_every_sweeps_inside_the_server() {
     let v = TestVault::new();
