@@ -20,7 +20,9 @@
 //! `--seconds S` (10 per workload), `--touch N` (10000; 0 skips part 4),
 //! `--max-open N` (the server's: default, the number of tenants for the
 //! load and the server's own default for the memory part), `--quick` (200 tenants,
-//! 16 clients, 3 s, 1,000 touched).
+//! 16 clients, 3 s, 1,000 touched), `--probe` (instead: 401s alone, then
+//! creates alone and views alone on 1 and on all tenants: what the HTTP
+//! path, a create and a view each cost the server).
 //!
 //! The roots are made once and kept under `target/bench-vaults/` (their
 //! tokens beside them, mode 0600); later runs reuse them. The load runs
@@ -355,6 +357,7 @@ fn workload(
     epoch: u64,
 ) -> (f64, f64) {
     let views_only = label.contains("views only");
+    let creates_only = label.contains("creates only");
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
     let results: Vec<(Vec<Duration>, Vec<Duration>, usize)> = std::thread::scope(|s| {
@@ -368,7 +371,7 @@ fn workload(
                     let mut i = epoch * 1_000_000;
                     while !stop.load(Ordering::Relaxed) {
                         let t = &tokens[(rng.next() % tokens.len() as u64) as usize];
-                        let view = views_only || !rng.next().is_multiple_of(5);
+                        let view = views_only || (!creates_only && !rng.next().is_multiple_of(5));
                         let (body, path) = request(mcp, view, c, i);
                         i += 1;
                         let at = Instant::now();
@@ -507,7 +510,8 @@ fn main() {
         % 1_000_000;
 
     if std::env::args().any(|x| x == "--probe") {
-        // The HTTP path alone: a bad token, answered 401 before any vault.
+        // The HTTP path alone (a bad token, answered 401 before any
+        // vault), then creates alone and views alone: what each costs.
         let server = Server::start(&root, &key, &extra);
         let probe = vec!["probe".to_string()];
         workload(
@@ -519,6 +523,19 @@ fn main() {
             false,
             epoch,
         );
+        for n in [1, tokens.len()] {
+            let label = format!("probe: creates only, {n} tenants");
+            // Each run its own file names.
+            workload(
+                &label,
+                server.port,
+                &tokens[..n],
+                a.clients,
+                a.seconds,
+                false,
+                epoch + n as u64,
+            );
+        }
         for n in [1, tokens.len()] {
             let label = format!("probe: views only, {n} tenants");
             workload(
