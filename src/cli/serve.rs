@@ -55,6 +55,12 @@ use crate::memory::{Memory, Store, ToolResult};
 use crate::protocol::{self, Line, Reply};
 use crate::vault::{Attribution, Vault, fsx, fsync};
 
+/// A reply longer than this may not fit what a pipe or socket takes
+/// without its reader: `after_reply` runs before it is written, so a
+/// client that is slow to read holds up no other writer (see
+/// `Vault::defer_access`).
+const LARGE_REPLY: usize = 16 << 10;
+
 const SOCKET: &str = "memvault/serve.sock";
 const LEAD_LOCK: &str = "memvault/serve.lock";
 const BYE: &str = r#"{"memvault":"bye"}"#;
@@ -312,8 +318,17 @@ impl<'s, 'v: 's, 'e> Node<'s, 'v, 'e> {
                 line => line,
             };
             if let Some(reply) = self.one(line, true) {
-                out.write_all(reply.as_bytes())?;
-                out.flush()?;
+                // A large reply can block on a client that does not read
+                // it yet: what `after_reply` does (a view's access record,
+                // and the shared lock it holds) goes first then.
+                if reply.len() > LARGE_REPLY {
+                    self.shared.after_reply();
+                }
+                let sent = out.write_all(reply.as_bytes()).and_then(|()| out.flush());
+                if sent.is_err() {
+                    self.shared.after_reply();
+                }
+                sent?;
             }
             #[cfg(feature = "test-hooks")]
             if let Some(ms) = std::env::var("MEMVAULT_TEST_AFTER_REPLY_PAUSE_MS")
@@ -548,10 +563,16 @@ fn serve_peer(shared: &Shared<'_>, conn: UnixStream, id: u64) {
             eprintln!("memvault: test hook: leader pausing before its reply");
             std::thread::sleep(pause);
         }
-        if lock(&w).write_all(reply.as_bytes()).is_err() {
+        if reply.len() > LARGE_REPLY {
+            shared.after_reply();
+        }
+        let sent = lock(&w).write_all(reply.as_bytes());
+        // Even when the follower has gone: a view's record and its shared
+        // lock must not wait for the next request.
+        shared.after_reply();
+        if sent.is_err() {
             break;
         }
-        shared.after_reply();
     }
     lock(&shared.peers).0.remove(&id);
 }

@@ -489,8 +489,8 @@ fn a_sweep_started_after_a_views_reply_sees_the_view_whose_record_is_written_aft
         "{}",
         String::from_utf8_lossy(&sweep.stderr)
     );
-    // It waited for the lock the view held.
-    assert!(started.elapsed() >= std::time::Duration::from_millis(500));
+    // It waited for the lock the view held (1.5 s from the reply).
+    assert!(started.elapsed() >= std::time::Duration::from_millis(1200));
     drop(stdin);
     child.wait().unwrap();
     assert!(
@@ -506,6 +506,46 @@ fn a_sweep_started_after_a_views_reply_sees_the_view_whose_record_is_written_aft
     .unwrap();
     assert!(out.status.success());
     assert!(!files(&v).contains("/memories/old.md"));
+}
+
+/// A reply too large to be sure to fit the pipe is written only after
+/// its view's record (the client may not read it at once, and no other
+/// writer must wait on that): a sweep started during the pause after it
+/// does not wait, and still spares the file.
+#[test]
+fn a_large_views_record_is_written_before_its_reply_and_holds_no_lock_while_it_is_read() {
+    let v = TestVault::new();
+    let now = T0 + 40 * DAY;
+    let big: String = (0..600)
+        .map(|i| format!("line {i:03} of a large note, long enough\n"))
+        .collect();
+    assert!(big.len() > 16 << 10);
+    serve_at(&v, T0, &[create("/memories/big.md", &big)]);
+    let mut child = at(v.cmd().args(["serve", "--session", "live"]), now)
+        .env("MEMVAULT_TEST_AFTER_REPLY_PAUSE_MS", "3000")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    writeln!(stdin, "{}", view("/memories/big.md")).unwrap();
+    stdin.flush().unwrap();
+    let r: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert!(!is_error(&r), "{r}");
+    let started = std::time::Instant::now();
+    let sweep = at(v.cmd().args(["expire", "--older-than", "30d"]), now)
+        .output()
+        .unwrap();
+    assert!(sweep.status.success());
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(2500),
+        "the sweep waited for a lock held while a large reply was read"
+    );
+    assert!(files(&v).contains("/memories/big.md"));
+    drop(stdin);
+    child.wait().unwrap();
 }
 
 #[test]
