@@ -523,30 +523,19 @@ fn main() {
             false,
             epoch,
         );
-        for n in [1, tokens.len()] {
-            let label = format!("probe: creates only, {n} tenants");
-            // Each run its own file names.
-            workload(
-                &label,
-                server.port,
-                &tokens[..n],
-                a.clients,
-                a.seconds,
-                false,
-                epoch + n as u64,
-            );
-        }
-        for n in [1, tokens.len()] {
-            let label = format!("probe: views only, {n} tenants");
-            workload(
-                &label,
-                server.port,
-                &tokens[..n],
-                a.clients,
-                a.seconds,
-                false,
-                epoch,
-            );
+        for kind in ["creates", "views"] {
+            for n in [1, tokens.len()] {
+                // Each run its own file names.
+                workload(
+                    &format!("probe: {kind} only, {n} tenants"),
+                    server.port,
+                    &tokens[..n],
+                    a.clients,
+                    a.seconds,
+                    false,
+                    epoch + n as u64,
+                );
+            }
         }
         server.stop();
         return;

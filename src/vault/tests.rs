@@ -410,25 +410,22 @@ fn a_deferred_views_record_is_written_after_the_reply_and_holds_off_a_sweep_unti
     a.after_reply();
     assert!(viewed(&b).is_some());
     assert!(exclusive_free());
+    let view_later = |a: &mut Vault| {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let reply = crate::protocol::handle_value(&memory, a, &view);
+        assert!(!reply.result.is_error);
+    };
     // A mutation on the same handle writes it first, then takes the lock
     // exclusively (one flock: releasing the shared one later would
     // release the exclusive one).
-    let reply = crate::protocol::handle_value(&memory, &mut a, &view);
-    assert!(!reply.result.is_error);
     let before = viewed(&b);
-    std::thread::sleep(std::time::Duration::from_millis(2));
-    let reply = crate::protocol::handle_value(&memory, &mut a, &view);
-    assert!(!reply.result.is_error);
+    view_later(&mut a);
     put(&mut a, "/memories/w.txt", b"w\n");
     assert!(viewed(&b) > before);
     assert!(exclusive_free());
     // And a handle that closes writes what it holds.
-    let reply = crate::protocol::handle_value(&memory, &mut a, &view);
-    assert!(!reply.result.is_error);
     let before = viewed(&b);
-    std::thread::sleep(std::time::Duration::from_millis(2));
-    let reply = crate::protocol::handle_value(&memory, &mut a, &view);
-    assert!(!reply.result.is_error);
+    view_later(&mut a);
     drop(a);
     assert!(viewed(&b) > before);
     assert!(exclusive_free());

@@ -456,6 +456,43 @@ fn a_sweep_beside_a_live_serve_loses_no_write_and_spares_what_was_just_viewed() 
     assert!(ok(&v.cmd().arg("verify").output().unwrap()).starts_with("ok:"));
 }
 
+/// View `path` through a `serve` at `now` that pauses `pause_ms` after
+/// each reply (a test hook), then run a sweep of files idle for 30 days
+/// at once: how long the sweep took, with `serve` still running.
+fn sweep_right_after_a_view(
+    v: &TestVault,
+    now: u64,
+    path: &str,
+    pause_ms: u64,
+) -> std::time::Duration {
+    let mut child = at(v.cmd().args(["serve", "--session", "live"]), now)
+        .env("MEMVAULT_TEST_AFTER_REPLY_PAUSE_MS", pause_ms.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    writeln!(stdin, "{}", view(path)).unwrap();
+    stdin.flush().unwrap();
+    let r: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert!(!is_error(&r), "{r}");
+    let started = std::time::Instant::now();
+    let sweep = at(v.cmd().args(["expire", "--older-than", "30d"]), now)
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        sweep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sweep.stderr)
+    );
+    drop(stdin);
+    child.wait().unwrap();
+    took
+}
+
 /// `serve` writes a view's access record after its reply (off the view's
 /// path), holding the writer lock shared from the view until then: a sweep
 /// started after the reply waits for the record and spares the file. Here
@@ -466,33 +503,9 @@ fn a_sweep_started_after_a_views_reply_sees_the_view_whose_record_is_written_aft
     let v = TestVault::new();
     let now = T0 + 40 * DAY;
     serve_at(&v, T0, &[create("/memories/old.md", "o\n")]);
-    let mut child = at(v.cmd().args(["serve", "--session", "live"]), now)
-        .env("MEMVAULT_TEST_AFTER_REPLY_PAUSE_MS", "1500")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    writeln!(stdin, "{}", view("/memories/old.md")).unwrap();
-    stdin.flush().unwrap();
-    let r: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-    assert!(!is_error(&r), "{r}");
-    // The record is not written yet; the sweep starts now.
-    let started = std::time::Instant::now();
-    let sweep = at(v.cmd().args(["expire", "--older-than", "30d"]), now)
-        .output()
-        .unwrap();
-    assert!(
-        sweep.status.success(),
-        "{}",
-        String::from_utf8_lossy(&sweep.stderr)
-    );
+    let took = sweep_right_after_a_view(&v, now, "/memories/old.md", 1500);
     // It waited for the lock the view held (1.5 s from the reply).
-    assert!(started.elapsed() >= std::time::Duration::from_millis(1200));
-    drop(stdin);
-    child.wait().unwrap();
+    assert!(took >= std::time::Duration::from_millis(1200), "{took:?}");
     assert!(
         files(&v).contains("/memories/old.md"),
         "a file viewed before the sweep began was expired"
@@ -521,31 +534,12 @@ fn a_large_views_record_is_written_before_its_reply_and_holds_no_lock_while_it_i
         .collect();
     assert!(big.len() > 16 << 10);
     serve_at(&v, T0, &[create("/memories/big.md", &big)]);
-    let mut child = at(v.cmd().args(["serve", "--session", "live"]), now)
-        .env("MEMVAULT_TEST_AFTER_REPLY_PAUSE_MS", "3000")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    writeln!(stdin, "{}", view("/memories/big.md")).unwrap();
-    stdin.flush().unwrap();
-    let r: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-    assert!(!is_error(&r), "{r}");
-    let started = std::time::Instant::now();
-    let sweep = at(v.cmd().args(["expire", "--older-than", "30d"]), now)
-        .output()
-        .unwrap();
-    assert!(sweep.status.success());
+    let took = sweep_right_after_a_view(&v, now, "/memories/big.md", 3000);
     assert!(
-        started.elapsed() < std::time::Duration::from_millis(2500),
-        "the sweep waited for a lock held while a large reply was read"
+        took < std::time::Duration::from_millis(2500),
+        "the sweep waited {took:?} for a lock held while a large reply was read"
     );
     assert!(files(&v).contains("/memories/big.md"));
-    drop(stdin);
-    child.wait().unwrap();
 }
 
 #[test]
