@@ -340,6 +340,12 @@ impl Vault {
                 {
                     attempt += 1
                 }
+                // Following the refs caught up past shards the key state
+                // has not taken in (a checkpoint and a create in between):
+                // take them in, or the new file's key would read as missing.
+                Ok(_) if attempt < 3 && self.log.keys_seen != Some(self.wal.pending_keys().1) => {
+                    attempt += 1
+                }
                 other => return other,
             }
         }

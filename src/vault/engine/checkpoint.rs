@@ -123,6 +123,12 @@ pub(crate) fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), 
         .collect();
     // Objects of tagged records were hashed when logged: not hashed again.
     wal::write_durable_objects(repo, &objects, contents.tagged)?;
+    // Every record the refs are about to name is on disk first: a record
+    // appended but not yet synced (another thread's, waiting for its group
+    // sync) or the fold of the key records (format 7) could otherwise be
+    // lost to a power cut after the ref files name what they made, and
+    // the log replayed without them would disagree with those refs.
+    wal.sync()?;
     for (name, id) in &target {
         if repo.refname_to_id(name).ok() != Some(*id)
             && repo.reference(name, *id, true, "memvault recover").is_err()

@@ -89,6 +89,12 @@ const KIND_RECORD_V1: u8 = 2;
 /// Format 2 entries: tagged, records chained.
 const KIND_HEAD: u8 = 3;
 const KIND_RECORD: u8 = 4;
+/// The tag domain of a record that names replaced shards (format 7; its
+/// entry kind is still `KIND_RECORD`). A memvault of format 6 reads such a
+/// record's shard list as bytes it does not know and would take the record
+/// for the log's end, then write over it: under this domain its tag check
+/// fails first, and it stops with an error instead.
+const TAG_RECORD_KEYS: u8 = 5;
 const TAG_LEN: usize = 32;
 /// The key table's shards (format 3 on): a record names at most these.
 const SHARDS: u16 = 4096;
@@ -301,6 +307,10 @@ impl Record {
         base: &Refs,
         key: Option<&LogKey>,
     ) -> Result<Vec<u8>, WalError> {
+        // A shard list only in a tagged log (see `TAG_RECORD_KEYS`).
+        if !self.keys.is_empty() && key.is_none() {
+            return Err(WalError::NotReady);
+        }
         let limit = max_entry();
         let size: usize = self
             .objects
@@ -337,9 +347,14 @@ impl Record {
                 body.extend_from_slice(id.as_bytes());
             }
         }
+        let domain = if self.keys.is_empty() {
+            KIND_RECORD
+        } else {
+            TAG_RECORD_KEYS
+        };
         let kind = match key {
             Some(k) => {
-                let tag = k.tag(&[&[KIND_RECORD], &body]);
+                let tag = k.tag(&[&[domain], &body]);
                 body.extend_from_slice(&tag);
                 KIND_RECORD
             }
@@ -382,6 +397,10 @@ impl Record {
         }
         let mut keys = Vec::new();
         if !r.0.is_empty() {
+            // Only in a tagged log (format 2 on).
+            if !chained {
+                return None;
+            }
             let n = u16::from_le_bytes(r.take(2)?.try_into().ok()?);
             // Each shard once, of the 4096 there are, each naming a blob of
             // the record (the shard's new version).
@@ -428,6 +447,24 @@ fn open_tagged<'a>(kind: u8, body: &'a [u8], key: Option<&LogKey>) -> Result<&'a
         Some(k) if !k.check(&[&[kind], payload], tag) => Err(WalError::Forged),
         _ => Ok(payload),
     }
+}
+
+/// A record's payload, its tag checked when the key is known, and the
+/// domain the tag was made under then: `KIND_RECORD`, or `TAG_RECORD_KEYS`
+/// for a record that names replaced shards.
+fn open_record<'a>(
+    body: &'a [u8],
+    key: Option<&LogKey>,
+) -> Result<(&'a [u8], Option<u8>), WalError> {
+    let Some(k) = key else {
+        return Ok((open_tagged(KIND_RECORD, body, None)?, None));
+    };
+    for domain in [KIND_RECORD, TAG_RECORD_KEYS] {
+        if let Ok(p) = open_tagged(domain, body, Some(k)) {
+            return Ok((p, Some(domain)));
+        }
+    }
+    Err(WalError::Forged)
 }
 
 /// The same ref targets, in any order.
@@ -781,14 +818,19 @@ impl Wal {
                     // Generation first: an earlier generation's remains
                     // end the log, whatever their tag.
                     Ok(p) if p.get(..8) != Some(&head.generation[..]) => break,
-                    Ok(_) => open_tagged(kind, &body, self.key.as_ref())?,
+                    Ok(_) => open_record(&body, self.key.as_ref())?,
                     Err(_) => break,
                 },
-                false => &body[..],
+                false => (&body[..], None),
             };
+            let (payload, domain) = payload;
             let Some((base, record)) = Record::decode(payload, &head.generation, v2) else {
                 break;
             };
+            // The domain says whether the record names shards.
+            if domain.is_some_and(|d| (d == TAG_RECORD_KEYS) == record.keys.is_empty()) {
+                return Err(WalError::Forged);
+            }
             if let Some(base) = base
                 && !same_refs(&base, &refs)
             {
@@ -1680,10 +1722,22 @@ mod tests {
                 .collect();
             r
         };
+        let keys = crate::crypto::VaultKeys::derive(&crate::crypto::Keyring::new_random());
+        let k = keys.log_key();
         let decode = |r: &Record| {
-            let entry = r.encode(&generation, &base, None).unwrap();
-            let (_, body, _) = parse_entry(&entry).unwrap();
-            Record::decode(body, &generation, false).map(|(_, r)| r.keys)
+            let entry = r.encode(&generation, &base, Some(&k)).unwrap();
+            let (kind, body, _) = parse_entry(&entry).unwrap();
+            assert_eq!(kind, KIND_RECORD);
+            // A memvault of format 6 checks the tag under `KIND_RECORD`
+            // alone: a record naming shards fails it (and stops that
+            // memvault) rather than read as the log's end.
+            assert_eq!(
+                open_tagged(KIND_RECORD, body, Some(&k)).is_ok(),
+                r.keys.is_empty()
+            );
+            let (payload, domain) = open_record(body, Some(&k)).unwrap();
+            assert_eq!(domain == Some(TAG_RECORD_KEYS), !r.keys.is_empty());
+            Record::decode(payload, &generation, true).map(|(_, r)| r.keys)
         };
         let blob = record(1).objects[0].id;
         assert_eq!(
@@ -1697,12 +1751,22 @@ mod tests {
         assert_eq!(decode(&with(vec![(3, oid(9))])), None);
         assert_eq!(decode(&with(vec![(3, oid(8))])), None);
         // A count of zero after the objects is not a record either.
-        let mut entry = record(1).encode(&generation, &base, None).unwrap();
+        let entry = record(1).encode(&generation, &base, Some(&k)).unwrap();
+        let (_, body, _) = parse_entry(&entry).unwrap();
+        let mut payload = open_tagged(KIND_RECORD, body, Some(&k)).unwrap().to_vec();
+        payload.extend_from_slice(&0u16.to_le_bytes());
+        assert!(Record::decode(&payload, &generation, true).is_none());
+        // No shard list in an untagged (format-1) log, written or read.
+        assert!(matches!(
+            with(vec![(3, oid(0))]).encode(&generation, &base, None),
+            Err(WalError::NotReady)
+        ));
+        let entry = record(1).encode(&generation, &base, None).unwrap();
         let (_, body, _) = parse_entry(&entry).unwrap();
         let mut body = body.to_vec();
-        body.extend_from_slice(&0u16.to_le_bytes());
-        entry = super::entry(KIND_RECORD_V1, &body);
-        let (_, body, _) = parse_entry(&entry).unwrap();
-        assert!(Record::decode(body, &generation, false).is_none());
+        body.extend_from_slice(&1u16.to_le_bytes());
+        body.extend_from_slice(&3u16.to_le_bytes());
+        body.extend_from_slice(blob.as_bytes());
+        assert!(Record::decode(&body, &generation, false).is_none());
     }
 }
