@@ -158,6 +158,11 @@ struct Shared<'v> {
     /// leader with a request in flight.
     #[cfg(feature = "test-hooks")]
     test_pause: Option<Duration>,
+    /// `MEMVAULT_TEST_AFTER_REPLY_PAUSE_MS`: this process waits this long
+    /// after each reply to its own client, before `after_reply` (a view's
+    /// access record). Only in `test-hooks` builds.
+    #[cfg(feature = "test-hooks")]
+    test_after_reply_pause: Option<Duration>,
 }
 
 impl<'v> Shared<'v> {
@@ -181,6 +186,11 @@ impl<'v> Shared<'v> {
             peers: Mutex::new((HashMap::new(), false)),
             #[cfg(feature = "test-hooks")]
             test_pause: std::env::var("MEMVAULT_TEST_LEADER_PAUSE_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map(Duration::from_millis),
+            #[cfg(feature = "test-hooks")]
+            test_after_reply_pause: std::env::var("MEMVAULT_TEST_AFTER_REPLY_PAUSE_MS")
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .map(Duration::from_millis),
@@ -317,30 +327,28 @@ impl<'s, 'v: 's, 'e> Node<'s, 'v, 'e> {
                 Line::Eof => return Ok(()),
                 line => line,
             };
-            if let Some(reply) = self.one(line, true) {
-                // A large reply can block on a client that does not read
-                // it yet: what `after_reply` does (a view's access record,
-                // and the shared lock it holds) goes first then.
-                if reply.len() > LARGE_REPLY {
-                    self.shared.after_reply();
+            let sent = match self.one(line, true) {
+                Some(reply) => {
+                    // A large reply can block on a client that does not
+                    // read it yet: what `after_reply` does (a view's access
+                    // record, and the shared lock it holds) goes first then.
+                    if reply.len() > LARGE_REPLY {
+                        self.shared.after_reply();
+                    }
+                    out.write_all(reply.as_bytes()).and_then(|()| out.flush())
                 }
-                let sent = out.write_all(reply.as_bytes()).and_then(|()| out.flush());
-                if sent.is_err() {
-                    self.shared.after_reply();
-                }
-                sent?;
-            }
+                None => Ok(()),
+            };
             #[cfg(feature = "test-hooks")]
-            if let Some(ms) = std::env::var("MEMVAULT_TEST_AFTER_REPLY_PAUSE_MS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-            {
-                std::thread::sleep(Duration::from_millis(ms));
+            if let Some(pause) = self.shared.test_after_reply_pause {
+                std::thread::sleep(pause);
             }
-            // Also as a follower: a request that ran here after its
-            // leader went away leaves its view's access record (and the
-            // shared lock it holds) for after the reply.
+            // Even when the reply could not be written, and also as a
+            // follower: a request that ran here after its leader went away
+            // leaves its view's access record (and the shared lock it
+            // holds) for after the reply.
             self.shared.after_reply();
+            sent?;
         }
     }
 

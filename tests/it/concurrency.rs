@@ -376,3 +376,25 @@ fn a_leader_ignores_memvault_test_leader_pause_ms_without_test_hooks() {
     assert!(leader.finish(15).success());
     content(&v, "/memories/f.md");
 }
+
+/// A build without the `test-hooks` feature has no pause after a reply:
+/// `MEMVAULT_TEST_AFTER_REPLY_PAUSE_MS` is not read, and a request after a
+/// view is answered at once.
+#[cfg(not(feature = "test-hooks"))]
+#[test]
+fn serve_ignores_memvault_test_after_reply_pause_ms_without_test_hooks() {
+    let v = TestVault::new();
+    let mut cmd = v.cmd();
+    cmd.env("MEMVAULT_TEST_AFTER_REPLY_PAUSE_MS", "60000");
+    let mut c = Client::start_cmd(cmd, "paused");
+    c.create("/memories/a.md", "a\n");
+    let t = std::time::Instant::now();
+    c.create("/memories/b.md", "b\n");
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(30),
+        "serve paused for {:?} after a reply",
+        t.elapsed()
+    );
+    assert!(c.finish(15).success());
+    content(&v, "/memories/b.md");
+}

@@ -397,6 +397,50 @@ fn a_crash_at_any_step_of_expire_or_purge_applies_all_or_nothing() {
     }
 }
 
+/// A `serve` at `now` kept running (pausing `pause_ms` after each reply,
+/// a test hook, when given), asked one command at a time.
+struct LiveServe {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl LiveServe {
+    fn start(v: &TestVault, now: u64, pause_ms: Option<u64>) -> LiveServe {
+        let mut cmd = v.cmd();
+        at(cmd.args(["serve", "--session", "live"]), now);
+        if let Some(ms) = pause_ms {
+            cmd.env("MEMVAULT_TEST_AFTER_REPLY_PAUSE_MS", ms.to_string());
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        LiveServe {
+            stdin: child.stdin.take().unwrap(),
+            lines: BufReader::new(child.stdout.take().unwrap()).lines(),
+            child,
+        }
+    }
+
+    fn ask(&mut self, cmd: Value) -> Value {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        self.stdin.flush().unwrap();
+        serde_json::from_str(&self.lines.next().unwrap().unwrap()).unwrap()
+    }
+
+    /// End its input and wait for it to close.
+    fn stop(self) {
+        let LiveServe {
+            mut child, stdin, ..
+        } = self;
+        drop(stdin);
+        child.wait().unwrap();
+    }
+}
+
 #[test]
 fn a_sweep_beside_a_live_serve_loses_no_write_and_spares_what_was_just_viewed() {
     let v = TestVault::new();
@@ -409,21 +453,9 @@ fn a_sweep_beside_a_live_serve_loses_no_write_and_spares_what_was_just_viewed() 
             create("/memories/stale.md", "s\n"),
         ],
     );
-    let mut child = at(v.cmd().args(["serve", "--session", "live"]), now)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut ask = |cmd: Value| -> Value {
-        writeln!(stdin, "{cmd}").unwrap();
-        stdin.flush().unwrap();
-        serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap()
-    };
+    let mut live = LiveServe::start(&v, now, None);
     // The view is answered before the sweep starts.
-    assert!(!is_error(&ask(view("/memories/viewed.md"))));
+    assert!(!is_error(&live.ask(view("/memories/viewed.md"))));
     let sweep = std::thread::spawn({
         let mut c = v.cmd();
         move || {
@@ -435,7 +467,7 @@ fn a_sweep_beside_a_live_serve_loses_no_write_and_spares_what_was_just_viewed() 
     let mut acked = Vec::new();
     for i in 0..40 {
         let p = format!("/memories/new/n{i}.md");
-        let r = ask(create(&p, "fresh\n"));
+        let r = live.ask(create(&p, "fresh\n"));
         assert!(!is_error(&r), "{r}");
         acked.push(p);
     }
@@ -445,8 +477,7 @@ fn a_sweep_beside_a_live_serve_loses_no_write_and_spares_what_was_just_viewed() 
         "{}",
         String::from_utf8_lossy(&sweep.stderr)
     );
-    drop(stdin);
-    child.wait().unwrap();
+    live.stop();
     let after = files(&v);
     assert!(after.contains("/memories/viewed.md"));
     assert!(!after.contains("/memories/stale.md"));
@@ -465,18 +496,8 @@ fn sweep_right_after_a_view(
     path: &str,
     pause_ms: u64,
 ) -> std::time::Duration {
-    let mut child = at(v.cmd().args(["serve", "--session", "live"]), now)
-        .env("MEMVAULT_TEST_AFTER_REPLY_PAUSE_MS", pause_ms.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    writeln!(stdin, "{}", view(path)).unwrap();
-    stdin.flush().unwrap();
-    let r: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let mut live = LiveServe::start(v, now, Some(pause_ms));
+    let r = live.ask(view(path));
     assert!(!is_error(&r), "{r}");
     let started = std::time::Instant::now();
     let sweep = at(v.cmd().args(["expire", "--older-than", "30d"]), now)
@@ -488,8 +509,7 @@ fn sweep_right_after_a_view(
         "{}",
         String::from_utf8_lossy(&sweep.stderr)
     );
-    drop(stdin);
-    child.wait().unwrap();
+    live.stop();
     took
 }
 
