@@ -953,6 +953,17 @@ impl KeyState {
         Ok((objects, replaced))
     }
 
+    /// The counter a commit on main made now names (format 8): this
+    /// state's, or while the log holds shards no key state took in yet,
+    /// the next one's, which takes them in (a fold is always the next
+    /// state: see `Vault::fold_keys`). So a key state rolled back to
+    /// before such a fold (the log emptied by the checkpoint that wrote
+    /// it) is older than the tip requires, and refused at open, not found
+    /// later as keys missing from the table.
+    pub(crate) fn bound_counter(&self) -> u64 {
+        self.counter + u64::from(!self.pending.is_empty())
+    }
+
     /// Take in the shards the log's records replaced since this state's
     /// commit (`pending`, from `Wal::pending_keys`): each is read from its
     /// blob when one of its keys is asked for.

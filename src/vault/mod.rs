@@ -115,9 +115,15 @@ const FORMAT_FILE: &str = "memvault/format";
 /// key-table shards that no key state holds yet (a create logs its shard
 /// alone; see `KeyState::stage_deferred`), which a memvault of format 6
 /// would not read, so it must refuse the vault; what git holds is as in
-/// format 6. A vault of format 1 to 6 is migrated when it is first opened
+/// format 6. 8: while the log holds such shards, a commit on main names
+/// the counter of the key state that will take them in, one past the
+/// current one (see `KeyState::bound_counter`), which a memvault of format
+/// 7 would take for a rolled-back key state; again only the format file
+/// changes. A vault of format 1 to 7 is migrated when it is first opened
 /// (see `migrate`).
-pub(crate) const FORMAT: u32 = 7;
+pub(crate) const FORMAT: u32 = 8;
+/// The first format whose log records may carry key-table shards alone.
+pub(crate) const DEFERRED_KEYS_FORMAT: u32 = 7;
 const FORMAT_PREFIX: &str = "memvault vault format ";
 /// Format 1's plain settings file (read once, by the migration).
 const CONFIG_FILE: &str = "memvault/config.json";
@@ -682,6 +688,10 @@ impl Vault {
     pub fn gc(&mut self) -> Result<GcReport, VaultError> {
         self.flush_access();
         let _guard = FileLock::exclusive(&self.lock).map_err(VaultError::Lock)?;
+        // Only a vault whose tip checks out: gc deletes what main and the
+        // key state do not reach, so with a ref rolled back (or a damaged
+        // tip) it would delete the newer state for good.
+        self.refresh()?;
         self.checkpoint_locked()?;
         // Earlier records' bytes (replaced key tables and keyslots among
         // them) leave the preallocated log file, as they leave git.

@@ -280,7 +280,7 @@ impl Vault {
             Some(staged)
         };
         let mut meta = meta.clone();
-        meta.keys = Some(self.key_state.counter);
+        meta.keys = Some(self.key_state.bound_counter());
         let parents: Vec<Oid> = parent.into_iter().chain(other).collect();
         objects::check(&self.repo, tree)?;
         // The clock is past every parent's date.
@@ -407,7 +407,9 @@ impl Vault {
     pub(crate) fn check_binding(&self, tip: Oid) -> Result<(), VaultError> {
         let meta = self.meta_of(tip)?;
         let ks = &self.key_state;
-        let older = meta.keys.is_some_and(|k| k > ks.counter);
+        // While the log holds shards no key state took in, the tip may name
+        // the counter of the state that will (see `KeyState::bound_counter`).
+        let older = meta.keys.is_some_and(|k| k > ks.bound_counter());
         let erasure_pending = self.dir.join(erase::MARKER).exists();
         let mut unerased = false;
         if !erasure_pending {

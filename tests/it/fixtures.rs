@@ -109,7 +109,7 @@ fn format_1_vault_is_migrated_once_and_cannot_be_downgraded() {
     assert!(h.lines().next().unwrap().contains("migrate"), "{h}");
     assert!(!cfg.exists(), "the plain settings file is gone");
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 7\n");
+    assert_eq!(format, "memvault vault format 8\n");
     let mode = stdout(&run(&t, &["config", "get", "redaction.mode"]));
     assert_eq!(mode.trim(), "\"redact\"");
     // A downgrade attempt: format 1 again, and a plain file turning
@@ -217,7 +217,7 @@ fn format_2_vault_is_migrated_to_bucket_trees_and_reads_as_before() {
     let v = run(&t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 7\n");
+    assert_eq!(format, "memvault vault format 8\n");
     let after = git_files(&t);
     assert_eq!(after.len(), before.len());
     for g in &after {
@@ -370,7 +370,7 @@ fn format_2_vault_keeps_working_after_migration() {
     let h = stdout(&run(&t, &["history"]));
     assert_eq!(h.matches("migrate").count(), 1, "{h}");
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 7\n");
+    assert_eq!(format, "memvault vault format 8\n");
 }
 
 /// Format 3 -> 4 changes no data: a vault whose format file says 3 (as
@@ -393,7 +393,7 @@ fn a_format_3_vault_becomes_format_4_by_its_format_file_alone() {
     // The one migrate commit is 2 -> 3's.
     assert_eq!(before.matches(r#""op":"migrate""#).count(), 1, "{before}");
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 7\n");
+    assert_eq!(format, "memvault vault format 8\n");
     assert!(!is_error(&serde_json::from_str(&files).unwrap()), "{files}");
     let o = run(
         &t,
@@ -405,11 +405,11 @@ fn a_format_3_vault_becomes_format_4_by_its_format_file_alone() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v = run(&t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
-    std::fs::write(t.vault.join("memvault/format"), "memvault vault format 8\n").unwrap();
+    std::fs::write(t.vault.join("memvault/format"), "memvault vault format 9\n").unwrap();
     let o = run(&t, &["history"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).contains("format 8, newer than this memvault understands (up to 7)"),
+        stderr(&o).contains("format 9, newer than this memvault understands (up to 8)"),
         "{}",
         stderr(&o)
     );
@@ -434,7 +434,7 @@ fn format_5_vault_opens_keeps_working_and_syncs() {
     let v = run(&t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 7\n");
+    assert_eq!(format, "memvault vault format 8\n");
     let old_state = key_state_commit(&t);
     assert!(old_state.contains("memvault key state v3\n"), "{old_state}");
     assert!(!old_state.contains("\nparent "), "{old_state}");
@@ -538,7 +538,7 @@ fn format_5_vault_opens_keeps_working_and_syncs() {
 /// A vault of format 6 whose log still holds acknowledged records of a
 /// `serve` that was killed (each create's record with a whole key state,
 /// as format 6 wrote it; `tests/fixtures/make-v6.sh`): this memvault
-/// replays them, becomes format 7, and its own creates (their shards
+/// replays them, becomes format 8, and its own creates (their shards
 /// logged alone) read back in another process and verify.
 #[test]
 fn format_6_vault_with_a_killed_writers_log_opens_replays_and_keeps_working() {
@@ -554,7 +554,7 @@ fn format_6_vault_with_a_killed_writers_log_opens_replays_and_keeps_working() {
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
     assert!(stdout(&v).starts_with("ok: 11 commits"), "{}", stdout(&v));
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 7\n");
+    assert_eq!(format, "memvault vault format 8\n");
     let expect = [
         ("/memories/notes/late.md", "Written in the killed session."),
         ("/memories/people/bo.md", "Bo joined in June."),
@@ -598,5 +598,87 @@ fn format_6_vault_with_a_killed_writers_log_opens_replays_and_keeps_working() {
     assert!(writer.wait().unwrap().success());
     let v = run(&t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    crate::util::git(&t.vault, &["fsck", "--connectivity-only", "--no-dangling"]);
+}
+
+/// A vault of format 7 whose log holds a killed `serve`'s records, the
+/// last four naming the counter of a key state that lacks the new files'
+/// keys (they are in the log's shards; `tests/fixtures/make-v7.sh`): this
+/// memvault replays them and becomes format 8. Its own writer killed with
+/// shards pending (its commits name the next key state's counter) is
+/// replayed too, and everything verifies.
+#[test]
+fn format_7_vault_with_shards_pending_in_its_log_opens_replays_and_keeps_working() {
+    let t = fixture("v7");
+    let wal = std::fs::metadata(t.vault.join("memvault/wal"))
+        .unwrap()
+        .len();
+    assert!(
+        wal > 5_000,
+        "the fixture's log holds its records ({wal} bytes)"
+    );
+    let v = run(&t, &["verify"]);
+    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    assert!(stdout(&v).starts_with("ok: 12 commits"), "{}", stdout(&v));
+    let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
+    assert_eq!(format, "memvault vault format 8\n");
+    let expect = [
+        ("/memories/notes/late.md", "Written in the killed session."),
+        ("/memories/people/bo.md", "Bo joined in June."),
+        ("/memories/log/day1.md", "Day 1: the log kept it."),
+        ("/memories/people/ana-lead.md", "Ana owns the deploy."),
+        ("/memories/notes/plan.md", "June"),
+    ];
+    for (path, want) in expect {
+        let r = t.one(serde_json::json!({"command": "view", "path": path}));
+        assert!(text(&r).contains(want), "{path}: {r}");
+    }
+    for gone in ["/memories/old.md", "/memories/people/ana.md"] {
+        let r = t.one(serde_json::json!({"command": "view", "path": gone}));
+        assert!(is_error(&r), "{gone}: {r}");
+    }
+    // A writer of this memvault killed with its creates' shards in the
+    // log (no checkpoint), read by other processes as it left them.
+    let mut cmd = t.cmd();
+    let mut writer = cmd
+        .args(["serve", "--session", "s3"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = writer.stdin.take().unwrap();
+    let mut output = std::io::BufReader::new(writer.stdout.take().unwrap());
+    use std::io::{BufRead, Write};
+    for (i, line) in [
+        serde_json::json!({"command": "create", "path": "/memories/k/0.md", "file_text": "killed 0\n"}),
+        serde_json::json!({"command": "create", "path": "/memories/k/1.md", "file_text": "killed 1\n"}),
+        serde_json::json!({"command": "str_replace", "path": "/memories/k/0.md", "old_str": "killed 0", "new_str": "killed zero"}),
+    ]
+    .iter()
+    .enumerate()
+    {
+        writeln!(input, "{line}").unwrap();
+        let mut reply = String::new();
+        output.read_line(&mut reply).unwrap();
+        assert!(reply.contains("\"is_error\":false"), "{i}: {reply}");
+    }
+    let r = t.one(serde_json::json!({"command": "view", "path": "/memories/k/1.md"}));
+    assert!(text(&r).contains("killed 1"), "{r}");
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+    for (path, want) in [
+        ("/memories/k/0.md", "killed zero"),
+        ("/memories/k/1.md", "killed 1"),
+    ] {
+        let r = t.one(serde_json::json!({"command": "view", "path": path}));
+        assert!(text(&r).contains(want), "{path}: {r}");
+    }
+    let v = run(&t, &["verify"]);
+    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    let sessions = stdout(&run(&t, &["sessions"]));
+    assert!(
+        sessions.contains("s2") && sessions.contains("s3"),
+        "{sessions}"
+    );
     crate::util::git(&t.vault, &["fsck", "--connectivity-only", "--no-dangling"]);
 }

@@ -223,6 +223,66 @@ fn key_state_rollback_after_key_remove_is_refused() {
     assert!(!all.contains("\"is_error\":false"), "{all}");
     let out = v.cmd().arg("verify").output().unwrap();
     assert_eq!(out.status.code(), Some(1));
+    // Nor does `gc` run on it (it would delete the newer key state).
+    let out = v.cmd().arg("gc").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rolled back"));
+    assert_eq!(
+        git_out(&v, &["rev-parse", "refs/memvault/keys"]),
+        with_both,
+        "gc changed nothing"
+    );
+}
+
+/// Format 8: a create logs its file key's shard alone; the key state that
+/// takes it in is written by the checkpoint, which then starts the log
+/// over. A key state rolled back to before that (its objects are still in
+/// the repository until `gc`) is refused at open, as any rollback: with
+/// format 7 the tip named the older state's counter, so the vault opened,
+/// the new file's key was missing, and `gc` would have dropped the newer
+/// key state for good.
+#[test]
+fn key_state_rolled_back_past_the_checkpoint_that_took_in_a_create_is_refused() {
+    let v = TestVault::new();
+    let r = v.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "first\n"}));
+    assert!(!is_error(&r), "{r}");
+    let before = git_out(&v, &["rev-parse", "refs/memvault/keys"]);
+    let r = v.one(json!({"command": "create", "path": "/memories/b.md", "file_text": "second\n"}));
+    assert!(!is_error(&r), "{r}");
+    let after = git_out(&v, &["rev-parse", "refs/memvault/keys"]);
+    assert_ne!(
+        before, after,
+        "the one-shot command checkpointed its create"
+    );
+    // The attacker points the key state back, and empties the log, whose
+    // head names the newer one.
+    git(&v.vault, &["update-ref", "refs/memvault/keys", &before]);
+    std::fs::write(v.vault.join("memvault/wal"), b"").unwrap();
+    for args in [
+        vec!["exec", r#"{"command":"view","path":"/memories"}"#],
+        vec!["gc"],
+        vec!["verify"],
+    ] {
+        let out = v.cmd().args(&args).output().unwrap();
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {all}");
+        assert!(all.contains("rolled back"), "{args:?}: {all}");
+        assert!(!all.contains("\"is_error\":false"), "{args:?}: {all}");
+    }
+    // Nothing changed: the newer key state is still there, and put back
+    // it reads both files.
+    assert_eq!(git_out(&v, &["rev-parse", "refs/memvault/keys"]), before);
+    git(&v.vault, &["cat-file", "-e", &after]);
+    git(&v.vault, &["update-ref", "refs/memvault/keys", &after]);
+    for (path, want) in [("/memories/a.md", "first"), ("/memories/b.md", "second")] {
+        let r = v.one(json!({"command": "view", "path": path}));
+        assert!(!is_error(&r) && r.to_string().contains(want), "{r}");
+    }
+    ok(&v.cmd().arg("verify").output().unwrap());
 }
 
 /// Run `serve` on `v`, send `requests`, wait for every reply, then kill it
