@@ -425,6 +425,64 @@ fn an_edit_survives_a_delete_follows_a_rename_and_two_creates_of_one_path_both_s
     b.ok(&["verify"]);
 }
 
+/// The prune after an erasure runs git in the remote's own directory: a
+/// path remote that stalls it (here a FIFO where `git gc` reads its pid
+/// file) is given up on within `--remote-timeout`, with a warning, the
+/// push kept; before, the sync waited for ever, holding the remote's lock.
+#[test]
+fn a_path_remote_that_stalls_the_prune_is_given_up_on_within_the_remote_timeout() {
+    let w = world(0);
+    let a = &w.machines[0];
+    a.write("/memories/secret.md", &format!("{MARK} to be erased\n"));
+    a.ok(&["sync"]);
+    let fifo = w.hub.join("gc.pid");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .output()
+        .unwrap();
+    assert!(made.status.success());
+    a.ok(&["purge", "/memories/secret.md"]);
+    let started = std::time::Instant::now();
+    let mut cmd = a.cmd();
+    let mut child = cmd
+        .args(["--remote-timeout", "2", "sync"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Bounded: a sync that never ends is killed and fails the test.
+    let out = loop {
+        if child.try_wait().unwrap().is_some() {
+            break child.wait_with_output().unwrap();
+        }
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the sync still waits on the stalled prune after 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("pruning origin failed") && stderr.contains("--remote-timeout"),
+        "{stderr}"
+    );
+    // The push landed, and the remote's lock was let go: the next sync
+    // (the FIFO gone) runs and prunes.
+    std::fs::remove_file(&fifo).unwrap();
+    a.write("/memories/after.md", "after\n");
+    a.ok(&["sync"]);
+    let late = Machine::new(w.hub.with_file_name("late"), a.key.clone());
+    late.ok(&["clone", w.hub.to_str().unwrap()]);
+    assert_eq!(late.read("/memories/secret.md"), None);
+    assert_eq!(late.read("/memories/after.md").as_deref(), Some("after\n"));
+    a.ok(&["verify"]);
+}
+
 #[test]
 fn an_erasure_on_either_side_wins_and_destroys_the_key_here_too() {
     let w = world(1);

@@ -868,7 +868,11 @@ pub(crate) fn prune_remote(remote: &str, dir: &Path) -> Result<(), SyncError> {
         "--quiet",
         "--prune=now",
     ]);
-    run_git(c, remote, "git gc failed there: ").map(drop)
+    // Within the remote timeout, as a fetch or push there: the directory
+    // is the remote's, and what it holds may stall git (a FIFO where git
+    // reads a file) while this sync holds the remote's lock.
+    let out = output_within(c).map_err(|e| spawn_failed(e, remote))?;
+    git_result(out, remote, "git gc failed there: ").map(drop)
 }
 
 /// Run a `git` command to its end: its stdout, or its failure (the last
