@@ -122,8 +122,6 @@ const FORMAT_FILE: &str = "memvault/format";
 /// changes. A vault of format 1 to 7 is migrated when it is first opened
 /// (see `migrate`).
 pub(crate) const FORMAT: u32 = 8;
-/// The first format whose log records may carry key-table shards alone.
-pub(crate) const DEFERRED_KEYS_FORMAT: u32 = 7;
 const FORMAT_PREFIX: &str = "memvault vault format ";
 /// Format 1's plain settings file (read once, by the migration).
 const CONFIG_FILE: &str = "memvault/config.json";
@@ -167,9 +165,12 @@ struct LogState {
     checkpoint_at: Option<u64>,
     /// The stamp of `Wal::pending_keys` the key state last took in.
     keys_seen: Option<u64>,
-    /// The format file said 7 when this handle opened the vault (after its
-    /// migration): only then does a create log its shard alone, which a
-    /// memvault of format 6 would not read.
+    /// The format file said 8 (the current format) when this handle opened
+    /// the vault, after its migration: only then does a create log its
+    /// shard alone (format 7), which a memvault of format 6 would not read,
+    /// naming the next key state's counter (format 8), which one of format
+    /// 7 would take for a rollback. (A migration stopped by damage leaves
+    /// the file as it was, and this handle writes as that format did.)
     defer_keys: bool,
 }
 
@@ -201,8 +202,10 @@ pub struct Vault {
     key_state: KeyState,
     config: VaultConfig,
     /// The newest tip seen whose MAC checked out, with the key state it
-    /// was checked against (see `check_binding`).
-    verified_tip: Option<(Oid, Oid)>,
+    /// was checked against and that state's bound counter (see
+    /// `check_binding`: the same state with its log's shards since taken
+    /// in elsewhere binds less, so is checked again).
+    verified_tip: Option<(Oid, Oid, u64)>,
     /// The last main commit this handle wrote and its date (the clock's
     /// next value needs no read of it).
     tip_date: Option<(Oid, u64)>,
@@ -315,7 +318,7 @@ impl Vault {
         let Some(tip) = self.wal.ref_target(&self.repo, MAIN_REF)? else {
             return Ok(None);
         };
-        let pair = (tip, self.key_state.commit);
+        let pair = (tip, self.key_state.commit, self.key_state.bound_counter());
         if self.verified_tip != Some(pair) {
             objects::check(&self.repo, tip)?;
             if !verify_commit_mac(&self.repo, &self.keys, tip) {
@@ -690,8 +693,12 @@ impl Vault {
         let _guard = FileLock::exclusive(&self.lock).map_err(VaultError::Lock)?;
         // Only a vault whose tip checks out: gc deletes what main and the
         // key state do not reach, so with a ref rolled back (or a damaged
-        // tip) it would delete the newer state for good.
-        self.refresh()?;
+        // tip) it would delete the newer state for good. Main is checked
+        // against `verify`'s last verified head too (a main moved back to
+        // an ancestor with the log emptied binds as well as the newer).
+        if let Some(tip) = self.refresh()? {
+            self.check_not_behind_verified(tip)?;
+        }
         self.checkpoint_locked()?;
         // Earlier records' bytes (replaced key tables and keyslots among
         // them) leave the preallocated log file, as they leave git.

@@ -310,7 +310,7 @@ impl Vault {
             Err(e) if e.is_damage() => {}
             Err(e) => return Err(e),
         }
-        vault.log.defer_keys = read_format(&vault.dir).is_ok_and(|f| f >= DEFERRED_KEYS_FORMAT);
+        vault.log.defer_keys = read_format(&vault.dir).is_ok_and(|f| f >= FORMAT);
         // A damaged tip is reported by each command, not here, so that a
         // server can still start and say what is wrong.
         Ok(vault)

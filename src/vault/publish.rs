@@ -220,8 +220,8 @@ impl Vault {
         self.log.dirty = true;
         self.key_state.published(&self.repo, staged);
         self.log.keys_seen = Some(self.wal.pending_keys().1);
-        if let Some((commit, _)) = self.verified_tip {
-            self.verified_tip = Some((commit, staged));
+        if let Some((commit, _, _)) = self.verified_tip {
+            self.verified_tip = Some((commit, staged, self.key_state.bound_counter()));
         }
         Ok(())
     }
@@ -306,7 +306,11 @@ impl Vault {
             self.keyring = ring;
             self.keys = keys;
         }
-        self.verified_tip = Some((commit, self.key_state.commit));
+        self.verified_tip = Some((
+            commit,
+            self.key_state.commit,
+            self.key_state.bound_counter(),
+        ));
         self.tip_date = Some((commit, clock));
         // The next request's snapshot needs the tree: known, not read back.
         *self.caches.commit_tree.borrow_mut() = Some((commit, tree));

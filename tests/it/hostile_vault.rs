@@ -285,6 +285,48 @@ fn key_state_rolled_back_past_the_checkpoint_that_took_in_a_create_is_refused() 
     ok(&v.cmd().arg("verify").output().unwrap());
 }
 
+/// `gc` deletes what main does not reach: with main moved back to an
+/// ancestor (the log emptied, so nothing says it was newer), the vault
+/// still opens on the older state, but `gc` refuses to run against the
+/// last verified head, deleting nothing; an altered mark is refused too.
+#[test]
+fn gc_refuses_a_main_moved_back_behind_the_last_verified_head() {
+    let v = TestVault::new();
+    for (name, text) in [("a", "first\n"), ("b", "second\n")] {
+        let r = v.one(
+            json!({"command": "create", "path": format!("/memories/{name}.md"), "file_text": text}),
+        );
+        assert!(!is_error(&r), "{r}");
+    }
+    ok(&v.cmd().arg("verify").output().unwrap());
+    let newest = git_out(&v, &["rev-parse", "refs/heads/main"]);
+    let older = git_out(&v, &["rev-parse", "refs/heads/main~1"]);
+    git(&v.vault, &["update-ref", "refs/heads/main", &older]);
+    std::fs::write(v.vault.join("memvault/wal"), b"").unwrap();
+    let out = v.cmd().arg("gc").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("last verified head"), "{err}");
+    git(&v.vault, &["cat-file", "-e", &newest]);
+    // An altered mark: refused as well.
+    let mark = v.vault.join("memvault/verified-head");
+    let text = std::fs::read_to_string(&mark).unwrap();
+    std::fs::write(&mark, text.replace(&newest, &older)).unwrap();
+    let out = v.cmd().arg("gc").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("verified-head was altered"), "{err}");
+    git(&v.vault, &["cat-file", "-e", &newest]);
+    // Put back, gc runs and both files are there.
+    std::fs::write(&mark, text).unwrap();
+    git(&v.vault, &["update-ref", "refs/heads/main", &newest]);
+    ok(&v.cmd().arg("gc").output().unwrap());
+    for (path, want) in [("/memories/a.md", "first"), ("/memories/b.md", "second")] {
+        let r = v.one(json!({"command": "view", "path": path}));
+        assert!(!is_error(&r) && r.to_string().contains(want), "{r}");
+    }
+}
+
 /// Run `serve` on `v`, send `requests`, wait for every reply, then kill it
 /// with SIGKILL (so it cannot checkpoint): the log keeps the records.
 fn serve_then_kill(v: &TestVault, requests: &[serde_json::Value]) {

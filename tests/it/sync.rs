@@ -472,7 +472,8 @@ fn a_path_remote_that_stalls_the_prune_is_given_up_on_within_the_remote_timeout(
         "{stderr}"
     );
     // The push landed, and the remote's lock was let go: the next sync
-    // (the FIFO gone) runs and prunes.
+    // (the FIFO gone) runs. (It does not prune again: the warning says to
+    // run `git gc --prune=now` there.)
     std::fs::remove_file(&fifo).unwrap();
     a.write("/memories/after.md", "after\n");
     a.ok(&["sync"]);

@@ -352,6 +352,41 @@ impl Vault {
         })
     }
 
+    /// For `gc`, which deletes what main does not reach: refuse a main
+    /// that does not hold `verify`'s last verified head (moved back or
+    /// rewritten), or a mark that was altered. No mark, no check.
+    pub(crate) fn check_not_behind_verified(&self, tip: Oid) -> Result<(), VaultError> {
+        let text = match crate::vault::fsx::read_to_string(&self.dir.join(HWM_FILE)) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let parts: Vec<&str> = text.split_whitespace().collect();
+        let head = match parts[..] {
+            [version, head, commits, mac]
+                if version == "v1"
+                    && commits
+                        .parse::<usize>()
+                        .is_ok_and(|n| self.hwm_mac(head, n) == mac) =>
+            {
+                Oid::from_str(head).ok()
+            }
+            _ => None,
+        };
+        let Some(head) = head else {
+            return Err(VaultError::Damaged(
+                "memvault/verified-head was altered (its MAC does not match); run `memvault verify`"
+                    .into(),
+            ));
+        };
+        if head == tip || self.reaches(tip, head, usize::MAX)? {
+            return Ok(());
+        }
+        Err(VaultError::RolledBack(format!(
+            "main no longer contains the last verified head {head}: it was moved back or rewritten; nothing was deleted"
+        )))
+    }
+
     fn write_high_water(&self, tip: Oid, commits: usize) -> Result<(), VaultError> {
         let head = tip.to_string();
         let line = format!("v1 {head} {commits} {}\n", self.hwm_mac(&head, commits));

@@ -245,9 +245,18 @@ impl Vault {
     /// The two tips, with everything of the log checkpointed into git (so
     /// that git, borrowing the vault's objects, sees them).
     fn checkpointed_tips(&mut self) -> Result<(Option<Oid>, Option<Oid>), VaultError> {
-        self.checkpoint()?;
+        self.flush_access();
+        let guard = FileLock::exclusive(&self.lock).map_err(VaultError::Lock)?;
+        self.checkpoint_locked()?;
+        self.log.dirty = false;
+        // Read under the lock the checkpoint ran under: another process's
+        // create cannot come between, so the pair is one git holds whole,
+        // its key state holding every key main's tip names (format 8: a
+        // tip read after a later create names the next key state's
+        // counter, which a push of this key state would not carry).
         let main = self.refresh()?;
         let keys = self.keys_target()?;
+        drop(guard);
         // Every pack written so far, known now (see `holds`).
         self.repo.odb()?.refresh()?;
         Ok((main, keys))
