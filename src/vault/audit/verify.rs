@@ -375,8 +375,7 @@ impl Vault {
         };
         let Some(head) = head else {
             return Err(VaultError::Damaged(
-                "memvault/verified-head was altered (its MAC does not match); run `memvault verify`"
-                    .into(),
+                "memvault/verified-head was altered (its MAC does not match); run `memvault verify`",
             ));
         };
         if head == tip || self.reaches(tip, head, usize::MAX)? {
