@@ -18,10 +18,15 @@ impl Vault {
         let mut new_key: Option<(FileKeyId, FileKey)> = None;
         let mut written: Vec<FileKeyId> = Vec::new();
         let mut files_after: Option<usize> = None;
+        // How the number of files changes, when it is known without a walk
+        // (an edit or a rename: none; a delete: the files below the path).
+        let mut files_change: Option<isize> = None;
+        let base_tree: Option<Oid>;
         // Every object the new tree adds, with its bytes, for the log.
         let mut objects: Vec<Object> = Vec::new();
         let new_tree = {
             let base = self.tree_of(parent)?;
+            base_tree = base;
             let snap =
                 VaultSnapshot::new(&self.repo, &self.keys, &self.key_state, &self.caches, base);
             let mut update = TreeEdits::default();
@@ -41,11 +46,19 @@ impl Vault {
                         Some((oid, NodeKind::File)) => Some(snap.blob_key_id(oid)?),
                         _ => None,
                     };
+                    if existing.is_some() {
+                        files_change = Some(0);
+                    }
                     let mut fresh: Option<(FileKeyId, FileKey)> = None;
                     let (id, key) = match existing {
                         Some(id) => (id, snap.file_key(&id)?),
                         None => {
-                            let files = snap.count_files()?;
+                            // Known in this process, or from the count the
+                            // last process left for this tree, or walked.
+                            let files = match base.and_then(|b| self.cached_file_count(b)) {
+                                Some(n) => n,
+                                None => snap.count_files()?,
+                            };
                             // One more file, unless the write replaces a
                             // whole directory (the memory layer refuses
                             // that; do not count on it here).
@@ -85,6 +98,7 @@ impl Vault {
                         .into_iter()
                         .map(|p| p.as_str().to_string())
                         .collect();
+                    files_change = isize::try_from(meta.files.len()).ok().map(|n| -n);
                     update.remove(&snap.locate(&path)?.0);
                     meta.path = Some(path.as_str().to_string());
                 }
@@ -106,6 +120,7 @@ impl Vault {
                     meta.files = files.iter().map(|p| p.as_str().to_string()).collect();
                     meta.path = Some(from.as_str().to_string());
                     meta.new_path = Some(to.as_str().to_string());
+                    files_change = Some(0);
                 }
             }
             drop(snap);
@@ -113,7 +128,20 @@ impl Vault {
                 .write(&self.repo, &self.caches, base, &mut objects)
                 .map_err(ge)?
         };
-        if let Some(n) = files_after {
+        // The new tree's file count, where the base's is known: the next
+        // create's limit check, and the count this process leaves behind
+        // (`memvault/file-count`), then need no walk of every tree.
+        let base_count = match base_tree {
+            None => Some(0),
+            Some(b) => self.cached_file_count(b),
+        };
+        let after = files_after.or_else(|| {
+            let n = isize::try_from(base_count?)
+                .ok()?
+                .checked_add(files_change?)?;
+            usize::try_from(n).ok()
+        });
+        if let Some(n) = after {
             self.caches.remember_count(new_tree, n);
         }
         let new_keys = new_key

@@ -635,6 +635,9 @@ fn a_file_count_carried_to_a_new_handle_is_used_for_its_tree_only() {
     });
     assert!(refused.is_err(), "the seeded count was not used");
     drop(b);
+    // (b left the count it was given in `memvault/file-count`, for the
+    // tip's tree: taken away, this tests the seed alone.)
+    std::fs::remove_file(dir.join(FILE_COUNT_FILE)).unwrap();
     // A count for a tree that is no longer the tip's changes nothing.
     let mut c = open();
     c.seed_file_count(stale);
@@ -762,4 +765,137 @@ fn two_handles_adding_keys_to_one_shard_keep_both_and_a_checkpoint_takes_them_in
     drop(a);
     assert_eq!(read(&mut c, "/memories/two.txt").unwrap(), b"two");
     assert!(c.verify().unwrap().ok());
+}
+
+/// Apply one change of the memory layer's kind (no checks of its own).
+fn change(vault: &mut Vault, op: Op, change: Change) {
+    let mut change = Some(change);
+    vault
+        .write(&mut |_| {
+            Ok(Outcome {
+                result: ToolResult::ok("ok"),
+                mutation: Some(Mutation {
+                    op,
+                    change: change.take().expect("one mutation"),
+                    facts: ChangeFacts::default(),
+                }),
+            })
+        })
+        .unwrap();
+}
+
+/// The file count a handle carries from one tree to the next (a create
+/// adds one, an edit or a rename none, a delete the files below it) is the
+/// count a walk of the new tree gives, after every step of a random run;
+/// and the count a closing handle leaves in `memvault/file-count` is what
+/// the next process starts from, refused when altered or for another tree.
+#[test]
+fn the_file_count_carried_between_trees_and_processes_is_the_walked_one() {
+    let (_tmp, dir, bytes, mut a) = new_vault_with(VaultConfig::default());
+    let mut rng = 0x5eed_u64;
+    let mut carried = 0;
+    for step in 0..300 {
+        let tip = a.tip().unwrap();
+        let files = a
+            .snapshot_at(tip)
+            .unwrap()
+            .files_below(&MemoryPath::root())
+            .unwrap();
+        let dir_of = |i: usize| format!("/memories/d{}", i % 4);
+        let p = |s: String| MemoryPath::parse(&s).unwrap();
+        match crate::test_rand(&mut rng, 10) {
+            0..=4 => {
+                let n = crate::test_rand(&mut rng, 1000);
+                let path = p(format!("{}/f{n}.md", dir_of(n)));
+                change(
+                    &mut a,
+                    Op::Create,
+                    Change::Write {
+                        path,
+                        content: Zeroizing::new(b"x".to_vec()),
+                    },
+                );
+            }
+            5 | 6 if !files.is_empty() => {
+                let f = files[crate::test_rand(&mut rng, files.len())].clone();
+                change(
+                    &mut a,
+                    Op::StrReplace,
+                    Change::Write {
+                        path: f,
+                        content: Zeroizing::new(format!("{step}").into_bytes()),
+                    },
+                );
+            }
+            7 if !files.is_empty() => {
+                let f = files[crate::test_rand(&mut rng, files.len())].clone();
+                let to = p(format!("/memories/moved/r{step}.md"));
+                change(&mut a, Op::Rename, Change::Rename { from: f, to });
+            }
+            8 if !files.is_empty() => {
+                let f = files[crate::test_rand(&mut rng, files.len())].clone();
+                change(&mut a, Op::Delete, Change::Delete { path: f });
+            }
+            9 => {
+                // A whole directory: deleted, or renamed under another.
+                let d = p(dir_of(crate::test_rand(&mut rng, 4)));
+                if a.snapshot_at(tip)
+                    .unwrap()
+                    .files_below(&d)
+                    .unwrap()
+                    .is_empty()
+                {
+                    continue;
+                }
+                if crate::test_rand(&mut rng, 2) == 0 {
+                    change(&mut a, Op::Delete, Change::Delete { path: d });
+                } else {
+                    let to = p(format!("/memories/dirs/m{step}"));
+                    change(&mut a, Op::Rename, Change::Rename { from: d, to });
+                }
+            }
+            _ => continue,
+        }
+        let tip = a.tip().unwrap();
+        let walked = {
+            let fresh = reopen(&dir, &bytes);
+            let t = fresh.tree_of(tip.map(|r| r.oid())).unwrap();
+            let caches = Caches::default();
+            let snap = VaultSnapshot::new(&fresh.repo, &fresh.keys, &fresh.key_state, &caches, t);
+            snap.count_files().unwrap()
+        };
+        if let Some(count) = a.known_file_count() {
+            assert_eq!(count.files, walked, "step {step}");
+            carried += 1;
+        }
+    }
+    assert!(
+        carried > 250,
+        "the count was carried at {carried} steps only"
+    );
+    // Closed: the next process takes the count from the file, for the
+    // tip's tree only, and not when the file was altered.
+    let tip = a.tip().unwrap().map(|r| r.oid());
+    let expected = a.known_file_count().unwrap();
+    drop(a);
+    let file = dir.join(FILE_COUNT_FILE);
+    let text = std::fs::read_to_string(&file).unwrap();
+    let b = reopen(&dir, &bytes);
+    let tree = b.tree_of(tip).unwrap().unwrap();
+    assert_eq!(b.cached_file_count(tree), Some(expected.files));
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    let forged = format!("v1 {} {} {}\n", parts[1], expected.files + 1, parts[3]);
+    std::fs::write(&file, forged).unwrap();
+    assert_eq!(
+        reopen(&dir, &bytes).cached_file_count(tree),
+        None,
+        "altered"
+    );
+    std::fs::write(&file, &text).unwrap();
+    let other = Oid::hash_object(git2::ObjectType::Tree, b"").unwrap();
+    assert_eq!(
+        reopen(&dir, &bytes).cached_file_count(other),
+        None,
+        "another tree"
+    );
 }

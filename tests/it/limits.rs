@@ -118,6 +118,54 @@ fn max_files_refuses_one_more_file() {
     assert!(!is_error(&r), "{r}");
 }
 
+/// One-shot commands, each a new process: the count of files the last
+/// one left (`memvault/file-count`, tagged under the vault key) is what
+/// the next create's limit check starts from, and only while it names the
+/// tip's tree: an edit, a delete or a file made elsewhere keeps the check
+/// right, and a count altered on disk is not believed (the tree is walked).
+#[test]
+fn max_files_holds_across_one_shot_commands_whatever_the_count_file_says() {
+    let v = TestVault::new();
+    with_config(&v, "max_files", json!(3));
+    for i in 0..3 {
+        let r = v.one(create(&format!("/memories/f{i}.md"), "x"));
+        assert!(!is_error(&r), "{r}");
+    }
+    let file = v.vault.join("memvault/file-count");
+    let saved = std::fs::read_to_string(&file).unwrap();
+    let tree = String::from_utf8(git(&v.vault, &["rev-parse", "main^{tree}"]).stdout).unwrap();
+    assert!(
+        saved.starts_with(&format!("v1 {} 3 ", tree.trim())),
+        "{saved}"
+    );
+    let r = v.one(create("/memories/f3.md", "x"));
+    assert!(text(&r).contains("limit of 3 files"), "{r}");
+    // An edit keeps the count; a delete makes room for exactly one.
+    let r = v.one(json!({"command": "str_replace", "path": "/memories/f0.md", "old_str": "x", "new_str": "y"}));
+    assert!(!is_error(&r), "{r}");
+    let r = v.one(json!({"command": "delete", "path": "/memories/f1.md"}));
+    assert!(!is_error(&r), "{r}");
+    let r = v.one(create("/memories/f4.md", "x"));
+    assert!(!is_error(&r), "{r}");
+    let r = v.one(create("/memories/f5.md", "x"));
+    assert!(text(&r).contains("limit of 3 files"), "{r}");
+    // A count lowered on disk (its tag then fails) lets no file more in.
+    let saved = std::fs::read_to_string(&file).unwrap();
+    let parts: Vec<&str> = saved.split_whitespace().collect();
+    assert_eq!(parts[2], "3", "{saved}");
+    std::fs::write(&file, format!("v1 {} 0 {}\n", parts[1], parts[3])).unwrap();
+    let r = v.one(create("/memories/f6.md", "x"));
+    assert!(text(&r).contains("limit of 3 files"), "{r}");
+    // Nor does an older file whose tag checks out, for an older tree.
+    let r = v.one(json!({"command": "delete", "path": "/memories/f4.md"}));
+    assert!(!is_error(&r), "{r}");
+    std::fs::write(&file, &saved).unwrap();
+    let r = v.one(create("/memories/f7.md", "x"));
+    assert!(!is_error(&r), "{r}");
+    let r = v.one(create("/memories/f8.md", "x"));
+    assert!(text(&r).contains("limit of 3 files"), "{r}");
+}
+
 #[test]
 fn limits_below_their_minimum_are_refused_when_set() {
     let v = TestVault::new();
