@@ -214,6 +214,8 @@ pub struct Vault {
     /// `check_binding`: the same state with its log's shards since taken
     /// in elsewhere binds less, so is checked again).
     verified_tip: Option<(Oid, Oid, u64)>,
+    /// What `memvault/file-count` says, as this handle read or wrote it.
+    file_count_saved: std::cell::Cell<Option<(Oid, usize)>>,
     /// The last main commit this handle wrote and its date (the clock's
     /// next value needs no read of it).
     tip_date: Option<(Oid, u64)>,
@@ -399,7 +401,13 @@ impl Vault {
         if let Some(n) = self.caches.count_of(tree) {
             return Some(n);
         }
-        let text = fsx::read_to_string(&self.dir.join(FILE_COUNT_FILE)).ok()?;
+        // A line is about 130 bytes: a larger file is not read whole.
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut std::io::Read::take(fsx::open_read(&self.dir.join(FILE_COUNT_FILE)).ok()?, 256),
+            &mut text,
+        )
+        .ok()?;
         let [version, named, files, tag] = text.split_whitespace().collect::<Vec<_>>()[..] else {
             return None;
         };
@@ -415,6 +423,7 @@ impl Vault {
             return None;
         }
         self.caches.remember_count(tree, files);
+        self.file_count_saved.set(Some((tree, files)));
         Some(files)
     }
 
@@ -426,17 +435,23 @@ impl Vault {
         let Some(FileCount { tree, files }) = self.known_file_count() else {
             return;
         };
+        if self.file_count_saved.get() == Some((tree, files)) {
+            return; // what the file says already
+        }
         let named = tree.to_string();
         let tag =
             data_encoding::HEXLOWER.encode(&self.keys.mac(&file_count_message(&named, files)));
         let path = self.dir.join(FILE_COUNT_FILE);
-        let tmp = path.with_extension("tmp");
+        // Its own name: two processes closing at once do not share one.
+        let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
         let written = fsx::create_new(&tmp, fsx::FILE_MODE).and_then(|mut f| {
             std::io::Write::write_all(&mut f, format!("v1 {named} {files} {tag}\n").as_bytes())
         });
         if written.is_err() || std::fs::rename(&tmp, &path).is_err() {
             let _ = std::fs::remove_file(&tmp);
+        } else {
+            self.file_count_saved.set(Some((tree, files)));
         }
     }
 

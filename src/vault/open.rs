@@ -266,6 +266,7 @@ impl Vault {
             key_state,
             config,
             verified_tip: None,
+            file_count_saved: std::cell::Cell::new(None),
             tip_date: None,
             attribution,
             principal: None,

@@ -431,6 +431,17 @@ fn rekey_new_writes_use_the_new_epoch_old_history_opens() {
     let out = out.unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("before"), "{}", stdout(&out));
+    // The mark the last `verify` left (epoch 1) still checks out under
+    // epoch 2: `verify` passes and `gc` runs.
+    for cmd in ["verify", "gc", "verify"] {
+        let out = v.cmd().arg(cmd).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{cmd}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+    }
 }
 
 #[test]

@@ -314,8 +314,16 @@ impl Vault {
     }
 
     fn hwm_mac(&self, head: &str, commits: usize) -> String {
-        let msg = format!("memvault verified head v1\0{head}\0{commits}");
-        data_encoding::HEXLOWER.encode(&self.keys.mac(msg.as_bytes()))
+        data_encoding::HEXLOWER.encode(&self.keys.mac(&hwm_message(head, commits)))
+    }
+
+    /// Whether `tag` (hex) is the mark's MAC under the key of any epoch
+    /// (a mark written before a `rekey` still checks out), in constant
+    /// time.
+    fn hwm_tag_ok(&self, head: &str, commits: usize, tag: &str) -> bool {
+        data_encoding::HEXLOWER
+            .decode(tag.as_bytes())
+            .is_ok_and(|t| self.keys.verify_mac(&hwm_message(head, commits), &t))
     }
 
     fn check_high_water(&self, tip: Oid, on_main: &HashSet<Oid>) -> Option<Problem> {
@@ -334,7 +342,7 @@ impl Vault {
         let Ok(count) = commits.parse::<usize>() else {
             return altered();
         };
-        if version != "v1" || self.hwm_mac(head, count) != mac {
+        if version != "v1" || !self.hwm_tag_ok(head, count, mac) {
             return altered();
         }
         let Ok(head_id) = Oid::from_str(head) else {
@@ -367,7 +375,7 @@ impl Vault {
                 if version == "v1"
                     && commits
                         .parse::<usize>()
-                        .is_ok_and(|n| self.hwm_mac(head, n) == mac) =>
+                        .is_ok_and(|n| self.hwm_tag_ok(head, n, mac)) =>
             {
                 Oid::from_str(head).ok()
             }
@@ -392,4 +400,9 @@ impl Vault {
         write_durable(&self.dir.join(HWM_FILE), line.as_bytes())?;
         Ok(())
     }
+}
+
+/// What the MAC of `memvault/verified-head` covers.
+fn hwm_message(head: &str, commits: usize) -> Vec<u8> {
+    format!("memvault verified head v1\0{head}\0{commits}").into_bytes()
 }
