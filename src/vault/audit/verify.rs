@@ -397,6 +397,10 @@ impl Vault {
     fn write_high_water(&self, tip: Oid, commits: usize) -> Result<(), VaultError> {
         let head = tip.to_string();
         let line = format!("v1 {head} {commits} {}\n", self.hwm_mac(&head, commits));
+        // The tip may be a record another process appended and has not
+        // synced yet (its group commit): synced first, so a power cut
+        // cannot leave the mark ahead of main (a rollback that never was).
+        self.wal.sync()?;
         write_durable(&self.dir.join(HWM_FILE), line.as_bytes())?;
         Ok(())
     }
