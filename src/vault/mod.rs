@@ -216,6 +216,9 @@ pub struct Vault {
     verified_tip: Option<(Oid, Oid, u64)>,
     /// What `memvault/file-count` says, as this handle read or wrote it.
     file_count_saved: std::cell::Cell<Option<(Oid, usize)>>,
+    /// This handle has read `memvault/file-count` (see
+    /// `Vault::cached_file_count`).
+    file_count_read: std::cell::Cell<bool>,
     /// The last main commit this handle wrote and its date (the clock's
     /// next value needs no read of it).
     tip_date: Option<(Oid, u64)>,
@@ -400,6 +403,12 @@ impl Vault {
     pub(crate) fn cached_file_count(&self, tree: Oid) -> Option<usize> {
         if let Some(n) = self.caches.count_of(tree) {
             return Some(n);
+        }
+        // Read once per handle: a count this handle does not have yet is
+        // then walked (and carried from there), not asked of the file at
+        // every mutation.
+        if self.file_count_read.replace(true) {
+            return None;
         }
         // A line is about 130 bytes: a larger file is not read whole.
         let mut text = String::new();

@@ -267,6 +267,7 @@ impl Vault {
             config,
             verified_tip: None,
             file_count_saved: std::cell::Cell::new(None),
+            file_count_read: std::cell::Cell::new(false),
             tip_date: None,
             attribution,
             principal: None,
