@@ -327,16 +327,16 @@ impl<'s, 'v: 's, 'e> Node<'s, 'v, 'e> {
                 Line::Eof => return Ok(()),
                 line => line,
             };
-            let sent = match self.one(line, true) {
-                Some(reply) => {
-                    // A large reply can block on a client that does not
-                    // read it yet: what `after_reply` does (a view's access
-                    // record, and the shared lock it holds) goes first then.
-                    if reply.len() > LARGE_REPLY {
-                        self.shared.after_reply();
-                    }
-                    out.write_all(reply.as_bytes()).and_then(|()| out.flush())
-                }
+            let reply = self.one(line, true);
+            // A large reply can block on a client that does not read it
+            // yet: what `after_reply` does (a view's access record, and the
+            // shared lock it holds) goes first then.
+            let early = reply.as_ref().is_some_and(|r| r.len() > LARGE_REPLY);
+            if early {
+                self.shared.after_reply();
+            }
+            let sent = match reply {
+                Some(reply) => out.write_all(reply.as_bytes()).and_then(|()| out.flush()),
                 None => Ok(()),
             };
             #[cfg(feature = "test-hooks")]
@@ -347,7 +347,9 @@ impl<'s, 'v: 's, 'e> Node<'s, 'v, 'e> {
             // follower: a request that ran here after its leader went away
             // leaves its view's access record (and the shared lock it
             // holds) for after the reply.
-            self.shared.after_reply();
+            if !early {
+                self.shared.after_reply();
+            }
             sent?;
         }
     }
@@ -571,13 +573,16 @@ fn serve_peer(shared: &Shared<'_>, conn: UnixStream, id: u64) {
             eprintln!("memvault: test hook: leader pausing before its reply");
             std::thread::sleep(pause);
         }
-        if reply.len() > LARGE_REPLY {
+        let early = reply.len() > LARGE_REPLY;
+        if early {
             shared.after_reply();
         }
         let sent = lock(&w).write_all(reply.as_bytes());
         // Even when the follower has gone: a view's record and its shared
         // lock must not wait for the next request.
-        shared.after_reply();
+        if !early {
+            shared.after_reply();
+        }
         if sent.is_err() {
             break;
         }

@@ -535,14 +535,11 @@ fn format_5_vault_opens_keeps_working_and_syncs() {
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
 }
 
-/// A vault of format 6 whose log still holds acknowledged records of a
-/// `serve` that was killed (each create's record with a whole key state,
-/// as format 6 wrote it; `tests/fixtures/make-v6.sh`): this memvault
-/// replays them, becomes format 8, and its own creates (their shards
-/// logged alone) read back in another process and verify.
-#[test]
-fn format_6_vault_with_a_killed_writers_log_opens_replays_and_keeps_working() {
-    let t = fixture("v6");
+/// What both fixtures of a killed `serve` (formats 6 and 7) hold once
+/// this memvault opened them: the log held the records, `verify` replays
+/// them (`commits` in all), the vault is of format 8, and the files read
+/// as the killed session left them (`day1`: /memories/log/day1.md's text).
+fn check_killed_session_replayed(t: &TestVault, commits: usize, day1: &str) {
     let wal = std::fs::metadata(t.vault.join("memvault/wal"))
         .unwrap()
         .len();
@@ -550,15 +547,16 @@ fn format_6_vault_with_a_killed_writers_log_opens_replays_and_keeps_working() {
         wal > 5_000,
         "the fixture's log holds its records ({wal} bytes)"
     );
-    let v = run(&t, &["verify"]);
+    let v = run(t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
-    assert!(stdout(&v).starts_with("ok: 11 commits"), "{}", stdout(&v));
+    let ok = format!("ok: {commits} commits");
+    assert!(stdout(&v).starts_with(&ok), "{}", stdout(&v));
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
     assert_eq!(format, "memvault vault format 8\n");
     let expect = [
         ("/memories/notes/late.md", "Written in the killed session."),
         ("/memories/people/bo.md", "Bo joined in June."),
-        ("/memories/log/day1.md", "Day 1."),
+        ("/memories/log/day1.md", day1),
         ("/memories/people/ana-lead.md", "Ana owns the deploy."),
         ("/memories/notes/plan.md", "June"),
     ];
@@ -570,32 +568,63 @@ fn format_6_vault_with_a_killed_writers_log_opens_replays_and_keeps_working() {
         let r = t.one(serde_json::json!({"command": "view", "path": gone}));
         assert!(is_error(&r), "{gone}: {r}");
     }
+}
+
+/// A `serve` of this memvault on a fixture, one request at a time.
+struct Writer {
+    child: std::process::Child,
+    input: Option<std::process::ChildStdin>,
+    output: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Writer {
+    fn start(t: &TestVault, session: &str) -> Writer {
+        let mut child = t
+            .cmd()
+            .args(["serve", "--session", session])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        Writer {
+            input: child.stdin.take(),
+            output: std::io::BufReader::new(child.stdout.take().unwrap()),
+            child,
+        }
+    }
+
+    /// Send `request` and check that its reply is no error.
+    fn send(&mut self, request: &serde_json::Value) {
+        use std::io::{BufRead, Write};
+        writeln!(self.input.as_mut().unwrap(), "{request}").unwrap();
+        let mut reply = String::new();
+        self.output.read_line(&mut reply).unwrap();
+        assert!(reply.contains("\"is_error\":false"), "{request}: {reply}");
+    }
+}
+
+/// A vault of format 6 whose log still holds acknowledged records of a
+/// `serve` that was killed (each create's record with a whole key state,
+/// as format 6 wrote it; `tests/fixtures/make-v6.sh`): this memvault
+/// replays them, becomes format 8, and its own creates (their shards
+/// logged alone) read back in another process and verify.
+#[test]
+fn format_6_vault_with_a_killed_writers_log_opens_replays_and_keeps_working() {
+    let t = fixture("v6");
+    check_killed_session_replayed(&t, 11, "Day 1.");
     let sessions = stdout(&run(&t, &["sessions"]));
     assert!(sessions.contains("s2"), "{sessions}");
     // Creates by this memvault in one process, read in another while the
     // first still runs (their keys only in the log), then verified.
-    let mut cmd = t.cmd();
-    let mut writer = cmd
-        .args(["serve", "--session", "s3"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = writer.stdin.take().unwrap();
-    let mut output = std::io::BufReader::new(writer.stdout.take().unwrap());
-    use std::io::{BufRead, Write};
+    let mut writer = Writer::start(&t, "s3");
     for i in 0..5 {
-        let line = serde_json::json!({"command": "create",
-            "path": format!("/memories/after/{i}.md"), "file_text": format!("after {i}\n")});
-        writeln!(input, "{line}").unwrap();
-        let mut reply = String::new();
-        output.read_line(&mut reply).unwrap();
-        assert!(reply.contains("\"is_error\":false"), "{reply}");
+        writer.send(&serde_json::json!({"command": "create",
+            "path": format!("/memories/after/{i}.md"), "file_text": format!("after {i}\n")}));
     }
     let r = t.one(serde_json::json!({"command": "view", "path": "/memories/after/3.md"}));
     assert!(text(&r).contains("after 3"), "{r}");
-    drop(input);
-    assert!(writer.wait().unwrap().success());
+    drop(writer.input.take());
+    assert!(writer.child.wait().unwrap().success());
     let v = run(&t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
     crate::util::git(&t.vault, &["fsck", "--connectivity-only", "--no-dangling"]);
@@ -610,62 +639,17 @@ fn format_6_vault_with_a_killed_writers_log_opens_replays_and_keeps_working() {
 #[test]
 fn format_7_vault_with_shards_pending_in_its_log_opens_replays_and_keeps_working() {
     let t = fixture("v7");
-    let wal = std::fs::metadata(t.vault.join("memvault/wal"))
-        .unwrap()
-        .len();
-    assert!(
-        wal > 5_000,
-        "the fixture's log holds its records ({wal} bytes)"
-    );
-    let v = run(&t, &["verify"]);
-    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
-    assert!(stdout(&v).starts_with("ok: 12 commits"), "{}", stdout(&v));
-    let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 8\n");
-    let expect = [
-        ("/memories/notes/late.md", "Written in the killed session."),
-        ("/memories/people/bo.md", "Bo joined in June."),
-        ("/memories/log/day1.md", "Day 1: the log kept it."),
-        ("/memories/people/ana-lead.md", "Ana owns the deploy."),
-        ("/memories/notes/plan.md", "June"),
-    ];
-    for (path, want) in expect {
-        let r = t.one(serde_json::json!({"command": "view", "path": path}));
-        assert!(text(&r).contains(want), "{path}: {r}");
-    }
-    for gone in ["/memories/old.md", "/memories/people/ana.md"] {
-        let r = t.one(serde_json::json!({"command": "view", "path": gone}));
-        assert!(is_error(&r), "{gone}: {r}");
-    }
+    check_killed_session_replayed(&t, 12, "Day 1: the log kept it.");
     // A writer of this memvault killed with its creates' shards in the
     // log (no checkpoint), read by other processes as it left them.
-    let mut cmd = t.cmd();
-    let mut writer = cmd
-        .args(["serve", "--session", "s3"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = writer.stdin.take().unwrap();
-    let mut output = std::io::BufReader::new(writer.stdout.take().unwrap());
-    use std::io::{BufRead, Write};
-    for (i, line) in [
-        serde_json::json!({"command": "create", "path": "/memories/k/0.md", "file_text": "killed 0\n"}),
-        serde_json::json!({"command": "create", "path": "/memories/k/1.md", "file_text": "killed 1\n"}),
-        serde_json::json!({"command": "str_replace", "path": "/memories/k/0.md", "old_str": "killed 0", "new_str": "killed zero"}),
-    ]
-    .iter()
-    .enumerate()
-    {
-        writeln!(input, "{line}").unwrap();
-        let mut reply = String::new();
-        output.read_line(&mut reply).unwrap();
-        assert!(reply.contains("\"is_error\":false"), "{i}: {reply}");
-    }
+    let mut writer = Writer::start(&t, "s3");
+    writer.send(&serde_json::json!({"command": "create", "path": "/memories/k/0.md", "file_text": "killed 0\n"}));
+    writer.send(&serde_json::json!({"command": "create", "path": "/memories/k/1.md", "file_text": "killed 1\n"}));
+    writer.send(&serde_json::json!({"command": "str_replace", "path": "/memories/k/0.md", "old_str": "killed 0", "new_str": "killed zero"}));
     let r = t.one(serde_json::json!({"command": "view", "path": "/memories/k/1.md"}));
     assert!(text(&r).contains("killed 1"), "{r}");
-    writer.kill().unwrap();
-    writer.wait().unwrap();
+    writer.child.kill().unwrap();
+    writer.child.wait().unwrap();
     for (path, want) in [
         ("/memories/k/0.md", "killed zero"),
         ("/memories/k/1.md", "killed 1"),
