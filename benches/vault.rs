@@ -20,7 +20,9 @@
 //! open time (in this process, and a one-shot `memvault exec` view in a new
 //! one), and repository size against blob bytes after `gc`, without
 //! the serve and unlock parts. `--commits N` makes N commits in all: the
-//! notes, then edits of them in turn.
+//! notes, then edits of them in turn. `--scale-pair` (with `--notes` or
+//! `--commits`) runs the commands on that vault and on the cached
+//! 2,000-note one side by side, alternating, and reports their ratios.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -32,11 +34,14 @@ use memvault::memory::Memory;
 use memvault::vault::{Attribution, InitSecret, Vault, VaultConfig, fsync};
 use serde_json::{Value, json};
 
+#[derive(Clone)]
 struct Args {
     notes: usize,
     samples: usize,
     unlock_samples: usize,
     scale: bool,
+    /// `--scale-pair`: the scale vault and a 2,000-note one, side by side.
+    scale_pair: bool,
     commits: usize,
     library_only: bool,
     throughput_only: bool,
@@ -52,6 +57,7 @@ fn args() -> Args {
         samples: 300,
         unlock_samples: 5,
         scale: false,
+        scale_pair: false,
         commits: 0,
         library_only: false,
         throughput_only: false,
@@ -72,6 +78,10 @@ fn args() -> Args {
                 i += 1;
             }
             "--scale" => a.scale = true,
+            "--scale-pair" => {
+                a.scale = true;
+                a.scale_pair = true;
+            }
             "--library-only" => a.library_only = true,
             "--throughput-only" => a.throughput_only = true,
             "--serve-only" => a.serve_only = true,
@@ -138,11 +148,26 @@ fn run(memory: &Memory, vault: &mut Vault, cmd: &Value) -> Duration {
 }
 
 fn bench_ops(label: &str, a: &Args, key: &KeyFileKey, dir: &std::path::Path) {
+    let rows = ops_rows(a.notes, a.samples, &label.replace(' ', "_"), key, dir);
+    println!(
+        "\n{label}: {} notes of 1 KiB in 20 directories, {} samples per operation",
+        a.notes, a.samples
+    );
+    println!("  {:<26} {:>10} {:>10}", "operation", "median", "p99");
+    for (name, v) in rows {
+        let (m, p) = stats(v);
+        println!("  {:<26} {:>10} {:>10}", name, fmt(m), fmt(p));
+    }
+}
+
+type Rows = Vec<(&'static str, Vec<Duration>)>;
+
+/// `n` samples of each command on the vault in `dir` of `notes` notes
+/// (opened here, so its caches start cold), new files under `bench_{tag}`.
+fn ops_rows(notes: usize, n: usize, tag: &str, key: &KeyFileKey, dir: &Path) -> Rows {
     let mut vault = Vault::open(dir, &Unlock::KeyFile(key), who()).unwrap();
     let memory = memvault::memory_for_vault(&vault).unwrap();
-    let n = a.samples;
-    let tag = label.replace(' ', "_");
-    let mut rows: Vec<(&str, Vec<Duration>)> = Vec::new();
+    let mut rows: Rows = Vec::new();
     let mut create = Vec::new();
     for i in 0..n {
         create.push(run(&memory, &mut vault, &json!({"command": "create", "path": format!("/memories/bench_{tag}/n{i}.md"), "file_text": note(i)})));
@@ -150,7 +175,7 @@ fn bench_ops(label: &str, a: &Args, key: &KeyFileKey, dir: &std::path::Path) {
     rows.push(("create", create));
     let mut view = Vec::new();
     for i in 0..n {
-        let j = (i * 7) % a.notes;
+        let j = (i * 7) % notes;
         let p = format!("/memories/d{:02}/note{j:05}.md", j % 20);
         view.push(run(
             &memory,
@@ -192,15 +217,7 @@ fn bench_ops(label: &str, a: &Args, key: &KeyFileKey, dir: &std::path::Path) {
         ));
     }
     rows.push(("view /memories (listing)", list));
-    println!(
-        "\n{label}: {} notes of 1 KiB in 20 directories, {n} samples per operation",
-        a.notes
-    );
-    println!("  {:<26} {:>10} {:>10}", "operation", "median", "p99");
-    for (name, v) in rows {
-        let (m, p) = stats(v);
-        println!("  {:<26} {:>10} {:>10}", name, fmt(m), fmt(p));
-    }
+    rows
 }
 
 fn serve_cmd(dir: &Path, keyfile: &Path, session: &str) -> std::process::Child {
@@ -466,6 +483,85 @@ fn gc_ratio(dir: &Path, key: &KeyFileKey) {
 /// The scale run: a cached vault of `a.notes` notes and `a.commits`
 /// commits.
 fn scale(a: &Args) {
+    if a.scale_pair {
+        scale_pair(a);
+        return;
+    }
+    let (dir, keyfile) = cached_vault(a);
+    let key = KeyFileKey::from_bytes(&std::fs::read(&keyfile).unwrap()).unwrap();
+    fsync::set_for_benchmark(true);
+    open_times(&dir, &key, "open with a key file (no key derivation)");
+    process_open_times(&dir, &keyfile, "a one-shot `exec` view in a new process");
+    bench_ops("fsync on (default)", a, &key, &dir);
+    gc_ratio(&dir, &key);
+    open_times(&dir, &key, "open after gc (no key derivation)");
+    process_open_times(&dir, &keyfile, "a one-shot `exec` view after gc");
+}
+
+/// `--scale-pair`: the commands on the scale vault and on the cached
+/// 2,000-note vault of 2,000 commits, side by side in one run: rounds
+/// alternating between the two (each opens its vault anew), the ratio
+/// of their medians per round, and the median of those ratios.
+fn scale_pair(a: &Args) {
+    let small_args = Args {
+        notes: 2000,
+        commits: 0,
+        ..a.clone()
+    };
+    let (small, small_keyfile) = cached_vault(&small_args);
+    let (big, big_keyfile) = cached_vault(a);
+    let small_key = KeyFileKey::from_bytes(&std::fs::read(&small_keyfile).unwrap()).unwrap();
+    let big_key = KeyFileKey::from_bytes(&std::fs::read(&big_keyfile).unwrap()).unwrap();
+    fsync::set_for_benchmark(true);
+    let rounds = 3;
+    let mut ratios: Vec<(&'static str, Vec<f64>)> = Vec::new();
+    println!(
+        "side by side: {} notes / {} commits against 2,000 notes / 2,000 commits, {} samples per command, {rounds} rounds (fsync on)",
+        a.notes,
+        a.commits.max(a.notes),
+        a.samples
+    );
+    for r in 0..rounds {
+        let tag = format!("pair{r}_{}", std::process::id());
+        let s = ops_rows(2000, a.samples, &tag, &small_key, &small);
+        let b = ops_rows(a.notes, a.samples, &tag, &big_key, &big);
+        println!(
+            "  round {r}: {:<26} {:>10} {:>10} {:>7}",
+            "operation", "small", "large", "ratio"
+        );
+        for ((name, sv), (_, bv)) in s.into_iter().zip(b) {
+            let (sm, _) = stats(sv);
+            let (bm, _) = stats(bv);
+            let ratio = bm.as_secs_f64() / sm.as_secs_f64();
+            println!(
+                "           {:<26} {:>10} {:>10} {:>6.2}x",
+                name,
+                fmt(sm),
+                fmt(bm),
+                ratio
+            );
+            match ratios.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, v)) => v.push(ratio),
+                None => ratios.push((name, vec![ratio])),
+            }
+        }
+    }
+    println!("  median of the rounds' ratios (large over small; target 1.5x):");
+    for (name, mut v) in ratios {
+        v.sort_by(f64::total_cmp);
+        let rs: Vec<String> = v.iter().map(|x| format!("{x:.2}")).collect();
+        println!(
+            "           {:<26} {:>6.2}x  ({})",
+            name,
+            v[v.len() / 2],
+            rs.join(", ")
+        );
+    }
+}
+
+/// The cached scale vault of `a.notes` notes and `a.commits` commits
+/// (built once, fsync off): its directory and key file.
+fn cached_vault(a: &Args) -> (std::path::PathBuf, std::path::PathBuf) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-vaults");
     let name = format!("n{}-c{}", a.notes, a.commits.max(a.notes));
     let dir = root.join(&name);
@@ -488,14 +584,7 @@ fn scale(a: &Args) {
     } else {
         println!("using the cached vault {}", dir.display());
     }
-    let key = KeyFileKey::from_bytes(&std::fs::read(&keyfile).unwrap()).unwrap();
-    fsync::set_for_benchmark(true);
-    open_times(&dir, &key, "open with a key file (no key derivation)");
-    process_open_times(&dir, &keyfile, "a one-shot `exec` view in a new process");
-    bench_ops("fsync on (default)", a, &key, &dir);
-    gc_ratio(&dir, &key);
-    open_times(&dir, &key, "open after gc (no key derivation)");
-    process_open_times(&dir, &keyfile, "a one-shot `exec` view after gc");
+    (dir, keyfile)
 }
 
 fn main() {
