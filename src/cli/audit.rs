@@ -103,12 +103,21 @@ fn store_err(e: crate::memory::StoreError) -> CliError {
 #[derive(clap::Args, Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DiffArgs {
-    /// The revision to compare (against its parent, or against REV2)
+    /// The revision to compare (against its parent, or against REV2);
+    /// `REV..REV2` gives both
     pub rev: String,
     /// `[REV2] [PATH]`: a second revision, and/or a path (starts with /memories)
     #[arg(num_args = 0..=2)]
     #[serde(default)]
     pub rest: Vec<String>,
+    /// The second revision, by name (the server's `/v1/diff` body).
+    #[arg(skip)]
+    #[serde(default)]
+    pub rev2: Option<String>,
+    /// The path, by name (the server's `/v1/diff` body).
+    #[arg(skip)]
+    #[serde(default)]
+    pub path: Option<String>,
 }
 
 /// `memvault diff REV [REV2] [PATH]`: a unified diff of decrypted content.
@@ -116,8 +125,23 @@ pub fn diff(on: On<'_>, args: &DiffArgs, out: &mut dyn Write) -> Result<u8, CliE
     on.with(
         || Ok(reader()),
         |vault| {
-            let mut rev2 = None;
-            let mut path = None;
+            let (first, mut rev2) = match args.rev.split_once("..") {
+                Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains("..") => {
+                    (a.to_string(), Some(b.to_string()))
+                }
+                Some(_) => return Err(usage("give REV..REV2 with both revisions")),
+                None => (args.rev.clone(), None),
+            };
+            if let Some(r2) = &args.rev2 {
+                if rev2.is_some() {
+                    return Err(usage("give the second revision once"));
+                }
+                rev2 = Some(r2.clone());
+            }
+            let mut path = match &args.path {
+                Some(p) => Some(parse_path(p)?),
+                None => None,
+            };
             for r in &args.rest {
                 if r.starts_with('/') {
                     if path.is_some() {
@@ -130,7 +154,7 @@ pub fn diff(on: On<'_>, args: &DiffArgs, out: &mut dyn Write) -> Result<u8, CliE
                     return Err(usage("usage: memvault diff REV [REV2] [PATH]"));
                 }
             }
-            let rev = vault.resolve_rev(&args.rev).map_err(not_a_rev)?;
+            let rev = vault.resolve_rev(&first).map_err(not_a_rev)?;
             let (old, new) = match rev2 {
                 Some(r2) => (Some(rev), Some(vault.resolve_rev(&r2).map_err(not_a_rev)?)),
                 None => (vault.parent_of(rev)?, Some(rev)),

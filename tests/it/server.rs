@@ -1418,3 +1418,178 @@ fn a_registry_put_back_across_a_restart_is_refused() {
         401
     );
 }
+
+/// The raw response (status line and headers included) to one request.
+fn raw_http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut resp = Vec::new();
+    let _ = s.read_to_end(&mut resp);
+    String::from_utf8_lossy(&resp).into_owned()
+}
+
+#[test]
+fn routes_match_as_sent_take_their_own_methods_and_refuse_malformed_bodies() {
+    let r = Root::new(&[("acme", "memory")]);
+    let (ok, admin, _) = r.token("acme", &["--token-name", "ops", "--scopes", "admin"]);
+    assert!(ok);
+    let agent = r.tokens["acme"].clone();
+    let s = r.start(&[]);
+    let v = s.memory(
+        &agent,
+        json!({"command": "create", "path": "/memories/keep.md", "file_text": "one\n"}),
+    );
+    assert_eq!(v["is_error"], false, "{v}");
+    let v = s.memory(
+        &agent,
+        json!({"command": "str_replace", "path": "/memories/keep.md", "old_str": "one", "new_str": "two"}),
+    );
+    assert_eq!(v["is_error"], false, "{v}");
+    let auth = format!("Bearer {admin}");
+    let h = [("Authorization", auth.as_str())];
+    // A route that only percent-decodes to an admin route is not one: a
+    // proxy's rule on `/v1/purge` cannot be gone round.
+    for path in [
+        "/v1/%70urge",
+        "/v1/purg%65",
+        "/v1/%72evert",
+        "/v1/h%69story",
+        "/v1/Purge",
+    ] {
+        let (st, v) = s.req_with("POST", path, &h, br#"{"path":"/memories/keep.md"}"#);
+        assert_eq!(st, 404, "{path}: {v}");
+    }
+    let (st, v) = s.req_with(
+        "GET",
+        "/v1/show",
+        &h,
+        br#"{"rev":"HEAD","path":"/memories/keep.md","raw":true}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["content"], "two\n", "the file survived: {v}");
+    // Each route its methods; any other is a JSON 405 with `Allow`.
+    for (method, path, allow) in [
+        ("DELETE", "/v1/verify", "GET, POST"),
+        ("PUT", "/v1/history", "GET, POST"),
+        ("FOO", "/v1/history", "GET, POST"),
+        ("GET", "/v1/purge", "POST"),
+        ("GET", "/v1/revert", "POST"),
+        ("GET", "/v1/memory", "POST"),
+        ("GET", "/mcp", "POST"),
+        ("DELETE", "/mcp", "POST"),
+    ] {
+        let resp = raw_http(s.port, method, path, &h, b"{}");
+        assert!(resp.starts_with("HTTP/1.1 405"), "{method} {path}: {resp}");
+        assert!(
+            resp.to_ascii_lowercase()
+                .contains(&format!("\r\nallow: {}\r\n", allow.to_ascii_lowercase())),
+            "{method} {path}: {resp}"
+        );
+        let (_, body) = parse_response(resp.as_bytes()).unwrap();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert!(v["error"].is_string(), "{resp}");
+    }
+    let (st, v) = s.req("GET", "/v1/verify", Some(&admin), "");
+    assert_eq!((st, &v["ok"]), (200, &json!(true)), "{v}");
+    // Malformed bodies: 400 in JSON, on every route, nothing run.
+    let a = format!("Bearer {agent}");
+    let mcp_h = [
+        ("Authorization", a.as_str()),
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    for (path, body) in [
+        ("/v1/memory", &b"[]"[..]),
+        ("/v1/memory", b"null"),
+        ("/v1/memory", b"\"view\""),
+        (
+            "/v1/memory",
+            br#"{"command":"delete","path":"/memories/keep.md","path":"/memories/x"}"#,
+        ),
+        ("/mcp", b"garbage"),
+        ("/mcp", b""),
+        (
+            "/mcp",
+            br#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#,
+        ),
+        (
+            "/mcp",
+            br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/list"}"#,
+        ),
+    ] {
+        let (st, v) = s.req_with("POST", path, &mcp_h, body);
+        assert_eq!(st, 400, "{path} {}: {v}", String::from_utf8_lossy(body));
+        let e = v["error"].as_str().unwrap_or_default();
+        assert!(!e.is_empty() && !e.starts_with("Error: "), "{v}");
+    }
+    let (st, v) = s.req_with("POST", "/v1/history", &h, b"nope");
+    assert_eq!(st, 400, "{v}");
+    assert!(!v["error"].as_str().unwrap().contains("tool_use"), "{v}");
+    // An admin route's change is the operator's unless a header says
+    // otherwise, as the command line's `revert` is.
+    let (st, v) = s.req("POST", "/v1/revert", Some(&admin), r#"{"rev":"HEAD"}"#);
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = s.req("POST", "/v1/history", Some(&admin), r#"{"limit":1}"#);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["changes"][0]["op"], "revert", "{v}");
+    assert_eq!(v["changes"][0]["actor"], "operator", "{v}");
+    assert_eq!(v["changes"][0]["principal"], "ops", "{v}");
+    // diff takes REV..REV2, or rev2 by name.
+    let (st, v) = s.req(
+        "POST",
+        "/v1/diff",
+        Some(&admin),
+        r#"{"rev":"HEAD~2..HEAD~1"}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    let d = v["diff"].as_str().unwrap();
+    assert!(d.contains("-one") && d.contains("+two"), "{v}");
+    let (st, v2) = s.req(
+        "POST",
+        "/v1/diff",
+        Some(&admin),
+        r#"{"rev":"HEAD~2","rev2":"HEAD~1","path":"/memories/keep.md"}"#,
+    );
+    assert_eq!(st, 200, "{v2}");
+    assert_eq!(v2["diff"], v["diff"]);
+    let (st, v) = s.req(
+        "POST",
+        "/v1/diff",
+        Some(&admin),
+        r#"{"rev":"HEAD~2..HEAD~1","rev2":"HEAD"}"#,
+    );
+    assert_eq!(st, 400, "{v}");
+    s.stop();
+    // Over the rate: 429, with Retry-After.
+    let s = r.start(&["--rate", "1"]);
+    let mut limited = None;
+    for _ in 0..20 {
+        let resp = raw_http(
+            s.port,
+            "POST",
+            "/v1/memory",
+            &[("Authorization", a.as_str())],
+            br#"{"command":"view","path":"/memories"}"#,
+        );
+        if resp.starts_with("HTTP/1.1 429") {
+            limited = Some(resp);
+            break;
+        }
+    }
+    let resp = limited.expect("no 429 at 1 request a second");
+    assert!(
+        resp.to_ascii_lowercase().contains("\r\nretry-after: 1\r\n"),
+        "{resp}"
+    );
+    assert!(resp.contains("rate of 1 request a second"), "{resp}");
+}

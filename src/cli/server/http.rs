@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path as UrlPath, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use super::pool::{NOT_DURABLE, Open, Pool, PoolError, Ran, Slot};
@@ -115,6 +115,8 @@ pub struct RepeatedKey(pub String);
 pub struct ApiError {
     status: StatusCode,
     message: String,
+    /// A 405's `Allow` header: the methods the route takes.
+    allow: Option<&'static str>,
 }
 
 impl ApiError {
@@ -122,6 +124,18 @@ impl ApiError {
         ApiError {
             status,
             message: message.into(),
+            allow: None,
+        }
+    }
+
+    /// A 405 for a route that takes `allow` (e.g. "GET, POST").
+    fn method_not_allowed(allow: &'static str) -> ApiError {
+        ApiError {
+            allow: Some(allow),
+            ..ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("this route takes {allow} only"),
+            )
         }
     }
 }
@@ -139,6 +153,15 @@ impl IntoResponse for ApiError {
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Bearer realm=\"memvault\""),
             );
+        }
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            // The bucket refills within a second.
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if let Some(allow) = self.allow {
+            resp.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allow));
         }
         resp
     }
@@ -348,8 +371,9 @@ impl App {
             return Err(ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 format!(
-                    "over this tenant's rate of {} requests a second; retry shortly",
-                    self.limits.rate
+                    "over this tenant's rate of {} request{} a second; retry shortly",
+                    self.limits.rate,
+                    if self.limits.rate == 1 { "" } else { "s" }
                 ),
             ));
         }
@@ -358,8 +382,15 @@ impl App {
 
     /// The session and actor labels of a request: its `Memvault-Session`
     /// and `Memvault-Actor` headers, else the token's session of this run
-    /// and `agent`.
-    pub fn attribution(&self, headers: &HeaderMap, who: &Authed) -> Result<Attribution, ApiError> {
+    /// and `actor` (`agent` for the memory tool, `operator` for the admin
+    /// routes, as the command line's `revert`, `restore`, `expire` and
+    /// `purge` say).
+    pub fn attribution(
+        &self,
+        headers: &HeaderMap,
+        who: &Authed,
+        actor: &str,
+    ) -> Result<Attribution, ApiError> {
         let label = |name: &str| -> Result<Option<String>, ApiError> {
             let mut values = headers.get_all(name).iter();
             let Some(v) = values.next() else {
@@ -394,7 +425,7 @@ impl App {
                 .or_insert_with(new_session_id)
                 .clone(),
         };
-        let actor = label("memvault-actor")?.unwrap_or_else(|| "agent".into());
+        let actor = label("memvault-actor")?.unwrap_or_else(|| actor.into());
         Ok(Attribution { session, actor })
     }
 }
@@ -441,18 +472,41 @@ pub async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Byt
     }
 }
 
+/// The body of `/v1/memory`: one JSON object (a `tool_use` block or a
+/// command object), each key once. Anything else is malformed: 400.
 fn parse_body(bytes: &[u8]) -> Result<Value, ApiError> {
+    const SEND: &str = "send one JSON object: a tool_use block or a command object such as {\"command\":\"view\",\"path\":\"/memories\"}";
+    let v = parse_json(bytes, SEND)?;
+    if !v.is_object() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("the request body is not a JSON object; {SEND}"),
+        ));
+    }
+    Ok(v)
+}
+
+/// The body of an audit or admin route: the subcommand's options.
+fn parse_options(bytes: &[u8]) -> Result<Value, ApiError> {
+    parse_json(
+        bytes,
+        "send one JSON object of the subcommand's options, such as {\"limit\":20}, or no body",
+    )
+}
+
+/// Strict JSON (a key given twice is refused), or a 400 that ends with
+/// `send`, what the route takes.
+fn parse_json(bytes: &[u8], send: &str) -> Result<Value, ApiError> {
     match parse_strict(bytes) {
         Ok(v) => Ok(v),
-        Err(ParseError::DuplicateKey(key)) => Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            duplicate_key_message(&key),
-        )),
+        Err(ParseError::DuplicateKey(key)) => {
+            let m = duplicate_key_message(&key);
+            let m = m.strip_prefix("Error: ").unwrap_or(&m);
+            Err(ApiError::new(StatusCode::BAD_REQUEST, m.to_string()))
+        }
         Err(ParseError::Syntax(e)) => Err(ApiError::new(
             StatusCode::BAD_REQUEST,
-            format!(
-                "the request body is not valid JSON ({e}); send one JSON object: a tool_use block or a command object such as {{\"command\":\"view\",\"path\":\"/memories\"}}"
-            ),
+            format!("the request body is not valid JSON ({e}); {send}"),
         )),
     }
 }
@@ -576,7 +630,7 @@ async fn memory(State(app): State<Arc<App>>, req: Request) -> Result<Response, A
     let (parts, body) = req.into_parts();
     no_query(&parts.uri)?;
     let who = app.authenticate(&parts.headers, Scope::Memory)?;
-    let attribution = app.attribution(&parts.headers, &who)?;
+    let attribution = app.attribution(&parts.headers, &who, "agent")?;
     let slot = app.slot(&who)?;
     let bytes = read_body(&app, &parts.headers, body).await?;
     let value = parse_body(&bytes)?;
@@ -605,32 +659,30 @@ async fn memory(State(app): State<Arc<App>>, req: Request) -> Result<Response, A
 
 /// The audit (read) and admin (undo, erasure) routes: `POST /v1/OP` with
 /// the subcommand's options as a JSON object (`GET` for none).
-async fn v1(
-    State(app): State<Arc<App>>,
-    UrlPath(op): UrlPath<String>,
-    req: Request,
-) -> Result<Response, ApiError> {
-    let scope = match op.as_str() {
-        "history" | "show" | "diff" | "sessions" | "resume" | "verify" => Scope::Audit,
-        "revert" | "restore" | "expire" | "purge" => Scope::Admin,
-        _ => return Err(not_found_error()),
-    };
+async fn v1(State(app): State<Arc<App>>, req: Request) -> Result<Response, ApiError> {
     let (parts, body) = req.into_parts();
-    if scope == Scope::Admin && parts.method != Method::POST {
-        return Err(ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "this route changes the vault: use POST",
-        ));
-    }
+    // The route as sent (each is its own exact route: a path that only
+    // percent-decodes to one, `/v1/%70urge`, is not one of them).
+    let op = parts
+        .uri
+        .path()
+        .strip_prefix("/v1/")
+        .ok_or_else(not_found_error)?
+        .to_string();
+    let scope = route_scope(&op).ok_or_else(not_found_error)?;
     no_query(&parts.uri)?;
     let who = app.authenticate(&parts.headers, scope)?;
-    let attribution = app.attribution(&parts.headers, &who)?;
+    let actor = match scope {
+        Scope::Admin => "operator",
+        _ => "agent",
+    };
+    let attribution = app.attribution(&parts.headers, &who, actor)?;
     let slot = app.slot(&who)?;
     let bytes = read_body(&app, &parts.headers, body).await?;
     let args = if bytes.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
-        parse_body(&bytes)?
+        parse_options(&bytes)?
     };
     if !args.is_object() {
         return Err(ApiError::new(
@@ -833,11 +885,32 @@ async fn not_found() -> ApiError {
     not_found_error()
 }
 
-async fn method_not_allowed() -> ApiError {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "this route does not take that method",
-    )
+async fn method_not_allowed(uri: axum::http::Uri) -> ApiError {
+    let path = uri.path();
+    let allow = match path.strip_prefix("/v1/").map(route_scope) {
+        Some(Some(Scope::Audit)) => "GET, POST",
+        _ if path == "/healthz" => "GET, HEAD",
+        _ => "POST",
+    };
+    ApiError::method_not_allowed(allow)
+}
+
+/// The audit and admin routes under `/v1/`, and the scope each needs.
+const ROUTES: [(&str, Scope); 10] = [
+    ("history", Scope::Audit),
+    ("show", Scope::Audit),
+    ("diff", Scope::Audit),
+    ("sessions", Scope::Audit),
+    ("resume", Scope::Audit),
+    ("verify", Scope::Audit),
+    ("revert", Scope::Admin),
+    ("restore", Scope::Admin),
+    ("expire", Scope::Admin),
+    ("purge", Scope::Admin),
+];
+
+fn route_scope(op: &str) -> Option<Scope> {
+    ROUTES.iter().find(|(r, _)| *r == op).map(|&(_, s)| s)
 }
 
 /// In front of `/mcp`: the token (scope `memory`) and the rate, the body
@@ -854,16 +927,43 @@ async fn mcp_gate(
     parts.extensions.remove::<RepeatedKey>();
     parts.extensions.remove::<Arc<Slot>>();
     parts.extensions.remove::<Attribution>();
+    // Stateless: no event stream to GET, no session to DELETE.
+    if parts.method != Method::POST {
+        return Err(ApiError::method_not_allowed("POST"));
+    }
     let who = app.authenticate(&parts.headers, Scope::Memory)?;
-    let attribution = app.attribution(&parts.headers, &who)?;
+    let attribution = app.attribution(&parts.headers, &who, "agent")?;
     let slot = app.slot(&who)?;
     let bytes = read_body(&app, &parts.headers, body).await?;
-    if let Err(ParseError::DuplicateKey(key)) = parse_strict(&bytes)
-        && serde_json::from_slice::<Value>(&bytes)
-            .ok()
-            .is_some_and(|m| m.get("method").and_then(Value::as_str) == Some("tools/call"))
-    {
-        parts.extensions.insert(RepeatedKey(key));
+    // One JSON-RPC message, an object; a key given twice in a
+    // `tools/call` is the tool's error (as `memvault mcp` answers it),
+    // anywhere else a malformed request.
+    const SEND: &str = "send one JSON-RPC message (a JSON object; batches are not taken)";
+    match parse_strict(&bytes) {
+        Ok(v) if v.is_object() => {}
+        Ok(_) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("the request body is not a JSON object; {SEND}"),
+            ));
+        }
+        Err(ParseError::Syntax(e)) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("the request body is not valid JSON ({e}); {SEND}"),
+            ));
+        }
+        Err(ParseError::DuplicateKey(key)) => {
+            let tools_call = serde_json::from_slice::<Value>(&bytes)
+                .ok()
+                .is_some_and(|m| m.get("method").and_then(Value::as_str) == Some("tools/call"));
+            if !tools_call {
+                let m = duplicate_key_message(&key);
+                let m = m.strip_prefix("Error: ").unwrap_or(&m);
+                return Err(ApiError::new(StatusCode::BAD_REQUEST, m.to_string()));
+            }
+            parts.extensions.insert(RepeatedKey(key));
+        }
     }
     parts.extensions.insert(who);
     parts.extensions.insert(attribution);
@@ -878,10 +978,19 @@ pub fn router(app: Arc<App>, mcp: axum::routing::MethodRouter<()>) -> Router {
     let mcp = Router::new()
         .route("/mcp", mcp)
         .layer(middleware::from_fn_with_state(app.clone(), mcp_gate));
-    Router::new()
+    let mut routes = Router::new()
         .route("/healthz", get(healthz))
-        .route("/v1/memory", post(memory))
-        .route("/v1/{op}", any(v1))
+        .route("/v1/memory", post(memory));
+    // Audit routes read (`GET` for no options); admin routes change the
+    // vault (`POST` only). Any other method: 405 with `Allow`.
+    for (op, scope) in ROUTES {
+        let handler = match scope {
+            Scope::Audit => get(v1).post(v1),
+            _ => post(v1),
+        };
+        routes = routes.route(&format!("/v1/{op}"), handler);
+    }
+    routes
         .with_state(app)
         .merge(mcp)
         .fallback(not_found)

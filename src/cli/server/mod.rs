@@ -560,7 +560,11 @@ fn tenant_key(
     Ok((root, id, key))
 }
 
+/// Scopes as the registry keeps them (sorted, each once), for people.
 fn scope_list(scopes: &[Scope]) -> String {
+    let mut scopes = scopes.to_vec();
+    scopes.sort();
+    scopes.dedup();
     scopes
         .iter()
         .map(|s| s.name())
