@@ -563,6 +563,41 @@ fn a_push_never_forces_and_sync_merges_then_gets_in() {
 }
 
 #[test]
+fn a_ref_lock_left_in_the_remote_is_reported_as_such_and_the_next_sync_after_its_removal_lands() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    a.write("/memories/x.md", "a\n");
+    let hub_main = || {
+        let out = Command::new("git")
+            .arg("--git-dir")
+            .arg(&w.hub)
+            .args(["rev-parse", "refs/heads/main"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let before = hub_main();
+    // A push killed in the remote's `receive-pack` leaves its ref lock.
+    let lock = w.hub.join("refs/heads/main.lock");
+    std::fs::write(&lock, "").unwrap();
+    for cmd in ["sync", "push"] {
+        let err = a.fails(&[cmd], 1);
+        assert!(
+            err.contains("is locked") && err.contains("remove that lock file"),
+            "{cmd}: {err}"
+        );
+        assert!(!err.contains("moved since"), "{cmd}: {err}");
+        assert_eq!(hub_main(), before, "{cmd} moved the remote");
+    }
+    assert_eq!(a.read("/memories/x.md").unwrap(), "a\n");
+    std::fs::remove_file(&lock).unwrap();
+    a.ok(&["sync"]);
+    assert_ne!(hub_main(), before);
+    b.ok(&["pull"]);
+    assert_eq!(b.read("/memories/x.md").unwrap(), "a\n");
+}
+
+#[test]
 fn a_remote_that_rolled_back_or_forked_is_refused_and_nothing_changes_here() {
     let w = world(1);
     let (a, b) = (&w.machines[0], &w.machines[1]);

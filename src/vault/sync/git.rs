@@ -701,6 +701,14 @@ impl Scratch {
         if moved == updates.len() && out.status.success() {
             return Ok(true);
         }
+        // The remote could not take a ref's lock: its `.lock` file exists
+        // (another push, or one killed before it cleaned up). Not a race
+        // that a pull and merge would settle.
+        if errors.contains("Unable to create") && errors.contains(".lock': File exists") {
+            return Err(SyncError::RefLocked {
+                remote: remote.to_string(),
+            });
+        }
         if let Some(why) = refused.filter(|_| !stale) {
             return Err(SyncError::Transport {
                 remote: remote.to_string(),

@@ -68,6 +68,10 @@ pub enum SyncError {
     )]
     Moved { remote: String },
     #[error(
+        "remote {remote}: a ref there is locked (a `.lock` file beside it in the remote repository): another push is running there, or one was stopped before it finished; nothing was pushed. If no push is running there, remove that lock file and sync again"
+    )]
+    RefLocked { remote: String },
+    #[error(
         "remote {remote} rolled back: {what}; nothing was changed here (run `memvault verify --remote {remote}`)"
     )]
     RolledBack { remote: String, what: &'static str },
@@ -533,7 +537,12 @@ impl Vault {
                 // (Or this vault's main does not hold what the remote
                 // had: the pull below merges it.)
                 Err(VaultError::Sync(e))
-                    if matches!(*e, SyncError::Moved { .. } | SyncError::NotMerged { .. }) => {}
+                    if matches!(
+                        *e,
+                        SyncError::Moved { .. }
+                            | SyncError::NotMerged { .. }
+                            | SyncError::RefLocked { .. }
+                    ) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -546,6 +555,12 @@ impl Vault {
                 }
                 Err(VaultError::Sync(e))
                     if matches!(*e, SyncError::Moved { .. }) && attempt < SYNC_ATTEMPTS => {}
+                // Another push holds the remote's ref: give it a moment.
+                Err(VaultError::Sync(e))
+                    if matches!(*e, SyncError::RefLocked { .. }) && attempt < SYNC_ATTEMPTS =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(100 * attempt as u64));
+                }
                 Err(e) => return Err(e),
             }
         }
