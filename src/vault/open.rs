@@ -153,15 +153,15 @@ impl Vault {
         wal.catch_up(&repo)?;
         // As in `refresh`: a ref may name objects of a newer log record.
         let mut attempt = 0;
-        let slots = loop {
+        let (at, slots) = loop {
             let at = wal.ref_target(&repo, keys::KEYS_REF)?;
             match keys::read_slots_at(&repo, at) {
-                Ok((_, s)) => break s,
+                Ok((_, s)) => break (at, s),
                 Err(VaultError::Damaged(_) | VaultError::Object(_)) if attempt < 3 => {
                     attempt += 1;
                     wal.catch_up(&repo)?;
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(keys_ref_set_aside(&repo, &wal, at, secret).unwrap_or(e)),
             }
         };
         let mut keyring = None;
@@ -184,7 +184,11 @@ impl Vault {
         let (keyring, slot) = match keyring {
             Some(k) => k,
             None if excessive => return Err(VaultError::ExcessiveWork),
-            None if tried => return Err(VaultError::WrongSecret),
+            None if tried => {
+                return Err(
+                    keys_ref_set_aside(&repo, &wal, at, secret).unwrap_or(VaultError::WrongSecret)
+                );
+            }
             None => return Err(VaultError::NoSlotOfKind),
         };
         let mut vault = Self::finish_open(dir, repo, wal, keyring, attribution)?;
@@ -507,4 +511,36 @@ fn load_config(dir: &Path) -> Result<VaultConfig, VaultError> {
     };
     config.validate().map_err(VaultError::Config)?;
     Ok(config)
+}
+
+/// When the key state the keys ref names gives no keyslot this secret
+/// opens: if the log names another key state, and one of its keyslots
+/// opens with the secret, the secret is right and the ref was set outside
+/// memvault (a clearer error than "no keyslot" or "wrong secret", with
+/// the way back). The log is not yet authenticated here: its target is
+/// only the hint of an error, never used to open the vault.
+fn keys_ref_set_aside(
+    repo: &Repository,
+    wal: &Wal,
+    at: Option<Oid>,
+    secret: &Unlock<'_>,
+) -> Option<VaultError> {
+    let logged = wal.tail_target(keys::KEYS_REF)?;
+    if Some(logged) == at {
+        return None;
+    }
+    let (_, slots) = keys::read_slots_at(repo, Some(logged)).ok()?;
+    if !slots.values().any(|b| crypto::open_slot(b, secret).is_ok()) {
+        return None;
+    }
+    let name = keys::KEYS_REF;
+    let what = match at {
+        Some(a) => {
+            format!("was set outside memvault to {a}, which has no keyslot this secret opens")
+        }
+        None => "was removed outside memvault".to_string(),
+    };
+    Some(VaultError::RolledBack(format!(
+        "the key state ({name}) {what}, while the log (memvault/wal) names {logged}, whose keyslot it opens; put the ref back by writing that id into the file {name} in the vault directory"
+    )))
 }

@@ -290,6 +290,62 @@ fn key_state_rolled_back_past_the_checkpoint_that_took_in_a_create_is_refused() 
 /// still opens on the older state, but `gc` refuses to run against the
 /// last verified head, deleting nothing; an altered mark is refused too.
 #[test]
+fn a_key_ref_set_aside_to_what_the_key_does_not_open_says_so_and_how_to_put_it_back() {
+    let v = TestVault::new();
+    let r = v.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "first\n"}));
+    assert!(!is_error(&r), "{r}");
+    let keys = git_out(&v, &["rev-parse", "refs/memvault/keys"]);
+    let main = git_out(&v, &["rev-parse", "refs/heads/main"]);
+    let keys_file = v.vault.join("refs/memvault/keys");
+    let run = |key: &std::path::Path| {
+        let out = Command::new(bin())
+            .arg("--vault")
+            .arg(&v.vault)
+            .arg("--key-file")
+            .arg(key)
+            .args(["exec", r#"{"command":"view","path":"/memories/a.md"}"#])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let other = v.tmp.path().join("other.key");
+    let out = Command::new(bin())
+        .arg("keygen")
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    // The keys ref pointed at a commit that is not a key state, or removed.
+    for value in [Some(format!("{main}\n")), None] {
+        match &value {
+            Some(v) => std::fs::write(&keys_file, v).unwrap(),
+            None => std::fs::remove_file(&keys_file).unwrap(),
+        }
+        let (code, err) = run(&v.key);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains("outside memvault"), "{err}");
+        assert!(err.contains(&keys), "the log's key state is named: {err}");
+        assert!(
+            !err.contains("does not unlock"),
+            "not a wrong secret: {err}"
+        );
+        // A wrong key learns nothing of the log's key state.
+        let (code, err) = run(&other);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(!err.contains(&keys), "{err}");
+        assert!(!err.contains("outside memvault"), "{err}");
+        // Put back as the message says.
+        std::fs::write(&keys_file, format!("{keys}\n")).unwrap();
+        let r = v.one(json!({"command": "view", "path": "/memories/a.md"}));
+        assert!(!is_error(&r) && r.to_string().contains("first"), "{r}");
+    }
+    ok(&v.cmd().arg("verify").output().unwrap());
+}
+
+#[test]
 fn gc_refuses_a_main_moved_back_behind_the_last_verified_head() {
     let v = TestVault::new();
     for (name, text) in [("a", "first\n"), ("b", "second\n")] {
