@@ -598,6 +598,55 @@ fn a_ref_lock_left_in_the_remote_is_reported_as_such_and_the_next_sync_after_its
 }
 
 #[test]
+fn verify_walks_the_commits_a_merge_brought_in_and_finds_damage_there() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    a.write("/memories/a.md", "from a\n");
+    b.write("/memories/b.md", "from b\n");
+    b.ok(&["push"]);
+    a.ok(&["sync"]);
+    let rev = |r: &str| {
+        let out = Command::new("git")
+            .arg("--git-dir")
+            .arg(&a.dir)
+            .args(["rev-parse", r])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let theirs = rev("refs/heads/main^2");
+    assert_eq!(theirs.len(), 40, "the sync made a merge");
+    let all: usize = {
+        let out = Command::new("git")
+            .arg("--git-dir")
+            .arg(&a.dir)
+            .args(["rev-list", "--count", "refs/heads/main"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    let report: Value = serde_json::from_str(&a.ok(&["verify", "--json"])).unwrap();
+    assert_eq!(report["ok"], true, "{report}");
+    assert_eq!(
+        report["commits"], all,
+        "every commit, merged lines too: {report}"
+    );
+    // Damage in the commit the merge brought in (its object file cut).
+    unpack_all(&w._v);
+    let file = a.dir.join("objects").join(&theirs[..2]).join(&theirs[2..]);
+    let bytes = std::fs::read(&file).unwrap();
+    std::fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
+    let out = a.run(&["verify", "--json"]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert_eq!(report["ok"], false, "{report}");
+    assert!(
+        report.to_string().contains(&theirs),
+        "the damaged commit is named: {report}"
+    );
+}
+
+#[test]
 fn a_remote_that_rolled_back_or_forked_is_refused_and_nothing_changes_here() {
     let w = world(1);
     let (a, b) = (&w.machines[0], &w.machines[1]);

@@ -218,24 +218,37 @@ impl Vault {
                 what: "the vault has no main branch".into(),
             }),
             Some(tip) => {
-                // First pass: commits, MACs, metadata (and erasure records).
+                // First pass: commits, MACs, metadata (and erasure records):
+                // main's first-parent line, then every line a merge brought
+                // in (each commit once).
                 let mut next = Some(tip);
-                while let Some(id) = next {
+                let mut side = std::collections::VecDeque::new();
+                let mut seen = HashSet::from([tip]);
+                let mut complete = true;
+                while let Some(id) = next.take().or_else(|| side.pop_front()) {
                     let commit = match objects::find_commit(&w.vault.repo, id) {
                         Ok(c) => c,
                         Err(e) => {
                             w.problem(id, None, &format!("the commit is damaged: {e}"));
-                            break;
+                            complete = false;
+                            continue;
                         }
                     };
-                    next = commit.parent_ids().next();
+                    let mut parents = commit.parent_ids();
+                    let first = parents.next();
+                    for p in parents {
+                        if seen.insert(p) {
+                            side.push_back(p);
+                        }
+                    }
+                    next = first.filter(|p| seen.insert(*p));
                     let tree = commit.tree_id();
                     let mac_ok = verify_commit_mac(&w.vault.repo, &w.vault.keys, id);
                     let meta = data_encoding::BASE64
                         .decode(commit.message_bytes().trim_ascii())
                         .ok()
                         .and_then(|sealed| {
-                            let aad = meta_aad(tree, next);
+                            let aad = meta_aad(tree, first);
                             w.vault.keys.open_meta(&aad, &sealed).ok()
                         })
                         .and_then(|plain| crate::vault::meta::decode(&plain));
@@ -259,8 +272,8 @@ impl Vault {
                     }
                     commits.push((id, tree));
                 }
-                // Reached the first commit: the walk saw all of main.
-                walked_all = next.is_none();
+                // No damaged commit on the way: the walk saw all of main.
+                walked_all = complete;
                 w.report.commits = commits.len();
                 // Second pass: every tree, oldest first.
                 for &(id, tree) in commits.iter().rev() {
