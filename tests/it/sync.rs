@@ -647,6 +647,62 @@ fn verify_walks_the_commits_a_merge_brought_in_and_finds_damage_there() {
 }
 
 #[test]
+fn a_vault_directory_is_never_pushed_to_and_read_as_a_remote_only_when_its_log_is_empty() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    let b_url = b.dir.to_str().unwrap();
+    // Named as a remote: refused at once.
+    let err = a.fails(&["remote", "add", "other", b_url], 1);
+    assert!(err.contains("vault's own directory"), "{err}");
+    // A remote that became a vault directory after it was added.
+    let later = w.hub.with_file_name("later");
+    a.ok(&["remote", "add", "later", later.to_str().unwrap()]);
+    let c = Machine::new(later.clone(), a.key.clone());
+    c.ok(&["clone", w.hub.to_str().unwrap()]);
+    c.write("/memories/c.md", "only c\n");
+    let refs =
+        |m: &Machine| std::fs::read_to_string(m.dir.join("refs/heads/main")).unwrap_or_default();
+    let c_main = refs(&c);
+    a.write("/memories/a.md", "from a\n");
+    for cmd in [vec!["push", "later"], vec!["sync", "later"]] {
+        let err = a.fails(&cmd, 1);
+        assert!(err.contains("vault's own directory"), "{cmd:?}: {err}");
+        assert!(err.contains("nothing was pushed"), "{cmd:?}: {err}");
+        assert_eq!(refs(&c), c_main, "{cmd:?} moved the vault's ref");
+    }
+    assert_eq!(c.read("/memories/c.md").unwrap(), "only c\n");
+    assert_eq!(c.read("/memories/a.md"), None);
+    c.ok(&["verify"]);
+    // Read as a remote while a process holds changes in its log: refused;
+    // once that process has closed (its log checkpointed), it reads whole.
+    let mut serve = b
+        .cmd()
+        .args(["serve"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = serve.stdin.take().unwrap();
+    let mut out = std::io::BufReader::new(serve.stdout.take().unwrap());
+    use std::io::{BufRead, Write};
+    let req =
+        json!({"command": "create", "path": "/memories/live.md", "file_text": "acknowledged\n"});
+    stdin.write_all(format!("{req}\n").as_bytes()).unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.contains("\"is_error\":false"), "{line}");
+    let d = Machine::new(w.hub.with_file_name("copy"), a.key.clone());
+    let err = d.fails(&["clone", b_url], 1);
+    assert!(err.contains("nothing was fetched"), "{err}");
+    assert!(!d.dir.exists(), "a refused clone leaves nothing");
+    drop(stdin);
+    assert!(serve.wait().unwrap().success());
+    d.ok(&["clone", b_url]);
+    assert_eq!(d.read("/memories/live.md").unwrap(), "acknowledged\n");
+}
+
+#[test]
 fn a_remote_that_rolled_back_or_forked_is_refused_and_nothing_changes_here() {
     let w = world(1);
     let (a, b) = (&w.machines[0], &w.machines[1]);

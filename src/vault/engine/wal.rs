@@ -759,6 +759,27 @@ pub(crate) struct CatchUp {
     pub records: bool,
 }
 
+/// Whether the log of the vault at `dir` holds records after its head:
+/// changes its ref files do not show yet. Read without the key (tags
+/// unchecked: this only decides whether to read the vault as a remote),
+/// from a read-only descriptor; a log that cannot be read counts as
+/// holding records, a missing one as empty.
+pub(crate) fn holds_records(dir: &Path) -> bool {
+    let file = match fsx::open_read(&dir.join(WAL_FILE)) {
+        Ok(f) => f,
+        Err(e) => return e.kind() != std::io::ErrorKind::NotFound,
+    };
+    let mut wal = Wal {
+        file,
+        known: None,
+        refs_seen: std::cell::Cell::new(None),
+        key: None,
+        allocated: 0,
+        keys_stamp: 0,
+    };
+    wal.read_all().map_or(true, |c| !c.records.is_empty())
+}
+
 impl Wal {
     /// Open (creating if missing, empty) the log of the repository at
     /// `dir`. An empty log means "the refs on disk are the checkpoint".

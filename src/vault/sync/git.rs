@@ -341,6 +341,7 @@ impl Scratch {
     /// travels. One connection. Ok(false): the remote has no main (an
     /// empty remote); nothing was fetched.
     pub(crate) fn fetch(&self, remote: &str, url: &str, have: &[Oid]) -> Result<bool, SyncError> {
+        check_vault_remote(remote, url, false)?;
         if let Some(done) = self.read_in_place(url)? {
             return Ok(done);
         }
@@ -625,6 +626,7 @@ impl Scratch {
         url: &str,
         updates: &[Update],
     ) -> Result<bool, SyncError> {
+        check_vault_remote(remote, url, true)?;
         match self.push_once(remote, url, updates, true) {
             Err(SyncError::Transport { detail, .. })
                 if detail.contains("does not support --atomic") =>
@@ -827,6 +829,37 @@ const REMOTE_LOCK: &str = "memvault.lock";
 /// The directory of a remote reached as a path (a local path or a
 /// `file://` URL; stored URLs are absolute), None for a remote reached
 /// over the network.
+/// Whether `dir` is a memvault vault's own directory (its format file
+/// there), not a git repository made to be a remote.
+pub(crate) fn is_vault_dir(dir: &Path) -> bool {
+    dir.join(crate::vault::FORMAT_FILE).is_file()
+}
+
+/// A remote reached as a path that is a vault's own directory: never
+/// pushed to (git would move its ref files under its log and its running
+/// processes); fetched from only while its log holds no record its ref
+/// files do not show (after `gc`, with no process on it), or the copy
+/// would lack acknowledged writes.
+fn check_vault_remote(remote: &str, url: &str, pushing: bool) -> Result<(), SyncError> {
+    let Some(dir) = local_dir(url) else {
+        return Ok(());
+    };
+    if !is_vault_dir(&dir) {
+        return Ok(());
+    }
+    if pushing {
+        return Err(SyncError::VaultAsRemote {
+            remote: remote.to_string(),
+        });
+    }
+    if crate::vault::wal::holds_records(&dir) {
+        return Err(SyncError::VaultBusy {
+            remote: remote.to_string(),
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn local_dir(url: &str) -> Option<PathBuf> {
     let path = match url.strip_prefix("file://") {
         Some(rest) => rest,

@@ -72,6 +72,14 @@ pub enum SyncError {
     )]
     RefLocked { remote: String },
     #[error(
+        "remote {remote} is a memvault vault's own directory, not a git remote: a push there would go round its write-ahead log and the processes serving it; nothing was pushed. Give a bare git repository (`git init --bare DIR`) as the remote, and sync each vault with it"
+    )]
+    VaultAsRemote { remote: String },
+    #[error(
+        "remote {remote} is a memvault vault's own directory whose write-ahead log holds changes its git refs do not show yet (a process is serving it, or was stopped before it closed): nothing was fetched. Stop its processes and run `memvault gc` there first, or sync both through a bare git repository"
+    )]
+    VaultBusy { remote: String },
+    #[error(
         "remote {remote} rolled back: {what}; nothing was changed here (run `memvault verify --remote {remote}`)"
     )]
     RolledBack { remote: String, what: &'static str },
@@ -196,6 +204,12 @@ impl Vault {
         remotes::check_name(name)?;
         remotes::check_no_secret(url)?;
         let url = git::absolute_url(url)?;
+        if git::local_dir(&url).is_some_and(|d| git::is_vault_dir(&d)) {
+            return Err(SyncError::VaultAsRemote {
+                remote: name.into(),
+            }
+            .into());
+        }
         let _lock = self.sync_lock()?;
         let mut all = self.remotes()?;
         if all.iter().any(|r| r.name == name) {
