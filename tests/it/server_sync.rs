@@ -265,3 +265,68 @@ fn a_tenant_clone_that_fails_registers_nothing() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "--sync-every needs --sync");
 }
+
+/// `tenant remove` of a tenant whose remote lacks some of its changes
+/// (written after its last sync, e.g. by a server still serving it during
+/// a move) is refused and removes nothing; after a sync it goes through;
+/// `--force` removes it anyway.
+#[test]
+fn tenant_remove_refuses_while_a_remote_lacks_its_changes_unless_forced() {
+    let a = Root::new(&[("ana", "memory"), ("bo", "memory")]);
+    let hub = a.tmp.path().join("hub.git");
+    let hub_bo = a.tmp.path().join("hub-bo.git");
+    for h in [&hub, &hub_bo] {
+        let init = Command::new("git")
+            .args(["init", "-q", "--bare"])
+            .arg(h)
+            .output()
+            .unwrap();
+        assert!(init.status.success());
+    }
+    for (t, h) in [("ana", &hub), ("bo", &hub_bo)] {
+        let o = tenant(&a, &["remote", t, h.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let server = a.start(&[]);
+    let (ana, bo) = (a.tokens["ana"].clone(), a.tokens["bo"].clone());
+    let write = |token: &str, i: usize| {
+        let (path, text) = note(i);
+        let r = server.memory(
+            token,
+            json!({"command": "create", "path": path, "file_text": text}),
+        );
+        assert_eq!(r["is_error"], false, "{r}");
+    };
+    write(&ana, 0);
+    let o = tenant(&a, &["sync", "ana"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Written after the sync: the remote lacks it.
+    write(&ana, 1);
+    let o = tenant(&a, &["remove", "ana"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("has not received") && err.contains("Nothing was removed"),
+        "{err}"
+    );
+    assert_eq!(server.view_status(&ana), 200, "ana is still served");
+    // Synced again: nothing is missing there, and the removal goes through.
+    let o = tenant(&a, &["sync", "ana"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(commits(&hub), 3, "init and both creates are on the remote");
+    let o = tenant(&a, &["remove", "ana"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(server.view_status(&ana), 401);
+    // A remote never synced lacks everything; --force removes anyway.
+    write(&bo, 2);
+    let o = tenant(&a, &["remove", "bo"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = tenant(&a, &["remove", "bo", "--force"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(server.view_status(&bo), 401);
+}

@@ -188,11 +188,16 @@ pub(crate) enum TenantCommand {
         revoke: bool,
     },
     /// Remove a tenant: its tokens stop working, its vault key is
-    /// destroyed and its vault deleted
+    /// destroyed and its vault deleted (refused while its vault holds
+    /// changes a remote of it has not received, unless --force)
     Remove {
         name: String,
         #[arg(long, value_name = "DIR")]
         root: PathBuf,
+        /// Remove it even though a remote lacks some of its changes (they
+        /// are destroyed with it)
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -251,7 +256,13 @@ pub(crate) fn tenant(
                     &root.tenant_dir(&id),
                     &crate::crypto::Unlock::KeyFile(&k),
                     super::sync::sync_attribution(),
-                )?;
+                )
+                .map_err(|e| match e {
+                    crate::vault::VaultError::WrongSecret => CliError::failure(
+                        "the key in --vault-key-file does not open the vault at that remote (check that it is this tenant's, from `tenant export-key`); nothing was registered",
+                    ),
+                    e => e.into(),
+                })?;
                 drop(vault);
                 writeln!(
                     err,
@@ -486,7 +497,17 @@ pub(crate) fn tenant(
             )?;
             Ok(0)
         }
-        TenantCommand::Remove { name, root } => {
+        TenantCommand::Remove { name, root, force } => {
+            // A tenant moved to another server through its remote: what it
+            // wrote since the last sync would go with it.
+            if !force && let Ok((mut vault, _)) = open_tenant(global, root, name) {
+                let behind = vault.remotes_behind().unwrap_or_default();
+                if let Some(remote) = behind.first() {
+                    return Err(CliError::failure(format!(
+                        "tenant {name} holds changes its remote {remote} has not received: stop its writes (`memvault tenant token {name} --revoke`), run `memvault tenant sync {name}`, then remove it; or pass --force to destroy those changes with it. Nothing was removed"
+                    )));
+                }
+            }
             let root = Root::open(root, &secret(global)?, false)?;
             // The registry first: the tenant's tokens stop working and its
             // vault key is gone from it; then the vault is erased.

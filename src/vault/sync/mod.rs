@@ -198,6 +198,26 @@ impl Vault {
         remotes::load(&self.dir, &self.keys)
     }
 
+    /// The remotes that lack some of main, by what this vault last saw
+    /// there (no network): main's tip is not what it last pushed or
+    /// pulled there, nor under it. A remote never synced lacks it all.
+    pub fn remotes_behind(&mut self) -> Result<Vec<String>, VaultError> {
+        let Some(tip) = self.checked_tip()? else {
+            return Ok(Vec::new());
+        };
+        let mut behind = Vec::new();
+        for r in self.remotes()? {
+            let holds = match r.seen.main() {
+                Some(seen) => seen == tip || self.reaches(seen, tip, usize::MAX).unwrap_or(false),
+                None => false,
+            };
+            if !holds {
+                behind.push(r.name);
+            }
+        }
+        Ok(behind)
+    }
+
     /// Add a remote; returns the URL as stored (a relative path made
     /// absolute).
     pub fn add_remote(&self, name: &str, url: &str) -> Result<String, VaultError> {
