@@ -514,11 +514,11 @@ fn load_config(dir: &Path) -> Result<VaultConfig, VaultError> {
 }
 
 /// When the key state the keys ref names gives no keyslot this secret
-/// opens: if the log names another key state, and one of its keyslots
-/// opens with the secret, the secret is right and the ref was set outside
-/// memvault (a clearer error than "no keyslot" or "wrong secret", with
-/// the way back). The log is not yet authenticated here: its target is
-/// only the hint of an error, never used to open the vault.
+/// opens: if the log names another key state, one of its keyslots opens
+/// with the secret, and the log's tags check out under the key it gives,
+/// the secret is right and the ref was set outside memvault (a clearer
+/// error than "no keyslot" or "wrong secret", with the way back). Only an
+/// error's hint: nothing here opens the vault.
 fn keys_ref_set_aside(
     repo: &Repository,
     wal: &Wal,
@@ -530,7 +530,15 @@ fn keys_ref_set_aside(
         return None;
     }
     let (_, slots) = keys::read_slots_at(repo, Some(logged)).ok()?;
-    if !slots.values().any(|b| crypto::open_slot(b, secret).is_ok()) {
+    let keyring = slots
+        .values()
+        .find_map(|b| crypto::open_slot(b, secret).ok())?;
+    // The log's tags checked with the key that slot gives: the id named
+    // is one this vault's own log holds.
+    let mut checked = Wal::open(repo.path()).ok()?;
+    checked.set_key(VaultKeys::derive(&keyring).log_key());
+    checked.read_all().ok()?;
+    if checked.tail_target(keys::KEYS_REF) != Some(logged) {
         return None;
     }
     let name = keys::KEYS_REF;

@@ -285,10 +285,10 @@ fn key_state_rolled_back_past_the_checkpoint_that_took_in_a_create_is_refused() 
     ok(&v.cmd().arg("verify").output().unwrap());
 }
 
-/// `gc` deletes what main does not reach: with main moved back to an
-/// ancestor (the log emptied, so nothing says it was newer), the vault
-/// still opens on the older state, but `gc` refuses to run against the
-/// last verified head, deleting nothing; an altered mark is refused too.
+/// A key-state ref set outside memvault to what the given key opens no
+/// keyslot of, or removed, while the log's key state opens with it: said
+/// as such, with the id to put back; a key that opens neither learns
+/// nothing.
 #[test]
 fn a_key_ref_set_aside_to_what_the_key_does_not_open_says_so_and_how_to_put_it_back() {
     let v = TestVault::new();
@@ -342,9 +342,40 @@ fn a_key_ref_set_aside_to_what_the_key_does_not_open_says_so_and_how_to_put_it_b
         let r = v.one(json!({"command": "view", "path": "/memories/a.md"}));
         assert!(!is_error(&r) && r.to_string().contains("first"), "{r}");
     }
+    // A genuine older key state without the slot of the key given (one
+    // added since): that key opens the log's state, not the ref's.
+    let first = git_out(&v, &["rev-parse", "refs/memvault/keys"]);
+    let out = v
+        .cmd()
+        .args(["key", "add", "--new-key-file"])
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let now = git_out(&v, &["rev-parse", "refs/memvault/keys"]);
+    assert_ne!(first, now);
+    std::fs::write(&keys_file, format!("{first}\n")).unwrap();
+    let (code, err) = run(&other);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("outside memvault") && err.contains(&now),
+        "{err}"
+    );
+    assert!(!err.contains("does not unlock"), "{err}");
+    std::fs::write(&keys_file, format!("{now}\n")).unwrap();
+    let (code, err) = run(&other);
+    assert_eq!(code, Some(0), "{err}");
     ok(&v.cmd().arg("verify").output().unwrap());
 }
 
+/// `gc` deletes what main does not reach: with main moved back to an
+/// ancestor (the log emptied, so nothing says it was newer), the vault
+/// still opens on the older state, but `gc` refuses to run against the
+/// last verified head, deleting nothing; an altered mark is refused too.
 #[test]
 fn gc_refuses_a_main_moved_back_behind_the_last_verified_head() {
     let v = TestVault::new();

@@ -1479,9 +1479,9 @@ fn routes_match_as_sent_take_their_own_methods_and_refuse_malformed_bodies() {
     assert_eq!(v["content"], "two\n", "the file survived: {v}");
     // Each route its methods; any other is a JSON 405 with `Allow`.
     for (method, path, allow) in [
-        ("DELETE", "/v1/verify", "GET, POST"),
-        ("PUT", "/v1/history", "GET, POST"),
-        ("FOO", "/v1/history", "GET, POST"),
+        ("DELETE", "/v1/verify", "GET, HEAD, POST"),
+        ("PUT", "/v1/history", "GET, HEAD, POST"),
+        ("FOO", "/v1/history", "GET, HEAD, POST"),
         ("GET", "/v1/purge", "POST"),
         ("GET", "/v1/revert", "POST"),
         ("GET", "/v1/memory", "POST"),

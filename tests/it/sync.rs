@@ -583,7 +583,9 @@ fn a_ref_lock_left_in_the_remote_is_reported_as_such_and_the_next_sync_after_its
     for cmd in ["sync", "push"] {
         let err = a.fails(&[cmd], 1);
         assert!(
-            err.contains("is locked") && err.contains("remove that lock file"),
+            err.contains("refs/heads/main is locked")
+                && err.contains("refs/heads/main.lock")
+                && err.contains("remove that lock file"),
             "{cmd}: {err}"
         );
         assert!(!err.contains("moved since"), "{cmd}: {err}");

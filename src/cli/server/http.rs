@@ -888,7 +888,7 @@ async fn not_found() -> ApiError {
 async fn method_not_allowed(uri: axum::http::Uri) -> ApiError {
     let path = uri.path();
     let allow = match path.strip_prefix("/v1/").map(route_scope) {
-        Some(Some(Scope::Audit)) => "GET, POST",
+        Some(Some(Scope::Audit)) => "GET, HEAD, POST",
         _ if path == "/healthz" => "GET, HEAD",
         _ => "POST",
     };

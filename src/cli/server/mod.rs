@@ -500,12 +500,29 @@ pub(crate) fn tenant(
         TenantCommand::Remove { name, root, force } => {
             // A tenant moved to another server through its remote: what it
             // wrote since the last sync would go with it.
-            if !force && let Ok((mut vault, _)) = open_tenant(global, root, name) {
-                let behind = vault.remotes_behind().unwrap_or_default();
-                if let Some(remote) = behind.first() {
-                    return Err(CliError::failure(format!(
-                        "tenant {name} holds changes its remote {remote} has not received: stop its writes (`memvault tenant token {name} --revoke`), run `memvault tenant sync {name}`, then remove it; or pass --force to destroy those changes with it. Nothing was removed"
-                    )));
+            // Checked unless --force. An unknown tenant or a wrong key is
+            // said as such; a vault that cannot be checked refuses too.
+            if !force {
+                let (tenants, id, key) = tenant_key(global, root, name)?;
+                let behind = Vault::open(
+                    &tenants.tenant_dir(&id),
+                    &crate::crypto::Unlock::KeyFile(&key),
+                    super::sync::sync_attribution(),
+                )
+                .and_then(|mut vault| vault.remotes_behind());
+                match behind {
+                    Ok(behind) => {
+                        if let Some(remote) = behind.first() {
+                            return Err(CliError::failure(format!(
+                                "tenant {name} holds changes its remote {remote} has not received: stop its writes (`memvault tenant token {name} --revoke`), run `memvault tenant sync {name}`, then remove it; or pass --force to destroy those changes with it. Nothing was removed"
+                            )));
+                        }
+                    }
+                    Err(e) => {
+                        return Err(CliError::failure(format!(
+                            "tenant {name}'s vault could not be checked for changes its remotes lack ({e}); pass --force to remove it anyway. Nothing was removed"
+                        )));
+                    }
                 }
             }
             let root = Root::open(root, &secret(global)?, false)?;

@@ -210,6 +210,7 @@ impl Vault {
             },
         };
         let mut commits = Vec::new();
+        let mut parents_of: HashMap<Oid, Vec<Oid>> = HashMap::new();
         let mut walked_all = false;
         match tip {
             None => w.report.problems.push(Problem {
@@ -234,9 +235,9 @@ impl Vault {
                             continue;
                         }
                     };
-                    let mut parents = commit.parent_ids();
-                    let first = parents.next();
-                    for p in parents {
+                    let all_parents: Vec<Oid> = commit.parent_ids().collect();
+                    let first = all_parents.first().copied();
+                    for &p in all_parents.iter().skip(1) {
                         if seen.insert(p) {
                             side.push_back(p);
                         }
@@ -271,12 +272,13 @@ impl Vault {
                         None => w.problem(id, None, "the commit's metadata does not open"),
                     }
                     commits.push((id, tree));
+                    parents_of.insert(id, all_parents);
                 }
                 // No damaged commit on the way: the walk saw all of main.
                 walked_all = complete;
                 w.report.commits = commits.len();
                 // Second pass: every tree, oldest first.
-                for &(id, tree) in commits.iter().rev() {
+                for (id, tree) in oldest_first(&commits, &parents_of) {
                     w.tree(id, tree, &MemoryPath::root(), "");
                 }
             }
@@ -422,4 +424,32 @@ impl Vault {
 /// What the MAC of `memvault/verified-head` covers.
 fn hwm_message(head: &str, commits: usize) -> Vec<u8> {
     format!("memvault verified head v1\0{head}\0{commits}").into_bytes()
+}
+
+/// The commits a walk read, each after all of its parents (parents the
+/// walk did not read, being damaged, are skipped): damage in a tree or
+/// file several commits share is reported at the first one that holds it.
+fn oldest_first(commits: &[(Oid, Oid)], parents_of: &HashMap<Oid, Vec<Oid>>) -> Vec<(Oid, Oid)> {
+    let tree_of: HashMap<Oid, Oid> = commits.iter().copied().collect();
+    let mut out = Vec::with_capacity(commits.len());
+    let mut done: HashSet<Oid> = HashSet::new();
+    // Depth first without recursion: (commit, whether its parents are in).
+    let mut stack: Vec<(Oid, bool)> = commits.iter().map(|&(id, _)| (id, false)).rev().collect();
+    while let Some((id, expanded)) = stack.pop() {
+        if done.contains(&id) {
+            continue;
+        }
+        if expanded {
+            done.insert(id);
+            out.push((id, tree_of[&id]));
+            continue;
+        }
+        stack.push((id, true));
+        for p in parents_of.get(&id).into_iter().flatten() {
+            if tree_of.contains_key(p) && !done.contains(p) {
+                stack.push((*p, false));
+            }
+        }
+    }
+    out
 }

@@ -759,25 +759,27 @@ pub(crate) struct CatchUp {
     pub records: bool,
 }
 
-/// Whether the log of the vault at `dir` holds records after its head:
-/// changes its ref files do not show yet. Read without the key (tags
-/// unchecked: this only decides whether to read the vault as a remote),
-/// from a read-only descriptor; a log that cannot be read counts as
-/// holding records, a missing one as empty.
+/// Whether the log of the vault at `dir` may hold records after its
+/// head: changes its ref files do not show yet. Read without the key (this
+/// only decides whether to read the vault as a remote), from a read-only
+/// descriptor: the head, then the first 17 bytes after it (a record of the
+/// head's generation starting there counts, whole or torn). A log that
+/// cannot be read counts as holding records, a missing or empty one not.
 pub(crate) fn holds_records(dir: &Path) -> bool {
     let file = match fsx::open_read(&dir.join(WAL_FILE)) {
         Ok(f) => f,
         Err(e) => return e.kind() != std::io::ErrorKind::NotFound,
     };
-    let mut wal = Wal {
-        file,
-        known: None,
-        refs_seen: std::cell::Cell::new(None),
-        key: None,
-        allocated: 0,
-        keys_stamp: 0,
+    let Ok(len) = file.metadata().map(|m| m.len()) else {
+        return true;
     };
-    wal.read_all().map_or(true, |c| !c.records.is_empty())
+    match read_head(&file, len, None) {
+        Ok(None) => false,
+        Ok(Some((head, _, head_len))) => [KIND_RECORD, KIND_RECORD_V1]
+            .iter()
+            .any(|&kind| entry_of_generation(&file, head_len, kind, &head.generation)),
+        Err(_) => true,
+    }
 }
 
 impl Wal {

@@ -203,6 +203,14 @@ pub(crate) fn check_url(url: &str) -> Result<(), SyncError> {
     }
     if let Some((scheme, rest)) = url.split_once("://") {
         return match scheme {
+            // As memvault reads it: a path, which git would otherwise
+            // decode or take a host from first.
+            "file" if !rest.starts_with('/') => {
+                bad("a file:// URL names no host: file:///absolute/path")
+            }
+            "file" if rest.contains('%') => {
+                bad("a file:// URL may not hold %-escapes: give the path as it is")
+            }
             "file" | "ssh" | "https" => Ok(()),
             "http" => {
                 let host = rest.split('/').next().unwrap_or("");
@@ -707,8 +715,19 @@ impl Scratch {
         // (another push, or one killed before it cleaned up). Not a race
         // that a pull and merge would settle.
         if errors.contains("Unable to create") && errors.contains(".lock': File exists") {
+            // "cannot lock ref 'refs/heads/main': Unable to create ...":
+            // the ref's name, when git gives one of ours.
+            let name = errors
+                .split("cannot lock ref '")
+                .nth(1)
+                .and_then(|rest| rest.split('\'').next())
+                .filter(|n| updates.iter().any(|u| u.name == *n))
+                .or_else(|| updates.first().map(|u| u.name))
+                .unwrap_or(MAIN_REF)
+                .to_string();
             return Err(SyncError::RefLocked {
                 remote: remote.to_string(),
+                name,
             });
         }
         if let Some(why) = refused.filter(|_| !stale) {
@@ -826,13 +845,34 @@ const PEEK_LIMIT: u64 = 1 << 20;
 /// other on it.
 const REMOTE_LOCK: &str = "memvault.lock";
 
-/// The directory of a remote reached as a path (a local path or a
-/// `file://` URL; stored URLs are absolute), None for a remote reached
-/// over the network.
-/// Whether `dir` is a memvault vault's own directory (its format file
-/// there), not a git repository made to be a remote.
+/// Whether the remote reached as the path `dir` is a memvault vault's
+/// own directory (its format file there), not a git repository made to be
+/// a remote: `dir` itself or any directory git would open for it (it tries
+/// `dir/.git`, `dir`, `dir.git/.git` and `dir.git`, and follows a `.git`
+/// file's `gitdir:`), links followed.
 pub(crate) fn is_vault_dir(dir: &Path) -> bool {
-    dir.join(crate::vault::FORMAT_FILE).is_file()
+    let is_vault = |d: &Path| d.join(crate::vault::FORMAT_FILE).is_file();
+    let with_git = {
+        let mut s = dir.as_os_str().to_owned();
+        s.push(".git");
+        PathBuf::from(s)
+    };
+    let mut candidates = vec![dir.to_path_buf(), with_git.clone()];
+    for base in [dir, with_git.as_path()] {
+        let dot_git = base.join(".git");
+        // A `.git` file names the repository elsewhere (at most 4 KiB read).
+        let mut text = String::new();
+        if dot_git.is_file()
+            && std::fs::File::open(&dot_git)
+                .and_then(|f| f.take(4096).read_to_string(&mut text))
+                .is_ok()
+            && let Some(target) = text.trim_end().strip_prefix("gitdir: ")
+        {
+            candidates.push(base.join(target));
+        }
+        candidates.push(dot_git);
+    }
+    candidates.iter().any(|d| is_vault(d))
 }
 
 /// A remote reached as a path that is a vault's own directory: never
@@ -860,6 +900,9 @@ fn check_vault_remote(remote: &str, url: &str, pushing: bool) -> Result<(), Sync
     Ok(())
 }
 
+/// The directory of a remote reached as a path (a local path or a
+/// `file://` URL without a host or escapes, see [`check_url`]; stored URLs
+/// are absolute), None for a remote reached over the network.
 pub(crate) fn local_dir(url: &str) -> Option<PathBuf> {
     let path = match url.strip_prefix("file://") {
         Some(rest) => rest,
@@ -1016,9 +1059,36 @@ mod tests {
             "ftp://example.com/v.git",
             "git://example.com/v.git",
             "/a\nb",
+            "file://localhost/srv/v.git",
+            "file://host/srv/v.git",
+            "file:///srv/v%61ult",
         ] {
             assert!(check_url(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn every_directory_git_would_open_for_a_path_is_checked_for_a_vault() {
+        let tmp = tempfile::tempdir().unwrap();
+        let vault = tmp.path().join("v");
+        std::fs::create_dir_all(vault.join("memvault")).unwrap();
+        std::fs::write(vault.join("memvault/format"), "8\n").unwrap();
+        let plain = tmp.path().join("plain");
+        std::fs::create_dir_all(&plain).unwrap();
+        assert!(is_vault_dir(&vault));
+        assert!(!is_vault_dir(&plain));
+        // `X.git` for `X`, `X/.git`, a link, a `.git` file naming it.
+        std::fs::rename(&vault, tmp.path().join("w.git")).unwrap();
+        assert!(is_vault_dir(&tmp.path().join("w")));
+        std::fs::create_dir_all(tmp.path().join("x")).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("w.git"), tmp.path().join("x/.git")).unwrap();
+        assert!(is_vault_dir(&tmp.path().join("x")));
+        std::os::unix::fs::symlink(tmp.path().join("w.git"), tmp.path().join("link")).unwrap();
+        assert!(is_vault_dir(&tmp.path().join("link")));
+        std::fs::create_dir_all(tmp.path().join("y")).unwrap();
+        std::fs::write(tmp.path().join("y/.git"), "gitdir: ../w.git\n").unwrap();
+        assert!(is_vault_dir(&tmp.path().join("y")));
+        assert!(!is_vault_dir(&tmp.path().join("nothing")));
     }
 
     #[test]

@@ -68,9 +68,9 @@ pub enum SyncError {
     )]
     Moved { remote: String },
     #[error(
-        "remote {remote}: a ref there is locked (a `.lock` file beside it in the remote repository): another push is running there, or one was stopped before it finished; nothing was pushed. If no push is running there, remove that lock file and sync again"
+        "remote {remote}: its ref {name} is locked (the file {name}.lock in the remote repository): another push is running there, or one was stopped before it finished; nothing was pushed. If no push is running there, remove that lock file and sync again"
     )]
-    RefLocked { remote: String },
+    RefLocked { remote: String, name: String },
     #[error(
         "remote {remote} is a memvault vault's own directory, not a git remote: a push there would go round its write-ahead log and the processes serving it; nothing was pushed. Give a bare git repository (`git init --bare DIR`) as the remote, and sync each vault with it"
     )]
