@@ -330,3 +330,52 @@ fn tenant_remove_refuses_while_a_remote_lacks_its_changes_unless_forced() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(server.view_status(&bo), 401);
 }
+
+/// A tenant whose sync fails is named in the server's stderr by its id
+/// (which `tenant list` maps to its name), never by its name, remote or
+/// path; the others' syncs go on.
+#[test]
+fn a_failed_tenant_sync_is_logged_by_tenant_id_only() {
+    let a = Root::new(&[("ana", "memory"), ("bo", "memory")]);
+    let hub = a.tmp.path().join("hub.git");
+    let init = Command::new("git")
+        .args(["init", "-q", "--bare"])
+        .arg(&hub)
+        .output()
+        .unwrap();
+    assert!(init.status.success());
+    let missing = a.tmp.path().join("no-such-remote.git");
+    for (t, h) in [("ana", &missing), ("bo", &hub)] {
+        let o = tenant(&a, &["remote", t, h.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let list = tenant(&a, &["list", "--json"]);
+    let ids: Vec<(String, String)> = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["name"].as_str().unwrap().to_string(),
+                v["id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let id_of = |n: &str| ids.iter().find(|(name, _)| name == n).unwrap().1.clone();
+    let server = a.start(&["--sync", "origin", "--sync-every", "1s"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let err = server.stderr.lock().unwrap().clone();
+        if err.contains("failed, tenant ids") {
+            assert!(err.contains(&id_of("ana")), "{err}");
+            assert!(!err.contains(&id_of("bo")), "{err}");
+            assert!(
+                !err.contains("ana") && !err.contains("no-such-remote"),
+                "{err}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "no failed sync logged: {err}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(commits(&hub) >= 1, "bo's vault was pushed");
+}

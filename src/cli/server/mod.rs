@@ -826,10 +826,13 @@ fn sync_tenants(app: &http::App, remote: &str) {
         eprintln!("memvault: sync: the tenant registry could not be read; no vault was synced");
         return;
     };
-    let (mut synced, mut failed) = (0usize, 0usize);
+    let mut synced = 0usize;
+    // The ids (random, as `tenant list` shows them: no name, path or
+    // secret in the log) of the tenants whose sync failed.
+    let mut failed: Vec<&str> = Vec::new();
     for (id, tenant) in &reg.tenants {
         let Some(key) = tenant.key.key() else {
-            failed += 1;
+            failed.push(id);
             continue;
         };
         let opened = Vault::open(
@@ -838,25 +841,34 @@ fn sync_tenants(app: &http::App, remote: &str) {
             super::sync::sync_attribution(),
         );
         let Ok(mut vault) = opened else {
-            failed += 1;
+            failed.push(id);
             continue;
         };
         match vault.remotes() {
             Ok(r) if r.iter().any(|r| r.name == remote) => {}
             Ok(_) => continue,
             Err(_) => {
-                failed += 1;
+                failed.push(id);
                 continue;
             }
         }
         match vault.sync(remote) {
             Ok(_) => synced += 1,
-            Err(_) => failed += 1,
+            Err(_) => failed.push(id),
         }
     }
-    if failed > 0 {
+    if !failed.is_empty() {
+        const SHOWN: usize = 10;
+        let more = failed.len().saturating_sub(SHOWN);
+        let ids = failed[..failed.len().min(SHOWN)].join(", ");
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
         eprintln!(
-            "memvault: synced {synced} tenant vault(s) with their remote {remote}; {failed} failed (run `memvault tenant sync NAME` to see why)"
+            "memvault: synced {synced} tenant vault(s) with their remote {remote}; {} failed, tenant ids {ids}{more} (`memvault tenant list` names them; `memvault tenant sync NAME` says why)",
+            failed.len()
         );
     } else if synced > 0 {
         eprintln!("memvault: synced {synced} tenant vault(s) with their remote {remote}");
