@@ -413,14 +413,19 @@ impl Memory {
             edited.push_str(text.get(..at).unwrap_or_default());
             edited.push_str(new_str);
             edited.push_str(text.get(at + old_str.len()..).unwrap_or_default());
+            let (first, last) = edit_lines(&edited, at, new_str);
+            let (edited, noted) = match self.filter_result(edited, &filtered) {
+                Ok(checked) => checked,
+                Err(message) => return refuse(message),
+            };
 
-            let snippet = edit_snippet(&edited, at, new_str, max_chars);
+            let snippet = snippet_of_lines(&edited, first, last, max_chars);
             let result = with_body(
                 "The memory file has been edited. Here is the snippet showing the change (with line numbers):".to_owned(),
                 &snippet,
             );
             Ok(Outcome {
-                result: ToolResult::ok(filtered.with_note(result)),
+                result: ToolResult::ok(noted.with_note(result)),
                 mutation: Some(Mutation {
                     op: Op::StrReplace,
                     change: Change::Write {
@@ -430,7 +435,7 @@ impl Memory {
                     facts: ChangeFacts {
                         lines_added: count_u32(line_count(new_str)),
                         lines_removed: count_u32(line_count(old_str)),
-                        redactions: filtered.redactions.clone(),
+                        redactions: noted.redactions.clone(),
                     },
                 }),
             })
@@ -503,9 +508,13 @@ impl Memory {
                     limit(max_bytes)
                 ));
             }
+            let (edited, noted) = match self.filter_result(edited, &filtered) {
+                Ok(checked) => checked,
+                Err(message) => return refuse(message),
+            };
             Ok(Outcome {
                 result: ToolResult::ok(
-                    filtered.with_note(format!("The file {path} has been edited.")),
+                    noted.with_note(format!("The file {path} has been edited.")),
                 ),
                 mutation: Some(Mutation {
                     op: Op::Insert,
@@ -516,7 +525,7 @@ impl Memory {
                     facts: ChangeFacts {
                         lines_added: count_u32(body.split('\n').count()),
                         lines_removed: 0,
-                        redactions: filtered.redactions.clone(),
+                        redactions: noted.redactions.clone(),
                     },
                 }),
             })
@@ -651,6 +660,36 @@ impl Memory {
         match self.filter.as_ref().and_then(|f| f.mask(text)) {
             Some(masked) => std::borrow::Cow::Owned(masked),
             None => std::borrow::Cow::Borrowed(text),
+        }
+    }
+
+    /// The file an edit leaves, through the secret filter whole: a secret
+    /// the edit completes from parts (a key split between the old text and
+    /// the new, a separator deleted, a private key inserted a line at a
+    /// time) is caught as a whole text's is. Gives the text to store
+    /// (redacted where needed) and the redactions of the command (`text`'s,
+    /// the fragment's, and these); `Err` is the refusal to answer with.
+    fn filter_result(
+        &self,
+        edited: Zeroizing<String>,
+        text: &Filtered<'_>,
+    ) -> Result<(Zeroizing<String>, Filtered<'static>), String> {
+        let noted = |extra: Vec<(String, u32)>| Filtered {
+            owned: None,
+            borrowed: "",
+            redactions: merge_kinds(text.redactions.iter().cloned().chain(extra).collect()),
+            path_redactions: text.path_redactions.clone(),
+        };
+        let Some(filter) = &self.filter else {
+            return Ok((edited, noted(Vec::new())));
+        };
+        match filter.filter(&edited) {
+            FilterOutcome::Clean => Ok((edited, noted(Vec::new()))),
+            FilterOutcome::Redacted { text, kinds } => Ok((Zeroizing::new(text), noted(kinds))),
+            FilterOutcome::Rejected { kinds } => Err(format!(
+                "Error: Nothing was saved: with this edit the file would contain {} that this memory store refuses to keep. Remove it (note where the secret is kept instead of its value) and try again.",
+                secrets_phrase(&merge_kinds(kinds))
+            )),
         }
     }
 
@@ -1026,19 +1065,28 @@ fn match_lines(text: &str, needle: &str) -> String {
 
 /// The numbered lines of `edited` from two lines before the first changed
 /// line to two lines after the last, where `new_str` was put at byte `at`.
-fn edit_snippet(edited: &str, at: usize, new_str: &str, max_chars: usize) -> String {
-    let n = line_count(edited);
-    if n == 0 {
-        return String::new();
-    }
+/// The first and last line (0-based) of `new_str` written at byte `at`
+/// of `edited`.
+fn edit_lines(edited: &str, at: usize, new_str: &str) -> (usize, usize) {
     let first = line_index_at(edited, at);
     let last = match new_str.len() {
         0 => first,
         len => line_index_at(edited, at + len - 1),
     };
+    (first, last)
+}
+
+/// The lines `first..=last` of `text` with two more on each side,
+/// numbered (within the text's lines: a redaction of the whole file may
+/// have joined some).
+fn snippet_of_lines(text: &str, first: usize, last: usize, max_chars: usize) -> String {
+    let n = line_count(text);
+    if n == 0 {
+        return String::new();
+    }
     let from = first.saturating_sub(2).min(n - 1);
     let to = (last + 2).min(n - 1);
-    let shown: Vec<&str> = lines(edited).skip(from).take(to + 1 - from).collect();
+    let shown: Vec<&str> = lines(text).skip(from).take(to + 1 - from).collect();
     numbered(&shown, from + 1, max_chars)
 }
 

@@ -43,6 +43,78 @@ fn create_str_replace_and_insert_store_only_redacted_text() {
     }
 }
 
+/// A secret an edit completes from parts is caught as if written whole:
+/// split between the old text and the new, joined by deleting what
+/// separated it, or a private key inserted a line at a time. In reject
+/// mode the edit that would complete one is refused and commits nothing.
+#[test]
+fn a_secret_an_edit_completes_from_parts_is_redacted_or_refused() {
+    let v = TestVault::new();
+    let (a, b) = AWS_ID.split_at(10);
+    let body = format!("{}\n{}", "Q".repeat(64), "W".repeat(64));
+    let out = v.serve(&[
+        json!({"command": "create", "path": "/memories/split.md", "file_text": format!("key: {a}\nend\n")}).to_string(),
+        json!({"command": "str_replace", "path": "/memories/split.md", "old_str": "\nend", "new_str": format!("{b}\nend")}).to_string(),
+        json!({"command": "create", "path": "/memories/sep.md", "file_text": format!("{a}--{b}\n")}).to_string(),
+        json!({"command": "str_replace", "path": "/memories/sep.md", "old_str": "--", "new_str": ""}).to_string(),
+        json!({"command": "create", "path": "/memories/pem.md", "file_text": "notes\n"}).to_string(),
+        json!({"command": "insert", "path": "/memories/pem.md", "insert_line": 1, "insert_text": "-----BEGIN PRIVATE KEY-----"}).to_string(),
+        json!({"command": "insert", "path": "/memories/pem.md", "insert_line": 2, "insert_text": body}).to_string(),
+    ]);
+    for (i, o) in out.iter().enumerate() {
+        assert!(!is_error(o), "{i}: {o}");
+    }
+    for i in [1, 3] {
+        assert!(
+            text(&out[i])
+                .contains("Note: 1 secret was redacted before saving (aws-access-key-id)."),
+            "{}",
+            text(&out[i])
+        );
+        assert!(!text(&out[i]).contains(AWS_ID), "{}", text(&out[i]));
+    }
+    // The body under a BEGIN line already makes a private key.
+    assert!(
+        text(&out[6]).contains("redacted before saving"),
+        "{}",
+        text(&out[6])
+    );
+    for path in ["/memories/split.md", "/memories/sep.md", "/memories/pem.md"] {
+        let view = text(&v.one(json!({"command": "view", "path": path}))).to_string();
+        assert!(view.contains("[REDACTED:"), "{path}: {view}");
+        assert!(
+            !view.contains(AWS_ID) && !view.contains(&"Q".repeat(64)),
+            "{path}: {view}"
+        );
+    }
+    let history =
+        String::from_utf8(v.cmd().args(["history", "--json"]).output().unwrap().stdout).unwrap();
+    assert!(!history.contains(AWS_ID), "{history}");
+    for rev in ["HEAD", "HEAD~4", "HEAD~6"] {
+        let out = v.cmd().args(["diff", rev]).output().unwrap();
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains(AWS_ID),
+            "diff {rev}"
+        );
+    }
+    assert!(plaintext_anywhere(&v.vault, AWS_ID).is_empty());
+    // Reject mode: the completing edit is refused; nothing changes.
+    crate::limits::with_config(&v, "redaction.mode", json!("reject"));
+    let out = v.one(json!({"command": "create", "path": "/memories/url.md", "file_text": "postgres://bob:@db.example.com/app\n"}));
+    assert!(!is_error(&out), "{out}");
+    let commits = v.commits();
+    let out = v.one(json!({"command": "str_replace", "path": "/memories/url.md", "old_str": "bob:@", "new_str": "bob:Hunter2Secret@"}));
+    assert!(is_error(&out), "{out}");
+    assert!(text(&out).contains("Nothing was saved"), "{}", text(&out));
+    assert!(!text(&out).contains("Hunter2Secret"), "{}", text(&out));
+    assert_eq!(v.commits(), commits);
+    let view = text(&v.one(json!({"command": "view", "path": "/memories/url.md"}))).to_string();
+    assert!(
+        view.contains("bob:@db") && !view.contains("Hunter2Secret"),
+        "{view}"
+    );
+}
+
 #[test]
 fn reject_mode_stores_nothing_and_makes_no_commit() {
     let v = TestVault::new();
