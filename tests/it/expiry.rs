@@ -605,3 +605,37 @@ fn serve_expire_every_sweeps_inside_the_server() {
     assert_eq!(top["op"], "expire");
     assert_eq!(top["actor"], "expiry");
 }
+
+/// A file `restore` or `revert` brings back counts as written then: the
+/// next sweep keeps it (before, its key's record still said when the old
+/// version was written, and the sweep erased it for good).
+#[test]
+fn a_file_brought_back_by_restore_or_revert_is_not_expired_by_the_next_sweep() {
+    let v = TestVault::new();
+    serve_at(
+        &v,
+        T0,
+        &[create("/memories/old.md", "kept\n"), create("/memories/two.md", "also\n")],
+    );
+    serve_at(
+        &v,
+        T0 + DAY,
+        &[
+            json!({"command": "delete", "path": "/memories/old.md"}),
+            json!({"command": "delete", "path": "/memories/two.md"}),
+        ],
+    );
+    let later = T0 + 40 * DAY;
+    // HEAD~2: before either delete.
+    ok(&run_at(&v, later, &["restore", "/memories/old.md", "--at", "HEAD~2"]));
+    // HEAD~1 now: the delete of two.md.
+    ok(&run_at(&v, later, &["revert", "HEAD~1"]));
+    assert_eq!(files(&v), set(&["/memories/old.md", "/memories/two.md"]));
+    let out = ok(&run_at(&v, later + DAY, &["expire", "--older-than", "30d"]));
+    assert!(!out.contains("expired /memories"), "{out}");
+    assert_eq!(files(&v), set(&["/memories/old.md", "/memories/two.md"]));
+    // Still swept once unused for the period, as any file.
+    let out = ok(&run_at(&v, later + 31 * DAY, &["expire", "--older-than", "30d"]));
+    assert!(out.contains("/memories/old.md") && out.contains("/memories/two.md"), "{out}");
+    assert!(files(&v).is_empty());
+}

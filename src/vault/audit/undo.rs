@@ -601,8 +601,22 @@ impl Vault {
                 meta.at = Some(at.to_string());
             }
         }
+        // For expiry, a file put back is written now: its key's record of
+        // use would otherwise say when the old version was written, and
+        // the next sweep would erase what was just brought back.
+        let put_back: Vec<Oid> = edits.iter().filter_map(|(_, _, d)| *d).collect();
         let changed = edits.into_iter().map(|(_, p, _)| p).collect();
+        let time = meta.time_ms;
         let commit = self.publish(Some(tip), tree, KeyChange::default(), &meta, objects)?;
+        let written: Vec<_> = {
+            let snap = self.snapshot_of(Some(commit))?;
+            put_back
+                .into_iter()
+                .filter_map(|blob| snap.blob_key_id(blob).ok())
+                .map(|id| (id, crate::vault::access::Kind::Written, time))
+                .collect()
+        };
+        self.append_access(&written);
         Ok(UndoOutcome::Done {
             commit: Rev::from_oid(commit),
             changed,
