@@ -52,6 +52,19 @@ pub struct ShowArgs {
 
 /// `memvault show REV [PATH]`.
 pub fn show(on: On<'_>, args: &ShowArgs, out: &mut dyn Write) -> Result<u8, CliError> {
+    show_to(on, args, out, false)
+}
+
+/// `show`, with the view's refusal (a path that did not exist then)
+/// written to `out` with exit code 1 (`refusal_to_out`: the server's
+/// `/v1/show`, which answers it as `{"text", "is_error": true}`), or
+/// returned as the error (the command line: stderr).
+pub fn show_to(
+    on: On<'_>,
+    args: &ShowArgs,
+    out: &mut dyn Write,
+    refusal_to_out: bool,
+) -> Result<u8, CliError> {
     on.with(
         || Ok(reader()),
         |vault| {
@@ -89,9 +102,13 @@ pub fn show(on: On<'_>, args: &ShowArgs, out: &mut dyn Write) -> Result<u8, CliE
                 &json!({"command": "view", "path": path.as_str()}),
             );
             let text = result.text().unwrap_or_default();
+            // A refusal is a diagnostic: stderr (through the error), exit 1.
+            if result.is_error && !refusal_to_out {
+                return Err(CliError::failure(text.to_string()));
+            }
             writeln!(out, "{text}")?;
             out.flush()?;
-            Ok(if result.is_error { 1 } else { 0 })
+            Ok(u8::from(result.is_error))
         },
     )
 }
@@ -290,7 +307,9 @@ pub fn revert(on: On<'_>, args: &RevertArgs, out: &mut dyn Write) -> Result<u8, 
         |vault| {
             let target = match (&args.rev, &args.session) {
                 (Some(rev), None) => UndoTarget::Commit(vault.resolve_rev(rev).map_err(not_a_rev)?),
-                (None, Some(s)) => UndoTarget::Session(s.clone()),
+                // Labels are stored through the secret filter: the filtered
+                // form is what matches, and no secret is echoed back.
+                (None, Some(s)) => UndoTarget::Session(super::redact_label(s)?),
                 _ => return Err(usage("give a revision or --session ID")),
             };
             if let UndoTarget::Commit(c) = target
@@ -370,14 +389,20 @@ fn finish_undo(
             out.flush()?;
             Ok(0)
         }
-        UndoOutcome::Nothing { skipped_erased } => {
+        // Nothing could be done because what it would bring back was
+        // erased: a failure, said as such.
+        UndoOutcome::Nothing { skipped_erased } if !skipped_erased.is_empty() => {
+            let paths: Vec<&str> = skipped_erased.iter().map(|p| p.as_str()).collect();
+            Err(CliError::failure(format!(
+                "nothing was undone for {what}: the versions it would bring back were erased (their keys destroyed): {}",
+                paths.join(", ")
+            )))
+        }
+        UndoOutcome::Nothing { .. } => {
             writeln!(
                 out,
                 "nothing to undo for {what}: the files are already as it would leave them"
             )?;
-            for p in skipped_erased {
-                writeln!(out, "  skipped {}: that version was erased", p.as_str())?;
-            }
             out.flush()?;
             Ok(0)
         }

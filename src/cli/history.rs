@@ -65,6 +65,30 @@ fn touches(meta: &CommitMeta, path: &str) -> bool {
         || meta.files.iter().any(|f| under(f, path))
 }
 
+/// The operations a commit records (what `--op` takes, besides the
+/// groups `edit` and `undo`).
+const OPS: [&str; 19] = [
+    "create",
+    "overwrite",
+    "str_replace",
+    "insert",
+    "delete",
+    "rename",
+    "revert",
+    "restore",
+    "expire",
+    "purge",
+    "erase",
+    "config",
+    "import",
+    "merge",
+    "migrate",
+    "init",
+    "keyslot",
+    "passwd",
+    "rekey",
+];
+
 /// Whether an operation matches `--op` (a name or a group).
 pub fn op_matches(filter: &str, op: &str) -> bool {
     match filter {
@@ -162,6 +186,25 @@ pub fn run(on: On<'_>, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8, Cl
         ),
         None => None,
     };
+    if let Some(op) = args.op.as_deref()
+        && !OPS.contains(&op)
+        && !matches!(op, "edit" | "undo")
+    {
+        return Err(CliError {
+            message: format!(
+                "--op {op:?} names no operation: give one of {}, or edit (overwrite, str_replace, insert) or undo (revert, restore)",
+                OPS.join(", ")
+            ),
+            code: 2,
+        });
+    }
+    // Labels are stored through the secret filter: compare that form.
+    let session = args
+        .session
+        .as_deref()
+        .map(super::redact_label)
+        .transpose()?;
+    let actor = args.actor.as_deref().map(super::redact_label).transpose()?;
     let now = crate::vault::now_ms();
     let time = |t: &Option<String>| -> Result<Option<u64>, CliError> {
         t.as_deref()
@@ -216,8 +259,8 @@ pub fn run(on: On<'_>, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8, Cl
         }
         if (filtering_path && !hit)
             || until.is_some_and(|u| meta.time_ms > u)
-            || args.session.as_deref().is_some_and(|s| s != meta.session)
-            || args.actor.as_deref().is_some_and(|a| a != meta.actor)
+            || session.as_deref().is_some_and(|s| s != meta.session)
+            || actor.as_deref().is_some_and(|a| a != meta.actor)
             || args
                 .principal
                 .as_deref()

@@ -786,3 +786,48 @@ fn the_binary_ignores_memvault_test_now_ms_and_test_crash_without_test_hooks() {
         &v.one(json!({"command": "view", "path": "/memories/a.md"}))
     ));
 }
+
+/// Labels holding a secret are matched in their stored (filtered) form and
+/// never echoed; an unknown `--op` is a usage error; `show`'s refusal goes
+/// to stderr with exit 1; an undo of erased versions fails and says so.
+#[test]
+fn audit_commands_match_filtered_labels_refuse_unknown_ops_and_report_on_stderr() {
+    let v = TestVault::new();
+    let token = "AKIAZ7QX3RBN2WLT4YHK".to_string();
+    let session = format!("sess-{token}");
+    let out = run_with_stdin(
+        v.cmd().args(["serve", "--session", &session]),
+        format!(
+            "{}\n",
+            json!({"command": "create", "path": "/memories/a.md", "file_text": "one\n"})
+        )
+        .as_bytes(),
+    );
+    assert!(out.status.success());
+    let o = run(&v, &["history", "--session", &session, "--json"]);
+    assert!(o.status.success());
+    assert_eq!(
+        json_lines_of(&o.stdout).len(),
+        1,
+        "the session's one change"
+    );
+    let o = run(&v, &["revert", "--session", &session]);
+    let all = format!("{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{all}");
+    assert!(!all.contains(&token), "{all}");
+    assert!(v.one(json!({"command": "view", "path": "/memories/a.md"}))["is_error"] == true);
+    let o = run(&v, &["history", "--op", "bogus"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("bogus"));
+    let o = run(&v, &["show", "HEAD", "/memories/nope.md"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(o.stdout.is_empty(), "{}", stdout(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/memories/nope.md"));
+}
+
+fn json_lines_of(bytes: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}

@@ -615,7 +615,10 @@ fn a_file_brought_back_by_restore_or_revert_is_not_expired_by_the_next_sweep() {
     serve_at(
         &v,
         T0,
-        &[create("/memories/old.md", "kept\n"), create("/memories/two.md", "also\n")],
+        &[
+            create("/memories/old.md", "kept\n"),
+            create("/memories/two.md", "also\n"),
+        ],
     );
     serve_at(
         &v,
@@ -627,15 +630,44 @@ fn a_file_brought_back_by_restore_or_revert_is_not_expired_by_the_next_sweep() {
     );
     let later = T0 + 40 * DAY;
     // HEAD~2: before either delete.
-    ok(&run_at(&v, later, &["restore", "/memories/old.md", "--at", "HEAD~2"]));
+    ok(&run_at(
+        &v,
+        later,
+        &["restore", "/memories/old.md", "--at", "HEAD~2"],
+    ));
     // HEAD~1 now: the delete of two.md.
     ok(&run_at(&v, later, &["revert", "HEAD~1"]));
     assert_eq!(files(&v), set(&["/memories/old.md", "/memories/two.md"]));
+    let both: Value =
+        serde_json::from_str(ok(&run_at(&v, later, &["history", "--json", "--limit", "1"])).trim())
+            .unwrap();
+    let both = both["rev"].as_str().unwrap().to_string();
     let out = ok(&run_at(&v, later + DAY, &["expire", "--older-than", "30d"]));
     assert!(!out.contains("expired /memories"), "{out}");
     assert_eq!(files(&v), set(&["/memories/old.md", "/memories/two.md"]));
     // Still swept once unused for the period, as any file.
-    let out = ok(&run_at(&v, later + 31 * DAY, &["expire", "--older-than", "30d"]));
-    assert!(out.contains("/memories/old.md") && out.contains("/memories/two.md"), "{out}");
+    let out = ok(&run_at(
+        &v,
+        later + 31 * DAY,
+        &["expire", "--older-than", "30d"],
+    ));
+    assert!(
+        out.contains("/memories/old.md") && out.contains("/memories/two.md"),
+        "{out}"
+    );
+    assert!(files(&v).is_empty());
+    // Erased: a restore of it is a failure that says so, not a success
+    // that did nothing.
+    let out = run_at(
+        &v,
+        later + 31 * DAY,
+        &["restore", "/memories/old.md", "--at", &both],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("were erased") && err.contains("/memories/old.md"),
+        "{err}"
+    );
     assert!(files(&v).is_empty());
 }

@@ -824,7 +824,7 @@ fn subcommand(
         }
         "show" => {
             let a: audit::ShowArgs = args_of(args)?;
-            let code = audit::show(On::Open(vault), &a, out).map_err(cli_error)?;
+            let code = audit::show_to(On::Open(vault), &a, out, true).map_err(cli_error)?;
             if a.raw {
                 json!({"content": text(std::mem::take(&mut out.out))})
             } else {
