@@ -447,6 +447,10 @@ impl Vault {
         if self.file_count_saved.get() == Some((tree, files)) {
             return; // what the file says already
         }
+        // Not into a folder a link was put in place of while this ran.
+        if fsx::check_vault(&self.dir).is_err() {
+            return;
+        }
         let named = tree.to_string();
         let tag =
             data_encoding::HEXLOWER.encode(&self.keys.mac(&file_count_message(&named, files)));
@@ -724,6 +728,10 @@ impl Vault {
     /// that takes them in ([`fold_keys`](Self::fold_keys)), so that git
     /// alone holds every key of every file.
     pub(crate) fn checkpoint_locked(&mut self) -> Result<(), VaultError> {
+        // The ref files and packs are written here: not through a link or
+        // into a config put in place since the vault was opened (the log
+        // keeps every record meanwhile).
+        fsx::check_vault(&self.dir)?;
         self.wal.catch_up(&self.repo)?;
         if !self.wal.pending_keys().0.is_empty() {
             // On the log's key state, which the checkpoint then writes to

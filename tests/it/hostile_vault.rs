@@ -624,3 +624,168 @@ fn a_change_too_large_for_one_log_record_is_refused_before_it_is_acknowledged() 
     let r = v.one(json!({"command": "view", "path": "/memories/big/f9.md"}));
     assert!(text(&r).contains("yyyy"), "{r}");
 }
+
+/// Run `args` on the vault, killed after 20 s: (exit code, stderr).
+fn bounded(v: &TestVault, args: &[&str]) -> (Option<i32>, String) {
+    let mut child = v
+        .cmd()
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+            return (status.code(), err);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?} hung");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The git config and HEAD, which libgit2 reads at every open, are
+/// memvault's: a setting it never writes (a reflog turned on beside a
+/// planted `logs` link, an include), a FIFO or link in their place, is
+/// refused before libgit2 reads them; nothing outside is written and no
+/// command hangs.
+#[test]
+fn a_git_config_or_head_changed_outside_memvault_is_refused_before_git_reads_it() {
+    let v = TestVault::new();
+    let r = v.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "first\n"}));
+    assert!(!is_error(&r), "{r}");
+    let config = v.vault.join("config");
+    let genuine = std::fs::read(&config).unwrap();
+    let victim = v.tmp.path().join("victim");
+    std::fs::write(&victim, "untouched\n").unwrap();
+    let view = r#"{"command":"view","path":"/memories/a.md"}"#;
+    let create = r#"{"command":"create","path":"/memories/b.md","file_text":"b\n"}"#;
+    // A reflog turned on, its file a link to one outside.
+    let mut on = genuine.clone();
+    on.extend_from_slice(b"[core]\n\tlogAllRefUpdates = true\n");
+    std::fs::write(&config, &on).unwrap();
+    std::fs::create_dir_all(v.vault.join("logs/refs/heads")).unwrap();
+    std::os::unix::fs::symlink(&victim, v.vault.join("logs/refs/heads/main")).unwrap();
+    for args in [vec!["exec", create], vec!["verify"], vec!["gc"]] {
+        let (code, err) = bounded(&v, &args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(err.contains("core.logallrefupdates"), "{args:?}: {err}");
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched\n");
+    std::fs::remove_dir_all(v.vault.join("logs")).unwrap();
+    // An include of another file (here a FIFO: reading it would hang).
+    let fifo = v.tmp.path().join("fifo");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut inc = genuine.clone();
+    inc.extend_from_slice(format!("[include]\n\tpath = {}\n", fifo.display()).as_bytes());
+    std::fs::write(&config, &inc).unwrap();
+    let (code, err) = bounded(&v, &["exec", view]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("include.path"), "{err}");
+    // A FIFO, or a link, as the config or HEAD itself.
+    std::fs::remove_file(&config).unwrap();
+    assert!(
+        Command::new("mkfifo")
+            .arg(&config)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (code, err) = bounded(&v, &["exec", view]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("config is not a regular file"), "{err}");
+    std::fs::remove_file(&config).unwrap();
+    std::fs::write(&config, &genuine).unwrap();
+    let head = v.vault.join("HEAD");
+    let head_bytes = std::fs::read(&head).unwrap();
+    let outside_head = v.tmp.path().join("HEAD");
+    std::fs::write(&outside_head, &head_bytes).unwrap();
+    std::fs::remove_file(&head).unwrap();
+    std::os::unix::fs::symlink(&outside_head, &head).unwrap();
+    let (code, err) = bounded(&v, &["exec", view]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("HEAD is a symbolic link"), "{err}");
+    std::fs::remove_file(&head).unwrap();
+    std::fs::write(&head, &head_bytes).unwrap();
+    // Put back: everything reads.
+    let r = v.one(json!({"command": "view", "path": "/memories/a.md"}));
+    assert!(!is_error(&r) && r.to_string().contains("first"), "{r}");
+    ok(&v.cmd().arg("verify").output().unwrap());
+}
+
+/// A link put in place of a folder while a `serve` runs: its checkpoint
+/// (at close) refuses to write through it, the outside copy is left as it
+/// was, and every acknowledged write is there once the folder is back.
+#[test]
+fn a_link_planted_under_a_running_serve_is_not_written_through() {
+    use std::io::{BufRead, BufReader, Write};
+    let v = TestVault::new();
+    let mut child = v
+        .cmd()
+        .args(["serve"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut send = |i: usize| {
+        let req = json!({"command": "create", "path": format!("/memories/n{i}.md"), "file_text": format!("note {i}\n")});
+        stdin.write_all(format!("{req}\n").as_bytes()).unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert!(line.contains("\"is_error\":false"), "{line}");
+    };
+    for i in 0..3 {
+        send(i);
+    }
+    // refs/heads moved aside, a link to a copy outside in its place.
+    let heads = v.vault.join("refs/heads");
+    let aside = v.vault.join("refs/heads.aside");
+    let outside = v.tmp.path().join("outside-heads");
+    std::fs::rename(&heads, &aside).unwrap();
+    assert!(
+        Command::new("cp")
+            .arg("-a")
+            .arg(&aside)
+            .arg(&outside)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let before = std::fs::read(outside.join("main")).unwrap();
+    std::os::unix::fs::symlink(&outside, &heads).unwrap();
+    for i in 3..6 {
+        send(i);
+    }
+    drop(stdin);
+    let _ = child.wait().unwrap();
+    assert_eq!(
+        std::fs::read(outside.join("main")).unwrap(),
+        before,
+        "written through the link"
+    );
+    std::fs::remove_file(&heads).unwrap();
+    std::fs::rename(&aside, &heads).unwrap();
+    for i in 0..6 {
+        let r = v.one(json!({"command": "view", "path": format!("/memories/n{i}.md")}));
+        assert!(
+            !is_error(&r) && r.to_string().contains(&format!("note {i}")),
+            "{r}"
+        );
+    }
+    ok(&v.cmd().arg("verify").output().unwrap());
+}

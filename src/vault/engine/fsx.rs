@@ -58,6 +58,8 @@ const STATE_FILES: &[&str] = &[
     "refs/heads/main",
     "refs/memvault/keys",
     "packed-refs",
+    "HEAD",
+    "config",
 ];
 
 /// The directories memvault writes into, which must be real directories
@@ -69,7 +71,25 @@ const STATE_DIRS: &[&str] = &[
     "refs",
     "refs/heads",
     "refs/memvault",
+    "logs",
 ];
+
+/// The git config memvault writes, which libgit2 reads at every open:
+/// each key (lowercase, `section.key`) with the values memvault may have
+/// given it. Anything else (an `include`, `core.logAllRefUpdates = true`,
+/// hooks, a worktree, an extension) was set outside memvault and would
+/// change what libgit2 does in the vault: the vault is refused.
+const CONFIG_KEYS: &[(&str, &[&str])] = &[
+    ("core.bare", &["true"]),
+    ("core.repositoryformatversion", &["0"]),
+    ("core.filemode", &["true", "false"]),
+    ("core.logallrefupdates", &["false"]),
+    ("gc.auto", &["0"]),
+];
+
+/// The most read of `config` and `HEAD` (memvault writes a few dozen
+/// bytes in each).
+const GIT_FILE_MAX: u64 = 4096;
 
 /// Why a vault is not safe to use.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +106,12 @@ pub enum Unsafe {
     Owner(String),
     #[error("cannot inspect {0}: {1}")]
     Io(String, io::Error),
+    #[error(
+        "the vault's git config sets {0}, which memvault never writes (changed outside memvault; git would act on it): remove it from the file config in the vault"
+    )]
+    Config(String),
+    #[error("{0} is larger than memvault ever writes it (over 4 KiB)")]
+    TooLarge(String),
 }
 
 /// An `O_NOFOLLOW` open that met a link.
@@ -288,6 +314,7 @@ pub(crate) fn check_vault(dir: &Path) -> Result<(), Unsafe> {
             Err(e) => return Err(io(name, e)),
         }
     }
+    check_git_files(dir)?;
     // Loose objects' fan-out directories (checkpoints write into them, gc
     // deletes what they hold).
     let objects = match fs::read_dir(dir.join("objects")) {
@@ -301,6 +328,57 @@ pub(crate) fn check_vault(dir: &Path) -> Result<(), Unsafe> {
         if t.is_symlink() {
             let name = format!("objects/{}", e.file_name().to_string_lossy());
             return Err(Unsafe::Link(name));
+        }
+    }
+    Ok(())
+}
+
+/// `HEAD` and `config`, which libgit2 reads at every open (their kind was
+/// checked with the state files): small, and the config holds only what
+/// memvault writes (see [`CONFIG_KEYS`]).
+fn check_git_files(dir: &Path) -> Result<(), Unsafe> {
+    for name in ["HEAD", "config"] {
+        match fs::symlink_metadata(dir.join(name)) {
+            Ok(m) if m.len() > GIT_FILE_MAX => return Err(Unsafe::TooLarge(name.to_string())),
+            _ => {}
+        }
+    }
+    let text = match read(&dir.join("config")) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Unsafe::Io("config".to_string(), e)),
+    };
+    let mut section = String::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix('[') {
+            let name = rest.split(']').next().unwrap_or(rest).trim();
+            if name.contains('"') || name.contains('.') || !rest.contains(']') {
+                return Err(Unsafe::Config(format!("[{name}]")));
+            }
+            section = name.to_ascii_lowercase();
+            if rest
+                .split_once(']')
+                .is_some_and(|(_, after)| !after.trim().is_empty())
+            {
+                return Err(Unsafe::Config(format!("[{name}] ...")));
+            }
+            continue;
+        }
+        let (key, value) = match line.split_once('=') {
+            Some((k, v)) => (k.trim(), v.trim()),
+            None => (line, "true"),
+        };
+        let full = format!("{section}.{}", key.to_ascii_lowercase());
+        let value = value.trim_matches('"').to_ascii_lowercase();
+        let allowed = CONFIG_KEYS
+            .iter()
+            .any(|(k, values)| *k == full && values.contains(&value.as_str()));
+        if !allowed {
+            return Err(Unsafe::Config(full));
         }
     }
     Ok(())
