@@ -138,11 +138,17 @@ impl Vault {
         if !dir.exists() {
             return Err(VaultError::NotFound(dir.to_path_buf()));
         }
-        if !dir.join(FORMAT_FILE).is_file() {
+        // A folder with no `memvault/` is not a vault; one with it is
+        // checked first (no link, not open to others, state files regular),
+        // so a format file that is a FIFO or a link is said as such.
+        if std::fs::symlink_metadata(dir.join("memvault")).is_err() {
             return Err(VaultError::NotAVault(dir.to_path_buf()));
         }
         // Before anything is read or written: no link, not open to others.
         fsx::check_vault(dir)?;
+        if !dir.join(FORMAT_FILE).is_file() {
+            return Err(VaultError::NotAVault(dir.to_path_buf()));
+        }
         read_format(dir)?;
         let repo =
             Repository::open_bare(dir).map_err(|_| VaultError::NotAVault(dir.to_path_buf()))?;

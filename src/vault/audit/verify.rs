@@ -321,8 +321,18 @@ impl Vault {
             if walked_all && let Some(problem) = self.check_high_water(tip, &on_main) {
                 report.problems.push(problem);
             }
-            if report.ok() {
-                self.write_high_water(tip, report.commits)?;
+            // The vault checks out; a mark that cannot be written (a full
+            // disk) is said in the report, not instead of it.
+            if report.ok()
+                && let Err(e) = self.write_high_water(tip, report.commits)
+            {
+                report.problems.push(Problem {
+                    rev: None,
+                    path: None,
+                    what: format!(
+                        "every check passed, but memvault/verified-head could not be written ({e}): run verify again once that is fixed"
+                    ),
+                });
             }
         }
         Ok(report)
