@@ -556,7 +556,13 @@ pub fn briefing(vault: &mut Vault, session: Option<&str>) -> Result<String, CliE
     let mut entries: Vec<CommitMeta> = Vec::new();
     for item in vault.walk()? {
         let (_, meta) = item?;
-        if chosen.is_none() && meta.actor != "memvault" && meta.op != "init" {
+        // An agent's session: one that ran the memory tool (not a sweep,
+        // a setting, an undo or an erasure an operator ran).
+        let agent_op = matches!(
+            meta.op.as_str(),
+            "create" | "overwrite" | "str_replace" | "insert" | "delete" | "rename"
+        );
+        if chosen.is_none() && agent_op {
             chosen = Some(meta.session.clone());
         }
         if chosen.as_deref() == Some(meta.session.as_str()) {

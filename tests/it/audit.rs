@@ -831,3 +831,34 @@ fn json_lines_of(bytes: &[u8]) -> Vec<serde_json::Value> {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
 }
+
+/// `resume` briefs on the last session that ran the memory tool, not on
+/// an operator's setting, sweep or undo made after it.
+#[test]
+fn resume_skips_sessions_that_did_not_run_the_memory_tool() {
+    let v = TestVault::new();
+    let out = run_with_stdin(
+        v.cmd().args(["serve", "--session", "agent-7"]),
+        format!(
+            "{}\n",
+            json!({"command": "create", "path": "/memories/plan.md", "file_text": "step one\n"})
+        )
+        .as_bytes(),
+    );
+    assert!(out.status.success());
+    assert!(
+        run(&v, &["config", "set", "max_files", "5000"])
+            .status
+            .success()
+    );
+    assert!(run(&v, &["expire", "--older-than", "30d"]).status.success());
+    let brief = stdout(&run(&v, &["resume"]));
+    assert!(
+        brief.contains("agent-7") && brief.contains("/memories/plan.md"),
+        "{brief}"
+    );
+    assert!(
+        !brief.contains("config ?") && !brief.contains("expire"),
+        "{brief}"
+    );
+}
