@@ -862,3 +862,54 @@ fn resume_skips_sessions_that_did_not_run_the_memory_tool() {
         "{brief}"
     );
 }
+
+/// Undoing in reverse order goes through: once R2 is reverted, the file
+/// holds the very version R1 left, so reverting R1 overwrites nothing. A
+/// later change still in place is still a conflict.
+#[test]
+fn undoing_in_reverse_order_goes_through_and_a_change_still_in_place_is_refused() {
+    let v = TestVault::new();
+    let one = |cmd: serde_json::Value| {
+        let r = v.one(cmd);
+        assert!(!is_error(&r), "{r}");
+    };
+    one(json!({"command": "create", "path": "/memories/f.md", "file_text": "v0\n"}));
+    one(
+        json!({"command": "str_replace", "path": "/memories/f.md", "old_str": "v0", "new_str": "v1"}),
+    );
+    let r1 = head_rev(&v, 0);
+    one(
+        json!({"command": "str_replace", "path": "/memories/f.md", "old_str": "v1", "new_str": "v2"}),
+    );
+    let r2 = head_rev(&v, 0);
+    // R2 still in place: reverting R1 would overwrite it.
+    let o = run(&v, &["revert", &r1]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(run(&v, &["revert", &r2]).status.success());
+    let o = run(&v, &["revert", &r1]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let view = v.one(json!({"command": "view", "path": "/memories/f.md"}));
+    assert!(
+        view.to_string().contains("v0") && !view.to_string().contains("v1"),
+        "{view}"
+    );
+    // A change written again with the same text is a new version (sealed
+    // anew): still a conflict, as any later write.
+    one(
+        json!({"command": "str_replace", "path": "/memories/f.md", "old_str": "v0", "new_str": "w1"}),
+    );
+    let r3 = head_rev(&v, 0);
+    one(
+        json!({"command": "str_replace", "path": "/memories/f.md", "old_str": "w1", "new_str": "w2"}),
+    );
+    one(
+        json!({"command": "str_replace", "path": "/memories/f.md", "old_str": "w2", "new_str": "w1"}),
+    );
+    assert_eq!(run(&v, &["revert", &r3]).status.code(), Some(1));
+    assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
+}

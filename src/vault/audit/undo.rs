@@ -395,6 +395,14 @@ impl Vault {
         let mut targets: BTreeMap<String, Target> = BTreeMap::new();
         let mut conflicts = Vec::new();
         let mut undoes = Vec::new();
+        // Changes by others to a path the undone commits touched, with
+        // the step they came at; what the undone commits left at each path
+        // and the step of their last touch. A later change is no conflict
+        // when the file is now as the undone commits left it (it was
+        // undone since, or changed and changed back): undoing then
+        // overwrites nothing.
+        let mut later: Vec<(String, Conflict, usize)> = Vec::new();
+        let mut left: BTreeMap<String, (Option<Oid>, usize)> = BTreeMap::new();
         match target {
             UndoTarget::Commit(_) | UndoTarget::Session(_) => {
                 // The commits to undo, and main back to the oldest of them
@@ -422,6 +430,7 @@ impl Vault {
                             _ => None,
                         };
                         for c in changes {
+                            left.insert(c.git_path.clone(), (c.new, index));
                             targets.entry(c.git_path).or_insert(Target {
                                 path: c.path,
                                 desired: c.old,
@@ -432,18 +441,33 @@ impl Vault {
                     } else {
                         for c in changes {
                             if targets.contains_key(&c.git_path) {
-                                conflicts.push((
+                                later.push((
                                     c.git_path,
                                     Conflict {
                                         rev: Rev::from_oid(id),
                                         path: c.path,
                                     },
+                                    index,
                                 ));
                             }
                         }
                     }
                 }
                 undoes.reverse();
+                // The chain is newest first: a smaller index is later.
+                let tip_tree = self.git_tree_of(Some(tip))?;
+                for (git_path, conflict, index) in later {
+                    let settled = left.get(&git_path).is_some_and(|&(leaves, last)| {
+                        index < last
+                            && entry_at(tip_tree.as_ref(), &git_path)
+                                .filter(|(_, k)| *k == ObjectType::Blob)
+                                .map(|(id, _)| id)
+                                == leaves
+                    });
+                    if !settled {
+                        conflicts.push((git_path, conflict));
+                    }
+                }
             }
             UndoTarget::Restore { path, at } => {
                 for c in self.changed_between(Some(tip), Some(at.oid()), Some(path))? {
