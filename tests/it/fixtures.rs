@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::util::{TestVault, bin, copy_dir, is_error, text};
+use crate::util::{TestVault, Writer, bin, copy_dir, is_error, text};
 
 /// A working copy of the fixture `name` (the committed one is never
 /// opened: opening may migrate or checkpoint it). Git keeps no empty
@@ -570,39 +570,6 @@ fn check_killed_session_replayed(t: &TestVault, commits: usize, day1: &str) {
     }
 }
 
-/// A `serve` of this memvault on a fixture, one request at a time.
-struct Writer {
-    child: std::process::Child,
-    input: Option<std::process::ChildStdin>,
-    output: std::io::BufReader<std::process::ChildStdout>,
-}
-
-impl Writer {
-    fn start(t: &TestVault, session: &str) -> Writer {
-        let mut child = t
-            .cmd()
-            .args(["serve", "--session", session])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        Writer {
-            input: child.stdin.take(),
-            output: std::io::BufReader::new(child.stdout.take().unwrap()),
-            child,
-        }
-    }
-
-    /// Send `request` and check that its reply is no error.
-    fn send(&mut self, request: &serde_json::Value) {
-        use std::io::{BufRead, Write};
-        writeln!(self.input.as_mut().unwrap(), "{request}").unwrap();
-        let mut reply = String::new();
-        self.output.read_line(&mut reply).unwrap();
-        assert!(reply.contains("\"is_error\":false"), "{request}: {reply}");
-    }
-}
-
 /// A vault of format 6 whose log still holds acknowledged records of a
 /// `serve` that was killed (each create's record with a whole key state,
 /// as format 6 wrote it; `tests/fixtures/make-v6.sh`): this memvault
@@ -623,8 +590,7 @@ fn format_6_vault_with_a_killed_writers_log_opens_replays_and_keeps_working() {
     }
     let r = t.one(serde_json::json!({"command": "view", "path": "/memories/after/3.md"}));
     assert!(text(&r).contains("after 3"), "{r}");
-    drop(writer.input.take());
-    assert!(writer.child.wait().unwrap().success());
+    assert!(writer.finish());
     let v = run(&t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
     crate::util::git(&t.vault, &["fsck", "--connectivity-only", "--no-dangling"]);

@@ -32,6 +32,16 @@ fn commits(hub: &Path) -> usize {
         .unwrap_or(0)
 }
 
+/// A bare git repository at `path`, to be a tenant's remote.
+fn bare_repo(path: &Path) {
+    let init = Command::new("git")
+        .args(["init", "-q", "--bare"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(init.status.success());
+}
+
 fn tenant(root: &Root, args: &[&str]) -> std::process::Output {
     root.tenant()
         .args(args)
@@ -51,12 +61,7 @@ fn a_tenant_moves_between_two_servers_through_its_remote_without_losing_a_write(
     let a = Root::new(&[("ana", "memory,audit"), ("bo", "memory")]);
     let b = Root::new(&[]);
     let hub = a.tmp.path().join("hub.git");
-    let init = Command::new("git")
-        .args(["init", "-q", "--bare"])
-        .arg(&hub)
-        .output()
-        .unwrap();
-    assert!(init.status.success());
+    bare_repo(&hub);
     let o = tenant(&a, &["remote", "ana", hub.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // A remote for a tenant that does not exist: refused.
@@ -201,24 +206,9 @@ fn a_tenant_moves_between_two_servers_through_its_remote_without_losing_a_write(
 fn a_tenant_clone_that_fails_registers_nothing() {
     let a = Root::new(&[("ana", "memory")]);
     let hub = a.tmp.path().join("empty.git");
-    assert!(
-        Command::new("git")
-            .args(["init", "-q", "--bare"])
-            .arg(&hub)
-            .status()
-            .unwrap()
-            .success()
-    );
+    bare_repo(&hub);
     let key = a.tmp.path().join("other.key");
-    assert!(
-        Command::new(bin())
-            .arg("keygen")
-            .arg(&key)
-            .output()
-            .unwrap()
-            .status
-            .success()
-    );
+    crate::util::keygen(&key);
     let o = tenant(
         &a,
         &[
@@ -276,12 +266,7 @@ fn tenant_remove_refuses_while_a_remote_lacks_its_changes_unless_forced() {
     let hub = a.tmp.path().join("hub.git");
     let hub_bo = a.tmp.path().join("hub-bo.git");
     for h in [&hub, &hub_bo] {
-        let init = Command::new("git")
-            .args(["init", "-q", "--bare"])
-            .arg(h)
-            .output()
-            .unwrap();
-        assert!(init.status.success());
+        bare_repo(h);
     }
     for (t, h) in [("ana", &hub), ("bo", &hub_bo)] {
         let o = tenant(&a, &["remote", t, h.to_str().unwrap()]);
@@ -338,12 +323,7 @@ fn tenant_remove_refuses_while_a_remote_lacks_its_changes_unless_forced() {
 fn a_failed_tenant_sync_is_logged_by_tenant_id_only() {
     let a = Root::new(&[("ana", "memory"), ("bo", "memory")]);
     let hub = a.tmp.path().join("hub.git");
-    let init = Command::new("git")
-        .args(["init", "-q", "--bare"])
-        .arg(&hub)
-        .output()
-        .unwrap();
-    assert!(init.status.success());
+    bare_repo(&hub);
     let missing = a.tmp.path().join("no-such-remote.git");
     for (t, h) in [("ana", &missing), ("bo", &hub)] {
         let o = tenant(&a, &["remote", t, h.to_str().unwrap()]);

@@ -677,29 +677,15 @@ fn a_vault_directory_is_never_pushed_to_and_read_as_a_remote_only_when_its_log_i
     c.ok(&["verify"]);
     // Read as a remote while a process holds changes in its log: refused;
     // once that process has closed (its log checkpointed), it reads whole.
-    let mut serve = b
-        .cmd()
-        .args(["serve"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = serve.stdin.take().unwrap();
-    let mut out = std::io::BufReader::new(serve.stdout.take().unwrap());
-    use std::io::{BufRead, Write};
-    let req =
-        json!({"command": "create", "path": "/memories/live.md", "file_text": "acknowledged\n"});
-    stdin.write_all(format!("{req}\n").as_bytes()).unwrap();
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert!(line.contains("\"is_error\":false"), "{line}");
+    let mut serve = Writer::spawn(b.cmd().arg("serve"));
+    serve.send(
+        &json!({"command": "create", "path": "/memories/live.md", "file_text": "acknowledged\n"}),
+    );
     let d = Machine::new(w.hub.with_file_name("copy"), a.key.clone());
     let err = d.fails(&["clone", b_url], 1);
     assert!(err.contains("nothing was fetched"), "{err}");
     assert!(!d.dir.exists(), "a refused clone leaves nothing");
-    drop(stdin);
-    assert!(serve.wait().unwrap().success());
+    assert!(serve.finish());
     d.ok(&["clone", b_url]);
     assert_eq!(d.read("/memories/live.md").unwrap(), "acknowledged\n");
 }

@@ -29,16 +29,7 @@ impl TestVault {
         let tmp = tempfile::tempdir().unwrap();
         let vault = tmp.path().join("vault");
         let key = tmp.path().join("vault.key");
-        let out = Command::new(bin())
-            .arg("keygen")
-            .arg(&key)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "keygen: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        keygen(&key);
         let t = TestVault { tmp, vault, key };
         let out = t.cmd().arg("init").output().unwrap();
         assert!(
@@ -282,4 +273,62 @@ pub fn unpack_all(v: &TestVault) {
             .ends_with(".pack")),
         "the test needs loose objects, not packs"
     );
+}
+
+/// Make a key file at `path` with `memvault keygen`.
+pub fn keygen(path: &Path) {
+    let out = Command::new(bin())
+        .arg("keygen")
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "keygen: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A `serve` process fed one request at a time.
+pub struct Writer {
+    pub child: std::process::Child,
+    pub input: Option<std::process::ChildStdin>,
+    output: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Writer {
+    /// `serve --session SESSION` on the test vault.
+    pub fn start(t: &TestVault, session: &str) -> Writer {
+        Writer::spawn(t.cmd().args(["serve", "--session", session]))
+    }
+
+    /// A `serve` command (its pipes are set here; stderr is discarded).
+    pub fn spawn(cmd: &mut Command) -> Writer {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Writer {
+            input: child.stdin.take(),
+            output: std::io::BufReader::new(child.stdout.take().unwrap()),
+            child,
+        }
+    }
+
+    /// Send `request` and check that its reply is no error.
+    pub fn send(&mut self, request: &Value) {
+        use std::io::BufRead;
+        writeln!(self.input.as_mut().unwrap(), "{request}").unwrap();
+        let mut reply = String::new();
+        self.output.read_line(&mut reply).unwrap();
+        assert!(reply.contains("\"is_error\":false"), "{request}: {reply}");
+    }
+
+    /// End its input and wait for it to exit; whether it exited 0.
+    pub fn finish(mut self) -> bool {
+        drop(self.input.take());
+        self.child.wait().unwrap().success()
+    }
 }

@@ -494,16 +494,20 @@ fn parse_options(bytes: &[u8]) -> Result<Value, ApiError> {
     )
 }
 
+/// A 400 for a body that gives `key` twice (the tool's own sentence,
+/// without its "Error: ").
+fn duplicate_key(key: &str) -> ApiError {
+    let m = duplicate_key_message(key);
+    let m = m.strip_prefix("Error: ").unwrap_or(&m);
+    ApiError::new(StatusCode::BAD_REQUEST, m.to_string())
+}
+
 /// Strict JSON (a key given twice is refused), or a 400 that ends with
 /// `send`, what the route takes.
 fn parse_json(bytes: &[u8], send: &str) -> Result<Value, ApiError> {
     match parse_strict(bytes) {
         Ok(v) => Ok(v),
-        Err(ParseError::DuplicateKey(key)) => {
-            let m = duplicate_key_message(&key);
-            let m = m.strip_prefix("Error: ").unwrap_or(&m);
-            Err(ApiError::new(StatusCode::BAD_REQUEST, m.to_string()))
-        }
+        Err(ParseError::DuplicateKey(key)) => Err(duplicate_key(&key)),
         Err(ParseError::Syntax(e)) => Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             format!("the request body is not valid JSON ({e}); {send}"),
@@ -958,9 +962,7 @@ async fn mcp_gate(
                 .ok()
                 .is_some_and(|m| m.get("method").and_then(Value::as_str) == Some("tools/call"));
             if !tools_call {
-                let m = duplicate_key_message(&key);
-                let m = m.strip_prefix("Error: ").unwrap_or(&m);
-                return Err(ApiError::new(StatusCode::BAD_REQUEST, m.to_string()));
+                return Err(duplicate_key(&key));
             }
             parts.extensions.insert(RepeatedKey(key));
         }
