@@ -498,10 +498,10 @@ pub(crate) fn tenant(
             Ok(0)
         }
         TenantCommand::Remove { name, root, force } => {
-            // A tenant moved to another server through its remote: what it
-            // wrote since the last sync would go with it.
-            // Checked unless --force. An unknown tenant or a wrong key is
-            // said as such; a vault that cannot be checked refuses too.
+            // Unless --force, nothing a remote lacks goes with the tenant (a
+            // tenant moved through its remote, written since its last
+            // sync). An unknown tenant or a wrong key is said as such; a
+            // vault that cannot be checked refuses too.
             if !force {
                 let (tenants, id, key) = tenant_key(global, root, name)?;
                 let behind = Vault::open(

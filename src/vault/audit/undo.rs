@@ -398,9 +398,8 @@ impl Vault {
         // Changes by others to a path the undone commits touched, with
         // the step they came at; what the undone commits left at each path
         // and the step of their last touch. A later change is no conflict
-        // when the file is now as the undone commits left it (it was
-        // undone since, or changed and changed back): undoing then
-        // overwrites nothing.
+        // when the file now holds the very version the undone commits left
+        // (a revert put it back): undoing then overwrites nothing.
         let mut later: Vec<(String, Conflict, usize)> = Vec::new();
         let mut left: BTreeMap<String, (Option<Oid>, usize)> = BTreeMap::new();
         match target {
@@ -518,6 +517,8 @@ impl Vault {
             }
         }
         let mut edits = Vec::new();
+        // The keys of the versions put back (for expiry, below).
+        let mut put_back = Vec::new();
         let mut skipped_erased = Vec::new();
         let mut blocked = Vec::new();
         for (git_path, t) in &targets {
@@ -551,6 +552,7 @@ impl Vault {
                     skipped_erased.push(t.path.clone());
                     continue;
                 }
+                put_back.push(id);
             }
             edits.push((git_path.clone(), t.path.clone(), t.desired));
         }
@@ -628,18 +630,13 @@ impl Vault {
         // For expiry, a file put back is written now: its key's record of
         // use would otherwise say when the old version was written, and
         // the next sweep would erase what was just brought back.
-        let put_back: Vec<Oid> = edits.iter().filter_map(|(_, _, d)| *d).collect();
         let changed = edits.into_iter().map(|(_, p, _)| p).collect();
         let time = meta.time_ms;
         let commit = self.publish(Some(tip), tree, KeyChange::default(), &meta, objects)?;
-        let written: Vec<_> = {
-            let snap = self.snapshot_of(Some(commit))?;
-            put_back
-                .into_iter()
-                .filter_map(|blob| snap.blob_key_id(blob).ok())
-                .map(|id| (id, crate::vault::access::Kind::Written, time))
-                .collect()
-        };
+        let written: Vec<_> = put_back
+            .into_iter()
+            .map(|id| (id, crate::vault::access::Kind::Written, time))
+            .collect();
         self.append_access(&written);
         Ok(UndoOutcome::Done {
             commit: Rev::from_oid(commit),
