@@ -163,13 +163,10 @@ impl Shards {
         }
     }
 
-    /// The shard `number`, found now if it was not yet.
-    fn get(&self, repo: &Repository, number: u16) -> Result<Option<&Shard>, VaultError> {
-        self.get_with(repo, None, number)
-    }
-
-    /// [`Shards::get`], reading the table's trees through `caches` when
-    /// given (a change: the trees are mostly the ones it wrote last).
+    /// The shard `number`, found now if it was not yet, reading the
+    /// table's trees through `caches` when given (a change: the trees are
+    /// mostly the ones it wrote last; a long-running reader: the trees
+    /// above the shards are shared).
     fn get_with(
         &self,
         repo: &Repository,
@@ -211,9 +208,10 @@ impl Shards {
         &self,
         repo: &Repository,
         keys: &VaultKeys,
+        caches: Option<&Caches>,
         number: u16,
     ) -> Result<Option<&KeyTable>, VaultError> {
-        match self.get(repo, number)? {
+        match self.get_with(repo, caches, number)? {
             None => Ok(None),
             Some(shard) => Ok(Some(shard.table(repo, keys, self.layout, number)?)),
         }
@@ -798,7 +796,7 @@ impl KeyState {
         keys: &VaultKeys,
         number: u16,
     ) -> Result<Vec<(FileKeyId, FileKey)>, VaultError> {
-        Ok(match self.shards.table(repo, keys, number)? {
+        Ok(match self.shards.table(repo, keys, None, number)? {
             None => Vec::new(),
             Some(t) => t.iter().map(|(id, k)| (*id, k.duplicate())).collect(),
         })
@@ -850,10 +848,23 @@ impl KeyState {
         keys: &VaultKeys,
         id: &FileKeyId,
     ) -> Result<Option<&FileKey>, VaultError> {
+        self.file_key_with(repo, keys, None, id)
+    }
+
+    /// [`file_key`](Self::file_key), the table's trees read through
+    /// `caches` when given (a long-running process: the trees above the
+    /// shards are shared by many files' lookups).
+    pub(crate) fn file_key_with(
+        &self,
+        repo: &Repository,
+        keys: &VaultKeys,
+        caches: Option<&Caches>,
+        id: &FileKeyId,
+    ) -> Result<Option<&FileKey>, VaultError> {
         let number = self.shards.layout.shard_of(id);
         Ok(self
             .shards
-            .table(repo, keys, number)?
+            .table(repo, keys, caches, number)?
             .and_then(|t| t.get(id)))
     }
 

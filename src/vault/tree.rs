@@ -512,7 +512,7 @@ impl<'a> VaultSnapshot<'a> {
     /// The key with this id, from the key table.
     pub(crate) fn file_key(&self, id: &FileKeyId) -> Result<&'a FileKey, StoreError> {
         self.key_state
-            .file_key(self.repo, self.keys, id)?
+            .file_key_with(self.repo, self.keys, Some(self.caches), id)?
             .ok_or_else(|| damaged("a stored file's key is missing from the key table"))
     }
 
@@ -764,13 +764,14 @@ impl<'a> VaultSnapshot<'a> {
         if let Some(n) = self.caches.sizes.borrow().get(&oid) {
             return Ok(*n);
         }
-        let tree = objects::find_tree(self.repo, oid)?;
+        // Through the tree cache: a listing sizes every directory it
+        // shows, and the views that follow it (an agent views its memory
+        // directory first) then find their trees read.
         let mut total = 0u64;
-        for e in tree.iter() {
-            total += match e.kind() {
-                Some(ObjectType::Blob) => self.blob_plain_size(e.id())?,
-                Some(ObjectType::Tree) => self.tree_plain_size(e.id())?,
-                _ => return Err(damaged("a tree entry has an unexpected type")),
+        for e in self.caches.tree_entries(self.repo, oid)?.iter() {
+            total += match kind_of(e.mode)? {
+                NodeKind::File => self.blob_plain_size(e.id)?,
+                NodeKind::Dir => self.tree_plain_size(e.id)?,
             };
         }
         remember(&self.caches.sizes, oid, total);
@@ -815,13 +816,17 @@ impl Snapshot for VaultSnapshot<'_> {
         let bytes = self.blob_bytes(oid)?;
         let id =
             crypto::blob_key_id(&bytes).map_err(|_| damaged("a stored file has a bad header"))?;
-        let key = match self.key_state.file_key(self.repo, self.keys, &id)? {
-            Some(k) => k,
-            None if self.key_state.erased.contains(&id) => return Err(StoreError::Erased),
-            None => {
-                return Err(damaged("a stored file's key is missing from the key table"));
-            }
-        };
+        let key =
+            match self
+                .key_state
+                .file_key_with(self.repo, self.keys, Some(self.caches), &id)?
+            {
+                Some(k) => k,
+                None if self.key_state.erased.contains(&id) => return Err(StoreError::Erased),
+                None => {
+                    return Err(damaged("a stored file's key is missing from the key table"));
+                }
+            };
         *self.caches.last_read.borrow_mut() = Some((path.as_str().to_string(), id));
         crypto::open_blob(key, path.as_str(), &bytes)
             .map_err(|_| damaged("a stored file failed to decrypt (altered, truncated or moved)"))
