@@ -116,7 +116,23 @@ impl Vault {
         let name = slot_name(&slot)?;
         let added = name.clone();
         let details = vec![format!("added keyslot {name}")];
-        self.change_slots("keyslot", details, move |_, slots| {
+        let unlock = match secret {
+            NewSlot::KeyFile(k) => Unlock::KeyFile(k),
+            NewSlot::Passphrase(p, _) => Unlock::Passphrase(p),
+        };
+        self.change_slots("keyslot", details, move |_, slots, _| {
+            // A second slot for a secret that already opens one would make
+            // `key remove` of either claim a revocation that did not
+            // happen.
+            if let Some(id) = slots
+                .iter()
+                .find(|(_, bytes)| crypto::open_slot(bytes, &unlock).is_ok())
+                .map(|(id, _)| id)
+            {
+                return Err(VaultError::Refused(format!(
+                    "that secret already opens keyslot {id}; nothing was changed (a secret needs only one slot)"
+                )));
+            }
             slots.insert(name, slot);
             Ok(None)
         })?;
@@ -129,7 +145,7 @@ impl Vault {
         let id = id.to_ascii_lowercase();
         let unlocked = self.unlocked_slot.clone();
         let details = vec![format!("removed keyslot {id}")];
-        self.change_slots("keyslot", details, |_, slots| {
+        self.change_slots("keyslot", details, |_, slots, _| {
             if !slots.contains_key(&id) {
                 return Err(VaultError::Refused(format!(
                     "this vault has no keyslot {id:?} (see `memvault key list`)"
@@ -166,7 +182,7 @@ impl Vault {
         let name = slot_name(&sealed)?;
         let added = name.clone();
         let details = vec![format!("replaced keyslot {target} by {name}")];
-        self.change_slots("passwd", details, move |_, slots| {
+        self.change_slots("passwd", details, move |_, slots, _| {
             if slots.remove(&target).is_none() {
                 return Err(VaultError::Refused(format!(
                     "keyslot {target} was removed meanwhile; nothing was changed"
@@ -228,7 +244,7 @@ impl Vault {
         };
         let mut report = None;
         let details = vec!["new data-key epoch".to_string()];
-        self.change_slots("rekey", details, |vault, slots| {
+        self.change_slots("rekey", details, |vault, slots, details| {
             let Some(bytes) = slots.get(&unlocked) else {
                 return Err(VaultError::Refused(
                     "the keyslot this command was unlocked with was removed meanwhile; nothing was changed".into(),
@@ -267,6 +283,11 @@ impl Vault {
             let name = slot_name(&sealed)?;
             slots.clear();
             slots.insert(name.clone(), sealed);
+            // What happened to every slot, as `key add`/`key remove` say it.
+            details.push(format!("replaced keyslot {unlocked} by {name}"));
+            for id in &others {
+                details.push(format!("removed keyslot {id}"));
+            }
             report = Some(RekeyReport {
                 epoch,
                 slot: name,
@@ -280,18 +301,23 @@ impl Vault {
     }
 
     /// Under the writer lock: let `edit` change a copy of the slots (and
-    /// optionally return a new keyring), then publish the new key state
-    /// with a commit on main (`op`, `details`: what changed, no secret),
-    /// durably. On any failure the key state on disk is unchanged.
+    /// optionally return a new keyring, and add to `details`), then
+    /// publish the new key state with a commit on main (`op`, `details`:
+    /// what changed, slot ids, no secret), durably. On any failure the key
+    /// state on disk is unchanged.
     fn change_slots(
         &mut self,
         op: &'static str,
-        details: Vec<String>,
-        edit: impl FnOnce(&Vault, &mut BTreeMap<String, Vec<u8>>) -> Result<Option<Keyring>, VaultError>,
+        mut details: Vec<String>,
+        edit: impl FnOnce(
+            &Vault,
+            &mut BTreeMap<String, Vec<u8>>,
+            &mut Vec<String>,
+        ) -> Result<Option<Keyring>, VaultError>,
     ) -> Result<(), VaultError> {
         self.with_writer_lock(|vault, tip| {
             let mut slots = vault.key_state.slots.clone();
-            let keyring = edit(vault, &mut slots)?;
+            let keyring = edit(vault, &mut slots, &mut details)?;
             if slots.is_empty() {
                 return Err(damaged("a key change left no keyslot"));
             }
@@ -301,7 +327,7 @@ impl Vault {
                 ..Default::default()
             };
             let meta = CommitMeta {
-                details,
+                details: std::mem::take(&mut details),
                 ..vault.new_meta(op)
             };
             vault.publish_key_change(tip, change, meta)?;

@@ -278,6 +278,36 @@ fn key_add_list_remove() {
     assert!(out.status.success(), "{}", stderr(&out));
     let list = stdout(&v.cmd().args(["key", "list"]).output().unwrap());
     assert_eq!(slot_ids(&list).len(), 3, "{list}");
+    // A secret that already opens a slot gets no second one (removing
+    // either would claim a revocation that did not happen): the same key
+    // file, the key file unlocked with, the same passphrase.
+    let refs_before = git_text(&v.vault, &["for-each-ref"], None);
+    for (flag, secret) in [
+        ("--new-key-file", &k2),
+        ("--new-key-file", &v.key),
+        ("--new-passphrase-file", &pf),
+    ] {
+        let out = v
+            .cmd()
+            .args(["key", "add", flag])
+            .arg(secret)
+            .args(if flag == "--new-passphrase-file" {
+                &TINY[..]
+            } else {
+                &[]
+            })
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{flag}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("already opens keyslot"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(git_text(&v.vault, &["for-each-ref"], None), refs_before);
+    let list = stdout(&v.cmd().args(["key", "list"]).output().unwrap());
+    assert_eq!(slot_ids(&list).len(), 3, "{list}");
     let k2_slot = slot_ids(&list)
         .into_iter()
         .find(|id| *id != keyfile_slot && list.contains(&format!("{id} key-file")))
@@ -371,6 +401,7 @@ fn rekey_new_writes_use_the_new_epoch_old_history_opens() {
         2
     );
 
+    let before = slot_ids(&stdout(&v.cmd().args(["key", "list"]).output().unwrap()));
     let out = v
         .cmd()
         .args(["rekey", "--drop-other-slots"])
@@ -380,6 +411,20 @@ fn rekey_new_writes_use_the_new_epoch_old_history_opens() {
     assert!(stderr(&out).contains("epoch 1"), "{}", stderr(&out));
     let list = stdout(&v.cmd().args(["key", "list"]).output().unwrap());
     assert_eq!(slot_ids(&list).len(), 1, "{list}");
+    // History says what happened to every slot: the one rewrapped (its
+    // old and new ids) and the one dropped.
+    let new_slot = &slot_ids(&list)[0];
+    let out = v
+        .cmd()
+        .args(["history", "--json", "--op", "rekey"])
+        .output()
+        .unwrap();
+    let details = stdout(&out);
+    assert!(details.contains(&format!("by {new_slot}")), "{details}");
+    for id in &before {
+        assert!(details.contains(id.as_str()), "{id} missing: {details}");
+    }
+    assert!(details.contains("removed keyslot"), "{details}");
     assert!(list.contains("key epoch 1"), "{list}");
     // The dropped key file no longer opens the vault.
     let out = Command::new(bin())

@@ -306,3 +306,89 @@ fn purge_keeps_the_empty_tree_of_the_init_commit() {
         String::from_utf8_lossy(&clone.stderr)
     );
 }
+
+/// What a killed checkpoint or `gc` leaves in `objects/` (temporary packs
+/// and loose files, libgit2's lock files, a pack whose index never came)
+/// holds whole objects, old key states among them: `gc` deletes it, and so
+/// does an erasure, which promises the destroyed keys are gone from disk.
+#[test]
+fn what_a_killed_write_left_in_objects_is_deleted_by_gc_and_by_an_erasure() {
+    let v = TestVault::new();
+    for i in 0..3 {
+        let r = v.one(json!({"command": "create", "path": format!("/memories/n{i}.md"), "file_text": format!("note {i}\n")}));
+        assert!(!is_error(&r), "{r}");
+    }
+    let out = v.cmd().arg("gc").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pack_dir = v.vault.join("objects/pack");
+    let real_pack = std::fs::read_dir(&pack_dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "pack"))
+        .unwrap();
+    let plant = || {
+        let bytes = std::fs::read(&real_pack).unwrap();
+        let names = [
+            "tmp_mv_pack_0a1b2c3d4e5f",
+            "pack_git2_Xy12Ab",
+            "pack_git2_Xy12Ab.idx.lock",
+            "pack-0000000000000000000000000000000000000000.pack",
+        ];
+        for n in names {
+            std::fs::write(pack_dir.join(n), &bytes).unwrap();
+        }
+        let loose = v.vault.join("objects/ab");
+        std::fs::create_dir_all(&loose).unwrap();
+        std::fs::write(loose.join("tmp_mv_0a1b2c3d4e5f"), &bytes).unwrap();
+        names
+            .iter()
+            .map(|n| pack_dir.join(n))
+            .chain([loose.join("tmp_mv_0a1b2c3d4e5f")])
+            .collect::<Vec<_>>()
+    };
+    let left = |planted: &[std::path::PathBuf]| -> Vec<String> {
+        planted
+            .iter()
+            .filter(|p| p.exists())
+            .map(|p| p.display().to_string())
+            .collect()
+    };
+
+    let planted = plant();
+    let out = v.cmd().arg("gc").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(left(&planted), Vec::<String>::new());
+    let packs: Vec<_> = std::fs::read_dir(&pack_dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(packs.len(), 2, "one pack and its index: {packs:?}");
+
+    let planted = plant();
+    let out = v.cmd().args(["purge", "/memories/n1.md"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(left(&planted), Vec::<String>::new());
+    // Nothing reachable was lost.
+    let r = v.one(json!({"command": "view", "path": "/memories/n2.md"}));
+    assert!(text(&r).contains("note 2"), "{r}");
+    let out = v.cmd().arg("verify").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

@@ -249,6 +249,61 @@ fn insert_tree(
     Ok(())
 }
 
+/// Delete what an interrupted write left in the object store (the caller
+/// holds the writer lock, so no write of this vault is under way): the
+/// temporary files of a checkpoint's pack or loose object
+/// (`tmp_mv_*`), libgit2's of a `gc` (`pack_git2_*`, `*.lock`), and a
+/// pack without its index or an index without its pack. git reads none
+/// of them, but they hold whole objects: old key states, with keyslots
+/// since removed and file keys since destroyed. Returns how many.
+pub(crate) fn remove_leftovers(objects_dir: &std::path::Path) -> std::io::Result<usize> {
+    let mut removed = 0;
+    let mut remove = |path: &std::path::Path| -> std::io::Result<()> {
+        match fs::remove_file(path) {
+            Ok(()) => {
+                removed += 1;
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    };
+    let pack_dir = objects_dir.join("pack");
+    if let Ok(rd) = fs::read_dir(&pack_dir) {
+        for e in rd.filter_map(Result::ok) {
+            // Neither followed nor descended into (`file_type` does not
+            // follow a link).
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let n = e.file_name().to_string_lossy().into_owned();
+            let orphan = |own: &str, other: &str| {
+                n.strip_suffix(own)
+                    .is_some_and(|stem| !pack_dir.join(format!("{stem}{other}")).exists())
+            };
+            let leftover = n.starts_with("tmp_")
+                || n.starts_with("pack_git2_")
+                || n.ends_with(".lock")
+                || (n.starts_with("pack-") && (orphan(".pack", ".idx") || orphan(".idx", ".pack")));
+            if leftover {
+                remove(&e.path())?;
+            }
+        }
+    }
+    for d in fs::read_dir(objects_dir)?.filter_map(Result::ok) {
+        let n = d.file_name().to_string_lossy().into_owned();
+        let real_dir = d.file_type().is_ok_and(|t| t.is_dir());
+        if real_dir && n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit()) {
+            for f in fs::read_dir(d.path())?.filter_map(Result::ok) {
+                if f.file_name().to_string_lossy().starts_with("tmp_") {
+                    remove(&f.path())?;
+                }
+            }
+        }
+    }
+    Ok(removed)
+}
+
 /// The repack (the caller holds the writer lock and has checkpointed).
 pub(crate) fn repack_locked(repo: &Repository) -> Result<GcReport, VaultError> {
     let objects_dir = repo.path().join("objects");
@@ -309,7 +364,8 @@ pub(crate) fn repack_locked(repo: &Repository) -> Result<GcReport, VaultError> {
         fsync::sync_path(&pack_dir.join(format!("{keep}{ext}")))?;
     }
     fsync::sync_path(&pack_dir)?;
-    // Only now delete: every other pack, then every loose object.
+    // Only now delete: every other pack, what interrupted writes left,
+    // then every loose object.
     for e in fs::read_dir(&pack_dir)?.filter_map(Result::ok) {
         let n = e.file_name().to_string_lossy().into_owned();
         if n.starts_with("pack-") && !n.starts_with(&keep) {
@@ -317,6 +373,7 @@ pub(crate) fn repack_locked(repo: &Repository) -> Result<GcReport, VaultError> {
             report.removed_files += 1;
         }
     }
+    report.removed_files += remove_leftovers(&objects_dir)?;
     for d in fs::read_dir(&objects_dir)?.filter_map(Result::ok) {
         let n = d.file_name().to_string_lossy().into_owned();
         // A link is not followed (`file_type` does not follow it).

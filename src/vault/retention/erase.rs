@@ -466,10 +466,13 @@ impl Vault {
         // The log file keeps earlier records' bytes until overwritten
         // (it is preallocated): zero them, replaced key tables among them.
         self.wal.scrub()?;
+        // What an interrupted write left holds whole objects, replaced key
+        // states among them: gone first, garbage list or not.
+        let swept = crate::vault::gc::remove_leftovers(&self.dir.join("objects"))?;
         let list_path = self.dir.join(GARBAGE_FILE);
         let text = match crate::vault::fsx::read_to_string(&list_path) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(swept),
             Err(e) => return Err(e.into()),
         };
         let current = self
@@ -492,7 +495,7 @@ impl Vault {
                 self.collect_objects(id, &mut doomed);
             }
         }
-        let mut removed = 0;
+        let mut removed = swept;
         let mut packed = false;
         let odb = self.repo.odb()?;
         for oid in doomed.difference(&live) {
