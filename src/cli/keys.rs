@@ -127,20 +127,7 @@ fn unlock_of(secret: &Secret) -> Unlock<'_> {
 /// twice on the terminal.
 fn new_passphrase(file: Option<&PathBuf>) -> Result<Passphrase, CliError> {
     let text = if let Some(path) = file {
-        let mut text = fs::read_to_string(path).map_err(|e| {
-            CliError::failure(format!(
-                "cannot read the new passphrase file {}: {e}",
-                path.display()
-            ))
-        })?;
-        // As for --passphrase-file: one trailing newline is not part of it.
-        if text.ends_with('\n') {
-            text.pop();
-            if text.ends_with('\r') {
-                text.pop();
-            }
-        }
-        text
+        super::unlock::read_passphrase_file(path, "new passphrase file")?
     } else if let Some(p) = std::env::var("MEMVAULT_NEW_PASSPHRASE")
         .ok()
         .filter(|p| !p.is_empty())

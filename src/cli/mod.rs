@@ -191,9 +191,14 @@ pub(crate) struct Global {
     #[arg(long, global = true, value_name = "DIR")]
     pub vault: Option<PathBuf>,
     /// A raw 32-byte key file that unlocks the vault (also MEMVAULT_KEY_FILE)
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        conflicts_with = "passphrase_file"
+    )]
     pub key_file: Option<PathBuf>,
-    /// A file whose first line is the passphrase (else MEMVAULT_PASSPHRASE, else a prompt)
+    /// A file holding the passphrase on one line (without either flag: MEMVAULT_KEY_FILE, then MEMVAULT_PASSPHRASE, then a prompt)
     #[arg(long, global = true, value_name = "FILE")]
     pub passphrase_file: Option<PathBuf>,
     /// Give up on a remote (sync, push, pull, clone) after this many seconds of one git transfer; nothing changes here then

@@ -1,5 +1,5 @@
 //! Where the secret that unlocks a vault comes from, in order:
-//! `--key-file` / `MEMVAULT_KEY_FILE`, `--passphrase-file`,
+//! `--key-file` or `--passphrase-file` (not both), `MEMVAULT_KEY_FILE`,
 //! `MEMVAULT_PASSPHRASE`, then a hidden prompt on the terminal. With none of
 //! them and no terminal, a clear error instead of a hang.
 
@@ -25,7 +25,38 @@ pub enum Secret {
     Passphrase(Passphrase),
 }
 
+/// Refuse what is not a regular file (after links) before opening it: a
+/// FIFO would block the open for ever, a device would be read without end.
+fn regular_file(path: &Path, what: &str) -> Result<(), CliError> {
+    match fs::metadata(path) {
+        Ok(m) if !m.is_file() => Err(CliError::failure(format!(
+            "the {what} {} is not a regular file",
+            path.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The passphrase in the file at `path` (`what` names it in errors): its
+/// one line, without the line's end. A file of several lines is refused,
+/// not guessed at.
+pub(crate) fn read_passphrase_file(path: &Path, what: &str) -> Result<String, CliError> {
+    regular_file(path, what)?;
+    let text = fs::read_to_string(path).map_err(|e| {
+        CliError::failure(format!("cannot read the {what} {}: {e}", path.display()))
+    })?;
+    let text = strip_newline(text);
+    if text.contains('\n') {
+        return Err(CliError::failure(format!(
+            "the {what} {} holds more than one line: put the passphrase alone on its first and only line (or give it in the environment)",
+            path.display()
+        )));
+    }
+    Ok(text)
+}
+
 pub(crate) fn read_key_file(path: &Path) -> Result<KeyFileKey, CliError> {
+    regular_file(path, "key file")?;
     let mut f = fs::File::open(path).map_err(|e| {
         CliError::failure(format!("cannot read the key file {}: {e}", path.display()))
     })?;
@@ -87,17 +118,12 @@ impl SecretSource {
         if let Some(path) = &self.key_file {
             return Ok(Secret::KeyFile(read_key_file(path)?));
         }
+        // A flag given beats the environment.
+        if let Some(path) = &self.passphrase_file {
+            return passphrase(read_passphrase_file(path, "passphrase file")?);
+        }
         if let Some(path) = std::env::var_os("MEMVAULT_KEY_FILE").filter(|v| !v.is_empty()) {
             return Ok(Secret::KeyFile(read_key_file(Path::new(&path))?));
-        }
-        if let Some(path) = &self.passphrase_file {
-            let text = fs::read_to_string(path).map_err(|e| {
-                CliError::failure(format!(
-                    "cannot read the passphrase file {}: {e}",
-                    path.display()
-                ))
-            })?;
-            return passphrase(strip_newline(text));
         }
         if let Ok(p) = std::env::var("MEMVAULT_PASSPHRASE")
             && !p.is_empty()

@@ -535,6 +535,21 @@ fn keys_ref_set_aside(
     if Some(logged) == at {
         return None;
     }
+    // A ref newer than the log's (a higher counter) was not set aside:
+    // the log is the older one (put back from a copy), and its key state
+    // may hold a slot since removed. Rolling the ref back to it would be
+    // the wrong advice.
+    if let Some(a) = at {
+        let counter = |id: Oid| {
+            crate::vault::objects::check(repo, id).ok()?;
+            keys::read_header(repo, id).ok().map(|(_, c)| c)
+        };
+        if let (Some(disk), Some(log)) = (counter(a), counter(logged))
+            && disk > log
+        {
+            return None;
+        }
+    }
     let (_, slots) = keys::read_slots_at(repo, Some(logged)).ok()?;
     let keyring = slots
         .values()

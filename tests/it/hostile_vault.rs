@@ -365,6 +365,26 @@ fn a_key_ref_set_aside_to_what_the_key_does_not_open_says_so_and_how_to_put_it_b
     let (code, err) = run(&other);
     assert_eq!(code, Some(0), "{err}");
     ok(&v.cmd().arg("verify").output().unwrap());
+
+    // The other way round: the log put back from a copy taken while the
+    // other key's slot was there, after that slot was removed. The ref is
+    // the newer state: the removed key is refused as any wrong secret,
+    // with no advice to roll the ref back to the log's state.
+    let snapshot = std::fs::read(v.vault.join("memvault/wal")).unwrap();
+    let slot = String::from_utf8(v.cmd().args(["key", "list"]).output().unwrap().stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.contains("unlocked with"))
+        .find_map(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap();
+    ok(&v.cmd().args(["key", "remove", &slot]).output().unwrap());
+    std::fs::write(v.vault.join("memvault/wal"), &snapshot).unwrap();
+    let (code, err) = run(&other);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(!err.contains("outside memvault"), "{err}");
+    assert!(!err.contains("put the ref back"), "{err}");
+    let (code, err) = run(&v.key);
+    assert_eq!(code, Some(0), "{err}");
 }
 
 /// `gc` deletes what main does not reach: with main moved back to an

@@ -215,3 +215,97 @@ fn hostile_argon2_parameters_are_refused_before_any_work() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("Argon2"));
     assert!(!tmp.path().join("v").exists());
 }
+
+/// Where the secret comes from, when more than one is given, and files
+/// that are not one secret: a flag beats the environment, both flags are
+/// a usage error, a passphrase file of several lines and a key file that
+/// is a FIFO are refused (the FIFO at once, not after a hang).
+#[test]
+fn secret_sources_flags_beat_the_environment_and_odd_files_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let vault = tmp.path().join("v");
+    let pf = tmp.path().join("pass.txt");
+    std::fs::write(&pf, "correct horse battery staple\r\n").unwrap();
+    let out = plain_cmd()
+        .arg("--vault")
+        .arg(&vault)
+        .arg("--passphrase-file")
+        .arg(&pf)
+        .args(["init", "--argon2-memory", "64", "--argon2-passes", "1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let wrong = tmp.path().join("wrong.key");
+    keygen(&wrong);
+    let run = |args: &[&std::ffi::OsStr], env_key: Option<&std::path::Path>| {
+        let mut c = plain_cmd();
+        c.arg("--vault").arg(&vault).args(args).args(["exec", VIEW]);
+        if let Some(k) = env_key {
+            c.env("MEMVAULT_KEY_FILE", k);
+        }
+        let out = c.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let pf_args = [std::ffi::OsStr::new("--passphrase-file"), pf.as_os_str()];
+    // --passphrase-file given: MEMVAULT_KEY_FILE (a wrong key) is not used.
+    let (code, err) = run(&pf_args, Some(&wrong));
+    assert_eq!(code, Some(0), "{err}");
+    // Both flags: a usage error.
+    let both = [
+        std::ffi::OsStr::new("--passphrase-file"),
+        pf.as_os_str(),
+        std::ffi::OsStr::new("--key-file"),
+        wrong.as_os_str(),
+    ];
+    let (code, err) = run(&both, None);
+    assert_eq!(code, Some(2), "{err}");
+    // A passphrase file of two lines: refused, whichever line is right.
+    let two = tmp.path().join("two.txt");
+    std::fs::write(&two, "correct horse battery staple\nsecond line\n").unwrap();
+    let (code, err) = run(
+        &[std::ffi::OsStr::new("--passphrase-file"), two.as_os_str()],
+        None,
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("more than one line"), "{err}");
+    assert!(!err.contains("correct horse"), "{err}");
+    // A FIFO as the key file, with no writer: refused at once.
+    let fifo = tmp.path().join("fifo.key");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let started = std::time::Instant::now();
+    let mut child = plain_cmd()
+        .arg("--vault")
+        .arg(&vault)
+        .arg("--key-file")
+        .arg(&fifo)
+        .args(["exec", VIEW])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert_eq!(status.code(), Some(1));
+            break;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(20) {
+            child.kill().unwrap();
+            panic!("a FIFO key file hung the command");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let err = std::io::read_to_string(child.stderr.take().unwrap()).unwrap();
+    assert!(err.contains("not a regular file"), "{err}");
+}
