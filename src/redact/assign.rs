@@ -316,7 +316,13 @@ fn assignment(
     };
     // Heroku's (and a few others') API keys are bare UUIDs: a UUID after
     // such a vendor's key name is its key.
-    if class == Class::Secret && is_uuid(v) && uuid_vendor(b, ks, key) {
+    // So is a UUID assigned to a key that names a secret outright
+    // (`NPM_TOKEN=`, `api_key:`, `client_secret =`); after a bare `key` or
+    // an unknown qualifier (`request_id_key`) it is an id.
+    if class == Class::Secret
+        && is_uuid(v)
+        && (uuid_vendor(b, ks, key) || (tier == Tier::Normal && op == Op::Assign))
+    {
         return Some((vs, ve));
     }
     let ok = match class {
@@ -608,12 +614,32 @@ fn prose_verb(w: &[u8]) -> bool {
 fn operator(b: &[u8], key_end: usize, cli: bool, xml: bool, bearer: bool) -> Option<(Op, usize)> {
     let n = b.len();
     let mut i = key_end;
-    if i < n && matches!(b[i], b'"' | b'\'' | b'`') {
+    if b.get(i).is_some_and(|q| matches!(q, b'"' | b'\'' | b'`')) {
         i += 1;
+        // `define('DB_PASSWORD', '...')`, `setenv("API_KEY", "...")`: a
+        // quoted name, a comma, then a quoted value (a bare one after the
+        // comma is a variable: not taken).
+        let k = skip_blank(b, i);
+        if b.get(k) == Some(&b',') {
+            let v = skip_blank(b, k + 1);
+            if matches!(b.get(v), Some(b'"' | b'\'')) {
+                return Some((Op::Assign, v));
+            }
+        }
     }
     if xml && i < n && b[i] == b'>' {
         return Some((Op::Xml, i + 1));
     }
+    // Markdown emphasis: `**Password**: value`, `**Password:** value`.
+    let stars = |at: usize| {
+        b[at.min(n)..]
+            .iter()
+            .take(2)
+            .take_while(|&&c| c == b'*')
+            .count()
+    };
+    let emphasis = stars(i);
+    i += emphasis;
     let after_key = i;
     let j = skip_blank(b, i);
     if j < n {
@@ -622,11 +648,14 @@ fn operator(b: &[u8], key_end: usize, cli: bool, xml: bool, bearer: bool) -> Opt
                 if b.get(j + 1) == Some(&b':') || b.get(j + 1) == Some(&b'/') {
                     return None;
                 }
-                let k = if b.get(j + 1) == Some(&b'=') {
+                let mut k = if b.get(j + 1) == Some(&b'=') {
                     j + 2
                 } else {
                     j + 1
                 };
+                if emphasis == 0 {
+                    k += stars(k);
+                }
                 return Some((Op::Assign, skip_blank(b, k)));
             }
             b'=' => {
@@ -832,7 +861,8 @@ fn value(b: &[u8], i: usize, op: Op) -> Result<(usize, usize, bool), usize> {
     while k < n
         && k - i <= MAX_VALUE
         && !b[k].is_ascii_whitespace()
-        && !matches!(b[k], b'"' | b'\'' | b'`' | b'<' | b'>' | b';')
+        && !matches!(b[k], b'"' | b'\'' | b'`')
+        && !(matches!(b[k], b'<' | b'>' | b';') && ends_at_mark(b, k))
         && !(b[k] == b'&' && ends_at_ampersand(b, k))
     {
         k += 1;
@@ -856,6 +886,32 @@ fn value(b: &[u8], i: usize, op: Op) -> Result<(usize, usize, bool), usize> {
         }
     }
     if k > i { Ok((i, k, false)) } else { Err(i) }
+}
+
+/// `<` and `>` end a bare value; a `;` ends it when it ends the line or
+/// the text, or starts the next field (`;Database=app`, `; export X=1`);
+/// inside a password (`L1smg67;4cLT3g`) it does not.
+fn ends_at_mark(b: &[u8], k: usize) -> bool {
+    let Some(&next) = b.get(k + 1) else {
+        return true;
+    };
+    if next.is_ascii_whitespace() {
+        return true;
+    }
+    match b[k] {
+        // A value holding either reads as a placeholder (`<your-key>`):
+        // it ends there, and what comes before is judged alone.
+        b'<' | b'>' => true,
+        _ => {
+            // `;` then a field name and `=` (a space allowed in the name:
+            // `User Id=`).
+            let mut j = k + 1;
+            while j < b.len() && j - k <= 40 && (is_key_byte(b[j]) || b[j] == b' ') {
+                j += 1;
+            }
+            j > k + 1 && b.get(j) == Some(&b'=') || next == b';'
+        }
+    }
 }
 
 /// An `&` ends a bare value when it starts the next query parameter
@@ -965,11 +1021,29 @@ const REFERENCE_MARKS: &[&str] = &[
 /// `$VAR`, `${VAR}`, `%VAR%`, `{{ secrets.X }}`, `<your-key>`,
 /// `[REDACTED:...]`, `!vault`, `os.environ[...]` and the like.
 fn is_reference(v: &[u8]) -> bool {
-    matches!(
-        v[0],
-        b'$' | b'%' | b'{' | b'<' | b'[' | b'(' | b'@' | b'&' | b'*' | b'!' | b'\\'
-    ) || REFERENCES.in_ci(v)
-        || format_directive(v)
+    // `!vault`, `!!binary`, `&anchor`, `*alias`, `@variable`, `*.example.com`:
+    // a tag, anchor or name after the sign. After it, a generated string
+    // (`!L1smg67^4cLT3g`, `&kt4t2mDs4LNVXBb`) is a password that starts
+    // with punctuation.
+    let named = |rest: &[u8]| {
+        let rest = rest.strip_prefix(b"!").unwrap_or(rest);
+        rest.split(|&c| matches!(c, b'.' | b'-' | b':' | b'/'))
+            .all(|p| p.is_empty() || code_part(p))
+    };
+    // `{secret}`, `(none)`, `[REDACTED]`, `<key>`, `%VAR%`: closed again
+    // later; `{whGcTZc)1UW-b5f` is a password that starts with a brace.
+    let closed = |close: u8| v[1..].contains(&close);
+    let sign = match v[0] {
+        b'$' | b'\\' => true,
+        b'%' => closed(b'%'),
+        b'{' => closed(b'}'),
+        b'<' => closed(b'>'),
+        b'[' => closed(b']'),
+        b'(' => closed(b')'),
+        b'@' | b'&' | b'*' | b'!' => named(&v[1..]),
+        _ => false,
+    };
+    sign || REFERENCES.in_ci(v) || format_directive(v)
 }
 
 /// `%s` or `%d` as a format directive: at the end, or before punctuation.
@@ -991,9 +1065,22 @@ fn is_ident(part: &[u8]) -> bool {
         && part.iter().all(|&c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
+/// An identifier as people name things: words, with digits only at the
+/// end (`self`, `db_config`, `item2`), not mixed in as in a generated
+/// `Xk9mQ2` or `vL8Zr4Tq`.
+fn code_part(part: &[u8]) -> bool {
+    let stem = part
+        .iter()
+        .rposition(|c| !c.is_ascii_digit())
+        .map_or(0, |i| i + 1);
+    is_ident(part) && !part[..stem].iter().any(u8::is_ascii_digit)
+}
+
 /// `self.password`, `settings.API_KEY`, `foo(bar)`, `/etc/secret`.
-fn is_code_or_path(v: &[u8], quoted: bool) -> bool {
-    let dotted = v.contains(&b'.') && v.split(|&c| c == b'.').all(is_ident);
+/// `literal`: the value is a quoted string or a whole config line's value,
+/// where brackets that do not pair are part of it, not a fragment of code.
+fn is_code_or_path(v: &[u8], quoted: bool, literal: bool) -> bool {
+    let dotted = v.contains(&b'.') && v.split(|&c| c == b'.').all(code_part);
     let call = !quoted
         && v.iter()
             .position(|&c| c == b'(')
@@ -1009,7 +1096,10 @@ fn is_code_or_path(v: &[u8], quoted: bool) -> bool {
         && v.iter().filter(|c| c.is_ascii_uppercase()).count() * 5 < v.len();
     let windows_path = v.len() > 3 && v[0].is_ascii_alphabetic() && v[1] == b':' && v[2] == b'\\';
     // `Optional[str]`, `tokens[0]`, `parenthesized!(x)`, `a+len(b)`
+    // In a literal, only when the value ends with the bracket (a config
+    // line's `tokens[0]`, not a password with a `(` in it).
     let index = !quoted
+        && (!literal || matches!(v.last(), Some(b')' | b']')))
         && v.iter().enumerate().any(|(i, &c)| {
             matches!(c, b'(' | b'[')
                 && i >= 2
@@ -1017,11 +1107,15 @@ fn is_code_or_path(v: &[u8], quoted: bool) -> bool {
                     .iter()
                     .all(|&p| p.is_ascii_alphanumeric() || p == b'_' || p == b'!')
         });
-    // `key=value` pairs (base64 padding sits only at the end).
+    // `key=value` pairs (base64 padding sits only at the end): a name
+    // before the first `=`.
     let pairs = v
         .iter()
         .rposition(|&c| c != b'=')
-        .is_some_and(|last| v[..last].contains(&b'='));
+        .is_some_and(|last| v[..last].contains(&b'='))
+        && v.split(|&c| c == b'=')
+            .next()
+            .is_some_and(|name| name.split(|&c| c == b'.' || c == b'-').all(code_part));
     // `projects/my-project/secrets/db`, `zones/us-central1-a`
     let resource_path = v.contains(&b'/')
         && v.iter().all(|&c| {
@@ -1045,7 +1139,7 @@ fn is_code_or_path(v: &[u8], quoted: bool) -> bool {
         };
     // `foo)[0]`, `f(x`: a fragment of code or prose.
     let count = |c: u8| v.iter().filter(|&&x| x == c).count();
-    let unbalanced = count(b'(') != count(b')') || count(b'[') != count(b']');
+    let unbalanced = !literal && (count(b'(') != count(b')') || count(b'[') != count(b']'));
     // `server.pem`, `id_rsa.pub`: a file holding the secret, not the secret.
     let file = [
         ".pem", ".key", ".crt", ".cer", ".der", ".p12", ".pfx", ".json", ".txt", ".yaml", ".yml",
@@ -1080,12 +1174,26 @@ fn plain_word(v: &[u8]) -> bool {
 }
 
 /// `SafeString`, `challengePassword`: a type or field name.
+/// Its words are words: at least two letters each after the first, three
+/// on average (`hNgVpqCzGdWmPyag` is random letters, not a name).
 fn camel_case(v: &[u8]) -> bool {
     let humps = v
         .windows(2)
         .filter(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase())
         .count();
-    humps >= 1 && v.iter().filter(|c| c.is_ascii_uppercase()).count() <= humps + 1
+    let mut words = Vec::new();
+    let mut start = 0;
+    for i in 1..v.len() {
+        if v[i - 1].is_ascii_lowercase() && v[i].is_ascii_uppercase() {
+            words.push(i - start);
+            start = i;
+        }
+    }
+    words.push(v.len() - start);
+    humps >= 1
+        && v.iter().filter(|c| c.is_ascii_uppercase()).count() <= humps + 1
+        && words.iter().skip(1).all(|&n| n >= 2)
+        && v.len() >= 3 * words.len()
 }
 
 /// Words joined by `_`, `-` or `.` with no digit (`access_token`, `MY-APP`).
@@ -1097,8 +1205,11 @@ fn identifier_words(v: &[u8]) -> bool {
 /// Cheapest tests first: this runs on every value that has the shape.
 /// Dates, times, versions and addresses: digits and `-:./TZ+,` only.
 fn is_date_or_number(v: &[u8]) -> bool {
-    let hex_literal =
-        v.len() > 2 && (v.starts_with(b"0x") || v.starts_with(b"0X")) && is_hex(&v[2..]);
+    // `0x1F`, `0xdeadbeef`: a number; 64 hex digits after `0x` are a key.
+    let hex_literal = v.len() > 2
+        && v.len() <= 2 + 16
+        && (v.starts_with(b"0x") || v.starts_with(b"0X"))
+        && is_hex(&v[2..]);
     hex_literal
         || v.iter()
             .all(|c| c.is_ascii_digit() || b"-:./TZ+,".contains(c))
@@ -1122,13 +1233,18 @@ fn is_email(v: &[u8]) -> bool {
 }
 
 fn common_rejects(v: &[u8], quoted: bool) -> bool {
+    rejects(v, quoted, quoted)
+}
+
+/// [`common_rejects`]; `literal`: see [`is_code_or_path`].
+fn rejects(v: &[u8], quoted: bool, literal: bool) -> bool {
     v.is_empty()
         || is_date_or_number(v)
         || is_uuid(v)
         || is_email(v)
         || is_reference(v)
         || is_stop_value(v)
-        || is_code_or_path(v, quoted)
+        || is_code_or_path(v, quoted, literal)
         || is_placeholder(v)
 }
 
@@ -1227,7 +1343,7 @@ fn password_shape(v: &[u8], op: Op, quoted: bool, config: bool) -> bool {
         return false;
     }
     if v.contains(&b' ') {
-        return quoted && config && passphrase(v) && !common_rejects(v, quoted);
+        return quoted && config && passphrase(v) && !rejects(v, quoted, true);
     }
     let c = Classes::of(v);
     let shaped = match op {
@@ -1244,7 +1360,7 @@ fn password_shape(v: &[u8], op: Op, quoted: bool, config: bool) -> bool {
             }
         }
     };
-    shaped && !common_rejects(v, quoted)
+    shaped && !rejects(v, quoted, quoted || config)
 }
 
 fn secret_shape(v: &[u8], op: Op, tier: Tier, quoted: bool) -> bool {

@@ -485,8 +485,6 @@ const PLACEHOLDER_WORDS: &[&str] = &[
     "xxxx",
     "****",
     "....",
-    "<",
-    ">",
     "${",
     "{{",
     "}}",
@@ -524,7 +522,27 @@ pub(crate) fn is_placeholder(v: &[u8]) -> bool {
     if (v.len() >= 3 && d == 1) || (v.len() >= 6 && d <= 2) {
         return true;
     }
-    PLACEHOLDERS.in_word_case(v)
+    PLACEHOLDERS.in_word_case(v) || angle_name(v)
+}
+
+/// `<your-key>`, `<TOKEN>`, `<db password>`: a name in angle brackets. A
+/// `<` or `>` alone is a character of the value (`a28M<2P77myt@ujV`).
+fn angle_name(v: &[u8]) -> bool {
+    let mut open = None;
+    for (i, &c) in v.iter().enumerate() {
+        match c {
+            b'<' => open = Some(i),
+            b'>' => {
+                if open.is_some_and(|o| i > o + 1) {
+                    return true;
+                }
+                open = None;
+            }
+            c if c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b' ' | b'.' | b'/') => {}
+            _ => open = None,
+        }
+    }
+    false
 }
 
 /// Case-insensitive ASCII substring test against up to 64 lowercase

@@ -1303,6 +1303,139 @@ mod credentials {
         }
     }
 
+    /// Chosen passwords hold punctuation anywhere: inside a dotted or
+    /// `=`-holding value, at its start, as brackets that do not pair, a
+    /// `;` in an env line; random letters are no camelCase name; a secret
+    /// in markdown bold, a PHP `define`, a UUID or a `0x` key under a
+    /// secret's name.
+    #[test]
+    fn passwords_with_punctuation_and_other_written_forms() {
+        let cases = [
+            (
+                "DB_PASSWORD=",
+                "Xk9mQ2.vL8Zr4Tq",
+                "\n",
+                "password-assignment",
+            ),
+            (
+                "\"password\": \"",
+                "Xk9mQ2.vL8Zr4Tq",
+                "\"\n",
+                "password-assignment",
+            ),
+            (
+                "DB_PASSWORD=",
+                "L1smg67)4cLT3g",
+                "\n",
+                "password-assignment",
+            ),
+            (
+                "DB_PASSWORD=",
+                "L1smg67]4cLT3g",
+                "\n",
+                "password-assignment",
+            ),
+            (
+                "DB_PASSWORD=",
+                "L1smg67=4cLT3g",
+                "\n",
+                "password-assignment",
+            ),
+            (
+                "DB_PASSWORD=",
+                "!L1smg67^4cLT3g",
+                "\n",
+                "password-assignment",
+            ),
+            (
+                "DB_PASSWORD=",
+                "L1smg67;4cLT3g",
+                "\n",
+                "password-assignment",
+            ),
+            (
+                "password: \"",
+                "&kt4t2mDs4LNVXBb",
+                "\"\n",
+                "password-assignment",
+            ),
+            (
+                "password: \"",
+                "{whGcTZc)1UW-b5f",
+                "\"\n",
+                "password-assignment",
+            ),
+            (
+                "password: \"",
+                "a28M<2P77myt@ujV",
+                "\"\n",
+                "password-assignment",
+            ),
+            (
+                "password=",
+                "Xk9mQ2vL8Zr4Tq.md",
+                "\n",
+                "password-assignment",
+            ),
+            (
+                "DB_PASSWORD=",
+                "hNgVpqCzGdWmPyag",
+                "\n",
+                "password-assignment",
+            ),
+            (
+                "**Password**: ",
+                "t3IF5uFtd7Kkv7vg",
+                "\n",
+                "password-assignment",
+            ),
+            (
+                "**Password:** ",
+                "t3IF5uFtd7Kkv7vg",
+                "\n",
+                "password-assignment",
+            ),
+            (
+                "define('DB_PASSWORD', '",
+                "kTdfkgLBLQ9k6MP6sm6M7",
+                "');\n",
+                "password-assignment",
+            ),
+            (
+                "SECRET_KEY='",
+                "zv1m1r2hf=um8d3t",
+                "'\n",
+                "secret-assignment",
+            ),
+            (
+                "SECRET_KEY = '",
+                "5eslh)m=^u6t!)uthk9v4el65!=c-69^82k#0&40(9%b#$b=o=",
+                "'\n",
+                "secret-assignment",
+            ),
+            (
+                "NPM_TOKEN=",
+                "c7e209c5-7481-4238-a969-0d7023083576",
+                "\n",
+                "secret-assignment",
+            ),
+            (
+                "ETH_PRIVATE_KEY=",
+                "0xedb702d544922b62edb5d029b98ed6f0428eece128da0e4c955f4878d4637d13",
+                "\n",
+                "secret-assignment",
+            ),
+        ];
+        for (pre, secret, post, rule) in cases {
+            assert_redacted(&format!("{pre}{secret}{post}"), secret, rule);
+        }
+        // A `;` that starts the next field still ends the value.
+        let out = redactor()
+            .redact("Server=db;Uid=app;Pwd=Abc!2345x;Database=prod\n")
+            .text;
+        assert!(out.ends_with(";Database=prod\n"), "{out}");
+    }
+
     #[test]
     fn assignment_lookalikes() {
         for text in [
@@ -1378,6 +1511,18 @@ mod credentials {
             "secret: 10.0.0.5",
             "token_owner: ops@example.com",
             "api_key: ops-team@example.com",
+            "password = self.db.password",
+            "password = db_config.password2",
+            "password: !vault |",
+            "password: &default_password",
+            "password: *.example.com",
+            "password = tokens[0]",
+            "x = d.get('password', 'default')",
+            "os.getenv(\"API_KEY\", \"dev-key\")",
+            "password: ChallengePassword",
+            "color_key: 0xdeadbeef",
+            "client_id: 01234567-89ab-4def-8123-456789abcdef",
+            "password: <db password>",
         ] {
             assert_clean(text);
         }
