@@ -287,6 +287,13 @@ fn assignment(
         return None;
     }
     let (class, tier) = classify(key)?;
+    // `primary key: ...`, `S3 object key ...`, `cache key: ...`: the words
+    // of `primary_key`, written apart.
+    if key.eq_ignore_ascii_case(b"key")
+        && word_before(b, ks).is_some_and(|w| KEY_NOT_SECRET.has(&w))
+    {
+        return None;
+    }
     // `the Datadog API key is ...`: a qualifier before a bare `key` in prose.
     let tier = if tier == Tier::Strict && qualified_in_prose(b, ks) {
         Tier::Normal
@@ -594,16 +601,21 @@ fn uuid_vendor(b: &[u8], ks: usize, key: &[u8]) -> bool {
 /// The word just before a bare `key` (one blank between) qualifies it:
 /// `API key`, `app key`, `access key`.
 fn qualified_in_prose(b: &[u8], ks: usize) -> bool {
+    word_before(b, ks).is_some_and(|w| KEY_QUALIFIERS.has(&w))
+}
+
+/// The word just before `ks` (one blank between), lowercased.
+fn word_before(b: &[u8], ks: usize) -> Option<String> {
     if ks < 2 || !is_blank(b[ks - 1]) {
-        return false;
+        return None;
     }
     let end = ks - 1;
     let mut st = end;
     while st > 0 && end - st < 20 && b[st - 1].is_ascii_alphanumeric() {
         st -= 1;
     }
-    std::str::from_utf8(&b[st..end])
-        .is_ok_and(|w| st < end && KEY_QUALIFIERS.has(&w.to_ascii_lowercase()))
+    let w = std::str::from_utf8(&b[st..end]).ok()?;
+    (st < end).then(|| w.to_ascii_lowercase())
 }
 
 fn prose_verb(w: &[u8]) -> bool {

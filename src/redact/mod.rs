@@ -38,7 +38,7 @@
 //!   command lines (`--password`, `mysql -p...`, `mongosh -p`, `sshpass
 //!   -p`, `redis-cli -a`, `curl -u user:...`) and prose ("the password is
 //!   ...", "use ... as the password"); a UUID after a Heroku, HubSpot or
-//!   Snyk key name; TOTP seeds (`otpauth://` URIs, base32 after TOTP, 2FA
+//!   Snyk key name, or one that says secret, token or API key; TOTP seeds (`otpauth://` URIs, base32 after TOTP, 2FA
 //!   or MFA);
 //! - personal data: card numbers (network prefix and length, Luhn), US
 //!   SSNs (valid ranges, with dashes or spaces, or nine bare digits after

@@ -2011,7 +2011,7 @@ pub(crate) const RULES: &[(&str, &str)] = &[
     ),
     (
         "secret-assignment",
-        "Secret, API key, token or Authorization header value in an assignment, header or sentence (a UUID after a Heroku, HubSpot or Snyk key name too)",
+        "Secret, API key, token or Authorization header value in an assignment, header or sentence (a UUID too, after a Heroku, HubSpot or Snyk key name or a name that says secret, token or API key)",
     ),
     (
         "totp-seed",

@@ -1523,6 +1523,9 @@ mod credentials {
             "color_key: 0xdeadbeef",
             "client_id: 01234567-89ab-4def-8123-456789abcdef",
             "password: <db password>",
+            "S3 object key 3f9a1c2e7b4d8e6f0a1b2c3d4e5f6a7b",
+            "Primary key: 3f9a1c2e7b4d8e6f0a1b2c3d",
+            "cache key: v1-deps-222f828767efc2f91624a8940f1f836f99eee369",
         ] {
             assert_clean(text);
         }
