@@ -257,12 +257,20 @@ fn under_umask_000_nothing_in_the_vault_is_open_to_group_or_others() {
 }
 
 #[test]
-fn a_vault_or_state_directory_others_can_write_is_refused_and_left_as_it_is() {
+fn a_vault_or_state_directory_or_file_others_can_write_is_refused_and_left_as_it_is() {
     for (rel, mode) in [
         ("", 0o777),
         ("", 0o770),
         ("memvault", 0o777),
         ("memvault", 0o722),
+        // Inside: another user could plant packs, move refs or write the
+        // log under a running writer.
+        ("objects", 0o777),
+        ("objects/pack", 0o775),
+        ("refs", 0o777),
+        ("refs/heads", 0o770),
+        ("memvault/wal", 0o666),
+        ("refs/heads/main", 0o664),
     ] {
         let v = TestVault::new();
         let r = v.serve(&[create("/memories/a.md")]);
@@ -296,7 +304,8 @@ fn a_vault_or_state_directory_others_can_write_is_refused_and_left_as_it_is() {
         let m = std::fs::metadata(&dir).unwrap().mode() & 0o777;
         assert_eq!(m, mode);
         // Put right, it opens again.
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let private = if dir.is_dir() { 0o700 } else { 0o600 };
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(private)).unwrap();
         let r = v.one(json!({"command": "view", "path": "/memories/a.md"}));
         assert!(!is_error(&r), "{r}");
     }

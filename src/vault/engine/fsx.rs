@@ -297,8 +297,9 @@ pub(crate) fn check_vault(dir: &Path) -> Result<(), Unsafe> {
         match fs::symlink_metadata(dir.join(name)) {
             Ok(m) if m.file_type().is_symlink() => return Err(Unsafe::Link(name.to_string())),
             Ok(m) if !m.is_dir() => return Err(Unsafe::NotADir(name.to_string())),
-            Ok(m) if *name == "memvault" => private("memvault/", &m)?,
-            Ok(_) => {}
+            // Another user who may write in `objects/` or `refs/` could
+            // plant packs or move refs under a running writer.
+            Ok(m) => private(&format!("{name}/"), &m)?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(io(name, e)),
         }
@@ -309,7 +310,7 @@ pub(crate) fn check_vault(dir: &Path) -> Result<(), Unsafe> {
             Ok(m) if !m.is_file() && !name.ends_with(".sock") => {
                 return Err(Unsafe::NotAFile(name.to_string()));
             }
-            Ok(_) => {}
+            Ok(m) => private(name, &m)?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(io(name, e)),
         }
