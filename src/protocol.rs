@@ -206,8 +206,19 @@ mod strict {
     }
 }
 
-/// Handle one parsed request.
+/// Handle one parsed request. An error this makes may echo what the
+/// request gave (a tool name, a block type): masked by the secret filter.
 pub fn handle_value(memory: &Memory, store: &mut dyn Store, value: &Value) -> Reply {
+    let mut reply = reply_to(memory, store, value);
+    if reply.result.is_error
+        && let Content::Text(text) = &mut reply.result.content
+    {
+        *text = memory.mask_error(std::mem::take(text));
+    }
+    reply
+}
+
+fn reply_to(memory: &Memory, store: &mut dyn Store, value: &Value) -> Reply {
     let Some(obj) = value.as_object() else {
         return error_reply(
             None,

@@ -131,8 +131,18 @@ impl Memory {
     pub fn execute_json(&self, store: &mut dyn Store, input: &serde_json::Value) -> ToolResult {
         match parse_command(input) {
             Ok(cmd) => self.execute(store, &cmd),
-            Err(message) => ToolResult::error(message),
+            // It may echo the command name as given.
+            Err(message) => ToolResult::error(self.mask_error(message)),
         }
+    }
+
+    /// An error's text as it may be sent back: its secrets masked (it may
+    /// echo a name or value as the request gave it).
+    pub fn mask_error(&self, text: String) -> String {
+        self.filter
+            .as_ref()
+            .and_then(|f| f.mask(&text))
+            .unwrap_or(text)
     }
 
     /// Runs one command. An error result's text is masked by the secret

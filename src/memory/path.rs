@@ -225,18 +225,46 @@ pub(crate) fn shown(s: &str) -> String {
     out
 }
 
-/// True when `s` holds `%2e`, `%2f` or `%5c` (any case), also after
-/// decoding `%25` to `%` any number of times.
+/// True when `s` holds `%2e`, `%2f` or `%5c` (any case), their overlong
+/// UTF-8 forms (`%c0%ae`, `%c0%af`, `%c1%9c`) or `%u002e`-style escapes,
+/// also after percent-decoding it any number of times (`%252e`, and
+/// `%25%32%65`, where every character of `%2e` is encoded).
 fn has_encoded_separator(s: &str) -> bool {
+    const NEEDLES: [&[u8]; 9] = [
+        b"%2e", b"%2f", b"%5c", b"%c0%ae", b"%c0%af", b"%c1%9c", b"%u002e", b"%u002f", b"%u005c",
+    ];
     if !s.contains('%') {
         return false;
     }
-    let mut cur = s.to_ascii_lowercase();
+    let mut cur = s.as_bytes().to_ascii_lowercase();
     loop {
-        if cur.contains("%2e") || cur.contains("%2f") || cur.contains("%5c") {
+        if NEEDLES
+            .iter()
+            .any(|n| cur.windows(n.len()).any(|w| w == *n))
+        {
             return true;
         }
-        let next = cur.replace("%25", "%");
+        // One round of decoding: each `%` and two hex digits to its byte
+        // (each round shortens the text, so this ends).
+        let mut next = Vec::with_capacity(cur.len());
+        let mut i = 0;
+        while i < cur.len() {
+            let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+            match (
+                cur[i],
+                cur.get(i + 1).and_then(|&c| hex(c)),
+                cur.get(i + 2).and_then(|&c| hex(c)),
+            ) {
+                (b'%', Some(h), Some(l)) => {
+                    next.push((h << 4 | l).to_ascii_lowercase());
+                    i += 3;
+                }
+                (c, _, _) => {
+                    next.push(c);
+                    i += 1;
+                }
+            }
+        }
         if next.len() == cur.len() {
             return false;
         }
@@ -573,6 +601,11 @@ mod tests {
             (s("/memories/%25252F"), EncodedSeparator),
             (s("/memories/%2525252f"), EncodedSeparator),
             (s("/memories/%2525255C"), EncodedSeparator),
+            (s("/memories/%25%32%65"), EncodedSeparator),
+            (s("/memories/%25%32%46"), EncodedSeparator),
+            (s("/memories/a%25%35%63b"), EncodedSeparator),
+            (s("/memories/%C0%AE%C0%AE"), EncodedSeparator),
+            (s("/memories/%u002e%u002e"), EncodedSeparator),
             // control characters (Cc): C0, DEL, C1
             (s("\0"), ControlChar),
             (s("/memories/a\0b"), ControlChar),
