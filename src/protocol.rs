@@ -59,16 +59,17 @@ pub fn handle_line(memory: &Memory, store: &mut dyn Store, line: &[u8]) -> Reply
         Err(ParseError::DuplicateKey(key)) => {
             return error_reply(None, duplicate_key_message(&key));
         }
-        Err(ParseError::Syntax(e)) => {
-            return error_reply(
-                None,
-                format!(
-                    "Error: the request is not valid JSON ({e}). Send one JSON object per line: a tool_use block or a command object such as {{\"command\":\"view\",\"path\":\"/memories\"}}."
-                ),
-            );
-        }
+        Err(ParseError::Syntax(e)) => return error_reply(None, not_json_message(&e)),
     };
     handle_value(memory, store, &value)
+}
+
+/// The tool error for a request that is not valid JSON (the parser's
+/// error says where, never what).
+pub fn not_json_message(e: &serde_json::Error) -> String {
+    format!(
+        "Error: the request is not valid JSON ({e}). Send one JSON object per line: a tool_use block or a command object such as {{\"command\":\"view\",\"path\":\"/memories\"}}."
+    )
 }
 
 /// Why a request's text was not taken as a JSON value.
@@ -123,7 +124,19 @@ pub const COMMAND_FIELDS: [&str; 10] = [
 /// The tool error for a key given twice. Only the request's own field
 /// names are echoed; any other key is not (it could be anything).
 pub fn duplicate_key_message(key: &str) -> String {
-    let known = ["type", "id", "name", "input"].contains(&key) || COMMAND_FIELDS.contains(&key);
+    // The tool_use block's keys, and an MCP message's (`memvault mcp`).
+    let known = [
+        "type",
+        "id",
+        "name",
+        "input",
+        "arguments",
+        "params",
+        "method",
+        "jsonrpc",
+    ]
+    .contains(&key)
+        || COMMAND_FIELDS.contains(&key);
     let which = if known {
         format!("the key `{key}`")
     } else {
@@ -272,11 +285,13 @@ fn reply_to(memory: &Memory, store: &mut dyn Store, value: &Value) -> Reply {
 
 /// The reply to a request line over `max_line` bytes (it is not read).
 pub(crate) fn too_long_reply(n: usize, max_line: usize) -> Reply {
-    error_reply(
-        None,
-        format!(
-            "Error: the request line is {n} bytes, over this server's limit of {max_line} bytes; nothing was done. Split the content into smaller files."
-        ),
+    error_reply(None, too_long_message(n, max_line))
+}
+
+/// The tool error for a request of `n` bytes over the limit `max_line`.
+pub(crate) fn too_long_message(n: usize, max_line: usize) -> String {
+    format!(
+        "Error: the request line is {n} bytes, over this server's limit of {max_line} bytes; nothing was done. Split the content into smaller files."
     )
 }
 

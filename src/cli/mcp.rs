@@ -5,10 +5,10 @@
 //! a `memory_20250818` `tool_use` block. A call runs through
 //! [`Memory::execute_json`] on the unlocked vault, the same function `serve`
 //! runs for a `tool_use` block, so every result and error carries the same
-//! text as `serve` gives; an error result has `isError: true`. rmcp parses
-//! each message itself and would keep the last of a repeated key, so stdin
-//! passes through a watch that marks a `tools/call` whose line gives a key
-//! twice, and that call is refused with `serve`'s error.
+//! text as `serve` gives; an error result has `isError: true`. stdin
+//! passes through a gate (`mcpwire`) that answers what rmcp would drop or
+//! misname: a line that is not JSON, a line over the limit, a `tools/call`
+//! with a key given twice or arguments that are not an object.
 //!
 //! The vault is opened and unlocked once, before the MCP handshake, so a
 //! wrong key or a missing vault ends the process with status 1 and a
@@ -20,14 +20,9 @@
 //! and name no path, content or secret: an early protocol failure is
 //! reported by kind only, since rmcp's own error text may quote the message.
 //!
-//! Limitations: no resources, prompts or notifications; a message longer
-//! than the vault's `max_line_bytes` is dropped by the transport without an
-//! answer (rmcp's behaviour), where `serve` answers it with an error.
+//! Limitations: no resources, prompts or notifications.
 
-use std::collections::HashMap;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::sync::Mutex;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -39,9 +34,9 @@ use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
+use super::mcpwire::{Gate, Out, Refusals};
 use super::{CliError, Global, SessionArgs, memory_for, open_vault};
 use crate::memory::{COMMAND_NAMES, Content, Memory, ToolResult};
-use crate::protocol::{ParseError, duplicate_key_message, parse_strict};
 use crate::redact::Mode;
 use crate::vault::{Vault, VaultConfig};
 
@@ -55,21 +50,24 @@ pub fn run(global: &Global, session: &SessionArgs) -> Result<u8, CliError> {
     let memory = memory_for(vault.config())?;
     let max_line = vault.config().max_line_bytes;
     let tool = memory_tool(vault.config());
-    let repeated = Repeated::default();
+    let refusals = Refusals::default();
     let server = MemoryServer {
         memory,
         tool,
         vault: Mutex::new(vault),
-        repeated: repeated.clone(),
+        refusals: refusals.clone(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| CliError::failure(format!("cannot start the MCP runtime: {e}")))?;
     let outcome = runtime.block_on(async move {
-        let (stdin, stdout) = rmcp::transport::stdio();
-        let stdin = Watch::new(stdin, max_line, repeated);
-        let transport = AsyncRwTransport::new(stdin, stdout).with_max_line_length(max_line);
+        let out = Out::default();
+        let stdin = Gate::new(tokio::io::stdin(), max_line, refusals, out.clone());
+        // The gate hands on no line over the limit; rmcp's own limit is
+        // only a backstop.
+        let transport =
+            AsyncRwTransport::new(stdin, out).with_max_line_length(max_line.saturating_add(64));
         let running = server.serve(transport).await?;
         Ok::<_, ServerInitializeError>(running.waiting().await)
     });
@@ -110,122 +108,8 @@ struct MemoryServer {
     tool: Tool,
     /// `Vault` is `Send` but not `Sync`; rmcp wants a `Sync` handler.
     vault: Mutex<Vault>,
-    /// `tools/call` requests whose text gave a key twice.
-    repeated: Repeated,
-}
-
-/// The JSON-RPC ids (as JSON text) of `tools/call` requests whose line
-/// gave some key twice, with that key. rmcp parses the line itself and
-/// keeps the last of repeated `arguments` keys, so [`Watch`] marks the
-/// request as its bytes go by and `call_tool` refuses it, as `serve` does.
-#[derive(Clone, Default)]
-struct Repeated(Arc<Mutex<HashMap<String, String>>>);
-
-impl Repeated {
-    /// At most this many marks are held (a mark is taken by its call).
-    const MAX: usize = 1024;
-
-    fn mark(&self, id: String, key: String) {
-        let mut marks = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if marks.len() < Self::MAX {
-            marks.insert(id, key);
-        }
-    }
-
-    fn take(&self, id: &rmcp::model::RequestId) -> Option<String> {
-        let id = match id {
-            rmcp::model::NumberOrString::Number(n) => n.to_string(),
-            rmcp::model::NumberOrString::String(s) => Value::String(s.to_string()).to_string(),
-        };
-        let mut marks = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        marks.remove(&id)
-    }
-}
-
-/// stdin as rmcp reads it, each complete line checked for a repeated key
-/// on its way (lines over the transport's limit are not: rmcp drops them).
-struct Watch<R> {
-    inner: R,
-    line: Vec<u8>,
-    overflow: bool,
-    max: usize,
-    repeated: Repeated,
-}
-
-impl<R> Watch<R> {
-    fn new(inner: R, max: usize, repeated: Repeated) -> Self {
-        Watch {
-            inner,
-            line: Vec::new(),
-            overflow: false,
-            max,
-            repeated,
-        }
-    }
-
-    fn scan(&mut self, mut bytes: &[u8]) {
-        while !bytes.is_empty() {
-            let (take, ends) = match bytes.iter().position(|&b| b == b'\n') {
-                Some(i) => (i, true),
-                None => (bytes.len(), false),
-            };
-            if !self.overflow {
-                if self.line.len() + take > self.max {
-                    self.overflow = true;
-                    self.line = Vec::new();
-                } else {
-                    self.line.extend_from_slice(&bytes[..take]);
-                }
-            }
-            if ends {
-                if !self.overflow {
-                    self.check();
-                }
-                self.line.clear();
-                self.overflow = false;
-                bytes = &bytes[take + 1..];
-            } else {
-                bytes = &[];
-            }
-        }
-    }
-
-    fn check(&self) {
-        let Err(ParseError::DuplicateKey(key)) = parse_strict(&self.line) else {
-            return;
-        };
-        // The id and method as rmcp will read them.
-        let Ok(msg) = serde_json::from_slice::<Value>(&self.line) else {
-            return;
-        };
-        if msg.get("method").and_then(Value::as_str) == Some("tools/call")
-            && let Some(id) = msg.get("id")
-        {
-            self.repeated.mark(id.to_string(), key);
-        }
-    }
-}
-
-impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watch<R> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = &polled {
-            this.scan(&buf.filled()[before..]);
-        }
-        polled
-    }
+    /// `tools/call` requests screened out, with their answers.
+    refusals: Refusals,
 }
 
 impl MemoryServer {
@@ -263,8 +147,8 @@ impl ServerHandler for MemoryServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        if let Some(key) = self.repeated.take(&context.id) {
-            return Ok(to_mcp(ToolResult::error(duplicate_key_message(&key))).into());
+        if let Some(message) = self.refusals.take(&context.id) {
+            return Ok(to_mcp(ToolResult::error(message)).into());
         }
         if request.name != TOOL_NAME {
             return Err(ErrorData::invalid_params(

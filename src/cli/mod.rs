@@ -13,6 +13,7 @@ mod expiry;
 mod history;
 mod keys;
 mod mcp;
+mod mcpwire;
 mod redact;
 mod serve;
 mod server;

@@ -250,3 +250,85 @@ fn mcp_without_a_handshake_exits_quietly_or_with_a_kind_only() {
     }
     assert_eq!(v.commits(), 1, "nothing was written");
 }
+
+impl McpServer {
+    /// Send a raw line and read the next response line.
+    fn raw(&mut self, line: &[u8]) -> Value {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(line).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+        let mut out = String::new();
+        let n = self.stdout.read_line(&mut out).unwrap();
+        assert!(n > 0, "no answer to a bad line");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+    }
+}
+
+/// Input rmcp alone drops without an answer, or answers "method not
+/// found": each gets an answer, a `tools/call` the tool error `serve`
+/// gives for the same input, and nothing runs; the server goes on.
+#[test]
+fn mcp_answers_every_bad_line_as_serve_does_and_runs_none_of_them() {
+    let v = TestVault::new();
+    let mut s = McpServer::start(&v, &[]);
+    let serve_text = |line: &str| {
+        let out = v.serve(&[line.to_string()]);
+        out[0]["content"].as_str().unwrap().to_string()
+    };
+    // Not JSON at all: a JSON-RPC parse error, id null.
+    let r = s.raw(b"not json");
+    assert_eq!(r["id"], Value::Null, "{r}");
+    assert_eq!(r["error"]["code"], -32700, "{r}");
+    // A tools/call that serve refuses: serve's text, as a tool error. The
+    // second `arguments` would have deleted everything.
+    let create = json!({"command": "create", "path": "/memories/keep.md", "file_text": "kept\n"});
+    let created = s.call(create);
+    assert!(!mcp_text(&created).1, "{created}");
+    let cases: [(&str, String); 3] = [
+        (
+            r#"{"jsonrpc":"2.0","id":101,"method":"tools/call","params":{"name":"memory","arguments":{"command":"view","path":"/memories"},"arguments":{"command":"delete","path":"/memories/keep.md"}}}"#,
+            serve_text(r#"{"type":"tool_use","id":"t","name":"memory","input":{"command":"view","path":"/memories"},"input":{"command":"delete","path":"/memories/keep.md"}}"#)
+                .replace("`input`", "`arguments`"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":102,"method":"tools/call","params":{"name":"memory","arguments":"delete"}}"#,
+            serve_text(r#"{"type":"tool_use","id":"t","name":"memory","input":"delete"}"#),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":"s","method":"tools/call","params":{"name":"memory","arguments":{"command":"delete","path":"/memories/keep.md\ud800"}}}"#,
+            serve_text(r#"{"command":"delete","path":"/memories/keep.md\ud800"}"#),
+        ),
+    ];
+    for (line, expected) in cases {
+        let r = s.raw(line.as_bytes());
+        let id: Value =
+            serde_json::from_str::<Value>(&line.replace("\\ud800", "")).unwrap()["id"].clone();
+        assert_eq!(r["id"], id, "{r}");
+        let (text, is_error) = mcp_text(&r["result"]);
+        assert!(is_error, "{r}");
+        // The parser's position differs between the two framings.
+        let unplaced = |t: &str| match t.find(" at line 1 column ") {
+            Some(i) => t[..i].to_string() + t[i..].split_once(')').map_or("", |x| x.1),
+            None => t.to_string(),
+        };
+        assert_eq!(unplaced(text), unplaced(&expected), "{line}");
+    }
+    // A line over the limit: serve's error, as the call's tool error.
+    let big = json!({"jsonrpc": "2.0", "id": 103, "method": "tools/call", "params": {"name": "memory", "arguments": {"command": "create", "path": "/memories/big.md", "file_text": "x".repeat(9 << 20)}}}).to_string();
+    let r = s.raw(big.as_bytes());
+    assert_eq!(r["id"], 103, "{r}");
+    let (text, is_error) = mcp_text(&r["result"]);
+    assert!(
+        is_error && text.contains("over this server's limit"),
+        "{text}"
+    );
+    // Nothing ran: the file is there, big.md is not; the server goes on.
+    let listing = s.call(json!({"command": "view", "path": "/memories"}));
+    let (text, _) = mcp_text(&listing);
+    assert!(
+        text.contains("keep.md") && !text.contains("big.md"),
+        "{text}"
+    );
+    s.finish();
+}

@@ -1532,6 +1532,40 @@ fn routes_match_as_sent_take_their_own_methods_and_refuse_malformed_bodies() {
         let e = v["error"].as_str().unwrap_or_default();
         assert!(!e.is_empty() && !e.starts_with("Error: "), "{v}");
     }
+    // A tools/call that `serve` would refuse is the tool's error, with
+    // serve's text: `arguments` twice (the second would delete), or not an
+    // object. Nothing runs.
+    for (body, says) in [
+        (
+            &br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"memory","arguments":{"command":"view","path":"/memories"},"arguments":{"command":"delete","path":"/memories/keep.md"}}}"#[..],
+            "the key `arguments` twice",
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"memory","arguments":"delete"}}"#,
+            "got a string",
+        ),
+    ] {
+        let (st, v) = s.req_with("POST", "/mcp", &mcp_h, body);
+        assert_eq!(st, 200, "{v}");
+        // A JSON body, or one event of a stream.
+        let msg: Value = match &v {
+            Value::String(text) => text
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .and_then(|d| serde_json::from_str(d).ok())
+                .unwrap_or_else(|| panic!("no message in {text}")),
+            other => other.clone(),
+        };
+        assert_eq!(msg["id"], 7, "{msg}");
+        assert_eq!(msg["result"]["isError"], true, "{msg}");
+        let text = msg["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.starts_with("Error: ") && text.contains(says), "{text}");
+    }
+    let kept = s.memory(
+        &agent,
+        json!({"command": "view", "path": "/memories/keep.md"}),
+    );
+    assert_eq!(kept["is_error"], false, "{kept}");
     let (st, v) = s.req_with("POST", "/v1/history", &h, b"nope");
     assert_eq!(st, 400, "{v}");
     assert!(!v["error"].as_str().unwrap().contains("tool_use"), "{v}");

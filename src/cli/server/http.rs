@@ -106,9 +106,10 @@ pub struct Authed {
     token: String,
 }
 
-/// A `tools/call` whose body gave a key twice (see `mcp`).
+/// A `tools/call` the gate screened out (see `mcpwire`): the tool error
+/// it is answered with.
 #[derive(Clone, Debug)]
-pub struct RepeatedKey(pub String);
+pub struct Refusal(pub String);
 
 /// An error outside the memory tool: plain JSON with an HTTP status.
 #[derive(Debug)]
@@ -928,7 +929,7 @@ async fn mcp_gate(
     let (mut parts, body) = req.into_parts();
     // Whatever a client puts there, only this layer's value is read.
     parts.extensions.remove::<Authed>();
-    parts.extensions.remove::<RepeatedKey>();
+    parts.extensions.remove::<Refusal>();
     parts.extensions.remove::<Arc<Slot>>();
     parts.extensions.remove::<Attribution>();
     // Stateless: no event stream to GET, no session to DELETE.
@@ -938,34 +939,43 @@ async fn mcp_gate(
     let who = app.authenticate(&parts.headers, Scope::Memory)?;
     let attribution = app.attribution(&parts.headers, &who, "agent")?;
     let slot = app.slot(&who)?;
-    let bytes = read_body(&app, &parts.headers, body).await?;
-    // One JSON-RPC message, an object; a key given twice in a
-    // `tools/call` is the tool's error (as `memvault mcp` answers it),
-    // anywhere else a malformed request.
+    let mut bytes = read_body(&app, &parts.headers, body).await?;
+    // One JSON-RPC message, an object. A `tools/call` that `serve` would
+    // refuse (a key given twice, arguments that are not an object) is the
+    // tool's error, as `memvault mcp` answers it; anything else malformed
+    // is a malformed request.
     const SEND: &str = "send one JSON-RPC message (a JSON object; batches are not taken)";
-    match parse_strict(&bytes) {
-        Ok(v) if v.is_object() => {}
-        Ok(_) => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                format!("the request body is not a JSON object; {SEND}"),
-            ));
+    match crate::cli::mcpwire::screen(&bytes) {
+        crate::cli::mcpwire::Screened::Refuse { clean, message, .. } => {
+            parts.extensions.insert(Refusal(message));
+            parts.headers.insert(
+                axum::http::header::CONTENT_LENGTH,
+                axum::http::HeaderValue::from(clean.len()),
+            );
+            bytes = clean.into();
         }
-        Err(ParseError::Syntax(e)) => {
+        crate::cli::mcpwire::Screened::Unparsable(e) => {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 format!("the request body is not valid JSON ({e}); {SEND}"),
             ));
         }
-        Err(ParseError::DuplicateKey(key)) => {
-            let tools_call = serde_json::from_slice::<Value>(&bytes)
-                .ok()
-                .is_some_and(|m| m.get("method").and_then(Value::as_str) == Some("tools/call"));
-            if !tools_call {
-                return Err(duplicate_key(&key));
+        crate::cli::mcpwire::Screened::Pass => match parse_strict(&bytes) {
+            Ok(v) if v.is_object() => {}
+            Ok(_) => {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("the request body is not a JSON object; {SEND}"),
+                ));
             }
-            parts.extensions.insert(RepeatedKey(key));
-        }
+            Err(ParseError::Syntax(e)) => {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("the request body is not valid JSON ({e}); {SEND}"),
+                ));
+            }
+            Err(ParseError::DuplicateKey(key)) => return Err(duplicate_key(&key)),
+        },
     }
     parts.extensions.insert(who);
     parts.extensions.insert(attribution);

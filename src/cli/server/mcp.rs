@@ -15,11 +15,10 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::Value;
 
-use super::http::{App, Authed, INLINE_BODY, RepeatedKey, on_vault};
+use super::http::{App, Authed, INLINE_BODY, Refusal, on_vault};
 use super::pool::{PoolError, Slot};
 use crate::cli::mcp::{TOOL_NAME, memory_tool, server_info, to_mcp};
 use crate::memory::ToolResult;
-use crate::protocol::duplicate_key_message;
 use crate::vault::{Attribution, VaultConfig};
 
 /// The MCP handler of one HTTP request.
@@ -73,8 +72,8 @@ impl ServerHandler for TenantMcp {
             .get::<Authed>()
             .cloned()
             .ok_or_else(|| internal("the request reached the tool unauthenticated"))?;
-        if let Some(RepeatedKey(key)) = parts.extensions.get::<RepeatedKey>() {
-            return Ok(to_mcp(ToolResult::error(duplicate_key_message(key))).into());
+        if let Some(Refusal(message)) = parts.extensions.get::<Refusal>() {
+            return Ok(to_mcp(ToolResult::error(message.clone())).into());
         }
         if request.name != TOOL_NAME {
             return Err(ErrorData::invalid_params(

@@ -1,0 +1,519 @@
+//! What arrives for rmcp, screened first, for `memvault mcp` (stdio) and
+//! `memvault server`'s `/mcp` (HTTP).
+//!
+//! rmcp drops a line it cannot parse without an answer, keeps the last of
+//! a repeated key, and answers a `tools/call` whose params do not fit its
+//! types (`arguments` twice, or a string) with "method not found", which
+//! names nothing. So each message is screened before rmcp reads it:
+//!
+//! - a `tools/call` that `serve` would refuse (a key given twice, arguments
+//!   that are not an object, text that is not valid JSON only because of a
+//!   lone surrogate escape) reaches rmcp as the same call with empty
+//!   arguments, and its id is marked: the call is answered with the tool
+//!   error `serve` gives for that input, same text, `isError: true`;
+//! - on stdio, a line that is no JSON-RPC message at all is answered with
+//!   a JSON-RPC parse error (id null), and a line over the limit with the
+//!   error `serve` gives (as a tool error when it is a `tools/call` whose
+//!   id can be read from its start), written between rmcp's own messages.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use serde_json::{Value, json};
+
+use super::mcp::TOOL_NAME;
+use crate::memory::parse_command;
+use crate::protocol::{
+    ParseError, duplicate_key_message, not_json_message, parse_strict, too_long_message,
+};
+
+/// What to do with one incoming message.
+pub(crate) enum Screened {
+    /// Hand it on as it is.
+    Pass,
+    /// A `tools/call` to answer with the tool error `message`: rmcp gets
+    /// `clean` (the same call with empty arguments) in its place.
+    Refuse {
+        id: Value,
+        clean: Vec<u8>,
+        message: String,
+    },
+    /// Not a JSON-RPC message: the parser's error.
+    Unparsable(String),
+}
+
+/// Screen one message's text (see the module docs).
+pub(crate) fn screen(text: &[u8]) -> Screened {
+    let (msg, message) = match parse_strict(text) {
+        Ok(v) => match v.pointer("/params/arguments") {
+            Some(a) if !a.is_object() && !a.is_null() => match parse_command(a) {
+                Err(m) => (v, m),
+                Ok(_) => return Screened::Pass,
+            },
+            _ => return Screened::Pass,
+        },
+        Err(ParseError::DuplicateKey(key)) => match serde_json::from_slice::<Value>(text) {
+            Ok(v) => (v, duplicate_key_message(&key)),
+            Err(_) => return Screened::Pass,
+        },
+        Err(ParseError::Syntax(e)) => {
+            match serde_json::from_slice::<Value>(&lone_surrogates_replaced(text)) {
+                Ok(v) if is_call(&v) => (v, not_json_message(&e)),
+                _ => return Screened::Unparsable(e.to_string()),
+            }
+        }
+    };
+    let id = msg.get("id").filter(|i| i.is_string() || i.is_number());
+    match id {
+        Some(id) if is_call(&msg) => {
+            let clean = json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "method": "tools/call",
+                "params": {"name": TOOL_NAME, "arguments": {}},
+            });
+            Screened::Refuse {
+                id: id.clone(),
+                clean: clean.to_string().into_bytes(),
+                message,
+            }
+        }
+        _ => Screened::Pass,
+    }
+}
+
+fn is_call(msg: &Value) -> bool {
+    msg.get("method").and_then(Value::as_str) == Some("tools/call")
+}
+
+/// `text` with every `\u` escape of a lone UTF-16 surrogate (one not in a
+/// high-low pair) replaced by `\ufffd`, which serde_json refuses and
+/// `serve` answers as not valid JSON.
+fn lone_surrogates_replaced(text: &[u8]) -> Vec<u8> {
+    let unit = |at: usize| -> Option<u16> {
+        if text.get(at) != Some(&b'\\') || text.get(at + 1) != Some(&b'u') {
+            return None;
+        }
+        let hex = std::str::from_utf8(text.get(at + 2..at + 6)?).ok()?;
+        u16::from_str_radix(hex, 16).ok()
+    };
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        if text[i] != b'\\' {
+            out.push(text[i]);
+            i += 1;
+            continue;
+        }
+        match unit(i) {
+            Some(0xd800..=0xdbff)
+                if unit(i + 6).is_some_and(|l| (0xdc00..=0xdfff).contains(&l)) =>
+            {
+                out.extend_from_slice(&text[i..i + 12]);
+                i += 12;
+            }
+            Some(0xd800..=0xdfff) => {
+                out.extend_from_slice(b"\\ufffd");
+                i += 6;
+            }
+            _ => {
+                // Any other escape: the backslash and what it escapes.
+                out.extend_from_slice(&text[i..(i + 2).min(text.len())]);
+                i += 2;
+            }
+        }
+    }
+    out
+}
+
+/// The ids (as JSON text) of `tools/call` requests screened out, with the
+/// tool error each is answered with.
+#[derive(Clone, Default)]
+pub(crate) struct Refusals(Arc<Mutex<HashMap<String, String>>>);
+
+impl Refusals {
+    /// At most this many are held (each is taken by its call).
+    const MAX: usize = 1024;
+
+    fn mark(&self, id: &Value, message: String) {
+        let mut marks = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if marks.len() < Self::MAX {
+            marks.insert(id.to_string(), message);
+        }
+    }
+
+    /// The refusal for the call with this id, if it was screened out.
+    pub(crate) fn take(&self, id: &rmcp::model::RequestId) -> Option<String> {
+        let id = match id {
+            rmcp::model::NumberOrString::Number(n) => n.to_string(),
+            rmcp::model::NumberOrString::String(s) => Value::String(s.to_string()).to_string(),
+        };
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id)
+    }
+}
+
+/// stdout, shared by rmcp and the screen: rmcp's bytes go out a whole
+/// line at a time, and a line the screen answers goes out between two of
+/// rmcp's (never inside one).
+#[derive(Clone, Default)]
+pub(crate) struct Out(Arc<Mutex<OutState>>);
+
+#[derive(Default)]
+struct OutState {
+    /// rmcp's bytes after its last complete line.
+    partial: Vec<u8>,
+    /// The screen's answers waiting for rmcp to finish its line.
+    queued: VecDeque<Vec<u8>>,
+}
+
+impl Out {
+    /// Write one JSON-RPC message of the screen's (a line).
+    fn answer(&self, msg: &Value) {
+        let mut line = msg.to_string().into_bytes();
+        line.push(b'\n');
+        let mut st = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if st.partial.is_empty() {
+            let mut out = std::io::stdout().lock();
+            // A reader that went away ends the session through rmcp's
+            // own write.
+            let _ = out.write_all(&line).and_then(|()| out.flush());
+        } else {
+            st.queued.push_back(line);
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Out {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let mut st = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        st.partial.extend_from_slice(buf);
+        let mut out = std::io::stdout().lock();
+        while let Some(end) = st.partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = st.partial.drain(..=end).collect();
+            out.write_all(&line)?;
+            while let Some(q) = st.queued.pop_front() {
+                out.write_all(&q)?;
+            }
+        }
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(std::io::stdout().lock().flush())
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.poll_flush(cx)
+    }
+}
+
+/// Bytes of an over-long line kept to read its id and method from.
+const PREFIX: usize = 64 << 10;
+
+/// stdin as rmcp reads it: whole lines, each screened (see the module
+/// docs); a line over `max` bytes is answered here and never handed on.
+pub(crate) struct Gate<R> {
+    inner: R,
+    max: usize,
+    refusals: Refusals,
+    out: Out,
+    /// The line being read.
+    line: Vec<u8>,
+    /// Bytes of the current line past the limit (0: within it).
+    over: usize,
+    /// Bytes ready for rmcp.
+    ready: Vec<u8>,
+    eof: bool,
+}
+
+impl<R> Gate<R> {
+    pub(crate) fn new(inner: R, max: usize, refusals: Refusals, out: Out) -> Self {
+        Gate {
+            inner,
+            max,
+            refusals,
+            out,
+            line: Vec::new(),
+            over: 0,
+            ready: Vec::new(),
+            eof: false,
+        }
+    }
+
+    fn take(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let (part, ends) = match bytes.iter().position(|&b| b == b'\n') {
+                Some(i) => (&bytes[..i], true),
+                None => (bytes, false),
+            };
+            if self.over > 0 || self.line.len() + part.len() > self.max {
+                let keep = PREFIX.saturating_sub(self.line.len()).min(part.len());
+                self.line.extend_from_slice(&part[..keep]);
+                self.over += part.len() - keep;
+            } else {
+                self.line.extend_from_slice(part);
+            }
+            if ends {
+                self.end_line();
+                bytes = &bytes[part.len() + 1..];
+            } else {
+                bytes = &[];
+            }
+        }
+    }
+
+    fn end_line(&mut self) {
+        let line = std::mem::take(&mut self.line);
+        let over = std::mem::replace(&mut self.over, 0);
+        if over > 0 {
+            self.answer_too_long(&line, line.len() + over);
+            return;
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            self.ready.extend_from_slice(&line);
+            self.ready.push(b'\n');
+            return;
+        }
+        match screen(&line) {
+            Screened::Pass => self.ready.extend_from_slice(&line),
+            Screened::Refuse { id, clean, message } => {
+                self.refusals.mark(&id, message);
+                self.ready.extend_from_slice(&clean);
+            }
+            Screened::Unparsable(detail) => {
+                self.out.answer(&json!({
+                    "jsonrpc": "2.0",
+                    "id": null,
+                    "error": {"code": -32700, "message": format!("Parse error: the message is not valid JSON ({detail})")},
+                }));
+                return;
+            }
+        }
+        self.ready.push(b'\n');
+    }
+
+    /// A line of `n` bytes over the limit: `serve`'s error, as a tool
+    /// error when its start shows a `tools/call` and its id.
+    fn answer_too_long(&self, start: &[u8], n: usize) {
+        let (id, method) = id_and_method(start);
+        let text = too_long_message(n, self.max);
+        let msg = match (&id, method.as_deref()) {
+            (Some(id), Some("tools/call")) => json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "result": {"content": [{"type": "text", "text": text}], "isError": true},
+            }),
+            _ => json!({
+                "jsonrpc": "2.0",
+                "id": id.unwrap_or(Value::Null),
+                "error": {"code": -32600, "message": text.trim_start_matches("Error: ")},
+            }),
+        };
+        self.out.answer(&msg);
+    }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Gate<R> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        while this.ready.is_empty() && !this.eof {
+            let mut chunk = [0u8; 16 << 10];
+            let mut rb = tokio::io::ReadBuf::new(&mut chunk);
+            match Pin::new(&mut this.inner).poll_read(cx, &mut rb) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) if rb.filled().is_empty() => {
+                    this.eof = true;
+                    // A last line without its newline goes on as it is.
+                    if this.over == 0 {
+                        let rest = std::mem::take(&mut this.line);
+                        this.ready.extend_from_slice(&rest);
+                    }
+                }
+                Poll::Ready(Ok(())) => {
+                    let filled = rb.filled().to_vec();
+                    this.take(&filled);
+                }
+            }
+        }
+        let n = this.ready.len().min(buf.remaining());
+        buf.put_slice(&this.ready[..n]);
+        this.ready.drain(..n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// The top-level `id` and `method` of a JSON object from the start of its
+/// text (the rest may be cut off): each value skipped without being parsed
+/// whole; None for what is not found before the text ends.
+fn id_and_method(text: &[u8]) -> (Option<Value>, Option<String>) {
+    let mut id = None;
+    let mut method = None;
+    let mut i = skip_ws(text, 0);
+    if text.get(i) != Some(&b'{') {
+        return (None, None);
+    }
+    i += 1;
+    loop {
+        i = skip_ws(text, i);
+        let Some(key_end) = string_end(text, i) else {
+            break;
+        };
+        let key = serde_json::from_slice::<String>(&text[i..key_end]).ok();
+        i = skip_ws(text, key_end);
+        if text.get(i) != Some(&b':') {
+            break;
+        }
+        i = skip_ws(text, i + 1);
+        let Some(value_end) = value_end(text, i) else {
+            break;
+        };
+        let value = serde_json::from_slice::<Value>(&text[i..value_end]).ok();
+        match key.as_deref() {
+            Some("id") => id = value.filter(|v| v.is_string() || v.is_number()),
+            Some("method") => method = value.and_then(|v| v.as_str().map(str::to_string)),
+            _ => {}
+        }
+        i = skip_ws(text, value_end);
+        if text.get(i) != Some(&b',') {
+            break;
+        }
+        i += 1;
+    }
+    (id, method)
+}
+
+fn skip_ws(text: &[u8], mut i: usize) -> usize {
+    while text.get(i).is_some_and(u8::is_ascii_whitespace) {
+        i += 1;
+    }
+    i
+}
+
+/// The end (exclusive) of the JSON string starting at `i`.
+fn string_end(text: &[u8], i: usize) -> Option<usize> {
+    if text.get(i) != Some(&b'"') {
+        return None;
+    }
+    let mut k = i + 1;
+    while k < text.len() {
+        match text[k] {
+            b'\\' => k += 2,
+            b'"' => return Some(k + 1),
+            _ => k += 1,
+        }
+    }
+    None
+}
+
+/// The end (exclusive) of the JSON value starting at `i`.
+fn value_end(text: &[u8], i: usize) -> Option<usize> {
+    match text.get(i)? {
+        b'"' => string_end(text, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut k = i;
+            while k < text.len() {
+                match text[k] {
+                    b'"' => {
+                        k = string_end(text, k)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(k + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                k += 1;
+            }
+            None
+        }
+        _ => {
+            let mut k = i;
+            while k < text.len()
+                && !matches!(text[k], b',' | b'}' | b']')
+                && !text[k].is_ascii_whitespace()
+            {
+                k += 1;
+            }
+            (k < text.len()).then_some(k)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(text: &str) -> (Value, String) {
+        match screen(text.as_bytes()) {
+            Screened::Refuse { id, clean, message } => {
+                let c: Value = serde_json::from_slice(&clean).unwrap();
+                assert_eq!(c["params"]["arguments"], json!({}));
+                assert_eq!(c["id"], id);
+                (id, message)
+            }
+            _ => panic!("not refused: {text}"),
+        }
+    }
+
+    #[test]
+    fn calls_serve_would_refuse_are_marked_with_serves_text() {
+        let (id, m) = refused(
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"memory","arguments":{"command":"view"},"arguments":{"command":"delete","path":"/memories"}}}"#,
+        );
+        assert_eq!(id, json!(7));
+        assert!(m.contains("`arguments`") || m.contains("a key"), "{m}");
+        let (_, m) = refused(
+            r#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"memory","arguments":"view"}}"#,
+        );
+        assert!(m.contains("got a string"), "{m}");
+        let (_, m) = refused(
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"memory","arguments":{"command":"view","path":"/memories/\ud800"}}}"#,
+        );
+        assert!(m.contains("not valid JSON"), "{m}");
+        // A paired surrogate is valid JSON: handed on.
+        assert!(matches!(
+            screen(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"memory","arguments":{"command":"view","path":"/memories/\ud83d\ude00"}}}"#.as_bytes()),
+            Screened::Pass
+        ));
+        assert!(matches!(screen(b"not json"), Screened::Unparsable(_)));
+        assert!(matches!(
+            screen(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#),
+            Screened::Pass
+        ));
+    }
+
+    #[test]
+    fn id_and_method_are_read_from_a_cut_start() {
+        let text = br#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"memory","arguments":{"command":"create","file_text":"aaaa"#;
+        assert_eq!(
+            id_and_method(text),
+            (Some(json!(42)), Some("tools/call".into()))
+        );
+        let text = br#"{"params":{"x":[1,{"y":"}"}]},"id":"q","method":"tools/call""#;
+        assert_eq!(
+            id_and_method(text),
+            (Some(json!("q")), Some("tools/call".into()))
+        );
+        assert_eq!(id_and_method(br#"{"params":{"a":"#), (None, None));
+    }
+}
