@@ -210,12 +210,32 @@ impl Fields<'_> {
                         (true, None) => Err(self.out_of_range(FIELD, a)),
                         (false, _) => Err(self.mistyped(FIELD, EXPECTED, v)),
                     },
-                    _ => Err(self.mistyped(FIELD, EXPECTED, v)),
+                    _ => Err(self.mistyped_item(FIELD, EXPECTED, items)),
                 },
+                [_, _] => Err(self.mistyped_item(FIELD, EXPECTED, items)),
                 _ => Err(self.mistyped(FIELD, EXPECTED, v)),
             },
             Some(other) => Err(self.mistyped(FIELD, EXPECTED, other)),
         }
+    }
+
+    /// A pair with an item that is no whole number: which one, and what
+    /// it is.
+    fn mistyped_item(&self, field: &str, expected: &str, items: &[Value]) -> String {
+        let whole = |v: &Value| v.as_i64().is_some() || v.as_u64().is_some();
+        let (which, item) = match items {
+            [a, _] if !whole(a) => ("first", a),
+            [_, b] => ("second", b),
+            _ => return self.mistyped(field, expected, &Value::Array(items.to_vec())),
+        };
+        let what = match item {
+            Value::Number(n) => format!("the number {n}, not a whole number"),
+            other => describe(other),
+        };
+        format!(
+            "Error: invalid input for `{}`: field `{field}` must be {expected}, got an array whose {which} item is {what}.",
+            self.command
+        )
     }
 }
 
@@ -449,6 +469,20 @@ mod tests {
         assert_eq!(
             err(json!({"command": "rename", "old_path": "/memories/a"})),
             "Error: invalid input for `rename`: missing required field `new_path` (string)."
+        );
+    }
+
+    #[test]
+    fn a_view_range_item_that_is_no_whole_number_is_named() {
+        let e = err(json!({"command": "view", "path": "/memories", "view_range": [1.0, 2]}));
+        assert!(
+            e.ends_with("got an array whose first item is the number 1.0, not a whole number."),
+            "{e}"
+        );
+        let e = err(json!({"command": "view", "path": "/memories", "view_range": [1, true]}));
+        assert!(
+            e.ends_with("got an array whose second item is the boolean true."),
+            "{e}"
         );
     }
 

@@ -121,7 +121,13 @@ pub fn numbered(lines: &[&str], first_number: usize, max_chars: usize) -> String
         return out;
     }
 
-    let cap = max_chars / 2;
+    // Half the budget for the head; all of it for a lone line (a
+    // `view_range` of one long line).
+    let cap = if lines.len() == 1 {
+        max_chars
+    } else {
+        max_chars / 2
+    };
     // A line as shown when truncating: whole, or cut to fit in `cap`.
     let shown = |i: usize| -> (usize, Option<String>) {
         let number = first_number.saturating_add(i);
@@ -378,6 +384,8 @@ mod tests {
         assert!(out.ends_with("… [line cut here: it has 100000 characters in all]"));
         assert!(out.contains("1 line omitted") || out.chars().count() <= 16_000);
         assert!(out.chars().count() <= 16_000 + 200);
+        // Alone (a view_range of that line), it has the whole budget.
+        assert!(out.chars().count() > 15_800, "{}", out.chars().count());
         let two = [giant.as_str(), "end"];
         let out = numbered(&two, 1, 16_000);
         assert!(out.starts_with("     1\téé"));
