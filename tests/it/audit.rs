@@ -913,3 +913,62 @@ fn undoing_in_reverse_order_goes_through_and_a_change_still_in_place_is_refused(
     assert_eq!(run(&v, &["revert", &r3]).status.code(), Some(1));
     assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
 }
+
+/// A restore after a rename, and a forced revert of an edit made before
+/// one, put back a version sealed under the key the renamed file still
+/// holds: the copy is sealed again under a key of its own, so the two
+/// files expire and are erased apart. Both read as they should.
+#[test]
+fn a_copy_brought_back_beside_its_renamed_file_gets_a_key_of_its_own() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[json!({"command": "create", "path": "/memories/a.md", "file_text": "first\n"})],
+    );
+    let created = head_rev(&v, 0);
+    serve_as(
+        &v,
+        "s2",
+        &[json!({"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/b.md"})],
+    );
+    let out = run(&v, &["restore", "/memories/a.md", "--at", &created]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let keys = |paths: &[&str]| -> Vec<String> {
+        let mut vault = v.open_library("probe");
+        let tip = vault.tip().unwrap();
+        let snap = vault.snapshot_at(tip).unwrap();
+        paths
+            .iter()
+            .map(|p| {
+                snap.file_key_id(&memvault::memory::MemoryPath::parse(p).unwrap())
+                    .unwrap()
+                    .unwrap()
+                    .to_hex()
+            })
+            .collect()
+    };
+    let k = keys(&["/memories/a.md", "/memories/b.md"]);
+    assert_ne!(
+        k[0], k[1],
+        "the restored copy shares the renamed file's key"
+    );
+    for p in ["/memories/a.md", "/memories/b.md"] {
+        assert!(text(&view(&v, p)).contains("first"), "{p}");
+    }
+    // Purging one leaves the other as it is, under the same key.
+    let out = run(&v, &["purge", "/memories/b.md"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(keys(&["/memories/a.md"])[0], k[0]);
+    assert!(text(&view(&v, "/memories/a.md")).contains("first"));
+    let out = run(&v, &["verify"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+}

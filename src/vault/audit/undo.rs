@@ -4,7 +4,10 @@
 //!
 //! Stored blobs are bound to their path and file key, and encrypted names
 //! are deterministic, so putting an old blob back at its own git path
-//! restores the old content exactly, with no re-encryption.
+//! restores the old content exactly, with no re-encryption; except when a
+//! file the undo leaves in place holds that key (the file was renamed
+//! since): the version is then sealed again under a new key, so that no
+//! two files share one.
 //!
 //! Conflicts: a revert refuses when a later commit (not being undone)
 //! changed a file the revert would change; a restore refuses when it would
@@ -589,8 +592,59 @@ impl Vault {
             }
         }
 
-        // The blobs put back are old ones, already durable: the record
-        // needs only the new trees.
+        // A version put back under a file key that a file the undo leaves
+        // in place also holds (the file was renamed since, or copied back
+        // before) is sealed again under a new key: two files sharing a key
+        // would share expiry and erasure (viewing one would keep the other,
+        // purging one would re-key the other).
+        let mut objects = Vec::new();
+        let mut new_keys = Vec::new();
+        if !put_back.is_empty() {
+            let mut final_ids = Vec::new();
+            let changing: BTreeSet<&MemoryPath> = edits.iter().map(|(_, p, _)| p).collect();
+            let snap = self.snapshot_of(Some(tip))?;
+            let mut held: BTreeSet<crypto::FileKeyId> = snap
+                .files_with_keys()?
+                .into_iter()
+                .filter(|(p, _, _)| !changing.contains(p))
+                .map(|(_, _, k)| k)
+                .collect();
+            for (_, path, desired) in edits.iter_mut() {
+                let Some(blob) = *desired else { continue };
+                let bytes = self
+                    .repo
+                    .find_blob(blob)
+                    .map_err(|_| damaged("a stored file is unreadable"))?;
+                let id = crypto::blob_key_id(bytes.content())
+                    .map_err(|_| damaged("a stored file has a bad header"))?;
+                // Each key once: a second version put back under the same
+                // key is sealed again as well.
+                if held.insert(id) {
+                    final_ids.push(id);
+                    continue;
+                }
+                let key = snap.file_key(&id)?;
+                let content = crypto::open_blob(key, path.as_str(), bytes.content())
+                    .map_err(|_| damaged("a stored file failed to decrypt"))?;
+                let new_id = crypto::FileKeyId::generate();
+                let new_key = crypto::FileKey::generate();
+                let sealed = crypto::seal_blob(&new_key, &new_id, path.as_str(), &content);
+                *desired = Some(crate::vault::publish::stage_blob(
+                    &self.repo,
+                    sealed,
+                    &mut objects,
+                )?);
+                final_ids.push(new_id);
+                held.insert(new_id);
+                new_keys.push((new_id, Some(new_key)));
+            }
+            // The keys recorded as written now: those of the versions put
+            // back, not those of the files they were sealed apart from.
+            put_back = final_ids;
+        }
+
+        // The blobs put back are old ones, already durable (or sealed
+        // again just now, in `objects`).
         let mut update = TreeEdits::default();
         for (git_path, _, desired) in &edits {
             match desired {
@@ -599,7 +653,6 @@ impl Vault {
             };
         }
         drop(tip_tree);
-        let mut objects = Vec::new();
         let tree = self.edit_tree(Some(tip), &update, &mut objects)?;
         let op = match target {
             UndoTarget::Restore { .. } => "restore",
@@ -632,7 +685,7 @@ impl Vault {
         // the next sweep would erase what was just brought back.
         let changed = edits.into_iter().map(|(_, p, _)| p).collect();
         let time = meta.time_ms;
-        let commit = self.publish(Some(tip), tree, KeyChange::default(), &meta, objects)?;
+        let commit = self.publish(Some(tip), tree, KeyChange::files(new_keys), &meta, objects)?;
         let written: Vec<_> = put_back
             .into_iter()
             .map(|id| (id, crate::vault::access::Kind::Written, time))
