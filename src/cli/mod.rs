@@ -168,6 +168,12 @@ fn io_error(e: &io::Error) -> CliError {
     match e.kind() {
         io::ErrorKind::BrokenPipe => CliError::broken_pipe(),
         io::ErrorKind::PermissionDenied => CliError::permission_denied(e),
+        io::ErrorKind::ReadOnlyFilesystem => CliError::failure(
+            "the vault is on a read-only file system: every command, reads included, writes there (its lock, its log, records of use); nothing was read or changed. To inspect a read-only copy, copy it to a writable place first (`cp -a`), and open the copy",
+        ),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded => CliError::failure(format!(
+            "I/O error: {e}: the disk holding the vault is full; free space there and run the command again (what was acknowledged before is kept)"
+        )),
         _ => CliError::failure(format!("I/O error: {e}")),
     }
 }
