@@ -764,8 +764,16 @@ fn serve(global: &Global, args: &ServeArgs) -> Result<u8, CliError> {
     let max_line = vault.config().max_line_bytes;
     // Several `serve` processes on one vault hand their requests to one
     // of them, which runs them in batches with one sync (see `serve`).
-    serve::run(&mut vault, &memory, max_line)?;
-    Ok(0)
+    match serve::run(&mut vault, &memory, max_line) {
+        Ok(()) => Ok(0),
+        // The client stopped reading: the request whose result could not
+        // be written ran (what it changed is kept); nothing after it was
+        // read. A supervisor must be able to tell this from end of input.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Err(CliError::failure(
+            "the client closed its end of stdout: the last request ran but its result could not be delivered (view what it touched before repeating it); no later request was read",
+        )),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn exec(

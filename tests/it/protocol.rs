@@ -90,3 +90,32 @@ fn end_of_input_ends_serve_with_status_0_and_stdout_holds_only_results() {
         "a generated session id is announced on stderr: {err}"
     );
 }
+
+/// A client that stops reading results: `serve` ends with status 1 and
+/// says so on stderr (a supervisor can tell it from the end of input);
+/// the request it ran is kept, and nothing after it was read.
+#[test]
+fn serve_whose_stdout_reader_is_gone_fails_and_says_so() {
+    use std::io::Write;
+    let v = TestVault::new();
+    let mut child = v
+        .cmd()
+        .arg("serve")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let mut stdin = child.stdin.take().unwrap();
+    let line =
+        serde_json::json!({"command": "create", "path": "/memories/ran.md", "file_text": "x\n"});
+    let _ = writeln!(stdin, "{line}");
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("closed its end of stdout"), "{err}");
+    let r = v.one(serde_json::json!({"command": "view", "path": "/memories/ran.md"}));
+    assert!(!is_error(&r), "{r}");
+}
