@@ -226,7 +226,7 @@ pub struct Vault {
     /// The authenticated principal recorded in every commit (`memvault
     /// server` sets it from the token; None elsewhere).
     principal: Option<String>,
-    lock: File,
+    lock: std::sync::Arc<File>,
     caches: Caches,
     /// The write-ahead log (see [`wal`]).
     wal: Wal,
@@ -589,7 +589,7 @@ impl Vault {
         f: impl FnOnce(&mut Vault, Option<Oid>) -> Result<T, E>,
     ) -> Result<T, E> {
         self.flush_access();
-        let guard = FileLock::exclusive(&self.lock).map_err(VaultError::Lock)?;
+        let guard = FileLock::exclusive_on(&self.lock).map_err(VaultError::Lock)?;
         let len_before = self.wal.len().unwrap_or(0);
         let result = self
             .recover_if_needed()
@@ -717,7 +717,7 @@ impl Vault {
     /// and start the log over. Takes the writer lock.
     pub fn checkpoint(&mut self) -> Result<(), VaultError> {
         self.flush_access();
-        let _guard = FileLock::exclusive(&self.lock).map_err(VaultError::Lock)?;
+        let _guard = FileLock::exclusive_on(&self.lock).map_err(VaultError::Lock)?;
         self.checkpoint_locked()?;
         self.log.dirty = false;
         Ok(())
@@ -781,7 +781,7 @@ impl Vault {
     /// delete every other pack and loose object. Takes the writer lock.
     pub fn gc(&mut self) -> Result<GcReport, VaultError> {
         self.flush_access();
-        let _guard = FileLock::exclusive(&self.lock).map_err(VaultError::Lock)?;
+        let _guard = FileLock::exclusive_on(&self.lock).map_err(VaultError::Lock)?;
         // Only a vault whose tip checks out: gc deletes what main and the
         // key state do not reach, so with a ref rolled back (or a damaged
         // tip) it would delete the newer state for good. Main is checked
@@ -869,7 +869,7 @@ impl Store for Vault {
                 if self.access_guard.is_none() {
                     // Without the lock nothing is recorded (as in
                     // `record_access`): a time can only be older than the truth.
-                    let Ok(guard) = FileLock::shared(&self.lock) else {
+                    let Ok(guard) = FileLock::shared_on(&self.lock) else {
                         return;
                     };
                     self.access_guard = Some(guard);

@@ -267,7 +267,7 @@ impl Vault {
             Some(s) => s.clone(),
             None => load_config(dir)?,
         };
-        let lock = fsx::open_rw(&dir.join(LOCK_FILE))?;
+        let lock = std::sync::Arc::new(fsx::open_rw(&dir.join(LOCK_FILE))?);
         let vault = Vault {
             dir: dir.to_path_buf(),
             repo,
@@ -294,7 +294,7 @@ impl Vault {
         };
         let mut vault = vault;
         if recover {
-            let _guard = FileLock::exclusive(&vault.lock).map_err(VaultError::Lock)?;
+            let _guard = FileLock::exclusive_on(&vault.lock).map_err(VaultError::Lock)?;
             // The log's shards need a key state that takes them in before
             // the checkpoint (format 7). One that cannot be written (a
             // damaged key state) leaves the log as it is: the vault still

@@ -101,7 +101,7 @@ impl Vault {
             self.append_access(entries);
             return;
         }
-        let Ok(_guard) = crate::vault::FileLock::shared(&self.lock) else {
+        let Ok(_guard) = crate::vault::FileLock::shared_on(&self.lock) else {
             return;
         };
         self.append_access(entries);

@@ -284,7 +284,7 @@ impl Vault {
     /// that git, borrowing the vault's objects, sees them).
     fn checkpointed_tips(&mut self) -> Result<(Option<Oid>, Option<Oid>), VaultError> {
         self.flush_access();
-        let guard = FileLock::exclusive(&self.lock).map_err(VaultError::Lock)?;
+        let guard = FileLock::exclusive_on(&self.lock).map_err(VaultError::Lock)?;
         self.checkpoint_locked()?;
         self.log.dirty = false;
         // Read under the lock the checkpoint ran under: another process's
