@@ -109,6 +109,19 @@ impl VaultError {
             VaultError::Damaged(_) | VaultError::Object(_) | VaultError::RolledBack(_)
         ) || matches!(self, VaultError::Store(StoreError::Damaged(_)))
     }
+
+    /// The disk holding the vault is full (or the user's quota reached).
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            VaultError::Io(e) | VaultError::Log(e) => {
+                matches!(
+                    e.kind(),
+                    std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+                )
+            }
+            _ => false,
+        }
+    }
 }
 
 impl From<wal::WalError> for VaultError {

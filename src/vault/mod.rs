@@ -732,6 +732,11 @@ impl Vault {
         // into a config put in place since the vault was opened (the log
         // keeps every record meanwhile).
         fsx::check_vault(&self.dir)?;
+        // A full disk, as the first write of a checkpoint meets it.
+        #[cfg(feature = "test-hooks")]
+        if std::env::var("MEMVAULT_TEST_DISK_FULL").is_ok_and(|p| p == "checkpoint") {
+            return Err(VaultError::Io(std::io::ErrorKind::StorageFull.into()));
+        }
         self.wal.catch_up(&self.repo)?;
         if !self.wal.pending_keys().0.is_empty() {
             // On the log's key state, which the checkpoint then writes to

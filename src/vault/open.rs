@@ -300,13 +300,20 @@ impl Vault {
             // damaged key state) leaves the log as it is: the vault still
             // opens, reads through the log, and each command reports the
             // damage (`verify` locates it).
+            // So does a full disk: the log keeps every record (reads go
+            // through it, writes fail with the disk full), and the next
+            // open or checkpoint with room moves it into git.
             let foldable = match vault.fold_at_open() {
                 Ok(()) => true,
-                Err(e) if e.is_damage() => false,
+                Err(e) if e.is_damage() || e.is_disk_full() => false,
                 Err(e) => return Err(e),
             };
             if foldable {
-                vault.checkpoint_locked()?;
+                match vault.checkpoint_locked() {
+                    Ok(()) => {}
+                    Err(e) if e.is_disk_full() => {}
+                    Err(e) => return Err(e),
+                }
                 vault.key_state = Self::load_key_state(&vault.repo, &mut vault.wal, &vault.keys)?;
                 vault.log.keys_seen = None;
                 if let Some(s) = &vault.key_state.settings {

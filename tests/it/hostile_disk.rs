@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::util::{TestVault, bin, copy_dir, is_error, parse_lines, run_with_stdin};
+use crate::util::{
+    TestVault, Writer, bin, copy_dir, git, is_error, parse_lines, run_with_stdin, text,
+};
 
 /// Every file and directory below `dir`, links not followed: its kind and
 /// bytes (a link: its target).
@@ -470,4 +472,45 @@ fn a_link_planted_while_serve_runs_is_not_written_through() {
     }
     assert!(leader.finish_within(Duration::from_secs(10)).is_some());
     assert_eq!(snapshot(&outside), before);
+}
+
+/// A full disk with acknowledged records still in the log (a `serve`
+/// killed before its checkpoint): a new process cannot move the log into
+/// git, and opens anyway, reading through the log; nothing is lost, and
+/// the first open with room checkpoints. (The full disk is a test hook on
+/// the checkpoint's first write.)
+#[test]
+fn a_full_disk_at_open_still_reads_through_the_log_and_loses_nothing() {
+    let v = TestVault::new();
+    let mut w = Writer::start(&v, "before");
+    w.send(&json!({"command": "create", "path": "/memories/acked.md", "file_text": "kept\n"}));
+    w.child.kill().unwrap();
+    w.child.wait().unwrap();
+    let refs_before = String::from_utf8(git(&v.vault, &["for-each-ref"]).stdout).unwrap();
+    let full = |args: &[&str], input: &str| {
+        let mut c = v.cmd();
+        c.env("MEMVAULT_TEST_DISK_FULL", "checkpoint").args(args);
+        run(&mut c, input)
+    };
+    let (status, stderr) = full(
+        &["exec", r#"{"command":"view","path":"/memories/acked.md"}"#],
+        "",
+    );
+    assert!(status.success(), "a view on a full disk: {stderr}");
+    let (status, stderr) = full(&["history"], "");
+    assert!(status.success(), "history on a full disk: {stderr}");
+    // Nothing was moved into git meanwhile.
+    assert_eq!(
+        String::from_utf8(git(&v.vault, &["for-each-ref"]).stdout).unwrap(),
+        refs_before
+    );
+    // With room again: checkpointed, and all there.
+    let r = v.one(json!({"command": "view", "path": "/memories/acked.md"}));
+    assert!(text(&r).contains("kept"), "{r}");
+    assert_ne!(
+        String::from_utf8(git(&v.vault, &["for-each-ref"]).stdout).unwrap(),
+        refs_before
+    );
+    let (status, stderr) = run(v.cmd().arg("verify"), "");
+    assert!(status.success(), "{stderr}");
 }
