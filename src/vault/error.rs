@@ -119,6 +119,12 @@ impl VaultError {
                     std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
                 )
             }
+            // libgit2 (and memvault's writes reported through it) keep no
+            // errno: the message carries the system's.
+            VaultError::Git(GitError(e)) => {
+                e.message().contains("No space left on device")
+                    || e.message().contains("Disk quota exceeded")
+            }
             _ => false,
         }
     }
