@@ -10,7 +10,6 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
 
-use memvault::crypto::ShardLayout;
 use serde_json::{Value, json};
 
 use crate::util::*;
@@ -233,34 +232,9 @@ fn erased_versions_no_longer_open_while_other_history_stays_intact() {
     );
 }
 
-/// Every file key any key-table object in the repository holds, reachable
-/// or not, opened with the vault's keys.
+/// Every file key any key-table object of `v`'s repository holds.
 fn keys_in_any_object(v: &TestVault) -> BTreeSet<String> {
-    let vault = v.open_library("probe");
-    let list = git(
-        &v.vault,
-        &["cat-file", "--batch-all-objects", "--batch-check"],
-    )
-    .stdout;
-    let mut found = BTreeSet::new();
-    for line in String::from_utf8(list).unwrap().lines() {
-        let mut parts = line.split(' ');
-        let (oid, kind) = (parts.next().unwrap(), parts.next().unwrap());
-        if kind != "blob" {
-            continue;
-        }
-        let bytes = git(&v.vault, &["cat-file", "blob", oid]).stdout;
-        for layout in [ShardLayout::Byte, ShardLayout::Wide] {
-            for shard in 0..layout.shards() {
-                if let Ok(table) = vault.keys().open_table_shard(layout, shard, &bytes) {
-                    for (id, _) in table.iter() {
-                        found.insert(id.to_hex());
-                    }
-                }
-            }
-        }
-    }
-    found
+    crate::util::keys_in_any_object(&v.vault, &v.key)
 }
 
 #[test]

@@ -1365,3 +1365,36 @@ fn a_change_set_aside_by_a_merge_on_another_machine_is_not_reverted_over_it() {
     assert_eq!(a.read("/memories/f.md").as_deref(), Some("the line\n"));
     a.ok(&["verify"]);
 }
+
+/// A purge here, then a sync that merges key states another machine
+/// pushed before it heard of the purge: those states held the destroyed
+/// key, and came into this repository with the fetch. They are pruned
+/// too: no object here holds the key afterwards.
+#[test]
+fn a_purge_before_a_merging_sync_leaves_no_fetched_state_holding_its_key() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    a.write("/memories/secret.md", &format!("{MARK} to be erased\n"));
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    let held = keys_in_any_object(&a.dir, &a.key);
+    a.ok(&["purge", "/memories/secret.md"]);
+    let after_purge = keys_in_any_object(&a.dir, &a.key);
+    let destroyed: Vec<&String> = held.difference(&after_purge).collect();
+    assert_eq!(destroyed.len(), 1, "the purge destroyed one key here");
+    // b, not yet told, writes and syncs first: the hub's key states hold
+    // the key; a's sync fetches them and merges.
+    b.write("/memories/other.md", "b's note\n");
+    b.ok(&["sync"]);
+    a.ok(&["sync"]);
+    let now = keys_in_any_object(&a.dir, &a.key);
+    assert!(
+        !now.contains(destroyed[0]),
+        "a fetched key state still holds the destroyed key"
+    );
+    assert_eq!(a.read("/memories/secret.md"), None);
+    assert!(a.read("/memories/other.md").is_some());
+    a.ok(&["verify"]);
+    b.ok(&["sync"]);
+    assert!(!keys_in_any_object(&b.dir, &b.key).contains(destroyed[0]));
+}

@@ -332,3 +332,37 @@ impl Writer {
         self.child.wait().unwrap().success()
     }
 }
+
+/// Every file key any key-table object in the repository at `vault`
+/// holds, reachable or not, opened with the vault's keys (unlocked by the
+/// key file `key`).
+pub fn keys_in_any_object(vault: &Path, key: &Path) -> std::collections::BTreeSet<String> {
+    use memvault::crypto::ShardLayout;
+    let k = memvault::crypto::KeyFileKey::from_bytes(&std::fs::read(key).unwrap()).unwrap();
+    let who = memvault::vault::Attribution {
+        session: "probe".into(),
+        actor: "probe".into(),
+    };
+    let opened =
+        memvault::vault::Vault::open(vault, &memvault::crypto::Unlock::KeyFile(&k), who).unwrap();
+    let list = git(vault, &["cat-file", "--batch-all-objects", "--batch-check"]).stdout;
+    let mut found = std::collections::BTreeSet::new();
+    for line in String::from_utf8(list).unwrap().lines() {
+        let mut parts = line.split(' ');
+        let (oid, kind) = (parts.next().unwrap(), parts.next().unwrap());
+        if kind != "blob" {
+            continue;
+        }
+        let bytes = git(vault, &["cat-file", "blob", oid]).stdout;
+        for layout in [ShardLayout::Byte, ShardLayout::Wide] {
+            for shard in 0..layout.shards() {
+                if let Ok(table) = opened.keys().open_table_shard(layout, shard, &bytes) {
+                    for (id, _) in table.iter() {
+                        found.insert(id.to_hex());
+                    }
+                }
+            }
+        }
+    }
+    found
+}

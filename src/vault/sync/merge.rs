@@ -41,6 +41,10 @@ pub(crate) struct Merged {
     pub files: Vec<String>,
     pub conflicts: Vec<(String, String)>,
     pub erased: usize,
+    /// Keys the fetched key state holds that this side erased: that state
+    /// (and what it chains to) came into this repository with the fetch,
+    /// and is pruned.
+    pub stale: usize,
 }
 
 /// The key-state side of a merge.
@@ -51,6 +55,8 @@ pub(crate) struct KeyMerge {
     pub keep: Vec<(FileKeyId, FileKey)>,
     /// Keys `ours` holds that `theirs` erased.
     pub erased: usize,
+    /// Keys `theirs` holds that `ours` erased.
+    pub stale: usize,
 }
 
 /// What `theirs` adds to `ours`: its keys this side lacks (unless this
@@ -78,8 +84,11 @@ pub(crate) fn key_change(
     let our_ids: HashSet<FileKeyId> = our_keys.iter().map(|(id, _)| *id).collect();
     let their_ids: HashSet<FileKeyId> = their_keys.iter().map(|(id, _)| *id).collect();
     let mut files = Vec::new();
+    let mut stale = 0;
     for (id, key) in their_keys {
-        if !ours.erased.contains(&id) && !our_ids.contains(&id) {
+        if ours.erased.contains(&id) {
+            stale += 1;
+        } else if !our_ids.contains(&id) {
             files.push((id, Some(key)));
         }
     }
@@ -103,6 +112,7 @@ pub(crate) fn key_change(
         change: KeyChange::files(files),
         keep,
         erased,
+        stale,
     })
 }
 
@@ -405,6 +415,11 @@ impl Vault {
         // The key state: ours, with theirs merged in.
         let km = key_change(&self.repo, &self.keys, &self.key_state, &their_keys)?;
         let erased = km.erased;
+        let stale = km.stale;
+        if stale > 0 {
+            // Replaced by the merged state, and holding keys erased here.
+            crate::vault::keys::note_garbage(&self.repo, their_keys.commit);
+        }
         let mut change = km.change;
         change.files.extend(new_keys);
         let (slots, settings, notes) =
@@ -430,6 +445,7 @@ impl Vault {
             files: meta.files,
             conflicts,
             erased,
+            stale,
         })
     }
 

@@ -463,9 +463,10 @@ impl Vault {
         report.merged_files = outcome.files;
         report.conflicts = outcome.conflicts;
         report.erased = outcome.erased;
-        if outcome.erased > 0 {
+        if outcome.erased > 0 || outcome.stale > 0 {
             // The replaced key states held the erased keys: gone here too
             // (a checkpoint and a scrub of the log: under the writer lock).
+            // So are fetched states that hold keys erased here.
             self.with_writer_lock(|v: &mut Vault, _| v.prune_key_garbage().map(|_| ()))?;
         }
         // Views made on other machines count here too (for expiry); when
@@ -1028,6 +1029,7 @@ impl Vault {
         let change = merge::key_change(&self.repo, &self.keys, &self.key_state, &theirs)?;
         let ours_only = change.keep;
         let erased = change.erased;
+        let stale = change.stale;
         let mut record = Record::default();
         record.refs.push((KEYS_REF.to_string(), theirs.commit));
         record.refs.push((MAIN_REF.to_string(), their_main));
@@ -1063,6 +1065,7 @@ impl Vault {
             files,
             conflicts: Vec::new(),
             erased,
+            stale,
         })
     }
 
