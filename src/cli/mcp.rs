@@ -51,8 +51,10 @@ pub fn run(global: &Global, session: &SessionArgs) -> Result<u8, CliError> {
     let max_line = vault.config().max_line_bytes;
     let tool = memory_tool(vault.config());
     let refusals = Refusals::default();
+    let live = super::LiveMemory::new(vault.config());
     let server = MemoryServer {
         memory,
+        live,
         tool,
         vault: Mutex::new(vault),
         refusals: refusals.clone(),
@@ -105,6 +107,8 @@ fn init_error_kind(e: &ServerInitializeError) -> &'static str {
 /// The MCP handler: one tool over one unlocked vault.
 struct MemoryServer {
     memory: Memory,
+    /// The tool for settings another process set since (`config set`).
+    live: super::LiveMemory,
     tool: Tool,
     /// `Vault` is `Send` but not `Sync`; rmcp wants a `Sync` handler.
     vault: Mutex<Vault>,
@@ -121,7 +125,11 @@ impl MemoryServer {
                 None,
             )
         })?;
-        Ok(self.memory.execute_json(&mut *vault, input))
+        Ok(match self.live.now(&mut vault) {
+            Ok(None) => self.memory.execute_json(&mut *vault, input),
+            Ok(Some(live)) => live.execute_json(&mut *vault, input),
+            Err(text) => ToolResult::error(text),
+        })
     }
 }
 

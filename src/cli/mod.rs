@@ -551,6 +551,51 @@ impl On<'_> {
 }
 
 /// Build the command executor for a vault's settings.
+/// The memory tool for a vault's settings as they are now, in a process
+/// that keeps running (`serve`, `mcp`): the one it started with stays in
+/// use until another process changes the settings (`config set`); then one
+/// for the new settings is made at the next request, and used for it.
+pub(crate) struct LiveMemory {
+    start: VaultConfig,
+    live: std::sync::Mutex<Option<(VaultConfig, std::sync::Arc<Memory>)>>,
+}
+
+impl LiveMemory {
+    pub(crate) fn new(start: &VaultConfig) -> LiveMemory {
+        LiveMemory {
+            start: start.clone(),
+            live: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// None while the settings are the ones the process started with
+    /// (use its own memory tool); else the tool for the settings now, or
+    /// the error to answer with when they cannot be used.
+    pub(crate) fn now(&self, vault: &mut Vault) -> Result<Option<std::sync::Arc<Memory>>, String> {
+        // A vault that cannot catch up reports it through the command.
+        let Ok(config) = vault.refreshed_config() else {
+            return Ok(None);
+        };
+        if *config == self.start {
+            return Ok(None);
+        }
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((c, m)) = &*live
+            && c == config
+        {
+            return Ok(Some(std::sync::Arc::clone(m)));
+        }
+        let memory = std::sync::Arc::new(memory_for(config).map_err(|e| {
+            format!(
+                "Error: the vault's settings cannot be used: {}; nothing was done",
+                e.message
+            )
+        })?);
+        *live = Some((config.clone(), std::sync::Arc::clone(&memory)));
+        Ok(Some(memory))
+    }
+}
+
 pub(crate) fn memory_for(config: &VaultConfig) -> Result<Memory, CliError> {
     memory_with(config, false)
 }

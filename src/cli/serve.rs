@@ -140,6 +140,9 @@ struct Shared<'v> {
     /// Who runs a request on `vault` next.
     turns: Turns,
     memory: &'v Memory,
+    /// The memory tool for settings another process set since `memory`
+    /// was made.
+    live: super::LiveMemory,
     max_line: usize,
     /// Log records this process appended (numbered from 1).
     appended: AtomicU64,
@@ -173,10 +176,12 @@ impl<'v> Shared<'v> {
         let dir = vault.dir().to_path_buf();
         let log = vault.log_sync_handle()?;
         vault.defer_sync(true);
+        let live = super::LiveMemory::new(vault.config());
         Ok(Shared {
             vault: Mutex::new(vault),
             turns: Turns::default(),
             memory,
+            live,
             max_line,
             appended: AtomicU64::new(0),
             synced: Mutex::new(0),
@@ -227,7 +232,14 @@ impl<'v> Shared<'v> {
                         return None;
                     }
                     vault.set_attribution(who.clone());
-                    protocol::handle_line(self.memory, &mut **vault, &bytes)
+                    match self.live.now(&mut vault) {
+                        Ok(None) => protocol::handle_line(self.memory, &mut **vault, &bytes),
+                        Ok(Some(live)) => protocol::handle_line(&live, &mut **vault, &bytes),
+                        Err(text) => protocol::Reply {
+                            tool_use_id: None,
+                            result: ToolResult::error(text),
+                        },
+                    }
                 }
             };
             // Numbered while the vault is held, after the record's write.

@@ -777,7 +777,25 @@ impl Vault {
             self.key_state.apply_pending(pending);
             self.log.keys_seen = Some(stamp);
         }
+        // Settings changed by another process (`config set`) hold here
+        // from now on: its limits at once, the memory tool's own settings
+        // (redaction, view size) where the caller rebuilds it (see
+        // `refreshed_config`).
+        if before != self.key_state.commit
+            && let Some(settings) = &self.key_state.settings
+            && *settings != self.config
+        {
+            self.config = settings.clone();
+        }
         Ok(())
+    }
+
+    /// The settings as they are now: the vault caught up with other
+    /// processes first (a `serve` that runs other processes' requests
+    /// uses them for each request, not those it started with).
+    pub fn refreshed_config(&mut self) -> Result<&VaultConfig, VaultError> {
+        self.refresh()?;
+        Ok(&self.config)
     }
 }
 

@@ -398,3 +398,47 @@ fn serve_ignores_memvault_test_after_reply_pause_ms_without_test_hooks() {
     assert!(c.finish(15).success());
     content(&v, "/memories/b.md");
 }
+
+/// Settings changed while a `serve` leads hold for every request it runs
+/// from then on: a `serve` started after the change, whose requests the
+/// leader runs, is served under the new settings (it was served under the
+/// leader's, read at its start), and so is the leader's own client.
+#[test]
+fn a_settings_change_holds_for_requests_a_running_leader_serves() {
+    let v = TestVault::new();
+    let mut leader = Writer::start(&v, "lead");
+    leader.send(&json!({"command": "view", "path": "/memories"}));
+    for (key, value) in [("redaction.mode", "reject"), ("max_file_bytes", "1000")] {
+        let out = v
+            .cmd()
+            .args(["config", "set", key, value])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A follower started now: the leader runs its requests.
+    let secret = json!({"command": "create", "path": "/memories/e3.md", "file_text": "password = Hunter2!xyzQ\n"});
+    let big =
+        json!({"command": "create", "path": "/memories/e4.md", "file_text": "a".repeat(5000)});
+    let out = v.serve(&[secret.to_string(), big.to_string()]);
+    assert!(
+        v.vault.join("memvault/serve.sock").exists(),
+        "the first serve still leads"
+    );
+    assert!(is_error(&out[0]), "a secret in reject mode: {}", out[0]);
+    assert!(is_error(&out[1]), "over max_file_bytes: {}", out[1]);
+    // The leader's own client too.
+    let reply = leader.ask(&big);
+    assert!(reply.contains("\"is_error\":true"), "{reply}");
+    assert!(leader.finish());
+    for p in ["/memories/e3.md", "/memories/e4.md"] {
+        assert!(
+            is_error(&v.one(json!({"command": "view", "path": p}))),
+            "{p} was written"
+        );
+    }
+}

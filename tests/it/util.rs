@@ -319,11 +319,17 @@ impl Writer {
 
     /// Send `request` and check that its reply is no error.
     pub fn send(&mut self, request: &Value) {
+        let reply = self.ask(request);
+        assert!(reply.contains("\"is_error\":false"), "{request}: {reply}");
+    }
+
+    /// Send `request`; its reply line.
+    pub fn ask(&mut self, request: &Value) -> String {
         use std::io::BufRead;
         writeln!(self.input.as_mut().unwrap(), "{request}").unwrap();
         let mut reply = String::new();
         self.output.read_line(&mut reply).unwrap();
-        assert!(reply.contains("\"is_error\":false"), "{request}: {reply}");
+        reply
     }
 
     /// End its input and wait for it to exit; whether it exited 0.
