@@ -114,7 +114,7 @@ fn set(
     let config: VaultConfig = serde_json::from_value(all).map_err(|e| {
         CliError::failure(format!("setting {key} refused: {e}; nothing was changed"))
     })?;
-    config.validate().map_err(|e| {
+    config.validate_change().map_err(|e| {
         CliError::failure(format!("setting {key} refused: {e}; nothing was changed"))
     })?;
     // The filter must build with the new rules (custom regexes, ids).
@@ -126,10 +126,22 @@ fn set(
         )?;
         return Ok(0);
     }
-    vault.set_config(config, vec![format!("setting {key}")])?;
+    // History says what changed, from what to what (settings hold no
+    // secret; a long value, a rule list, is cut).
+    let shown = |v: &Value| {
+        let text = v.pointer(&ptr).map_or("null".to_string(), Value::to_string);
+        if text.chars().count() > 200 {
+            text.chars().take(200).collect::<String>() + "…"
+        } else {
+            text
+        }
+    };
+    let before = shown(&as_json(vault.config()));
+    let after = shown(&as_json(&config));
+    vault.set_config(config, vec![format!("setting {key}: {before} -> {after}")])?;
     writeln!(
         err,
-        "memvault: set {key} (a `config` commit in history); restart running `serve`/`mcp` processes to use it"
+        "memvault: set {key} from {before} to {after} (a `config` commit in history); running `serve`/`mcp` processes use it from their next request"
     )?;
     Ok(0)
 }

@@ -66,4 +66,29 @@ impl VaultConfig {
         }
         Ok(())
     }
+
+    /// [`validate`](Self::validate), and the upper bounds a new value must
+    /// keep to (a setting stored before they existed still loads): a file
+    /// and a request must fit one log record (1 GiB) with room, and a
+    /// view, a vault and a retention period stay within what memvault is
+    /// built and tested for.
+    pub fn validate_change(&self) -> Result<(), &'static str> {
+        self.validate()?;
+        if self.max_file_bytes > 256 << 20 {
+            return Err("max_file_bytes may be at most 268435456 (256 MiB)");
+        }
+        if self.max_line_bytes > 512 << 20 {
+            return Err("max_line_bytes may be at most 536870912 (512 MiB)");
+        }
+        if self.max_view_chars > 10_000_000 {
+            return Err("max_view_chars may be at most 10000000");
+        }
+        if self.max_files > 10_000_000 {
+            return Err("max_files may be at most 10000000");
+        }
+        if self.expire_after_days > 36_500 {
+            return Err("expire_after_days may be at most 36500 (100 years)");
+        }
+        Ok(())
+    }
 }

@@ -465,7 +465,7 @@ impl Vault {
         config: VaultConfig,
         changed: Vec<String>,
     ) -> Result<(), VaultError> {
-        config.validate().map_err(VaultError::Config)?;
+        config.validate_change().map_err(VaultError::Config)?;
         self.with_writer_lock(|vault, tip| {
             let meta = CommitMeta {
                 details: changed,

@@ -89,6 +89,9 @@ fn config_set_is_recorded_in_history_and_takes_effect() {
         first.contains("operator") && first.contains("config") && first.contains("redaction.mode"),
         "{h}"
     );
+    // From what, to what: an auditor tells a filter turned off from one
+    // turned on.
+    assert!(first.contains(r#""redact" -> "reject""#), "{h}");
     let r = v.one(json!({"command": "create", "path": "/memories/b.md",
         "file_text": format!("token {GH_TOKEN}\n")}));
     assert!(is_error(&r), "reject mode is in force: {r}");
@@ -106,6 +109,25 @@ fn config_set_is_recorded_in_history_and_takes_effect() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
+    // Values past what memvault is built for are refused too.
+    for (key, value) in [
+        ("max_file_bytes", "18446744073709551615"),
+        ("max_line_bytes", "1073741825"),
+        ("max_view_chars", "999999999999999"),
+        ("expire_after_days", "4294967295"),
+    ] {
+        let out = v
+            .cmd()
+            .args(["config", "set", key, value])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{key} {value}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("at most") && err.contains("nothing was changed"),
+            "{err}"
+        );
+    }
     assert_eq!(v.commits(), before + 1);
     ok(&v.cmd().arg("verify").output().unwrap());
 }
