@@ -30,14 +30,41 @@ pub struct ExportArgs {
     pub at: Option<String>,
 }
 
-/// The folder that maps to `/memories`.
-fn memories_root(dir: &Path) -> PathBuf {
+/// The folder that maps to `/memories`: `DIR/memories` when DIR holds
+/// that folder and nothing else, else DIR itself. DIR holding `memories/`
+/// beside other entries is refused (which one was meant?), and so is a
+/// `memories` that is a link (import reads no link).
+fn memories_root(dir: &Path) -> Result<PathBuf, CliError> {
     let inner = dir.join("memories");
-    if inner.is_dir() {
-        inner
-    } else {
-        dir.to_path_buf()
+    match fs::symlink_metadata(&inner) {
+        Ok(m) if m.file_type().is_symlink() => Err(CliError::failure(format!(
+            "{} is a symbolic link; import copies regular files only (give the folder it points to)",
+            shown_path(&inner)
+        ))),
+        Ok(m) if m.is_dir() => {
+            let others = fs::read_dir(dir)
+                .map_err(|e| CliError::failure(format!("cannot read {}: {e}", shown_path(dir))))?
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name() != "memories")
+                .count();
+            if others > 0 {
+                return Err(CliError::failure(format!(
+                    "{} holds a memories/ folder and {others} other entr{} beside it; nothing was imported. Give {} to import that folder, or move the rest into it",
+                    shown_path(dir),
+                    if others == 1 { "y" } else { "ies" },
+                    shown_path(&inner)
+                )));
+            }
+            Ok(inner)
+        }
+        _ => Ok(dir.to_path_buf()),
     }
+}
+
+/// A path as a message may show it: control and format characters
+/// escaped (a file name may hold terminal escapes).
+fn shown_path(p: &Path) -> String {
+    crate::memory::path::shown(&p.to_string_lossy())
 }
 
 fn collect(
@@ -47,7 +74,7 @@ fn collect(
     out: &mut Vec<(MemoryPath, PathBuf)>,
 ) -> Result<(), CliError> {
     let mut entries: Vec<fs::DirEntry> = fs::read_dir(dir)
-        .map_err(|e| CliError::failure(format!("cannot read {}: {e}", dir.display())))?
+        .map_err(|e| CliError::failure(format!("cannot read {}: {e}", shown_path(dir))))?
         .collect::<Result<_, _>>()?;
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
@@ -55,20 +82,20 @@ fn collect(
         let Some(name) = name.to_str() else {
             return Err(CliError::failure(format!(
                 "{} has a name that is not UTF-8; rename it before importing",
-                e.path().display()
+                shown_path(&e.path())
             )));
         };
         let path = base.join(name).map_err(|err| {
             CliError::failure(format!(
                 "{} cannot be a memory path ({err}); rename it before importing",
-                e.path().strip_prefix(root).unwrap_or(&e.path()).display()
+                shown_path(e.path().strip_prefix(root).unwrap_or(&e.path()))
             ))
         })?;
         let kind = e.file_type()?;
         if kind.is_symlink() {
             return Err(CliError::failure(format!(
                 "{} is a symbolic link; import copies regular files only",
-                e.path().display()
+                shown_path(&e.path())
             )));
         } else if kind.is_dir() {
             collect(root, &e.path(), &path, out)?;
@@ -77,7 +104,7 @@ fn collect(
         } else {
             return Err(CliError::failure(format!(
                 "{} is not a regular file or directory",
-                e.path().display()
+                shown_path(&e.path())
             )));
         }
     }
@@ -140,11 +167,16 @@ fn refuse_binary_secret(
 /// `memvault import DIR`: every file as one commit, redacted as the vault's
 /// settings say; nothing is written when anything is refused.
 pub fn import(global: &Global, args: &ImportArgs, out: &mut dyn Write) -> Result<u8, CliError> {
-    let root = memories_root(&args.dir);
+    let root = memories_root(&args.dir)?;
     if !root.is_dir() {
+        let what = if root.exists() {
+            "is not a directory"
+        } else {
+            "does not exist"
+        };
         return Err(CliError::failure(format!(
-            "{} is not a directory",
-            args.dir.display()
+            "{} {what}",
+            shown_path(&args.dir)
         )));
     }
     let mut found = Vec::new();
@@ -176,7 +208,7 @@ pub fn import(global: &Global, args: &ImportArgs, out: &mut dyn Write) -> Result
         }
         let bytes =
             Zeroizing::new(fs::read(&source).map_err(|e| {
-                CliError::failure(format!("cannot read {}: {e}", source.display()))
+                CliError::failure(format!("cannot read {}: {e}", shown_path(&source)))
             })?);
         if std::str::from_utf8(&bytes).is_err() && redactor.mode() != Mode::Off {
             refuse_binary_secret(&redactor, &path, &bytes)?;
@@ -243,8 +275,9 @@ pub fn import(global: &Global, args: &ImportArgs, out: &mut dyn Write) -> Result
 pub fn export(global: &Global, args: &ExportArgs, err: &mut dyn Write) -> Result<u8, CliError> {
     refuse_link(&args.dir)?;
     if args.dir.exists() {
-        let mut entries = fs::read_dir(&args.dir)
-            .map_err(|e| CliError::failure(format!("cannot read {}: {e}", args.dir.display())))?;
+        let mut entries = fs::read_dir(&args.dir).map_err(|e| {
+            CliError::failure(format!("cannot read {}: {e}", shown_path(&args.dir)))
+        })?;
         if entries.next().is_some() {
             return Err(CliError::failure(format!(
                 "{} is not empty; export writes only into an empty or new directory",
@@ -266,7 +299,14 @@ pub fn export(global: &Global, args: &ExportArgs, err: &mut dyn Write) -> Result
         })?),
         None => vault.tip()?,
     };
-    let files = vault.files_at(rev)?;
+    // Never inside the vault: it holds no readable content.
+    if inside(&args.dir, vault.dir()) {
+        return Err(CliError::failure(format!(
+            "{} is inside the vault directory, which must hold no readable content; export to a directory outside it",
+            args.dir.display()
+        )));
+    }
+    let (files, erased) = vault.files_at_but_erased(rev)?;
     let root = args.dir.join("memories");
     make_private_dir(&args.dir)?;
     make_private_dir(&root)?;
@@ -300,7 +340,46 @@ pub fn export(global: &Global, args: &ExportArgs, err: &mut dyn Write) -> Result
         if files.len() == 1 { "" } else { "s" },
         root.display()
     )?;
+    if !erased.is_empty() {
+        let names: Vec<&str> = erased.iter().map(MemoryPath::as_str).collect();
+        writeln!(
+            err,
+            "memvault: left out {} file{} whose version there was erased since (expired or purged): {}",
+            erased.len(),
+            if erased.len() == 1 { "" } else { "s" },
+            names.join(", ")
+        )?;
+    }
     Ok(0)
+}
+
+/// Whether `target` (which may not exist yet) is `vault` or below it,
+/// links resolved in what exists of it.
+fn inside(target: &Path, vault: &Path) -> bool {
+    let Ok(vault) = fs::canonicalize(vault) else {
+        return false;
+    };
+    let mut at = match std::env::current_dir() {
+        Ok(cwd) => cwd.join(target),
+        Err(_) => target.to_path_buf(),
+    };
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = fs::canonicalize(&at) {
+            let mut full = real;
+            for part in rest.iter().rev() {
+                full.push(part);
+            }
+            return full.starts_with(&vault);
+        }
+        match (at.file_name().map(|n| n.to_os_string()), at.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                at = parent.to_path_buf();
+            }
+            _ => return false,
+        }
+    }
 }
 
 /// Export never writes through a symbolic link: the target and every

@@ -130,6 +130,24 @@ impl Vault {
         }
         Ok(out)
     }
+
+    /// [`files_at`](Self::files_at), with the files whose version there
+    /// was erased (expired or purged since) left out and listed apart.
+    pub fn files_at_but_erased(
+        &self,
+        rev: Option<Rev>,
+    ) -> Result<(Vec<DecryptedFile>, Vec<MemoryPath>), VaultError> {
+        let snap = self.snapshot_at(rev)?;
+        let (mut out, mut erased) = (Vec::new(), Vec::new());
+        for path in snap.files_below(&MemoryPath::root())? {
+            match snap.read(&path) {
+                Ok(content) => out.push((path, content)),
+                Err(crate::memory::StoreError::Erased) => erased.push(path),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok((out, erased))
+    }
 }
 
 fn count_lines(content: &[u8]) -> u32 {

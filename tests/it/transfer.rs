@@ -158,3 +158,85 @@ fn import_applies_the_secret_filter_to_text() {
     assert!(text(&r).contains("[REDACTED:"), "{}", text(&r));
     assert!(plaintext_anywhere(&v.vault, STRIPE).is_empty());
 }
+
+/// Export never writes inside the vault (which holds no readable
+/// content), and an export of a revision whose files were erased since
+/// writes the rest and names what it left out. Import refuses a folder
+/// holding `memories/` beside other entries (which was meant?) and a
+/// `memories` that is a link, and shows names with their control
+/// characters escaped.
+#[test]
+fn export_stays_out_of_the_vault_and_skips_erased_versions_and_import_refuses_ambiguity() {
+    let v = TestVault::new();
+    for (p, t) in [
+        ("/memories/keep.md", "keep\n"),
+        ("/memories/gone.md", "gone\n"),
+    ] {
+        let r = v.one(json!({"command": "create", "path": p, "file_text": t}));
+        assert!(!is_error(&r), "{r}");
+    }
+    for inside in [v.vault.join("inside"), v.vault.join("memvault/x")] {
+        let out = v.cmd().arg("export").arg(&inside).output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("inside the vault"));
+        assert!(!inside.exists());
+    }
+    let out = v
+        .cmd()
+        .args(["purge", "/memories/gone.md"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let to = v.tmp.path().join("audit");
+    let out = v
+        .cmd()
+        .arg("export")
+        .arg(&to)
+        .args(["--at", "HEAD~1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("left out 1 file") && err.contains("/memories/gone.md"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(to.join("memories/keep.md")).unwrap(),
+        "keep\n"
+    );
+    assert!(!to.join("memories/gone.md").exists());
+
+    let refs = String::from_utf8(git(&v.vault, &["for-each-ref"]).stdout).unwrap();
+    let amb = v.tmp.path().join("amb");
+    std::fs::create_dir_all(amb.join("memories")).unwrap();
+    std::fs::write(amb.join("memories/inner.md"), "inner\n").unwrap();
+    std::fs::write(amb.join("top.md"), "top\n").unwrap();
+    let out = v.cmd().arg("import").arg(&amb).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("other entr"));
+    let linked = v.tmp.path().join("linked");
+    std::fs::create_dir_all(&linked).unwrap();
+    std::os::unix::fs::symlink(amb.join("memories"), linked.join("memories")).unwrap();
+    let out = v.cmd().arg("import").arg(&linked).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("symbolic link"));
+    let odd = v.tmp.path().join("odd");
+    std::fs::create_dir_all(odd.join("memories")).unwrap();
+    std::fs::write(odd.join("memories/a\u{1b}]0;pwned\u{7}.md"), "z\n").unwrap();
+    let out = v.cmd().arg("import").arg(&odd).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        !out.stderr.contains(&0x1b),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(git(&v.vault, &["for-each-ref"]).stdout).unwrap(),
+        refs
+    );
+}
