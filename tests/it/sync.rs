@@ -1398,3 +1398,29 @@ fn a_purge_before_a_merging_sync_leaves_no_fetched_state_holding_its_key() {
     b.ok(&["sync"]);
     assert!(!keys_in_any_object(&b.dir, &b.key).contains(destroyed[0]));
 }
+
+/// `push` with nothing new still asks the remote: one that moved back, or
+/// is gone, is an error naming it, never "already has everything".
+#[test]
+fn a_push_with_nothing_new_still_checks_the_remote() {
+    let w = world(0);
+    let a = &w.machines[0];
+    let first = String::from_utf8(git(&w.hub, &["rev-parse", "refs/heads/main"]).stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    a.write("/memories/more.md", "more\n");
+    a.ok(&["push"]);
+    let out = a.ok(&["push"]);
+    assert!(out.contains("already has everything"), "{out}");
+    // Moved back by plain git.
+    git(&w.hub, &["update-ref", "refs/heads/main", &first]);
+    let err = a.fails(&["push"], 1);
+    assert!(err.contains("origin"), "{err}");
+    assert!(!err.contains("already has everything"), "{err}");
+    // Gone.
+    let away = w.hub.with_extension("away");
+    std::fs::rename(&w.hub, &away).unwrap();
+    let err = a.fails(&["push"], 1);
+    assert!(err.contains("origin"), "{err}");
+}

@@ -305,11 +305,13 @@ impl Vault {
     /// remote moved since (nothing is forced).
     pub fn push(&mut self, name: &str) -> Result<PushReport, VaultError> {
         let _lock = self.sync_lock()?;
-        self.push_locked(name)
+        // Alone, a push with nothing new asks the remote all the same (in
+        // a sync, the pull before it just did).
+        self.push_leased(name, None, true)
     }
 
     fn push_locked(&mut self, name: &str) -> Result<PushReport, VaultError> {
-        self.push_leased(name, None)
+        self.push_leased(name, None, false)
     }
 
     /// [`push_locked`](Self::push_locked); with `first` (the tips
@@ -320,6 +322,7 @@ impl Vault {
         &mut self,
         name: &str,
         first: Option<(Oid, Oid)>,
+        check_unchanged: bool,
     ) -> Result<PushReport, VaultError> {
         let entry = self.remote(name)?;
         let lease_all = first.is_some();
@@ -340,6 +343,34 @@ impl Vault {
         let digest = self.access_digest()?;
         let access_changed = entry.seen.access_digest.as_deref() != Some(digest.as_str());
         if seen_main == Some(main) && seen_keys == Some(keys) && !access_changed {
+            if !check_unchanged {
+                return Ok(report);
+            }
+            // Nothing to send; the remote is asked all the same, with the
+            // two refs under their leases at what this vault last saw
+            // there: a remote that is gone, moved back, or holds another
+            // history is an error, never "already has everything".
+            let scratch = git::Scratch::new(&self.dir, true)?;
+            let same = [
+                git::Update {
+                    name: KEYS_REF,
+                    new: keys,
+                    old: Some(keys),
+                },
+                git::Update {
+                    name: MAIN_REF,
+                    new: main,
+                    old: Some(main),
+                },
+            ];
+            let local = git::local_dir(&entry.url);
+            let _remote_lock = local.as_deref().and_then(git::lock_remote);
+            if !scratch.push(name, &entry.url, &same)? {
+                return Err(SyncError::Moved {
+                    remote: name.into(),
+                }
+                .into());
+            }
             return Ok(report);
         }
         let access_changed = access_changed || lease_all;
@@ -559,7 +590,7 @@ impl Vault {
         // the remote moved after all, nothing moved there: pull, merge
         // and push as below.
         if let Some(tips) = self.push_first(name)? {
-            match self.push_leased(name, Some(tips)) {
+            match self.push_leased(name, Some(tips), false) {
                 Ok(push) => {
                     report.pulls.push(PullReport {
                         remote: name.into(),
