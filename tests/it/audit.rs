@@ -972,3 +972,68 @@ fn a_copy_brought_back_beside_its_renamed_file_gets_a_key_of_its_own() {
     let out = run(&v, &["verify"]);
     assert!(out.status.success(), "{}", stdout(&out));
 }
+
+/// A revision prefix of 4+ digits names a commit of main even when some
+/// other object (a blob, a tree) starts with the same digits; a prefix
+/// that starts two commits of main is refused as such.
+#[test]
+fn a_revision_prefix_shared_with_another_object_still_names_its_commit() {
+    let v = TestVault::new();
+    let src = v.tmp.path().join("src/memories");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..2000 {
+        std::fs::write(src.join(format!("n{i}.md")), format!("note {i}\n")).unwrap();
+    }
+    let out = run(&v, &["import", src.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut round = 0;
+    let found = loop {
+        let cmds: Vec<Value> = (0..100)
+            .map(|i| json!({"command": "create", "path": format!("/memories/r{round}/c{i}.md"), "file_text": format!("{round} {i}\n")}))
+            .collect();
+        serve_as(&v, "fill", &cmds);
+        let all = String::from_utf8(
+            git(
+                &v.vault,
+                &[
+                    "cat-file",
+                    "--batch-all-objects",
+                    "--batch-check=%(objectname)",
+                ],
+            )
+            .stdout,
+        )
+        .unwrap();
+        let commits =
+            String::from_utf8(git(&v.vault, &["rev-list", "refs/heads/main"]).stdout).unwrap();
+        let shared = commits.lines().find(|c| {
+            all.lines().filter(|o| o[..4] == c[..4]).count() > 1
+                && commits.lines().filter(|o| o[..4] == c[..4]).count() == 1
+        });
+        if let Some(c) = shared {
+            break c.to_string();
+        }
+        round += 1;
+        assert!(
+            round < 6,
+            "no commit shares its first 4 digits with another object"
+        );
+    };
+    let out = run(&v, &["show", &found[..4], "/memories"]);
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        &found[..4],
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&v, &["diff", &found[..4]]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -290,11 +290,31 @@ impl Vault {
         // The full id from the index (no object is read), then the object
         // is checked before anything reads it.
         let short = Oid::from_str(&rev.to_ascii_lowercase()).map_err(|_| bad())?;
-        let id = self
-            .repo
-            .odb()?
-            .exists_prefix(short, rev.len())
-            .map_err(|_| bad())?;
+        let found = self.repo.odb()?.exists_prefix(short, rev.len());
+        let id = match found {
+            Ok(id) => id,
+            // The prefix names more than one object (a commit and a blob
+            // of its tree, say): the commits of main it names decide.
+            Err(e) if e.code() == git2::ErrorCode::Ambiguous => {
+                let prefix = rev.to_ascii_lowercase();
+                let mut on_main = Vec::new();
+                for item in self.walk()? {
+                    let r = item?.0;
+                    if r.to_string().starts_with(&prefix) {
+                        on_main.push(r);
+                    }
+                }
+                return match on_main.as_slice() {
+                    [one] => Ok(*one),
+                    [] => Err(bad()),
+                    many => Err(VaultError::Refused(format!(
+                        "{rev:?} is the start of {} revisions on main; give more digits",
+                        many.len()
+                    ))),
+                };
+            }
+            Err(_) => return Err(bad()),
+        };
         let kind = objects::read_header(&self.repo.odb()?, &self.repo, id)?.1;
         if kind != git2::ObjectType::Commit {
             return Err(bad());
