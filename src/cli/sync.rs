@@ -219,6 +219,13 @@ fn write_pull(out: &mut dyn Write, r: &PullReport) -> Result<(), CliError> {
             "conflict: {file} keeps this machine's version; the other side's is at {copy}"
         )?;
     }
+    for file in &r.under_erased {
+        writeln!(
+            out,
+            "warning: {file} is new from {} where this machine purged or expired (written there before it heard); it was kept: purge it again if it must go",
+            r.remote
+        )?;
+    }
     if r.erased > 0 {
         writeln!(
             out,

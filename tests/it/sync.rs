@@ -1424,3 +1424,31 @@ fn a_push_with_nothing_new_still_checks_the_remote() {
     let err = a.fails(&["push"], 1);
     assert!(err.contains("origin"), "{err}");
 }
+
+/// A folder purged here while another machine, not yet told, wrote a new
+/// file in it: the merge keeps the new file (erasure wins for what it
+/// destroyed, not for what was written without knowing of it) and says
+/// so, on the machine that purged, naming the file.
+#[test]
+fn new_content_from_another_machine_under_a_path_purged_here_is_kept_and_said() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    a.write("/memories/customer-42/a.md", "old\n");
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    a.ok(&["purge", "/memories/customer-42"]);
+    b.write("/memories/customer-42/b.md", "written before b heard\n");
+    b.ok(&["sync"]);
+    let out = a.ok(&["sync"]);
+    assert!(
+        out.contains("warning: /memories/customer-42/b.md is new from origin"),
+        "{out}"
+    );
+    assert_eq!(a.read("/memories/customer-42/a.md"), None);
+    assert!(a.read("/memories/customer-42/b.md").is_some());
+    let h = a.ok(&["history", "--op", "merge", "--json"]);
+    assert!(
+        h.contains("new from the other side where this side erased"),
+        "{h}"
+    );
+}

@@ -45,6 +45,9 @@ pub(crate) struct Merged {
     /// (and what it chains to) came into this repository with the fetch,
     /// and is pruned.
     pub stale: usize,
+    /// Files the other side wrote (not knowing) at or below a path this
+    /// side purged or expired since the two last met: kept, and said.
+    pub under_erased: Vec<String>,
 }
 
 /// The key-state side of a merge.
@@ -312,6 +315,21 @@ impl Vault {
                     || self.taken_in(theirs, &their_keys, p)?))
         };
         let conflicts = place(&mut finals, &taken)?;
+        // New content the other side put where this side erased since
+        // they last met: erasure wins for what it destroyed, not for what
+        // was written after without knowing of it. Kept, and said.
+        let erased_here = self.erased_paths_since(ours, base)?;
+        let under_erased: Vec<String> = finals
+            .iter()
+            .filter(|f| !o.keys().any(|k| k.0 == f.id))
+            .filter(|f| {
+                erased_here.iter().any(|(p, below)| {
+                    f.path == *p
+                        || (*below && f.path.as_str().starts_with(&format!("{}/", p.as_str())))
+                })
+            })
+            .map(|f| f.path.as_str().to_string())
+            .collect();
         // The new tree: edits over ours'.
         let mut edits = TreeEdits::default();
         let mut objects_out = Vec::new();
@@ -439,6 +457,11 @@ impl Vault {
                 "conflict: {file} kept, the other side's version at {copy}"
             ));
         }
+        for file in &under_erased {
+            meta.details.push(format!(
+                "new from the other side where this side erased: {file}"
+            ));
+        }
         self.publish_with(Some(ours), Some(theirs), tree, change, &meta, objects_out)?;
         Ok(Merged {
             what: "merged",
@@ -446,7 +469,44 @@ impl Vault {
             conflicts,
             erased,
             stale,
+            under_erased,
         })
+    }
+
+    /// The paths this side's purges (the path, and what is below it) and
+    /// expiries (each file) name, from `ours` back to `base` (at most
+    /// 100,000 commits, first parents).
+    fn erased_paths_since(
+        &self,
+        ours: Oid,
+        base: Option<Oid>,
+    ) -> Result<Vec<(MemoryPath, bool)>, VaultError> {
+        let mut out = Vec::new();
+        let mut at = Some(ours);
+        let mut steps = 0;
+        while let Some(id) = at {
+            if Some(id) == base || steps > 100_000 {
+                break;
+            }
+            steps += 1;
+            let meta = self.meta_of(id)?;
+            match meta.op.as_str() {
+                "purge" => {
+                    if let Some(p) = meta.path.as_deref().and_then(|p| MemoryPath::parse(p).ok()) {
+                        out.push((p, true));
+                    }
+                }
+                "expire" => out.extend(
+                    meta.files
+                        .iter()
+                        .filter_map(|p| MemoryPath::parse(p).ok())
+                        .map(|p| (p, false)),
+                ),
+                _ => {}
+            }
+            at = self.first_parent(id)?;
+        }
+        Ok(out)
     }
 
     /// Both sides hold the file `id`: its merged content at `path`.

@@ -133,6 +133,10 @@ pub struct PullReport {
     pub conflicts: Vec<(String, String)>,
     /// File keys destroyed here because the other side erased them.
     pub erased: usize,
+    /// Files the other side wrote, not knowing, at or below a path this
+    /// side purged or expired since: kept (purge them again if they must
+    /// go).
+    pub under_erased: Vec<String>,
 }
 
 /// How a remote stands (`verify --remote`): checked, nothing changed.
@@ -494,6 +498,7 @@ impl Vault {
         report.merged_files = outcome.files;
         report.conflicts = outcome.conflicts;
         report.erased = outcome.erased;
+        report.under_erased = outcome.under_erased.clone();
         if outcome.erased > 0 || outcome.stale > 0 {
             // The replaced key states held the erased keys: gone here too
             // (a checkpoint and a scrub of the log: under the writer lock).
@@ -1097,6 +1102,7 @@ impl Vault {
             conflicts: Vec::new(),
             erased,
             stale,
+            under_erased: Vec::new(),
         })
     }
 
