@@ -645,3 +645,24 @@ fn a_file_brought_back_by_restore_or_revert_is_not_expired_by_the_next_sweep() {
     );
     assert!(files(&v).is_empty());
 }
+
+/// A second purge of a path purged already changes nothing (no empty
+/// tombstone) and says so, exit 1, as a purge of a path that never held a
+/// file does.
+#[test]
+fn a_second_purge_of_the_same_path_changes_nothing() {
+    let v = TestVault::new();
+    let r = v.one(json!({"command": "create", "path": "/memories/p.md", "file_text": "x\n"}));
+    assert!(!is_error(&r), "{r}");
+    let out = v.cmd().args(["purge", "/memories/p.md"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let commits = v.commits();
+    let out = v.cmd().args(["purge", "/memories/p.md"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("erased already"));
+    assert_eq!(v.commits(), commits);
+}

@@ -401,6 +401,14 @@ impl Vault {
                 path.as_str()
             )));
         }
+        // Purged before: every key it names is destroyed already (a second
+        // purge would only add an empty tombstone).
+        if below.is_empty() && doomed.iter().all(|k| self.key_state.erased.contains(k)) {
+            return Err(VaultError::Refused(format!(
+                "every version ever stored at or below {} is erased already; nothing to purge",
+                path.as_str()
+            )));
+        }
         let (removals, keep): (Vec<&LiveFile>, Vec<LiveFile>) = if keep_current {
             (Vec::new(), below.iter().map(|f| (*f).clone()).collect())
         } else {
