@@ -104,7 +104,11 @@ pub fn show_to(
             let text = result.text().unwrap_or_default();
             // A refusal is a diagnostic: stderr (through the error), exit 1.
             if result.is_error && !refusal_to_out {
-                return Err(CliError::failure(text.to_string()));
+                // The tool's "Error: " is the model's; a person reads
+                // "memvault: ..." on stderr.
+                return Err(CliError::failure(
+                    text.strip_prefix("Error: ").unwrap_or(text).to_string(),
+                ));
             }
             writeln!(out, "{text}")?;
             out.flush()?;
