@@ -294,6 +294,15 @@ pub fn run(on: On<'_>, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8, Cl
         );
         if let Some(p) = &meta.path {
             line.push_str(&format!("  {p}"));
+        } else if !meta.files.is_empty() && meta.op != "merge" {
+            // An import or a sweep names no one path: its files (the
+            // first few, and how many in all).
+            const SHOWN: usize = 5;
+            let first: Vec<&str> = meta.files.iter().take(SHOWN).map(String::as_str).collect();
+            line.push_str(&format!("  {}", first.join(", ")));
+            if meta.files.len() > SHOWN {
+                line.push_str(&format!(" and {} more", meta.files.len() - SHOWN));
+            }
         }
         if let Some(n) = &meta.new_path {
             line.push_str(&format!(" -> {n}"));

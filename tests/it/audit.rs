@@ -1037,3 +1037,27 @@ fn a_revision_prefix_shared_with_another_object_still_names_its_commit() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// An import (and a sweep) names no one path: the text line of `history`
+/// shows its first files and how many more.
+#[test]
+fn history_text_names_the_files_of_an_import() {
+    let v = TestVault::new();
+    let src = v.tmp.path().join("src/memories");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..7 {
+        std::fs::write(src.join(format!("n{i}.md")), format!("note {i}\n")).unwrap();
+    }
+    let out = run(&v, &["import", src.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let h = stdout(&run(&v, &["history"]));
+    let first = h.lines().next().unwrap();
+    assert!(
+        first.contains("import  /memories/n0.md, ") && first.contains(" and 2 more"),
+        "{first}"
+    );
+}
