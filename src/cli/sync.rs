@@ -179,6 +179,11 @@ fn push_line(r: &PushReport) -> String {
             if r.commits == 1 { "" } else { "s" },
             r.remote
         )
+    } else if r.sent_views {
+        format!(
+            "{} already had every commit; sent the record of views made here",
+            r.remote
+        )
     } else {
         format!("{} already has everything; nothing pushed", r.remote)
     };

@@ -105,6 +105,9 @@ pub struct PushReport {
     pub remote: String,
     /// False: the remote already held this vault's tips.
     pub pushed: bool,
+    /// The access table (views made here, for other machines' expiry)
+    /// was sent, with or without the tips.
+    pub sent_views: bool,
     /// Commits on main the remote did not have.
     pub commits: usize,
     pub main: Option<String>,
@@ -453,6 +456,7 @@ impl Vault {
         report.pushed = updates
             .iter()
             .any(|u| u.name == KEYS_REF || u.name == MAIN_REF);
+        report.sent_views = updates.iter().any(|u| u.name == git::ACCESS_REF);
         // The key states the remote held before are replaced, not chained
         // to (an erasure, a keyslot change, a rekey): on a remote this
         // machine reaches as a path, delete them now, as here.
