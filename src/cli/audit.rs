@@ -233,6 +233,16 @@ pub fn diff_text(
             (Ok(a), Ok(b)) => {
                 let (a, b) = (a.unwrap_or(""), b.unwrap_or(""));
                 if a == b {
+                    // Two versions both erased since read alike: the
+                    // change is there, what it was is not.
+                    if a.starts_with("[this version was erased") {
+                        out.push_str(&format!(
+                            "diff {}
+[both versions were erased: their keys were destroyed]
+",
+                            c.path.as_str()
+                        ));
+                    }
                     continue;
                 }
                 let d = similar::TextDiff::from_lines(a, b);

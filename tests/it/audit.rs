@@ -1061,3 +1061,28 @@ fn history_text_names_the_files_of_an_import() {
         "{first}"
     );
 }
+
+/// `diff` of a change whose two versions were both erased since says so,
+/// rather than printing nothing.
+#[test]
+fn diff_of_a_change_between_two_erased_versions_says_so() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s",
+        &[
+            json!({"command": "create", "path": "/memories/s.md", "file_text": "one\n"}),
+            json!({"command": "str_replace", "path": "/memories/s.md", "old_str": "one", "new_str": "two"}),
+        ],
+    );
+    let edit = head_rev(&v, 0);
+    let out = run(&v, &["purge", "/memories/s.md"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = stdout(&run(&v, &["diff", &edit]));
+    assert!(d.contains("both versions were erased"), "{d}");
+    assert!(!d.contains("one") && !d.contains("two"), "{d}");
+}
