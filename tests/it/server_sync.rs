@@ -359,3 +359,39 @@ fn a_failed_tenant_sync_is_logged_by_tenant_id_only() {
     }
     assert!(commits(&hub) >= 1, "bo's vault was pushed");
 }
+
+/// `config set` on a tenant's vault while the server has it open holds
+/// from the server's next request on that vault (the server read the
+/// settings when it opened the vault).
+#[test]
+fn a_settings_change_on_a_tenant_vault_holds_for_the_running_server() {
+    let r = Root::new(&[("ana", "memory")]);
+    let s = r.start(&[]);
+    let token = r.tokens["ana"].clone();
+    let secret = json!({"command": "create", "path": "/memories/a.md", "file_text": "password = Hunter2!xyzQ\n"});
+    let first = s.memory(&token, json!({"command": "view", "path": "/memories"}));
+    assert_eq!(first["is_error"], false, "{first}");
+    let key = r.tmp.path().join("ana.key");
+    let o = tenant(&r, &["export-key", "ana", "--out", key.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let dir = std::fs::read_dir(r.root.join("tenants"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir())
+        .unwrap();
+    let o = std::process::Command::new(bin())
+        .arg("--vault")
+        .arg(&dir)
+        .arg("--key-file")
+        .arg(&key)
+        .env_remove("MEMVAULT_DIR")
+        .env_remove("MEMVAULT_KEY_FILE")
+        .args(["config", "set", "redaction.mode", "reject"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r2 = s.memory(&token, secret);
+    assert_eq!(r2["is_error"], true, "a secret in reject mode: {r2}");
+    let v = s.memory(&token, json!({"command": "view", "path": "/memories/a.md"}));
+    assert_eq!(v["is_error"], true, "it was written: {v}");
+}

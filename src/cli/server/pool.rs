@@ -31,6 +31,8 @@ pub struct Open {
     /// Shared by every vault of the same settings (its redaction filter's
     /// compiled rules are most of an open vault's memory otherwise).
     pub memory: Arc<Memory>,
+    /// The settings `memory` was made for.
+    memory_config: VaultConfig,
     log: File,
 }
 
@@ -168,10 +170,12 @@ impl Slot {
                 .map_err(|_| PoolError::Unavailable("an I/O error".into()))?;
             vault.defer_sync(true);
             let memory = pool.memory_for(vault.config())?;
+            let memory_config = vault.config().clone();
             **st = Some(Open {
                 _counted: Counted::new(&pool.opened),
                 vault,
                 memory,
+                memory_config,
                 log,
             });
         }
@@ -223,6 +227,16 @@ impl Slot {
         let open = self.open(pool, st)?;
         open.vault.set_attribution(who.clone());
         open.vault.set_principal(Some(principal.to_owned()));
+        // Settings changed under the server (`memvault config set` on the
+        // tenant's vault) hold from this request on, as in `serve`. A vault
+        // that cannot catch up reports it through the request.
+        if let Ok(config) = open.vault.refreshed_config()
+            && *config != open.memory_config
+        {
+            let config = config.clone();
+            open.memory = pool.memory_for(&config)?;
+            open.memory_config = config;
+        }
         let out = f(open);
         open.vault.set_principal(None);
         let seq = if open.vault.take_pending_sync() {
