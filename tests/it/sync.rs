@@ -208,6 +208,8 @@ fn a_clone_reads_what_was_pushed_and_pulls_bring_later_changes_with_nothing_read
         pulled.starts_with("fast-forward: 2 new commits"),
         "{pulled}"
     );
+    // The two files the fast-forward changed here, counted.
+    assert!(pulled.contains("2 files changed here"), "{pulled}");
     assert_eq!(a.files(), b.files());
     assert_eq!(
         a.read("/memories/from-b.md").unwrap(),

@@ -1066,6 +1066,21 @@ impl Vault {
         their_main: Oid,
         theirs: KeyState,
     ) -> Result<merge::Merged, VaultError> {
+        // The files the fast-forward changes here, for the report (read
+        // before the refs move: the trees differ only where it changed).
+        let files: Vec<String> = self
+            .changed_files(
+                tip.map(crate::vault::Rev::from_oid),
+                Some(crate::vault::Rev::from_oid(their_main)),
+                None,
+            )
+            .map(|changes| {
+                changes
+                    .into_iter()
+                    .map(|c| c.path.as_str().to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
         let change = merge::key_change(&self.repo, &self.keys, &self.key_state, &theirs)?;
         let ours_only = change.keep;
         let erased = change.erased;
@@ -1089,7 +1104,6 @@ impl Vault {
             self.config = settings.clone();
         }
         self.verified_tip = None;
-        let files = Vec::new();
         if !ours_only.is_empty() {
             // Keys this side holds that the remote's state lacks (a push
             // of the key state that did not arrive): kept.
