@@ -555,7 +555,7 @@ impl Vault {
                     skipped_erased.push(t.path.clone());
                     continue;
                 }
-                put_back.push(id);
+                put_back.push((edits.len(), id));
             }
             edits.push((git_path.clone(), t.path.clone(), t.desired));
         }
@@ -600,7 +600,6 @@ impl Vault {
         let mut objects = Vec::new();
         let mut new_keys = Vec::new();
         if !put_back.is_empty() {
-            let mut final_ids = Vec::new();
             let changing: BTreeSet<&MemoryPath> = edits.iter().map(|(_, p, _)| p).collect();
             let snap = self.snapshot_of(Some(tip))?;
             let mut held: BTreeSet<crypto::FileKeyId> = snap
@@ -609,21 +608,19 @@ impl Vault {
                 .filter(|(p, _, _)| !changing.contains(p))
                 .map(|(_, _, k)| k)
                 .collect();
-            for (_, path, desired) in edits.iter_mut() {
+            for (i, id) in put_back.iter_mut() {
+                // Each key once: a second version put back under the same
+                // key is sealed again as well.
+                if held.insert(*id) {
+                    continue;
+                }
+                let (_, path, desired) = &mut edits[*i];
                 let Some(blob) = *desired else { continue };
                 let bytes = self
                     .repo
                     .find_blob(blob)
                     .map_err(|_| damaged("a stored file is unreadable"))?;
-                let id = crypto::blob_key_id(bytes.content())
-                    .map_err(|_| damaged("a stored file has a bad header"))?;
-                // Each key once: a second version put back under the same
-                // key is sealed again as well.
-                if held.insert(id) {
-                    final_ids.push(id);
-                    continue;
-                }
-                let key = snap.file_key(&id)?;
+                let key = snap.file_key(id)?;
                 let content = crypto::open_blob(key, path.as_str(), bytes.content())
                     .map_err(|_| damaged("a stored file failed to decrypt"))?;
                 let new_id = crypto::FileKeyId::generate();
@@ -634,13 +631,12 @@ impl Vault {
                     sealed,
                     &mut objects,
                 )?);
-                final_ids.push(new_id);
+                // The key recorded as written now: the version's new one,
+                // not that of the file it was sealed apart from.
+                *id = new_id;
                 held.insert(new_id);
                 new_keys.push((new_id, Some(new_key)));
             }
-            // The keys recorded as written now: those of the versions put
-            // back, not those of the files they were sealed apart from.
-            put_back = final_ids;
         }
 
         // The blobs put back are old ones, already durable (or sealed
@@ -688,7 +684,7 @@ impl Vault {
         let commit = self.publish(Some(tip), tree, KeyChange::files(new_keys), &meta, objects)?;
         let written: Vec<_> = put_back
             .into_iter()
-            .map(|id| (id, crate::vault::access::Kind::Written, time))
+            .map(|(_, id)| (id, crate::vault::access::Kind::Written, time))
             .collect();
         self.append_access(&written);
         Ok(UndoOutcome::Done {
