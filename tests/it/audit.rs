@@ -933,11 +933,7 @@ fn a_copy_brought_back_beside_its_renamed_file_gets_a_key_of_its_own() {
         &[json!({"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/b.md"})],
     );
     let out = run(&v, &["restore", "/memories/a.md", "--at", &created]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     let keys = |paths: &[&str]| -> Vec<String> {
         let mut vault = v.open_library("probe");
         let tip = vault.tip().unwrap();
@@ -962,11 +958,7 @@ fn a_copy_brought_back_beside_its_renamed_file_gets_a_key_of_its_own() {
     }
     // Purging one leaves the other as it is, under the same key.
     let out = run(&v, &["purge", "/memories/b.md"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     assert_eq!(keys(&["/memories/a.md"])[0], k[0]);
     assert!(text(&view(&v, "/memories/a.md")).contains("first"));
     let out = run(&v, &["verify"]);
@@ -979,17 +971,7 @@ fn a_copy_brought_back_beside_its_renamed_file_gets_a_key_of_its_own() {
 #[test]
 fn a_revision_prefix_shared_with_another_object_still_names_its_commit() {
     let v = TestVault::new();
-    let src = v.tmp.path().join("src/memories");
-    std::fs::create_dir_all(&src).unwrap();
-    for i in 0..2000 {
-        std::fs::write(src.join(format!("n{i}.md")), format!("note {i}\n")).unwrap();
-    }
-    let out = run(&v, &["import", src.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    import_notes(&v, 2000);
     let mut round = 0;
     let found = loop {
         let cmds: Vec<Value> = (0..100)
@@ -1031,11 +1013,7 @@ fn a_revision_prefix_shared_with_another_object_still_names_its_commit() {
         String::from_utf8_lossy(&out.stderr)
     );
     let out = run(&v, &["diff", &found[..4]]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
 }
 
 /// An import (and a sweep) names no one path: the text line of `history`
@@ -1043,17 +1021,7 @@ fn a_revision_prefix_shared_with_another_object_still_names_its_commit() {
 #[test]
 fn history_text_names_the_files_of_an_import() {
     let v = TestVault::new();
-    let src = v.tmp.path().join("src/memories");
-    std::fs::create_dir_all(&src).unwrap();
-    for i in 0..7 {
-        std::fs::write(src.join(format!("n{i}.md")), format!("note {i}\n")).unwrap();
-    }
-    let out = run(&v, &["import", src.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    import_notes(&v, 7);
     let h = stdout(&run(&v, &["history"]));
     let first = h.lines().next().unwrap();
     assert!(
@@ -1077,12 +1045,18 @@ fn diff_of_a_change_between_two_erased_versions_says_so() {
     );
     let edit = head_rev(&v, 0);
     let out = run(&v, &["purge", "/memories/s.md"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     let d = stdout(&run(&v, &["diff", &edit]));
     assert!(d.contains("both versions were erased"), "{d}");
     assert!(!d.contains("one") && !d.contains("two"), "{d}");
+}
+
+/// Import `n` notes (`/memories/n0.md` ...) as one commit.
+fn import_notes(v: &TestVault, n: usize) {
+    let src = v.tmp.path().join("src/memories");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..n {
+        std::fs::write(src.join(format!("n{i}.md")), format!("note {i}\n")).unwrap();
+    }
+    ok(&run(v, &["import", src.to_str().unwrap()]));
 }

@@ -46,11 +46,7 @@ fn four_writers_making_100_mutations_each_lose_none() {
         .collect();
     for h in handles {
         let out = h.join().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        ok(&out);
         let results = parse_lines(&out.stdout);
         assert_eq!(results.len(), per);
         for r in &results {
@@ -257,11 +253,7 @@ fn followers_of_a_killed_leader_lose_nothing_and_keep_working() {
     assert_eq!(v.commits(), 1 + 1 + 4);
     content(&v, "/memories/l.md");
     let out = v.cmd().arg("verify").output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
 }
 
 #[test]
@@ -346,11 +338,7 @@ fn a_follower_whose_leader_dies_mid_request_says_the_outcome_is_unknown() {
     assert!(f.finish(15).success());
     content(&v, "/memories/after.md");
     let out = v.cmd().arg("verify").output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
 }
 
 /// A build without the `test-hooks` feature has no leader pause:
@@ -414,11 +402,7 @@ fn a_settings_change_holds_for_requests_a_running_leader_serves() {
             .args(["config", "set", key, value])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        ok(&out);
     }
     // A follower started now: the leader runs its requests.
     let secret = json!({"command": "create", "path": "/memories/e3.md", "file_text": "password = Hunter2!xyzQ\n"});

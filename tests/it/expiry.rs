@@ -44,16 +44,6 @@ fn run_at(v: &TestVault, t: u64, args: &[&str]) -> Output {
     at(v.cmd().args(args), t).output().unwrap()
 }
 
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "failed ({:?}): {}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
-
 /// The files at the tip.
 fn files(v: &TestVault) -> BTreeSet<String> {
     let listing = v.one(view("/memories"));
@@ -655,11 +645,7 @@ fn a_second_purge_of_the_same_path_changes_nothing() {
     let r = v.one(json!({"command": "create", "path": "/memories/p.md", "file_text": "x\n"}));
     assert!(!is_error(&r), "{r}");
     let out = v.cmd().args(["purge", "/memories/p.md"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     let commits = v.commits();
     let out = v.cmd().args(["purge", "/memories/p.md"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));

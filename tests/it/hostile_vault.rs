@@ -11,16 +11,6 @@ use crate::util::*;
 
 const GH_TOKEN: &str = "AKIAZ7QX3RBN2WLT4YHK";
 
-fn ok(o: &std::process::Output) -> String {
-    assert!(
-        o.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 fn git_out(v: &TestVault, args: &[&str]) -> String {
     String::from_utf8(git(&v.vault, args).stdout)
         .unwrap()
@@ -368,11 +358,7 @@ fn a_key_ref_set_aside_to_what_the_key_does_not_open_says_so_and_how_to_put_it_b
         .arg(&other)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     let now = git_out(&v, &["rev-parse", "refs/memvault/keys"]);
     assert_ne!(first, now);
     std::fs::write(&keys_file, format!("{first}\n")).unwrap();

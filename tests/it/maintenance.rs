@@ -62,11 +62,7 @@ fn gc_keeps_everything_reachable_in_one_pack_and_drops_the_rest() {
     assert!(chain > 4, "{chain}");
 
     let out = v.cmd().arg("gc").output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
 
     let packs: Vec<_> = std::fs::read_dir(v.vault.join("objects/pack"))
         .unwrap()
@@ -236,11 +232,7 @@ fn gc_and_purge_leave_nothing_after_the_log_head() {
     };
     write(0);
     let out = v.cmd().arg("gc").output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     let rest = after_head(&v);
     // At least the 64 KiB a log starts with (records grew it further).
     assert!(rest.len() >= 60 << 10, "the log stays preallocated");
@@ -248,11 +240,7 @@ fn gc_and_purge_leave_nothing_after_the_log_head() {
 
     write(30);
     let out = v.cmd().args(["purge", "/memories/n3.md"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     assert!(
         after_head(&v).iter().all(|&b| b == 0),
         "the erasure left bytes after the head"
@@ -276,11 +264,7 @@ fn purge_keeps_the_empty_tree_of_the_init_commit() {
         assert!(!is_error(&r), "{r}");
     }
     let out = v.cmd().args(["purge", "/memories/a.md"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     let fsck = std::process::Command::new("git")
         .arg("--git-dir")
         .arg(&v.vault)
@@ -319,11 +303,7 @@ fn what_a_killed_write_left_in_objects_is_deleted_by_gc_and_by_an_erasure() {
         assert!(!is_error(&r), "{r}");
     }
     let out = v.cmd().arg("gc").output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     let pack_dir = v.vault.join("objects/pack");
     let real_pack = std::fs::read_dir(&pack_dir)
         .unwrap()
@@ -361,11 +341,7 @@ fn what_a_killed_write_left_in_objects_is_deleted_by_gc_and_by_an_erasure() {
 
     let planted = plant();
     let out = v.cmd().arg("gc").output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     assert_eq!(left(&planted), Vec::<String>::new());
     let packs: Vec<_> = std::fs::read_dir(&pack_dir)
         .unwrap()
@@ -376,11 +352,7 @@ fn what_a_killed_write_left_in_objects_is_deleted_by_gc_and_by_an_erasure() {
 
     let planted = plant();
     let out = v.cmd().args(["purge", "/memories/n1.md"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     assert_eq!(left(&planted), Vec::<String>::new());
     // Nothing reachable was lost.
     let r = v.one(json!({"command": "view", "path": "/memories/n2.md"}));

@@ -25,11 +25,7 @@ fn passphrase_vault_opens_with_the_right_passphrase_only() {
         .env("MEMVAULT_PASSPHRASE", "correct horse battery staple")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
 
     let ok = plain_cmd()
         .arg("--vault")
@@ -136,11 +132,7 @@ fn key_file_via_environment_and_default_vault_location() {
         .args(["exec", VIEW])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
 }
 
 #[test]
@@ -234,11 +226,7 @@ fn secret_sources_flags_beat_the_environment_and_odd_files_are_refused() {
         .args(["init", "--argon2-memory", "64", "--argon2-passes", "1"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     let wrong = tmp.path().join("wrong.key");
     keygen(&wrong);
     let run = |args: &[&std::ffi::OsStr], env_key: Option<&std::path::Path>| {

@@ -372,3 +372,16 @@ pub fn keys_in_any_object(vault: &Path, key: &Path) -> std::collections::BTreeSe
     }
     found
 }
+
+/// Assert that a command succeeded (what it printed shown if not); its
+/// stdout.
+pub fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "failed ({:?}): {}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}

@@ -520,7 +520,7 @@ impl Vault {
             }
         }
         let mut edits = Vec::new();
-        // The keys of the versions put back (for expiry, below).
+        // The versions put back: their edit and key (for expiry, below).
         let mut put_back = Vec::new();
         let mut skipped_erased = Vec::new();
         let mut blocked = Vec::new();
