@@ -231,6 +231,12 @@ fn write_pull(out: &mut dyn Write, r: &PullReport) -> Result<(), CliError> {
             r.remote
         )?;
     }
+    for file in &r.kept_over_expiry {
+        writeln!(
+            out,
+            "kept: {file} was edited on one machine after the other expired it; the edit stays, under a new key (the expired key is destroyed)"
+        )?;
+    }
     if r.erased > 0 {
         writeln!(
             out,

@@ -1454,3 +1454,92 @@ fn new_content_from_another_machine_under_a_path_purged_here_is_kept_and_said() 
         "{h}"
     );
 }
+
+/// One machine expires a file that another, not yet told, edited: the
+/// edit shows the file was in use, so the merge keeps it (under a new
+/// key; the expired key is destroyed everywhere) and says so, whichever
+/// machine merges. A purge still wins over such an edit.
+#[test]
+fn an_edit_made_elsewhere_before_an_expiry_was_heard_of_is_kept_under_a_new_key() {
+    const DAY: u64 = 86_400_000;
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    for f in ["merged-on-a", "merged-on-b", "unedited", "purged"] {
+        a.write(&format!("/memories/{f}.md"), &format!("{f}: first\n"));
+    }
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    let held = keys_in_any_object(&a.dir, &a.key);
+    // b edits one file and tells the hub; then edits two more, and keeps
+    // them (it syncs only after a has expired and synced).
+    b.edit("/memories/merged-on-a.md", "first", "edited on b");
+    b.ok(&["sync"]);
+    b.edit("/memories/merged-on-b.md", "first", "edited on b");
+    b.edit("/memories/purged.md", "first", "edited on b");
+    // a purges one file; 70 days on, it expires everything it has not
+    // seen used.
+    a.ok(&["purge", "/memories/purged.md"]);
+    let later = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 70 * DAY)
+        .to_string();
+    let o = a
+        .cmd()
+        .env("MEMVAULT_TEST_NOW_MS", &later)
+        .args(["expire", "--older-than", "30d"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // a merges b's first edit: kept, and said.
+    let out = a.ok(&["sync"]);
+    assert!(
+        out.contains(
+            "kept: /memories/merged-on-a.md was edited on one machine after the other expired it"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("warning: /memories/merged-on-a.md"), "{out}");
+    assert_eq!(
+        a.read("/memories/merged-on-a.md").as_deref(),
+        Some("merged-on-a: edited on b\n")
+    );
+    // b merges a's expiry: its own edit stays, the unedited file goes, the
+    // purge wins over b's edit.
+    let out = b.ok(&["sync"]);
+    assert!(
+        out.contains("kept: /memories/merged-on-b.md was edited"),
+        "{out}"
+    );
+    assert!(!out.contains("purged.md was edited"), "{out}");
+    for m in [a, b] {
+        m.ok(&["sync"]);
+        assert_eq!(
+            m.read("/memories/merged-on-a.md").as_deref(),
+            Some("merged-on-a: edited on b\n")
+        );
+        assert_eq!(
+            m.read("/memories/merged-on-b.md").as_deref(),
+            Some("merged-on-b: edited on b\n")
+        );
+        assert_eq!(m.read("/memories/unedited.md"), None);
+        assert_eq!(m.read("/memories/purged.md"), None);
+        m.ok(&["verify"]);
+    }
+    // Every key the expiry and the purge destroyed is gone from both
+    // machines' repositories: the kept edits are under new keys.
+    let now_a = keys_in_any_object(&a.dir, &a.key);
+    let now_b = keys_in_any_object(&b.dir, &b.key);
+    let destroyed: Vec<&String> = held.difference(&now_a).collect();
+    // The four files' keys, and the key of the note the world starts with.
+    assert_eq!(destroyed.len(), 5, "every first key is destroyed on a");
+    for k in destroyed {
+        assert!(!now_b.contains(k), "b still holds a destroyed key");
+    }
+    let h = a.ok(&["history", "--op", "merge", "--json"]);
+    assert!(
+        h.contains("edited on one side after the other expired it"),
+        "{h}"
+    );
+}

@@ -48,6 +48,9 @@ pub(crate) struct Merged {
     /// Files the other side wrote (not knowing) at or below a path this
     /// side purged or expired since the two last met: kept, and said.
     pub under_erased: Vec<String>,
+    /// Files one side expired and the other edited since the two last
+    /// met: the edit kept under a new key, and said.
+    pub kept_over_expiry: Vec<String>,
 }
 
 /// The key-state side of a merge.
@@ -142,8 +145,10 @@ enum Pick {
 
 struct Final {
     id: FileKeyId,
-    /// A new file key (a conflict copy).
+    /// A new file key (a conflict copy, or an edit kept over an expiry).
     new_key: bool,
+    /// A conflict copy: placed beside the file it conflicts with.
+    copy: bool,
     path: MemoryPath,
     pick: Pick,
     /// Ours holds this path (it keeps it over theirs).
@@ -275,6 +280,16 @@ impl Vault {
             )
         };
         let mut finals: Vec<Final> = Vec::new();
+        // A file one side expired (judged unused) that the other side
+        // edited before it heard: the edit shows it was in use, so it is
+        // kept, sealed under a new key; the expired key is destroyed on
+        // both sides as the expiry said. A purge still wins outright.
+        let stop = self.known_before(new, base)?;
+        let expired = (
+            self.expired_in(self.own_line(ours, &stop, 1_000_000)?)?,
+            self.expired_in(new.iter().copied())?,
+        );
+        let mut kept_over_expiry = Vec::new();
         let idents: BTreeSet<(FileKeyId, u32)> = o.keys().chain(t.keys()).copied().collect();
         for ident in idents {
             let id = ident.0;
@@ -284,12 +299,22 @@ impl Vault {
                 (Some(x), None, Some(base)) => {
                     // Theirs deleted it: an edit here survives.
                     if !self.same_content(&their_keys, &id, x, base)? {
-                        finals.push(keep(id, x, true));
+                        if their_keys.erased.contains(&id) && expired.1.contains(&id) {
+                            kept_over_expiry.push(x.path.as_str().to_string());
+                            finals.push(self.rekeyed(&their_keys, id, x, true)?);
+                        } else {
+                            finals.push(keep(id, x, true));
+                        }
                     }
                 }
                 (None, Some(y), Some(base)) => {
                     if !self.same_content(&their_keys, &id, y, base)? {
-                        finals.push(keep(id, y, false));
+                        if self.key_state.erased.contains(&id) && expired.0.contains(&id) {
+                            kept_over_expiry.push(y.path.as_str().to_string());
+                            finals.push(self.rekeyed(&their_keys, id, y, false)?);
+                        } else {
+                            finals.push(keep(id, y, false));
+                        }
                     }
                 }
                 (Some(x), Some(y), base) => {
@@ -322,6 +347,7 @@ impl Vault {
         let under_erased: Vec<String> = finals
             .iter()
             .filter(|f| !o.keys().any(|k| k.0 == f.id))
+            .filter(|f| !kept_over_expiry.contains(&f.path.as_str().to_string()))
             .filter(|f| {
                 erased_here.iter().any(|(p, below)| {
                     f.path == *p
@@ -462,6 +488,11 @@ impl Vault {
                 "new from the other side where this side erased: {file}"
             ));
         }
+        for file in &kept_over_expiry {
+            meta.details.push(format!(
+                "edited on one side after the other expired it: {file} kept, under a new key"
+            ));
+        }
         self.publish_with(Some(ours), Some(theirs), tree, change, &meta, objects_out)?;
         Ok(Merged {
             what: "merged",
@@ -470,7 +501,68 @@ impl Vault {
             erased,
             stale,
             under_erased,
+            kept_over_expiry,
         })
+    }
+
+    /// `at`, a version of the file `id` that the other side expired, as a
+    /// file of its own: its text under a new file key.
+    fn rekeyed(
+        &self,
+        theirs: &KeyState,
+        id: FileKeyId,
+        at: &At,
+        ours: bool,
+    ) -> Result<Final, VaultError> {
+        Ok(Final {
+            id: FileKeyId::generate(),
+            new_key: true,
+            copy: false,
+            path: at.path.clone(),
+            pick: Pick::Text(self.plaintext(theirs, &id, &at.path, at.blob)?),
+            ours,
+        })
+    }
+
+    /// The file keys the `expire` commits among `commits` destroyed, less
+    /// those a `purge` among them destroyed too.
+    fn expired_in(
+        &self,
+        commits: impl IntoIterator<Item = Oid>,
+    ) -> Result<HashSet<FileKeyId>, VaultError> {
+        let (mut expired, mut purged) = (HashSet::new(), HashSet::new());
+        for id in commits {
+            let meta = self.meta_of(id)?;
+            let into = match meta.op.as_str() {
+                "expire" => &mut expired,
+                "purge" => &mut purged,
+                _ => continue,
+            };
+            into.extend(
+                meta.erased_keys
+                    .iter()
+                    .filter_map(|k| FileKeyId::from_hex(k)),
+            );
+        }
+        Ok(expired.difference(&purged).copied().collect())
+    }
+
+    /// Where this side's own line stops: the merge base, and the commits
+    /// the fetch did not bring that the new ones build on.
+    fn known_before(
+        &self,
+        new: &BTreeSet<Oid>,
+        base: Option<Oid>,
+    ) -> Result<HashSet<Oid>, VaultError> {
+        let mut stop: HashSet<Oid> = base.into_iter().collect();
+        for &c in new {
+            for p in self.repo.find_commit(c)?.parent_ids() {
+                if !new.contains(&p) {
+                    stop.insert(p);
+                }
+            }
+        }
+        Ok(stop)
     }
 
     /// The paths this side's purges (the path, and what is below it) and
@@ -563,6 +655,7 @@ impl Vault {
                     finals.push(Final {
                         id: FileKeyId::generate(),
                         new_key: true,
+                        copy: true,
                         path: conflict_name(&path, 1)?,
                         pick: Pick::Text(theirs),
                         ours: false,
@@ -574,6 +667,7 @@ impl Vault {
         finals.push(Final {
             id,
             new_key: false,
+            copy: false,
             path,
             pick,
             ours: true,
@@ -623,14 +717,7 @@ impl Vault {
         VaultError,
     > {
         let mut notes = Vec::new();
-        let mut stop: HashSet<Oid> = base.into_iter().collect();
-        for &c in new {
-            for p in self.repo.find_commit(c)?.parent_ids() {
-                if !new.contains(&p) {
-                    stop.insert(p);
-                }
-            }
-        }
+        let stop = self.known_before(new, base)?;
         let (our_ops, our_removed) = self.ops_of(self.own_line(ours, &stop, 1_000_000)?)?;
         let (their_ops, their_removed) = self.ops_of(new.iter().copied())?;
         let mut slots = None;
@@ -736,6 +823,7 @@ fn keep(id: FileKeyId, at: &At, ours: bool) -> Final {
     Final {
         id,
         new_key: false,
+        copy: false,
         path: at.path.clone(),
         pick: Pick::Blob {
             oid: at.blob,
@@ -816,7 +904,7 @@ fn place(
     order.sort_by_key(|&i| {
         (
             !finals[i].ours,
-            finals[i].new_key,
+            finals[i].copy,
             finals[i].path.as_str().to_string(),
         )
     });
@@ -824,7 +912,7 @@ fn place(
     let mut dirs: HashSet<String> = HashSet::new();
     let mut moves = Vec::new();
     for i in order {
-        let wanted = if finals[i].new_key {
+        let wanted = if finals[i].copy {
             // A conflict copy: named after the file it sits beside.
             let s = finals[i].path.as_str();
             let original = s.replacen(".conflict-1", "", 1);
@@ -834,7 +922,7 @@ fn place(
         };
         let mut path = finals[i].path.clone();
         // A conflict copy's own name is already its first.
-        let mut n = u32::from(finals[i].new_key);
+        let mut n = u32::from(finals[i].copy);
         loop {
             // A name of its own is never taken by a file the merge did
             // not look at (that file would be at the same place on this
@@ -866,7 +954,7 @@ fn place(
                 None => conflict_name(&wanted, n)?,
             };
         }
-        if path != finals[i].path || finals[i].new_key {
+        if path != finals[i].path || finals[i].copy {
             moves.push((wanted.as_str().to_string(), path.as_str().to_string()));
         }
         for a in path.ancestors() {
@@ -920,6 +1008,7 @@ mod tests {
             Final {
                 id: id(),
                 new_key: false,
+                copy: false,
                 path: p("/memories/a.md"),
                 pick: blob("/memories/a.md"),
                 ours: false,
@@ -927,6 +1016,7 @@ mod tests {
             Final {
                 id: id(),
                 new_key: false,
+                copy: false,
                 path: p("/memories/a.md"),
                 pick: blob("/memories/a.md"),
                 ours: true,
@@ -934,6 +1024,7 @@ mod tests {
             Final {
                 id: id(),
                 new_key: false,
+                copy: false,
                 path: p("/memories/a.md/b.md"),
                 pick: blob("/memories/a.md/b.md"),
                 ours: false,

@@ -140,6 +140,9 @@ pub struct PullReport {
     /// side purged or expired since: kept (purge them again if they must
     /// go).
     pub under_erased: Vec<String>,
+    /// Files one side expired and the other edited before it heard: the
+    /// edit was kept, under a new file key (the expired key is destroyed).
+    pub kept_over_expiry: Vec<String>,
 }
 
 /// How a remote stands (`verify --remote`): checked, nothing changed.
@@ -503,6 +506,7 @@ impl Vault {
         report.conflicts = outcome.conflicts;
         report.erased = outcome.erased;
         report.under_erased = outcome.under_erased.clone();
+        report.kept_over_expiry = outcome.kept_over_expiry.clone();
         if outcome.erased > 0 || outcome.stale > 0 {
             // The replaced key states held the erased keys: gone here too
             // (a checkpoint and a scrub of the log: under the writer lock).
@@ -1121,6 +1125,7 @@ impl Vault {
             erased,
             stale,
             under_erased: Vec::new(),
+            kept_over_expiry: Vec::new(),
         })
     }
 
