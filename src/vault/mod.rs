@@ -51,7 +51,7 @@ mod treeedit;
 #[cfg(feature = "cli")]
 pub(crate) use audit::inspect;
 pub(crate) use audit::{history, undo, verify};
-pub(crate) use checkpoint::{checkpoint_locked, sync_tree};
+pub(crate) use checkpoint::{checkpoint_locked, judge_refs, sync_tree};
 pub use engine::fsync;
 pub(crate) use engine::{MAIN_REF, checkpoint, fsx, gc, lock, objects, wal};
 pub use error::{GitError, VaultError};
@@ -708,6 +708,14 @@ impl Vault {
         }
         if !c.clean || self.wal.head_is_v1() == Some(true) || !self.wal.refs_consistent(&self.repo)
         {
+            if !self.main_macs_hold() {
+                // Not over a main this key state did not MAC: the
+                // command reports the damage, having changed nothing.
+                judge_refs(&self.repo, &mut self.wal)?;
+                return Err(damaged(
+                    "the newest commit was not written with this vault's key",
+                ));
+            }
             self.checkpoint_locked()?;
         }
         Ok(())

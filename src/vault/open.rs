@@ -303,10 +303,20 @@ impl Vault {
             // So does a full disk: the log keeps every record (reads go
             // through it, writes fail with the disk full), and the next
             // open or checkpoint with room moves it into git.
-            let foldable = match vault.fold_at_open() {
-                Ok(()) => true,
-                Err(e) if e.is_damage() || e.is_disk_full() => false,
-                Err(e) => return Err(e),
+            // So does a main this key state's keys did not MAC (a key ref
+            // or a log put back from a copy, a forged commit): the
+            // checkpoint would reset the log before any command saw the
+            // damage, which each then reports having changed nothing.
+            // A rollback the checkpoint would refuse is still said as such.
+            let foldable = if vault.main_macs_hold() {
+                match vault.fold_at_open() {
+                    Ok(()) => true,
+                    Err(e) if e.is_damage() || e.is_disk_full() => false,
+                    Err(e) => return Err(e),
+                }
+            } else {
+                judge_refs(&vault.repo, &mut vault.wal)?;
+                false
             };
             if foldable {
                 match vault.checkpoint_locked() {
@@ -333,6 +343,21 @@ impl Vault {
         // A damaged tip is reported by each command, not here, so that a
         // server can still start and say what is wrong.
         Ok(vault)
+    }
+
+    /// Whether main, as its ref file names it (if git holds that commit)
+    /// and as the log's newest record names it, was MAC'd with this key
+    /// state's keys.
+    pub(crate) fn main_macs_hold(&self) -> bool {
+        let disk = self
+            .repo
+            .refname_to_id(MAIN_REF)
+            .ok()
+            .filter(|id| self.repo.odb().is_ok_and(|odb| odb.exists(*id)));
+        [disk, self.wal.tail_target(MAIN_REF)]
+            .into_iter()
+            .flatten()
+            .all(|id| verify_commit_mac(&self.repo, &self.keys, id))
     }
 
     /// Bring a vault to its current format: format 1's settings into the

@@ -796,3 +796,52 @@ fn a_link_planted_under_a_running_serve_is_not_written_through() {
     }
     ok(&v.cmd().arg("verify").output().unwrap());
 }
+
+/// A log and a key ref put back from an older copy of the vault, beside a
+/// main written since under a new data-key epoch: every command refuses,
+/// and the refusal's "nothing was changed" holds (the opening checkpoint
+/// used to reset the log before the damage was seen). Put the key ref
+/// back and everything reads again.
+#[test]
+fn a_log_and_key_ref_put_back_from_a_copy_are_refused_and_left_as_they_are() {
+    let v = TestVault::new();
+    v.one(create("/memories/a.md", "one\n"));
+    let old = v.tmp.path().join("old");
+    copy_dir(&v.vault, &old);
+    v.one(create("/memories/b.md", "two\n"));
+    ok(&v.cmd().arg("rekey").output().unwrap());
+    v.one(create("/memories/c.md", "three\n"));
+    let keys_ref = std::fs::read(v.vault.join("refs/memvault/keys")).unwrap();
+    for f in ["memvault/wal", "refs/memvault/keys"] {
+        std::fs::copy(old.join(f), v.vault.join(f)).unwrap();
+    }
+    let wal = std::fs::read(v.vault.join("memvault/wal")).unwrap();
+    for args in [
+        &["exec", r#"{"command":"view","path":"/memories"}"#][..],
+        &[
+            "exec",
+            r#"{"command":"create","path":"/memories/d.md","file_text":"d"}"#,
+        ],
+        &["history"],
+        &["gc"],
+    ] {
+        let out = v.cmd().args(args).output().unwrap();
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(all.contains("damaged"), "{args:?}: {all}");
+        assert!(!all.contains("\"is_error\":false"), "{all}");
+        assert!(
+            std::fs::read(v.vault.join("memvault/wal")).unwrap() == wal,
+            "{args:?} changed the log"
+        );
+    }
+    std::fs::write(v.vault.join("refs/memvault/keys"), keys_ref).unwrap();
+    let listing = view_all(&v);
+    for f in ["a.md", "b.md", "c.md"] {
+        assert!(listing.contains(f), "{listing}");
+    }
+    ok(&v.cmd().arg("verify").output().unwrap());
+}

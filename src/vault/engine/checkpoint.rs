@@ -40,6 +40,62 @@ pub(crate) fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), 
             "the log holds key-table shards no key state holds yet; nothing was changed",
         ));
     }
+    let target = targets(repo, &contents)?;
+    let superseded = wal::superseded_keys(&contents.records);
+    let objects: Vec<&raw::Object> = contents
+        .records
+        .iter()
+        .flat_map(|r| r.objects.iter())
+        .filter(|o| !superseded.contains(&o.id))
+        .collect();
+    // Objects of tagged records were hashed when logged: not hashed again.
+    wal::write_durable_objects(repo, &objects, contents.tagged)?;
+    // Every record the refs are about to name is on disk first: a record
+    // appended but not yet synced (another thread's, waiting for its group
+    // sync) or the fold of the key records (format 7) could otherwise be
+    // lost to a power cut after the ref files name what they made, and
+    // the log replayed without them would disagree with those refs.
+    wal.sync()?;
+    for (name, id) in &target {
+        if repo.refname_to_id(name).ok() != Some(*id)
+            && repo.reference(name, *id, true, "memvault recover").is_err()
+        {
+            // An unreadable ref file (cut short by a crash): replace it.
+            write_durable(&repo.path().join(name), format!("{id}\n").as_bytes())?;
+        }
+        let file = repo.path().join(name);
+        if file.exists() {
+            // libgit2 wrote it with the umask's mode.
+            fsx::make_private(&file)?;
+            fsync::sync_path(&file)?;
+        }
+        if let Some(parent) = file.parent() {
+            fsync::sync_path(parent)?;
+        }
+    }
+    let packed = repo.path().join("packed-refs");
+    if packed.exists() {
+        fsync::sync_path(&packed)?;
+    }
+    wal.reset(target)?;
+    // Everything is on disk now: drop the in-memory copies.
+    wal::install_odb(repo)?;
+    // A few packs at most: merge the small ones (a full repack with delta
+    // search and pruning is `memvault gc`'s, never a mutation's).
+    gc::merge_small_packs(repo)?;
+    Ok(())
+}
+
+/// Refuse a checkpoint over refs moved back (or sideways) outside
+/// memvault, changing nothing (the caller holds the writer lock): the
+/// same judgement the checkpoint makes first.
+pub(crate) fn judge_refs(repo: &Repository, wal: &mut Wal) -> Result<(), VaultError> {
+    let contents = wal.contents_for_checkpoint()?;
+    targets(repo, &contents).map(|_| ())
+}
+
+/// What the checkpoint sets each ref to (see [`checkpoint_locked`]).
+fn targets(repo: &Repository, contents: &wal::Contents) -> Result<Refs, VaultError> {
     let tail = contents.tail();
     let odb = repo.odb()?;
     let mut target: Refs = Vec::new();
@@ -114,49 +170,7 @@ pub(crate) fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), 
             target.push((name.to_string(), t));
         }
     }
-    let superseded = wal::superseded_keys(&contents.records);
-    let objects: Vec<&raw::Object> = contents
-        .records
-        .iter()
-        .flat_map(|r| r.objects.iter())
-        .filter(|o| !superseded.contains(&o.id))
-        .collect();
-    // Objects of tagged records were hashed when logged: not hashed again.
-    wal::write_durable_objects(repo, &objects, contents.tagged)?;
-    // Every record the refs are about to name is on disk first: a record
-    // appended but not yet synced (another thread's, waiting for its group
-    // sync) or the fold of the key records (format 7) could otherwise be
-    // lost to a power cut after the ref files name what they made, and
-    // the log replayed without them would disagree with those refs.
-    wal.sync()?;
-    for (name, id) in &target {
-        if repo.refname_to_id(name).ok() != Some(*id)
-            && repo.reference(name, *id, true, "memvault recover").is_err()
-        {
-            // An unreadable ref file (cut short by a crash): replace it.
-            write_durable(&repo.path().join(name), format!("{id}\n").as_bytes())?;
-        }
-        let file = repo.path().join(name);
-        if file.exists() {
-            // libgit2 wrote it with the umask's mode.
-            fsx::make_private(&file)?;
-            fsync::sync_path(&file)?;
-        }
-        if let Some(parent) = file.parent() {
-            fsync::sync_path(parent)?;
-        }
-    }
-    let packed = repo.path().join("packed-refs");
-    if packed.exists() {
-        fsync::sync_path(&packed)?;
-    }
-    wal.reset(target)?;
-    // Everything is on disk now: drop the in-memory copies.
-    wal::install_odb(repo)?;
-    // A few packs at most: merge the small ones (a full repack with delta
-    // search and pruning is `memvault gc`'s, never a mutation's).
-    gc::merge_small_packs(repo)?;
-    Ok(())
+    Ok(target)
 }
 
 const ROLLED_BACK_MAIN: &str = "rollback: main (refs/heads/main) was moved back outside \
