@@ -24,6 +24,15 @@ pub enum VaultError {
     NotAVault(PathBuf),
     #[error("the passphrase or key file does not unlock this vault")]
     WrongSecret,
+    /// The secret opens no keyslot, and the one this machine last
+    /// unlocked with is gone from the key state (removed by `key remove`
+    /// or `rekey --drop-other-slots`, or replaced by `passwd` or `rekey`;
+    /// possibly on another machine, brought here by a sync): said, rather
+    /// than only "does not unlock".
+    #[error(
+        "the passphrase or key file does not unlock this vault, and keyslot {0}, which this machine last unlocked it with, is gone from the vault (removed by memvault key remove or rekey --drop-other-slots, or replaced by passwd or rekey; here or on a machine this one synced with)"
+    )]
+    SlotRemoved(String),
     #[error("this vault has no keyslot of that kind (passphrase or key file)")]
     NoSlotOfKind,
     #[error("the vault's key derivation parameters exceed the allowed maximum; refusing to derive")]

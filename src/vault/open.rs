@@ -191,13 +191,14 @@ impl Vault {
             Some(k) => k,
             None if excessive => return Err(VaultError::ExcessiveWork),
             None if tried => {
-                return Err(
-                    keys_ref_set_aside(&repo, &wal, at, secret).unwrap_or(VaultError::WrongSecret)
-                );
+                return Err(keys_ref_set_aside(&repo, &wal, at, secret)
+                    .or_else(|| removed_slot_hint(dir, &slots))
+                    .unwrap_or(VaultError::WrongSecret));
             }
             None => return Err(VaultError::NoSlotOfKind),
         };
         let mut vault = Self::finish_open(dir, repo, wal, keyring, attribution)?;
+        note_last_slot(dir, &slot);
         vault.unlocked_slot = Some(slot);
         Ok(vault)
     }
@@ -549,6 +550,41 @@ fn load_config(dir: &Path) -> Result<VaultConfig, VaultError> {
     };
     config.validate().map_err(VaultError::Config)?;
     Ok(config)
+}
+
+/// This machine's note of the keyslot it last unlocked the vault with:
+/// only the wording of an error (a secret that opens nothing, where that
+/// slot is gone from the key state, is told the slot was removed). Not
+/// secret (slot ids are listed by `key list`) and not authenticated.
+const LAST_SLOT: &str = "memvault/last-slot";
+
+fn valid_slot_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+fn last_slot(dir: &Path) -> Option<String> {
+    let text = fsx::read_to_string(&dir.join(LAST_SLOT)).ok()?;
+    let name = text.strip_prefix("v1 ")?.strip_suffix('\n')?;
+    valid_slot_name(name).then(|| name.to_string())
+}
+
+/// Note `slot` as the one this machine last unlocked with (when it
+/// changed; best effort: a read-only vault opens all the same).
+fn note_last_slot(dir: &Path, slot: &str) {
+    if valid_slot_name(slot) && last_slot(dir).as_deref() != Some(slot) {
+        let _ = write_durable(&dir.join(LAST_SLOT), format!("v1 {slot}\n").as_bytes());
+    }
+}
+
+/// When no keyslot of the current key state (`current`) opens with the
+/// secret: if the slot this machine last unlocked with is gone from it,
+/// say so (it was removed here, or on a machine this one synced with).
+fn removed_slot_hint(dir: &Path, current: &BTreeMap<String, Vec<u8>>) -> Option<VaultError> {
+    let slot = last_slot(dir)?;
+    (!current.contains_key(&slot)).then_some(VaultError::SlotRemoved(slot))
 }
 
 /// When the key state the keys ref names gives no keyslot this secret

@@ -1543,3 +1543,42 @@ fn an_edit_made_elsewhere_before_an_expiry_was_heard_of_is_kept_under_a_new_key(
         "{h}"
     );
 }
+
+/// A machine with a keyslot of its own, removed on another machine: its
+/// next sync brings the removal, and from then on it is told that the
+/// keyslot it unlocked with is gone, not only that its key is wrong.
+#[test]
+fn a_machine_whose_keyslot_was_removed_elsewhere_is_told_so() {
+    let w = world(0);
+    let a = &w.machines[0];
+    let kb = a.dir.parent().unwrap().join("b.key");
+    keygen(&kb);
+    a.ok(&["key", "add", "--new-key-file", kb.to_str().unwrap()]);
+    let list = a.ok(&["key", "list"]);
+    a.ok(&["sync"]);
+    let b = Machine::new(a.dir.parent().unwrap().join("b"), kb.clone());
+    b.ok(&["clone", w.hub.to_str().unwrap()]);
+    b.write("/memories/from-b.md", "b's\n");
+    b.ok(&["sync"]);
+    let slot = b
+        .ok(&["key", "list"])
+        .lines()
+        .find(|l| l.contains("unlocked with"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    assert!(list.contains(&slot), "{list}");
+    a.ok(&["sync"]);
+    a.ok(&["key", "remove", &slot]);
+    a.ok(&["sync"]);
+    // b's next sync brings the removal (what b wrote before is on the hub).
+    b.ok(&["sync"]);
+    let err = b.fails(&["history"], 1);
+    assert!(
+        err.contains(&format!(
+            "keyslot {slot}, which this machine last unlocked it with, is gone from the vault"
+        )),
+        "{err}"
+    );
+    assert!(a.read("/memories/from-b.md").is_some());
+}

@@ -258,7 +258,8 @@ pub(crate) fn tenant(
                     super::sync::sync_attribution(),
                 )
                 .map_err(|e| match e {
-                    crate::vault::VaultError::WrongSecret => CliError::failure(
+                    crate::vault::VaultError::WrongSecret
+                    | crate::vault::VaultError::SlotRemoved(_) => CliError::failure(
                         "the key in --vault-key-file does not open the vault at that remote (check that it is this tenant's, from `tenant export-key`); nothing was registered",
                     ),
                     e => e.into(),

@@ -152,7 +152,9 @@ impl Slot {
                         VaultError::NotFound(_) | VaultError::NotAVault(_) => {
                             "its vault is missing"
                         }
-                        VaultError::WrongSecret => "its vault does not open with its key",
+                        VaultError::WrongSecret | VaultError::SlotRemoved(_) => {
+                            "its vault does not open with its key"
+                        }
                         _ => "its vault is damaged or was changed outside memvault",
                     }
                     .into(),

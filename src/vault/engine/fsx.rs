@@ -54,6 +54,7 @@ const STATE_FILES: &[&str] = &[
     "memvault/remotes",
     "memvault/sync.lock",
     "memvault/machine",
+    "memvault/last-slot",
     "memvault/file-count",
     "refs/heads/main",
     "refs/memvault/keys",
