@@ -1582,3 +1582,81 @@ fn a_machine_whose_keyslot_was_removed_elsewhere_is_told_so() {
     );
     assert!(a.read("/memories/from-b.md").is_some());
 }
+
+/// A remote whose main was replaced by a commit holding a tree nested
+/// deeper than git reads: refused as a remote that cannot be trusted,
+/// whether read as a path or fetched, with nothing changed here (not
+/// git's raw message).
+#[test]
+fn a_remote_holding_a_tree_deeper_than_git_reads_is_refused_as_untrusted() {
+    let w = world(0);
+    let a = &w.machines[0];
+    let parent = String::from_utf8(git(&w.hub, &["rev-parse", "refs/heads/main"]).stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    let path = format!("{}/f", vec!["d"; 3000].join("/"));
+    let stream = format!(
+        "commit refs/heads/main\ncommitter a <a> 1 +0000\ndata 2\nm\nfrom {parent}\nM 100644 inline {path}\ndata 2\nx\n"
+    );
+    let out = run_with_stdin(
+        Command::new("git").arg("--git-dir").arg(&w.hub).args([
+            "fast-import",
+            "--quiet",
+            "--force",
+        ]),
+        stream.as_bytes(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let url = format!("file://{}", w.hub.display());
+    a.ok(&["remote", "add", "fetched", &url]);
+    let before = a.ok(&["history"]);
+    for remote in ["origin", "fetched"] {
+        let err = a.fails(&["sync", remote], 1);
+        assert!(
+            err.contains(&format!(
+                "remote {remote} cannot be trusted: it holds a tree nested deeper than git reads"
+            )),
+            "{err}"
+        );
+        assert!(!err.contains("exceeded maximum"), "{err}");
+    }
+    assert_eq!(a.ok(&["history"]), before);
+}
+
+/// A remote restored from an older backup is refused as rolled back, and
+/// the refusal says the way on when that was on purpose: forget what this
+/// vault saw there (remove and add the remote again), then sync, which
+/// sends the remote what it lost.
+#[test]
+fn a_remote_restored_from_a_backup_can_be_taken_on_again_as_the_refusal_says() {
+    let w = world(0);
+    let a = &w.machines[0];
+    let backup = w.hub.with_extension("backup");
+    copy_dir(&w.hub, &backup);
+    a.write("/memories/later.md", "after the backup\n");
+    a.ok(&["push"]);
+    std::fs::remove_dir_all(&w.hub).unwrap();
+    copy_dir(&backup, &w.hub);
+    let err = a.fails(&["sync"], 1);
+    assert!(err.contains("remote origin rolled back"), "{err}");
+    assert!(
+        err.contains("`memvault remote remove origin` and `memvault remote add origin URL`"),
+        "{err}"
+    );
+    let url = w.hub.to_str().unwrap();
+    a.ok(&["remote", "remove", "origin"]);
+    a.ok(&["remote", "add", "origin", url]);
+    let out = a.ok(&["sync"]);
+    assert!(out.contains("pushed"), "{out}");
+    let b = Machine::new(w.hub.parent().unwrap().join("fresh"), a.key.clone());
+    b.ok(&["clone", url]);
+    assert_eq!(
+        b.read("/memories/later.md").as_deref(),
+        Some("after the backup\n")
+    );
+}

@@ -975,6 +975,16 @@ fn git_result(
     context: &str,
 ) -> Result<Vec<u8>, SyncError> {
     if !out.status.success() {
+        // What git refuses to read in what the remote sent: the remote's
+        // doing (forged or damaged), not a transport failure.
+        if contains(&out.stderr, b"exceeded maximum allowed tree depth") {
+            return Err(SyncError::Hostile {
+                remote: remote.to_string(),
+                what:
+                    "it holds a tree nested deeper than git reads (a forged or damaged repository)"
+                        .into(),
+            });
+        }
         return Err(SyncError::Transport {
             remote: remote.to_string(),
             detail: format!("{context}{}", last_lines(&out.stderr)),
@@ -1011,6 +1021,10 @@ fn remove_stale(state: &Path) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// The last lines of git's stderr, for an error message: at most 3 lines

@@ -80,11 +80,11 @@ pub enum SyncError {
     )]
     VaultBusy { remote: String },
     #[error(
-        "remote {remote} rolled back: {what}; nothing was changed here (run `memvault verify --remote {remote}`)"
+        "remote {remote} rolled back: {what}; nothing was changed here (run `memvault verify --remote {remote}`; if it was restored from a backup on purpose and you trust it, make this vault forget what it saw there with `memvault remote remove {remote}` and `memvault remote add {remote} URL`: the next sync merges what each side holds and sends it what it lacks)"
     )]
     RolledBack { remote: String, what: &'static str },
     #[error(
-        "remote {remote} forked: its main does not descend from what this vault last saw of it; nothing was changed here"
+        "remote {remote} forked: its main does not descend from what this vault last saw of it; nothing was changed here (run `memvault verify --remote {remote}`; if it was restored or replaced on purpose and you trust it, make this vault forget what it saw there with `memvault remote remove {remote}` and `memvault remote add {remote} URL`: the next sync merges what each side holds and sends it what it lacks)"
     )]
     Forked { remote: String },
     #[error("remote {remote} cannot be trusted: {what}; nothing was changed here")]
