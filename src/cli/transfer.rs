@@ -17,8 +17,18 @@ use crate::vault::ImportFile;
 pub struct ImportArgs {
     /// A memory directory: `<base>` holding `memories/`, or that folder itself
     pub dir: PathBuf,
-    #[command(flatten)]
-    pub session: SessionArgs,
+    /// Session id stored with the import [default: a new random id]
+    #[arg(long, env = "MEMVAULT_SESSION", value_name = "ID")]
+    pub session: Option<String>,
+    /// Who is importing (stored in the commit; an operator's act, not an
+    /// agent's)
+    #[arg(
+        long,
+        env = "MEMVAULT_ACTOR",
+        value_name = "NAME",
+        default_value = "operator"
+    )]
+    pub actor: String,
 }
 
 #[derive(clap::Args, Debug)]
@@ -114,7 +124,10 @@ fn collect(
 /// A file's memory path after the secret filter, and whether it changed.
 /// A name is held to the rule content is held to (redacted, or refused in
 /// `reject` mode); the messages do not show the name that held the secret.
-fn import_name(redactor: &Redactor, path: MemoryPath) -> Result<(MemoryPath, bool), CliError> {
+fn import_name(
+    redactor: &Redactor,
+    path: MemoryPath,
+) -> Result<(MemoryPath, Vec<(String, u32)>), CliError> {
     let kinds = |kinds: &[(String, u32)]| {
         kinds
             .iter()
@@ -123,9 +136,9 @@ fn import_name(redactor: &Redactor, path: MemoryPath) -> Result<(MemoryPath, boo
             .join(", ")
     };
     match redactor.filter(path.as_str()) {
-        Ok(r) if r.findings.is_empty() => Ok((path, false)),
+        Ok(r) if r.findings.is_empty() => Ok((path, Vec::new())),
         Ok(r) => match MemoryPath::parse(&r.text) {
-            Ok(redacted) => Ok((redacted, true)),
+            Ok(redacted) => Ok((redacted, r.kinds())),
             Err(_) => Err(CliError::failure(format!(
                 "nothing was imported: a file name holds secrets ({}), and with them redacted it would not be a valid memory path; rename it",
                 kinds(&r.kinds())
@@ -181,7 +194,11 @@ pub fn import(global: &Global, args: &ImportArgs, out: &mut dyn Write) -> Result
     }
     let mut found = Vec::new();
     collect(&root, &root, &MemoryPath::root(), &mut found)?;
-    let attribution = args.session.attribution_quiet()?;
+    let attribution = SessionArgs {
+        session: args.session.clone(),
+        actor: args.actor.clone(),
+    }
+    .attribution_quiet()?;
     let mut vault = open_vault(global, attribution)?;
     let redactor = Redactor::new(&vault.config().redaction).map_err(|e| {
         CliError::failure(format!(
@@ -193,13 +210,10 @@ pub fn import(global: &Global, args: &ImportArgs, out: &mut dyn Write) -> Result
     let mut renamed = 0usize;
     let mut taken = std::collections::HashSet::new();
     for (path, source) in found {
-        let path = match import_name(&redactor, path)? {
-            (path, true) => {
-                renamed += 1;
-                path
-            }
-            (path, false) => path,
-        };
+        let (path, name_kinds) = import_name(&redactor, path)?;
+        if !name_kinds.is_empty() {
+            renamed += 1;
+        }
         if !taken.insert(path.clone()) {
             return Err(CliError::failure(format!(
                 "nothing was imported: two files would both be {} once the secrets in their names are redacted; rename one",
@@ -239,6 +253,14 @@ pub fn import(global: &Global, args: &ImportArgs, out: &mut dyn Write) -> Result
             },
             _ => (bytes, Vec::new()),
         };
+        // The name's secrets count among the file's redactions too.
+        let mut redactions = redactions;
+        for (kind, n) in name_kinds {
+            match redactions.iter_mut().find(|(k, _)| *k == kind) {
+                Some((_, m)) => *m += n,
+                None => redactions.push((kind, n)),
+            }
+        }
         files.push(ImportFile {
             path,
             content,

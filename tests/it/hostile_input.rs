@@ -468,6 +468,19 @@ fn secret_in_an_imported_file_name_is_redacted() {
     );
     let v = t.one(json!({"command": "view", "path": "/memories/d-[REDACTED:github-token]/a.md"}));
     assert!(text(&v).contains("fine"), "{v}");
+    // History counts the name's secret, and names an operator, not an
+    // agent, as the one who imported.
+    let h = t.cmd().args(["history", "--json"]).output().unwrap();
+    let import: serde_json::Value = String::from_utf8_lossy(&h.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| e["op"] == "import")
+        .unwrap();
+    assert_eq!(import["actor"], "operator", "{import}");
+    assert!(
+        import["redactions"].to_string().contains("github-token"),
+        "{import}"
+    );
     assert_nowhere(&t, TOKEN);
 }
 
