@@ -54,6 +54,17 @@ fn under(p: &str, path: &str) -> bool {
     p == path || p.strip_prefix(path).is_some_and(|r| r.starts_with('/'))
 }
 
+/// Where a change moved a file or folder from and to: a rename, or the
+/// revert of one, which moved it back (a revert keeps the paths of the
+/// change it undoes).
+fn moved(meta: &CommitMeta) -> Option<(&str, &str)> {
+    match (meta.op.as_str(), &meta.path, &meta.new_path) {
+        ("rename", Some(from), Some(to)) => Some((from, to)),
+        ("revert", Some(to), Some(from)) => Some((from, to)),
+        _ => None,
+    }
+}
+
 fn touches(meta: &CommitMeta, path: &str) -> bool {
     meta.path
         .as_deref()
@@ -242,10 +253,7 @@ pub fn run(on: On<'_>, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8, Cl
             continue;
         }
         let hit = names.iter().any(|p| touches(&meta, p));
-        if hit
-            && meta.op == "rename"
-            && let (Some(from), Some(to)) = (&meta.path, &meta.new_path)
-        {
+        if hit && let Some((from, to)) = moved(&meta) {
             let earlier: Vec<String> = names
                 .iter()
                 .filter(|n| under(n, to))
@@ -292,7 +300,9 @@ pub fn run(on: On<'_>, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8, Cl
             meta.actor,
             meta.op
         );
-        if let Some(p) = &meta.path {
+        if let Some((from, to)) = moved(&meta) {
+            line.push_str(&format!("  {from} -> {to}"));
+        } else if let Some(p) = &meta.path {
             line.push_str(&format!("  {p}"));
         } else if !meta.files.is_empty() && meta.op != "merge" {
             // An import or a sweep names no one path: its files (the
@@ -304,7 +314,7 @@ pub fn run(on: On<'_>, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8, Cl
                 line.push_str(&format!(" and {} more", meta.files.len() - SHOWN));
             }
         }
-        if let Some(n) = &meta.new_path {
+        if let (Some(n), None) = (&meta.new_path, moved(&meta)) {
             line.push_str(&format!(" -> {n}"));
         }
         if let Some(s) = meta.size {

@@ -1051,6 +1051,38 @@ fn diff_of_a_change_between_two_erased_versions_says_so() {
     assert!(!d.contains("one") && !d.contains("two"), "{d}");
 }
 
+/// A revert of a rename moves the file back: `history` shows that move
+/// as it happened, and `history PATH` of the file at its old name again
+/// follows it through the name it had meanwhile (its edits there).
+#[test]
+fn history_of_a_path_follows_a_file_a_revert_moved_back() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s",
+        &[
+            json!({"command": "create", "path": "/memories/a.md", "file_text": "one\n"}),
+            json!({"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/b.md"}),
+            json!({"command": "str_replace", "path": "/memories/b.md", "old_str": "one", "new_str": "two"}),
+        ],
+    );
+    let rename = head_rev(&v, 1);
+    ok(&run(&v, &["revert", &rename, "--force"]));
+    let h = stdout(&run(&v, &["history", "/memories/a.md"]));
+    let lines: Vec<&str> = h.lines().collect();
+    assert_eq!(lines.len(), 4, "{h}");
+    assert!(
+        lines[0].contains("revert  /memories/b.md -> /memories/a.md"),
+        "{h}"
+    );
+    assert!(lines[1].contains("str_replace  /memories/b.md"), "{h}");
+    assert!(
+        lines[2].contains("rename  /memories/a.md -> /memories/b.md"),
+        "{h}"
+    );
+    assert!(lines[3].contains("create  /memories/a.md"), "{h}");
+}
+
 /// Import `n` notes (`/memories/n0.md` ...) as one commit.
 fn import_notes(v: &TestVault, n: usize) {
     let src = v.tmp.path().join("src/memories");
