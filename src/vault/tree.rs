@@ -488,7 +488,7 @@ impl<'a> VaultSnapshot<'a> {
         Ok((git, Some((at.0, kind))))
     }
 
-    fn blob_bytes(&self, oid: Oid) -> Result<Vec<u8>, StoreError> {
+    pub(crate) fn blob_bytes(&self, oid: Oid) -> Result<Vec<u8>, StoreError> {
         if let Some(b) = self.caches.blobs.borrow().0.get(&oid) {
             return Ok(b.to_vec());
         }

@@ -898,8 +898,8 @@ fn undoing_in_reverse_order_goes_through_and_a_change_still_in_place_is_refused(
         view.to_string().contains("v0") && !view.to_string().contains("v1"),
         "{view}"
     );
-    // A change written again with the same text is a new version (sealed
-    // anew): still a conflict, as any later write.
+    // Later changes that wrote the same text back (sealed anew) leave
+    // nothing the revert would overwrite: no conflict.
     one(
         json!({"command": "str_replace", "path": "/memories/f.md", "old_str": "v0", "new_str": "w1"}),
     );
@@ -910,7 +910,10 @@ fn undoing_in_reverse_order_goes_through_and_a_change_still_in_place_is_refused(
     one(
         json!({"command": "str_replace", "path": "/memories/f.md", "old_str": "w2", "new_str": "w1"}),
     );
-    assert_eq!(run(&v, &["revert", &r3]).status.code(), Some(1));
+    let o = run(&v, &["revert", &r3]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let view = v.one(json!({"command": "view", "path": "/memories/f.md"}));
+    assert!(view.to_string().contains("v0"), "{view}");
     assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
 }
 
@@ -1081,6 +1084,32 @@ fn history_of_a_path_follows_a_file_a_revert_moved_back() {
         "{h}"
     );
     assert!(lines[3].contains("create  /memories/a.md"), "{h}");
+}
+
+/// Later changes that left a file with the very text the undone change
+/// left (edited away and back) are no conflict: the revert overwrites
+/// nothing they made. A later change that left other text still is.
+#[test]
+fn a_revert_over_later_edits_that_came_back_to_the_same_text_needs_no_force() {
+    let v = TestVault::new();
+    let edit = |old: &str, new: &str| json!({"command": "str_replace", "path": "/memories/a.md", "old_str": old, "new_str": new});
+    serve_as(
+        &v,
+        "s1",
+        &[json!({"command": "create", "path": "/memories/a.md", "file_text": "one\n"})],
+    );
+    serve_as(&v, "s2", &[edit("one", "two")]);
+    let undone = head_rev(&v, 0);
+    serve_as(&v, "s3", &[edit("two", "three"), edit("three", "two")]);
+    ok(&run(&v, &["revert", &undone]));
+    let r = v.one(json!({"command": "view", "path": "/memories/a.md"}));
+    assert!(text(&r).contains("one") && !text(&r).contains("two"), "{r}");
+    // Edited to other text since: refused, naming the later change.
+    serve_as(&v, "s4", &[edit("one", "four")]);
+    let undone = head_rev(&v, 0);
+    serve_as(&v, "s5", &[edit("four", "five")]);
+    let out = run(&v, &["revert", &undone]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
 }
 
 /// Import `n` notes (`/memories/n0.md` ...) as one commit.

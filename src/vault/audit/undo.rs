@@ -10,7 +10,8 @@
 //! two files share one.
 //!
 //! Conflicts: a revert refuses when a later commit (not being undone)
-//! changed a file the revert would change; a restore refuses when it would
+//! changed a file the revert would change, unless the file now holds the
+//! version, or the text, the undone commits left; a restore refuses when it would
 //! overwrite or delete content written after the revision. `force`
 //! applies the undo anyway. A path whose parent is now a file, or which is
 //! now a directory, cannot be put back and is refused (skipped with
@@ -458,13 +459,25 @@ impl Vault {
                 undoes.reverse();
                 // The chain is newest first: a smaller index is later.
                 let tip_tree = self.git_tree_of(Some(tip))?;
+                let snap = self.snapshot_of(Some(tip))?;
+                // The text of a stored version, if its key is still held.
+                let text = |oid: Oid, path: &MemoryPath| {
+                    let id = snap.blob_key_id(oid).ok()?;
+                    let key = snap.file_key(&id).ok()?;
+                    let bytes = snap.blob_bytes(oid).ok()?;
+                    crypto::open_blob(key, path.as_str(), &bytes).ok()
+                };
                 for (git_path, conflict, index) in later {
                     let settled = left.get(&git_path).is_some_and(|&(leaves, last)| {
+                        let now = entry_at(tip_tree.as_ref(), &git_path)
+                            .filter(|(_, k)| *k == ObjectType::Blob)
+                            .map(|(id, _)| id);
+                        // The same version, or the same text sealed anew
+                        // (a file rewritten with what it held).
                         index < last
-                            && entry_at(tip_tree.as_ref(), &git_path)
-                                .filter(|(_, k)| *k == ObjectType::Blob)
-                                .map(|(id, _)| id)
-                                == leaves
+                            && (now == leaves
+                                || matches!((now, leaves), (Some(n), Some(l))
+                                    if text(n, &conflict.path).is_some_and(|t| Some(t) == text(l, &conflict.path))))
                     });
                     if !settled {
                         conflicts.push((git_path, conflict));
