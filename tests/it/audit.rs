@@ -1112,6 +1112,129 @@ fn a_revert_over_later_edits_that_came_back_to_the_same_text_needs_no_force() {
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
 }
 
+/// A session's rename carries another session's earlier edit along: the
+/// session's revert would delete it (the create undone where the file now
+/// is), so it is refused, naming that edit; the same for a folder rename.
+/// And a file a session created, renamed since by another session, is
+/// undone where it is now: refused (the rename is a later change), and
+/// gone with --force, not left in place as if there were nothing to undo.
+#[test]
+fn a_revert_follows_files_through_renames_and_never_drops_another_sessions_edit() {
+    for (file, moved_to, rename) in [
+        (
+            "/memories/a.md",
+            "/memories/b.md",
+            json!({"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/b.md"}),
+        ),
+        (
+            "/memories/d/a.md",
+            "/memories/e/a.md",
+            json!({"command": "rename", "old_path": "/memories/d", "new_path": "/memories/e"}),
+        ),
+    ] {
+        let v = TestVault::new();
+        serve_as(
+            &v,
+            "A",
+            &[json!({"command": "create", "path": file, "file_text": "from A\n"})],
+        );
+        serve_as(
+            &v,
+            "B",
+            &[
+                json!({"command": "str_replace", "path": file, "old_str": "from A", "new_str": "from A + B's fact"}),
+            ],
+        );
+        let edit = head_rev(&v, 0);
+        serve_as(&v, "A", std::slice::from_ref(&rename));
+        let before = stdout(&run(
+            &v,
+            &["export", v.tmp.path().join("x1").to_str().unwrap()],
+        ));
+        let out = run(&v, &["revert", "--session", "A"]);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{said}");
+        assert!(said.contains(&edit[..12]), "{said}");
+        let r = v.one(json!({"command": "view", "path": moved_to}));
+        assert!(text(&r).contains("B's fact"), "{r}");
+        let after = stdout(&run(
+            &v,
+            &["export", v.tmp.path().join("x2").to_str().unwrap()],
+        ));
+        assert_eq!(before, after);
+    }
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[json!({"command": "create", "path": "/memories/a.md", "file_text": "POISON\n"})],
+    );
+    serve_as(
+        &v,
+        "s2",
+        &[json!({"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/b.md"})],
+    );
+    let renamed = head_rev(&v, 0);
+    let out = run(&v, &["revert", "--session", "s1"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains(&renamed[..12]), "{said}");
+    ok(&run(&v, &["revert", "--session", "s1", "--force"]));
+    let r = v.one(json!({"command": "view", "path": "/memories"}));
+    assert!(
+        !text(&r).contains("b.md") && !text(&r).contains("a.md"),
+        "{r}"
+    );
+    assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
+}
+
+/// A settings change is not undone by revert (it changed no file): it is
+/// refused, saying how, rather than "nothing to undo". And a revert that
+/// puts one file back and removes another stays within `max_files` when
+/// the count does not grow.
+#[test]
+fn revert_refuses_a_settings_change_and_counts_what_it_removes_against_the_limit() {
+    let v = TestVault::new();
+    ok(&run(&v, &["config", "set", "redaction.mode", "off"]));
+    let setting = head_rev(&v, 0);
+    let out = run(&v, &["revert", &setting]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("memvault config set"), "{said}");
+    let get = stdout(&run(&v, &["config", "get", "redaction.mode"]));
+    assert!(get.contains("off"), "{get}");
+    ok(&run(&v, &["config", "set", "max_files", "3"]));
+    let create = |p: &str| json!({"command": "create", "path": p, "file_text": "x\n"});
+    serve_as(
+        &v,
+        "s1",
+        &[
+            create("/memories/a.md"),
+            create("/memories/b.md"),
+            create("/memories/c.md"),
+        ],
+    );
+    serve_as(
+        &v,
+        "s2",
+        &[
+            json!({"command": "delete", "path": "/memories/a.md"}),
+            create("/memories/d.md"),
+        ],
+    );
+    let out = run(&v, &["revert", "--session", "s2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = v.one(json!({"command": "view", "path": "/memories"}));
+    assert!(
+        text(&r).contains("a.md") && !text(&r).contains("d.md"),
+        "{r}"
+    );
+}
+
 /// Import `n` notes (`/memories/n0.md` ...) as one commit.
 fn import_notes(v: &TestVault, n: usize) {
     let src = v.tmp.path().join("src/memories");

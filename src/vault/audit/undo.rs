@@ -121,6 +121,25 @@ struct Target {
 impl Vault {
     /// Undo `target` as one new commit (see the module docs).
     pub fn undo(&mut self, target: UndoTarget, force: bool) -> Result<UndoOutcome, VaultError> {
+        if let UndoTarget::Commit(c) = &target {
+            let op = self.meta_of(c.oid())?.op;
+            let how = match op.as_str() {
+                "config" => Some(
+                    "set the setting back with `memvault config set KEY VALUE` (`memvault history --op config` shows each change, from what to what)",
+                ),
+                "keyslot" | "passwd" | "rekey" => Some(
+                    "keyslots and keys change with `memvault key add`, `key remove` and `passwd`",
+                ),
+                "init" | "migrate" => Some("it changed no memory file"),
+                _ => None,
+            };
+            if let Some(how) = how {
+                return Err(VaultError::Refused(format!(
+                    "revision {} is a `{op}`, which revert does not undo: {how}; nothing was changed",
+                    c.short()
+                )));
+            }
+        }
         self.with_writer_lock(|vault, tip| vault.undo_locked(tip, &target, force))
     }
 
@@ -426,12 +445,34 @@ impl Vault {
                     } else {
                         self.commit_changes(id)?
                     };
+                    let renamed = self.rename_of(id)?;
                     if set.contains(&id) {
                         undoes.push(id.to_string());
                         let via = match step {
                             Step::Brought(m) | Step::Nested(m) => Some(m),
                             _ => None,
                         };
+                        // An undone rename carries along what others wrote
+                        // at its source before it: their content is in the
+                        // file it moved, which the undo changes.
+                        if let Some((from, to)) = &renamed {
+                            let carried: Vec<(String, Conflict, usize)> = later
+                                .iter()
+                                .filter_map(|(_, c, i)| {
+                                    let moved = c.path.rebase(from, to)?;
+                                    let g = self.git_path_of(&moved).ok()?;
+                                    Some((
+                                        g,
+                                        Conflict {
+                                            rev: c.rev.clone(),
+                                            path: moved,
+                                        },
+                                        *i,
+                                    ))
+                                })
+                                .collect();
+                            later.extend(carried);
+                        }
                         for c in changes {
                             left.insert(c.git_path.clone(), (c.new, index));
                             targets.entry(c.git_path).or_insert(Target {
@@ -452,6 +493,35 @@ impl Vault {
                                     },
                                     index,
                                 ));
+                            }
+                        }
+                        // A file an undone change made, renamed since by
+                        // another: it is undone where it is now (the
+                        // rename conflicts, as any later change).
+                        if let Some((from, to)) = &renamed {
+                            let moved: Vec<(String, MemoryPath)> = targets
+                                .values()
+                                .filter(|t| t.desired.is_none())
+                                .filter_map(|t| {
+                                    let q = t.path.rebase(from, to)?;
+                                    Some((self.git_path_of(&q).ok()?, q))
+                                })
+                                .collect();
+                            for (g, q) in moved {
+                                later.push((
+                                    g.clone(),
+                                    Conflict {
+                                        rev: Rev::from_oid(id),
+                                        path: q.clone(),
+                                    },
+                                    index,
+                                ));
+                                targets.entry(g).or_insert(Target {
+                                    path: q,
+                                    desired: None,
+                                    via: None,
+                                    by: None,
+                                });
                             }
                         }
                     }
@@ -586,20 +656,28 @@ impl Vault {
             return Ok(UndoOutcome::Nothing { skipped_erased });
         }
 
-        // Stay within the file limit.
+        // Stay within the file limit: the files the undo puts back, less
+        // those it removes.
         let added = edits
             .iter()
             .filter(|(g, _, d)| d.is_some() && entry_at(tip_tree.as_ref(), g).is_none())
             .count();
-        if added > 0 {
+        let removed = edits
+            .iter()
+            .filter(|(g, _, d)| {
+                d.is_none()
+                    && entry_at(tip_tree.as_ref(), g).is_some_and(|(_, k)| k == ObjectType::Blob)
+            })
+            .count();
+        if added > removed {
             let count = self
                 .snapshot_of(Some(tip))?
                 .count_files()
                 .map_err(|_| damaged("a tree is unreadable"))?;
-            if count + added > self.config.max_files {
+            let after = (count + added).saturating_sub(removed);
+            if after > self.config.max_files {
                 return Err(VaultError::Refused(format!(
-                    "the undo would bring the vault to {} files, over its limit of {}",
-                    count + added,
+                    "the undo would bring the vault to {after} files, over its limit of {}",
                     self.config.max_files
                 )));
             }
@@ -710,6 +788,19 @@ impl Vault {
 }
 
 /// The object at a git path in a tree, with its kind.
+impl Vault {
+    /// Where a commit moved a file or folder from and to, if it is a
+    /// rename.
+    fn rename_of(&self, id: Oid) -> Result<Option<(MemoryPath, MemoryPath)>, VaultError> {
+        let meta = self.meta_of(id)?;
+        if meta.op != "rename" {
+            return Ok(None);
+        }
+        let parse = |p: &Option<String>| p.as_deref().and_then(|p| MemoryPath::parse(p).ok());
+        Ok(parse(&meta.path).zip(parse(&meta.new_path)))
+    }
+}
+
 fn entry_at(tree: Option<&git2::Tree<'_>>, git_path: &str) -> Option<(Oid, ObjectType)> {
     let e = tree?.get_path(Path::new(git_path)).ok()?;
     Some((e.id(), e.kind()?))
