@@ -464,7 +464,7 @@ impl Vault {
                                     Some((
                                         g,
                                         Conflict {
-                                            rev: c.rev.clone(),
+                                            rev: c.rev,
                                             path: moved,
                                         },
                                         *i,
