@@ -179,7 +179,9 @@ export class MemvaultMemory {
   /** The six handlers `betaMemoryTool` takes, each forwarding to memvault. */
   handlers() {
     /** @type {Record<string, (command: any) => Promise<string | Array<any>>>} */
-    const h = {};
+    // No prototype: a command named like an Object method (`toString`,
+    // `constructor`) is no handler, so the SDK reports it unknown.
+    const h = Object.create(null);
     for (const name of COMMANDS) h[name] = (command) => this.execute(command);
     return /** @type {import('@anthropic-ai/sdk/helpers/beta/memory').MemoryToolHandlers} */ (
       /** @type {unknown} */ (h)
@@ -227,14 +229,34 @@ export class MemvaultMemory {
     if (this._closed) return Promise.reject(new MemvaultServerError('this memvault memory tool was closed'));
     if (this._dead) return Promise.reject(new MemvaultServerError(this._dead));
     const id = `toolu_memvault_${this._next++}`;
+    let line;
+    try {
+      // Before anything is queued: input that cannot be sent (a BigInt, a
+      // cycle) fails this call alone.
+      line = JSON.stringify({ type: 'tool_use', id, name: 'memory', input }) + '\n';
+    } catch (e) {
+      return Promise.reject(e);
+    }
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this._proc.kill('SIGKILL');
-        this._fail(`the memvault server gave no answer within ${this.timeoutMs} ms`);
-      }, this.timeoutMs);
-      this._pending.push({ resolve, reject, id, timer });
-      this._proc.stdin.write(JSON.stringify({ type: 'tool_use', id, name: 'memory', input }) + '\n');
+      this._pending.push({ resolve, reject, id, timer: null });
+      this._proc.stdin.write(line);
+      this._arm();
     });
+  }
+
+  /**
+   * The server answers in order: the clock runs for the oldest request
+   * only, from when the answer before it came (or it was sent), so a busy
+   * server working through a queue is not taken for a silent one.
+   */
+  _arm() {
+    const head = this._pending[0];
+    if (!head || head.timer !== null) return;
+    head.timer = setTimeout(() => {
+      this._proc.kill('SIGKILL');
+      this._exitStatus = `killed: it gave no answer within ${this.timeoutMs} ms`;
+      this._fail(`the memvault server gave no answer within ${this.timeoutMs} ms`);
+    }, this.timeoutMs);
   }
 
   /** @param {string} line */
@@ -260,6 +282,7 @@ export class MemvaultMemory {
       return;
     }
     p.resolve(block);
+    this._arm();
   }
 
   /** @param {string} what */
@@ -337,6 +360,9 @@ export class MemvaultMemory {
         headers: /** @type {any} */ (this)._headers,
         body: JSON.stringify({ type: 'tool_use', id, name: 'memory', input }),
         signal,
+        // A redirect is not followed: the body (memory content) would go
+        // to wherever it points, and its answer be taken for memvault's.
+        redirect: 'manual',
       });
       status = res.status;
       text = await res.text();
@@ -346,6 +372,12 @@ export class MemvaultMemory {
       const cause = err?.cause;
       const why = cause?.message || cause?.code || err?.message || String(err);
       throw this._httpError(`could not be reached (${why})`);
+    }
+    if (status >= 300 && status < 400) {
+      throw this._httpError(
+        `answered HTTP ${status}, a redirect, which is not followed (the request would carry memory content elsewhere): give the server's own URL`,
+        status,
+      );
     }
     if (status !== 200) {
       let message;

@@ -1047,7 +1047,7 @@ fn resolve_range(range: [i64; 2], n: usize, path: &MemoryPath) -> Result<(usize,
     }
 }
 
-/// The line numbers where each (non-overlapping) match of `needle` starts,
+/// The line numbers where each match of `needle` starts (overlapping ones too),
 /// joined by `, `; a line holding two matches is listed twice. Past
 /// [`MAX_LISTED_MATCHES`] the rest is summed up.
 fn match_lines(text: &str, needle: &str) -> String {
@@ -1055,7 +1055,13 @@ fn match_lines(text: &str, needle: &str) -> String {
     let mut count = 0usize;
     let mut line = 1usize;
     let mut scanned = 0usize;
-    for (at, _) in text.match_indices(needle) {
+    // Every start of the needle, overlapping ones too, as the SDK's
+    // reference tool lists them ("aaaa" holds "aa" at 0, 1 and 2).
+    let starts = std::iter::successors(text.find(needle), |&at| {
+        let next = at + text[at..].chars().next().map_or(1, char::len_utf8);
+        text.get(next..)?.find(needle).map(|i| next + i)
+    });
+    for at in starts {
         line += text
             .as_bytes()
             .get(scanned..at)

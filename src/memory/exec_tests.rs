@@ -847,6 +847,29 @@ fn str_replace_several_matches_lists_their_lines() {
     );
     assert_eq!(s.commits(), 0);
     assert_eq!(content(&s, "/memories/a.txt").unwrap(), "ab ab\ncd\nab\n");
+    // As the SDK's reference tool: two matches that do not overlap decide
+    // the refusal, and the listing names every start, overlapping ones
+    // too; one match (however it overlaps itself) is replaced.
+    run(
+        &m,
+        &mut s,
+        json!({"command": "create", "path": "/memories/c.txt", "file_text": "aaaa\nzaaz\n"}),
+    );
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "str_replace", "path": "/memories/c.txt", "old_str": "aa", "new_str": "b"}),
+    );
+    assert_eq!(
+        err(&r),
+        "No replacement was performed. Multiple occurrences of old_str `aa` in lines: 1, 1, 1, 2. Please ensure it is unique"
+    );
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "str_replace", "path": "/memories/c.txt", "old_str": "aaaa", "new_str": "b"}),
+    );
+    assert!(!r.is_error, "{r:?}");
 }
 
 #[test]

@@ -435,6 +435,11 @@ impl App {
 /// thread when its vault is free (larger ones: a blocking thread).
 pub const INLINE_BODY: usize = 16 << 10;
 
+/// A body over the limit is still read (and dropped) up to this size, so
+/// that a client that sends it whole before reading the answer (as the
+/// SDK adapters do) gets the 413, not a connection closed under it.
+const DRAIN_MAX: u64 = 64 << 20;
+
 /// Read a request body of at most `max` bytes within the body timeout.
 pub async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
     let max = app.limits.max_body;
@@ -444,32 +449,49 @@ pub async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Byt
             format!("the request body is larger than this server's limit of {max} bytes"),
         )
     };
-    if let Some(len) = headers.get(header::CONTENT_LENGTH)
-        && len
-            .to_str()
-            .ok()
-            .and_then(|s| s.parse::<u64>().ok())
-            .is_none_or(|n| n > max as u64)
-    {
-        return Err(too_large());
-    }
-    let limited = http_body_util::Limited::new(body, max);
-    match tokio::time::timeout(
-        app.limits.body_timeout,
-        http_body_util::BodyExt::collect(limited),
-    )
-    .await
-    {
+    let declared = match headers.get(header::CONTENT_LENGTH) {
+        None => None,
+        Some(len) => match len.to_str().ok().and_then(|s| s.parse::<u64>().ok()) {
+            // Past what is drained, or unreadable: answered at once (the
+            // connection then closes).
+            Some(n) if n <= DRAIN_MAX.max(max as u64) => Some(n),
+            _ => return Err(too_large()),
+        },
+    };
+    let over = declared.is_some_and(|n| n > max as u64);
+    let read = async {
+        let mut body = body;
+        let mut kept = Vec::new();
+        let mut seen = 0u64;
+        while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
+            let Ok(frame) = frame else {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "the request body could not be read",
+                ));
+            };
+            if let Ok(data) = frame.into_data() {
+                seen += data.len() as u64;
+                if seen > DRAIN_MAX.max(max as u64) {
+                    return Err(too_large());
+                }
+                if !over && seen <= max as u64 {
+                    kept.extend_from_slice(&data);
+                }
+            }
+        }
+        if over || seen > max as u64 {
+            Err(too_large())
+        } else {
+            Ok(Bytes::from(kept))
+        }
+    };
+    match tokio::time::timeout(app.limits.body_timeout, read).await {
         Err(_) => Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
             "the request body did not arrive in time",
         )),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Ok(Err(_)) => Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "the request body could not be read",
-        )),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(result) => result,
     }
 }
 
