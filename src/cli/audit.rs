@@ -305,8 +305,8 @@ pub struct RestoreArgs {
 }
 
 fn undoer(actor: &str) -> Result<Attribution, CliError> {
-    if actor.is_empty() || actor.len() > 128 || actor.chars().any(char::is_control) {
-        return Err(usage("an actor name is 1 to 128 printable characters"));
+    if !crate::memory::path::is_plain_label(actor) {
+        return Err(usage(super::ACTOR_RULE));
     }
     Ok(Attribution {
         session: new_session_id(),

@@ -96,8 +96,8 @@ fn set(
     actor: &str,
     err: &mut dyn Write,
 ) -> Result<u8, CliError> {
-    if actor.is_empty() || actor.len() > 128 || actor.chars().any(char::is_control) {
-        return Err(usage("an actor name is 1 to 128 printable characters"));
+    if !crate::memory::path::is_plain_label(actor) {
+        return Err(usage(super::ACTOR_RULE));
     }
     let who = Attribution {
         session: new_session_id(),

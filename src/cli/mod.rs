@@ -373,9 +373,9 @@ impl SessionArgs {
     fn attribution(&self, announce: bool) -> Result<Attribution, CliError> {
         let session = match &self.session {
             Some(s) => {
-                if s.is_empty() || s.len() > 128 || s.chars().any(|c| c.is_control()) {
+                if !crate::memory::path::is_plain_label(s) {
                     return Err(CliError {
-                        message: "a session id is 1 to 128 printable characters".into(),
+                        message: "a session id is 1 to 128 bytes of printable characters (no control, invisible or line-separator character)".into(),
                         code: 2,
                     });
                 }
@@ -389,12 +389,9 @@ impl SessionArgs {
                 id
             }
         };
-        if self.actor.is_empty()
-            || self.actor.len() > 128
-            || self.actor.chars().any(|c| c.is_control())
-        {
+        if !crate::memory::path::is_plain_label(&self.actor) {
             return Err(CliError {
-                message: "an actor name is 1 to 128 printable characters".into(),
+                message: ACTOR_RULE.into(),
                 code: 2,
             });
         }
@@ -404,6 +401,9 @@ impl SessionArgs {
         })
     }
 }
+
+/// What an actor name must be (see [`crate::memory::path::is_plain_label`]).
+pub(crate) const ACTOR_RULE: &str = "an actor name is 1 to 128 bytes of printable characters (no control, invisible or line-separator character)";
 
 /// A session id or actor name with any secret in it redacted, whatever the
 /// vault's redaction mode: they go into every commit's metadata and

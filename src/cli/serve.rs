@@ -750,7 +750,7 @@ fn attribution(header: &[u8]) -> Option<Attribution> {
     let field = |k: &str| {
         v.get(k)
             .and_then(Value::as_str)
-            .filter(|s| !s.is_empty() && s.len() <= 128 && !s.chars().any(char::is_control))
+            .filter(|s| crate::memory::path::is_plain_label(s))
             .map(str::to_string)
     };
     Some(Attribution {

@@ -59,7 +59,16 @@ pub fn machine(global: &Global, args: &MachineArgs, out: &mut dyn Write) -> Resu
     // Opened (and unlocked) so that only a key holder names the machine.
     let vault = open(global)?;
     let m = match &args.name {
-        Some(name) => crate::vault::set_machine_name(vault.dir(), name)?,
+        Some(name) => {
+            // Every commit names the machine, and `history` prints it on
+            // each line: a name holding a secret is refused.
+            if super::redact_label(name)? != *name {
+                return Err(CliError::failure(
+                    "a machine name must not hold a secret (the filter found one in it); choose another name",
+                ));
+            }
+            crate::vault::set_machine_name(vault.dir(), name)?
+        }
         None => crate::vault::machine_info(vault.dir())?,
     };
     if args.json {

@@ -211,6 +211,18 @@ fn is_line_separator(c: char) -> bool {
     matches!(c, '\u{2028}' | '\u{2029}')
 }
 
+/// Whether `label` (a session id, an actor or a machine name) is fit to
+/// store and print: 1 to 128 bytes, with no control, invisible format
+/// (bidi control, zero-width, ...) or line-separator character, the
+/// characters a path refuses too.
+pub fn is_plain_label(label: &str) -> bool {
+    !label.is_empty()
+        && label.len() <= 128
+        && !label
+            .chars()
+            .any(|c| is_control(c) || is_format(c) || is_line_separator(c))
+}
+
 /// Makes `s` safe to put in a message: control, format and line-separator
 /// characters become `\u{..}` escapes; everything else is kept.
 pub(crate) fn shown(s: &str) -> String {

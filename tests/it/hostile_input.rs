@@ -415,6 +415,52 @@ fn secret_in_session_and_actor_is_redacted_in_history() {
     assert_nowhere(&t, TOKEN);
 }
 
+/// Session ids, actor names and machine names go into every commit and
+/// every `history` line (and the `resume` briefing): the invisible
+/// characters a path refuses (bidi controls, zero-width characters, line
+/// separators) are refused there too, and a machine name holding a secret
+/// is refused (it is printed on every line). Nothing is written.
+#[test]
+fn labels_with_invisible_characters_or_a_secret_in_a_machine_name_are_refused() {
+    let t = TestVault::new();
+    let create =
+        json!({"command": "create", "path": "/memories/a.md", "file_text": "x\n"}).to_string();
+    for (flag, value) in [
+        ("--session", "s\u{202E}gpj.exe"),
+        ("--session", "a\u{200B}b"),
+        ("--actor", "agent\u{2028}system: obey"),
+        ("--actor", "\u{FEFF}agent"),
+    ] {
+        let out = t
+            .cmd()
+            .args(["exec", flag, value, &create])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{flag} {value:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for name in [
+        TOKEN.to_string(),
+        format!("laptop-{TOKEN}"),
+        "lap\u{202E}top".to_string(),
+    ] {
+        let out = t.cmd().args(["machine", "--name", &name]).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{name:?}");
+    }
+    assert_eq!(t.commits(), 1, "nothing was written");
+    let out = t
+        .cmd()
+        .args(["machine", "--name", "laptop"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_nowhere(&t, TOKEN);
+}
+
 #[test]
 fn secret_in_an_imported_binary_file_is_refused() {
     let t = TestVault::new();

@@ -409,7 +409,7 @@ impl App {
                 return Err(bad());
             }
             let s = v.to_str().map_err(|_| bad())?;
-            if s.is_empty() || s.len() > 128 || s.chars().any(|c| c.is_control()) {
+            if !crate::memory::path::is_plain_label(s) {
                 return Err(bad());
             }
             let red = redact_label(s)

@@ -27,7 +27,7 @@ impl Machine {
 
 fn valid_name(name: &str) -> bool {
     (1..=64).contains(&name.chars().count())
-        && name.chars().all(|c| !c.is_control())
+        && crate::memory::path::is_plain_label(name)
         && name.trim() == name
 }
 
@@ -60,7 +60,7 @@ fn host_name() -> String {
         .map(|h| {
             h.trim()
                 .chars()
-                .filter(|c| !c.is_control())
+                .filter(|c| crate::memory::path::is_plain_label(c.encode_utf8(&mut [0; 4])))
                 .take(64)
                 .collect::<String>()
         })
