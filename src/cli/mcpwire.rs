@@ -43,11 +43,83 @@ pub(crate) enum Screened {
     },
     /// Not a JSON-RPC message: the parser's error.
     Unparsable(String),
+    /// JSON, but not a JSON-RPC 2.0 message rmcp can take (another
+    /// version, a batch, an id that is not a string or an integer, a
+    /// `tools/call` without a tool name): answered with this error code
+    /// and message, and the id when it can be read (else null), rather
+    /// than rmcp's answer, which carries no id (a client waits for ever).
+    Invalid {
+        id: Value,
+        code: i64,
+        message: String,
+    },
+}
+
+/// Why `msg` is not a JSON-RPC 2.0 message rmcp takes, if it is not: the
+/// id to answer with, the error code and the message.
+fn invalid(msg: &Value) -> Option<(Value, i64, String)> {
+    let Some(obj) = msg.as_object() else {
+        let what = if msg.is_array() {
+            "a batch (an array); send one JSON-RPC message per line"
+        } else {
+            "not a JSON object"
+        };
+        return Some((Value::Null, -32600, format!("Invalid request: {what}")));
+    };
+    let id = obj.get("id");
+    let good_id = id.is_none_or(|i| i.is_string() || i.is_i64() || i.is_u64());
+    let answer_id = id.filter(|_| good_id).cloned().unwrap_or(Value::Null);
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Some((
+            answer_id,
+            -32600,
+            "Invalid request: \"jsonrpc\" must be \"2.0\"".into(),
+        ));
+    }
+    if !good_id {
+        return Some((
+            Value::Null,
+            -32600,
+            "Invalid request: \"id\" must be a string or an integer".into(),
+        ));
+    }
+    match obj.get("method") {
+        Some(Value::String(m)) if m == "tools/call" && id.is_some() => {
+            let name = msg.pointer("/params/name").and_then(Value::as_str);
+            if name.is_none() {
+                return Some((
+                    answer_id,
+                    -32602,
+                    format!(
+                        "Invalid params: tools/call needs params.name, the tool's name (\"{TOOL_NAME}\"), and params.arguments, the command"
+                    ),
+                ));
+            }
+            None
+        }
+        Some(Value::String(_)) => None,
+        Some(_) => Some((
+            answer_id,
+            -32600,
+            "Invalid request: \"method\" must be a string".into(),
+        )),
+        // A response to a request of the server's.
+        None if id.is_some() && (obj.contains_key("result") || obj.contains_key("error")) => None,
+        None => Some((
+            answer_id,
+            -32600,
+            "Invalid request: a request needs a \"method\"".into(),
+        )),
+    }
 }
 
 /// Screen one message's text (see the module docs).
 pub(crate) fn screen(text: &[u8]) -> Screened {
     let (msg, message) = match parse_strict(text) {
+        Ok(v) if invalid(&v).is_some() => {
+            let (id, code, message) = invalid(&v).unwrap_or_default();
+            return Screened::Invalid { id, code, message };
+        }
         Ok(v) => match v.pointer("/params/arguments") {
             Some(a) if !a.is_object() && !a.is_null() => match parse_command(a) {
                 Err(m) => (v, m),
@@ -295,6 +367,14 @@ impl<R> Gate<R> {
                     "jsonrpc": "2.0",
                     "id": null,
                     "error": {"code": -32700, "message": format!("Parse error: the message is not valid JSON ({detail})")},
+                }));
+                return;
+            }
+            Screened::Invalid { id, code, message } => {
+                self.out.answer(&json!({
+                    "jsonrpc": "2.0",
+                    "id": id,
+                    "error": {"code": code, "message": message},
                 }));
                 return;
             }

@@ -314,6 +314,45 @@ fn mcp_answers_every_bad_line_as_serve_does_and_runs_none_of_them() {
         };
         assert_eq!(unplaced(text), unplaced(&expected), "{line}");
     }
+    // JSON, but not a JSON-RPC 2.0 request rmcp takes: an error that
+    // names the id when it can be read (else null), never no answer.
+    for (line, id, code) in [
+        (
+            r#"{"jsonrpc":"1.0","id":110,"method":"tools/list"}"#,
+            json!(110),
+            -32600,
+        ),
+        (r#"{"id":111,"method":"tools/list"}"#, json!(111), -32600),
+        (
+            r#"{"jsonrpc":"2.0","id":{"a":1},"method":"tools/list"}"#,
+            Value::Null,
+            -32600,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}"#,
+            Value::Null,
+            -32600,
+        ),
+        (
+            r#"[{"jsonrpc":"2.0","id":112,"method":"tools/list"}]"#,
+            Value::Null,
+            -32600,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":"n","method":"tools/call","params":{"arguments":{"command":"view","path":"/memories"}}}"#,
+            json!("n"),
+            -32602,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":113,"method":"tools/call"}"#,
+            json!(113),
+            -32602,
+        ),
+    ] {
+        let r = s.raw(line.as_bytes());
+        assert_eq!(r["id"], id, "{line}: {r}");
+        assert_eq!(r["error"]["code"], code, "{line}: {r}");
+    }
     // A line over the limit: serve's error, as the call's tool error.
     let big = json!({"jsonrpc": "2.0", "id": 103, "method": "tools/call", "params": {"name": "memory", "arguments": {"command": "create", "path": "/memories/big.md", "file_text": "x".repeat(9 << 20)}}}).to_string();
     let r = s.raw(big.as_bytes());

@@ -1531,6 +1531,20 @@ fn routes_match_as_sent_take_their_own_methods_and_refuse_malformed_bodies() {
             "/mcp",
             br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/list"}"#,
         ),
+        // Not JSON-RPC 2.0 requests rmcp takes (they were a plain-text 415).
+        (
+            "/mcp",
+            br#"{"jsonrpc":"1.0","id":10,"method":"tools/list"}"#,
+        ),
+        ("/mcp", br#"{"id":11,"method":"tools/list"}"#),
+        (
+            "/mcp",
+            br#"{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}"#,
+        ),
+        (
+            "/mcp",
+            br#"{"jsonrpc":"2.0","id":12,"method":"tools/call"}"#,
+        ),
     ] {
         let (st, v) = s.req_with("POST", path, &mcp_h, body);
         assert_eq!(st, 400, "{path} {}: {v}", String::from_utf8_lossy(body));

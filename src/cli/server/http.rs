@@ -982,6 +982,12 @@ async fn mcp_gate(
                 format!("the request body is not valid JSON ({e}); {SEND}"),
             ));
         }
+        crate::cli::mcpwire::Screened::Invalid { message, .. } => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("the request body is not a JSON-RPC 2.0 request ({message}); {SEND}"),
+            ));
+        }
         crate::cli::mcpwire::Screened::Pass => match parse_strict(&bytes) {
             Ok(v) if v.is_object() => {}
             Ok(_) => {
