@@ -535,7 +535,14 @@ pub fn resume(on: On<'_>, args: &ResumeArgs, out: &mut dyn Write) -> Result<u8, 
     on.with(
         || Ok(reader()),
         |vault| {
-            let text = briefing(vault, args.session.as_deref())?;
+            // Matched as stored: a session id holding a secret was stored
+            // redacted (and is not echoed back raw).
+            let session = args
+                .session
+                .as_deref()
+                .map(super::redact_label)
+                .transpose()?;
+            let text = briefing(vault, session.as_deref())?;
             out.write_all(text.as_bytes())?;
             out.flush()?;
             Ok(0)
@@ -568,8 +575,17 @@ fn describe(meta: &CommitMeta) -> String {
 pub fn briefing(vault: &mut Vault, session: Option<&str>) -> Result<String, CliError> {
     let mut chosen: Option<String> = session.map(str::to_string);
     let mut entries: Vec<CommitMeta> = Vec::new();
+    // What later reverts undid (the walk is newest first: an undo comes
+    // before what it undoes): said beside each such change.
+    let mut undone_revs: BTreeSet<String> = BTreeSet::new();
+    let mut undone_sessions: BTreeSet<String> = BTreeSet::new();
+    let mut undone: Vec<bool> = Vec::new();
     for item in vault.walk()? {
-        let (_, meta) = item?;
+        let (rev, meta) = item?;
+        if meta.op == "revert" {
+            undone_revs.extend(meta.undoes.iter().cloned());
+            undone_sessions.extend(meta.undone_session.iter().cloned());
+        }
         // An agent's session: one that ran the memory tool (not a sweep,
         // a setting, an undo or an erasure an operator ran).
         let agent_op = matches!(
@@ -580,6 +596,9 @@ pub fn briefing(vault: &mut Vault, session: Option<&str>) -> Result<String, CliE
             chosen = Some(meta.session.clone());
         }
         if chosen.as_deref() == Some(meta.session.as_str()) {
+            undone.push(
+                undone_revs.contains(&rev.to_string()) || undone_sessions.contains(&meta.session),
+            );
             entries.push(meta);
         }
     }
@@ -600,8 +619,17 @@ pub fn briefing(vault: &mut Vault, session: Option<&str>) -> Result<String, CliE
                 if entries.len() == 1 { "" } else { "s" }
             ));
             const MAX: usize = 50;
-            for m in entries.iter().take(MAX) {
-                text.push_str(&format!("- {} {}\n", rfc3339(m.time_ms), describe(m)));
+            for (m, undone) in entries.iter().zip(&undone).take(MAX) {
+                text.push_str(&format!(
+                    "- {} {}{}\n",
+                    rfc3339(m.time_ms),
+                    describe(m),
+                    if *undone {
+                        " (undone since by a revert)"
+                    } else {
+                        ""
+                    }
+                ));
             }
             if entries.len() > MAX {
                 text.push_str(&format!(

@@ -1235,6 +1235,46 @@ fn revert_refuses_a_settings_change_and_counts_what_it_removes_against_the_limit
     );
 }
 
+/// `resume` says which of the session's changes a later revert undid
+/// (the next agent is not told of a file that is gone as if it were
+/// there), and `resume --session ID` finds a session whose id held a
+/// secret (stored redacted) without echoing the secret.
+#[test]
+fn resume_marks_undone_changes_and_finds_a_session_by_its_redacted_id() {
+    const TOKEN: &str = "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";
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[json!({"command": "create", "path": "/memories/kept.md", "file_text": "x\n"})],
+    );
+    serve_as(
+        &v,
+        "s2",
+        &[json!({"command": "create", "path": "/memories/b.md", "file_text": "y\n"})],
+    );
+    ok(&run(&v, &["revert", "--session", "s2"]));
+    let text = stdout(&run(&v, &["resume", "--session", "s2"]));
+    assert!(
+        text.contains("created /memories/b.md, +1 -0 lines (undone since by a revert)"),
+        "{text}"
+    );
+    let text = stdout(&run(&v, &["resume", "--session", "s1"]));
+    assert!(
+        text.contains("created /memories/kept.md, +1 -0 lines\n"),
+        "{text}"
+    );
+    let secret_session = format!("s-{TOKEN}");
+    serve_as(
+        &v,
+        &secret_session,
+        &[json!({"command": "create", "path": "/memories/c.md", "file_text": "z\n"})],
+    );
+    let text = stdout(&run(&v, &["resume", "--session", &secret_session]));
+    assert!(text.contains("created /memories/c.md"), "{text}");
+    assert!(!text.contains(TOKEN), "{text}");
+}
+
 /// Import `n` notes (`/memories/n0.md` ...) as one commit.
 fn import_notes(v: &TestVault, n: usize) {
     let src = v.tmp.path().join("src/memories");
