@@ -460,7 +460,79 @@ struct SessionAgg {
     first: u64,
     last: u64,
     changes: usize,
-    files: BTreeSet<String>,
+    /// The session's commits' file moves and touches, newest first.
+    steps: Vec<Step>,
+}
+
+/// What one commit did to files, for counting them.
+enum Step {
+    /// Files moved: (old path, new path) each.
+    Moved(Vec<(String, String)>),
+    /// Files written, edited or removed.
+    Touched(Vec<String>),
+}
+
+impl Step {
+    fn of(meta: &CommitMeta) -> Step {
+        let files: Vec<String> = if meta.files.is_empty() {
+            meta.path.iter().cloned().collect()
+        } else {
+            meta.files.clone()
+        };
+        if meta.op == "rename"
+            && let (Some(from), Some(to)) = (&meta.path, &meta.new_path)
+        {
+            return Step::Moved(
+                files
+                    .into_iter()
+                    .map(|f| {
+                        let moved = match f.strip_prefix(from.as_str()) {
+                            Some(rest) if rest.is_empty() || rest.starts_with('/') => {
+                                format!("{to}{rest}")
+                            }
+                            _ => f.clone(),
+                        };
+                        (f, moved)
+                    })
+                    .collect(),
+            );
+        }
+        Step::Touched(files)
+    }
+}
+
+/// How many distinct files `steps` (newest first) touched: a file keeps
+/// its identity across the renames among them, and a folder counts as the
+/// files in it.
+fn distinct_files(steps: &[Step]) -> usize {
+    let mut at: BTreeMap<String, usize> = BTreeMap::new();
+    let mut count = 0;
+    let mut ident = |path: &str, at: &mut BTreeMap<String, usize>| -> usize {
+        at.remove(path).unwrap_or_else(|| {
+            count += 1;
+            count
+        })
+    };
+    for step in steps.iter().rev() {
+        match step {
+            Step::Moved(moves) => {
+                let ids: Vec<(usize, &String)> = moves
+                    .iter()
+                    .map(|(old, new)| (ident(old, &mut at), new))
+                    .collect();
+                for (id, new) in ids {
+                    at.insert(new.clone(), id);
+                }
+            }
+            Step::Touched(files) => {
+                for f in files {
+                    let id = ident(f, &mut at);
+                    at.insert(f.clone(), id);
+                }
+            }
+        }
+    }
+    count
 }
 
 /// `memvault sessions`: one line per session, most recent first.
@@ -478,18 +550,17 @@ pub fn sessions(on: On<'_>, args: &SessionsArgs, out: &mut dyn Write) -> Result<
                 a.first = meta.time_ms;
                 a.changes += 1;
                 a.actors.insert(meta.actor.clone());
-                for f in touched(&meta) {
-                    a.files.insert(f);
-                }
+                a.steps.push(Step::of(&meta));
             }
             let mut rows: Vec<(String, SessionAgg)> = agg.into_iter().collect();
             rows.sort_by(|a, b| b.1.last.cmp(&a.1.last).then(a.0.cmp(&b.0)));
             for (id, a) in rows {
                 let actors: Vec<&str> = a.actors.iter().map(String::as_str).collect();
+                let files = distinct_files(&a.steps);
                 if args.json {
                     let line = json!({
                         "session": id, "actors": actors, "first": rfc3339(a.first),
-                        "last": rfc3339(a.last), "changes": a.changes, "files": a.files.len(),
+                        "last": rfc3339(a.last), "changes": a.changes, "files": files,
                     });
                     writeln!(out, "{line}")?;
                 } else {
@@ -501,8 +572,8 @@ pub fn sessions(on: On<'_>, args: &SessionsArgs, out: &mut dyn Write) -> Result<
                         rfc3339(a.last),
                         a.changes,
                         if a.changes == 1 { "" } else { "s" },
-                        a.files.len(),
-                        if a.files.len() == 1 { "" } else { "s" }
+                        files,
+                        if files == 1 { "" } else { "s" }
                     )?;
                 }
             }
@@ -510,16 +581,6 @@ pub fn sessions(on: On<'_>, args: &SessionsArgs, out: &mut dyn Write) -> Result<
             Ok(0)
         },
     )
-}
-
-/// Every path a commit touched, as recorded in its metadata.
-fn touched(meta: &CommitMeta) -> Vec<String> {
-    let mut out: Vec<String> = meta.files.clone();
-    out.extend(meta.path.iter().cloned());
-    out.extend(meta.new_path.iter().cloned());
-    out.sort();
-    out.dedup();
-    out
 }
 
 #[derive(clap::Args, Debug, serde::Deserialize)]

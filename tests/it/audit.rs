@@ -337,11 +337,17 @@ fn history_and_its_filters_return_exactly_the_expected_changes() {
     for id in ["s1", "s2", "s3"] {
         let mine: Vec<&Step> = steps.iter().filter(|s| s.session == id).collect();
         assert_eq!(by_id[id]["changes"], mine.len(), "{id}");
-        let files: BTreeSet<&str> = mine
-            .iter()
-            .flat_map(|s| std::iter::once(s.path.as_str()).chain(s.new_path.as_deref()))
-            .collect();
-        assert_eq!(by_id[id]["files"], files.len(), "{id}");
+        // Distinct files: a renamed file is one file under both names.
+        let mut at: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut files = 0;
+        for s in &mine {
+            let ident = at.remove(s.path.as_str()).unwrap_or_else(|| {
+                files += 1;
+                files
+            });
+            at.insert(s.new_path.as_deref().unwrap_or(&s.path), ident);
+        }
+        assert_eq!(by_id[id]["files"], files, "{id}");
     }
     // Most recent first (init carries the real clock, after the test clock).
     let order: Vec<&str> = sessions
@@ -1273,6 +1279,28 @@ fn resume_marks_undone_changes_and_finds_a_session_by_its_redacted_id() {
     let text = stdout(&run(&v, &["resume", "--session", &secret_session]));
     assert!(text.contains("created /memories/c.md"), "{text}");
     assert!(!text.contains(TOKEN), "{text}");
+}
+
+/// `sessions` counts files, not paths: a file renamed (alone or with its
+/// folder) is one file, and a folder deleted counts as the files in it.
+#[test]
+fn sessions_count_each_file_once_across_renames_and_folder_deletes() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "S",
+        &[
+            json!({"command": "create", "path": "/memories/d/x.md", "file_text": "1\n"}),
+            json!({"command": "create", "path": "/memories/d/y.md", "file_text": "2\n"}),
+            json!({"command": "rename", "old_path": "/memories/d", "new_path": "/memories/e"}),
+            json!({"command": "rename", "old_path": "/memories/e/x.md", "new_path": "/memories/e/z.md"}),
+            json!({"command": "delete", "path": "/memories/e"}),
+        ],
+    );
+    let rows = json_lines(&v, &["sessions", "--json"]);
+    let row = rows.iter().find(|r| r["session"] == "S").unwrap();
+    assert_eq!(row["changes"], 5, "{row}");
+    assert_eq!(row["files"], 2, "{row}");
 }
 
 /// Import `n` notes (`/memories/n0.md` ...) as one commit.
