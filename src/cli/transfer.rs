@@ -332,7 +332,45 @@ pub fn export(global: &Global, args: &ExportArgs, err: &mut dyn Write) -> Result
     let root = args.dir.join("memories");
     make_private_dir(&args.dir)?;
     make_private_dir(&root)?;
-    for (path, content) in &files {
+    // The directory was empty or new: on a failure part way (a link
+    // planted meanwhile, a full disk), what was written is removed, so no
+    // decrypted copy is left half made without a word.
+    if let Err(e) = write_export(&root, &files) {
+        let cleaned = match fs::remove_dir_all(&root) {
+            Ok(()) => "the files written before it were removed".to_string(),
+            Err(r) => format!(
+                "decrypted files written before it are left in {} ({}): delete them",
+                shown_path(&root),
+                super::describe_io(&r)
+            ),
+        };
+        return Err(CliError::failure(format!("{}; {cleaned}", e.message)));
+    }
+    writeln!(
+        err,
+        "memvault: exported {} file{} to {} (decrypted: keep it safe, delete it when the audit is done)",
+        files.len(),
+        if files.len() == 1 { "" } else { "s" },
+        root.display()
+    )?;
+    if !erased.is_empty() {
+        let names: Vec<&str> = erased.iter().map(MemoryPath::as_str).collect();
+        writeln!(
+            err,
+            "memvault: left out {} file{} whose version there was erased since (expired or purged): {}",
+            erased.len(),
+            if erased.len() == 1 { "" } else { "s" },
+            names.join(", ")
+        )?;
+    }
+    Ok(0)
+}
+
+/// Write each file under `root` (mode 0600, folders 0700), never through
+/// a link.
+fn write_export(root: &Path, files: &[(MemoryPath, Zeroizing<Vec<u8>>)]) -> Result<(), CliError> {
+    let root = root.to_path_buf();
+    for (path, content) in files {
         let rel: PathBuf = path.segments().collect();
         let target = root.join(&rel);
         if let Some(parent) = target.parent() {
@@ -355,24 +393,7 @@ pub fn export(global: &Global, args: &ExportArgs, err: &mut dyn Write) -> Result
         f.write_all(content)?;
         f.sync_all()?;
     }
-    writeln!(
-        err,
-        "memvault: exported {} file{} to {} (decrypted: keep it safe, delete it when the audit is done)",
-        files.len(),
-        if files.len() == 1 { "" } else { "s" },
-        root.display()
-    )?;
-    if !erased.is_empty() {
-        let names: Vec<&str> = erased.iter().map(MemoryPath::as_str).collect();
-        writeln!(
-            err,
-            "memvault: left out {} file{} whose version there was erased since (expired or purged): {}",
-            erased.len(),
-            if erased.len() == 1 { "" } else { "s" },
-            names.join(", ")
-        )?;
-    }
-    Ok(0)
+    Ok(())
 }
 
 /// Whether `target` (which may not exist yet) is `vault` or below it,
