@@ -49,14 +49,28 @@ pub struct ExpireArgs {
     pub json: bool,
 }
 
+/// Why `s` is no expiry period (a zero one included: everything would go).
+fn period_error(s: &str) -> CliError {
+    let zero = s
+        .trim()
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic())
+        .parse::<u64>()
+        .is_ok_and(|n| n == 0);
+    if zero {
+        usage(format!(
+            "{s:?} is a period of zero: it would expire every file; give more than 0, such as 90m, 12h, 30d or 2w"
+        ))
+    } else {
+        usage(format!(
+            "{s:?} is not a period: give a number and a unit, such as 90m, 12h, 30d or 2w"
+        ))
+    }
+}
+
 /// The expiry period: `--older-than`, else the vault's setting.
 pub fn period_ms(vault: &Vault, older_than: Option<&str>) -> Result<u64, CliError> {
     match older_than {
-        Some(s) => parse_duration_ms(s).ok_or_else(|| {
-            usage(format!(
-                "{s:?} is not a period: give a number and a unit, such as 90m, 12h, 30d or 2w"
-            ))
-        }),
+        Some(s) => parse_duration_ms(s).ok_or_else(|| period_error(s)),
         None => Ok(u64::from(vault.config().expire_after_days) * 86_400_000),
     }
 }
@@ -64,11 +78,7 @@ pub fn period_ms(vault: &Vault, older_than: Option<&str>) -> Result<u64, CliErro
 /// `memvault expire`.
 pub fn expire(on: On<'_>, args: &ExpireArgs, out: &mut dyn Write) -> Result<u8, CliError> {
     if let Some(s) = &args.older_than {
-        parse_duration_ms(s).ok_or_else(|| {
-            usage(format!(
-                "{s:?} is not a period: give a number and a unit, such as 90m, 12h, 30d or 2w"
-            ))
-        })?;
+        parse_duration_ms(s).ok_or_else(|| period_error(s))?;
     }
     on.with(
         || sweeper("expiry"),

@@ -30,8 +30,9 @@ pub struct HistoryArgs {
     #[arg(long)]
     pub principal: Option<String>,
     /// Only this operation: create, overwrite, str_replace, insert, delete,
-    /// rename, revert, restore, init; or a group: edit (overwrite,
-    /// str_replace, insert), undo (revert, restore)
+    /// rename, revert, restore, expire, purge, erase, config, import,
+    /// merge, migrate, init, keyslot, passwd, rekey; or a group: edit
+    /// (overwrite, str_replace, insert), undo (revert, restore)
     #[arg(long)]
     pub op: Option<String>,
     /// Only changes at or after this time: 2026-11-30, 2026-11-30T12:00:00Z,
@@ -130,7 +131,15 @@ pub fn parse_time(s: &str, now_ms: u64) -> Option<u64> {
     };
     let mut d = date.splitn(3, '-').map(|x| x.parse::<i64>().ok());
     let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || !(1970..=9999).contains(&y) {
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let days_in_month = match m {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    if !(1..=12).contains(&m) || !(1..=days_in_month).contains(&day) || !(1970..=9999).contains(&y)
+    {
         return None;
     }
     let secs_of_day = match time {

@@ -326,6 +326,11 @@ fn history_and_its_filters_return_exactly_the_expected_changes() {
         Some(2)
     );
     assert_eq!(run(&v, &["history", "/etc/passwd"]).status.code(), Some(2));
+    // A day the month does not have is no date; a leap day is.
+    for (date, code) in [("2026-02-30", 2), ("2026-04-31", 2), ("2024-02-29", 0)] {
+        let out = run(&v, &["history", "--since", date]);
+        assert_eq!(out.status.code(), Some(code), "{date}");
+    }
 
     // sessions: one line each, with counts.
     let sessions = json_lines(&v, &["sessions", "--json"]);

@@ -142,11 +142,12 @@ fn expire_keeps_what_was_viewed_or_written_recently_and_dry_run_changes_nothing(
             .code(),
         Some(2)
     );
-    assert_eq!(
-        run_at(&v, now, &["expire", "--older-than", "0d"])
-            .status
-            .code(),
-        Some(2)
+    let zero = run_at(&v, now, &["expire", "--older-than", "0d"]);
+    assert_eq!(zero.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&zero.stderr).contains("a period of zero"),
+        "{}",
+        String::from_utf8_lossy(&zero.stderr)
     );
 }
 
