@@ -1660,3 +1660,79 @@ fn a_remote_restored_from_a_backup_can_be_taken_on_again_as_the_refusal_says() {
         Some("after the backup\n")
     );
 }
+
+/// Three machines: A expires a file, B (not told) edits it, C (not told)
+/// purges it. B's merge keeps its edit under a new key; C's purge still
+/// wins over it, in either order of the syncs (the merge's history names
+/// the new key, and the purge takes it). And a rename made before the
+/// expiry was heard of is use, as an edit is: the renamed file is kept.
+#[test]
+fn a_purge_elsewhere_takes_an_edit_kept_over_an_expiry_and_a_rename_counts_as_use() {
+    const DAY: u64 = 86_400_000;
+    let later = || {
+        (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+            + 70 * DAY)
+            .to_string()
+    };
+    for b_first in [true, false] {
+        let w = world(2);
+        let (a, b, c) = (&w.machines[0], &w.machines[1], &w.machines[2]);
+        a.write("/memories/f.md", "f: first\n");
+        a.write("/memories/r.md", "r: first\n");
+        for m in [a, b, c] {
+            m.ok(&["sync"]);
+        }
+        let o = a
+            .cmd()
+            .env("MEMVAULT_TEST_NOW_MS", later())
+            .args(["expire", "--older-than", "30d"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        a.ok(&["sync"]);
+        b.edit("/memories/f.md", "first", "edited on b");
+        let r = b.exec(json!({"command": "rename", "old_path": "/memories/r.md", "new_path": "/memories/moved.md"}));
+        assert!(!is_error(&r), "{r}");
+        c.ok(&["purge", "/memories/f.md"]);
+        let mut new_keys = std::collections::BTreeSet::new();
+        if b_first {
+            let before = keys_in_any_object(&b.dir, &b.key);
+            let out = b.ok(&["sync"]);
+            assert!(out.contains("kept: /memories/f.md"), "{out}");
+            assert!(out.contains("kept: /memories/moved.md"), "{out}");
+            // The two new keys: the edit's and the moved file's.
+            new_keys = keys_in_any_object(&b.dir, &b.key)
+                .difference(&before)
+                .cloned()
+                .collect();
+            assert_eq!(new_keys.len(), 2);
+            c.ok(&["sync"]);
+        } else {
+            c.ok(&["sync"]);
+            b.ok(&["sync"]);
+        }
+        for _ in 0..2 {
+            for m in [a, b, c] {
+                m.ok(&["sync"]);
+            }
+        }
+        for m in [a, b, c] {
+            assert_eq!(m.read("/memories/f.md"), None, "b first: {b_first}");
+            assert_eq!(
+                m.read("/memories/moved.md").as_deref(),
+                Some("r: first\n"),
+                "b first: {b_first}"
+            );
+            m.ok(&["verify"]);
+            // The edit's new key is destroyed everywhere; the moved file's
+            // is held.
+            if b_first {
+                let held = keys_in_any_object(&m.dir, &m.key);
+                assert_eq!(new_keys.intersection(&held).count(), 1);
+            }
+        }
+    }
+}

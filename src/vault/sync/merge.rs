@@ -34,6 +34,21 @@ use super::super::{CommitMeta, Vault, VaultError, VaultSnapshot, damaged, object
 use crate::crypto::{self, FileKey, FileKeyId, VaultKeys};
 use crate::memory::{MemoryPath, NodeKind};
 
+/// How a merge's history records an edit kept over an expiry under a new
+/// key: `rekeyed OLD -> NEW` (file key ids, hex).
+const REKEYED: &str = "rekeyed ";
+
+/// What one side's erasures since the last meeting did.
+#[derive(Default)]
+struct Erasures {
+    /// Keys its expiries destroyed (less those a purge destroyed too).
+    expired: HashSet<FileKeyId>,
+    /// Keys its purges destroyed.
+    purged: HashSet<FileKeyId>,
+    /// (old, new): an edit kept over an expiry under a new key.
+    rekeyed: Vec<(FileKeyId, FileKeyId)>,
+}
+
 /// What a pull's merge step did.
 #[derive(Default)]
 pub(crate) struct Merged {
@@ -285,11 +300,27 @@ impl Vault {
         // kept, sealed under a new key; the expired key is destroyed on
         // both sides as the expiry said. A purge still wins outright.
         let stop = self.known_before(new, base)?;
-        let expired = (
-            self.expired_in(self.own_line(ours, &stop, 1_000_000)?)?,
-            self.expired_in(new.iter().copied())?,
+        let own_line = self.own_line(ours, &stop, 1_000_000)?;
+        let (ours_erasures, theirs_erasures) = (
+            self.erasures_in(own_line.iter().copied())?,
+            self.erasures_in(new.iter().copied())?,
         );
-        let mut kept_over_expiry = Vec::new();
+        let expired = (&ours_erasures.expired, &theirs_erasures.expired);
+        // A file one side purged that the other side's merge had kept over
+        // an expiry, under a new key: that key goes with the purge.
+        let purged_since: HashSet<FileKeyId> = theirs_erasures
+            .rekeyed
+            .iter()
+            .filter(|(old, _)| ours_erasures.purged.contains(old))
+            .chain(
+                ours_erasures
+                    .rekeyed
+                    .iter()
+                    .filter(|(old, _)| theirs_erasures.purged.contains(old)),
+            )
+            .map(|(_, new)| *new)
+            .collect();
+        let mut kept_over_expiry: Vec<(String, FileKeyId, FileKeyId)> = Vec::new();
         let idents: BTreeSet<(FileKeyId, u32)> = o.keys().chain(t.keys()).copied().collect();
         for ident in idents {
             let id = ident.0;
@@ -297,24 +328,31 @@ impl Vault {
                 (Some(x), None, None) => finals.push(keep(id, x, true)),
                 (None, Some(y), None) => finals.push(keep(id, y, false)),
                 (Some(x), None, Some(base)) => {
-                    // Theirs deleted it: an edit here survives.
-                    if !self.same_content(&their_keys, &id, x, base)? {
-                        if their_keys.erased.contains(&id) && expired.1.contains(&id) {
-                            kept_over_expiry.push(x.path.as_str().to_string());
-                            finals.push(self.rekeyed(&their_keys, id, x, true)?);
-                        } else {
-                            finals.push(keep(id, x, true));
-                        }
+                    // Theirs deleted it: an edit here survives. Against an
+                    // expiry there, a rename is use too.
+                    let edited = !self.same_content(&their_keys, &id, x, base)?;
+                    if their_keys.erased.contains(&id)
+                        && expired.1.contains(&id)
+                        && (edited || x.path != base.path)
+                    {
+                        let f = self.rekeyed(&their_keys, id, x, true)?;
+                        kept_over_expiry.push((x.path.as_str().to_string(), id, f.id));
+                        finals.push(f);
+                    } else if edited {
+                        finals.push(keep(id, x, true));
                     }
                 }
                 (None, Some(y), Some(base)) => {
-                    if !self.same_content(&their_keys, &id, y, base)? {
-                        if self.key_state.erased.contains(&id) && expired.0.contains(&id) {
-                            kept_over_expiry.push(y.path.as_str().to_string());
-                            finals.push(self.rekeyed(&their_keys, id, y, false)?);
-                        } else {
-                            finals.push(keep(id, y, false));
-                        }
+                    let edited = !self.same_content(&their_keys, &id, y, base)?;
+                    if self.key_state.erased.contains(&id)
+                        && expired.0.contains(&id)
+                        && (edited || y.path != base.path)
+                    {
+                        let f = self.rekeyed(&their_keys, id, y, false)?;
+                        kept_over_expiry.push((y.path.as_str().to_string(), id, f.id));
+                        finals.push(f);
+                    } else if edited {
+                        finals.push(keep(id, y, false));
                     }
                 }
                 (Some(x), Some(y), base) => {
@@ -330,7 +368,9 @@ impl Vault {
         // An erasure on either side wins: no version of an erased file
         // survives the merge, whatever the other side did to it.
         finals.retain(|f| {
-            !self.key_state.erased.contains(&f.id) && !their_keys.erased.contains(&f.id)
+            !self.key_state.erased.contains(&f.id)
+                && !their_keys.erased.contains(&f.id)
+                && !purged_since.contains(&f.id)
         });
         // A conflict copy's name must also be free of the files the
         // merge did not look at (the same in all three trees).
@@ -347,7 +387,11 @@ impl Vault {
         let under_erased: Vec<String> = finals
             .iter()
             .filter(|f| !o.keys().any(|k| k.0 == f.id))
-            .filter(|f| !kept_over_expiry.contains(&f.path.as_str().to_string()))
+            .filter(|f| {
+                !kept_over_expiry
+                    .iter()
+                    .any(|(p, _, _)| p == f.path.as_str())
+            })
             .filter(|f| {
                 erased_here.iter().any(|(p, below)| {
                     f.path == *p
@@ -457,7 +501,16 @@ impl Vault {
             }
         };
         // The key state: ours, with theirs merged in.
-        let km = key_change(&self.repo, &self.keys, &self.key_state, &their_keys)?;
+        let mut km = key_change(&self.repo, &self.keys, &self.key_state, &their_keys)?;
+        if !purged_since.is_empty() {
+            // Destroyed here, whichever side held the key; a fetched key
+            // state holding it is pruned.
+            km.change.files.retain(|(id, _)| !purged_since.contains(id));
+            km.change
+                .files
+                .extend(purged_since.iter().map(|id| (*id, None)));
+            km.stale += 1;
+        }
         let erased = km.erased;
         let stale = km.stale;
         if stale > 0 {
@@ -488,10 +541,14 @@ impl Vault {
                 "new from the other side where this side erased: {file}"
             ));
         }
-        for file in &kept_over_expiry {
+        for (file, old, new) in &kept_over_expiry {
             meta.details.push(format!(
                 "edited on one side after the other expired it: {file} kept, under a new key"
             ));
+            // Read back by later merges: a purge of the old key on a third
+            // machine takes the new one too.
+            meta.details
+                .push(format!("{REKEYED}{} -> {}", old.to_hex(), new.to_hex()));
         }
         self.publish_with(Some(ours), Some(theirs), tree, change, &meta, objects_out)?;
         Ok(Merged {
@@ -501,7 +558,7 @@ impl Vault {
             erased,
             stale,
             under_erased,
-            kept_over_expiry,
+            kept_over_expiry: kept_over_expiry.into_iter().map(|(p, _, _)| p).collect(),
         })
     }
 
@@ -524,27 +581,30 @@ impl Vault {
         })
     }
 
-    /// The file keys the `expire` commits among `commits` destroyed, less
-    /// those a `purge` among them destroyed too.
-    fn expired_in(
-        &self,
-        commits: impl IntoIterator<Item = Oid>,
-    ) -> Result<HashSet<FileKeyId>, VaultError> {
-        let (mut expired, mut purged) = (HashSet::new(), HashSet::new());
+    /// What the erasures among `commits` destroyed, and the keys their
+    /// merges gave edits kept over an expiry.
+    fn erasures_in(&self, commits: impl IntoIterator<Item = Oid>) -> Result<Erasures, VaultError> {
+        let mut out = Erasures::default();
+        let mut expired = HashSet::new();
         for id in commits {
             let meta = self.meta_of(id)?;
-            let into = match meta.op.as_str() {
-                "expire" => &mut expired,
-                "purge" => &mut purged,
-                _ => continue,
-            };
-            into.extend(
+            let ids = || {
                 meta.erased_keys
                     .iter()
-                    .filter_map(|k| FileKeyId::from_hex(k)),
-            );
+                    .filter_map(|k| FileKeyId::from_hex(k))
+            };
+            match meta.op.as_str() {
+                "expire" => expired.extend(ids()),
+                "purge" => out.purged.extend(ids()),
+                "merge" => out.rekeyed.extend(meta.details.iter().filter_map(|d| {
+                    let (old, new) = d.strip_prefix(REKEYED)?.split_once(" -> ")?;
+                    Some((FileKeyId::from_hex(old)?, FileKeyId::from_hex(new)?))
+                })),
+                _ => {}
+            }
         }
-        Ok(expired.difference(&purged).copied().collect())
+        out.expired = expired.difference(&out.purged).copied().collect();
+        Ok(out)
     }
 
     /// Where this side's own line stops: the merge base, and the commits
