@@ -1736,3 +1736,45 @@ fn a_purge_elsewhere_takes_an_edit_kept_over_an_expiry_and_a_rename_counts_as_us
         }
     }
 }
+
+/// A remote whose main names a blob, or the commit of its views' ref
+/// (MAC'd, but no commit of main): `clone` refuses it as a remote that
+/// cannot be trusted and leaves no directory behind (it reported success,
+/// and every command then said the vault was damaged).
+#[test]
+fn clone_refuses_a_remote_whose_main_is_not_a_commit_of_the_vault() {
+    let w = world(0);
+    let a = &w.machines[0];
+    a.exec(json!({"command": "view", "path": "/memories/notes.md"}));
+    a.ok(&["sync"]);
+    let blob = run_with_stdin(
+        Command::new("git")
+            .arg("--git-dir")
+            .arg(&w.hub)
+            .args(["hash-object", "-w", "--stdin"]),
+        b"hi\n",
+    );
+    let blob = String::from_utf8(blob.stdout).unwrap().trim().to_string();
+    let access = String::from_utf8(git(&w.hub, &["rev-parse", "refs/memvault/access"]).stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert!(!access.is_empty());
+    for (i, target) in [blob, access].iter().enumerate() {
+        // Written as a file: git refuses a branch naming a blob.
+        std::fs::write(w.hub.join("refs/heads/main"), format!("{target}\n")).unwrap();
+        let dir = w.hub.parent().unwrap().join(format!("copy{i}"));
+        let c = Machine::new(dir.clone(), a.key.clone());
+        let err = c.fails(&["clone", w.hub.to_str().unwrap()], 1);
+        assert!(err.contains("cannot be trusted"), "{err}");
+        assert!(!dir.exists(), "a directory was left behind");
+        // A machine that syncs with it: the remote is said to be at fault,
+        // not this vault damaged.
+        for cmd in [&["sync"][..], &["verify", "--remote", "origin"]] {
+            let err = a.fails(cmd, 1);
+            let said = format!("{err}{}", String::from_utf8_lossy(&a.run(cmd).stdout));
+            assert!(said.contains("cannot be trusted"), "{cmd:?}: {said}");
+            assert!(!said.contains("this vault is damaged"), "{said}");
+        }
+    }
+}

@@ -801,7 +801,12 @@ impl Vault {
             }
             .into());
         }
-        // Its main: from what this vault saw there, forward only.
+        // Its main: a commit of this vault (a blob, or the views' commit,
+        // is the remote's doing, not damage here)...
+        check_mac(main, "its main is not a commit of this vault")?;
+        self.meta_of(main)
+            .map_err(|_| hostile("its main is not a commit of this vault"))?;
+        // ... from what this vault saw there, forward only.
         if let Some(seen) = entry.seen.main()
             && seen != main
             && !self.reaches(main, seen, usize::MAX)?
@@ -1262,6 +1267,17 @@ fn clone_into(
     // first `verify` here does it.)
     super::keys::check_chain(&vault.repo, &vault.keys, keys)
         .map_err(|_| hostile("its key states were not written with this vault's key"))?;
+    // Its main: a commit of this vault (MAC'd, its metadata opening, bound
+    // to the key state), not any object the remote names.
+    let mut vault = vault;
+    let main_holds = Some(main) != incoming.access
+        && objects::find_commit(&vault.repo, main).is_ok()
+        && verify_commit_mac(&vault.repo, &vault.keys, main)
+        && vault.meta_of(main).is_ok()
+        && vault.checked_tip().is_ok();
+    if !main_holds {
+        return Err(hostile("its main is not a commit of this vault").into());
+    }
     let mut chain = HashSet::new();
     let mut stack = vec![keys];
     while let Some(id) = stack.pop() {
