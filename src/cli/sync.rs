@@ -205,7 +205,7 @@ fn push_line(r: &PushReport) -> String {
     if let Some(why) = &r.prune_failed {
         // The push landed; the remote still holds the replaced states.
         eprintln!(
-            "memvault: warning: pushed, but pruning {} failed ({why}); run `git gc --prune=now` there",
+            "memvault: warning: pushed, but pruning {} failed ({why}); it still holds the replaced key states: the next push or sync tries again",
             r.remote
         );
     }

@@ -1778,3 +1778,36 @@ fn clone_refuses_a_remote_whose_main_is_not_a_commit_of_the_vault() {
         }
     }
 }
+
+/// The prune a push owes a path remote after replacing its key states (a
+/// purge) is made by a later sync when it failed or was cut short, even
+/// with nothing new to push: until then the destroyed key's state stayed
+/// there, unreachable but readable.
+#[test]
+fn a_prune_owed_to_a_path_remote_is_made_by_the_next_sync() {
+    let w = world(0);
+    let a = &w.machines[0];
+    a.write("/memories/secret.md", &format!("{MARK} to be erased\n"));
+    a.ok(&["sync"]);
+    a.ok(&["purge", "/memories/secret.md"]);
+    let unreachable = || {
+        let out = git(&w.hub, &["fsck", "--unreachable", "--no-reflogs"]);
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    // A gc lock left in the hub (a git gc killed there) makes the prune
+    // fail; the push lands.
+    std::fs::write(w.hub.join("gc.pid.lock"), "").unwrap();
+    let out = a.run(&["sync"]);
+    assert!(out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("gc.pid.lock"), "the cause is named: {said}");
+    assert!(said.contains("the next push or sync tries again"), "{said}");
+    assert!(unreachable() > 0, "the replaced key states are still there");
+    std::fs::remove_file(w.hub.join("gc.pid.lock")).unwrap();
+    let out = a.ok(&["sync"]);
+    assert!(out.contains("pruned origin"), "{out}");
+    assert_eq!(unreachable(), 0);
+    // Owed no more.
+    let out = a.ok(&["sync"]);
+    assert!(!out.contains("pruned"), "{out}");
+}

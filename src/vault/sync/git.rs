@@ -1036,7 +1036,19 @@ fn last_lines(stderr: &[u8]) -> String {
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
-    let tail = lines[lines.len().saturating_sub(3)..].join("; ");
+    // git's own verdict (`fatal:`, `error:`) when it gave one: the lines
+    // after it are often advice cut mid-sentence by the last-3 rule.
+    let verdicts: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with("fatal:") || l.starts_with("error:"))
+        .take(2)
+        .collect();
+    let tail = if verdicts.is_empty() {
+        lines[lines.len().saturating_sub(3)..].join("; ")
+    } else {
+        verdicts.join("; ")
+    };
     let clean: String = tail.chars().filter(|c| !c.is_control()).take(400).collect();
     if clean.is_empty() {
         "git failed without saying why".into()

@@ -354,6 +354,7 @@ impl Vault {
         let access_changed = entry.seen.access_digest.as_deref() != Some(digest.as_str());
         if seen_main == Some(main) && seen_keys == Some(keys) && !access_changed {
             if !check_unchanged {
+                self.prune_owed(name, &entry, &mut report)?;
                 return Ok(report);
             }
             // Nothing to send; the remote is asked all the same, with the
@@ -381,6 +382,8 @@ impl Vault {
                 }
                 .into());
             }
+            drop(_remote_lock);
+            self.prune_owed(name, &entry, &mut report)?;
             return Ok(report);
         }
         let access_changed = access_changed || lease_all;
@@ -443,6 +446,14 @@ impl Vault {
             }
             .into());
         }
+        // The key states the remote held before are replaced, not chained
+        // to (an erasure, a keyslot change, a rekey): on a remote this
+        // machine reaches as a path, they are deleted after the push, as
+        // here; owed until a prune succeeds (a sync killed in between
+        // left them readable there).
+        let replaced = seen_keys.is_some_and(|old| {
+            old != keys && !self.reaches(keys, old, usize::MAX).unwrap_or(false)
+        });
         let counter = read_header(&self.repo, keys)?.1;
         let mut seen = Seen {
             main: Some(main.to_string()),
@@ -450,30 +461,70 @@ impl Vault {
             counter,
             access: entry.seen.access.clone(),
             access_digest: entry.seen.access_digest.clone(),
+            prune_pending: local.is_some() && (replaced || entry.seen.prune_pending),
         };
         if let Some(at) = access_at {
             seen.access = Some(at.to_string());
             seen.access_digest = Some(digest);
         }
-        self.set_seen(name, seen)?;
+        let owed = seen.prune_pending;
+        self.set_seen(name, seen.clone())?;
         report.pushed = updates
             .iter()
             .any(|u| u.name == KEYS_REF || u.name == MAIN_REF);
         report.sent_views = updates.iter().any(|u| u.name == git::ACCESS_REF);
-        // The key states the remote held before are replaced, not chained
-        // to (an erasure, a keyslot change, a rekey): on a remote this
-        // machine reaches as a path, delete them now, as here.
-        let replaced = seen_keys.is_some_and(|old| {
-            old != keys && !self.reaches(keys, old, usize::MAX).unwrap_or(false)
-        });
-        if replaced && let (Some(dir), Some(_lock)) = (local.as_deref(), remote_lock.as_ref()) {
+        if owed && let (Some(dir), Some(_lock)) = (local.as_deref(), remote_lock.as_ref()) {
             match git::prune_remote(name, dir) {
-                Ok(()) => report.pruned = true,
+                Ok(()) => {
+                    report.pruned = true;
+                    self.set_seen(
+                        name,
+                        Seen {
+                            prune_pending: false,
+                            ..seen
+                        },
+                    )?;
+                }
                 Err(e) => report.prune_failed = Some(e.to_string()),
             }
         }
         drop(remote_lock);
         Ok(report)
+    }
+
+    /// A prune a push left owed (see [`Seen::prune_pending`]): made now,
+    /// under the remote's lock, and the debt cleared once it succeeds.
+    fn prune_owed(
+        &self,
+        name: &str,
+        entry: &RemoteEntry,
+        report: &mut PushReport,
+    ) -> Result<(), VaultError> {
+        if !entry.seen.prune_pending {
+            return Ok(());
+        }
+        let Some(dir) = git::local_dir(&entry.url) else {
+            return Ok(());
+        };
+        let Some(_lock) = git::lock_remote(&dir) else {
+            return Ok(());
+        };
+        match git::prune_remote(name, &dir) {
+            Ok(()) => {
+                report.pruned = true;
+                self.set_seen(
+                    name,
+                    Seen {
+                        prune_pending: false,
+                        ..entry.seen.clone()
+                    },
+                )
+            }
+            Err(e) => {
+                report.prune_failed = Some(e.to_string());
+                Ok(())
+            }
+        }
     }
 
     /// Fetch remote `name` and merge what it has into this vault.
@@ -529,6 +580,8 @@ impl Vault {
                 counter: incoming.counter,
                 access: incoming.access.as_ref().map(|(a, _)| a.to_string()),
                 access_digest,
+                // A prune still owed there stays owed.
+                prune_pending: self.remote(name)?.seen.prune_pending,
             },
         )?;
         Ok(report)
@@ -1317,6 +1370,7 @@ fn clone_into(
                 counter,
                 access: incoming.access.map(|a| a.to_string()),
                 access_digest,
+                prune_pending: false,
             },
         }],
     )?;

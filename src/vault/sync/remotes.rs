@@ -45,6 +45,11 @@ pub struct Seen {
     /// The digest of the access table this vault last pushed there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_digest: Option<String>,
+    /// A remote reached as a path whose key states a push replaced (an
+    /// erasure, a keyslot change) and that was not pruned yet: every push
+    /// and sync prunes it until one succeeds.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prune_pending: bool,
 }
 
 impl Seen {
