@@ -440,20 +440,29 @@ impl Vault {
         // at a time.
         let local = git::local_dir(&entry.url);
         let remote_lock = local.as_deref().and_then(git::lock_remote);
+        // The key states the remote holds are about to be replaced, not
+        // chained to (an erasure, a keyslot change, a rekey): on a remote
+        // this machine reaches as a path, they are deleted after the push,
+        // as here. Owed from before the push until a prune succeeds: a
+        // sync killed in between would leave them readable there.
+        let replaced = seen_keys.is_some_and(|old| {
+            old != keys && !self.reaches(keys, old, usize::MAX).unwrap_or(false)
+        });
+        if replaced && local.is_some() && !entry.seen.prune_pending {
+            self.set_seen(
+                name,
+                Seen {
+                    prune_pending: true,
+                    ..entry.seen.clone()
+                },
+            )?;
+        }
         if !updates.is_empty() && !scratch.push(name, &entry.url, &updates)? {
             return Err(SyncError::Moved {
                 remote: name.into(),
             }
             .into());
         }
-        // The key states the remote held before are replaced, not chained
-        // to (an erasure, a keyslot change, a rekey): on a remote this
-        // machine reaches as a path, they are deleted after the push, as
-        // here; owed until a prune succeeds (a sync killed in between
-        // left them readable there).
-        let replaced = seen_keys.is_some_and(|old| {
-            old != keys && !self.reaches(keys, old, usize::MAX).unwrap_or(false)
-        });
         let counter = read_header(&self.repo, keys)?.1;
         let mut seen = Seen {
             main: Some(main.to_string()),
