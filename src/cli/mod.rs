@@ -147,7 +147,7 @@ impl From<VaultError> for CliError {
         let hint = match &e {
             VaultError::WrongSecret => " (check the passphrase or --key-file; nothing was changed)",
             VaultError::SlotRemoved(_) => {
-                " (nothing was changed; if that slot was yours, ask someone whose secret still opens the vault to add one for you with `memvault key add`)"
+                " (nothing was changed; if its passphrase was changed with `memvault passwd`, give the new one; if the slot was removed, ask someone whose secret still opens the vault to add one for you with `memvault key add`)"
             }
             VaultError::Damaged(_) | VaultError::Object(_) => {
                 " (nothing was changed; run `memvault verify` to locate the damage)"

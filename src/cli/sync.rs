@@ -240,6 +240,12 @@ fn write_pull(out: &mut dyn Write, r: &PullReport) -> Result<(), CliError> {
             r.remote
         )?;
     }
+    if let Some(slot) = &r.own_slot_removed {
+        writeln!(
+            out,
+            "warning: keyslot {slot}, which this machine unlocked the vault with, was removed on another machine: the passphrase or key file used here no longer opens the vault (ask someone whose secret does to add a keyslot for this machine)"
+        )?;
+    }
     for file in &r.kept_over_expiry {
         writeln!(
             out,

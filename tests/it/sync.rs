@@ -1571,8 +1571,13 @@ fn a_machine_whose_keyslot_was_removed_elsewhere_is_told_so() {
     a.ok(&["sync"]);
     a.ok(&["key", "remove", &slot]);
     a.ok(&["sync"]);
-    // b's next sync brings the removal (what b wrote before is on the hub).
-    b.ok(&["sync"]);
+    // b's next sync brings the removal (what b wrote before is on the hub)
+    // and says so.
+    let out = b.ok(&["sync"]);
+    assert!(
+        out.contains(&format!("warning: keyslot {slot}, which this machine unlocked the vault with, was removed on another machine")),
+        "{out}"
+    );
     let err = b.fails(&["history"], 1);
     assert!(
         err.contains(&format!(

@@ -143,6 +143,10 @@ pub struct PullReport {
     /// Files one side expired and the other edited before it heard: the
     /// edit was kept, under a new file key (the expired key is destroyed).
     pub kept_over_expiry: Vec<String>,
+    /// The keyslot this process unlocked with, removed by another machine
+    /// (the pull brought the removal): its secret no longer opens the vault.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub own_slot_removed: Option<String>,
 }
 
 /// How a remote stands (`verify --remote`): checked, nothing changed.
@@ -567,6 +571,12 @@ impl Vault {
         report.erased = outcome.erased;
         report.under_erased = outcome.under_erased.clone();
         report.kept_over_expiry = outcome.kept_over_expiry.clone();
+        // A removal another machine made of the slot this one unlocked
+        // with: said now, not only at the next command.
+        report.own_slot_removed = self
+            .unlocked_slot
+            .clone()
+            .filter(|s| !self.key_state.slots.contains_key(s));
         if outcome.erased > 0 || outcome.stale > 0 {
             // The replaced key states held the erased keys: gone here too
             // (a checkpoint and a scrub of the log: under the writer lock).
