@@ -399,7 +399,10 @@ fn words(key: &[u8]) -> Vec<String> {
     out
 }
 
-static PASSWORD_WORDS: Words = Words::new("pass passcode passphrase passwd password pwd pword");
+static PASSWORD_WORDS: Words = Words::new(
+    "pass passcode passphrase passwd password pwd pword pw psk \
+     passwort kennwort wachtwoord passord salasana heslo haslo parola sifre senha contrasena passe",
+);
 const PASSWORD_SUFFIXES: &[&str] = &["password", "passwd", "passphrase"];
 static SECRET_WORDS: Words = Words::new(
     "accesskey apikey authorization bearer credential credentials privatekey secret secretkey \
@@ -419,7 +422,8 @@ static KEY_QUALIFIERS: Words = Words::new(
     "access account admin aes api app application auth backend bot client consumer cookie crypto \
      deploy dev developer encrypt encryption hmac integration jwt licence license live master \
      merchant org organization partner personal private prod production project rest root secret \
-     server service session shared sign signing storage subscription user vault webhook write x",
+     server service session shared sign signing storage subscription user vault webhook wifi wlan \
+     wpa write x",
 );
 
 /// Words before `key` that make it something else (a database key, a
@@ -619,7 +623,49 @@ fn word_before(b: &[u8], ks: usize) -> Option<String> {
 }
 
 fn prose_verb(w: &[u8]) -> bool {
-    [&b"is"[..], b"was", b"are", b"IS", b"Is"].contains(&w)
+    // English, then the same verb in German, French, Spanish, the
+    // Scandinavian languages, Polish and Czech ("das Passwort ist ...").
+    [
+        &b"is"[..],
+        b"was",
+        b"are",
+        b"IS",
+        b"Is",
+        b"ist",
+        b"est",
+        b"es",
+        b"er",
+        b"jest",
+        b"je",
+    ]
+    .contains(&w)
+}
+
+/// Small words that start a phrase, not a value ("the password to the
+/// server is ...").
+fn determiner(w: &[u8]) -> bool {
+    [
+        &b"the"[..],
+        b"a",
+        b"an",
+        b"my",
+        b"our",
+        b"your",
+        b"his",
+        b"her",
+        b"its",
+        b"their",
+        b"this",
+        b"that",
+        b"these",
+        b"those",
+        b"all",
+        b"any",
+        b"every",
+        b"each",
+    ]
+    .iter()
+    .any(|d| d.eq_ignore_ascii_case(w))
 }
 
 /// Reads the operator after a key; returns it and where the value starts.
@@ -652,8 +698,29 @@ fn operator(b: &[u8], key_end: usize, cli: bool, xml: bool, bearer: bool) -> Opt
     };
     let emphasis = stars(i);
     i += emphasis;
+    // A short note in parentheses before the operator: `Password (prod):`.
+    let p = skip_blank(b, i);
+    if b.get(p) == Some(&b'(')
+        && let Some(close) = b[p..].iter().take(40).position(|&c| c == b')')
+        && !b[p..p + close].contains(&b'\n')
+    {
+        let k = skip_blank(b, p + close + 1);
+        if matches!(b.get(k), Some(b':' | b'=')) {
+            i = p + close + 1;
+        }
+    }
     let after_key = i;
     let j = skip_blank(b, i);
+    // `PASSWORD ?= value`, `PASSWORD += value` (make, shell)
+    if matches!(b.get(j), Some(b'?' | b'+')) && b.get(j + 1) == Some(&b'=') {
+        let k = skip_blank(b, j + 2);
+        return (k > j + 2 || b.get(k).is_some_and(|c| !is_blank(*c))).then_some((Op::Assign, k));
+    }
+    // `password -> value`
+    if b.get(j) == Some(&b'-') && b.get(j + 1) == Some(&b'>') {
+        let k = skip_blank(b, j + 2);
+        return (k > j + 2).then_some((Op::Assign, k));
+    }
     if j < n {
         match b[j] {
             b':' => {
@@ -712,6 +779,15 @@ fn operator(b: &[u8], key_end: usize, cli: bool, xml: bool, bearer: bool) -> Opt
     // `password for the staging db is ...`, `API key for prod: ...`
     if [&b"for"[..], b"of", b"on", b"to", b"in", b"at"].contains(&w) {
         let mut k = skip_blank(b, j + w.len());
+        // `changed the password to Orchid#77lake`: a value right after
+        // `to` (the value's own checks judge it).
+        let first = word_at(b, k);
+        if w == b"to" && !first.is_empty() && !determiner(first) && k > j + w.len() {
+            let next = skip_blank(b, k + first.len());
+            if !prose_verb(word_at(b, next)) {
+                return Some((Op::Prose, k));
+            }
+        }
         for _ in 0..3 {
             let w2 = word_at(b, k);
             if w2.is_empty() {

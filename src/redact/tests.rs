@@ -1309,6 +1309,46 @@ mod credentials {
     /// in markdown bold, a PHP `define`, a UUID or a `0x` key under a
     /// secret's name.
     #[test]
+    fn short_and_foreign_password_keys_and_more_sentence_forms() {
+        for (input, secret) in [
+            ("pw=Kiwi-Banana-42\n", "Kiwi-Banana-42"),
+            ("DB_PW: Kiwi-Banana-42\n", "Kiwi-Banana-42"),
+            ("root_pw=Kiwi-Banana-42\n", "Kiwi-Banana-42"),
+            ("psk=Kiwi-Banana-42\n", "Kiwi-Banana-42"),
+            (
+                "Das WLAN-Passwort ist Sonnenblume!2026\n",
+                "Sonnenblume!2026",
+            ),
+            ("wachtwoord: Tulp3nVeld!\n", "Tulp3nVeld!"),
+            ("Kennwort: Sonnenblume!2026\n", "Sonnenblume!2026"),
+            ("Le mot de passe est Fromage-Bleu-33\n", "Fromage-Bleu-33"),
+            ("senha: Saudade2026!\n", "Saudade2026!"),
+            (
+                "I changed the password to Orchid#77lake yesterday\n",
+                "Orchid#77lake",
+            ),
+            ("Password (prod): Orchid#77lake\n", "Orchid#77lake"),
+            (
+                "master password (1password): Ocean-Forest-Piano-77\n",
+                "Ocean-Forest-Piano-77",
+            ),
+            ("password -> Orchid#77lake\n", "Orchid#77lake"),
+            ("PASSWORD ?= Mak3file!pw\n", "Mak3file!pw"),
+        ] {
+            assert_redacted(input, secret, "password-assignment");
+        }
+        for clean in [
+            "the pw is weak\n",
+            "send it to me, pw protected\n",
+            "the password to the server is in the vault\n",
+            "x += 1\n",
+            "Kennwort vergessen? Hilfe gibt es hier.\n",
+        ] {
+            assert_clean(clean);
+        }
+    }
+
+    #[test]
     fn passwords_with_punctuation_and_other_written_forms() {
         let cases = [
             (
