@@ -214,6 +214,9 @@ fn is_blank(b: u8) -> bool {
 
 const MAX_KEY: usize = 80;
 const MAX_VALUE: usize = 1024;
+/// Past [`MAX_VALUE`], an unquoted value after `=` or `:` is still read up
+/// to this length (and redacted whole).
+const MAX_LONG_VALUE: usize = 64 << 10;
 
 fn assignment(
     text: &str,
@@ -956,7 +959,17 @@ fn value(b: &[u8], i: usize, op: Op) -> Result<(usize, usize, bool), usize> {
         k += 1;
     }
     if k - i > MAX_VALUE {
-        return Err(k);
+        // A value longer than any a key takes in practice: still one value
+        // (a key blob, a wrapped credential), read to its end (bounded)
+        // and redacted whole rather than left in clear.
+        while k < n && k - i <= MAX_LONG_VALUE && !b[k].is_ascii_whitespace() {
+            k += 1;
+        }
+        return if k - i <= MAX_LONG_VALUE && op == Op::Assign {
+            Ok((i, k, false))
+        } else {
+            Err(k)
+        };
     }
     loop {
         // A closing bracket is punctuation only when the value did not open it.

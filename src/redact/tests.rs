@@ -1337,6 +1337,13 @@ mod credentials {
         ] {
             assert_redacted(input, secret, "password-assignment");
         }
+        // A value longer than 1,024 characters is still one value.
+        let long = rand(
+            7,
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+            3000,
+        );
+        assert_redacted(&format!("password={long}\n"), &long, "password-assignment");
         for clean in [
             "the pw is weak\n",
             "send it to me, pw protected\n",
