@@ -480,28 +480,14 @@ impl Vault {
             seen.access = Some(at.to_string());
             seen.access_digest = Some(digest);
         }
-        let owed = seen.prune_pending;
-        self.set_seen(name, seen.clone())?;
+        self.set_seen(name, seen)?;
         report.pushed = updates
             .iter()
             .any(|u| u.name == KEYS_REF || u.name == MAIN_REF);
         report.sent_views = updates.iter().any(|u| u.name == git::ACCESS_REF);
-        if owed && let (Some(dir), Some(_lock)) = (local.as_deref(), remote_lock.as_ref()) {
-            match git::prune_remote(name, dir) {
-                Ok(()) => {
-                    report.pruned = true;
-                    self.set_seen(
-                        name,
-                        Seen {
-                            prune_pending: false,
-                            ..seen
-                        },
-                    )?;
-                }
-                Err(e) => report.prune_failed = Some(e.to_string()),
-            }
-        }
         drop(remote_lock);
+        let entry = self.remote(name)?;
+        self.prune_owed(name, &entry, &mut report)?;
         Ok(report)
     }
 
