@@ -82,6 +82,7 @@ fn collect(
     dir: &Path,
     base: &MemoryPath,
     out: &mut Vec<(MemoryPath, PathBuf)>,
+    empty: &mut usize,
 ) -> Result<(), CliError> {
     let mut entries: Vec<fs::DirEntry> = fs::read_dir(dir)
         .map_err(|e| CliError::failure(format!("cannot read {}: {e}", shown_path(dir))))?
@@ -108,7 +109,12 @@ fn collect(
                 shown_path(&e.path())
             )));
         } else if kind.is_dir() {
-            collect(root, &e.path(), &path, out)?;
+            // A folder with no file below it is left out (a vault keeps
+            // files, and folders only as their paths): counted once, at
+            // its top.
+            let (before, mut inner) = (out.len(), 0);
+            collect(root, &e.path(), &path, out, &mut inner)?;
+            *empty += if out.len() == before { 1 } else { inner };
         } else if kind.is_file() {
             out.push((path, e.path()));
         } else {
@@ -193,7 +199,8 @@ pub fn import(global: &Global, args: &ImportArgs, out: &mut dyn Write) -> Result
         )));
     }
     let mut found = Vec::new();
-    collect(&root, &root, &MemoryPath::root(), &mut found)?;
+    let mut empty = 0;
+    collect(&root, &root, &MemoryPath::root(), &mut found, &mut empty)?;
     let attribution = SessionArgs {
         session: args.session.clone(),
         actor: args.actor.clone(),
@@ -288,6 +295,13 @@ pub fn import(global: &Global, args: &ImportArgs, out: &mut dyn Write) -> Result
             ),
         }
     )?;
+    if empty > 0 {
+        writeln!(
+            out,
+            "left out {empty} empty folder{} (a vault keeps files; a folder exists while a file is in it)",
+            if empty == 1 { "" } else { "s" }
+        )?;
+    }
     out.flush()?;
     Ok(0)
 }

@@ -159,6 +159,23 @@ fn import_applies_the_secret_filter_to_text() {
     assert!(plaintext_anywhere(&v.vault, STRIPE).is_empty());
 }
 
+/// Empty folders cannot be kept (a vault keeps files): an import says how
+/// many it left out, counting a folder of empty folders once.
+#[test]
+fn import_names_the_empty_folders_it_leaves_out() {
+    let v = TestVault::new();
+    let src = v.tmp.path().join("src");
+    for d in ["kept", "empty", "nested/deeper/deepest"] {
+        std::fs::create_dir_all(src.join(d)).unwrap();
+    }
+    std::fs::write(src.join("kept/a.md"), "a\n").unwrap();
+    let o = v.cmd().arg("import").arg(&src).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(said.contains("imported 1 file"), "{said}");
+    assert!(said.contains("left out 2 empty folders"), "{said}");
+}
+
 /// Export never writes inside the vault (which holds no readable
 /// content), and an export of a revision whose files were erased since
 /// writes the rest and names what it left out. Import refuses a folder
