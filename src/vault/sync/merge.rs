@@ -299,6 +299,8 @@ impl Vault {
         // edited before it heard: the edit shows it was in use, so it is
         // kept, sealed under a new key; the expired key is destroyed on
         // both sides as the expiry said. A purge still wins outright.
+        // This side's commits since the two last met (read again below for
+        // the keyslots and settings).
         let stop = self.known_before(new, base)?;
         let own_line = self.own_line(ours, &stop, 1_000_000)?;
         let (ours_erasures, theirs_erasures) = (
@@ -520,7 +522,7 @@ impl Vault {
         let mut change = km.change;
         change.files.extend(new_keys);
         let (slots, settings, notes) =
-            self.merge_slots_and_settings(ours, new, base, &their_keys)?;
+            self.merge_slots_and_settings(&own_line, new, &their_keys)?;
         change.slots = slots;
         change.settings = settings;
         change.bump = true;
@@ -764,9 +766,8 @@ impl Vault {
     #[allow(clippy::type_complexity)]
     fn merge_slots_and_settings(
         &self,
-        ours: Oid,
+        own_line: &[Oid],
         new: &BTreeSet<Oid>,
-        base: Option<Oid>,
         their_keys: &KeyState,
     ) -> Result<
         (
@@ -777,8 +778,7 @@ impl Vault {
         VaultError,
     > {
         let mut notes = Vec::new();
-        let stop = self.known_before(new, base)?;
-        let (our_ops, our_removed) = self.ops_of(self.own_line(ours, &stop, 1_000_000)?)?;
+        let (our_ops, our_removed) = self.ops_of(own_line.iter().copied())?;
         let (their_ops, their_removed) = self.ops_of(new.iter().copied())?;
         let mut slots = None;
         if self.key_state.slots != their_keys.slots {
