@@ -38,7 +38,7 @@ impl Vault {
         if files.is_empty() {
             return Err(VaultError::Refused("there is no file to import".into()));
         }
-        let mut update = TreeEdits::default();
+        let mut update = TreeEdits::memory();
         let mut objects = Vec::with_capacity(files.len() + 8);
         let mut new_keys = Vec::with_capacity(files.len());
         let mut written = Vec::with_capacity(files.len());

@@ -27,9 +27,12 @@
 //! The commit carries a MAC over its buffer in the `mvmac` header, checked
 //! after unlock, so a key state not written by a key holder is refused.
 //! Its message says its format and, from format 2 on, a counter that grows
-//! by one with every new key state (`memvault key state v4\ncounter N\n`,
-//! under the MAC; `v3` for a format-3 state, which has no parent, `v2` for
-//! format 2). Every key state is written in the same log record as a
+//! by one with every new key state (`memvault key state v5\ncounter N\n`,
+//! under the MAC; `v4` for a state written before vault format 9, whose
+//! main placed every entry at the full bucket depth; `v3` for a format-3
+//! state, which has no parent, `v2` for format 2). A memvault that knows
+//! `v4` at most refuses a `v5` state, so a vault of format 9 reached
+//! through a remote is refused rather than misread. Every key state is written in the same log record as a
 //! commit on main whose metadata names that counter
 //! ([`super::CommitMeta::keys`]), so a key state older than main requires
 //! (a rollback of `refs/memvault/keys`, e.g. to bring back an erased file
@@ -77,7 +80,9 @@ pub struct KeyState {
     /// rebuild (see [`Written`]); used only while it is `commit`.
     written: Option<Written>,
     /// The key-state format: 1 (no counter, no settings), 2 (256 shards),
-    /// 3 (4096 shards) or 4 (4096 shards, chained to the state it replaced).
+    /// 3 (4096 shards), 4 (4096 shards, chained to the state it replaced)
+    /// or 5 (as 4, written by vault format 9: main's entries at any bucket
+    /// depth).
     pub format: u8,
     /// Grows by one with every new key state (0 for format 1).
     pub counter: u64,
@@ -467,7 +472,9 @@ pub(crate) fn read_header(repo: &Repository, commit: Oid) -> Result<(u8, u64), V
     if msg == KEY_COMMIT_V1.as_bytes() {
         return Ok((1, 0));
     }
-    let (format, rest) = if let Some(rest) = msg.strip_prefix(KEY_COMMIT_V4.as_bytes()) {
+    let (format, rest) = if let Some(rest) = msg.strip_prefix(KEY_COMMIT_V5.as_bytes()) {
+        (5, Some(rest))
+    } else if let Some(rest) = msg.strip_prefix(KEY_COMMIT_V4.as_bytes()) {
         (4, Some(rest))
     } else if let Some(rest) = msg.strip_prefix(KEY_COMMIT_V3.as_bytes()) {
         (3, Some(rest))
@@ -906,7 +913,7 @@ impl KeyState {
             && change.keyring.is_none()
             && !change.bump
             && change.merge_parent.is_none()
-            && self.format == 4
+            && self.format == 5
             && self.settings.is_some()
             && self.shards.layout == ShardLayout::Wide
     }
@@ -1019,11 +1026,11 @@ impl KeyState {
         let mut touched = std::collections::BTreeSet::new();
         let mut erased_changed = false;
         let mut removed_any = false;
-        // Every new key state is format 4, with the next counter; a
+        // Every new key state is format 5, with the next counter; a
         // format-1 state gets its settings now (the caller gives them).
         let previous_format = self.format;
         self.counter += 1;
-        self.format = 4;
+        self.format = 5;
         // A table of 256 shards (format 2) is split into 4096, all
         // rewritten.
         if self.shards.layout != ShardLayout::Wide {
@@ -1284,7 +1291,7 @@ impl KeyState {
             pending: BTreeMap::new(),
             chained: None,
             written: None,
-            format: 4,
+            format: 5,
             counter: 1,
             settings: Some(settings.clone()),
         };
@@ -1507,11 +1514,13 @@ const KEY_COMMIT_V1: &str = "memvault key state v1\n";
 const KEY_COMMIT_V2: &str = "memvault key state v2\n";
 /// The first line of a key-state commit of format 3 (read only).
 const KEY_COMMIT_V3: &str = "memvault key state v3\n";
-/// The first line of a key-state commit of format 4.
+/// The first line of a key-state commit of format 4 (read only).
 const KEY_COMMIT_V4: &str = "memvault key state v4\n";
+/// The first line of a key-state commit of format 5.
+const KEY_COMMIT_V5: &str = "memvault key state v5\n";
 
 fn key_commit_message(counter: u64) -> String {
-    format!("{KEY_COMMIT_V4}counter {counter}\n")
+    format!("{KEY_COMMIT_V5}counter {counter}\n")
 }
 
 /// The `erased` blob: the destroyed key ids, in order.

@@ -119,9 +119,16 @@ const FORMAT_FILE: &str = "memvault/format";
 /// the counter of the key state that will take them in, one past the
 /// current one (see `KeyState::bound_counter`), which a memvault of format
 /// 7 would take for a rolled-back key state; again only the format file
-/// changes. A vault of format 1 to 7 is migrated when it is first opened
-/// (see `migrate`).
-pub(crate) const FORMAT: u32 = 8;
+/// changes. 9: a directory's entries sit at any depth of its bucket trees,
+/// each under the first of its bucket digits (a tree holds up to
+/// `tree::FLAT_MAX` entries directly, then they move a level down; see
+/// `tree::Caches::seek_in_dir`), where format 3 put every one at the full
+/// depth, and new key states say `v5` (see `keys`). A memvault of format 8
+/// would look for an entry at the full depth only and miss it, so it must
+/// refuse the vault; trees of earlier formats read as they are, so only
+/// the format file changes. A vault of format 1 to 8 is migrated when it
+/// is first opened (see `migrate`).
+pub(crate) const FORMAT: u32 = 9;
 const FORMAT_PREFIX: &str = "memvault vault format ";
 /// Format 1's plain settings file (read once, by the migration).
 const CONFIG_FILE: &str = "memvault/config.json";

@@ -371,28 +371,29 @@ impl Vault {
 
     /// Bring the tip's tree of a format-2 vault to format 3, once, under
     /// the writer lock: every file moved under the buckets of its names
-    /// (see `tree::buckets`), its blob unchanged, and the key table split
-    /// into 4096 shards, in one `migrate` commit; then the format file
-    /// says 3. The tree decides, not the format file:
-    /// a root tree with an entry that is not a bucket is migrated (a
-    /// format file set back to 2 over a migrated tree changes nothing but
-    /// the file). Readers take either form, so history before the
-    /// migration reads as it did.
+    /// (see `tree::buckets`; as format 9 places them since), its blob
+    /// unchanged, and the key table split into 4096 shards, in one
+    /// `migrate` commit; then the format file says the current format.
+    /// The key state decides, not the format file (a format file set back
+    /// to 2 over a migrated vault changes nothing but the file). Readers
+    /// take every form, so history before the migration reads as it did.
     fn migrate_tree(&mut self) -> Result<(), VaultError> {
-        let tip = self.refresh()?;
-        let flat = self.tree_is_flat(tip)? || self.key_state.format < 3;
-        if !flat {
+        self.refresh()?;
+        // The key state decides (format 9 trees hold entries directly
+        // too): a format-2 key state has 256 shards, and is replaced by
+        // the migration's.
+        if self.key_state.format >= 3 {
             if read_format(&self.dir)? < FORMAT {
                 write_durable(&self.dir.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
             }
             return Ok(());
         }
         self.with_writer_lock(|vault, tip| {
-            if !vault.tree_is_flat(tip)? && vault.key_state.format >= 3 {
+            if vault.key_state.format >= 3 {
                 return Ok(()); // another process migrated it meanwhile
             }
             let files = vault.snapshot_of(tip)?.files_with_keys()?;
-            let mut update = TreeEdits::default();
+            let mut update = TreeEdits::memory();
             let mut blobs = Vec::with_capacity(files.len());
             {
                 let snap = vault.snapshot_of(tip)?;
@@ -426,17 +427,6 @@ impl Vault {
         })?;
         write_durable(&self.dir.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
         Ok(())
-    }
-
-    /// Whether the tree of `tip` has a directory of format 2 at its root
-    /// (an entry that is not a bucket). (A key state of format 2 is
-    /// migrated with it.)
-    fn tree_is_flat(&self, tip: Option<Oid>) -> Result<bool, VaultError> {
-        let Some(tree) = self.tree_of(tip)? else {
-            return Ok(false);
-        };
-        let entries = self.caches.tree_entries(&self.repo, tree)?;
-        Ok(entries.iter().any(|e| !tree::is_bucket(&e.name)))
     }
 
     /// Bring a vault of format 1 to format 2, once, under the writer lock:

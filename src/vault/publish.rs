@@ -29,7 +29,7 @@ impl Vault {
             base_tree = base;
             let snap =
                 VaultSnapshot::new(&self.repo, &self.keys, &self.key_state, &self.caches, base);
-            let mut update = TreeEdits::default();
+            let mut update = TreeEdits::memory();
             match m.change {
                 Change::Write { path, content } => {
                     if content.len() > self.config.max_file_bytes {

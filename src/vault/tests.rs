@@ -77,19 +77,14 @@ fn blob_moved_under_a_valid_mac_still_fails_to_open() {
     put(&mut vault, "/memories/a.txt", b"alpha");
     put(&mut vault, "/memories/b.txt", b"beta");
     let tip = vault.checked_tip().unwrap().unwrap();
-    let (a_git, a_oid, b_git) = {
+    let (a_oid, b_git) = {
         let snap = vault.snapshot_of(Some(tip)).unwrap();
         let a = MemoryPath::parse("/memories/a.txt").unwrap();
         let b = MemoryPath::parse("/memories/b.txt").unwrap();
         let (a_oid, kind) = snap.entry(&a).unwrap().unwrap();
         assert_eq!(kind, NodeKind::File);
-        (
-            snap.git_path(&a).unwrap(),
-            a_oid,
-            snap.git_path(&b).unwrap(),
-        )
+        (a_oid, snap.locate(&b).unwrap().0)
     };
-    let _ = a_git;
     // Write a commit with a valid MAC whose b.txt is a.txt's blob.
     let new_commit = {
         let repo = &vault.repo;

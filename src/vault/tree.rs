@@ -101,6 +101,19 @@ pub(crate) fn find_entry(entries: &[TreeEntry], name: &[u8]) -> Option<usize> {
 /// n/4096 entries, whatever the directory's size n.
 pub(crate) const FANOUT_LEVELS: usize = 3;
 
+/// The most entries a tree of a directory, or a bucket tree above the
+/// deepest level, holds directly in format 9: a write that leaves more
+/// moves them into the buckets of their next digit (see
+/// [`Caches::seek_in_dir`]). A directory of up to 16 entries is then one
+/// tree, one of 100 a tree of 16 buckets and buckets of about 6, one of
+/// 10,000 three levels of buckets: a mutation writes one or two trees per
+/// directory on its path, more only in directories of thousands, where
+/// format 3 wrote four in every directory. Each tree holds at most about
+/// 1.4 KB: a tree touched once between two checkpoints is stored whole in
+/// the checkpoint's pack, so this bounds what a mutation adds before `gc`
+/// (32 let a create in a directory of 5,000 files add 4.2 KiB).
+pub(crate) const FLAT_MAX: usize = 16;
+
 /// Whether a tree entry's name is a bucket: one lowercase hex digit (an
 /// encrypted name is at least 52 characters long).
 pub(crate) fn is_bucket(name: &[u8]) -> bool {
@@ -137,6 +150,7 @@ fn push_fanned(out: &mut String, enc: &str) {
 
 /// A git path without its bucket segments: the form of format 2, and the
 /// key that names one file in either form.
+#[cfg(test)]
 pub(crate) fn flat_git_path(git_path: &str) -> String {
     git_path
         .split('/')
@@ -226,37 +240,56 @@ impl Caches {
         Ok(())
     }
 
-    /// The entry called `enc` in the directory tree `dir`: directly (a
-    /// format-2 directory) or under its buckets. Returns the entry and its
-    /// git path below the directory.
-    pub(crate) fn find_in_dir(
+    /// Where the entry called `enc` is in the directory tree `dir`, or
+    /// where a write puts it. An entry sits directly in its directory's
+    /// tree or in a bucket tree below it, at any depth up to
+    /// [`FANOUT_LEVELS`], each bucket being the next of its [`buckets`]
+    /// digits (format 9; format 3 put every entry at the full depth,
+    /// format 2 at none, and both read the same way). The search looks in
+    /// each tree on the way down, then follows the bucket of the name's
+    /// next digit while there is one; a new entry goes where that stops
+    /// ([`TreeEdits`](super::treeedit::TreeEdits) splits a tree that then
+    /// holds more than [`FLAT_MAX`] entries).
+    pub(crate) fn seek_in_dir(
         &self,
         repo: &Repository,
         dir: Oid,
-        enc: &str,
-    ) -> Result<Option<(Oid, i32, String)>, objects::ObjectError> {
-        let entries = self.tree_entries(repo, dir)?;
-        if let Some(i) = find_entry(&entries, enc.as_bytes()) {
-            return Ok(Some((entries[i].id, entries[i].mode, enc.to_string())));
-        }
+        enc: &[u8],
+    ) -> Result<Seek, objects::ObjectError> {
         let mut sub = String::new();
-        let mut level = entries;
-        for b in buckets(enc) {
-            let Some(i) = find_entry(&level, &[b]) else {
-                return Ok(None);
-            };
-            if level[i].mode != MODE_TREE {
-                return Ok(None);
+        let mut level = self.tree_entries(repo, dir)?;
+        let name = String::from_utf8_lossy(enc);
+        for b in buckets(&name) {
+            if let Some(i) = find_entry(&level, enc) {
+                sub.push_str(&name);
+                return Ok(Seek::Found(level[i].id, level[i].mode, sub));
             }
-            sub.push(char::from(b));
-            sub.push('/');
-            level = self.tree_entries(repo, level[i].id)?;
+            match find_entry(&level, &[b]) {
+                Some(i) if level[i].mode == MODE_TREE => {
+                    sub.push(char::from(b));
+                    sub.push('/');
+                    level = self.tree_entries(repo, level[i].id)?;
+                }
+                _ => {
+                    sub.push_str(&name);
+                    return Ok(Seek::Absent(sub));
+                }
+            }
         }
-        Ok(find_entry(&level, enc.as_bytes()).map(|i| {
-            sub.push_str(enc);
-            (level[i].id, level[i].mode, sub)
-        }))
+        let found = find_entry(&level, enc).map(|i| (level[i].id, level[i].mode));
+        sub.push_str(&name);
+        Ok(match found {
+            Some((id, mode)) => Seek::Found(id, mode, sub),
+            None => Seek::Absent(sub),
+        })
     }
+}
+
+/// What [`Caches::seek_in_dir`] found: the entry (id, mode, git path below
+/// the directory), or the git path a write gives it.
+pub(crate) enum Seek {
+    Found(Oid, i32, String),
+    Absent(String),
 }
 
 impl Caches {
@@ -401,13 +434,6 @@ impl<'a> VaultSnapshot<'a> {
         }
     }
 
-    /// The git path (encrypted names under their buckets, joined by `/`)
-    /// a memory path has in the form this version writes.
-    #[cfg(test)]
-    pub(crate) fn git_path(&self, path: &MemoryPath) -> Result<String, StoreError> {
-        git_path(self.keys, path).map_err(|_| too_long())
-    }
-
     /// The object a path names: its id and whether it is a blob or a tree.
     pub(crate) fn entry(&self, path: &MemoryPath) -> Result<Option<(Oid, NodeKind)>, StoreError> {
         if let Some((p, at)) = &*self.last_entry.borrow()
@@ -454,29 +480,37 @@ impl<'a> VaultSnapshot<'a> {
         encs: &[String],
     ) -> Result<(String, Option<(Oid, NodeKind)>), StoreError> {
         let mut git = String::new();
-        let fanned_rest = |mut git: String, rest: &[String]| {
+        // Directories a write makes are new and hold their entries
+        // directly.
+        let rest = |mut git: String, rest: &[String]| {
             for e in rest {
-                push_fanned(&mut git, e);
+                if !git.is_empty() {
+                    git.push('/');
+                }
+                git.push_str(e);
             }
             git
         };
         let Some(tree) = self.tree else {
-            return Ok((fanned_rest(git, encs), None));
+            return Ok((rest(git, encs), None));
         };
         let mut at = (tree, MODE_TREE);
         for (i, enc) in encs.iter().enumerate() {
             if at.1 != MODE_TREE {
-                return Ok((fanned_rest(git, &encs[i..]), None));
+                return Ok((rest(git, &encs[i..]), None));
             }
-            match self.caches.find_in_dir(self.repo, at.0, enc)? {
-                Some((id, mode, sub)) => {
-                    if !git.is_empty() {
-                        git.push('/');
-                    }
+            if !git.is_empty() {
+                git.push('/');
+            }
+            match self.caches.seek_in_dir(self.repo, at.0, enc.as_bytes())? {
+                Seek::Found(id, mode, sub) => {
                     git.push_str(&sub);
                     at = (id, mode);
                 }
-                None => return Ok((fanned_rest(git, &encs[i..]), None)),
+                Seek::Absent(sub) => {
+                    git.push_str(&sub);
+                    return Ok((rest(git, &encs[i + 1..]), None));
+                }
             }
         }
         let kind = match at.1 {

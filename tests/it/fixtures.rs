@@ -109,7 +109,7 @@ fn format_1_vault_is_migrated_once_and_cannot_be_downgraded() {
     assert!(h.lines().next().unwrap().contains("migrate"), "{h}");
     assert!(!cfg.exists(), "the plain settings file is gone");
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 8\n");
+    assert_eq!(format, "memvault vault format 9\n");
     let mode = stdout(&run(&t, &["config", "get", "redaction.mode"]));
     assert_eq!(mode.trim(), "\"redact\"");
     // A downgrade attempt: format 1 again, and a plain file turning
@@ -126,9 +126,11 @@ fn format_1_vault_is_migrated_once_and_cannot_be_downgraded() {
     let r = t.one(serde_json::json!({"command": "view", "path": "/memories/t.md"}));
     assert!(!text(&r).contains("AKIAZ7QX3RBN2WLT4YHK"), "{r}");
     let h = stdout(&run(&t, &["history"]));
-    // Once each: settings into the key state (format 2), the trees under
-    // buckets (format 3).
-    assert_eq!(h.matches("migrate").count(), 2, "{h}");
+    // Once: settings into the key state (format 2), a key state of 4096
+    // shards. Its flat trees stay as they are: format 9 holds a
+    // directory of up to 16 entries in one tree, and splits a bigger one
+    // at its first write.
+    assert_eq!(h.matches("migrate").count(), 1, "{h}");
     assert!(!cfg.exists());
 }
 
@@ -202,10 +204,11 @@ fn git_files(t: &TestVault) -> Vec<String> {
 }
 
 /// A vault of format 2 (flat directory trees, made by the last release
-/// writing them) opens, and its first open moves every file under bucket
-/// trees in one `migrate` commit that changes no file: every file reads
-/// as before, history before the migration reads as it did (per file too),
-/// `verify` passes, and the format file says 3.
+/// writing them) opens, and its first open rewrites its key table and
+/// places every file as format 9 does in one `migrate` commit that
+/// changes no file: every file reads as before, history before the
+/// migration reads as it did (per file too), `verify` passes, and the
+/// format file says the current format.
 #[test]
 fn format_2_vault_is_migrated_to_bucket_trees_and_reads_as_before() {
     let t = fixture("v2");
@@ -217,24 +220,20 @@ fn format_2_vault_is_migrated_to_bucket_trees_and_reads_as_before() {
     let v = run(&t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 8\n");
+    assert_eq!(format, "memvault vault format 9\n");
     let after = git_files(&t);
     assert_eq!(after.len(), before.len());
     for g in &after {
-        let segs: Vec<&str> = g.split('/').collect();
-        // Each name under its three bucket digits.
-        assert_eq!(segs.len() % 4, 0, "{g}");
-        for chunk in segs.chunks(4) {
-            assert!(chunk[..3].iter().all(|b| b.len() == 1), "{g}");
-            assert!(chunk[3].len() >= 52, "{g}");
-        }
+        // Each name in its directory's tree or under buckets (`verify`
+        // checks they are its own).
+        assert!(g.split('/').all(|s| s.len() == 1 || s.len() >= 52), "{g}");
     }
     let h = stdout(&run(&t, &["history", "--json"]));
     let top: serde_json::Value = serde_json::from_str(h.lines().next().unwrap()).unwrap();
     assert_eq!(top["op"], "migrate", "{h}");
     // The key state too: format 3, its table in shards four levels down.
     let keys = crate::util::git(&t.vault, &["cat-file", "commit", "refs/memvault/keys"]);
-    assert!(String::from_utf8_lossy(&keys.stdout).contains("memvault key state v4\n"));
+    assert!(String::from_utf8_lossy(&keys.stdout).contains("memvault key state v5\n"));
     let table = crate::util::git(
         &t.vault,
         &["ls-tree", "-r", "--name-only", "refs/memvault/keys:table"],
@@ -370,7 +369,7 @@ fn format_2_vault_keeps_working_after_migration() {
     let h = stdout(&run(&t, &["history"]));
     assert_eq!(h.matches("migrate").count(), 1, "{h}");
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 8\n");
+    assert_eq!(format, "memvault vault format 9\n");
 }
 
 /// Format 3 -> 4 changes no data: a vault whose format file says 3 (as
@@ -393,7 +392,7 @@ fn a_format_3_vault_becomes_format_4_by_its_format_file_alone() {
     // The one migrate commit is 2 -> 3's.
     assert_eq!(before.matches(r#""op":"migrate""#).count(), 1, "{before}");
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 8\n");
+    assert_eq!(format, "memvault vault format 9\n");
     assert!(!is_error(&serde_json::from_str(&files).unwrap()), "{files}");
     let o = run(
         &t,
@@ -405,11 +404,15 @@ fn a_format_3_vault_becomes_format_4_by_its_format_file_alone() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v = run(&t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
-    std::fs::write(t.vault.join("memvault/format"), "memvault vault format 9\n").unwrap();
+    std::fs::write(
+        t.vault.join("memvault/format"),
+        "memvault vault format 10\n",
+    )
+    .unwrap();
     let o = run(&t, &["history"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).contains("format 9, newer than this memvault understands (up to 8)"),
+        stderr(&o).contains("format 10, newer than this memvault understands (up to 9)"),
         "{}",
         stderr(&o)
     );
@@ -434,7 +437,7 @@ fn format_5_vault_opens_keeps_working_and_syncs() {
     let v = run(&t, &["verify"]);
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 8\n");
+    assert_eq!(format, "memvault vault format 9\n");
     let old_state = key_state_commit(&t);
     assert!(old_state.contains("memvault key state v3\n"), "{old_state}");
     assert!(!old_state.contains("\nparent "), "{old_state}");
@@ -478,7 +481,7 @@ fn format_5_vault_opens_keeps_working_and_syncs() {
         "path": "/memories/after.md", "file_text": "Written by format 6.\n"}));
     assert!(!is_error(&r), "{r}");
     let new_state = key_state_commit(&t);
-    assert!(new_state.contains("memvault key state v4\n"), "{new_state}");
+    assert!(new_state.contains("memvault key state v5\n"), "{new_state}");
     let old_id = crate::util::git(&t.vault, &["rev-parse", "refs/memvault/keys~1"]);
     assert!(old_id.status.success(), "the new state has a parent");
     // Dates git sees: one clock for main and the key state, one past
@@ -537,7 +540,7 @@ fn format_5_vault_opens_keeps_working_and_syncs() {
 
 /// What both fixtures of a killed `serve` (formats 6 and 7) hold once
 /// this memvault opened them: the log held the records, `verify` replays
-/// them (`commits` in all), the vault is of format 8, and the files read
+/// them (`commits` in all), the vault is of format 9, and the files read
 /// as the killed session left them (`day1`: /memories/log/day1.md's text).
 fn check_killed_session_replayed(t: &TestVault, commits: usize, day1: &str) {
     let wal = std::fs::metadata(t.vault.join("memvault/wal"))
@@ -552,7 +555,7 @@ fn check_killed_session_replayed(t: &TestVault, commits: usize, day1: &str) {
     let ok = format!("ok: {commits} commits");
     assert!(stdout(&v).starts_with(&ok), "{}", stdout(&v));
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
-    assert_eq!(format, "memvault vault format 8\n");
+    assert_eq!(format, "memvault vault format 9\n");
     let expect = [
         ("/memories/notes/late.md", "Written in the killed session."),
         ("/memories/people/bo.md", "Bo joined in June."),
@@ -573,7 +576,7 @@ fn check_killed_session_replayed(t: &TestVault, commits: usize, day1: &str) {
 /// A vault of format 6 whose log still holds acknowledged records of a
 /// `serve` that was killed (each create's record with a whole key state,
 /// as format 6 wrote it; `tests/fixtures/make-v6.sh`): this memvault
-/// replays them, becomes format 8, and its own creates (their shards
+/// replays them, becomes format 9, and its own creates (their shards
 /// logged alone) read back in another process and verify.
 #[test]
 fn format_6_vault_with_a_killed_writers_log_opens_replays_and_keeps_working() {
@@ -599,7 +602,7 @@ fn format_6_vault_with_a_killed_writers_log_opens_replays_and_keeps_working() {
 /// A vault of format 7 whose log holds a killed `serve`'s records, the
 /// last four naming the counter of a key state that lacks the new files'
 /// keys (they are in the log's shards; `tests/fixtures/make-v7.sh`): this
-/// memvault replays them and becomes format 8. Its own writer killed with
+/// memvault replays them and becomes format 9. Its own writer killed with
 /// shards pending (its commits name the next key state's counter) is
 /// replayed too, and everything verifies.
 #[test]
@@ -630,5 +633,108 @@ fn format_7_vault_with_shards_pending_in_its_log_opens_replays_and_keeps_working
         sessions.contains("s2") && sessions.contains("s3"),
         "{sessions}"
     );
+    crate::util::git(&t.vault, &["fsck", "--connectivity-only", "--no-dangling"]);
+}
+
+/// The fixture of format 8 (`tests/fixtures/make-v8.sh`): every entry at
+/// the full depth of its three bucket levels, key states `v4`, and a
+/// killed session's three records in its log. This memvault replays them
+/// and becomes format 9; it reads every file where format 8 put it, and
+/// writes into the same directories: new entries where format 9 places
+/// them (a directory past 16 entries split a level down), a directory of
+/// both layouts renamed whole. `verify`, `history` across the change of
+/// layout, a revert of the session made here and a purge all hold.
+#[test]
+fn format_8_vault_opens_and_keeps_working_with_entries_at_any_depth() {
+    let t = fixture("v8");
+    let view = |path: &str| t.one(serde_json::json!({"command": "view", "path": path}));
+    let reads = |path: &str, want: &str| {
+        let r = view(path);
+        assert!(!is_error(&r) && text(&r).contains(want), "{path}: {r}");
+    };
+    reads("/memories/big/n00.md", "Note 00 of the big directory.");
+    reads("/memories/big/n05.md", "Note five of the big directory.");
+    reads("/memories/big/late.md", "Written in the killed session.");
+    reads("/memories/big/last.md", "Note 39 of the big directory.");
+    reads("/memories/notes/plan.md", "Plan: ship in June.");
+    reads(
+        "/memories/notes/project-x.md",
+        "The deploy runs on Tuesdays.",
+    );
+    for gone in [
+        "/memories/notes/old.md",
+        "/memories/big/n39.md",
+        "/memories/notes/project.md",
+    ] {
+        assert!(is_error(&view(gone)), "{gone}");
+    }
+    let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
+    assert_eq!(format, "memvault vault format 9\n");
+    let v = run(&t, &["verify"]);
+    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+
+    let mut w = Writer::start(&t, "s3");
+    for i in 40..70 {
+        w.send(&serde_json::json!({"command": "create", "path": format!("/memories/big/m{i}.md"), "file_text": format!("New {i}.\n")}));
+    }
+    w.send(&serde_json::json!({"command": "str_replace", "path": "/memories/big/n07.md", "old_str": "Note 07", "new_str": "Note seven"}));
+    w.send(&serde_json::json!({"command": "delete", "path": "/memories/big/n08.md"}));
+    w.send(&serde_json::json!({"command": "rename", "old_path": "/memories/big", "new_path": "/memories/large"}));
+    w.send(&serde_json::json!({"command": "create", "path": "/memories/notes/new.md", "file_text": "new\n"}));
+    assert!(w.finish());
+    reads("/memories/large/n07.md", "Note seven of the big directory.");
+    reads("/memories/large/m69.md", "New 69.");
+    reads("/memories/large/late.md", "Written in the killed session.");
+    reads("/memories/notes/new.md", "new");
+    let listing = text(&view("/memories/large")).to_string();
+    assert_eq!(
+        listing.matches(".md\n").count() + listing.ends_with(".md") as usize,
+        70,
+        "{listing}"
+    );
+    assert!(is_error(&view("/memories/big")));
+    assert!(is_error(&view("/memories/large/n08.md")));
+    // The renamed directory of 70 files holds them one bucket level down
+    // (at most 16 directly; 16 buckets of about 4).
+    let tree = crate::util::git(&t.vault, &["ls-tree", "-r", "main"]);
+    let tree = String::from_utf8_lossy(&tree.stdout);
+    let mut by_dir: std::collections::HashMap<&str, Vec<usize>> = Default::default();
+    for path in tree.lines().filter_map(|l| l.split('\t').nth(1)) {
+        let segs: Vec<&str> = path.split('/').collect();
+        let file = segs.len() - 1;
+        let Some(dir) = segs[..file].iter().rposition(|s| s.len() > 1) else {
+            continue;
+        };
+        by_dir.entry(segs[dir]).or_default().push(file - dir - 1);
+    }
+    let depths = by_dir.values().max_by_key(|d| d.len()).unwrap();
+    assert_eq!(depths.len(), 70, "{tree}");
+    assert!(depths.iter().all(|&d| d == 1), "{depths:?}");
+    let v = run(&t, &["verify"]);
+    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    let keys = key_state_commit(&t);
+    assert!(keys.contains("memvault key state v5\n"), "{keys}");
+    let h = stdout(&run(&t, &["history", "/memories/large/n03.md"]));
+    assert!(h.contains(" s1 ") && h.contains("create"), "{h}");
+    assert!(h.contains(" s3 ") && h.contains("rename"), "{h}");
+
+    // Undo what this memvault wrote: the directory is back where it was,
+    // as it was.
+    let o = run(&t, &["revert", "--session", "s3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    reads("/memories/big/n07.md", "Note 07 of the big directory.");
+    reads("/memories/big/n08.md", "Note 08 of the big directory.");
+    for gone in [
+        "/memories/large",
+        "/memories/big/m40.md",
+        "/memories/notes/new.md",
+    ] {
+        assert!(is_error(&view(gone)), "{gone}");
+    }
+    let o = run(&t, &["purge", "/memories/big/n05.md"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(is_error(&view("/memories/big/n05.md")));
+    let v = run(&t, &["verify"]);
+    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
     crate::util::git(&t.vault, &["fsck", "--connectivity-only", "--no-dangling"]);
 }

@@ -11,7 +11,7 @@ use super::index::{Entry, Index};
 use crate::memory::MemoryPath;
 use crate::vault::CommitMeta;
 use crate::vault::objects;
-use crate::vault::tree::{fanned_git_path, flat_git_path, is_bucket};
+use crate::vault::tree::{fanned_git_path, is_bucket};
 use crate::vault::{Rev, Vault, VaultError, damaged};
 
 /// One file whose stored blob differs between two trees.
@@ -382,11 +382,19 @@ impl Vault {
         let mut opts = DiffOptions::new();
         opts.skip_binary_check(true);
         if let Some(p) = under.filter(|p| !p.is_root()) {
-            // In either form: a commit of format 2 has no buckets.
-            let fanned = self.git_path_of(p)?;
-            opts.pathspec(flat_git_path(&fanned))
-                .pathspec(fanned)
-                .disable_pathspec_match(true);
+            // Where each side's tree holds it: flat (format 2), under all
+            // its buckets (format 3) or some (format 9).
+            let mut held = false;
+            for c in [old, new] {
+                if let (git_path, Some(_)) = self.snapshot_of(c)?.locate(p)? {
+                    opts.pathspec(git_path);
+                    held = true;
+                }
+            }
+            if !held {
+                return Ok(Vec::new());
+            }
+            opts.disable_pathspec_match(true);
         }
         let diff = self
             .repo

@@ -19,13 +19,13 @@
 //! skipped, and said so.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 use git2::{ObjectType, Oid};
 
 use crate::crypto;
 use crate::memory::MemoryPath;
 use crate::vault::CommitMeta;
+use crate::vault::tree::{MODE_TREE, Seek, is_bucket};
 use crate::vault::treeedit::TreeEdits;
 use crate::vault::{KeyChange, Rev, Vault, VaultError, damaged};
 
@@ -539,7 +539,7 @@ impl Vault {
                 };
                 for (git_path, conflict, index) in later {
                     let settled = left.get(&git_path).is_some_and(|&(leaves, last)| {
-                        let now = entry_at(tip_tree.as_ref(), &git_path)
+                        let now = self.entry_at(tip_tree.as_ref(), &git_path)
                             .filter(|(_, k)| *k == ObjectType::Blob)
                             .map(|(id, _)| id);
                         // The same version, or the same text sealed anew
@@ -571,7 +571,7 @@ impl Vault {
                     let tip_tree = self.git_tree_of(Some(tip))?;
                     targets
                         .keys()
-                        .filter(|g| entry_at(tip_tree.as_ref(), g).is_some())
+                        .filter(|g| self.entry_at(tip_tree.as_ref(), g).is_some())
                         .cloned()
                         .collect()
                 };
@@ -608,7 +608,7 @@ impl Vault {
         let mut skipped_erased = Vec::new();
         let mut blocked = Vec::new();
         for (git_path, t) in &targets {
-            let current = entry_at(tip_tree.as_ref(), git_path);
+            let current = self.entry_at(tip_tree.as_ref(), git_path);
             if current.map(|(id, _)| id) == t.desired
                 && current.is_none_or(|(_, k)| k == ObjectType::Blob)
             {
@@ -618,7 +618,7 @@ impl Vault {
                 blocked.push(t.path.clone());
                 continue;
             }
-            if t.desired.is_some() && parent_is_file(tip_tree.as_ref(), git_path) {
+            if t.desired.is_some() && self.parent_is_file(tip_tree.as_ref(), git_path) {
                 blocked.push(t.path.clone());
                 continue;
             }
@@ -660,13 +660,15 @@ impl Vault {
         // those it removes.
         let added = edits
             .iter()
-            .filter(|(g, _, d)| d.is_some() && entry_at(tip_tree.as_ref(), g).is_none())
+            .filter(|(g, _, d)| d.is_some() && self.entry_at(tip_tree.as_ref(), g).is_none())
             .count();
         let removed = edits
             .iter()
             .filter(|(g, _, d)| {
                 d.is_none()
-                    && entry_at(tip_tree.as_ref(), g).is_some_and(|(_, k)| k == ObjectType::Blob)
+                    && self
+                        .entry_at(tip_tree.as_ref(), g)
+                        .is_some_and(|(_, k)| k == ObjectType::Blob)
             })
             .count();
         if added > removed {
@@ -732,7 +734,7 @@ impl Vault {
 
         // The blobs put back are old ones, already durable (or sealed
         // again just now, in `objects`).
-        let mut update = TreeEdits::default();
+        let mut update = TreeEdits::memory();
         for (git_path, _, desired) in &edits {
             match desired {
                 Some(blob) => update.upsert(git_path.as_str(), *blob),
@@ -801,20 +803,42 @@ impl Vault {
     }
 }
 
-fn entry_at(tree: Option<&git2::Tree<'_>>, git_path: &str) -> Option<(Oid, ObjectType)> {
-    let e = tree?.get_path(Path::new(git_path)).ok()?;
-    Some((e.id(), e.kind()?))
-}
-
-/// Whether some ancestor directory of `git_path` is a file in `tree`.
-fn parent_is_file(tree: Option<&git2::Tree<'_>>, git_path: &str) -> bool {
-    let mut end = 0;
-    while let Some(i) = git_path[end..].find('/') {
-        end += i;
-        if entry_at(tree, &git_path[..end]).is_some_and(|(_, k)| k == ObjectType::Blob) {
-            return true;
+impl Vault {
+    /// What `git_path` names in `tree`: each of its entries where that
+    /// tree holds it (at any depth of its buckets, see
+    /// `Caches::seek_in_dir`), its bucket segments ignored.
+    fn entry_at(&self, tree: Option<&git2::Tree<'_>>, git_path: &str) -> Option<(Oid, ObjectType)> {
+        let mut at = (tree?.id(), ObjectType::Tree);
+        for name in git_path.split('/').filter(|s| !is_bucket(s.as_bytes())) {
+            if at.1 != ObjectType::Tree {
+                return None;
+            }
+            match self
+                .caches
+                .seek_in_dir(&self.repo, at.0, name.as_bytes())
+                .ok()?
+            {
+                Seek::Found(id, mode, _) if mode == MODE_TREE => at = (id, ObjectType::Tree),
+                Seek::Found(id, _, _) => at = (id, ObjectType::Blob),
+                Seek::Absent(_) => return None,
+            }
         }
-        end += 1;
+        Some(at)
     }
-    false
+
+    /// Whether some ancestor directory of `git_path` is a file in `tree`.
+    fn parent_is_file(&self, tree: Option<&git2::Tree<'_>>, git_path: &str) -> bool {
+        let mut end = 0;
+        while let Some(i) = git_path[end..].find('/') {
+            end += i;
+            if self
+                .entry_at(tree, &git_path[..end])
+                .is_some_and(|(_, k)| k == ObjectType::Blob)
+            {
+                return true;
+            }
+            end += 1;
+        }
+        false
+    }
 }

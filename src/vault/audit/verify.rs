@@ -106,12 +106,13 @@ impl Walker<'_> {
                 self.tree(rev, id, dir, &format!("{buckets}{b}"));
                 continue;
             }
-            // An entry under buckets sits under its own (format 2's flat
-            // directories have none): else a lookup would not find it.
+            // An entry under buckets sits under the first of its own
+            // (format 2's flat directories have none, format 3 used all
+            // three): else a lookup would not find it.
             if !buckets.is_empty()
                 && enc
                     .as_deref()
-                    .is_none_or(|e| buckets_of(e).as_slice() != buckets.as_bytes())
+                    .is_none_or(|e| !buckets_of(e).starts_with(buckets.as_bytes()))
             {
                 self.problem(
                     rev,

@@ -21,16 +21,16 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::fs;
-use std::path::Path;
 
 use git2::{ObjectType, Oid};
 use zeroize::Zeroizing;
 
 use super::access::{Access, Kind};
 use crate::crypto::{self, FileKey, FileKeyId};
-use crate::memory::{MemoryPath, Snapshot};
+use crate::memory::{MemoryPath, NodeKind, Snapshot};
 use crate::vault::CommitMeta;
 use crate::vault::keys::{GARBAGE_FILE, KEYS_REF};
+use crate::vault::tree::VaultSnapshot;
 use crate::vault::treeedit::TreeEdits;
 use crate::vault::{
     KeyChange, Rev, Vault, VaultError, damaged, now_ms, stage_blob, sync_dir, write_durable,
@@ -145,7 +145,7 @@ impl Vault {
         // 2. The new tree and its commit.
         let mut new_keys: Vec<(FileKeyId, Option<FileKey>)> = Vec::new();
         let mut rekeyed = Vec::new();
-        let mut update = TreeEdits::default();
+        let mut update = TreeEdits::memory();
         let mut objects = Vec::new();
         let mut access_moves: Vec<(FileKeyId, FileKeyId)> = Vec::new();
         {
@@ -364,8 +364,6 @@ impl Vault {
                 "purge names a file or directory below /memories, not the whole memory".into(),
             ));
         }
-        let git_path = self.git_path_of(path)?;
-        let flat_path = crate::vault::tree::flat_git_path(&git_path);
         // Every key ever used at or below the path, over all of history.
         let mut doomed = BTreeSet::new();
         let mut seen_trees = HashSet::new();
@@ -376,21 +374,29 @@ impl Vault {
             let (tree, parent, _) = self.read_commit(id)?;
             next = parent;
             commits += 1;
-            // In either form: commits of format 2 have no buckets.
-            for form in [&git_path, &flat_path] {
-                crate::vault::objects::check_path(&self.repo, tree, form)?;
-                let root = self.repo.find_tree(tree)?;
-                let Ok(entry) = root.get_path(Path::new(form)) else {
-                    continue;
-                };
-                self.collect_keys(
-                    entry.id(),
-                    entry.kind(),
-                    &mut seen_trees,
-                    &mut seen_blobs,
-                    &mut doomed,
-                )?;
-            }
+            // Wherever that tree holds it: flat (format 2), under all its
+            // buckets (format 3) or some (format 9).
+            let snap = VaultSnapshot::new(
+                &self.repo,
+                &self.keys,
+                &self.key_state,
+                &self.caches,
+                Some(tree),
+            );
+            let Some((oid, kind)) = snap.locate(path)?.1 else {
+                continue;
+            };
+            let kind = match kind {
+                NodeKind::Dir => ObjectType::Tree,
+                NodeKind::File => ObjectType::Blob,
+            };
+            self.collect_keys(
+                oid,
+                Some(kind),
+                &mut seen_trees,
+                &mut seen_blobs,
+                &mut doomed,
+            )?;
         }
         let _ = commits;
         let live = self.live_files(tip)?;

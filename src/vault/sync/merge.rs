@@ -403,7 +403,7 @@ impl Vault {
             .map(|f| f.path.as_str().to_string())
             .collect();
         // The new tree: edits over ours'.
-        let mut edits = TreeEdits::default();
+        let mut edits = TreeEdits::memory();
         let mut objects_out = Vec::new();
         let mut new_keys: Vec<(FileKeyId, Option<FileKey>)> = Vec::new();
         let mut changed: BTreeSet<String> = BTreeSet::new();
@@ -483,7 +483,7 @@ impl Vault {
             Err(_) => {
                 // A path that is a file on one side and a directory on the
                 // other in one update: build the whole tree instead.
-                let mut all = TreeEdits::default();
+                let mut all = TreeEdits::memory();
                 let mut fresh = Vec::new();
                 for f in &finals {
                     let gp =
