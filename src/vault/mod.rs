@@ -255,6 +255,12 @@ pub struct Vault {
     access_guard: Option<FileLock>,
     /// Views are recorded after the reply (see `access_pending`).
     defer_access: bool,
+    /// The tip [`refreshed_config`](Self::refreshed_config) just caught
+    /// up to, for the read of the same request ([`Store::read`]): a
+    /// request catches up with the log once (two 17-byte reads of its
+    /// head and a look at the pack directory each time). Cleared by a
+    /// write and after the reply.
+    fresh_tip: Option<Option<Oid>>,
     /// This machine, as every commit names it (`memvault/machine`, read
     /// or made at the first commit).
     machine: std::cell::OnceCell<Option<String>>,
@@ -809,7 +815,8 @@ impl Vault {
     /// processes first (a `serve` that runs other processes' requests
     /// uses them for each request, not those it started with).
     pub fn refreshed_config(&mut self) -> Result<&VaultConfig, VaultError> {
-        self.refresh()?;
+        let tip = self.refresh()?;
+        self.fresh_tip = Some(tip);
         Ok(&self.config)
     }
 }
@@ -858,7 +865,10 @@ impl Store for Vault {
         &mut self,
         f: &mut dyn FnMut(&dyn Snapshot) -> Result<ToolResult, StoreError>,
     ) -> Result<ToolResult, StoreError> {
-        let tip = self.refresh()?;
+        let tip = match self.fresh_tip.take() {
+            Some(tip) => tip,
+            None => self.refresh()?,
+        };
         let snap = self.snapshot_of(tip)?;
         f(&snap)
     }
@@ -867,6 +877,7 @@ impl Store for Vault {
         &mut self,
         f: &mut dyn FnMut(&dyn Snapshot) -> Result<Outcome, StoreError>,
     ) -> Result<ToolResult, StoreError> {
+        self.fresh_tip = None;
         self.with_writer_lock(|vault, tip| {
             let outcome = {
                 let snap = vault.snapshot_of(tip)?;
@@ -880,6 +891,7 @@ impl Store for Vault {
     }
 
     fn after_reply(&mut self) {
+        self.fresh_tip = None;
         self.flush_access();
         if std::mem::take(&mut self.log.checkpoint_due)
             && let Err(e) = self.checkpoint()

@@ -290,6 +290,7 @@ impl Vault {
             access_log: std::cell::RefCell::new(None),
             access_pending: Vec::new(),
             access_guard: None,
+            fresh_tip: None,
             defer_access: false,
             machine: std::cell::OnceCell::new(),
         };
@@ -366,7 +367,40 @@ impl Vault {
     /// (format 3).
     fn migrate(&mut self) -> Result<(), VaultError> {
         self.migrate_settings()?;
-        self.migrate_tree()
+        self.migrate_tree()?;
+        self.migrate_key_state()
+    }
+
+    /// Give a vault of format 3 to 8 (a key state `v3` or `v4`) a key
+    /// state of format 5, once, under the writer lock: the same content in
+    /// a new key state, in a `migrate` commit on main, before this
+    /// memvault writes a tree the way format 9 does. A memvault of format
+    /// 8 refuses a `v5` key state, so one that reaches the vault through a
+    /// remote (`pull`, `clone`) refuses it rather than misreads it (it
+    /// looks for entries at the full depth of their buckets only). The
+    /// key state decides, not the format file.
+    fn migrate_key_state(&mut self) -> Result<(), VaultError> {
+        if !(3..5).contains(&self.key_state.format) {
+            return Ok(());
+        }
+        self.with_writer_lock(|vault, tip| {
+            if vault.key_state.format >= 5 {
+                return Ok(()); // another process migrated it meanwhile
+            }
+            let meta = CommitMeta {
+                details: vec![
+                    "vault format 8 -> 9: a key state of format 5, which older memvaults refuse"
+                        .into(),
+                ],
+                ..vault.new_meta("migrate")
+            };
+            let change = KeyChange {
+                settings: Some(vault.config.clone()),
+                ..Default::default()
+            };
+            vault.publish_key_change(tip, change, meta)?;
+            vault.sync_now()
+        })
     }
 
     /// Bring the tip's tree of a format-2 vault to format 3, once, under

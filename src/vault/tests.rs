@@ -263,6 +263,87 @@ fn history_index_is_a_cache_that_never_changes_the_answer() {
     assert_eq!(walk_ids(&mut vault), longer[100..].to_vec());
 }
 
+/// A name held at two depths of one directory (as a memvault that knew
+/// only the full depth would write it: the old copy under a bucket, the
+/// new one at the full depth, or the other way round) reads as the
+/// shallower, and the other is out of every command's reach: `verify`
+/// reports it, whichever copy a commit added, under a valid MAC.
+#[test]
+fn verify_reports_a_name_held_at_two_depths_of_a_directory() {
+    for deeper in [false, true] {
+        let (_tmp, mut vault) = new_vault();
+        for i in 0..20 {
+            put(&mut vault, &format!("/memories/d/n{i}.md"), b"old");
+        }
+        let tip = vault.checked_tip().unwrap().unwrap();
+        let n0 = MemoryPath::parse("/memories/d/n0.md").unwrap();
+        let (at, blob) = {
+            let snap = vault.snapshot_of(Some(tip)).unwrap();
+            let (at, found) = snap.locate(&n0).unwrap();
+            (at, found.unwrap().0)
+        };
+        let segs: Vec<&str> = at.split('/').collect();
+        assert!(segs.len() >= 3 && segs[segs.len() - 2].len() == 1, "{at}");
+        let name = segs[segs.len() - 1];
+        let dir: Vec<&str> = segs[..segs.len() - 2].to_vec();
+        // The copy: in the directory's own tree, or one bucket further
+        // down than the genuine one.
+        let copy = if deeper {
+            let digits = crate::vault::tree::buckets(name);
+            let k = segs.len() - 2 - dir.len() + 1;
+            let mut p = segs[..segs.len() - 1].join("/");
+            p.push('/');
+            p.push(char::from(digits[k]));
+            format!("{p}/{name}")
+        } else {
+            format!("{}/{name}", dir.join("/"))
+        };
+        let forged = {
+            let repo = &vault.repo;
+            let parent = repo.find_commit(tip).unwrap();
+            let other = repo.blob(b"planted").unwrap();
+            let mut update = git2::build::TreeUpdateBuilder::new();
+            update.upsert(
+                copy.as_str(),
+                if deeper { other } else { blob },
+                git2::FileMode::Blob,
+            );
+            let tree_id = update
+                .create_updated(repo, &parent.tree().unwrap())
+                .unwrap();
+            let tree = repo.find_tree(tree_id).unwrap();
+            let meta = CommitMeta {
+                v: META_VERSION,
+                op: "forged".into(),
+                ..Default::default()
+            };
+            write_commit(
+                repo,
+                &vault.keys,
+                &tree,
+                std::slice::from_ref(&parent),
+                &meta,
+                0,
+            )
+            .unwrap()
+        };
+        vault
+            .repo
+            .reference(MAIN_REF, forged, true, "forge")
+            .unwrap();
+        vault.wal.forget_refs_seen();
+        let report = vault.verify().unwrap();
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.what.contains("held twice")),
+            "deeper {deeper}: {:?}",
+            report.problems.iter().map(|p| &p.what).collect::<Vec<_>>()
+        );
+    }
+}
+
 /// Bytes under `objects/` (packs and loose objects).
 fn objects_bytes(vault: &Vault) -> u64 {
     fn walk(p: &std::path::Path) -> u64 {

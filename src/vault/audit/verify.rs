@@ -22,7 +22,9 @@ use crate::memory::MemoryPath;
 use crate::vault::keys::{KeyState, verify_commit_mac};
 use crate::vault::meta::meta_aad;
 use crate::vault::objects;
-use crate::vault::tree::{FANOUT_LEVELS, buckets as buckets_of, is_bucket};
+use crate::vault::tree::{
+    FANOUT_LEVELS, MODE_TREE, Seek, buckets as buckets_of, find_entry, is_bucket,
+};
 use crate::vault::{MAIN_REF, Vault, VaultError, write_durable};
 
 const HWM_FILE: &str = "memvault/verified-head";
@@ -74,8 +76,8 @@ impl Walker<'_> {
 
     /// Check the directory tree `oid` at `dir`; `buckets`: the bucket
     /// digits on the way to it from its directory ("" for the directory's
-    /// own tree).
-    fn tree(&mut self, rev: Oid, oid: Oid, dir: &MemoryPath, buckets: &str) {
+    /// own tree, `dir_tree`).
+    fn tree(&mut self, rev: Oid, oid: Oid, dir: &MemoryPath, dir_tree: Oid, buckets: &str) {
         if !self
             .trees_seen
             .insert((oid, format!("{}\0{buckets}", dir.as_str())))
@@ -103,7 +105,7 @@ impl Walker<'_> {
                     );
                     continue;
                 }
-                self.tree(rev, id, dir, &format!("{buckets}{b}"));
+                self.tree(rev, id, dir, dir_tree, &format!("{buckets}{b}"));
                 continue;
             }
             // An entry under buckets sits under the first of its own
@@ -118,6 +120,19 @@ impl Walker<'_> {
                     rev,
                     Some(dir.as_str()),
                     "an entry of this directory is under the wrong bucket",
+                );
+                continue;
+            }
+            // The copy a lookup finds, and the only one: a name held at
+            // two depths of one directory reads as the shallower, and the
+            // other is a file no command can reach.
+            if let Some(e) = enc.as_deref()
+                && !self.only_copy(dir_tree, oid, buckets, e)
+            {
+                self.problem(
+                    rev,
+                    Some(dir.as_str()),
+                    "a name is held twice in this directory (under two of its buckets)",
                 );
                 continue;
             }
@@ -139,11 +154,42 @@ impl Walker<'_> {
                 continue;
             };
             match kind {
-                Some(ObjectType::Tree) => self.tree(rev, id, &path, ""),
+                Some(ObjectType::Tree) => self.tree(rev, id, &path, id, ""),
                 Some(ObjectType::Blob) => self.blob(rev, id, &path),
                 _ => self.problem(rev, Some(path.as_str()), "an entry has an unexpected type"),
             }
         }
+    }
+
+    /// Whether the entry `enc` of the tree `node` (`buckets` below the
+    /// directory tree `dir_tree`) is where a lookup finds it, with no copy
+    /// in the buckets below it. A tree that does not read is reported
+    /// where the walk meets it.
+    fn only_copy(&self, dir_tree: Oid, node: Oid, buckets: &str, enc: &str) -> bool {
+        let (repo, caches) = (&self.vault.repo, &self.vault.caches);
+        let mut here: String = buckets.chars().flat_map(|b| [b, '/']).collect();
+        here.push_str(enc);
+        match caches.seek_in_dir(repo, dir_tree, enc.as_bytes()) {
+            Ok(Seek::Found(_, _, at)) if at != here => return false,
+            _ => {}
+        }
+        let mut level = node;
+        for &b in &buckets_of(enc)[buckets.len().min(FANOUT_LEVELS)..] {
+            let Ok(entries) = caches.tree_entries(repo, level) else {
+                return true;
+            };
+            match find_entry(&entries, &[b]) {
+                Some(i) if entries[i].mode == MODE_TREE => level = entries[i].id,
+                _ => return true,
+            }
+            let Ok(below) = caches.tree_entries(repo, level) else {
+                return true;
+            };
+            if find_entry(&below, enc.as_bytes()).is_some() {
+                return false;
+            }
+        }
+        true
     }
 
     fn blob(&mut self, rev: Oid, oid: Oid, path: &MemoryPath) {
@@ -280,7 +326,7 @@ impl Vault {
                 w.report.commits = commits.len();
                 // Second pass: every tree, oldest first.
                 for (id, tree) in oldest_first(&commits, &parents_of) {
-                    w.tree(id, tree, &MemoryPath::root(), "");
+                    w.tree(id, tree, &MemoryPath::root(), tree, "");
                 }
             }
         }
