@@ -1,7 +1,8 @@
 //! The raw FFI, in one place: durability switches (the one libgit2 option
 //! memvault sets through it, and the process-wide "sync to disk" flag of
 //! the write-ahead log), and the direct write into an in-memory object
-//! store ([`mempack_odb`], [`mempack_write`]).
+//! store ([`mempack_odb`], [`mempack_write`]), and a `poll` of `serve`'s
+//! input ([`readable_now`]).
 //!
 //! memvault makes a mutation durable with one `fdatasync` of its
 //! write-ahead log record (see `wal`), not with libgit2's own fsyncs (about
@@ -264,4 +265,36 @@ pub(crate) fn mempack_write(
         ));
     }
     Ok(true)
+}
+
+/// Whether `fd` has input to read, or its end, now (`poll` with no
+/// wait): `serve` looks a few times before it blocks on its input.
+pub fn readable_now(fd: &impl std::os::fd::AsRawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: `poll` reads and writes exactly the one `pollfd` it is
+    // given (count 1), which lives on this frame for the call; a zero
+    // timeout never blocks. An invalid descriptor only sets `POLLNVAL`.
+    let rc = unsafe { libc::poll(&mut p, 1, 0) };
+    rc > 0
+}
+
+#[cfg(test)]
+mod tests {
+    /// A pipe with nothing in it is not readable; one with a line is, and
+    /// so is one whose writer has gone (the read then sees its end).
+    #[test]
+    fn readable_now_sees_input_and_its_end_without_waiting() {
+        use std::io::Write;
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        assert!(!super::readable_now(&reader));
+        writer.write_all(b"{}\n").unwrap();
+        assert!(super::readable_now(&reader));
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(writer);
+        assert!(super::readable_now(&reader));
+    }
 }
