@@ -8,6 +8,13 @@
 //! the tree the previous mutation wrote), applies its edits to the sorted
 //! list and writes the result, and the record takes the bytes it already
 //! has.
+//!
+//! Edits of main's tree ([`TreeEdits::memory`], format 9) name entries by
+//! their encrypted names and leave where they sit under their directory's
+//! buckets to this module: found where the base tree holds them, new
+//! ones placed where a lookup looks, and a tree past
+//! [`FLAT_MAX`](super::tree::FLAT_MAX) entries split a bucket level down.
+//! Plain edits (the key state's tree) are libgit2's, byte for byte.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
