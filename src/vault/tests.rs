@@ -71,6 +71,40 @@ fn read(vault: &mut Vault, path: &str) -> Result<Vec<u8>, StoreError> {
     snap.read(&path).map(|z| z.to_vec())
 }
 
+/// A commit on `tip` with a valid MAC (as a buggy or hostile key holder
+/// could write) whose tree also holds `blob` at the git path `at`, made
+/// main's tip as a new process sees it (a running one follows its log).
+fn forge_on_main(vault: &mut Vault, tip: Oid, at: &str, blob: Oid) -> Oid {
+    let repo = &vault.repo;
+    let parent = repo.find_commit(tip).unwrap();
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    update.upsert(at, blob, git2::FileMode::Blob);
+    let tree_id = update
+        .create_updated(repo, &parent.tree().unwrap())
+        .unwrap();
+    let tree = repo.find_tree(tree_id).unwrap();
+    let meta = CommitMeta {
+        v: META_VERSION,
+        op: "forged".into(),
+        ..Default::default()
+    };
+    let forged = write_commit(
+        repo,
+        &vault.keys,
+        &tree,
+        std::slice::from_ref(&parent),
+        &meta,
+        0,
+    )
+    .unwrap();
+    vault
+        .repo
+        .reference(MAIN_REF, forged, true, "forge")
+        .unwrap();
+    vault.wal.forget_refs_seen();
+    forged
+}
+
 #[test]
 fn blob_moved_under_a_valid_mac_still_fails_to_open() {
     let (_tmp, mut vault) = new_vault();
@@ -86,36 +120,7 @@ fn blob_moved_under_a_valid_mac_still_fails_to_open() {
         (a_oid, snap.locate(&b).unwrap().0)
     };
     // Write a commit with a valid MAC whose b.txt is a.txt's blob.
-    let new_commit = {
-        let repo = &vault.repo;
-        let parent = repo.find_commit(tip).unwrap();
-        let mut update = git2::build::TreeUpdateBuilder::new();
-        update.upsert(b_git.as_str(), a_oid, git2::FileMode::Blob);
-        let tree_id = update
-            .create_updated(repo, &parent.tree().unwrap())
-            .unwrap();
-        let tree = repo.find_tree(tree_id).unwrap();
-        let meta = CommitMeta {
-            v: META_VERSION,
-            op: "forged".into(),
-            ..Default::default()
-        };
-        write_commit(
-            repo,
-            &vault.keys,
-            &tree,
-            std::slice::from_ref(&parent),
-            &meta,
-            0,
-        )
-        .unwrap()
-    };
-    vault
-        .repo
-        .reference(MAIN_REF, new_commit, true, "forge")
-        .unwrap();
-    // As a new process sees it (a running one follows its log).
-    vault.wal.forget_refs_seen();
+    let new_commit = forge_on_main(&mut vault, tip, b_git.as_str(), a_oid);
     assert!(verify_commit_mac(&vault.repo, &vault.keys, new_commit));
     assert_eq!(read(&mut vault, "/memories/a.txt").unwrap(), b"alpha");
     match read(&mut vault, "/memories/b.txt") {
@@ -298,40 +303,12 @@ fn verify_reports_a_name_held_at_two_depths_of_a_directory() {
         } else {
             format!("{}/{name}", dir.join("/"))
         };
-        let forged = {
-            let repo = &vault.repo;
-            let parent = repo.find_commit(tip).unwrap();
-            let other = repo.blob(b"planted").unwrap();
-            let mut update = git2::build::TreeUpdateBuilder::new();
-            update.upsert(
-                copy.as_str(),
-                if deeper { other } else { blob },
-                git2::FileMode::Blob,
-            );
-            let tree_id = update
-                .create_updated(repo, &parent.tree().unwrap())
-                .unwrap();
-            let tree = repo.find_tree(tree_id).unwrap();
-            let meta = CommitMeta {
-                v: META_VERSION,
-                op: "forged".into(),
-                ..Default::default()
-            };
-            write_commit(
-                repo,
-                &vault.keys,
-                &tree,
-                std::slice::from_ref(&parent),
-                &meta,
-                0,
-            )
-            .unwrap()
+        let planted = if deeper {
+            vault.repo.blob(b"planted").unwrap()
+        } else {
+            blob
         };
-        vault
-            .repo
-            .reference(MAIN_REF, forged, true, "forge")
-            .unwrap();
-        vault.wal.forget_refs_seen();
+        forge_on_main(&mut vault, tip, &copy, planted);
         let report = vault.verify().unwrap();
         assert!(
             report
