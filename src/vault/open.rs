@@ -295,6 +295,9 @@ impl Vault {
             machine: std::cell::OnceCell::new(),
         };
         let mut vault = vault;
+        // Before anything here writes a key state (the fold of the log's
+        // shards below, the migration after): see `migrate_key_state`.
+        vault.refuse_beside_an_older_serve()?;
         if recover {
             let _guard = FileLock::exclusive_on(&vault.lock).map_err(VaultError::Lock)?;
             // The log's shards need a key state that takes them in before
@@ -371,6 +374,21 @@ impl Vault {
         self.migrate_key_state()
     }
 
+    /// Refuse to open a vault whose key state is of format 3 or 4 while a
+    /// `serve` leads on it: that `serve` is an older memvault's (a newer
+    /// one moves the key state to format 5 when it opens the vault). It
+    /// cannot read a key state this memvault writes (at the fold of the
+    /// log's shards, or the migration), and a `serve` of this memvault
+    /// would relay its client's requests to it.
+    fn refuse_beside_an_older_serve(&self) -> Result<(), VaultError> {
+        if (3..5).contains(&self.key_state.format) && serve_leads(&self.dir) {
+            return Err(VaultError::Refused(
+                "a `memvault serve` of an older version is running on this vault: stop it (and every older memvault using the vault) first, as this version's first open moves the vault to format 9, which older versions cannot read; nothing was changed".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Give a vault of format 3 to 8 (a key state `v3` or `v4`) a key
     /// state of format 5, once, under the writer lock: the same content in
     /// a new key state, in a `migrate` commit on main, before this
@@ -383,6 +401,7 @@ impl Vault {
         if !(3..5).contains(&self.key_state.format) {
             return Ok(());
         }
+        self.refuse_beside_an_older_serve()?;
         self.with_writer_lock(|vault, tip| {
             if vault.key_state.format >= 5 {
                 return Ok(()); // another process migrated it meanwhile
@@ -417,10 +436,7 @@ impl Vault {
         // too): a format-2 key state has 256 shards, and is replaced by
         // the migration's.
         if self.key_state.format >= 3 {
-            if read_format(&self.dir)? < FORMAT {
-                write_durable(&self.dir.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
-            }
-            return Ok(());
+            return self.raise_format_file(FORMAT);
         }
         self.with_writer_lock(|vault, tip| {
             if vault.key_state.format >= 3 {
@@ -459,7 +475,20 @@ impl Vault {
             vault.publish(tip, tree, change, &meta, objects)?;
             vault.sync_now()
         })?;
-        write_durable(&self.dir.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
+        self.raise_format_file(FORMAT)
+    }
+
+    /// Make the format file say `n` if it says less, under the writer
+    /// lock: processes opening a vault at once wrote it over each other
+    /// (its temporary file is one name), and some failed.
+    fn raise_format_file(&self, n: u32) -> Result<(), VaultError> {
+        if read_format(&self.dir)? >= n {
+            return Ok(());
+        }
+        let _guard = FileLock::exclusive_on(&self.lock).map_err(VaultError::Lock)?;
+        if read_format(&self.dir)? < n {
+            write_durable(&self.dir.join(FORMAT_FILE), format_line(n).as_bytes())?;
+        }
         Ok(())
     }
 
@@ -664,4 +693,20 @@ fn keys_ref_set_aside(
     Some(VaultError::RolledBack(format!(
         "the key state ({name}) {what}, while the log (memvault/wal) names {logged}, whose keyslot it opens; put the ref back by writing that id into the file {name} in the vault directory"
     )))
+}
+
+/// Whether a `serve` process leads on the vault at `dir` now (it holds
+/// `memvault/serve.lock`; see `cli::serve`).
+fn serve_leads(dir: &Path) -> bool {
+    let Ok(lead) = fsx::open_rw(&dir.join("memvault/serve.lock")) else {
+        return false;
+    };
+    match lead.try_lock() {
+        Ok(()) => {
+            let _ = lead.unlock();
+            false
+        }
+        Err(std::fs::TryLockError::WouldBlock) => true,
+        Err(_) => false,
+    }
 }

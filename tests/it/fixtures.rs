@@ -754,3 +754,61 @@ fn format_8_vault_opens_and_keeps_working_with_entries_at_any_depth() {
     assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
     crate::util::git(&t.vault, &["fsck", "--connectivity-only", "--no-dangling"]);
 }
+
+/// A vault of format 8 while a `serve` leads on it (`memvault/serve.lock`
+/// held, as an older memvault's `serve` holds it) is refused, unchanged:
+/// the older `serve` could not read the key state this memvault's first
+/// open writes. Once it is gone the vault opens and moves to format 9.
+/// Several processes opening it at once all succeed (the format file is
+/// written under the writer lock: they used to trample each other's).
+#[test]
+fn a_format_8_vault_is_not_moved_under_a_running_older_serve_nor_by_racing_opens() {
+    let t = fixture("v8");
+    let lead = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(t.vault.join("memvault/serve.lock"))
+        .unwrap();
+    lead.try_lock().unwrap();
+    let o = run(
+        &t,
+        &[
+            "exec",
+            r#"{"command":"view","path":"/memories/big/n00.md"}"#,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("older version is running")
+            && stderr(&o).contains("nothing was changed"),
+        "{}",
+        stderr(&o)
+    );
+    let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
+    assert_eq!(format, "memvault vault format 8\n");
+    assert!(key_state_commit(&t).contains("memvault key state v4\n"));
+    lead.unlock().unwrap();
+    let opens: Vec<_> = (0..6)
+        .map(|i| {
+            t.cmd()
+                .args(if i % 2 == 0 {
+                    vec!["sessions"]
+                } else {
+                    vec!["history"]
+                })
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in opens {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
+    assert_eq!(format, "memvault vault format 9\n");
+    assert!(key_state_commit(&t).contains("memvault key state v5\n"));
+    let v = run(&t, &["verify"]);
+    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+}
