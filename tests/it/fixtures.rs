@@ -37,11 +37,17 @@ fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// `verify` on `t`, which must pass; its output.
+fn verifies(t: &TestVault) -> std::process::Output {
+    let v = run(t, &["verify"]);
+    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    v
+}
+
 #[test]
 fn format_1_vault_opens_reads_and_verifies() {
     let t = fixture("v1");
-    let v = run(&t, &["verify"]);
-    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    verifies(&t);
     let h = run(&t, &["history"]);
     assert!(h.status.success(), "{}", stderr(&h));
     let h = stdout(&h);
@@ -87,8 +93,7 @@ fn format_1_vault_keeps_working_after_writes() {
         serde_json::json!({"command": "view", "path": "/memories"}).to_string(),
     ]);
     assert!(r.iter().all(|v| !is_error(v)), "{r:?}");
-    let v = run(&t, &["verify"]);
-    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    verifies(&t);
     // And it still opens again, old history and new.
     let h = stdout(&run(&t, &["history"]));
     assert!(h.contains("/memories/new.md") && h.contains("purge"), "{h}");
@@ -217,8 +222,7 @@ fn format_2_vault_is_migrated_to_bucket_trees_and_reads_as_before() {
         before.iter().all(|g| !g.split('/').any(|s| s.len() == 1)),
         "the fixture has flat trees: {before:?}"
     );
-    let v = run(&t, &["verify"]);
-    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    verifies(&t);
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
     assert_eq!(format, "memvault vault format 9\n");
     let after = git_files(&t);
@@ -363,8 +367,7 @@ fn format_2_vault_keeps_working_after_migration() {
         "purged history still reads: {}",
         stdout(&s)
     );
-    let v = run(&t, &["verify"]);
-    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    verifies(&t);
     std::fs::write(t.vault.join("memvault/format"), "memvault vault format 2\n").unwrap();
     let h = stdout(&run(&t, &["history"]));
     assert_eq!(h.matches("migrate").count(), 1, "{h}");
@@ -402,8 +405,7 @@ fn a_format_3_vault_becomes_format_4_by_its_format_file_alone() {
         ],
     );
     assert!(o.status.success(), "{}", stderr(&o));
-    let v = run(&t, &["verify"]);
-    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    verifies(&t);
     std::fs::write(
         t.vault.join("memvault/format"),
         "memvault vault format 10\n",
@@ -437,8 +439,7 @@ fn format_5_vault_opens_keeps_working_and_syncs() {
     let old_state = key_state_commit(&t);
     assert!(old_state.contains("memvault key state v3\n"), "{old_state}");
     assert!(!old_state.contains("\nparent "), "{old_state}");
-    let v = run(&t, &["verify"]);
-    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    verifies(&t);
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
     assert_eq!(format, "memvault vault format 9\n");
     // The first open gave it a key state of format 5 (older memvaults
@@ -508,8 +509,7 @@ fn format_5_vault_opens_keeps_working_and_syncs() {
     // The key state that took in the new keys (when the command closed,
     // format 7) is dated past main's tip and the state it replaced.
     assert_eq!(dates("refs/memvault/keys"), "5 5\n3 3\n");
-    let v = run(&t, &["verify"]);
-    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    verifies(&t);
     // Through a new remote to a clone.
     let remote = t.tmp.path().join("remote.git");
     let g = Command::new("git")
@@ -543,8 +543,7 @@ fn format_5_vault_opens_keeps_working_and_syncs() {
         let r = clone.one(serde_json::json!({"command": "view", "path": path}));
         assert!(text(&r).contains(want), "{path}: {r}");
     }
-    let v = run(&clone, &["verify"]);
-    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    verifies(&clone);
 }
 
 /// What both fixtures of a killed `serve` (formats 6 and 7) hold once
@@ -559,8 +558,7 @@ fn check_killed_session_replayed(t: &TestVault, commits: usize, day1: &str) {
         wal > 5_000,
         "the fixture's log holds its records ({wal} bytes)"
     );
-    let v = run(t, &["verify"]);
-    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    let v = verifies(t);
     let ok = format!("ok: {commits} commits");
     assert!(stdout(&v).starts_with(&ok), "{}", stdout(&v));
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
@@ -603,8 +601,7 @@ fn format_6_vault_with_a_killed_writers_log_opens_replays_and_keeps_working() {
     let r = t.one(serde_json::json!({"command": "view", "path": "/memories/after/3.md"}));
     assert!(text(&r).contains("after 3"), "{r}");
     assert!(writer.finish());
-    let v = run(&t, &["verify"]);
-    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    verifies(&t);
     crate::util::git(&t.vault, &["fsck", "--connectivity-only", "--no-dangling"]);
 }
 
@@ -635,8 +632,7 @@ fn format_7_vault_with_shards_pending_in_its_log_opens_replays_and_keeps_working
         let r = t.one(serde_json::json!({"command": "view", "path": path}));
         assert!(text(&r).contains(want), "{path}: {r}");
     }
-    let v = run(&t, &["verify"]);
-    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    verifies(&t);
     let sessions = stdout(&run(&t, &["sessions"]));
     assert!(
         sessions.contains("s2") && sessions.contains("s3"),
@@ -679,8 +675,7 @@ fn format_8_vault_opens_and_keeps_working_with_entries_at_any_depth() {
     }
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
     assert_eq!(format, "memvault vault format 9\n");
-    let v = run(&t, &["verify"]);
-    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    verifies(&t);
     // Before any write of this memvault: a key state of format 5, which a
     // memvault of format 8 refuses (it would miss entries placed above
     // the full depth). Here the replay of the log's records wrote it (a
@@ -726,8 +721,7 @@ fn format_8_vault_opens_and_keeps_working_with_entries_at_any_depth() {
     let depths = by_dir.values().max_by_key(|d| d.len()).unwrap();
     assert_eq!(depths.len(), 70, "{tree}");
     assert!(depths.iter().all(|&d| d == 1), "{depths:?}");
-    let v = run(&t, &["verify"]);
-    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    verifies(&t);
     let keys = key_state_commit(&t);
     assert!(keys.contains("memvault key state v5\n"), "{keys}");
     let h = stdout(&run(&t, &["history", "/memories/large/n03.md"]));
@@ -750,8 +744,7 @@ fn format_8_vault_opens_and_keeps_working_with_entries_at_any_depth() {
     let o = run(&t, &["purge", "/memories/big/n05.md"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(is_error(&view("/memories/big/n05.md")));
-    let v = run(&t, &["verify"]);
-    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    verifies(&t);
     crate::util::git(&t.vault, &["fsck", "--connectivity-only", "--no-dangling"]);
 }
 
@@ -809,6 +802,5 @@ fn a_format_8_vault_is_not_moved_under_a_running_older_serve_nor_by_racing_opens
     let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
     assert_eq!(format, "memvault vault format 9\n");
     assert!(key_state_commit(&t).contains("memvault key state v5\n"));
-    let v = run(&t, &["verify"]);
-    assert!(v.status.success(), "verify: {}{}", stdout(&v), stderr(&v));
+    verifies(&t);
 }

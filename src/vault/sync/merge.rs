@@ -329,32 +329,26 @@ impl Vault {
             match (o.get(&ident), t.get(&ident), b.get(&ident)) {
                 (Some(x), None, None) => finals.push(keep(id, x, true)),
                 (None, Some(y), None) => finals.push(keep(id, y, false)),
-                (Some(x), None, Some(base)) => {
-                    // Theirs deleted it: an edit here survives. Against an
-                    // expiry there, a rename is use too.
+                (Some(x), None, Some(base)) | (None, Some(x), Some(base)) => {
+                    // One side deleted it: an edit on the other survives.
+                    // Against an expiry on the deleting side, a rename is
+                    // use too.
+                    let ours = o.contains_key(&ident);
+                    let (erased, expired_there) = if ours {
+                        (&their_keys.erased, &expired.1)
+                    } else {
+                        (&self.key_state.erased, &expired.0)
+                    };
                     let edited = !self.same_content(&their_keys, &id, x, base)?;
-                    if their_keys.erased.contains(&id)
-                        && expired.1.contains(&id)
+                    if erased.contains(&id)
+                        && expired_there.contains(&id)
                         && (edited || x.path != base.path)
                     {
-                        let f = self.rekeyed(&their_keys, id, x, true)?;
+                        let f = self.rekeyed(&their_keys, id, x, ours)?;
                         kept_over_expiry.push((x.path.as_str().to_string(), id, f.id));
                         finals.push(f);
                     } else if edited {
-                        finals.push(keep(id, x, true));
-                    }
-                }
-                (None, Some(y), Some(base)) => {
-                    let edited = !self.same_content(&their_keys, &id, y, base)?;
-                    if self.key_state.erased.contains(&id)
-                        && expired.0.contains(&id)
-                        && (edited || y.path != base.path)
-                    {
-                        let f = self.rekeyed(&their_keys, id, y, false)?;
-                        kept_over_expiry.push((y.path.as_str().to_string(), id, f.id));
-                        finals.push(f);
-                    } else if edited {
-                        finals.push(keep(id, y, false));
+                        finals.push(keep(id, x, ours));
                     }
                 }
                 (Some(x), Some(y), base) => {
