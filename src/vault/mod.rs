@@ -253,8 +253,8 @@ pub struct Vault {
     /// appended: a sweep that starts after the reply waits for the record
     /// (and sees the view), as when the record was written before it.
     access_guard: Option<FileLock>,
-    /// Views are recorded after the reply (see `access_pending`).
-    defer_access: bool,
+    /// When a view's access record is written (see `access_pending`).
+    access_mode: AccessMode,
     /// The tip [`refreshed_config`](Self::refreshed_config) just caught
     /// up to, for the read of the same request ([`Store::read`]): a
     /// request catches up with the log once (two 17-byte reads of its
@@ -691,10 +691,28 @@ impl Vault {
     /// access record (they are never synced: a time can only be older
     /// than the truth).
     pub fn defer_access(&mut self, on: bool) {
-        self.defer_access = on;
+        self.access_mode = if on {
+            AccessMode::AfterReply
+        } else {
+            AccessMode::Now
+        };
         if !on {
             self.flush_access();
         }
+    }
+
+    /// Hold views' access records in this handle and write them together
+    /// (`memvault server`, whose process is the only one that opens a
+    /// tenant's vault): at [`flush_access`](Self::flush_access), which the
+    /// server calls on each of its sweeps, before any mutation of this
+    /// handle, when 256 are held, and when the handle closes. The access
+    /// table read through this handle (an expiry's) counts them; another
+    /// process's sees them once written. A process killed meanwhile loses
+    /// them, as it could lose any access record: a time can only be older
+    /// than the truth. Views take no lock until then.
+    pub fn batch_access(&mut self) {
+        self.flush_access();
+        self.access_mode = AccessMode::Batched;
     }
 
     /// Append the views noted and not yet recorded, if any, and let go of
@@ -702,7 +720,7 @@ impl Vault {
     /// writer lock exclusively: that lock and the shared one are the same
     /// `flock` (one open file), so releasing the shared one later would
     /// release the exclusive one.
-    pub(crate) fn flush_access(&mut self) {
+    pub fn flush_access(&mut self) {
         let pending = std::mem::take(&mut self.access_pending);
         if !pending.is_empty() {
             // Under the shared lock the views took (`record_access` sees it).
@@ -915,23 +933,42 @@ impl Store for Vault {
             && p == path.as_str()
         {
             let entry = (id, access::Kind::Viewed, now_ms());
-            if self.defer_access {
-                if self.access_guard.is_none() {
-                    // Without the lock nothing is recorded (as in
-                    // `record_access`): a time can only be older than the truth.
-                    let Ok(guard) = FileLock::shared_on(&self.lock) else {
-                        return;
-                    };
-                    self.access_guard = Some(guard);
+            match self.access_mode {
+                AccessMode::Now => self.record_access(&[entry]),
+                AccessMode::Batched => {
+                    self.access_pending.push(entry);
+                    if self.access_pending.len() >= 256 {
+                        self.flush_access();
+                    }
                 }
-                self.access_pending.push(entry);
-                // Bounded: a caller that never replies still records.
-                if self.access_pending.len() >= 1024 {
-                    self.flush_access();
+                AccessMode::AfterReply => {
+                    if self.access_guard.is_none() {
+                        // Without the lock nothing is recorded (as in
+                        // `record_access`): a time can only be older than the truth.
+                        let Ok(guard) = FileLock::shared_on(&self.lock) else {
+                            return;
+                        };
+                        self.access_guard = Some(guard);
+                    }
+                    self.access_pending.push(entry);
+                    // Bounded: a caller that never replies still records.
+                    if self.access_pending.len() >= 1024 {
+                        self.flush_access();
+                    }
                 }
-            } else {
-                self.record_access(&[entry]);
             }
         }
     }
+}
+
+/// When a handle writes a view's access record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AccessMode {
+    /// Before the reply (one-shot commands).
+    Now,
+    /// After the reply, the writer lock held shared until then
+    /// ([`Vault::defer_access`], `serve`).
+    AfterReply,
+    /// With others, later ([`Vault::batch_access`], `memvault server`).
+    Batched,
 }

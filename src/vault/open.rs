@@ -291,7 +291,7 @@ impl Vault {
             access_pending: Vec::new(),
             access_guard: None,
             fresh_tip: None,
-            defer_access: false,
+            access_mode: super::AccessMode::Now,
             machine: std::cell::OnceCell::new(),
         };
         let mut vault = vault;

@@ -1646,3 +1646,69 @@ fn routes_match_as_sent_take_their_own_methods_and_refuse_malformed_bodies() {
     );
     assert!(resp.contains("rate of 1 request a second"), "{resp}");
 }
+
+/// A view through the server keeps its file from expiry: the server
+/// writes views' access records together (not one per view), and one
+/// held when the expiry runs counts, as does one a sweep wrote before the
+/// server was killed. Only a file neither viewed nor written goes.
+#[cfg(feature = "test-hooks")]
+#[test]
+fn views_through_the_server_keep_their_files_from_expiry_though_their_records_are_batched() {
+    let r = Root::new(&[("acme", "memory,admin")]);
+    let token = r.tokens["acme"].clone();
+    let t0 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let at = |days: u128| (t0 + days * 86_400_000).to_string();
+    let start = |now: &str| {
+        Server::start_env(
+            &r.root,
+            &r.key,
+            &["--idle-close", "2s"],
+            &[("MEMVAULT_TEST_NOW_MS", now)],
+        )
+    };
+    let s = start(&at(0));
+    for f in ["a", "b", "c"] {
+        let v = s.memory(
+            &token,
+            json!({"command": "create", "path": format!("/memories/{f}.md"), "file_text": "x\n"}),
+        );
+        assert_eq!(v["is_error"], false, "{v}");
+    }
+    s.stop();
+    // Two days on: c is viewed, a sweep (every 500 ms with a 2 s idle
+    // period) writes its record, and the server is killed, not stopped.
+    let s = start(&at(2));
+    let v = s.memory(&token, json!({"command": "view", "path": "/memories/c.md"}));
+    assert_eq!(v["is_error"], false, "{v}");
+    std::thread::sleep(Duration::from_millis(1200));
+    drop(s);
+    // The same day, a new server: a is viewed and the expiry runs at
+    // once, a's record still held by the vault it ran on.
+    let s = start(&at(2));
+    let v = s.memory(&token, json!({"command": "view", "path": "/memories/a.md"}));
+    assert_eq!(v["is_error"], false, "{v}");
+    let (status, v) = s.req("POST", "/v1/expire", Some(&token), r#"{"older_than":"1d"}"#);
+    assert_eq!(status, 200, "{v}");
+    let gone = v["files"].to_string();
+    assert!(
+        gone.contains("b.md") && !gone.contains("a.md") && !gone.contains("c.md"),
+        "{v}"
+    );
+    for (f, kept) in [("a", true), ("b", false), ("c", true)] {
+        let v = s.memory(
+            &token,
+            json!({"command": "view", "path": format!("/memories/{f}.md")}),
+        );
+        assert_eq!(v["is_error"], !kept, "{f}: {v}");
+    }
+    // And a view's record outlives a graceful stop: four days on, a (seen
+    // on day two) is younger than three days.
+    s.stop();
+    let s = start(&at(4));
+    let (status, v) = s.req("POST", "/v1/expire", Some(&token), r#"{"older_than":"3d"}"#);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["files"].as_array().map(Vec::len), Some(0), "{v}");
+}

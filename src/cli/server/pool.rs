@@ -171,6 +171,10 @@ impl Slot {
                 .log_sync_handle()
                 .map_err(|_| PoolError::Unavailable("an I/O error".into()))?;
             vault.defer_sync(true);
+            // The server alone opens a tenant's vault: views' access
+            // records are written together, at each sweep (see
+            // `Pool::sweep`) or before the vault's next mutation.
+            vault.batch_access();
             let memory = pool.memory_for(vault.config())?;
             let memory_config = vault.config().clone();
             **st = Some(Open {
@@ -318,6 +322,16 @@ impl Slot {
         }
     }
 
+    /// Write the access records of the views this vault holds, if no
+    /// request holds it.
+    fn flush_access_if_free(&self) {
+        if let Ok(mut st) = self.state.try_lock()
+            && let Some(open) = st.as_mut()
+        {
+            open.vault.flush_access();
+        }
+    }
+
     /// Close the vault (its pending records synced first) if no request
     /// holds it; true if it was open and is now closed.
     fn close_if_free(&self) -> bool {
@@ -432,7 +446,8 @@ impl Pool {
     }
 
     /// Close every vault idle for longer than the idle period; forget
-    /// slots of tenants no longer in `live`.
+    /// slots of tenants no longer in `live`; write the views' access
+    /// records the other open vaults hold.
     pub fn sweep(&self, live: &dyn Fn(&str) -> bool) {
         let now = self.now();
         let idle = self.idle.as_millis() as u64;
@@ -447,6 +462,8 @@ impl Pool {
                 lock(&self.slots).remove(&id);
             } else if now.saturating_sub(slot.last_used.load(Ordering::Relaxed)) > idle {
                 slot.close_if_free();
+            } else {
+                slot.flush_access_if_free();
             }
         }
     }
