@@ -127,6 +127,15 @@ pub(crate) fn screen(text: &[u8]) -> Screened {
             },
             _ => return Screened::Pass,
         },
+        // Which of two ids to answer is not for the server to guess: the
+        // answer carries neither, as for an id it cannot read.
+        Err(ParseError::DuplicateKey(key)) if key == "id" => {
+            return Screened::Invalid {
+                id: Value::Null,
+                code: -32600,
+                message: "Invalid request: \"id\" is given twice".into(),
+            };
+        }
         Err(ParseError::DuplicateKey(key)) => match serde_json::from_slice::<Value>(text) {
             Ok(v) => (v, duplicate_key_message(&key)),
             Err(_) => return Screened::Pass,
@@ -552,6 +561,22 @@ mod tests {
                 (id, message)
             }
             _ => panic!("not refused: {text}"),
+        }
+    }
+
+    #[test]
+    fn a_message_with_two_ids_is_answered_with_neither() {
+        for text in [
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"memory","arguments":{"command":"view","path":"/memories"}}}"#,
+            r#"{"jsonrpc":"2.0","id":"a","method":"tools/list","id":"b"}"#,
+        ] {
+            match screen(text.as_bytes()) {
+                Screened::Invalid { id, code, message } => {
+                    assert_eq!((id, code), (Value::Null, -32600));
+                    assert!(message.contains("\"id\" is given twice"), "{message}");
+                }
+                _ => panic!("not refused as invalid: {text}"),
+            }
         }
     }
 
