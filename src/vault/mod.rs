@@ -702,14 +702,15 @@ impl Vault {
     }
 
     /// Hold views' access records in this handle and write them together
-    /// (`memvault server`, whose process is the only one that opens a
-    /// tenant's vault): at [`flush_access`](Self::flush_access), which the
-    /// server calls on each of its sweeps, before any mutation of this
-    /// handle, when 256 are held, and when the handle closes. The access
-    /// table read through this handle (an expiry's) counts them; another
-    /// process's sees them once written. A process killed meanwhile loses
-    /// them, as it could lose any access record: a time can only be older
-    /// than the truth. Views take no lock until then.
+    /// (`memvault server`): at [`flush_access`](Self::flush_access), which
+    /// the server calls every 200 ms, before any mutation of this handle,
+    /// when 256 are held, and when the handle closes. As with
+    /// [`defer_access`](Self::defer_access), the first view held takes the
+    /// writer lock shared until they are written, so a sweep by another
+    /// handle waits for them and sees them; the access table read through
+    /// this handle counts them. A process killed meanwhile loses them, as
+    /// it could lose any access record: a time can only be older than the
+    /// truth.
     pub fn batch_access(&mut self) {
         self.flush_access();
         self.access_mode = AccessMode::Batched;
@@ -935,24 +936,24 @@ impl Store for Vault {
             let entry = (id, access::Kind::Viewed, now_ms());
             match self.access_mode {
                 AccessMode::Now => self.record_access(&[entry]),
-                AccessMode::Batched => {
-                    self.access_pending.push(entry);
-                    if self.access_pending.len() >= 256 {
-                        self.flush_access();
-                    }
-                }
-                AccessMode::AfterReply => {
+                AccessMode::AfterReply | AccessMode::Batched => {
                     if self.access_guard.is_none() {
                         // Without the lock nothing is recorded (as in
-                        // `record_access`): a time can only be older than the truth.
+                        // `record_access`): a time can only be older than
+                        // the truth.
                         let Ok(guard) = FileLock::shared_on(&self.lock) else {
                             return;
                         };
                         self.access_guard = Some(guard);
                     }
                     self.access_pending.push(entry);
-                    // Bounded: a caller that never replies still records.
-                    if self.access_pending.len() >= 1024 {
+                    // Bounded: a caller that never replies (or flushes)
+                    // still records.
+                    let most = match self.access_mode {
+                        AccessMode::Batched => 256,
+                        _ => 1024,
+                    };
+                    if self.access_pending.len() >= most {
                         self.flush_access();
                     }
                 }
@@ -969,6 +970,7 @@ pub(crate) enum AccessMode {
     /// After the reply, the writer lock held shared until then
     /// ([`Vault::defer_access`], `serve`).
     AfterReply,
-    /// With others, later ([`Vault::batch_access`], `memvault server`).
+    /// With others, later, the writer lock held shared until then
+    /// ([`Vault::batch_access`], `memvault server`).
     Batched,
 }

@@ -1648,9 +1648,11 @@ fn routes_match_as_sent_take_their_own_methods_and_refuse_malformed_bodies() {
 }
 
 /// A view through the server keeps its file from expiry: the server
-/// writes views' access records together (not one per view), and one
-/// held when the expiry runs counts, as does one a sweep wrote before the
-/// server was killed. Only a file neither viewed nor written goes.
+/// writes views' access records together (not one per view, every 200
+/// ms), and one held when an expiry runs counts (the server's own, and
+/// the operator's beside it, which waits for it), as does one written
+/// before the server was killed. Only a file neither viewed nor written
+/// goes.
 #[cfg(feature = "test-hooks")]
 #[test]
 fn views_through_the_server_keep_their_files_from_expiry_though_their_records_are_batched() {
@@ -1678,12 +1680,42 @@ fn views_through_the_server_keep_their_files_from_expiry_though_their_records_ar
         assert_eq!(v["is_error"], false, "{v}");
     }
     s.stop();
-    // Two days on: c is viewed, a sweep (every 500 ms with a 2 s idle
-    // period) writes its record, and the server is killed, not stopped.
+    // Two days on: c is viewed, its record is written, and the server is
+    // killed, not stopped.
     let s = start(&at(2));
     let v = s.memory(&token, json!({"command": "view", "path": "/memories/c.md"}));
     assert_eq!(v["is_error"], false, "{v}");
-    std::thread::sleep(Duration::from_millis(1200));
+    // The operator's own sweep of the tenant's vault, run at once beside
+    // the server (its key exported), waits for the held record and sees it.
+    let tenant_key = r.tmp.path().join("acme.key");
+    let out = tenant_cmd(&r.key)
+        .args(["tenant", "export-key", "acme", "--root"])
+        .arg(&r.root)
+        .arg("--out")
+        .arg(&tenant_key)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let vault = std::fs::read_dir(r.root.join("tenants"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let out = tenant_cmd(&tenant_key)
+        .env("MEMVAULT_TEST_NOW_MS", at(2))
+        .arg("--vault")
+        .arg(&vault)
+        .args(["expire", "--older-than", "1d", "--dry-run"])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{listed}");
+    assert!(
+        listed.contains("/memories/a.md") && !listed.contains("/memories/c.md"),
+        "{listed}"
+    );
+    std::thread::sleep(Duration::from_millis(600));
     drop(s);
     // The same day, a new server: a is viewed and the expiry runs at
     // once, a's record still held by the vault it ran on.

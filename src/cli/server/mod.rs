@@ -1023,6 +1023,17 @@ async fn serve(
             }
         })
     };
+    // Views' access records, written together (see `Pool::flush_access`).
+    let flusher = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(pool::ACCESS_FLUSH_EVERY).await;
+                let app = app.clone();
+                let _ = tokio::task::spawn_blocking(move || app.pool.flush_access()).await;
+            }
+        })
+    };
 
     eprintln!(
         "memvault: serving {} tenant{} on {}://{local}",
@@ -1091,6 +1102,7 @@ async fn serve(
     app.stopping.store(true, Ordering::SeqCst);
     drop(listener);
     sweeper.abort();
+    flusher.abort();
     if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown())
         .await
         .is_err()

@@ -72,6 +72,10 @@ impl<T> Ran<T> {
 /// objects in memory.
 const CHECKPOINT_BYTES: u64 = 256 << 10;
 
+/// How often the views' access records held by open vaults are written
+/// (see [`Pool::flush_access`]).
+pub const ACCESS_FLUSH_EVERY: Duration = Duration::from_millis(200);
+
 /// Why nothing more runs on a tenant whose log failed a sync.
 pub const FAILED: &str = "a sync of this tenant's log failed earlier; nothing more is acknowledged for it until the server is restarted (check the disk)";
 
@@ -171,9 +175,8 @@ impl Slot {
                 .log_sync_handle()
                 .map_err(|_| PoolError::Unavailable("an I/O error".into()))?;
             vault.defer_sync(true);
-            // The server alone opens a tenant's vault: views' access
-            // records are written together, at each sweep (see
-            // `Pool::sweep`) or before the vault's next mutation.
+            // Views' access records are written together (see
+            // `Pool::flush_access`).
             vault.batch_access();
             let memory = pool.memory_for(vault.config())?;
             let memory_config = vault.config().clone();
@@ -446,8 +449,7 @@ impl Pool {
     }
 
     /// Close every vault idle for longer than the idle period; forget
-    /// slots of tenants no longer in `live`; write the views' access
-    /// records the other open vaults hold.
+    /// slots of tenants no longer in `live`.
     pub fn sweep(&self, live: &dyn Fn(&str) -> bool) {
         let now = self.now();
         let idle = self.idle.as_millis() as u64;
@@ -462,9 +464,20 @@ impl Pool {
                 lock(&self.slots).remove(&id);
             } else if now.saturating_sub(slot.last_used.load(Ordering::Relaxed)) > idle {
                 slot.close_if_free();
-            } else {
-                slot.flush_access_if_free();
             }
+        }
+    }
+
+    /// Write the access records of the views the open vaults hold (each
+    /// vault that no request holds; a request's own mutation writes them
+    /// first). Called every [`ACCESS_FLUSH_EVERY`]: a view holds its
+    /// vault's writer lock shared until its record is written (as in
+    /// `serve`), so a sweep by another process (the operator's) or by the
+    /// server's own sync waits at most about that long, and sees it.
+    pub fn flush_access(&self) {
+        let slots: Vec<Arc<Slot>> = lock(&self.slots).values().cloned().collect();
+        for slot in slots {
+            slot.flush_access_if_free();
         }
     }
 
