@@ -264,7 +264,14 @@ pub struct Vault {
     /// This machine, as every commit names it (`memvault/machine`, read
     /// or made at the first commit).
     machine: std::cell::OnceCell<Option<String>>,
+    /// The object store's bytes as [`stored_bytes`](Self::stored_bytes)
+    /// last measured them, and the pack directory's state then.
+    stored: std::cell::Cell<Option<(StoreStamp, u64)>>,
 }
+
+/// Where the pack directory stood (modified time, inode, change time):
+/// packs come and go only by names added or removed there.
+type StoreStamp = (Option<std::time::SystemTime>, u64, i64, i64);
 
 /// The number of files in one tree (see [`Vault::known_file_count`]).
 #[derive(Debug, Clone, Copy)]
@@ -389,6 +396,31 @@ impl Vault {
     /// Where `refs/memvault/keys` points now (see [`Wal::ref_target`]).
     pub(crate) fn keys_target(&mut self) -> Result<Option<Oid>, VaultError> {
         Ok(self.wal.ref_target(&self.repo, keys::KEYS_REF)?)
+    }
+
+    /// The bytes this vault keeps for its content and history: its git
+    /// object store (packs, their indexes, any loose object) and its log's
+    /// records (not the zeros ahead of them). The object store is measured
+    /// again when its pack directory changed (a checkpoint, `gc`, a sync),
+    /// else taken from the last measurement. What a tenant's storage quota
+    /// is counted in (`memvault tenant quota`).
+    pub fn stored_bytes(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        let objects = self.repo.path().join("objects");
+        let stamp = std::fs::metadata(objects.join("pack"))
+            .ok()
+            .map(|m| (m.modified().ok(), m.ino(), m.ctime(), m.ctime_nsec()));
+        let measured = match (stamp, self.stored.get()) {
+            (Some(now), Some((then, bytes))) if now == then => bytes,
+            _ => {
+                let bytes = tree_bytes(&objects);
+                if let Some(now) = stamp {
+                    self.stored.set(Some((now, bytes)));
+                }
+                bytes
+            }
+        };
+        measured + self.wal.len().unwrap_or(0)
     }
 
     /// The number of files at the tip, if this handle has counted them
@@ -973,4 +1005,21 @@ pub(crate) enum AccessMode {
     /// With others, later, the writer lock held shared until then
     /// ([`Vault::batch_access`], `memvault server`).
     Batched,
+}
+
+/// The bytes of every regular file below `dir` (symbolic links not
+/// followed, unreadable entries counted as nothing).
+fn tree_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut bytes = 0;
+    for e in entries.flatten() {
+        match e.file_type() {
+            Ok(t) if t.is_dir() => bytes += tree_bytes(&e.path()),
+            Ok(t) if t.is_file() => bytes += e.metadata().map_or(0, |m| m.len()),
+            _ => {}
+        }
+    }
+    bytes
 }

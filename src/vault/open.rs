@@ -292,6 +292,7 @@ impl Vault {
             access_guard: None,
             fresh_tip: None,
             access_mode: super::AccessMode::Now,
+            stored: std::cell::Cell::new(None),
             machine: std::cell::OnceCell::new(),
         };
         let mut vault = vault;

@@ -1744,3 +1744,145 @@ fn views_through_the_server_keep_their_files_from_expiry_though_their_records_ar
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["files"].as_array().map(Vec::len), Some(0), "{v}");
 }
+
+/// A tenant's storage quota (`tenant quota`): once its vault stores that
+/// many bytes, a memory command that adds content is a 429 (no
+/// `Retry-After`: waiting does not change it) and changes nothing, and on
+/// `/mcp` the tool's error; views and deletes still run; another tenant
+/// is not touched; the operator's change holds at the next request of a
+/// running server. Sizes that are not sizes are refused.
+#[test]
+fn a_tenant_at_its_storage_quota_is_refused_writes_and_keeps_reading() {
+    let r = Root::new(&[("acme", "memory"), ("zed", "memory")]);
+    let (acme, zed) = (r.tokens["acme"].clone(), r.tokens["zed"].clone());
+    let quota = |size: &str| {
+        tenant_cmd(&r.key)
+            .args(["tenant", "quota", "acme", size, "--root"])
+            .arg(&r.root)
+            .output()
+            .unwrap()
+    };
+    for bad in ["0", "12XB", "-5", "", "1.5GB", "99999999999999999999"] {
+        assert_eq!(quota(bad).status.code(), Some(2), "{bad:?}");
+    }
+    assert!(quota("300KB").status.success());
+    let list = || {
+        let out = r
+            .tenant()
+            .args(["list", "--json", "--root"])
+            .arg(&r.root)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let listed = list();
+    assert!(listed.contains("\"quota_bytes\":300000"), "{listed}");
+    let s = r.start(&[]);
+    let note = "q".repeat(20_000);
+    let create = |token: &str, name: &str| {
+        s.req(
+            "POST",
+            "/v1/memory",
+            Some(token),
+            &json!({"command": "create", "path": format!("/memories/{name}.md"), "file_text": note})
+                .to_string(),
+        )
+    };
+    let mut made = 0;
+    let refusal = loop {
+        let (status, v) = create(&acme, &format!("n{made}"));
+        if status != 200 {
+            break (status, v);
+        }
+        assert_eq!(v["is_error"], false, "{v}");
+        made += 1;
+        assert!(made < 40, "never refused");
+    };
+    assert_eq!(refusal.0, 429, "{}", refusal.1);
+    let why = refusal.1["error"].as_str().unwrap();
+    assert!(
+        why.contains("storage quota") && why.contains("of 300000 bytes"),
+        "{why}"
+    );
+    assert!(
+        made >= 5,
+        "refused after {made} notes of 20 KB under 300 KB"
+    );
+    // Nothing was written; the other writes that add content are refused
+    // too (a tool_use block as well), views and deletes are not.
+    let v = s.memory(&acme, json!({"command": "view", "path": "/memories"}));
+    assert!(
+        !v["content"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("n{made}.md")),
+        "{v}"
+    );
+    for command in [
+        json!({"command": "str_replace", "path": "/memories/n0.md", "old_str": "qq", "new_str": "r"}),
+        json!({"type": "tool_use", "id": "toolu_q", "name": "memory", "input": {"command": "insert", "path": "/memories/n0.md", "insert_line": 0, "insert_text": "r"}}),
+    ] {
+        let (status, v) = s.req("POST", "/v1/memory", Some(&acme), &command.to_string());
+        assert_eq!(status, 429, "{command}: {v}");
+    }
+    let raw = raw_post(
+        s.port,
+        "/v1/memory",
+        &acme,
+        &json!({"command": "create", "path": "/memories/x.md", "file_text": "x"}).to_string(),
+    );
+    assert!(raw.starts_with("HTTP/1.1 429"), "{raw}");
+    assert!(!raw.to_ascii_lowercase().contains("retry-after"), "{raw}");
+    let v = s.memory(&acme, json!({"command": "view", "path": "/memories/n0.md"}));
+    assert_eq!(v["is_error"], false, "{v}");
+    let v = s.memory(
+        &acme,
+        json!({"command": "delete", "path": "/memories/n1.md"}),
+    );
+    assert_eq!(v["is_error"], false, "{v}");
+    // On /mcp: the tool's error.
+    let a = format!("Bearer {acme}");
+    let (status, v) = s.req_with(
+        "POST",
+        "/mcp",
+        &[
+            ("Authorization", a.as_str()),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+        ],
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "memory", "arguments": {"command": "create", "path": "/memories/m.md", "file_text": "m"}}})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(status, 200, "{v}");
+    let text = v.to_string();
+    assert!(
+        text.contains("storage quota") && text.contains("isError"),
+        "{text}"
+    );
+    // Another tenant writes as before.
+    let (status, v) = create(&zed, "z");
+    assert_eq!((status, v["is_error"].clone()), (200, json!(false)), "{v}");
+    // The quota raised, then removed, under the running server.
+    assert!(quota("10MiB").status.success());
+    assert_eq!(create(&acme, "after-raise").0, 200);
+    assert!(quota("none").status.success());
+    assert_eq!(create(&acme, "after-none").0, 200);
+    let listed = list();
+    assert!(listed.contains("\"quota_bytes\":null"), "{listed}");
+}
+
+/// One POST on its own connection: the raw response (status line and
+/// headers included).
+fn raw_post(port: u16, path: &str, token: &str, body: &str) -> String {
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        c,
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).unwrap();
+    out
+}

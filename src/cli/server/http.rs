@@ -118,6 +118,9 @@ pub struct ApiError {
     message: String,
     /// A 405's `Allow` header: the methods the route takes.
     allow: Option<&'static str>,
+    /// A 429 over the rate (the bucket refills within a second), not over
+    /// the quota (which waiting does not change): `Retry-After: 1`.
+    retry_soon: bool,
 }
 
 impl ApiError {
@@ -126,6 +129,15 @@ impl ApiError {
             status,
             message: message.into(),
             allow: None,
+            retry_soon: false,
+        }
+    }
+
+    /// A 429 for a tenant over its request rate.
+    fn over_rate(message: String) -> ApiError {
+        ApiError {
+            retry_soon: true,
+            ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, message)
         }
     }
 
@@ -155,8 +167,7 @@ impl IntoResponse for ApiError {
                 HeaderValue::from_static("Bearer realm=\"memvault\""),
             );
         }
-        if self.status == StatusCode::TOO_MANY_REQUESTS {
-            // The bucket refills within a second.
+        if self.retry_soon {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
@@ -347,13 +358,13 @@ impl App {
 
     /// The slot of an authenticated tenant, after its rate check.
     pub fn slot(&self, who: &Authed) -> Result<Arc<Slot>, ApiError> {
-        let key = {
+        let (key, quota) = {
             let loaded = self.loaded.read().unwrap_or_else(|p| p.into_inner());
             loaded
                 .reg
                 .tenants
                 .get(&who.tenant)
-                .map(|t| t.key.clone())
+                .map(|t| (t.key.clone(), t.quota))
                 .ok_or_else(unauthorized)?
         };
         let slot = self.pool.slot(
@@ -362,6 +373,9 @@ impl App {
             &key,
             self.limits.rate,
         );
+        // As the registry says now: a quota changed under a running server
+        // holds from its next request.
+        slot.set_quota(quota);
         // Removed meanwhile (the refresh that saw it go may have forgotten
         // its slot just before this one was made): refused.
         if !self.has_tenant(&who.tenant) {
@@ -369,14 +383,11 @@ impl App {
             return Err(unauthorized());
         }
         if !slot.admit(self.limits.rate) {
-            return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                format!(
-                    "over this tenant's rate of {} request{} a second; retry shortly",
-                    self.limits.rate,
-                    if self.limits.rate == 1 { "" } else { "s" }
-                ),
-            ));
+            return Err(ApiError::over_rate(format!(
+                "over this tenant's rate of {} request{} a second; retry shortly",
+                self.limits.rate,
+                if self.limits.rate == 1 { "" } else { "s" }
+            )));
         }
         Ok(slot)
     }
@@ -663,17 +674,26 @@ async fn memory(State(app): State<Arc<App>>, req: Request) -> Result<Response, A
     let value = parse_body(&bytes)?;
     let id = value.get("id").and_then(Value::as_str).map(str::to_owned);
     let inline = bytes.len() <= INLINE_BODY;
+    let quota = slot.quota();
     let reply = on_vault(
         &app,
         &slot,
         attribution,
         who.principal,
         inline,
-        move |open| protocol::handle_value(&open.memory, &mut open.vault, &value),
+        move |open| match open.over_quota(quota, &value) {
+            Some(why) => Err(why),
+            None => Ok(protocol::handle_value(
+                &open.memory,
+                &mut open.vault,
+                &value,
+            )),
+        },
     )
     .await?;
     let reply = match reply {
-        Ok(r) => r,
+        Ok(Ok(r)) => r,
+        Ok(Err(why)) => return Err(ApiError::new(StatusCode::TOO_MANY_REQUESTS, why)),
         // Written to the log, not acknowledged: the tool's own error.
         Err(PoolError::Unavailable(m)) if m == NOT_DURABLE => Reply {
             tool_use_id: id,

@@ -103,13 +103,17 @@ impl ServerHandler for TenantMcp {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok())
             .is_some_and(|n| n <= INLINE_BODY);
+        let slot_quota = slot.quota();
         let result = on_vault(
             &self.app,
             &slot,
             attribution,
             who.principal,
             inline,
-            move |open| open.memory.execute_json(&mut open.vault, &input),
+            move |open| match open.over_quota(slot_quota, &input) {
+                Some(why) => ToolResult::error(format!("Error: {why}")),
+                None => open.memory.execute_json(&mut open.vault, &input),
+            },
         )
         .await
         .map_err(|_| internal("the memory command failed unexpectedly"))?;

@@ -116,6 +116,20 @@ pub(crate) enum TenantCommand {
         #[arg(long, value_name = "FILE", requires = "clone")]
         vault_key_file: Option<PathBuf>,
     },
+    /// Set the most bytes a tenant's vault may store, its history
+    /// included (what is on disk but the log's preallocated zeros): past
+    /// it, `memvault server` answers a memory command that adds content
+    /// (create, str_replace, insert, rename) with 429, and `/mcp` with the
+    /// tool's error; views, deletes and the audit and admin routes still
+    /// run. `none` removes it. A running server applies it at once
+    Quota {
+        /// The tenant
+        name: String,
+        /// A size: 500MB, 2GiB, 1048576 (bytes), or none
+        size: String,
+        #[arg(long, value_name = "DIR")]
+        root: PathBuf,
+    },
     /// Set the git remote a tenant's vault syncs with (`server --sync`,
     /// `tenant sync`), or remove it with --remove
     Remote {
@@ -211,6 +225,44 @@ fn usage(message: impl Into<String>) -> CliError {
 fn secret(global: &Global) -> Result<Secret, CliError> {
     no_core_dumps();
     source(global).resolve()
+}
+
+/// A quota's size: digits with an optional unit (B; kB, MB, GB, TB in
+/// powers of 1,000; KiB, MiB, GiB, TiB in powers of 1,024; any case), or
+/// `none`.
+fn parse_quota(size: &str) -> Result<Option<u64>, CliError> {
+    let bad = || {
+        usage(format!(
+            "quota {size:?}: give a size such as 500MB, 2GiB or 1048576 (bytes), or none"
+        ))
+    };
+    let s = size.trim();
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(digits);
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    let unit = unit.trim().to_ascii_lowercase();
+    let times: u64 = match unit.as_str() {
+        "" | "b" => 1,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        _ => return Err(bad()),
+    };
+    match n.checked_mul(times) {
+        Some(0) => Err(usage(format!(
+            "quota {size:?}: a quota of nothing would refuse every write; give a size, or none"
+        ))),
+        Some(q) => Ok(Some(q)),
+        None => Err(bad()),
+    }
 }
 
 fn unknown_tenant(name: &str) -> CliError {
@@ -367,7 +419,7 @@ pub(crate) fn tenant(
                     .map(|k| json!({"name": k.name, "scopes": k.scopes, "created": super::history::rfc3339(k.created_ms)}))
                     .collect();
                 if *json {
-                    let line = json!({"name": t.name, "id": id, "created": super::history::rfc3339(t.created_ms), "tokens": tokens});
+                    let line = json!({"name": t.name, "id": id, "created": super::history::rfc3339(t.created_ms), "tokens": tokens, "quota_bytes": t.quota});
                     writeln!(out, "{line}")?;
                 } else {
                     let toks: Vec<String> = t
@@ -375,7 +427,11 @@ pub(crate) fn tenant(
                         .values()
                         .map(|k| format!("{} ({})", k.name, scope_list(&k.scopes)))
                         .collect();
-                    writeln!(out, "{}  {}  {}", t.name, id, toks.join(", "))?;
+                    let quota = t
+                        .quota
+                        .map(|q| format!("  quota {q} bytes"))
+                        .unwrap_or_default();
+                    writeln!(out, "{}  {}  {}{quota}", t.name, id, toks.join(", "))?;
                 }
             }
             out.flush()?;
@@ -444,6 +500,27 @@ pub(crate) fn tenant(
                     )?;
                 }
                 None => writeln!(err, "memvault: token {token_name} of tenant {name} revoked")?,
+            }
+            Ok(0)
+        }
+        TenantCommand::Quota { name, size, root } => {
+            let quota = parse_quota(size)?;
+            let root = Root::open(root, &secret(global)?, false)?;
+            root.change(|reg| {
+                let (_, tenant) = reg
+                    .tenants
+                    .iter_mut()
+                    .find(|(_, t)| t.name == *name)
+                    .ok_or_else(|| unknown_tenant(name))?;
+                tenant.quota = quota;
+                Ok(())
+            })?;
+            match quota {
+                Some(q) => writeln!(
+                    err,
+                    "memvault: tenant {name}'s vault may store {q} bytes (history included)"
+                )?,
+                None => writeln!(err, "memvault: tenant {name} has no storage quota")?,
             }
             Ok(0)
         }

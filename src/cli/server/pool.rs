@@ -18,6 +18,7 @@ use super::registry::HexKey;
 use crate::crypto::Unlock;
 use crate::memory::{Memory, Store};
 use crate::vault::{Attribution, FileCount, Vault, VaultConfig, VaultError, fsync};
+use serde_json::Value;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -34,6 +35,37 @@ pub struct Open {
     /// The settings `memory` was made for.
     memory_config: VaultConfig,
     log: File,
+}
+
+impl Open {
+    /// Why the memory command `call` (a command object, or a `tool_use`
+    /// block holding one in `input`) is refused under a storage quota of
+    /// `quota` bytes, if it is: one that adds content (create, str_replace,
+    /// insert, rename: a folder's rename seals its files again) once the
+    /// vault stores its quota, or would with the text it brings. Views,
+    /// deletes and malformed calls (answered by the tool) are not.
+    pub fn over_quota(&self, quota: Option<u64>, call: &Value) -> Option<String> {
+        let quota = quota?;
+        let input = match call.get("input") {
+            Some(input) if input.is_object() => input,
+            _ => call,
+        };
+        let text = |k: &str| input.get(k).and_then(Value::as_str).map_or(0, str::len) as u64;
+        let adds = match input.get("command").and_then(Value::as_str)? {
+            "create" => text("file_text"),
+            "str_replace" => text("new_str"),
+            "insert" => text("insert_text"),
+            "rename" => 0,
+            _ => return None,
+        };
+        let stored = self.vault.stored_bytes();
+        if stored.saturating_add(adds) <= quota {
+            return None;
+        }
+        Some(format!(
+            "this tenant's memory is at its storage quota ({stored} of {quota} bytes stored, history included); nothing was changed: the operator can raise it (`memvault tenant quota`) or free space (purge, expire, then gc)"
+        ))
+    }
 }
 
 /// One open vault in the pool's count, for as long as it lives.
@@ -113,7 +145,12 @@ pub struct Slot {
     /// Requests of this tenant wait here, without holding a thread, for
     /// their turn at the vault.
     pub gate: tokio::sync::Mutex<()>,
+    /// Its storage quota in bytes, as the registry last said (`NO_QUOTA`:
+    /// none).
+    quota: AtomicU64,
 }
+
+const NO_QUOTA: u64 = u64::MAX;
 
 /// Why a request could not run on a tenant's vault.
 #[derive(Debug)]
@@ -307,6 +344,16 @@ impl Slot {
         }
     }
 
+    /// Its storage quota, if any.
+    pub fn quota(&self) -> Option<u64> {
+        Some(self.quota.load(Ordering::Relaxed)).filter(|&q| q != NO_QUOTA)
+    }
+
+    pub fn set_quota(&self, quota: Option<u64>) {
+        self.quota
+            .store(quota.unwrap_or(NO_QUOTA), Ordering::Relaxed);
+    }
+
     /// Take a request from the tenant's bucket: false when over its rate.
     pub fn admit(&self, rate: u32) -> bool {
         if rate == 0 {
@@ -424,6 +471,7 @@ impl Pool {
                     gone: AtomicBool::new(false),
                     failed: AtomicBool::new(false),
                     gate: tokio::sync::Mutex::new(()),
+                    quota: AtomicU64::new(NO_QUOTA),
                 })
             })
             .clone()

@@ -127,6 +127,11 @@ pub struct Tenant {
     pub created_ms: u64,
     /// By token id (the 16 hex digits after `mvt_`).
     pub tokens: BTreeMap<String, Token>,
+    /// The most bytes its vault may store (`tenant quota`), if set. A
+    /// registry holding one is refused by a memvault older than quotas
+    /// (unknown field), which could not keep it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<u64>,
 }
 
 /// The decrypted registry.
@@ -484,6 +489,7 @@ pub fn add_tenant(
         key: key.clone(),
         created_ms: crate::vault::now_ms(),
         tokens: BTreeMap::new(),
+        quota: None,
     };
     let token = put_token(&mut tenant, keys, name, scopes);
     reg.tenants.insert(id.clone(), tenant);
