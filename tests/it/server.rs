@@ -91,6 +91,18 @@ impl Root {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// `tenant list --json`: one JSON object per tenant, a line each.
+    pub fn list_json(&self) -> String {
+        let out = self
+            .tenant()
+            .args(["list", "--json", "--root"])
+            .arg(&self.root)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    }
+
     /// `tenant token NAME ARGS...`; the token printed, if any.
     pub fn token(&self, name: &str, args: &[&str]) -> (bool, String, String) {
         let out = self
@@ -294,14 +306,7 @@ fn tenants_get_tokens_once_and_rotation_revocation_and_removal_take_effect_at_on
     assert_eq!(v["is_error"], false, "{v}");
 
     // list: names and scopes, no token, no key.
-    let out = r
-        .tenant()
-        .args(["list", "--json", "--root"])
-        .arg(&r.root)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let list = String::from_utf8(out.stdout).unwrap();
+    let list = r.list_json();
     assert!(
         list.contains("\"alice\"") && list.contains("\"bob\""),
         "{list}"
@@ -1766,16 +1771,7 @@ fn a_tenant_at_its_storage_quota_is_refused_writes_and_keeps_reading() {
         assert_eq!(quota(bad).status.code(), Some(2), "{bad:?}");
     }
     assert!(quota("300KB").status.success());
-    let list = || {
-        let out = r
-            .tenant()
-            .args(["list", "--json", "--root"])
-            .arg(&r.root)
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap()
-    };
-    let listed = list();
+    let listed = r.list_json();
     assert!(listed.contains("\"quota_bytes\":300000"), "{listed}");
     let s = r.start(&[]);
     let note = "q".repeat(20_000);
@@ -1868,7 +1864,7 @@ fn a_tenant_at_its_storage_quota_is_refused_writes_and_keeps_reading() {
     assert_eq!(create(&acme, "after-raise").0, 200);
     assert!(quota("none").status.success());
     assert_eq!(create(&acme, "after-none").0, 200);
-    let listed = list();
+    let listed = r.list_json();
     assert!(listed.contains("\"quota_bytes\":null"), "{listed}");
 }
 
