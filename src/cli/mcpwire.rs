@@ -11,6 +11,10 @@
 //!   lone surrogate escape) reaches rmcp as the same call with empty
 //!   arguments, and its id is marked: the call is answered with the tool
 //!   error `serve` gives for that input, same text, `isError: true`;
+//! - any other message with a key given twice (at any depth), and a
+//!   `tools/call` whose own `method` is given twice, is an invalid request
+//!   answered with its id; one whose `id` is given twice, with id null
+//!   (which of the two to answer is not the server's guess);
 //! - on stdio, a line that is no JSON-RPC message at all is answered with
 //!   a JSON-RPC parse error (id null), and a line over the limit with the
 //!   error `serve` gives (as a tool error when it is a `tools/call` whose
@@ -127,19 +131,39 @@ pub(crate) fn screen(text: &[u8]) -> Screened {
             },
             _ => return Screened::Pass,
         },
-        // Which of two ids to answer is not for the server to guess: the
-        // answer carries neither, as for an id it cannot read.
-        Err(ParseError::DuplicateKey(key)) if key == "id" => {
-            return Screened::Invalid {
-                id: Value::Null,
-                code: -32600,
-                message: "Invalid request: \"id\" is given twice".into(),
-            };
+        Err(ParseError::DuplicateKey(key)) => {
+            let top = top_level_keys(text).unwrap_or_default();
+            let twice = |k: &str| top.iter().filter(|t| *t == k).count() > 1;
+            if twice("id") {
+                // Which of two ids to answer is not for the server to
+                // guess: the answer carries neither, as for an id it
+                // cannot read.
+                return Screened::Invalid {
+                    id: Value::Null,
+                    code: -32600,
+                    message: "Invalid request: \"id\" is given twice".into(),
+                };
+            }
+            match serde_json::from_slice::<Value>(text) {
+                // A call `serve` would refuse: the tool's error.
+                Ok(v) if is_call(&v) && !twice("method") => (v, duplicate_key_message(&key)),
+                // Any other message with a key given twice (anywhere) is
+                // not one rmcp may read as it likes (it answered without
+                // an id): refused, with its id.
+                Ok(v) => {
+                    return Screened::Invalid {
+                        id: v
+                            .get("id")
+                            .filter(|i| i.is_string() || i.is_number())
+                            .cloned()
+                            .unwrap_or(Value::Null),
+                        code: -32600,
+                        message: format!("Invalid request: the key \"{key}\" is given twice"),
+                    };
+                }
+                Err(_) => return Screened::Pass,
+            }
         }
-        Err(ParseError::DuplicateKey(key)) => match serde_json::from_slice::<Value>(text) {
-            Ok(v) => (v, duplicate_key_message(&key)),
-            Err(_) => return Screened::Pass,
-        },
         Err(ParseError::Syntax(e)) => {
             match serde_json::from_slice::<Value>(&lone_surrogates_replaced(text)) {
                 Ok(v) if is_call(&v) => (v, not_json_message(&e)),
@@ -164,6 +188,31 @@ pub(crate) fn screen(text: &[u8]) -> Screened {
         }
         _ => Screened::Pass,
     }
+}
+
+/// The keys of `text`'s top-level object, in order, duplicates kept (its
+/// values skipped unread); None if it is not one.
+fn top_level_keys(text: &[u8]) -> Option<Vec<String>> {
+    struct Keys;
+    impl<'de> serde::de::Visitor<'de> for Keys {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut keys = Vec::new();
+            while let Some(k) = map.next_key::<String>()? {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                keys.push(k);
+            }
+            Ok(keys)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(text);
+    serde::Deserializer::deserialize_map(&mut de, Keys).ok()
 }
 
 fn is_call(msg: &Value) -> bool {
@@ -569,11 +618,62 @@ mod tests {
         for text in [
             r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"memory","arguments":{"command":"view","path":"/memories"}}}"#,
             r#"{"jsonrpc":"2.0","id":"a","method":"tools/list","id":"b"}"#,
+            r#"{"jsonrpc":"2.0","id":null,"id":3,"method":"ping"}"#,
         ] {
             match screen(text.as_bytes()) {
                 Screened::Invalid { id, code, message } => {
                     assert_eq!((id, code), (Value::Null, -32600));
                     assert!(message.contains("\"id\" is given twice"), "{message}");
+                }
+                _ => panic!("not refused as invalid: {text}"),
+            }
+        }
+    }
+
+    /// A key given twice below the top level, `id` included, is not two
+    /// ids: a call is the tool's error with its id; any other message, or
+    /// one with a top-level key twice, is refused with its id (rmcp
+    /// answered those with no id at all).
+    #[test]
+    fn a_key_given_twice_elsewhere_is_answered_with_the_messages_id() {
+        let (id, m) = refused(
+            r#"{"jsonrpc":"2.0","id":40,"method":"tools/call","params":{"name":"memory","arguments":{"command":"view","path":"/memories","id":1,"id":2}}}"#,
+        );
+        assert_eq!(id, json!(40));
+        assert!(m.contains("`id`"), "{m}");
+        let (id, _) = refused(
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"id":8,"id":9,"name":"memory","arguments":{"command":"view","path":"/memories"}}}"#,
+        );
+        assert_eq!(id, json!(7));
+        for (text, want, key) in [
+            (
+                r#"{"jsonrpc":"2.0","id":43,"method":"ping","params":{"id":1,"id":2}}"#,
+                json!(43),
+                "id",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":17,"method":"ping","method":"tools/list"}"#,
+                json!(17),
+                "method",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","jsonrpc":"2.0","id":"x","method":"ping"}"#,
+                json!("x"),
+                "jsonrpc",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","method":"tools/call","params":{"name":"memory","arguments":{}}}"#,
+                json!(5),
+                "method",
+            ),
+        ] {
+            match screen(text.as_bytes()) {
+                Screened::Invalid { id, code, message } => {
+                    assert_eq!((id, code), (want, -32600), "{text}");
+                    assert!(
+                        message.contains(&format!("\"{key}\" is given twice")),
+                        "{message}"
+                    );
                 }
                 _ => panic!("not refused as invalid: {text}"),
             }

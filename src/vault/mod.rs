@@ -733,19 +733,21 @@ impl Vault {
         }
     }
 
-    /// Hold views' access records in this handle and write them together
-    /// (`memvault server`): at [`flush_access`](Self::flush_access), which
-    /// the server calls every 200 ms, before any mutation of this handle,
-    /// when 256 are held, and when the handle closes. As with
-    /// [`defer_access`](Self::defer_access), the first view held takes the
-    /// writer lock shared until they are written, so a sweep by another
-    /// handle waits for them and sees them; the access table read through
-    /// this handle counts them. A process killed meanwhile loses them, as
-    /// it could lose any access record: a time can only be older than the
-    /// truth.
-    pub fn batch_access(&mut self) {
-        self.flush_access();
-        self.access_mode = AccessMode::Batched;
+    /// Whether no other handle holds the writer lock exclusively now (an
+    /// operator's command beside a server, a sweep): a request would then
+    /// not wait for it. A moment's look, true if this handle holds a lock
+    /// itself (the look must not let go of it).
+    pub fn writer_lock_free(&self) -> bool {
+        if self.access_guard.is_some() {
+            return true;
+        }
+        match self.lock.try_lock_shared() {
+            Ok(()) => {
+                let _ = self.lock.unlock();
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// Append the views noted and not yet recorded, if any, and let go of
@@ -753,7 +755,7 @@ impl Vault {
     /// writer lock exclusively: that lock and the shared one are the same
     /// `flock` (one open file), so releasing the shared one later would
     /// release the exclusive one.
-    pub fn flush_access(&mut self) {
+    pub(crate) fn flush_access(&mut self) {
         let pending = std::mem::take(&mut self.access_pending);
         if !pending.is_empty() {
             // Under the shared lock the views took (`record_access` sees it).
@@ -968,7 +970,7 @@ impl Store for Vault {
             let entry = (id, access::Kind::Viewed, now_ms());
             match self.access_mode {
                 AccessMode::Now => self.record_access(&[entry]),
-                AccessMode::AfterReply | AccessMode::Batched => {
+                AccessMode::AfterReply => {
                     if self.access_guard.is_none() {
                         // Without the lock nothing is recorded (as in
                         // `record_access`): a time can only be older than
@@ -979,13 +981,8 @@ impl Store for Vault {
                         self.access_guard = Some(guard);
                     }
                     self.access_pending.push(entry);
-                    // Bounded: a caller that never replies (or flushes)
-                    // still records.
-                    let most = match self.access_mode {
-                        AccessMode::Batched => 256,
-                        _ => 1024,
-                    };
-                    if self.access_pending.len() >= most {
+                    // Bounded: a caller that never replies still records.
+                    if self.access_pending.len() >= 1024 {
                         self.flush_access();
                     }
                 }
@@ -1002,9 +999,6 @@ pub(crate) enum AccessMode {
     /// After the reply, the writer lock held shared until then
     /// ([`Vault::defer_access`], `serve`).
     AfterReply,
-    /// With others, later, the writer lock held shared until then
-    /// ([`Vault::batch_access`], `memvault server`).
-    Batched,
 }
 
 /// The bytes of every regular file below `dir` (symbolic links not

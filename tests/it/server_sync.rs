@@ -358,6 +358,27 @@ fn a_failed_tenant_sync_is_logged_by_tenant_id_only() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(commits(&hub) >= 1, "bo's vault was pushed");
+    // /healthz (no token) counts the last round: one synced, one failed,
+    // no tenant named.
+    let (status, v) = server.req("GET", "/healthz", None, "");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(
+        (v["sync"]["synced"].clone(), v["sync"]["failed"].clone()),
+        (json!(1), json!(1)),
+        "{v}"
+    );
+    assert!(
+        v["sync"]["last_round"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{v}"
+    );
+    let text = v.to_string();
+    assert!(
+        !text.contains(&id_of("ana")) && !text.contains("ana"),
+        "{v}"
+    );
 }
 
 /// `config set` on a tenant's vault while the server has it open holds

@@ -95,6 +95,18 @@ pub struct App {
     /// The session of a token's requests that name none: one per token
     /// per server run.
     sessions: Mutex<HashMap<String, String>>,
+    /// With `--sync`: how the last round of tenant syncs went (`/healthz`).
+    sync_round: Mutex<Option<SyncRound>>,
+}
+
+/// One finished round of `server --sync`: counts only (`/healthz` answers
+/// anyone: no tenant is named).
+#[derive(Clone, Copy)]
+struct SyncRound {
+    finished_ms: u64,
+    synced: usize,
+    /// None: the registry could not be read, no vault was tried.
+    failed: Option<usize>,
 }
 
 /// Who a request is, once its token checked out.
@@ -208,6 +220,7 @@ impl App {
             limits,
             stopping: AtomicBool::new(false),
             sessions: Mutex::new(HashMap::new()),
+            sync_round: Mutex::new(None),
         })
     }
 
@@ -303,6 +316,16 @@ impl App {
     }
 
     /// Check the request's bearer token and that it has `scope`.
+    /// A round of `server --sync` finished: `synced` vaults synced,
+    /// `failed` failed (None: none could be tried).
+    pub fn note_sync_round(&self, synced: usize, failed: Option<usize>) {
+        *self.sync_round.lock().unwrap_or_else(|p| p.into_inner()) = Some(SyncRound {
+            finished_ms: crate::vault::now_ms(),
+            synced,
+            failed,
+        });
+    }
+
     pub fn authenticate(&self, headers: &HeaderMap, scope: Scope) -> Result<Authed, ApiError> {
         if self.stopping.load(Ordering::SeqCst) {
             return Err(ApiError::new(
@@ -659,7 +682,16 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
         )
         .into_response();
     }
-    json_response(StatusCode::OK, &json!({"status": "ok"}))
+    let mut answer = json!({"status": "ok"});
+    if let Some(round) = *app.sync_round.lock().unwrap_or_else(|p| p.into_inner()) {
+        answer["sync"] = json!({
+            "last_round": super::super::history::rfc3339(round.finished_ms),
+            "synced": round.synced,
+            "failed": round.failed,
+            "registry_unreadable": round.failed.is_none(),
+        });
+    }
+    json_response(StatusCode::OK, &answer)
 }
 
 /// `POST /v1/memory`: one memory tool call; the reply is `serve`'s

@@ -902,6 +902,7 @@ impl TenantSyncer {
 fn sync_tenants(app: &http::App, remote: &str) {
     let Ok(reg) = app.root.load() else {
         eprintln!("memvault: sync: the tenant registry could not be read; no vault was synced");
+        app.note_sync_round(0, None);
         return;
     };
     let mut synced = 0usize;
@@ -935,6 +936,7 @@ fn sync_tenants(app: &http::App, remote: &str) {
             Err(_) => failed.push(id),
         }
     }
+    app.note_sync_round(synced, Some(failed.len()));
     if !failed.is_empty() {
         const SHOWN: usize = 10;
         let more = failed.len().saturating_sub(SHOWN);
@@ -1100,17 +1102,6 @@ async fn serve(
             }
         })
     };
-    // Views' access records, written together (see `Pool::flush_access`).
-    let flusher = {
-        let app = app.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(pool::ACCESS_FLUSH_EVERY).await;
-                let app = app.clone();
-                let _ = tokio::task::spawn_blocking(move || app.pool.flush_access()).await;
-            }
-        })
-    };
 
     eprintln!(
         "memvault: serving {} tenant{} on {}://{local}",
@@ -1179,7 +1170,6 @@ async fn serve(
     app.stopping.store(true, Ordering::SeqCst);
     drop(listener);
     sweeper.abort();
-    flusher.abort();
     if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown())
         .await
         .is_err()

@@ -104,10 +104,6 @@ impl<T> Ran<T> {
 /// objects in memory.
 const CHECKPOINT_BYTES: u64 = 256 << 10;
 
-/// How often the views' access records held by open vaults are written
-/// (see [`Pool::flush_access`]).
-pub const ACCESS_FLUSH_EVERY: Duration = Duration::from_millis(200);
-
 /// Why nothing more runs on a tenant whose log failed a sync.
 pub const FAILED: &str = "a sync of this tenant's log failed earlier; nothing more is acknowledged for it until the server is restarted (check the disk)";
 
@@ -212,9 +208,6 @@ impl Slot {
                 .log_sync_handle()
                 .map_err(|_| PoolError::Unavailable("an I/O error".into()))?;
             vault.defer_sync(true);
-            // Views' access records are written together (see
-            // `Pool::flush_access`).
-            vault.batch_access();
             let memory = pool.memory_for(vault.config())?;
             let memory_config = vault.config().clone();
             **st = Some(Open {
@@ -255,7 +248,13 @@ impl Slot {
         let Ok(mut st) = self.state.try_lock() else {
             return Err(f);
         };
-        if st.is_none() {
+        // Not while another process holds the vault's writer lock: the
+        // request would wait for it on a thread every tenant's requests
+        // need (a runtime has one per core).
+        if !st
+            .as_ref()
+            .is_some_and(|open| open.vault.writer_lock_free())
+        {
             return Err(f);
         }
         Ok(self.execute_in(pool, &mut st, who, principal, f))
@@ -369,16 +368,6 @@ impl Slot {
             true
         } else {
             false
-        }
-    }
-
-    /// Write the access records of the views this vault holds, if no
-    /// request holds it.
-    fn flush_access_if_free(&self) {
-        if let Ok(mut st) = self.state.try_lock()
-            && let Some(open) = st.as_mut()
-        {
-            open.vault.flush_access();
         }
     }
 
@@ -513,19 +502,6 @@ impl Pool {
             } else if now.saturating_sub(slot.last_used.load(Ordering::Relaxed)) > idle {
                 slot.close_if_free();
             }
-        }
-    }
-
-    /// Write the access records of the views the open vaults hold (each
-    /// vault that no request holds; a request's own mutation writes them
-    /// first). Called every [`ACCESS_FLUSH_EVERY`]: a view holds its
-    /// vault's writer lock shared until its record is written (as in
-    /// `serve`), so a sweep by another process (the operator's) or by the
-    /// server's own sync waits at most about that long, and sees it.
-    pub fn flush_access(&self) {
-        let slots: Vec<Arc<Slot>> = lock(&self.slots).values().cloned().collect();
-        for slot in slots {
-            slot.flush_access_if_free();
         }
     }
 
