@@ -11,10 +11,12 @@
 //!   lone surrogate escape) reaches rmcp as the same call with empty
 //!   arguments, and its id is marked: the call is answered with the tool
 //!   error `serve` gives for that input, same text, `isError: true`;
-//! - any other message with a key given twice (at any depth), and a
+//! - any other request with a key given twice (at any depth), and a
 //!   `tools/call` whose own `method` is given twice, is an invalid request
 //!   answered with its id; one whose `id` is given twice, with id null
-//!   (which of the two to answer is not the server's guess);
+//!   (which of the two to answer is not the server's guess); a line that
+//!   is not JSON beside its repeated key, a parse error; a notification
+//!   (no id) goes to rmcp as it is, never answered;
 //! - on stdio, a line that is no JSON-RPC message at all is answered with
 //!   a JSON-RPC parse error (id null), and a line over the limit with the
 //!   error `serve` gives (as a tool error when it is a `tools/call` whose
@@ -132,6 +134,12 @@ pub(crate) fn screen(text: &[u8]) -> Screened {
             _ => return Screened::Pass,
         },
         Err(ParseError::DuplicateKey(key)) => {
+            // Not JSON at all beside its repeated key: a parse error, as
+            // for any line that is not JSON (rmcp drops it unanswered).
+            let v = match serde_json::from_slice::<Value>(text) {
+                Ok(v) => v,
+                Err(e) => return Screened::Unparsable(e.to_string()),
+            };
             let top = top_level_keys(text).unwrap_or_default();
             let twice = |k: &str| top.iter().filter(|t| *t == k).count() > 1;
             if twice("id") {
@@ -144,24 +152,26 @@ pub(crate) fn screen(text: &[u8]) -> Screened {
                     message: "Invalid request: \"id\" is given twice".into(),
                 };
             }
-            match serde_json::from_slice::<Value>(text) {
+            if is_call(&v) && !twice("method") {
                 // A call `serve` would refuse: the tool's error.
-                Ok(v) if is_call(&v) && !twice("method") => (v, duplicate_key_message(&key)),
-                // Any other message with a key given twice (anywhere) is
+                (v, duplicate_key_message(&key))
+            } else if !top.iter().any(|k| k == "id") {
+                // A notification is never answered: rmcp takes it as it
+                // reads it.
+                return Screened::Pass;
+            } else {
+                // Any other request with a key given twice (anywhere) is
                 // not one rmcp may read as it likes (it answered without
                 // an id): refused, with its id.
-                Ok(v) => {
-                    return Screened::Invalid {
-                        id: v
-                            .get("id")
-                            .filter(|i| i.is_string() || i.is_number())
-                            .cloned()
-                            .unwrap_or(Value::Null),
-                        code: -32600,
-                        message: format!("Invalid request: the key \"{key}\" is given twice"),
-                    };
-                }
-                Err(_) => return Screened::Pass,
+                return Screened::Invalid {
+                    id: v
+                        .get("id")
+                        .filter(|i| i.is_string() || i.is_number())
+                        .cloned()
+                        .unwrap_or(Value::Null),
+                    code: -32600,
+                    message: format!("Invalid request: the key \"{key}\" is given twice"),
+                };
             }
         }
         Err(ParseError::Syntax(e)) => {
@@ -628,6 +638,27 @@ mod tests {
                 _ => panic!("not refused as invalid: {text}"),
             }
         }
+    }
+
+    /// A line that is not JSON is a parse error though it also repeats a
+    /// key; a notification with a repeated key is not answered.
+    #[test]
+    fn broken_json_with_a_repeated_key_is_a_parse_error_and_notifications_pass() {
+        for text in [
+            r#"{"jsonrpc":"2.0","id":41,"method":"ping","params":{"a":1,"a":2}"#,
+            r#"{"jsonrpc":"2.0","id":42,"id":43,"method":"ping""#,
+            r#"{"jsonrpc":"2.0","id":44,"method":"ping","params":{"a":1,"a":2,"b":tru}}"#,
+            r#"{"jsonrpc":"2.0","id":45,"method":"ping","params":{"a":1,"a":2}} trailing"#,
+        ] {
+            assert!(
+                matches!(screen(text.as_bytes()), Screened::Unparsable(_)),
+                "{text}"
+            );
+        }
+        assert!(matches!(
+            screen(br#"{"jsonrpc":"2.0","method":"notifications/initialized","method":"x"}"#),
+            Screened::Pass
+        ));
     }
 
     /// A key given twice below the top level, `id` included, is not two

@@ -1768,7 +1768,16 @@ fn a_tenant_at_its_storage_quota_is_refused_writes_and_keeps_reading() {
             .output()
             .unwrap()
     };
-    for bad in ["0", "12XB", "-5", "", "1.5GB", "99999999999999999999"] {
+    for bad in [
+        "0",
+        "12XB",
+        "-5",
+        "",
+        "1.5GB",
+        "99999999999999999999",
+        "18446744073709551615",
+        "16EiB",
+    ] {
         assert_eq!(quota(bad).status.code(), Some(2), "{bad:?}");
     }
     assert!(quota("300KB").status.success());
@@ -1817,6 +1826,9 @@ fn a_tenant_at_its_storage_quota_is_refused_writes_and_keeps_reading() {
     );
     for command in [
         json!({"command": "str_replace", "path": "/memories/n0.md", "old_str": "qq", "new_str": "r"}),
+        // An `input` beside a bare command is not where the command is.
+        json!({"command": "create", "path": "/memories/y.md", "file_text": note, "input": {}}),
+        json!({"command": "create", "path": "/memories/y.md", "file_text": note, "input": {"command": "view"}}),
         json!({"type": "tool_use", "id": "toolu_q", "name": "memory", "input": {"command": "insert", "path": "/memories/n0.md", "insert_line": 0, "insert_text": "r"}}),
     ] {
         let (status, v) = s.req("POST", "/v1/memory", Some(&acme), &command.to_string());
@@ -1847,7 +1859,7 @@ fn a_tenant_at_its_storage_quota_is_refused_writes_and_keeps_reading() {
             ("Content-Type", "application/json"),
             ("Accept", "application/json, text/event-stream"),
         ],
-        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "memory", "arguments": {"command": "create", "path": "/memories/m.md", "file_text": "m"}}})
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "memory", "arguments": {"command": "create", "path": "/memories/m.md", "file_text": "m", "input": {}}}})
             .to_string()
             .as_bytes(),
     );
@@ -1870,6 +1882,15 @@ fn a_tenant_at_its_storage_quota_is_refused_writes_and_keeps_reading() {
     assert_eq!(create(&acme, "after-none").0, 200);
     let listed = r.list_json();
     assert!(listed.contains("\"quota_bytes\":null"), "{listed}");
+    // A tenant added with its quota.
+    let out = r
+        .tenant()
+        .args(["add", "small", "--quota", "1MiB", "--root"])
+        .arg(&r.root)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(r.list_json().contains("\"quota_bytes\":1048576"));
 }
 
 /// One POST on its own connection: the raw response (status line and

@@ -713,7 +713,7 @@ async fn memory(State(app): State<Arc<App>>, req: Request) -> Result<Response, A
         attribution,
         who.principal,
         inline,
-        move |open| match open.over_quota(quota, &value) {
+        move |open| match open.over_quota_call(quota, &value) {
             Some(why) => Err(why),
             None => Ok(protocol::handle_value(
                 &open.memory,

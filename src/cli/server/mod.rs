@@ -115,6 +115,10 @@ pub(crate) enum TenantCommand {
         /// export-key` on the server it comes from)
         #[arg(long, value_name = "FILE", requires = "clone")]
         vault_key_file: Option<PathBuf>,
+        /// Its storage quota, as `tenant quota` takes it (500MB, 2GiB,
+        /// bytes)
+        #[arg(long, value_name = "SIZE")]
+        quota: Option<String>,
     },
     /// Set the most bytes a tenant's vault may store, its history
     /// included (what is on disk but the log's preallocated zeros): past
@@ -257,6 +261,8 @@ fn parse_quota(size: &str) -> Result<Option<u64>, CliError> {
         _ => return Err(bad()),
     };
     match n.checked_mul(times) {
+        // Past any disk: a typo, not a quota.
+        Some(q) if q > 1 << 60 => Err(bad()),
         Some(0) => Err(usage(format!(
             "quota {size:?}: a quota of nothing would refuse every write; give a size, or none"
         ))),
@@ -285,10 +291,12 @@ pub(crate) fn tenant(
             scopes,
             clone: Some(url),
             vault_key_file: Some(key_file),
+            quota,
         } => {
             let [name] = names.as_slice() else {
                 return Err(usage("--clone makes one tenant: give one name"));
             };
+            let quota = quota.as_deref().map(parse_quota).transpose()?.flatten();
             check_name("tenant", name)?;
             if scopes.is_empty() {
                 return Err(usage("give at least one scope"));
@@ -299,6 +307,9 @@ pub(crate) fn tenant(
             let token = root.change(|reg| {
                 let (id, key, token) =
                     add_tenant(reg, root.keys(), name, scopes, Some(HexKey::of(&key)))?;
+                if let Some(t) = reg.tenants.get_mut(&id) {
+                    t.quota = quota;
+                }
                 let k = key
                     .key()
                     .ok_or_else(|| CliError::failure("a key did not round-trip"))?;
@@ -337,11 +348,13 @@ pub(crate) fn tenant(
             names,
             root,
             scopes,
+            quota,
             ..
         } => {
             for name in names {
                 check_name("tenant", name)?;
             }
+            let quota = quota.as_deref().map(parse_quota).transpose()?.flatten();
             let mut seen = std::collections::BTreeSet::new();
             if let Some(dup) = names.iter().find(|n| !seen.insert(n.as_str())) {
                 return Err(usage(format!("{dup} is named twice")));
@@ -363,6 +376,9 @@ pub(crate) fn tenant(
                 let mut tokens = Vec::with_capacity(names.len());
                 for name in names {
                     let (id, key, token) = add_tenant(reg, root.keys(), name, scopes, None)?;
+                    if let Some(t) = reg.tenants.get_mut(&id) {
+                        t.quota = quota;
+                    }
                     let k = key
                         .key()
                         .ok_or_else(|| CliError::failure("a new key did not round-trip"))?;

@@ -38,20 +38,30 @@ pub struct Open {
 }
 
 impl Open {
-    /// Why the memory command `call` (a command object, or a `tool_use`
-    /// block holding one in `input`) is refused under a storage quota of
-    /// `quota` bytes, if it is: one that adds content (create, str_replace,
-    /// insert, rename: a folder's rename seals its files again) once the
-    /// vault stores its quota, or would with the text it brings. Views,
-    /// deletes and malformed calls (answered by the tool) are not.
-    pub fn over_quota(&self, quota: Option<u64>, call: &Value) -> Option<String> {
-        let quota = quota?;
-        let input = match call.get("input") {
-            Some(input) if input.is_object() => input,
+    /// Why the request `call` of `POST /v1/memory` is refused under a
+    /// storage quota of `quota` bytes, if it is: its command is found
+    /// where `serve` finds it (a `tool_use` block's `input`, else the
+    /// object itself), then as [`Open::over_quota`].
+    pub fn over_quota_call(&self, quota: Option<u64>, call: &Value) -> Option<String> {
+        let command = match call.get("type").and_then(Value::as_str) {
+            Some("tool_use") => call.get("input")?,
             _ => call,
         };
-        let text = |k: &str| input.get(k).and_then(Value::as_str).map_or(0, str::len) as u64;
-        let adds = match input.get("command").and_then(Value::as_str)? {
+        self.over_quota(quota, command)
+    }
+
+    /// Why the memory command `command` (the tool's input) is refused under
+    /// a storage quota of `quota` bytes, if it is: one that adds content
+    /// (create, str_replace, insert, rename) once the vault stores its
+    /// quota, or would with the text it brings. A str_replace or insert
+    /// seals its whole file again, a folder's rename every file in it, so
+    /// one write can pass the quota by up to that much (at most
+    /// `max_file_bytes` for a file); the next is refused. Views, deletes
+    /// and malformed commands (answered by the tool) are not.
+    pub fn over_quota(&self, quota: Option<u64>, command: &Value) -> Option<String> {
+        let quota = quota?;
+        let text = |k: &str| command.get(k).and_then(Value::as_str).map_or(0, str::len) as u64;
+        let adds = match command.get("command").and_then(Value::as_str)? {
             "create" => text("file_text"),
             "str_replace" => text("new_str"),
             "insert" => text("insert_text"),
