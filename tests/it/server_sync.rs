@@ -416,3 +416,56 @@ fn a_settings_change_on_a_tenant_vault_holds_for_the_running_server() {
     let v = s.memory(&token, json!({"command": "view", "path": "/memories/a.md"}));
     assert_eq!(v["is_error"], true, "it was written: {v}");
 }
+
+/// A round of `server --sync` leaves a vault another process holds locked
+/// for the next round rather than waiting for it (the round would stall
+/// every tenant after it); `/healthz` counts it as busy, and the next
+/// round after the lock goes syncs it.
+#[test]
+fn a_sync_round_passes_over_a_vault_held_locked_and_takes_it_next_time() {
+    let a = Root::new(&[("ana", "memory"), ("bo", "memory")]);
+    let (hub_a, hub_b) = (a.tmp.path().join("a.git"), a.tmp.path().join("b.git"));
+    bare_repo(&hub_a);
+    bare_repo(&hub_b);
+    for (t, h) in [("ana", &hub_a), ("bo", &hub_b)] {
+        let o = tenant(&a, &["remote", t, h.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let ana = a
+        .list_json()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["name"] == "ana")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let held =
+        std::fs::File::open(a.root.join("tenants").join(&ana).join("memvault/lock")).unwrap();
+    held.lock().unwrap();
+    let server = a.start(&["--sync", "origin", "--sync-every", "1s"]);
+    let round = |want: &dyn Fn(&serde_json::Value) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (_, v) = server.req("GET", "/healthz", None, "");
+            if want(&v["sync"]) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "no such round: {v}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let v = round(&|s| s["busy"] == 1 && s["synced"] == 1);
+    assert_eq!(v["sync"]["failed"], 0, "{v}");
+    assert!(commits(&hub_b) >= 1 && commits(&hub_a) == 0);
+    assert!(
+        server
+            .stderr
+            .lock()
+            .unwrap()
+            .contains("left for the next round")
+    );
+    drop(held);
+    round(&|s| s["busy"] == 0 && s["synced"] == 2);
+    assert!(commits(&hub_a) >= 1, "ana's vault was pushed once free");
+}

@@ -107,6 +107,8 @@ struct SyncRound {
     synced: usize,
     /// None: the registry could not be read, no vault was tried.
     failed: Option<usize>,
+    /// Left for the next round: another process held them locked.
+    busy: usize,
 }
 
 /// Who a request is, once its token checked out.
@@ -317,12 +319,14 @@ impl App {
 
     /// Check the request's bearer token and that it has `scope`.
     /// A round of `server --sync` finished: `synced` vaults synced,
-    /// `failed` failed (None: none could be tried).
-    pub fn note_sync_round(&self, synced: usize, failed: Option<usize>) {
+    /// `failed` failed (None: none could be tried), `busy` left for the
+    /// next round (locked by another process).
+    pub fn note_sync_round(&self, synced: usize, failed: Option<usize>, busy: usize) {
         *self.sync_round.lock().unwrap_or_else(|p| p.into_inner()) = Some(SyncRound {
             finished_ms: crate::vault::now_ms(),
             synced,
             failed,
+            busy,
         });
     }
 
@@ -688,6 +692,7 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
             "last_round": super::super::history::rfc3339(round.finished_ms),
             "synced": round.synced,
             "failed": round.failed,
+            "busy": round.busy,
             "registry_unreadable": round.failed.is_none(),
         });
     }

@@ -918,10 +918,10 @@ impl TenantSyncer {
 fn sync_tenants(app: &http::App, remote: &str) {
     let Ok(reg) = app.root.load() else {
         eprintln!("memvault: sync: the tenant registry could not be read; no vault was synced");
-        app.note_sync_round(0, None);
+        app.note_sync_round(0, None, 0);
         return;
     };
-    let mut synced = 0usize;
+    let (mut synced, mut busy) = (0usize, 0usize);
     // The ids (random, as `tenant list` shows them: no name, path or
     // secret in the log) of the tenants whose sync failed.
     let mut failed: Vec<&str> = Vec::new();
@@ -930,6 +930,13 @@ fn sync_tenants(app: &http::App, remote: &str) {
             failed.push(id);
             continue;
         };
+        // A vault another process holds locked (an operator's command) is
+        // left for the next round rather than waited for: the round would
+        // stall every tenant after it.
+        if locked_by_another(&app.root.tenant_dir(id)) {
+            busy += 1;
+            continue;
+        }
         let opened = Vault::open(
             &app.root.tenant_dir(id),
             &crate::crypto::Unlock::KeyFile(&key),
@@ -952,7 +959,12 @@ fn sync_tenants(app: &http::App, remote: &str) {
             Err(_) => failed.push(id),
         }
     }
-    app.note_sync_round(synced, Some(failed.len()));
+    app.note_sync_round(synced, Some(failed.len()), busy);
+    if busy > 0 {
+        eprintln!(
+            "memvault: sync: {busy} tenant vault(s) held locked by another process were left for the next round"
+        );
+    }
     if !failed.is_empty() {
         const SHOWN: usize = 10;
         let more = failed.len().saturating_sub(SHOWN);
@@ -969,6 +981,14 @@ fn sync_tenants(app: &http::App, remote: &str) {
     } else if synced > 0 {
         eprintln!("memvault: synced {synced} tenant vault(s) with their remote {remote}");
     }
+}
+
+/// Whether another process holds the writer lock of the vault in `dir`
+/// exclusively now (a moment's look; a lock file that cannot be opened as
+/// one is for `Vault::open` to judge).
+fn locked_by_another(dir: &Path) -> bool {
+    crate::vault::fsx::open_read(&dir.join("memvault/lock"))
+        .is_ok_and(|f| matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)))
 }
 
 /// `memvault server`.
