@@ -103,6 +103,20 @@ impl Root {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// Each tenant's id (its vault's directory under `tenants/`), by name.
+    pub fn ids(&self) -> HashMap<String, String> {
+        self.list_json()
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                (
+                    v["name"].as_str().unwrap().to_string(),
+                    v["id"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
     /// `tenant token NAME ARGS...`; the token printed, if any.
     pub fn token(&self, name: &str, args: &[&str]) -> (bool, String, String) {
         let out = self
@@ -614,25 +628,7 @@ fn no_token_reaches_another_tenants_data() {
     ]);
     let s = r.start(&[]);
     let marker = |n: &str| format!("SECRET-MARKER-OF-{}", n.to_uppercase());
-    let ids: HashMap<String, String> = {
-        let out = r
-            .tenant()
-            .args(["list", "--json", "--root"])
-            .arg(&r.root)
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let v: Value = serde_json::from_str(l).unwrap();
-                (
-                    v["name"].as_str().unwrap().to_string(),
-                    v["id"].as_str().unwrap().to_string(),
-                )
-            })
-            .collect()
-    };
+    let ids = r.ids();
     for n in names {
         let v = s.memory(&r.tokens[n], json!({"command": "create", "path": format!("/memories/{n}-notes.md"), "file_text": marker(n)}));
         assert_eq!(v["is_error"], false);
@@ -1929,17 +1925,7 @@ fn tenants_locked_by_the_operator_do_not_hold_up_the_others() {
         );
         assert_eq!(v["is_error"], false, "{v}");
     }
-    let ids: HashMap<String, String> = r
-        .list_json()
-        .lines()
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).unwrap();
-            (
-                v["name"].as_str().unwrap().to_string(),
-                v["id"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
+    let ids = r.ids();
     let held: Vec<std::fs::File> = names
         .iter()
         .map(|n| {

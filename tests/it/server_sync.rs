@@ -431,15 +431,7 @@ fn a_sync_round_passes_over_a_vault_held_locked_and_takes_it_next_time() {
         let o = tenant(&a, &["remote", t, h.to_str().unwrap()]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
-    let ana = a
-        .list_json()
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .find(|v| v["name"] == "ana")
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let ana = a.ids()["ana"].clone();
     let held =
         std::fs::File::open(a.root.join("tenants").join(&ana).join("memvault/lock")).unwrap();
     held.lock().unwrap();
