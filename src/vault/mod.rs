@@ -253,8 +253,8 @@ pub struct Vault {
     /// appended: a sweep that starts after the reply waits for the record
     /// (and sees the view), as when the record was written before it.
     access_guard: Option<FileLock>,
-    /// When a view's access record is written (see `access_pending`).
-    access_mode: AccessMode,
+    /// Views are recorded after the reply (see `access_pending`).
+    defer_access: bool,
     /// The tip [`refreshed_config`](Self::refreshed_config) just caught
     /// up to, for the read of the same request ([`Store::read`]): a
     /// request catches up with the log once (two 17-byte reads of its
@@ -413,7 +413,7 @@ impl Vault {
         let measured = match (stamp, self.stored.get()) {
             (Some(now), Some((then, bytes))) if now == then => bytes,
             _ => {
-                let bytes = tree_bytes(&objects);
+                let bytes = gc::dir_bytes(&objects);
                 if let Some(now) = stamp {
                     self.stored.set(Some((now, bytes)));
                 }
@@ -723,11 +723,7 @@ impl Vault {
     /// access record (they are never synced: a time can only be older
     /// than the truth).
     pub fn defer_access(&mut self, on: bool) {
-        self.access_mode = if on {
-            AccessMode::AfterReply
-        } else {
-            AccessMode::Now
-        };
+        self.defer_access = on;
         if !on {
             self.flush_access();
         }
@@ -748,6 +744,14 @@ impl Vault {
             }
             Err(_) => false,
         }
+    }
+
+    /// Whether another process holds the writer lock of the vault in `dir`
+    /// exclusively now, without opening the vault (a moment's look; a lock
+    /// file that cannot be opened as one is for [`Vault::open`] to judge).
+    pub fn locked_elsewhere(dir: &Path) -> bool {
+        fsx::open_read(&dir.join(LOCK_FILE))
+            .is_ok_and(|f| matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)))
     }
 
     /// Append the views noted and not yet recorded, if any, and let go of
@@ -968,52 +972,23 @@ impl Store for Vault {
             && p == path.as_str()
         {
             let entry = (id, access::Kind::Viewed, now_ms());
-            match self.access_mode {
-                AccessMode::Now => self.record_access(&[entry]),
-                AccessMode::AfterReply => {
-                    if self.access_guard.is_none() {
-                        // Without the lock nothing is recorded (as in
-                        // `record_access`): a time can only be older than
-                        // the truth.
-                        let Ok(guard) = FileLock::shared_on(&self.lock) else {
-                            return;
-                        };
-                        self.access_guard = Some(guard);
-                    }
-                    self.access_pending.push(entry);
-                    // Bounded: a caller that never replies still records.
-                    if self.access_pending.len() >= 1024 {
-                        self.flush_access();
-                    }
+            if self.defer_access {
+                if self.access_guard.is_none() {
+                    // Without the lock nothing is recorded (as in
+                    // `record_access`): a time can only be older than the truth.
+                    let Ok(guard) = FileLock::shared_on(&self.lock) else {
+                        return;
+                    };
+                    self.access_guard = Some(guard);
                 }
+                self.access_pending.push(entry);
+                // Bounded: a caller that never replies still records.
+                if self.access_pending.len() >= 1024 {
+                    self.flush_access();
+                }
+            } else {
+                self.record_access(&[entry]);
             }
         }
     }
-}
-
-/// When a handle writes a view's access record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AccessMode {
-    /// Before the reply (one-shot commands).
-    Now,
-    /// After the reply, the writer lock held shared until then
-    /// ([`Vault::defer_access`], `serve`).
-    AfterReply,
-}
-
-/// The bytes of every regular file below `dir` (symbolic links not
-/// followed, unreadable entries counted as nothing).
-fn tree_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    let mut bytes = 0;
-    for e in entries.flatten() {
-        match e.file_type() {
-            Ok(t) if t.is_dir() => bytes += tree_bytes(&e.path()),
-            Ok(t) if t.is_file() => bytes += e.metadata().map_or(0, |m| m.len()),
-            _ => {}
-        }
-    }
-    bytes
 }

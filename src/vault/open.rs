@@ -291,7 +291,7 @@ impl Vault {
             access_pending: Vec::new(),
             access_guard: None,
             fresh_tip: None,
-            access_mode: super::AccessMode::Now,
+            defer_access: false,
             stored: std::cell::Cell::new(None),
             machine: std::cell::OnceCell::new(),
         };

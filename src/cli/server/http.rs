@@ -718,7 +718,7 @@ async fn memory(State(app): State<Arc<App>>, req: Request) -> Result<Response, A
         attribution,
         who.principal,
         inline,
-        move |open| match open.over_quota_call(quota, &value) {
+        move |open| match protocol::command_of(&value).and_then(|c| open.over_quota(quota, c)) {
             Some(why) => Err(why),
             None => Ok(protocol::handle_value(
                 &open.memory,

@@ -933,7 +933,7 @@ fn sync_tenants(app: &http::App, remote: &str) {
         // A vault another process holds locked (an operator's command) is
         // left for the next round rather than waited for: the round would
         // stall every tenant after it.
-        if locked_by_another(&app.root.tenant_dir(id)) {
+        if Vault::locked_elsewhere(&app.root.tenant_dir(id)) {
             busy += 1;
             continue;
         }
@@ -981,14 +981,6 @@ fn sync_tenants(app: &http::App, remote: &str) {
     } else if synced > 0 {
         eprintln!("memvault: synced {synced} tenant vault(s) with their remote {remote}");
     }
-}
-
-/// Whether another process holds the writer lock of the vault in `dir`
-/// exclusively now (a moment's look; a lock file that cannot be opened as
-/// one is for `Vault::open` to judge).
-fn locked_by_another(dir: &Path) -> bool {
-    crate::vault::fsx::open_read(&dir.join("memvault/lock"))
-        .is_ok_and(|f| matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)))
 }
 
 /// `memvault server`.

@@ -38,18 +38,6 @@ pub struct Open {
 }
 
 impl Open {
-    /// Why the request `call` of `POST /v1/memory` is refused under a
-    /// storage quota of `quota` bytes, if it is: its command is found
-    /// where `serve` finds it (a `tool_use` block's `input`, else the
-    /// object itself), then as [`Open::over_quota`].
-    pub fn over_quota_call(&self, quota: Option<u64>, call: &Value) -> Option<String> {
-        let command = match call.get("type").and_then(Value::as_str) {
-            Some("tool_use") => call.get("input")?,
-            _ => call,
-        };
-        self.over_quota(quota, command)
-    }
-
     /// Why the memory command `command` (the tool's input) is refused under
     /// a storage quota of `quota` bytes, if it is: one that adds content
     /// (create, str_replace, insert, rename) once the vault stores its

@@ -201,7 +201,8 @@ pub(crate) fn merge_small_packs(repo: &Repository) -> Result<usize, VaultError> 
     Ok(packs.len() - from)
 }
 
-fn dir_bytes(dir: &std::path::Path) -> u64 {
+/// The bytes of every file below `dir` (links counted as themselves).
+pub(crate) fn dir_bytes(dir: &std::path::Path) -> u64 {
     let mut total = 0;
     if let Ok(rd) = fs::read_dir(dir) {
         for e in rd.filter_map(Result::ok) {

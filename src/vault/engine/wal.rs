@@ -119,19 +119,6 @@ pub(crate) const PREALLOC_BYTES: u64 = 64 << 10;
 /// length (16 KiB to 256 KiB) of its end.
 pub(crate) const PREALLOC_STEP: u64 = 1 << 20;
 
-/// Write zeros over `from..to` of `file`, from one static buffer: a fresh
-/// zeroed allocation of up to a step per extension cost a page fault per
-/// 4 KiB touched, on a mutation's path.
-fn write_zeros(file: &File, from: u64, to: u64) -> std::io::Result<()> {
-    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
-    let mut at = from;
-    while at < to {
-        let n = (to - at).min(ZEROS.len() as u64);
-        file.write_all_at(&ZEROS[..n as usize], at)?;
-        at += n;
-    }
-    Ok(())
-}
 /// A checkpoint is due when the log grows past this.
 pub(crate) const CHECKPOINT_BYTES: u64 = 4 << 20;
 /// No single entry may be larger than this, for the writer as for the
@@ -794,6 +781,20 @@ pub(crate) fn holds_records(dir: &Path) -> bool {
             .any(|&kind| entry_of_generation(&file, head_len, kind, &head.generation)),
         Err(_) => true,
     }
+}
+
+/// Write zeros over `from..to` of `file`, from one static buffer: a fresh
+/// zeroed allocation of up to a step per extension cost a page fault per
+/// 4 KiB touched, on a mutation's path.
+fn write_zeros(file: &File, from: u64, to: u64) -> std::io::Result<()> {
+    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(ZEROS.len() as u64);
+        file.write_all_at(&ZEROS[..n as usize], at)?;
+        at += n;
+    }
+    Ok(())
 }
 
 impl Wal {
