@@ -1821,11 +1821,12 @@ fn a_tenant_at_its_storage_quota_is_refused_writes_and_keeps_reading() {
         "{v}"
     );
     for command in [
-        json!({"command": "str_replace", "path": "/memories/n0.md", "old_str": "qq", "new_str": "r"}),
+        // Each bringing more than the room the refused create left.
+        json!({"command": "str_replace", "path": "/memories/n0.md", "old_str": note, "new_str": note.replace('q', "r")}),
         // An `input` beside a bare command is not where the command is.
         json!({"command": "create", "path": "/memories/y.md", "file_text": note, "input": {}}),
         json!({"command": "create", "path": "/memories/y.md", "file_text": note, "input": {"command": "view"}}),
-        json!({"type": "tool_use", "id": "toolu_q", "name": "memory", "input": {"command": "insert", "path": "/memories/n0.md", "insert_line": 0, "insert_text": "r"}}),
+        json!({"type": "tool_use", "id": "toolu_q", "name": "memory", "input": {"command": "insert", "path": "/memories/n0.md", "insert_line": 0, "insert_text": note}}),
     ] {
         let (status, v) = s.req("POST", "/v1/memory", Some(&acme), &command.to_string());
         assert_eq!(status, 429, "{command}: {v}");
@@ -1834,7 +1835,7 @@ fn a_tenant_at_its_storage_quota_is_refused_writes_and_keeps_reading() {
         s.port,
         "/v1/memory",
         &acme,
-        &json!({"command": "create", "path": "/memories/x.md", "file_text": "x"}).to_string(),
+        &json!({"command": "create", "path": "/memories/x.md", "file_text": note}).to_string(),
     );
     assert!(raw.starts_with("HTTP/1.1 429"), "{raw}");
     assert!(!raw.to_ascii_lowercase().contains("retry-after"), "{raw}");
@@ -1855,7 +1856,7 @@ fn a_tenant_at_its_storage_quota_is_refused_writes_and_keeps_reading() {
             ("Content-Type", "application/json"),
             ("Accept", "application/json, text/event-stream"),
         ],
-        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "memory", "arguments": {"command": "create", "path": "/memories/m.md", "file_text": "m", "input": {}}}})
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "memory", "arguments": {"command": "create", "path": "/memories/m.md", "file_text": note, "input": {}}}})
             .to_string()
             .as_bytes(),
     );
