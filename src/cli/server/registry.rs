@@ -377,7 +377,7 @@ impl Root {
             .map_err(|_| damaged("its tenant registry fails authentication"))?;
         let reg: Registry = serde_json::from_slice(&plain)
             .map_err(|_| damaged("its tenant registry does not parse"))?;
-        if reg.v != 1 {
+        if !(1..=2).contains(&reg.v) {
             return Err(damaged("its tenant registry has an unknown version"));
         }
         let seen = self.seen();
@@ -421,8 +421,16 @@ impl Root {
     }
 
     fn save(&self, reg: &Registry) -> Result<(), CliError> {
+        // Version 2: a registry that holds a storage quota (older
+        // memvaults refuse it, as they must: they would not keep it).
+        let mut reg = reg.clone();
+        reg.v = if reg.tenants.values().any(|t| t.quota.is_some()) {
+            2
+        } else {
+            1
+        };
         let plain = Zeroizing::new(
-            serde_json::to_vec(reg)
+            serde_json::to_vec(&reg)
                 .map_err(|_| CliError::failure("the registry does not serialise"))?,
         );
         let sealed = self.keys.seal_registry(&plain);
@@ -640,6 +648,34 @@ mod tests {
         let other = Secret::KeyFile(KeyFileKey::generate());
         assert!(Root::open(&dir, &other, false).is_err());
         assert!(Root::open(&dir, &key, false).is_ok());
+    }
+
+    /// A registry is version 2 while a tenant has a storage quota (older
+    /// memvaults refuse it), version 1 again without one.
+    #[test]
+    fn a_registry_with_a_quota_is_version_2() {
+        let d = tempfile::tempdir().unwrap();
+        let root = Root::open(
+            &d.path().join("root"),
+            &Secret::KeyFile(KeyFileKey::generate()),
+            true,
+        )
+        .unwrap();
+        let (id, ..) = root
+            .change(|reg| add_tenant(reg, root.keys(), "alice", &[Scope::Memory], None))
+            .unwrap();
+        assert_eq!(root.load().unwrap().v, 1);
+        let set = |q: Option<u64>| {
+            root.change(|reg| {
+                reg.tenants.get_mut(&id).unwrap().quota = q;
+                Ok(())
+            })
+            .unwrap();
+            root.load().unwrap()
+        };
+        let reg = set(Some(1 << 20));
+        assert_eq!((reg.v, reg.tenants[&id].quota), (2, Some(1 << 20)));
+        assert_eq!(set(None).v, 1);
     }
 
     /// `tenant add` looks for the root's format file, then creates the
