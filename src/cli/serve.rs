@@ -43,7 +43,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::Scope;
 use std::time::{Duration, Instant};
 
@@ -105,19 +105,34 @@ type Peers = (HashMap<u64, PeerConn>, bool);
 /// alone makes).
 #[derive(Default)]
 struct Turns {
-    /// (next ticket to hand out, ticket now served)
-    at: Mutex<(u64, u64)>,
-    next: Condvar,
+    at: Mutex<Queue>,
+}
+
+/// The tickets of [`Turns`]: the next to hand out, the one served, and
+/// the threads waiting for theirs (in ticket order).
+#[derive(Default)]
+struct Queue {
+    next: u64,
+    serving: u64,
+    waiting: std::collections::VecDeque<(u64, std::thread::Thread)>,
 }
 
 impl Turns {
     /// Wait for this caller's turn, which lasts as long as the guard.
+    /// Only the thread whose turn comes is woken (waking every waiter
+    /// for each turn cost each of them a switch for nothing).
     fn enter(&self) -> Turn<'_> {
         let mut at = lock(&self.at);
-        let ticket = at.0;
-        at.0 += 1;
-        while at.1 != ticket {
-            at = self.next.wait(at).unwrap_or_else(|p| p.into_inner());
+        let ticket = at.next;
+        at.next += 1;
+        if at.serving != ticket {
+            at.waiting.push_back((ticket, std::thread::current()));
+            while at.serving != ticket {
+                drop(at);
+                std::thread::park();
+                at = lock(&self.at);
+            }
+            at.waiting.retain(|(t, _)| *t != ticket);
         }
         Turn(self)
     }
@@ -129,8 +144,12 @@ struct Turn<'a>(&'a Turns);
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        lock(&self.0.at).1 += 1;
-        self.0.next.notify_all();
+        let mut at = lock(&self.0.at);
+        at.serving += 1;
+        let serving = at.serving;
+        if let Some((_, thread)) = at.waiting.iter().find(|(t, _)| *t == serving) {
+            thread.unpark();
+        }
     }
 }
 
@@ -146,6 +165,9 @@ struct Shared<'v> {
     max_line: usize,
     /// Log records this process appended (numbered from 1).
     appended: AtomicU64,
+    /// Whether a request left work for [`Shared::after_reply`]
+    /// ([`Vault::end_request`]).
+    chores: AtomicBool,
     /// The highest record number known durable; held while syncing.
     synced: Mutex<u64>,
     /// The log file, to sync without holding the vault.
@@ -184,6 +206,7 @@ impl<'v> Shared<'v> {
             live,
             max_line,
             appended: AtomicU64::new(0),
+            chores: AtomicBool::new(false),
             synced: Mutex::new(0),
             log,
             key,
@@ -248,6 +271,9 @@ impl<'v> Shared<'v> {
             } else {
                 0
             };
+            if vault.end_request() {
+                self.chores.store(true, Ordering::SeqCst);
+            }
             Some((reply, seq))
         }
     }
@@ -268,7 +294,11 @@ impl<'v> Shared<'v> {
 
     /// Run a checkpoint the last request made due (see `Vault::after_reply`).
     fn after_reply(&self) {
-        lock(&self.vault).after_reply();
+        // Whichever thread finds the work does it, for every request
+        // that left some.
+        if self.chores.swap(false, Ordering::SeqCst) {
+            lock(&self.vault).after_reply();
+        }
     }
 }
 
@@ -337,7 +367,7 @@ impl<'s, 'v: 's, 'e> Node<'s, 'v, 'e> {
         let stdout = io::stdout();
         let mut out = stdout.lock();
         loop {
-            if input.buffer().is_empty() {
+            if input.buffer().is_empty() && self.alone() {
                 spin_for_input(&stdin);
             }
             let line = match protocol::read_bounded(&mut input, self.shared.max_line)? {
@@ -368,6 +398,16 @@ impl<'s, 'v: 's, 'e> Node<'s, 'v, 'e> {
                 self.shared.after_reply();
             }
             sent?;
+        }
+    }
+
+    /// Whether this process serves its own client alone: no follower
+    /// relays through it and it relays through no leader.
+    fn alone(&self) -> bool {
+        match self.mode {
+            Mode::Follower(_) => false,
+            Mode::Leader(_) => lock(&self.shared.peers).0.is_empty(),
+            Mode::Local => true,
         }
     }
 
@@ -837,7 +877,7 @@ mod tests {
                 });
             }
             // The three wait for their turns.
-            while lock(&turns.at).0 < 4 {
+            while lock(&turns.at).next < 4 {
                 std::thread::yield_now();
             }
             assert!(lock(&order).is_empty(), "ran during another's turn");

@@ -705,6 +705,17 @@ impl Vault {
         self.log.checkpoint_due
     }
 
+    /// End a request run on this vault: its read's caught-up tip is
+    /// forgotten (as [`Store::after_reply`] does), and whether
+    /// [`Store::after_reply`] has work to do (a view's access record, a
+    /// checkpoint). A process serving several clients looks at this
+    /// rather than take the vault after every reply only to find nothing
+    /// to do: that waited for another client's whole request.
+    pub fn end_request(&mut self) -> bool {
+        self.fresh_tip = None;
+        self.log.checkpoint_due || !self.access_pending.is_empty()
+    }
+
     /// Defer the checkpoint a mutation makes due to [`Store::after_reply`],
     /// so it does not add to that mutation's latency (`serve` does this;
     /// the mutation is durable in the log either way).

@@ -452,6 +452,76 @@ fn a_sweep_beside_a_live_serve_loses_no_write_and_spares_what_was_just_viewed() 
     assert!(ok(&v.cmd().arg("verify").output().unwrap()).starts_with("ok:"));
 }
 
+/// Views that `serve` followers hand to their leader leave their access
+/// records too, written by whichever of the leader's threads next finds
+/// the work (not only by the thread that ran the view), before a sweep
+/// that runs beside them can count the files idle.
+#[test]
+fn views_handed_to_a_serve_leader_keep_their_files_from_expiry() {
+    let v = TestVault::new();
+    let now = T0 + 40 * DAY;
+    let names = ["a", "b", "c", "d", "stale"];
+    let cmds: Vec<Value> = names
+        .iter()
+        .map(|n| create(&format!("/memories/{n}.md"), "x\n"))
+        .collect();
+    serve_at(&v, T0, &cmds);
+    let mut leader = LiveServe::start(&v, now, None);
+    assert!(!is_error(&leader.ask(view("/memories/a.md"))));
+    let sock = v.vault.join("memvault/serve.sock");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !sock.exists() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(sock.exists(), "the first serve leads");
+    let mut followers: Vec<LiveServe> = (0..3).map(|_| LiveServe::start(&v, now, None)).collect();
+    // Creates between the views, from every client: the leader's threads
+    // take turns, and the views' records wait for whichever comes next.
+    for (i, f) in followers.iter_mut().enumerate() {
+        assert!(!is_error(
+            &f.ask(create(&format!("/memories/new/f{i}.md"), "n\n"))
+        ));
+    }
+    for (f, n) in followers.iter_mut().zip(["b", "c", "d"]) {
+        assert!(!is_error(&f.ask(view(&format!("/memories/{n}.md")))));
+    }
+    // A view's pending record holds the writer lock shared: a sweep
+    // waits for it, so one never written would hold the sweep for good.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn({
+        let mut c = v.cmd();
+        move || {
+            let _ = tx.send(
+                at(c.args(["expire", "--older-than", "30d"]), now)
+                    .output()
+                    .unwrap(),
+            );
+        }
+    });
+    let Ok(sweep) = rx.recv_timeout(std::time::Duration::from_secs(60)) else {
+        let _ = leader.child.kill();
+        panic!("the sweep waited a minute for views' records never written");
+    };
+    assert!(
+        sweep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sweep.stderr)
+    );
+    for f in followers {
+        f.stop();
+    }
+    leader.stop();
+    let after = files(&v);
+    for n in ["a", "b", "c", "d"] {
+        assert!(
+            after.contains(&format!("/memories/{n}.md")),
+            "{n} was viewed: {after:?}"
+        );
+    }
+    assert!(!after.contains("/memories/stale.md"), "{after:?}");
+    assert!(ok(&v.cmd().arg("verify").output().unwrap()).starts_with("ok:"));
+}
+
 /// View `path` through a `serve` at `now` that pauses `pause_ms` after
 /// each reply (a test hook), then run a sweep of files idle for 30 days
 /// at once: how long the sweep took, with `serve` still running.
