@@ -231,21 +231,6 @@ pub fn handle_value(memory: &Memory, store: &mut dyn Store, value: &Value) -> Re
     reply
 }
 
-/// The memory command a request runs, if it runs one: a `tool_use`
-/// block's `input`, a bare command object itself (`type` absent or not a
-/// string); None for anything
-/// [`reply_to`] refuses before running a command (another block type, a
-/// block without `input`). What a check made before the command runs (a
-/// server's storage quota) must read.
-pub fn command_of(value: &Value) -> Option<&Value> {
-    // As `reply_to` reads it: a `type` that is not a string is no type.
-    match value.get("type").and_then(Value::as_str) {
-        Some("tool_use") => value.get("input"),
-        Some(_) => None,
-        None => value.is_object().then_some(value),
-    }
-}
-
 fn reply_to(memory: &Memory, store: &mut dyn Store, value: &Value) -> Reply {
     let Some(obj) = value.as_object() else {
         return error_reply(
@@ -415,30 +400,6 @@ pub fn serve(
 mod tests {
     use super::*;
     use crate::memory::MemStore;
-
-    /// `command_of` finds the command where `reply_to` runs it: a request
-    /// whose create it names runs that create, and one it finds none in
-    /// runs none.
-    #[test]
-    fn command_of_names_the_command_a_request_runs() {
-        let create = json!({"command": "create", "path": "/memories/a.md", "file_text": "a"});
-        for request in [
-            create.clone(),
-            json!({"command": "create", "path": "/memories/a.md", "file_text": "a", "input": {}}),
-            json!({"command": "create", "path": "/memories/a.md", "file_text": "a", "type": null}),
-            json!({"command": "create", "path": "/memories/a.md", "file_text": "a", "type": 5}),
-            json!({"type": "tool_use", "id": "t", "name": "memory", "input": create}),
-            json!({"type": "text", "input": create}),
-            json!({"type": "tool_use", "id": "t", "name": "memory"}),
-        ] {
-            let memory = Memory::default();
-            let mut store = MemStore::default();
-            let ran = !handle_value(&memory, &mut store, &request).result.is_error;
-            let named =
-                command_of(&request).and_then(|c| c.get("command")) == Some(&json!("create"));
-            assert_eq!(named, ran, "{request}");
-        }
-    }
 
     fn run(input: &str, max: usize) -> Vec<Value> {
         let memory = Memory::default();

@@ -267,6 +267,10 @@ pub struct Vault {
     /// The object store's bytes as [`stored_bytes`](Self::stored_bytes)
     /// last measured them, and the pack directory's state then.
     stored: std::cell::Cell<Option<(StoreStamp, u64)>>,
+    /// The most this vault may store ([`Vault::set_quota`]), and why the
+    /// last write was refused for it, until taken.
+    quota: Option<u64>,
+    quota_refused: Option<QuotaRefusal>,
 }
 
 /// Where the pack directory stood (modified time, inode, change time):
@@ -421,6 +425,24 @@ impl Vault {
             }
         };
         measured + self.wal.len().unwrap_or(0)
+    }
+
+    /// Refuse, from now on, a write that would take what this vault stores
+    /// ([`Vault::stored_bytes`]) past `quota` bytes (a server's per-tenant
+    /// quota): it is checked once the command has been checked and its
+    /// new blobs and trees are sealed, against their sizes and those of
+    /// the paths its commit names, so a command that changes nothing or
+    /// is refused for its own reasons answers as without a quota. Deletes
+    /// are never refused. What a write adds beyond that (the rest of its
+    /// commit, its key record: under 1 KiB) can take the vault past the
+    /// quota by that much; the next is refused.
+    pub fn set_quota(&mut self, quota: Option<u64>) {
+        self.quota = quota;
+    }
+
+    /// Why the last write was refused for the quota, if it was (cleared).
+    pub fn take_quota_refusal(&mut self) -> Option<QuotaRefusal> {
+        self.quota_refused.take()
     }
 
     /// The number of files at the tip, if this handle has counted them
@@ -909,6 +931,27 @@ impl Vault {
         self.wal.scrub()?;
         self.log.dirty = false;
         gc::repack_locked(&self.repo)
+    }
+}
+
+/// A write refused by [`Vault::set_quota`]'s quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaRefusal {
+    /// What the vault stores.
+    pub stored: u64,
+    /// What the write would have added (its new blobs and trees, the
+    /// paths its commit names).
+    pub adds: u64,
+    pub quota: u64,
+}
+
+impl std::fmt::Display for QuotaRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "this memory is at its storage quota ({} of {} bytes stored, history included; this change would add {} more); nothing was changed: deleting files does not free the space, the operator can raise the quota (`memvault tenant quota`) or free space (purge, expire, then gc)",
+            self.stored, self.quota, self.adds
+        )
     }
 }
 

@@ -293,6 +293,8 @@ impl Vault {
             fresh_tip: None,
             defer_access: false,
             stored: std::cell::Cell::new(None),
+            quota: None,
+            quota_refused: None,
             machine: std::cell::OnceCell::new(),
         };
         let mut vault = vault;

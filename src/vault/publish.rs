@@ -24,6 +24,7 @@ impl Vault {
         let base_tree: Option<Oid>;
         // Every object the new tree adds, with its bytes, for the log.
         let mut objects: Vec<Object> = Vec::new();
+        let adds_content = !matches!(m.change, Change::Delete { .. });
         let new_tree = {
             let base = self.tree_of(parent)?;
             base_tree = base;
@@ -141,6 +142,22 @@ impl Vault {
                 .checked_add(files_change?)?;
             usize::try_from(n).ok()
         });
+        if let Some(quota) = self.quota.filter(|_| adds_content) {
+            // Its blobs and trees, and the paths its commit will name (a
+            // folder's rename names every file in it).
+            let adds = objects.iter().map(|o| o.data.len() as u64).sum::<u64>()
+                + meta.files.iter().map(|f| f.len() as u64).sum::<u64>();
+            let stored = self.stored_bytes();
+            if stored.saturating_add(adds) > quota {
+                let why = QuotaRefusal {
+                    stored,
+                    adds,
+                    quota,
+                };
+                self.quota_refused = Some(why);
+                return Err(StoreError::Limit(why.to_string()));
+            }
+        }
         if let Some(n) = after {
             self.caches.remember_count(new_tree, n);
         }

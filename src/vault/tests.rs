@@ -960,3 +960,40 @@ fn the_file_count_carried_between_trees_and_processes_is_the_walked_one() {
         "another tree"
     );
 }
+
+/// A quota (`Vault::set_quota`) refuses a write whose blobs and trees
+/// would take what the vault stores past it, with nothing changed and
+/// the refusal kept for the caller; a write that fits passes it by less
+/// than 1 KiB (its commit and key record); a delete is never refused;
+/// without the quota the same write passes.
+#[test]
+fn a_quota_refuses_the_write_that_would_pass_it_and_keeps_deletes() {
+    let (_tmp, mut v) = new_vault();
+    put(&mut v, "/memories/a.md", &[b'a'; 3000]);
+    let stored = v.stored_bytes();
+    v.set_quota(Some(stored + 2000));
+    assert!(v.take_quota_refusal().is_none());
+    let before = v.stored_bytes();
+    let err = try_put(&mut v, "/memories/b.md", &[b'b'; 3000]).unwrap_err();
+    assert!(matches!(&err, StoreError::Limit(m) if m.contains("storage quota")), "{err}");
+    let why = v.take_quota_refusal().expect("the refusal is kept");
+    assert_eq!((why.stored, why.quota), (before, stored + 2000));
+    assert!(why.adds >= 3000, "{why:?}");
+    assert!(v.take_quota_refusal().is_none(), "taken once");
+    assert_eq!(v.stored_bytes(), before, "nothing written");
+    // A small file fits, and passes the quota by less than 1 KiB at most.
+    put(&mut v, "/memories/c.md", b"c");
+    assert!(v.stored_bytes() <= stored + 2000 + 1024);
+    // A delete runs whatever the quota.
+    v.set_quota(Some(1));
+    change(
+        &mut v,
+        Op::Delete,
+        Change::Delete {
+            path: MemoryPath::parse("/memories/a.md").unwrap(),
+        },
+    );
+    assert!(v.take_quota_refusal().is_none());
+    v.set_quota(None);
+    put(&mut v, "/memories/b.md", &[b'b'; 3000]);
+}

@@ -1810,6 +1810,45 @@ fn a_tenant_at_its_storage_quota_is_refused_writes_and_keeps_reading() {
         made >= 5,
         "refused after {made} notes of 20 KB under 300 KB"
     );
+    // The writes that passed took the vault past the quota by no more
+    // than a write's commit and key record (its blobs and trees are
+    // checked before it is made).
+    let stored: u64 = why
+        .split(" of 300000 bytes")
+        .next()
+        .and_then(|w| w.rsplit('(').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{why}"));
+    assert!(stored <= 300_000 + 1024, "{why}");
+    // Commands that change nothing, or that the tool refuses for their
+    // own reasons, answer as without a quota.
+    for (command, says) in [
+        (
+            json!({"command": "create", "path": "/memories/../x.md", "file_text": "x"}),
+            "..",
+        ),
+        (
+            json!({"command": "create", "path": "/memories/nofield.md"}),
+            "file_text",
+        ),
+        (
+            json!({"command": "str_replace", "path": "/memories/none.md", "old_str": "a", "new_str": "b"}),
+            "does not exist",
+        ),
+        (
+            json!({"command": "str_replace", "path": "/memories/n0.md", "old_str": "absent", "new_str": "b"}),
+            "did not appear",
+        ),
+    ] {
+        let (status, v) = s.req("POST", "/v1/memory", Some(&acme), &command.to_string());
+        assert_eq!(status, 200, "{command}: {v}");
+        assert_eq!(v["is_error"], true, "{command}: {v}");
+        let text = v["content"].as_str().unwrap_or_default();
+        assert!(
+            text.contains(says) && !text.contains("quota"),
+            "{command}: {v}"
+        );
+    }
     // Nothing was written; the other writes that add content are refused
     // too (a tool_use block as well), views and deletes are not.
     let v = s.memory(&acme, json!({"command": "view", "path": "/memories"}));

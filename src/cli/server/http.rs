@@ -718,13 +718,11 @@ async fn memory(State(app): State<Arc<App>>, req: Request) -> Result<Response, A
         attribution,
         who.principal,
         inline,
-        move |open| match protocol::command_of(&value).and_then(|c| open.over_quota(quota, c)) {
-            Some(why) => Err(why),
-            None => Ok(protocol::handle_value(
-                &open.memory,
-                &mut open.vault,
-                &value,
-            )),
+        move |open| {
+            open.with_quota(quota, |open| {
+                protocol::handle_value(&open.memory, &mut open.vault, &value)
+            })
+            .map_err(|why| why.to_string())
         },
     )
     .await?;

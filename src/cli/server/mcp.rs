@@ -110,9 +110,11 @@ impl ServerHandler for TenantMcp {
             attribution,
             who.principal,
             inline,
-            move |open| match open.over_quota(slot_quota, &input) {
-                Some(why) => ToolResult::error(format!("Error: {why}")),
-                None => open.memory.execute_json(&mut open.vault, &input),
+            move |open| {
+                open.with_quota(slot_quota, |open| {
+                    open.memory.execute_json(&mut open.vault, &input)
+                })
+                .unwrap_or_else(|why| ToolResult::error(format!("Error: {why}")))
             },
         )
         .await

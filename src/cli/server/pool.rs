@@ -18,7 +18,6 @@ use super::registry::HexKey;
 use crate::crypto::Unlock;
 use crate::memory::{Memory, Store};
 use crate::vault::{Attribution, FileCount, Vault, VaultConfig, VaultError, fsync};
-use serde_json::Value;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -38,31 +37,22 @@ pub struct Open {
 }
 
 impl Open {
-    /// Why the memory command `command` (the tool's input) is refused under
-    /// a storage quota of `quota` bytes, if it is: one that adds content
-    /// (create, str_replace, insert, rename) once the vault stores its
-    /// quota, or would with the text it brings. A str_replace or insert
-    /// seals its whole file again, a folder's rename every file in it, so
-    /// one write can pass the quota by up to that much (at most
-    /// `max_file_bytes` for a file); the next is refused. Views, deletes
-    /// and malformed commands (answered by the tool) are not.
-    pub fn over_quota(&self, quota: Option<u64>, command: &Value) -> Option<String> {
-        let quota = quota?;
-        let text = |k: &str| command.get(k).and_then(Value::as_str).map_or(0, str::len) as u64;
-        let adds = match command.get("command").and_then(Value::as_str)? {
-            "create" => text("file_text"),
-            "str_replace" => text("new_str"),
-            "insert" => text("insert_text"),
-            "rename" => 0,
-            _ => return None,
-        };
-        let stored = self.vault.stored_bytes();
-        if stored.saturating_add(adds) <= quota {
-            return None;
+    /// Run `f` on the vault under a storage quota of `quota` bytes (see
+    /// `Vault::set_quota`): its result, or why a write was refused for
+    /// the quota.
+    pub fn with_quota<T>(
+        &mut self,
+        quota: Option<u64>,
+        f: impl FnOnce(&mut Open) -> T,
+    ) -> Result<T, crate::vault::QuotaRefusal> {
+        self.vault.set_quota(quota);
+        let _ = self.vault.take_quota_refusal();
+        let out = f(self);
+        self.vault.set_quota(None);
+        match self.vault.take_quota_refusal() {
+            Some(why) => Err(why),
+            None => Ok(out),
         }
-        Some(format!(
-            "this tenant's memory is at its storage quota ({stored} of {quota} bytes stored, history included); nothing was changed: the operator can raise it (`memvault tenant quota`) or free space (purge, expire, then gc)"
-        ))
     }
 }
 
