@@ -806,8 +806,6 @@ fn serve(global: &Global, args: &ServeArgs) -> Result<u8, CliError> {
     }
     // Checkpoints run after a reply is written, not inside the request.
     vault.defer_checkpoints(true);
-    // A view's access record is written after its reply, too.
-    vault.defer_access(true);
     let memory = memory_for(vault.config())?;
     let max_line = vault.config().max_line_bytes;
     // Several `serve` processes on one vault hand their requests to one

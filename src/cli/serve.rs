@@ -56,9 +56,8 @@ use crate::protocol::{self, Line, Reply};
 use crate::vault::{Attribution, Vault, fsx, fsync};
 
 /// A reply longer than this may not fit what a pipe or socket takes
-/// without its reader: `after_reply` runs before it is written, so a
-/// client that is slow to read holds up no other writer (see
-/// `Vault::defer_access`).
+/// without its reader: `after_reply` (a due checkpoint) runs before it is
+/// written, so a client that is slow to read does not hold it up.
 const LARGE_REPLY: usize = 16 << 10;
 
 const SOCKET: &str = "memvault/serve.sock";
@@ -184,8 +183,8 @@ struct Shared<'v> {
     #[cfg(feature = "test-hooks")]
     test_pause: Option<Duration>,
     /// `MEMVAULT_TEST_AFTER_REPLY_PAUSE_MS`: this process waits this long
-    /// after each reply to its own client, before `after_reply` (a view's
-    /// access record). Only in `test-hooks` builds.
+    /// after each reply to its own client, before `after_reply` (a due
+    /// checkpoint). Only in `test-hooks` builds.
     #[cfg(feature = "test-hooks")]
     test_after_reply_pause: Option<Duration>,
 }
@@ -376,8 +375,8 @@ impl<'s, 'v: 's, 'e> Node<'s, 'v, 'e> {
             };
             let reply = self.one(line, true);
             // A large reply can block on a client that does not read it
-            // yet: what `after_reply` does (a view's access record, and the
-            // shared lock it holds) goes first then.
+            // yet: what `after_reply` does (a due checkpoint) goes first
+            // then.
             let early = reply.as_ref().is_some_and(|r| r.len() > LARGE_REPLY);
             if early {
                 self.shared.after_reply();
@@ -392,8 +391,7 @@ impl<'s, 'v: 's, 'e> Node<'s, 'v, 'e> {
             }
             // Even when the reply could not be written, and also as a
             // follower: a request that ran here after its leader went away
-            // leaves its view's access record (and the shared lock it
-            // holds) for after the reply.
+            // may have made a checkpoint due.
             if !early {
                 self.shared.after_reply();
             }
@@ -635,8 +633,8 @@ fn serve_peer(shared: &Shared<'_>, conn: UnixStream, id: u64) {
             shared.after_reply();
         }
         let sent = lock(&w).write_all(reply.as_bytes());
-        // Even when the follower has gone: a view's record and its shared
-        // lock must not wait for the next request.
+        // Even when the follower has gone: a due checkpoint must not
+        // wait for the next request.
         if !early {
             shared.after_reply();
         }

@@ -244,17 +244,6 @@ pub struct Vault {
     unlocked_slot: Option<String>,
     /// The access log, held open for appends (see `retention::access`).
     access_log: std::cell::RefCell<Option<File>>,
-    /// Views noted but not yet appended to the access log: with
-    /// [`defer_access`](Self::defer_access), written by
-    /// [`Store::after_reply`] (off the view's path), when the access table
-    /// is read, and when the handle closes.
-    access_pending: Vec<(crate::crypto::FileKeyId, access::Kind, u64)>,
-    /// The writer lock, shared, from a deferred view until its record is
-    /// appended: a sweep that starts after the reply waits for the record
-    /// (and sees the view), as when the record was written before it.
-    access_guard: Option<FileLock>,
-    /// Views are recorded after the reply (see `access_pending`).
-    defer_access: bool,
     /// The tip [`refreshed_config`](Self::refreshed_config) just caught
     /// up to, for the read of the same request ([`Store::read`]): a
     /// request catches up with the log once (two 17-byte reads of its
@@ -655,7 +644,6 @@ impl Vault {
         &mut self,
         f: impl FnOnce(&mut Vault, Option<Oid>) -> Result<T, E>,
     ) -> Result<T, E> {
-        self.flush_access();
         let guard = FileLock::exclusive_on(&self.lock).map_err(VaultError::Lock)?;
         let len_before = self.wal.len().unwrap_or(0);
         let result = self
@@ -735,7 +723,7 @@ impl Vault {
     /// to do: that waited for another client's whole request.
     pub fn end_request(&mut self) -> bool {
         self.fresh_tip = None;
-        self.log.checkpoint_due || !self.access_pending.is_empty()
+        self.log.checkpoint_due
     }
 
     /// Defer the checkpoint a mutation makes due to [`Store::after_reply`],
@@ -749,27 +737,11 @@ impl Vault {
         };
     }
 
-    /// Record a view's access time after the reply rather than before it:
-    /// the caller calls [`Store::after_reply`] after every reply (`serve`
-    /// does). The record is written microseconds later, off the view's
-    /// path; a process killed in between loses it, as it could lose any
-    /// access record (they are never synced: a time can only be older
-    /// than the truth).
-    pub fn defer_access(&mut self, on: bool) {
-        self.defer_access = on;
-        if !on {
-            self.flush_access();
-        }
-    }
-
     /// Whether no other handle holds the writer lock exclusively now (an
     /// operator's command beside a server, a sweep): a request would then
     /// not wait for it. A moment's look, true if this handle holds a lock
     /// itself (the look must not let go of it).
     pub fn writer_lock_free(&self) -> bool {
-        if self.access_guard.is_some() {
-            return true;
-        }
         match self.lock.try_lock_shared() {
             Ok(()) => {
                 let _ = self.lock.unlock();
@@ -785,20 +757,6 @@ impl Vault {
     pub fn locked_elsewhere(dir: &Path) -> bool {
         fsx::open_read(&dir.join(LOCK_FILE))
             .is_ok_and(|f| matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)))
-    }
-
-    /// Append the views noted and not yet recorded, if any, and let go of
-    /// the shared lock they held. Runs before this handle takes the
-    /// writer lock exclusively: that lock and the shared one are the same
-    /// `flock` (one open file), so releasing the shared one later would
-    /// release the exclusive one.
-    pub(crate) fn flush_access(&mut self) {
-        let pending = std::mem::take(&mut self.access_pending);
-        if !pending.is_empty() {
-            // Under the shared lock the views took (`record_access` sees it).
-            self.record_access(&pending);
-        }
-        self.access_guard = None;
     }
 
     /// Under the writer lock: check that the log's tail is what the refs
@@ -827,7 +785,6 @@ impl Vault {
     /// Make everything in the log durable in git (one pack, refs synced)
     /// and start the log over. Takes the writer lock.
     pub fn checkpoint(&mut self) -> Result<(), VaultError> {
-        self.flush_access();
         let _guard = FileLock::exclusive_on(&self.lock).map_err(VaultError::Lock)?;
         self.checkpoint_locked()?;
         self.log.dirty = false;
@@ -915,7 +872,6 @@ impl Vault {
     /// Checkpoint, then repack everything reachable into one pack and
     /// delete every other pack and loose object. Takes the writer lock.
     pub fn gc(&mut self) -> Result<GcReport, VaultError> {
-        self.flush_access();
         let _guard = FileLock::exclusive_on(&self.lock).map_err(VaultError::Lock)?;
         // Only a vault whose tip checks out: gc deletes what main and the
         // key state do not reach, so with a ref rolled back (or a damaged
@@ -959,7 +915,6 @@ impl Drop for Vault {
     /// A clean close checkpoints what this process logged, so that git
     /// alone (without the log) shows every commit.
     fn drop(&mut self) {
-        self.flush_access();
         if self.log.dirty {
             let _ = self.checkpoint();
         }
@@ -1003,7 +958,6 @@ impl Store for Vault {
 
     fn after_reply(&mut self) {
         self.fresh_tip = None;
-        self.flush_access();
         if std::mem::take(&mut self.log.checkpoint_due)
             && let Err(e) = self.checkpoint()
         {
@@ -1025,24 +979,10 @@ impl Store for Vault {
         if let Some((p, id)) = last
             && p == path.as_str()
         {
-            let entry = (id, access::Kind::Viewed, now_ms());
-            if self.defer_access {
-                if self.access_guard.is_none() {
-                    // Without the lock nothing is recorded (as in
-                    // `record_access`): a time can only be older than the truth.
-                    let Ok(guard) = FileLock::shared_on(&self.lock) else {
-                        return;
-                    };
-                    self.access_guard = Some(guard);
-                }
-                self.access_pending.push(entry);
-                // Bounded: a caller that never replies still records.
-                if self.access_pending.len() >= 1024 {
-                    self.flush_access();
-                }
-            } else {
-                self.record_access(&[entry]);
-            }
+            // Before the reply: a view answered is recorded, even if the
+            // process is killed right after (a sweep must not count a file
+            // just read as idle).
+            self.record_access(&[(id, access::Kind::Viewed, now_ms())]);
         }
     }
 }

@@ -444,54 +444,6 @@ fn views_recorded_after_another_handle_compacted_the_access_log_are_kept() {
     assert_eq!(b.access_table().unwrap()[&id].viewed_ms, Some(3_000));
 }
 
-/// With `defer_access` (serve), a view's record waits for `after_reply`;
-/// until then the view holds the writer lock shared (no sweep can begin)
-/// and this handle's own access table counts it.
-#[test]
-fn a_deferred_views_record_is_written_after_the_reply_and_holds_off_a_sweep_until_then() {
-    let (_tmp, mut a, b) = two_handles();
-    put(&mut a, "/memories/v.txt", b"hello\n");
-    let path = MemoryPath::parse("/memories/v.txt").unwrap();
-    let id = key_id_of(&mut a, &path);
-    let viewed = |v: &Vault| v.access_table().unwrap().get(&id).and_then(|x| x.viewed_ms);
-    let exclusive_free = || {
-        let f = std::fs::File::open(b.dir().join("memvault/lock")).unwrap();
-        let free = f.try_lock().is_ok();
-        drop(f);
-        free
-    };
-    a.defer_access(true);
-    let memory = crate::memory::Memory::default();
-    let view = serde_json::json!({"command": "view", "path": "/memories/v.txt"});
-    let reply = crate::protocol::handle_value(&memory, &mut a, &view);
-    assert!(!reply.result.is_error, "{:?}", reply.to_json());
-    assert_eq!(viewed(&b), None, "written before the reply");
-    assert!(viewed(&a).is_some(), "its own handle counts it");
-    assert!(!exclusive_free(), "a sweep could begin before the record");
-    a.after_reply();
-    assert!(viewed(&b).is_some());
-    assert!(exclusive_free());
-    let view_later = |a: &mut Vault| {
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        let reply = crate::protocol::handle_value(&memory, a, &view);
-        assert!(!reply.result.is_error);
-    };
-    // A mutation on the same handle writes it first, then takes the lock
-    // exclusively (one flock: releasing the shared one later would
-    // release the exclusive one).
-    let before = viewed(&b);
-    view_later(&mut a);
-    put(&mut a, "/memories/w.txt", b"w\n");
-    assert!(viewed(&b) > before);
-    assert!(exclusive_free());
-    // And a handle that closes writes what it holds.
-    let before = viewed(&b);
-    view_later(&mut a);
-    drop(a);
-    assert!(viewed(&b) > before);
-    assert!(exclusive_free());
-}
-
 #[test]
 fn a_running_handle_follows_its_log_not_a_ref_moved_under_it_and_a_new_one_refuses_it() {
     let (_tmp, dir, bytes, mut a) = new_vault_with(VaultConfig::default());
@@ -975,7 +927,10 @@ fn a_quota_refuses_the_write_that_would_pass_it_and_keeps_deletes() {
     assert!(v.take_quota_refusal().is_none());
     let before = v.stored_bytes();
     let err = try_put(&mut v, "/memories/b.md", &[b'b'; 3000]).unwrap_err();
-    assert!(matches!(&err, StoreError::Limit(m) if m.contains("storage quota")), "{err}");
+    assert!(
+        matches!(&err, StoreError::Limit(m) if m.contains("storage quota")),
+        "{err}"
+    );
     let why = v.take_quota_refusal().expect("the refusal is kept");
     assert_eq!((why.stored, why.quota), (before, stored + 2000));
     assert!(why.adds >= 3000, "{why:?}");

@@ -10,9 +10,8 @@
 //! older than the truth, never newer. Appending takes the writer lock
 //! shared; compaction (by the sweeper, holding it exclusively) rewrites the
 //! log as one record and renames it into place, so no append is lost to a
-//! rewrite. A record that does not open is skipped. With
-//! `Vault::defer_access` (`serve`), a view takes the shared lock at once
-//! and appends its record after the reply (see `Vault::flush_access`).
+//! rewrite. A record that does not open is skipped. A view's record is
+//! appended before its reply, in every process.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -95,12 +94,6 @@ impl Vault {
 
     /// Record accesses, taking the writer lock shared for the append.
     pub(crate) fn record_access(&self, entries: &[(FileKeyId, Kind, u64)]) {
-        if self.access_guard.is_some() {
-            // Held since a deferred view (see `Vault::defer_access`); a
-            // second guard's release would release it too (one `flock`).
-            self.append_access(entries);
-            return;
-        }
         let Ok(_guard) = crate::vault::FileLock::shared_on(&self.lock) else {
             return;
         };
@@ -123,12 +116,6 @@ impl Vault {
             }
         };
         self.each_access_entry(&bytes, &mut take);
-        // This handle's views not yet appended (see `Vault::defer_access`)
-        // count as if they were: written here, they would take the lock
-        // this caller may hold.
-        for &(id, kind, t) in &self.access_pending {
-            take(id, kind, t);
-        }
         Ok(table)
     }
 

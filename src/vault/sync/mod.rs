@@ -297,7 +297,6 @@ impl Vault {
     /// The two tips, with everything of the log checkpointed into git (so
     /// that git, borrowing the vault's objects, sees them).
     fn checkpointed_tips(&mut self) -> Result<(Option<Oid>, Option<Oid>), VaultError> {
-        self.flush_access();
         let guard = FileLock::exclusive_on(&self.lock).map_err(VaultError::Lock)?;
         self.checkpoint_locked()?;
         self.log.dirty = false;
