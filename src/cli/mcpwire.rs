@@ -374,6 +374,10 @@ pub(crate) struct Gate<R> {
     /// Bytes ready for rmcp.
     ready: Vec<u8>,
     eof: bool,
+    /// Whether a request has been handed on: rmcp ends the session when
+    /// the first message it reads is a notification or a response, so
+    /// those are dropped until then (JSON-RPC answers neither).
+    asked: bool,
 }
 
 impl<R> Gate<R> {
@@ -387,6 +391,7 @@ impl<R> Gate<R> {
             over: 0,
             ready: Vec::new(),
             eof: false,
+            asked: false,
         }
     }
 
@@ -424,7 +429,19 @@ impl<R> Gate<R> {
             self.ready.push(b'\n');
             return;
         }
-        match screen(&line) {
+        let screened = screen(&line);
+        if !self.asked && matches!(screened, Screened::Pass | Screened::Refuse { .. }) {
+            match id_and_method(&line) {
+                (Some(_), Some(_)) => self.asked = true,
+                _ => {
+                    eprintln!(
+                        "memvault: a notification or response before the client's first request was dropped"
+                    );
+                    return;
+                }
+            }
+        }
+        match screened {
             Screened::Pass => self.ready.extend_from_slice(&line),
             Screened::Refuse { id, clean, message } => {
                 self.refusals.mark(&id, message);

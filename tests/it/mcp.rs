@@ -249,6 +249,28 @@ fn mcp_without_a_handshake_exits_quietly_or_with_a_kind_only() {
         assert_eq!(msg["jsonrpc"], "2.0");
     }
     assert_eq!(v.commits(), 1, "nothing was written");
+    // A notification or a response before the first request is dropped
+    // (JSON-RPC answers neither); the requests after it are answered.
+    for first in [
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}),
+        json!({"jsonrpc": "2.0", "id": 5, "result": {}}),
+        json!({"jsonrpc": "2.0", "id": 7, "error": {"code": 1, "message": "x"}}),
+    ] {
+        let ping = json!({"jsonrpc": "2.0", "id": "p", "method": "ping"});
+        let out = run_with_stdin(
+            v.cmd().arg("mcp").args(["--session", "s"]),
+            format!("{first}\n{ping}\n").as_bytes(),
+        );
+        assert_eq!(out.status.code(), Some(0), "{first}: {out:?}");
+        let answers: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(answers.len(), 1, "{first}: {answers:?}");
+        assert_eq!(answers[0]["id"], "p", "{first}: {answers:?}");
+        assert!(answers[0].get("result").is_some(), "{first}: {answers:?}");
+    }
 }
 
 impl McpServer {
