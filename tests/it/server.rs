@@ -282,8 +282,14 @@ pub fn try_http(
 ) -> Option<(u16, Vec<u8>)> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
+    // Loopback's `Host`, unless the caller gives one.
+    let host = if headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        ""
+    } else {
+        "Host: 127.0.0.1\r\n"
+    };
     let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\n{host}Connection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
     for (k, v) in headers {
@@ -1551,6 +1557,22 @@ fn routes_match_as_sent_take_their_own_methods_and_refuse_malformed_bodies() {
         assert_eq!(st, 400, "{path} {}: {v}", String::from_utf8_lossy(body));
         let e = v["error"].as_str().unwrap_or_default();
         assert!(!e.is_empty() && !e.starts_with("Error: "), "{v}");
+    }
+    // What rmcp refuses in plain text (a protocol version it does not
+    // know, a `Host` or `Origin` not allowed) is a JSON error as well,
+    // with rmcp's status.
+    let list = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    for (name, value) in [
+        ("Mcp-Protocol-Version", "1999-01-01"),
+        ("Host", "evil.example:80"),
+        ("Origin", "http://evil.example"),
+    ] {
+        let mut h: Vec<(&str, &str)> = mcp_h.to_vec();
+        h.push((name, value));
+        let (st, v) = s.req_with("POST", "/mcp", &h, list);
+        assert!((400..500).contains(&st), "{name}: {st} {v}");
+        let e = v["error"].as_str().unwrap_or_default();
+        assert!(!e.is_empty(), "{name}: {st} {v}");
     }
     // A tools/call that `serve` would refuse is the tool's error, with
     // serve's text: `arguments` twice (the second would delete), or not an

@@ -1063,9 +1063,36 @@ async fn mcp_gate(
     parts.extensions.insert(who);
     parts.extensions.insert(attribution);
     parts.extensions.insert(slot);
-    Ok(next
+    let response = next
         .run(Request::from_parts(parts, Body::from(bytes)))
-        .await)
+        .await;
+    Ok(plain_errors_as_json(response).await)
+}
+
+/// An error the MCP layer answers in plain text (a `Host` or protocol
+/// version it refuses) as every other error of the server is answered:
+/// `{"error": "..."}`, with the same status. JSON answers pass as they are.
+async fn plain_errors_as_json(response: Response) -> Response {
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/event-stream"));
+    if !(response.status().is_client_error() || response.status().is_server_error()) || is_json {
+        return response;
+    }
+    let status = response.status();
+    let body = axum::body::to_bytes(response.into_body(), 4 << 10)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&body);
+    let text = text.trim();
+    let text = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error")
+    } else {
+        text
+    };
+    json_response(status, &json!({"error": text}))
 }
 
 /// The whole route table.
