@@ -49,6 +49,10 @@ pub enum VaultError {
     /// (refused: it would bring back erased keys or removed keyslots).
     #[error("the vault is damaged: {0}")]
     RolledBack(String),
+    /// The log was damaged in the middle: entries that check out follow
+    /// one that does not (the text says where, and what to do).
+    #[error("the vault is damaged: {0}")]
+    DamagedLog(String),
     #[error(
         "{0:?} is not a revision on this vault's main branch (give a commit id from `memvault history`, or HEAD~N)"
     )]
@@ -115,7 +119,10 @@ impl VaultError {
     pub fn is_damage(&self) -> bool {
         matches!(
             self,
-            VaultError::Damaged(_) | VaultError::Object(_) | VaultError::RolledBack(_)
+            VaultError::Damaged(_)
+                | VaultError::Object(_)
+                | VaultError::RolledBack(_)
+                | VaultError::DamagedLog(_)
         ) || matches!(self, VaultError::Store(StoreError::Damaged(_)))
     }
 
@@ -155,6 +162,7 @@ impl From<wal::WalError> for VaultError {
             W::BadObject => VaultError::Damaged(
                 "the write-ahead log (memvault/wal) holds an object that does not match its id",
             ),
+            W::Damaged { .. } => VaultError::DamagedLog(e.to_string()),
             W::NotReady => VaultError::Damaged(
                 "the write-ahead log (memvault/wal) cannot take a record before it was read",
             ),
@@ -169,7 +177,9 @@ impl From<VaultError> for StoreError {
         match e {
             VaultError::Store(e) => e,
             VaultError::Damaged(what) => StoreError::Damaged(what.to_string()),
-            VaultError::RolledBack(what) => StoreError::Damaged(what),
+            VaultError::RolledBack(what) | VaultError::DamagedLog(what) => {
+                StoreError::Damaged(what)
+            }
             VaultError::Object(e) => StoreError::Damaged(e.to_string()),
             VaultError::Refused(what) => StoreError::Limit(what),
             VaultError::Git(e) => git_unavailable(&e.0),

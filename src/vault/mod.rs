@@ -370,11 +370,12 @@ impl Vault {
                 return Err(damaged(LOG_DOWNGRADED));
             }
             match self.refresh_keys().and_then(|()| self.checked_tip()) {
-                Err(VaultError::Damaged(_) | VaultError::Object(_) | VaultError::RolledBack(_))
-                    if attempt < 3 =>
-                {
-                    attempt += 1
-                }
+                Err(
+                    VaultError::Damaged(_)
+                    | VaultError::Object(_)
+                    | VaultError::RolledBack(_)
+                    | VaultError::DamagedLog(_),
+                ) if attempt < 3 => attempt += 1,
                 // Following the refs caught up past shards the key state
                 // has not taken in (a checkpoint and a create in between):
                 // take them in, or the new file's key would read as missing.

@@ -161,6 +161,10 @@ pub(crate) enum WalError {
     #[error("a logged object does not match its id")]
     BadObject,
     #[error(
+        "the write-ahead log (memvault/wal) is damaged at byte {at}: the entry there does not check out, yet {later} intact record(s) of the log follow it, so acknowledged changes would be lost if it were read only up to the damage; nothing was changed. Restore the vault from a remote or a backup; or, to keep the changes before the damage and drop those after it (if this machine lost power with writes in flight, those were never acknowledged), cut the log there: truncate -s {at} memvault/wal"
+    )]
+    Damaged { at: u64, later: usize },
+    #[error(
         "this change needs a log record of {bytes} bytes, over the limit of {limit} bytes; nothing was changed (import fewer files at once, or rename a smaller directory)"
     )]
     TooLarge { bytes: usize, limit: usize },
@@ -568,6 +572,25 @@ fn read_entry_at(file: &File, pos: u64, file_len: u64) -> Option<(u8, Vec<u8>, u
     Some((kind, body.to_vec(), total as u64))
 }
 
+/// Whether entries that stop checking out at `pos` stop at the log's end:
+/// the file's end, zeros (written ahead of the records, or a record whose
+/// first bytes never reached the disk), or an entry of another generation
+/// that checks out (an earlier generation's remains). Anything else
+/// may be damage (see [`Wal::intact_records_after`]).
+fn clean_end(file: &File, pos: u64, file_len: u64, generation: &[u8; 8]) -> bool {
+    let mut first = [0u8; 9 + 8];
+    let n = file_len.saturating_sub(pos).min(first.len() as u64) as usize;
+    if n == 0 || file.read_exact_at(&mut first[..n], pos).is_err() {
+        return true;
+    }
+    first[..n].iter().all(|&b| b == 0)
+        || (n == first.len()
+            && &first[..4] == MAGIC
+            && first[9..] != generation[..]
+            // Whole: not this generation's entry with its generation hit.
+            && read_entry_at(file, pos, file_len).is_some())
+}
+
 /// The entry at `pos` is of `kind` (a format-2 head or record) and its
 /// body starts with `generation`, as both kinds' do. Reads 17 bytes.
 fn entry_of_generation(file: &File, pos: u64, kind: u8, generation: &[u8; 8]) -> bool {
@@ -878,7 +901,116 @@ impl Wal {
             each(record)?;
             pos += len;
         }
+        // A crash tears only the last record, and a record was synced (and
+        // acknowledged) only with every one before it: intact records of
+        // this generation after one that does not check out mean the log
+        // was damaged in the middle, and reading up to there would drop
+        // acknowledged changes without a word.
+        if v2 && !clean_end(&self.file, pos, file_len, &head.generation) {
+            let later = self.intact_records_after(pos, file_len, &head.generation);
+            if later > 0 {
+                return Err(WalError::Damaged { at: pos, later });
+            }
+        }
         Ok((pos, refs))
+    }
+
+    /// How many records of `generation` whose checksum and tag check out
+    /// (under this vault's log key: none are counted without it) the file
+    /// holds after `pos`, found by their entries' first bytes.
+    fn intact_records_after(&self, pos: u64, file_len: u64, generation: &[u8; 8]) -> usize {
+        self.intact_records(pos + 1, file_len, Some(generation), |payload| {
+            payload.get(..8) == Some(&generation[..])
+        })
+    }
+
+    /// How many records from `from` on check out (checksum, and tag under
+    /// this vault's log key: none without it) and pass `keep` (given the
+    /// payload); `generation`: only entries whose first bytes name it.
+    fn intact_records(
+        &self,
+        from: u64,
+        file_len: u64,
+        generation: Option<&[u8; 8]>,
+        mut keep: impl FnMut(&[u8]) -> bool,
+    ) -> usize {
+        const CHUNK: usize = 1 << 20;
+        let Some(key) = self.key.as_ref() else {
+            return 0;
+        };
+        let mut found = 0;
+        let mut buf = vec![0u8; CHUNK + 17];
+        let mut at = from;
+        while at < file_len {
+            let n = (file_len - at).min(buf.len() as u64) as usize;
+            if self.file.read_exact_at(&mut buf[..n], at).is_err() {
+                break;
+            }
+            // Entries starting in this chunk (the 17 bytes after it are
+            // read for those near its end).
+            let starts = n.min(CHUNK);
+            for i in memchr::memmem::find_iter(&buf[..n], MAGIC).take_while(|&i| i < starts) {
+                let first = &buf[i..n.min(i + 17)];
+                if first.len() < 17
+                    || first[4] != KIND_RECORD
+                    || generation.is_some_and(|g| first[9..17] != g[..])
+                {
+                    continue;
+                }
+                let Some((_, body, _)) = read_entry_at(&self.file, at + i as u64, file_len) else {
+                    continue;
+                };
+                if open_record(&body, Some(key)).is_ok_and(|(payload, _)| keep(payload)) {
+                    found += 1;
+                }
+            }
+            at += CHUNK as u64;
+        }
+        found
+    }
+
+    /// With no head that checks out at the start of a log whose first
+    /// bytes are not zeros: how many intact records follow that build on
+    /// what the ref files say (records of the generation whose head was
+    /// lost: the ref files are written at the checkpoint that writes a
+    /// head, and its first record builds on them; an earlier generation's
+    /// records build on older states).
+    fn records_after_lost_head(&self, repo: &Repository, file_len: u64) -> usize {
+        let mut first = [0u8; 64];
+        let n = file_len.min(first.len() as u64) as usize;
+        if n == 0
+            || self.file.read_exact_at(&mut first[..n], 0).is_err()
+            || first[..n].iter().all(|&b| b == 0)
+        {
+            return 0;
+        }
+        let on_disk: Refs = [super::MAIN_REF, super::KEYS_REF]
+            .iter()
+            .filter_map(|n| read_ref(repo, n).map(|id| (n.to_string(), id)))
+            .collect();
+        if on_disk.is_empty() {
+            return 0;
+        }
+        let mut lost = None;
+        self.intact_records(0, file_len, None, |payload| {
+            let Some(generation) = payload.get(..8).and_then(|g| <[u8; 8]>::try_from(g).ok())
+            else {
+                return false;
+            };
+            let first = Record::decode(payload, &generation, true)
+                .is_some_and(|(base, _)| base.is_some_and(|b| same_refs(&b, &on_disk)));
+            if first {
+                lost = Some(generation);
+            }
+            first
+        });
+        // Every intact record of that generation.
+        match lost {
+            Some(generation) => self.intact_records(0, file_len, Some(&generation), |payload| {
+                payload.get(..8) == Some(&generation[..])
+            }),
+            None => 0,
+        }
     }
 
     /// Read the whole log.
@@ -973,6 +1105,12 @@ impl Wal {
         }
         let file_len = self.file.metadata()?.len();
         let Some((head, v2, head_len)) = read_head(&self.file, file_len, self.key.as_ref())? else {
+            // A head that does not check out, with the records after it
+            // intact: damage, not a log to take as empty.
+            let later = self.records_after_lost_head(repo, file_len);
+            if later > 0 {
+                return Err(WalError::Damaged { at: 0, later });
+            }
             self.known = None;
             return Ok(CatchUp {
                 clean: false,
@@ -1735,6 +1873,95 @@ mod tests {
         plain.reset(refs(0)).unwrap();
         plain.append(record(5)).unwrap();
         assert!(plain.known.as_ref().unwrap().held.is_none());
+    }
+
+    /// Any byte of a record changed while intact records of the log
+    /// follow it is damage, not a torn tail: reading stops with
+    /// `WalError::Damaged` (naming where), for a fresh read as for a
+    /// catch-up, rather than dropping the records after it. The same byte
+    /// changed in the last record is a torn tail, as before; and an
+    /// earlier generation's remains after the tail are no damage.
+    #[test]
+    fn a_damaged_record_followed_by_intact_ones_is_refused_not_dropped() {
+        let (tmp, repo) = repo();
+        let keys = crate::crypto::VaultKeys::derive(&crate::crypto::Keyring::new_random());
+        let open = || {
+            let mut w = Wal::open(tmp.path()).unwrap();
+            w.set_key(keys.log_key());
+            w
+        };
+        let mut wal = open();
+        wal.read_all().unwrap();
+        wal.reset(refs(0)).unwrap();
+        let starts: Vec<u64> = (1..=3).map(|i| wal.append(record(i)).unwrap()).collect();
+        let len = wal.len().unwrap();
+        let full = fs::read(wal_path(tmp.path())).unwrap();
+        let (second, third) = (starts[1], starts[2]);
+        for i in (second..third).step_by(7) {
+            let mut bytes = full.clone();
+            bytes[i as usize] ^= 0x40;
+            fs::write(wal_path(tmp.path()), &bytes).unwrap();
+            match open().read_all() {
+                Err(WalError::Damaged { at, later }) => {
+                    assert_eq!((at, later), (second, 1), "byte {i}")
+                }
+                Err(e) => panic!("byte {i}: {e}"),
+                Ok(c) => panic!("byte {i}: read {} records", c.records.len()),
+            }
+            assert!(
+                matches!(open().catch_up(&repo), Err(WalError::Damaged { .. })),
+                "byte {i}"
+            );
+        }
+        // The last record changed: a torn tail, the two before it read.
+        for i in (third..len).step_by(7) {
+            let mut bytes = full.clone();
+            bytes[i as usize] ^= 0x40;
+            fs::write(wal_path(tmp.path()), &bytes).unwrap();
+            let c = open().read_all().unwrap();
+            assert_eq!(
+                summaries(&c.records),
+                summaries(&[record(1), record(2)]),
+                "byte {i}"
+            );
+        }
+        // The head changed: no head checks out, yet records that build on
+        // what the ref files say (the head's) follow: damage at byte 0.
+        // Without such ref files the records are an earlier generation's
+        // remains (a head torn by a crash in a checkpoint) and the log
+        // reads as empty.
+        let mut bytes = full.clone();
+        bytes[20] ^= 0x40;
+        fs::write(wal_path(tmp.path()), &bytes).unwrap();
+        assert!(open().catch_up(&repo).unwrap().records == false);
+        for (name, id) in refs(0) {
+            let path = tmp.path().join(&name);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, format!("{id}\n")).unwrap();
+        }
+        assert!(matches!(
+            open().catch_up(&repo),
+            Err(WalError::Damaged { at: 0, later: 3 })
+        ));
+        // Cut where the message says: the records before it are kept.
+        let mut bytes = full.clone();
+        bytes[second as usize + 30] ^= 0x40;
+        bytes.truncate(second as usize);
+        fs::write(wal_path(tmp.path()), &bytes).unwrap();
+        let c = open().read_all().unwrap();
+        assert_eq!(summaries(&c.records), summaries(&[record(1)]));
+        // A new generation over the old records: their remains after the
+        // new tail, intact or not, are no damage.
+        fs::write(wal_path(tmp.path()), &full).unwrap();
+        let mut wal = open();
+        wal.read_all().unwrap();
+        wal.reset(refs(50)).unwrap();
+        wal.append(record(9)).unwrap();
+        let mut bytes = fs::read(wal_path(tmp.path())).unwrap();
+        bytes[third as usize - 5] ^= 0x40;
+        fs::write(wal_path(tmp.path()), &bytes).unwrap();
+        let c = open().read_all().unwrap();
+        assert_eq!(summaries(&c.records), summaries(&[record(9)]));
     }
 
     /// A record's shard list (format 7) reads back as written, and one
