@@ -369,6 +369,13 @@ impl Vault {
             if self.key_state.format >= 2 && self.wal.head_is_v1() == Some(true) {
                 return Err(damaged(LOG_DOWNGRADED));
             }
+            // A ref file changed outside memvault under a running process:
+            // judged as the next writer's checkpoint judges it, so a read
+            // does not answer from a state the log has moved past (main
+            // set back behind the log's records) while writes are refused.
+            if !self.wal.refs_consistent(&self.repo) {
+                judge_refs(&self.repo, &mut self.wal)?;
+            }
             match self.refresh_keys().and_then(|()| self.checked_tip()) {
                 Err(
                     VaultError::Damaged(_)

@@ -921,3 +921,60 @@ fn a_log_damaged_in_the_middle_is_refused_not_cut_short() {
         assert!(out.status.success(), "{out:?}");
     }
 }
+
+/// Main set back outside memvault under a running `serve` (with records
+/// of its own in the log): its writes were refused as a rollback, while
+/// its views answered from the state main was set back to, listing none
+/// of the files written since. Views are refused too now, until the ref
+/// is put back; then everything acknowledged is there.
+#[test]
+fn a_running_serve_refuses_views_as_writes_once_main_is_set_back() {
+    use std::io::{BufRead, BufReader, Write};
+    let v = TestVault::new();
+    for n in ["a", "b", "c"] {
+        let r = v.one(create(&format!("/memories/{n}.md"), "old\n"));
+        assert!(!is_error(&r), "{r}");
+    }
+    let mut child = v
+        .cmd()
+        .args(["serve", "--session", "live"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut ask = |r: serde_json::Value| -> serde_json::Value {
+        writeln!(stdin, "{r}").unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap()
+    };
+    for i in 0..3 {
+        let r = ask(create(&format!("/memories/p{i}.md"), "new\n"));
+        assert!(!is_error(&r), "{r}");
+    }
+    let back = git_out(&v, &["rev-parse", "main~2"]);
+    let now = git_out(&v, &["rev-parse", "main"]);
+    std::fs::write(v.vault.join("refs/heads/main"), format!("{back}\n")).unwrap();
+    let r = ask(create("/memories/q.md", "x\n"));
+    assert!(is_error(&r) && r.to_string().contains("rollback"), "{r}");
+    for path in ["/memories", "/memories/p1.md", "/memories/a.md"] {
+        let r = ask(json!({"command": "view", "path": path}));
+        assert!(is_error(&r), "{path}: {r}");
+        assert!(r.to_string().contains("damaged"), "{path}: {r}");
+    }
+    // Put back: everything acknowledged is there.
+    std::fs::write(v.vault.join("refs/heads/main"), format!("{now}\n")).unwrap();
+    let r = ask(json!({"command": "view", "path": "/memories"}));
+    let listing = r.to_string();
+    for n in ["a.md", "b.md", "c.md", "p0.md", "p1.md", "p2.md"] {
+        assert!(listing.contains(n), "{n}: {listing}");
+    }
+    drop(ask);
+    drop(stdin);
+    child.wait().unwrap();
+    let out = v.cmd().arg("verify").output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+}

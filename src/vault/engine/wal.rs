@@ -1933,7 +1933,7 @@ mod tests {
         let mut bytes = full.clone();
         bytes[20] ^= 0x40;
         fs::write(wal_path(tmp.path()), &bytes).unwrap();
-        assert!(open().catch_up(&repo).unwrap().records == false);
+        assert!(!open().catch_up(&repo).unwrap().records);
         for (name, id) in refs(0) {
             let path = tmp.path().join(&name);
             fs::create_dir_all(path.parent().unwrap()).unwrap();
