@@ -283,9 +283,15 @@ impl Memory {
                     .skip(start.saturating_sub(1))
                     .take((end + 1).saturating_sub(start))
                     .collect();
-                let body = numbered(&shown, start, self.config.max_view_chars);
+                // The whole answer within the cap, its header included.
+                let header = file_header(path.as_str());
+                let budget = self
+                    .config
+                    .max_view_chars
+                    .saturating_sub(header.chars().count() + 1);
+                let body = numbered(&shown, start, budget);
                 *viewed_file = true;
-                Ok(ToolResult::ok(with_body(file_header(path.as_str()), &body)))
+                Ok(ToolResult::ok(with_body(header, &body)))
             }
         }
     }
@@ -960,13 +966,29 @@ fn listing(
 /// `max_chars` characters (newlines counted), with one closing row that
 /// says how many entries were left out and how to see them.
 fn capped_listing(header: String, rows: &[(String, Option<String>)], max_chars: usize) -> String {
+    // The whole answer within `max_chars`, header and closing row
+    // included: the closing row's room (at its longest) is kept for it
+    // unless every row fits.
+    let header_len = header.chars().count();
+    let all: usize = rows.iter().map(|(r, _)| r.chars().count() + 1).sum();
+    let budget = if header_len + all <= max_chars {
+        max_chars - header_len
+    } else {
+        let example = rows
+            .iter()
+            .filter_map(|(_, sub)| sub.as_deref())
+            .max_by_key(|sub| sub.chars().count())
+            .unwrap_or("");
+        let closing = omitted_row(rows.len(), example, max_chars).chars().count() + 1;
+        max_chars.saturating_sub(header_len + closing)
+    };
     let mut out = header;
     let mut used = 0usize;
     let mut kept = 0usize;
     for (row, _) in rows {
         let len = row.chars().count() + 1;
         // The directory's own row is always shown.
-        if kept > 0 && used + len > max_chars {
+        if kept > 0 && used + len > budget {
             break;
         }
         used += len;
@@ -976,18 +998,27 @@ fn capped_listing(header: String, rows: &[(String, Option<String>)], max_chars: 
     }
     let omitted = rows.len() - kept;
     if omitted > 0 {
-        let entries = if omitted == 1 { "entry" } else { "entries" };
         let example = rows[kept..]
             .iter()
             .find_map(|(_, sub)| sub.as_deref())
-            .map(|sub| format!(" (such as {sub})"))
-            .unwrap_or_default();
+            .unwrap_or("");
         out.push('\n');
-        out.push_str(&format!(
-            "… {omitted} more {entries} not shown: a listing stops at {max_chars} characters. View a subdirectory{example} to list what is in it, or view a file by its path …"
-        ));
+        out.push_str(&omitted_row(omitted, example, max_chars));
     }
     out
+}
+
+/// The closing row of a listing cut short: `omitted` entries left out, a
+/// subdirectory among them to view (`""`: none).
+fn omitted_row(omitted: usize, example: &str, max_chars: usize) -> String {
+    let entries = if omitted == 1 { "entry" } else { "entries" };
+    let example = match example {
+        "" => String::new(),
+        sub => format!(" (such as {sub})"),
+    };
+    format!(
+        "… {omitted} more {entries} not shown: a listing stops at {max_chars} characters. View a subdirectory{example} to list what is in it, or view a file by its path …"
+    )
 }
 
 /// Entries shown in a listing, sorted by name.

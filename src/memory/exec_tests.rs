@@ -385,8 +385,9 @@ fn check_truncated(text: &str, header: &str, first: usize, last: usize, budget: 
         "{marker}"
     );
     assert!(marker.contains("call view with view_range ["), "{marker}");
-    assert!(body.chars().count() <= budget + marker.chars().count() + 1);
-    assert!(body.chars().count() > budget / 2, "the budget is used");
+    // The whole answer, header and marker included, within the budget.
+    assert!(text.chars().count() <= budget, "{}", text.chars().count());
+    assert!(body.chars().count() > budget * 9 / 10, "the budget is used");
 }
 
 #[test]
@@ -1749,10 +1750,22 @@ fn capped_listing_keeps_whole_rows_and_its_own_row() {
         none,
         "H\n1B\t/memories/f0\n… 9 more entries not shown: a listing stops at 0 characters. View a subdirectory (such as /memories/d/) to list what is in it, or view a file by its path …"
     );
-    // Rows are 16 characters with their newline: 3 fit in 48.
-    let some = capped_listing("H".into(), &rows, 48);
+    // Rows are 16 characters with their newline: 3 fit beside the header
+    // and the closing row (whose room, at its longest, is kept), and the
+    // whole answer is within the cap.
+    let many: Vec<(String, Option<String>)> = (0..30)
+        .map(|i| {
+            let sub = (i > 4).then(|| "/memories/d/".to_owned());
+            (format!("1B\t/memories/f{i:02}"), sub)
+        })
+        .collect();
+    // Rows of 17 characters with their newline.
+    let closing = "… 30 more entries not shown: a listing stops at 999 characters. View a subdirectory (such as /memories/d/) to list what is in it, or view a file by its path …";
+    let cap = 1 + 3 * 17 + closing.chars().count() + 1;
+    let some = capped_listing("H".into(), &many, cap);
     assert_eq!(some.lines().count(), 1 + 3 + 1, "{some}");
-    assert!(some.ends_with("… 7 more entries not shown: a listing stops at 48 characters. View a subdirectory (such as /memories/d/) to list what is in it, or view a file by its path …"));
+    assert!(some.chars().count() <= cap, "{some}");
+    assert!(some.ends_with(&format!("… 27 more entries not shown: a listing stops at {cap} characters. View a subdirectory (such as /memories/d/) to list what is in it, or view a file by its path …")), "{some}");
     let one_left = capped_listing("H".into(), &rows[..2], 15);
     assert!(one_left.contains("… 1 more entry not shown"), "{one_left}");
     assert!(

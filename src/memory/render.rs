@@ -89,8 +89,8 @@ fn numbered_len(number: usize, chars: usize) -> usize {
 }
 
 /// Numbers `lines` (the first is line `first_number`) and joins them with
-/// `\n`, keeping the result within `max_chars` characters plus one marker
-/// line.
+/// `\n`, keeping the result, its marker line included, within
+/// `max_chars` characters.
 ///
 /// When everything fits, every line is shown. Otherwise whole numbered
 /// lines are kept from the start (up to half the budget) and from the end
@@ -121,6 +121,15 @@ pub fn numbered(lines: &[&str], first_number: usize, max_chars: usize) -> String
         return out;
     }
 
+    // The marker line comes out of the budget too (at its longest: every
+    // number in it as long as the last line's).
+    let widest = "9".repeat(digits(first_number.saturating_add(lines.len())));
+    let marker = format!(
+        "… {widest} lines omitted (lines {widest}-{widest}); call view with view_range [{widest}, {widest}] to see them …"
+    )
+    .chars()
+    .count();
+    let max_chars = max_chars.saturating_sub(marker + 1);
     // Half the budget for the head; all of it for a lone line (a
     // `view_range` of one long line).
     let cap = if lines.len() == 1 {
@@ -363,17 +372,23 @@ mod tests {
 
     #[test]
     fn one_omitted_line_is_singular() {
-        let lines = ["a".repeat(40), "b".repeat(40), "c".repeat(40)];
+        let lines = ["a".repeat(100), "b".repeat(100), "c".repeat(100)];
         let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-        let out = numbered(&lines, 1, 100);
+        // Room for two numbered lines of 107 characters with their
+        // newlines, and for the marker at its longest.
+        let marker =
+            "… 9 lines omitted (lines 9-9); call view with view_range [9, 9] to see them …";
+        let budget = 2 * 108 + marker.chars().count() + 1;
+        let out = numbered(&lines, 1, budget);
         assert_eq!(
             out,
             format!(
                 "     1\t{}\n… 1 line omitted (line 2); call view with view_range [2, 2] to see it …\n     3\t{}",
-                "a".repeat(40),
-                "c".repeat(40)
+                "a".repeat(100),
+                "c".repeat(100)
             )
         );
+        assert!(out.chars().count() <= budget);
     }
 
     #[test]
