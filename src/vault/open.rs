@@ -313,6 +313,14 @@ impl Vault {
             // checkpoint would reset the log before any command saw the
             // damage, which each then reports having changed nothing.
             // A rollback the checkpoint would refuse is still said as such.
+            // A format 3-8 vault's fold writes a key state of format 5,
+            // which a memvault of format 8 calls damage: the format file
+            // says 9 first, so that one killed between the two still has
+            // older memvaults say "upgrade memvault". (The migration keys
+            // on the key state, not the file.)
+            if (3..5).contains(&vault.key_state.format) && read_format(&vault.dir)? < FORMAT {
+                write_durable(&vault.dir.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
+            }
             let foldable = if vault.main_macs_hold() {
                 match vault.fold_at_open() {
                     Ok(()) => true,

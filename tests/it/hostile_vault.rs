@@ -972,7 +972,6 @@ fn a_running_serve_refuses_views_as_writes_once_main_is_set_back() {
     for n in ["a.md", "b.md", "c.md", "p0.md", "p1.md", "p2.md"] {
         assert!(listing.contains(n), "{n}: {listing}");
     }
-    drop(ask);
     drop(stdin);
     child.wait().unwrap();
     let out = v.cmd().arg("verify").output().unwrap();
