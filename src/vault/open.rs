@@ -268,6 +268,12 @@ impl Vault {
             Some(s) => s.clone(),
             None => load_config(dir)?,
         };
+        // A plain settings file beside settings kept in the key state was
+        // written by someone: refused before the open writes anything (a
+        // checkpoint of the log below), so that "nothing was changed" holds.
+        if key_state.format >= 2 && dir.join(CONFIG_FILE).symlink_metadata().is_ok() {
+            return Err(VaultError::StraySettings);
+        }
         let lock = std::sync::Arc::new(fsx::open_rw(&dir.join(LOCK_FILE))?);
         let vault = Vault {
             dir: dir.to_path_buf(),

@@ -53,6 +53,20 @@ fn planted_settings_file_is_refused_and_changes_nothing() {
     let r = v.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "second\n"}));
     assert!(is_error(&r), "create overwrote: {r}");
     ok(&v.cmd().arg("verify").output().unwrap());
+    // Planted while the log holds records (a writer killed): refused
+    // before the open moves them into git, so nothing at all changes.
+    serve_then_kill(&v, &[create("/memories/c.md", "c\n")]);
+    std::fs::write(&planted, "{}").unwrap();
+    let before = vault_bytes(&v);
+    let all = view_all(&v);
+    assert!(all.contains("config.json"), "{all}");
+    assert_eq!(
+        vault_bytes(&v),
+        before,
+        "the refused open changed the vault"
+    );
+    std::fs::remove_file(&planted).unwrap();
+    assert!(view_all(&v).contains("c.md"));
 }
 
 /// Hole 5: the settings change through `memvault config set` only, each
