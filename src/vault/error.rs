@@ -22,6 +22,11 @@ pub enum VaultError {
     NotEmpty(PathBuf),
     #[error("{0} is not a memvault vault (no memvault/format file)")]
     NotAVault(PathBuf),
+    /// The format file is there but does not say a format.
+    #[error(
+        "the vault is damaged: its memvault/format file does not name a format (it must read `memvault vault format N`); nothing was changed"
+    )]
+    BadFormatFile,
     #[error("the passphrase or key file does not unlock this vault")]
     WrongSecret,
     /// The secret opens no keyslot, and the one this machine last
@@ -123,6 +128,7 @@ impl VaultError {
                 | VaultError::Object(_)
                 | VaultError::RolledBack(_)
                 | VaultError::DamagedLog(_)
+                | VaultError::BadFormatFile
         ) || matches!(self, VaultError::Store(StoreError::Damaged(_)))
     }
 

@@ -271,7 +271,12 @@ impl Vault {
         // A plain settings file beside settings kept in the key state was
         // written by someone: refused before the open writes anything (a
         // checkpoint of the log below), so that "nothing was changed" holds.
-        if key_state.format >= 2 && dir.join(CONFIG_FILE).symlink_metadata().is_ok() {
+        // (With a format file under 2 it is what a format-1 migration a
+        // crash interrupted left: `migrate_settings` removes it.)
+        if key_state.format >= 2
+            && read_format(dir)? >= 2
+            && dir.join(CONFIG_FILE).symlink_metadata().is_ok()
+        {
             return Err(VaultError::StraySettings);
         }
         let lock = std::sync::Arc::new(fsx::open_rw(&dir.join(LOCK_FILE))?);
@@ -599,7 +604,7 @@ fn read_format(dir: &Path) -> Result<u32, VaultError> {
         .and_then(|t| t.strip_suffix('\n'))
         .and_then(|t| t.parse().ok())
         .filter(|n| *n >= 1)
-        .ok_or_else(not_a_vault)?;
+        .ok_or(VaultError::BadFormatFile)?;
     if n > FORMAT {
         return Err(VaultError::NewerFormat(n));
     }

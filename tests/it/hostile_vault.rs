@@ -991,3 +991,19 @@ fn a_running_serve_refuses_views_as_writes_once_main_is_set_back() {
     let out = v.cmd().arg("verify").output().unwrap();
     assert!(out.status.success(), "{out:?}");
 }
+
+/// A format file that is there but names no format is damage, said as
+/// such: not "no memvault/format file".
+#[test]
+fn a_garbled_format_file_is_named_as_such() {
+    let v = TestVault::new();
+    for text in ["", "garbage\n", "memvault vault format x\n"] {
+        std::fs::write(v.vault.join("memvault/format"), text).unwrap();
+        let all = view_all(&v);
+        assert!(
+            all.contains("memvault/format file does not name a format")
+                && !all.contains("no memvault/format file"),
+            "{text:?}: {all}"
+        );
+    }
+}
