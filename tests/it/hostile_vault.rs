@@ -894,7 +894,7 @@ fn vault_bytes(v: &TestVault) -> std::collections::BTreeMap<String, Vec<u8>> {
 #[test]
 fn a_log_damaged_in_the_middle_is_refused_not_cut_short() {
     let names: Vec<String> = (0..5).map(|i| format!("/memories/p{i}.md")).collect();
-    for target in [2usize, 0] {
+    for (target, zeroed) in [(2usize, false), (0, false), (3, true), (0, true)] {
         let v = TestVault::new();
         let requests: Vec<_> = names.iter().map(|n| create(n, "text\n")).collect();
         serve_then_kill(&v, &requests);
@@ -903,7 +903,12 @@ fn a_log_damaged_in_the_middle_is_refused_not_cut_short() {
         let entries = log_entries(&wal);
         assert_eq!(entries.len(), 6, "a head and five records");
         let (s, e) = entries[target];
-        wal[(s + e) / 2] ^= 0x20;
+        if zeroed {
+            // A lost block reads as zeros.
+            wal[s..(s + 64).min(e)].fill(0);
+        } else {
+            wal[(s + e) / 2] ^= 0x20;
+        }
         std::fs::write(&path, &wal).unwrap();
         let before = vault_bytes(&v);
         for args in [

@@ -572,10 +572,10 @@ fn read_entry_at(file: &File, pos: u64, file_len: u64) -> Option<(u8, Vec<u8>, u
     Some((kind, body.to_vec(), total as u64))
 }
 
-/// Whether entries that stop checking out at `pos` stop at the log's end:
-/// the file's end, zeros (written ahead of the records, or a record whose
-/// first bytes never reached the disk), or an entry of another generation
-/// that checks out (an earlier generation's remains). Anything else
+/// Whether entries that stop checking out at `pos` stop at the log's end
+/// for sure: the file's end, or an entry of another generation that checks
+/// out (an earlier generation's remains). Anything else, zeros included
+/// (written ahead of the records, but also what a lost block reads as),
 /// may be damage (see [`Wal::intact_records_after`]).
 fn clean_end(file: &File, pos: u64, file_len: u64, generation: &[u8; 8]) -> bool {
     let mut first = [0u8; 9 + 8];
@@ -583,12 +583,11 @@ fn clean_end(file: &File, pos: u64, file_len: u64, generation: &[u8; 8]) -> bool
     if n == 0 || file.read_exact_at(&mut first[..n], pos).is_err() {
         return true;
     }
-    first[..n].iter().all(|&b| b == 0)
-        || (n == first.len()
-            && &first[..4] == MAGIC
-            && first[9..] != generation[..]
-            // Whole: not this generation's entry with its generation hit.
-            && read_entry_at(file, pos, file_len).is_some())
+    n == first.len()
+        && &first[..4] == MAGIC
+        && first[9..] != generation[..]
+        // Whole: not this generation's entry with its generation hit.
+        && read_entry_at(file, pos, file_len).is_some()
 }
 
 /// The entry at `pos` is of `kind` (a format-2 head or record) and its
@@ -969,19 +968,15 @@ impl Wal {
         found
     }
 
-    /// With no head that checks out at the start of a log whose first
-    /// bytes are not zeros: how many intact records follow that build on
+    /// With no head that checks out at the start of the log: how many
+    /// intact records follow that build on
     /// what the ref files say (records of the generation whose head was
     /// lost: the ref files are written at the checkpoint that writes a
     /// head, and its first record builds on them; an earlier generation's
     /// records build on older states).
     fn records_after_lost_head(&self, repo: &Repository, file_len: u64) -> usize {
-        let mut first = [0u8; 64];
-        let n = file_len.min(first.len() as u64) as usize;
-        if n == 0
-            || self.file.read_exact_at(&mut first[..n], 0).is_err()
-            || first[..n].iter().all(|&b| b == 0)
-        {
+        // (Zeros too: a lost block reads as zeros.)
+        if file_len == 0 {
             return 0;
         }
         let on_disk: Refs = [super::MAIN_REF, super::KEYS_REF]
@@ -1913,6 +1908,17 @@ mod tests {
                 "byte {i}"
             );
         }
+        // Zeros where a record starts (a lost block reads as zeros), in
+        // a record that intact ones follow: damage too.
+        for n in [17, 64, (third - second) as usize] {
+            let mut bytes = full.clone();
+            bytes[second as usize..second as usize + n].fill(0);
+            fs::write(wal_path(tmp.path()), &bytes).unwrap();
+            assert!(
+                matches!(open().read_all(), Err(WalError::Damaged { at, later: 1 }) if at == second),
+                "{n} zeros"
+            );
+        }
         // The last record changed: a torn tail, the two before it read.
         for i in (third..len).step_by(7) {
             let mut bytes = full.clone();
@@ -1939,6 +1945,14 @@ mod tests {
             fs::create_dir_all(path.parent().unwrap()).unwrap();
             fs::write(path, format!("{id}\n")).unwrap();
         }
+        assert!(matches!(
+            open().catch_up(&repo),
+            Err(WalError::Damaged { at: 0, later: 3 })
+        ));
+        // The head zeroed (a lost block): the same.
+        let mut bytes = full.clone();
+        bytes[..starts[0] as usize].fill(0);
+        fs::write(wal_path(tmp.path()), &bytes).unwrap();
         assert!(matches!(
             open().catch_up(&repo),
             Err(WalError::Damaged { at: 0, later: 3 })
