@@ -374,7 +374,7 @@ impl Vault {
             // does not answer from a state the log has moved past (main
             // set back behind the log's records) while writes are refused.
             if !self.wal.refs_consistent(&self.repo) {
-                judge_refs(&self.repo, &mut self.wal)?;
+                judge_refs(&self.repo, &self.wal)?;
             }
             match self.refresh_keys().and_then(|()| self.checked_tip()) {
                 Err(
@@ -780,7 +780,7 @@ impl Vault {
             if !self.main_macs_hold() {
                 // Not over a main this key state did not MAC: the
                 // command reports the damage, having changed nothing.
-                judge_refs(&self.repo, &mut self.wal)?;
+                judge_refs(&self.repo, &self.wal)?;
                 return Err(damaged(
                     "the newest commit was not written with this vault's key",
                 ));

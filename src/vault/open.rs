@@ -332,6 +332,10 @@ impl Vault {
             if (3..5).contains(&vault.key_state.format) && read_format(&vault.dir)? < FORMAT {
                 write_durable(&vault.dir.join(FORMAT_FILE), format_line(FORMAT).as_bytes())?;
             }
+            // A ref moved back, set sideways or removed outside memvault is
+            // refused before anything is written (the fold below appends to
+            // the log).
+            judge_refs(&vault.repo, &vault.wal)?;
             let foldable = if vault.main_macs_hold() {
                 match vault.fold_at_open() {
                     Ok(()) => true,
@@ -339,7 +343,6 @@ impl Vault {
                     Err(e) => return Err(e),
                 }
             } else {
-                judge_refs(&vault.repo, &mut vault.wal)?;
                 false
             };
             if foldable {

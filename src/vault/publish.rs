@@ -144,9 +144,16 @@ impl Vault {
         });
         if let Some(quota) = self.quota.filter(|_| adds_content) {
             // Its blobs and trees, and the paths its commit will name (a
-            // folder's rename names every file in it).
-            let adds = objects.iter().map(|o| o.data.len() as u64).sum::<u64>()
-                + meta.files.iter().map(|f| f.len() as u64).sum::<u64>();
+            // folder's rename every file in it; a rename the old path and
+            // the new), sealed and in base64 in the commit: a third more.
+            let named = meta
+                .files
+                .iter()
+                .chain(meta.path.iter())
+                .chain(meta.new_path.iter())
+                .map(|f| f.len() as u64)
+                .sum::<u64>();
+            let adds = objects.iter().map(|o| o.data.len() as u64).sum::<u64>() + named * 4 / 3;
             let stored = self.stored_bytes();
             if stored.saturating_add(adds) > quota {
                 let why = QuotaRefusal {

@@ -860,6 +860,20 @@ fn a_log_and_key_ref_put_back_from_a_copy_are_refused_and_left_as_they_are() {
     ok(&v.cmd().arg("verify").output().unwrap());
 }
 
+/// That `what` changed no file of the vault (the names that differ).
+fn assert_unchanged(
+    before: &std::collections::BTreeMap<String, Vec<u8>>,
+    after: &std::collections::BTreeMap<String, Vec<u8>>,
+    what: &str,
+) {
+    let changed: Vec<&String> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|k| before.get(*k) != after.get(*k))
+        .collect();
+    assert!(changed.is_empty(), "{what} changed {changed:?}");
+}
+
 /// Every file under the vault with its bytes, to see that nothing changed.
 fn vault_bytes(v: &TestVault) -> std::collections::BTreeMap<String, Vec<u8>> {
     fn walk(
@@ -926,7 +940,7 @@ fn a_log_damaged_in_the_middle_is_refused_not_cut_short() {
                 "{args:?}: {all}"
             );
             assert!(!all.contains("p1.md"), "{args:?}: {all}");
-            assert_eq!(vault_bytes(&v), before, "{args:?} changed the vault");
+            assert_unchanged(&before, &vault_bytes(&v), &format!("{args:?}"));
         }
         // The cut the message offers: the changes before the damage stay.
         std::fs::write(&path, &wal[..s]).unwrap();
@@ -1011,4 +1025,49 @@ fn a_garbled_format_file_is_named_as_such() {
             "{text:?}: {all}"
         );
     }
+}
+
+/// Main removed outside memvault while the log holds acknowledged
+/// changes: taken as gone, the vault read as empty, a write was
+/// acknowledged on it, and the changes in the log were lost for good even
+/// once the ref was put back. Refused now, nothing changed, until it is
+/// put back; then everything acknowledged is there.
+#[test]
+fn a_main_removed_outside_memvault_is_refused_until_put_back() {
+    let v = TestVault::new();
+    let before_ref = std::fs::read(v.vault.join("refs/heads/main")).unwrap();
+    serve_then_kill(
+        &v,
+        &[
+            create("/memories/a.md", "one\n"),
+            create("/memories/b.md", "two\n"),
+        ],
+    );
+    std::fs::remove_file(v.vault.join("refs/heads/main")).unwrap();
+    let before = vault_bytes(&v);
+    let out = v
+        .cmd()
+        .args([
+            "exec",
+            r#"{"command":"create","path":"/memories/z.md","file_text":"z\n"}"#,
+        ])
+        .output()
+        .unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success() && all.contains("removed outside memvault"),
+        "{all}"
+    );
+    let all = view_all(&v);
+    assert!(all.contains("removed outside memvault"), "{all}");
+    assert_unchanged(&before, &vault_bytes(&v), "the refusal");
+    std::fs::write(v.vault.join("refs/heads/main"), &before_ref).unwrap();
+    let all = view_all(&v);
+    assert!(all.contains("a.md") && all.contains("b.md"), "{all}");
+    let out = v.cmd().arg("verify").output().unwrap();
+    assert!(out.status.success(), "{out:?}");
 }

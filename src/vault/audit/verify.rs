@@ -234,6 +234,22 @@ impl Vault {
     /// Check all of history (see the module docs). Problems are reported,
     /// not returned as errors; an `Err` means verify itself could not run.
     pub fn verify(&mut self) -> Result<VerifyReport, VaultError> {
+        match self.verify_once() {
+            Ok(report) if report.ok() => Ok(report),
+            // A writer beside it (a checkpoint that merges packs or takes
+            // keys into a new key state) can make a walk without the lock
+            // see a state half moved: what it found is looked at again
+            // with writers held off (the writer lock, shared), so that
+            // only what is damaged is reported.
+            _ => {
+                let _shared =
+                    crate::vault::FileLock::shared_on(&self.lock).map_err(VaultError::Lock)?;
+                self.verify_once()
+            }
+        }
+    }
+
+    fn verify_once(&mut self) -> Result<VerifyReport, VaultError> {
         self.wal.catch_up(&self.repo)?;
         // Keys of files created since the last key state are in the log
         // (format 7): taken in here (a key state that does not read is

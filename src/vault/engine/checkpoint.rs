@@ -89,8 +89,10 @@ pub(crate) fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), 
 /// Refuse a checkpoint over refs moved back (or sideways) outside
 /// memvault, changing nothing (the caller holds the writer lock): the
 /// same judgement the checkpoint makes first.
-pub(crate) fn judge_refs(repo: &Repository, wal: &mut Wal) -> Result<(), VaultError> {
-    let contents = wal.contents_for_checkpoint()?;
+pub(crate) fn judge_refs(repo: &Repository, wal: &Wal) -> Result<(), VaultError> {
+    // Read aside: what this handle knows of the log (the records whose
+    // objects it loaded, those it holds for a checkpoint) stays as it is.
+    let contents = wal.peek_all()?;
     targets(repo, &contents).map(|_| ())
 }
 
@@ -161,6 +163,16 @@ fn targets(repo: &Repository, contents: &wal::Contents) -> Result<Refs, VaultErr
                         KEYS_REF => "the key state (refs/memvault/keys)",
                         _ => "main (refs/heads/main)",
                     },
+                    put_back(l)
+                )));
+            }
+            // Main gone while the log names it: taking it as gone would
+            // leave every acknowledged change out of main (those the log
+            // holds since the checkpoint for good). Refused until put
+            // back; main never goes away in memvault's own hands.
+            (None, Some(l)) if name == MAIN_REF => {
+                return Err(VaultError::RolledBack(format!(
+                    "main (refs/heads/main) was removed outside memvault; {}",
                     put_back(l)
                 )));
             }

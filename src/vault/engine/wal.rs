@@ -859,59 +859,73 @@ impl Wal {
         v2: bool,
         mut pos: u64,
         mut refs: Refs,
-        file_len: u64,
+        mut file_len: u64,
         mut each: impl FnMut(Record) -> Result<(), WalError>,
     ) -> Result<(u64, Refs), WalError> {
         let want = if v2 { KIND_RECORD } else { KIND_RECORD_V1 };
-        // An earlier generation's remains (what follows a fresh head until
-        // records overwrite it) end the log: tell them by their first
-        // bytes, without reading and checking the whole entry.
-        while !v2 || entry_of_generation(&self.file, pos, KIND_RECORD, &head.generation) {
-            let Some((kind, body, len)) = read_entry_at(&self.file, pos, file_len) else {
-                break;
-            };
-            if kind != want {
-                break;
+        // Times the entry at one place was found cut short with intact
+        // records after it, and read again.
+        let mut again = 0;
+        'entries: loop {
+            // An earlier generation's remains (what follows a fresh head until
+            // records overwrite it) end the log: tell them by their first
+            // bytes, without reading and checking the whole entry.
+            while !v2 || entry_of_generation(&self.file, pos, KIND_RECORD, &head.generation) {
+                let Some((kind, body, len)) = read_entry_at(&self.file, pos, file_len) else {
+                    break;
+                };
+                if kind != want {
+                    break;
+                }
+                let payload = match v2 {
+                    true => match open_tagged(kind, &body, None) {
+                        // Generation first: an earlier generation's remains
+                        // end the log, whatever their tag.
+                        Ok(p) if p.get(..8) != Some(&head.generation[..]) => break,
+                        Ok(_) => open_record(&body, self.key.as_ref())?,
+                        Err(_) => break,
+                    },
+                    false => (&body[..], None),
+                };
+                let (payload, domain) = payload;
+                let Some((base, record)) = Record::decode(payload, &head.generation, v2) else {
+                    break;
+                };
+                // The domain says whether the record names shards.
+                if domain.is_some_and(|d| (d == TAG_RECORD_KEYS) == record.keys.is_empty()) {
+                    return Err(WalError::Forged);
+                }
+                if let Some(base) = base
+                    && !same_refs(&base, &refs)
+                {
+                    return Err(WalError::Replayed);
+                }
+                merge_refs(&mut refs, &record.refs);
+                each(record)?;
+                pos += len;
             }
-            let payload = match v2 {
-                true => match open_tagged(kind, &body, None) {
-                    // Generation first: an earlier generation's remains
-                    // end the log, whatever their tag.
-                    Ok(p) if p.get(..8) != Some(&head.generation[..]) => break,
-                    Ok(_) => open_record(&body, self.key.as_ref())?,
-                    Err(_) => break,
-                },
-                false => (&body[..], None),
-            };
-            let (payload, domain) = payload;
-            let Some((base, record)) = Record::decode(payload, &head.generation, v2) else {
-                break;
-            };
-            // The domain says whether the record names shards.
-            if domain.is_some_and(|d| (d == TAG_RECORD_KEYS) == record.keys.is_empty()) {
-                return Err(WalError::Forged);
+            // A crash tears only the last record, and a record was synced (and
+            // acknowledged) only with every one before it: intact records of
+            // this generation after one that does not check out mean the log
+            // was damaged in the middle, and reading up to there would drop
+            // acknowledged changes without a word.
+            if v2 && !clean_end(&self.file, pos, file_len, &head.generation) {
+                let later = self.intact_records_after(pos, file_len, &head.generation);
+                if later > 0 {
+                    // A record a writer was appending when it was read (a
+                    // catch-up needs no lock) is whole by now: the records
+                    // after it were written after it, on this machine's page
+                    // cache. Read on from it; damage stays cut short.
+                    file_len = self.file.metadata()?.len();
+                    if again < 3 && read_entry_at(&self.file, pos, file_len).is_some() {
+                        again += 1;
+                        continue 'entries;
+                    }
+                    return Err(WalError::Damaged { at: pos, later });
+                }
             }
-            if let Some(base) = base
-                && !same_refs(&base, &refs)
-            {
-                return Err(WalError::Replayed);
-            }
-            merge_refs(&mut refs, &record.refs);
-            each(record)?;
-            pos += len;
+            return Ok((pos, refs));
         }
-        // A crash tears only the last record, and a record was synced (and
-        // acknowledged) only with every one before it: intact records of
-        // this generation after one that does not check out mean the log
-        // was damaged in the middle, and reading up to there would drop
-        // acknowledged changes without a word.
-        if v2 && !clean_end(&self.file, pos, file_len, &head.generation) {
-            let later = self.intact_records_after(pos, file_len, &head.generation);
-            if later > 0 {
-                return Err(WalError::Damaged { at: pos, later });
-            }
-        }
-        Ok((pos, refs))
     }
 
     /// How many records of `generation` whose checksum and tag check out
@@ -1008,6 +1022,32 @@ impl Wal {
         }
     }
 
+    /// Read the whole log, leaving what this handle knows of it as it was
+    /// (the objects of the records it has read are loaded; those it reads
+    /// here are not, so [`Wal::catch_up`] must still find them new).
+    pub fn peek_all(&self) -> Result<Contents, WalError> {
+        let file_len = self.file.metadata()?.len();
+        let Some((head, v2, head_len)) = read_head(&self.file, file_len, self.key.as_ref())? else {
+            return Ok(Contents {
+                head: None,
+                records: Vec::new(),
+                valid_len: 0,
+                tagged: false,
+            });
+        };
+        let mut records = Vec::new();
+        let (pos, _) = self.scan(&head, v2, head_len, head.refs.clone(), file_len, |r| {
+            records.push(r);
+            Ok(())
+        })?;
+        Ok(Contents {
+            head: Some(head),
+            records,
+            valid_len: pos,
+            tagged: v2 && self.key.is_some(),
+        })
+    }
+
     /// Read the whole log.
     pub fn read_all(&mut self) -> Result<Contents, WalError> {
         let file_len = self.file.metadata()?.len();
@@ -1098,19 +1138,28 @@ impl Wal {
                 records: k.len > k.head_len,
             });
         }
-        let file_len = self.file.metadata()?.len();
-        let Some((head, v2, head_len)) = read_head(&self.file, file_len, self.key.as_ref())? else {
-            // A head that does not check out, with the records after it
-            // intact: damage, not a log to take as empty.
-            let later = self.records_after_lost_head(repo, file_len);
-            if later > 0 {
-                return Err(WalError::Damaged { at: 0, later });
+        let mut file_len = self.file.metadata()?.len();
+        let (head, v2, head_len) = match read_head(&self.file, file_len, self.key.as_ref())? {
+            Some(head) => head,
+            None => {
+                // A head that does not check out, with the records after
+                // it intact: damage, not a log to take as empty; unless it
+                // was being written when read (a checkpoint), and is whole
+                // now.
+                let later = self.records_after_lost_head(repo, file_len);
+                if later == 0 {
+                    self.known = None;
+                    return Ok(CatchUp {
+                        clean: false,
+                        records: false,
+                    });
+                }
+                file_len = self.file.metadata()?.len();
+                match read_head(&self.file, file_len, self.key.as_ref())? {
+                    Some(head) => head,
+                    None => return Err(WalError::Damaged { at: 0, later }),
+                }
             }
-            self.known = None;
-            return Ok(CatchUp {
-                clean: false,
-                records: false,
-            });
         };
         let (start, refs, mut held, mut keys, mut held_bytes) = match &mut self.known {
             Some(k) if k.generation == head.generation && k.len <= file_len => (
