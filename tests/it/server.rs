@@ -1565,6 +1565,7 @@ fn routes_match_as_sent_take_their_own_methods_and_refuse_malformed_bodies() {
     for (name, value) in [
         ("Mcp-Protocol-Version", "1999-01-01"),
         ("Host", "evil.example:80"),
+        ("Host", "evil.example@127.0.0.1"),
         ("Origin", "http://evil.example"),
     ] {
         let mut h: Vec<(&str, &str)> = mcp_h.to_vec();
@@ -1574,6 +1575,15 @@ fn routes_match_as_sent_take_their_own_methods_and_refuse_malformed_bodies() {
         let e = v["error"].as_str().unwrap_or_default();
         assert!(!e.is_empty(), "{name}: {st} {v}");
     }
+    // `Accept: */*` is answered (JSON).
+    let any = [
+        ("Authorization", a.as_str()),
+        ("Content-Type", "application/json"),
+        ("Accept", "*/*"),
+    ];
+    let (st, v) = s.req_with("POST", "/mcp", &any, list);
+    assert_eq!(st, 200, "{v}");
+    assert!(v["result"]["tools"].is_array(), "{v}");
     // A tools/call that `serve` would refuse is the tool's error, with
     // serve's text: `arguments` twice (the second would delete), or not an
     // object. Nothing runs.

@@ -1013,6 +1013,30 @@ async fn mcp_gate(
     if parts.method != Method::POST {
         return Err(ApiError::method_not_allowed("POST"));
     }
+    // A `Host` with user info (`evil@localhost`) names no host of ours;
+    // rmcp's own check would read the part after the `@`.
+    if parts
+        .headers
+        .get(header::HOST)
+        .is_some_and(|h| h.as_bytes().contains(&b'@'))
+    {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "the Host header names no host this server answers for",
+        ));
+    }
+    // `Accept: */*` takes the JSON answers `/mcp` gives (rmcp asks for
+    // both JSON and an event stream by name, and refused it with 406).
+    if parts.headers.get(header::ACCEPT).is_some_and(|a| {
+        a.as_bytes()
+            .split(|&b| b == b',')
+            .any(|t| t.trim_ascii().starts_with(b"*/*"))
+    }) {
+        parts.headers.insert(
+            header::ACCEPT,
+            axum::http::HeaderValue::from_static("application/json, text/event-stream"),
+        );
+    }
     let who = app.authenticate(&parts.headers, Scope::Memory)?;
     let attribution = app.attribution(&parts.headers, &who, "agent")?;
     let slot = app.slot(&who)?;
