@@ -454,17 +454,8 @@ fn gc_refuses_a_main_moved_back_behind_the_last_verified_head() {
 /// Run `serve` on `v`, send `requests`, wait for every reply, then kill it
 /// with SIGKILL (so it cannot checkpoint): the log keeps the records.
 fn serve_then_kill(v: &TestVault, requests: &[serde_json::Value]) {
-    use std::io::{BufRead, BufReader, Write};
-    let mut child = v
-        .cmd()
-        .args(["serve", "--session", "log-test"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
+    use std::io::{BufRead, Write};
+    let (mut child, mut stdin, mut out) = live_serve(v, "log-test");
     for r in requests {
         writeln!(stdin, "{r}").unwrap();
         let mut line = String::new();
@@ -474,6 +465,29 @@ fn serve_then_kill(v: &TestVault, requests: &[serde_json::Value]) {
     }
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+/// A `serve` on `v` in session `session`: the process, its input, and its
+/// output to read replies from.
+fn live_serve(
+    v: &TestVault,
+    session: &str,
+) -> (
+    std::process::Child,
+    std::process::ChildStdin,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
+    let mut child = v
+        .cmd()
+        .args(["serve", "--session", session])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    (child, stdin, out)
 }
 
 /// The byte ranges of the log's entries that check out: `(start, end)`,
@@ -962,22 +976,13 @@ fn a_log_damaged_in_the_middle_is_refused_not_cut_short() {
 /// is put back; then everything acknowledged is there.
 #[test]
 fn a_running_serve_refuses_views_as_writes_once_main_is_set_back() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::{BufRead, Write};
     let v = TestVault::new();
     for n in ["a", "b", "c"] {
         let r = v.one(create(&format!("/memories/{n}.md"), "old\n"));
         assert!(!is_error(&r), "{r}");
     }
-    let mut child = v
-        .cmd()
-        .args(["serve", "--session", "live"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let (mut child, mut stdin, mut out) = live_serve(&v, "live");
     let mut ask = |r: serde_json::Value| -> serde_json::Value {
         writeln!(stdin, "{r}").unwrap();
         let mut line = String::new();
