@@ -1309,8 +1309,9 @@ impl Wal {
         // The ref files were seen where the head says in this generation:
         // the tail is the answer. Only a checkpoint moves them, and it
         // starts a new generation; a ref file changed outside memvault
-        // meanwhile changes nothing this process reads (it follows the
-        // log), and the next writer's check or checkpoint settles it.
+        // meanwhile is judged before a read gets here (`Vault::refresh`
+        // looks at the files' stamps, `judge_refs` when they moved), and
+        // by the next writer's check or checkpoint.
         if let Some(k) = &self.known
             && let Some(tail) = target(&k.tail, name)
             && self
