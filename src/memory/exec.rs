@@ -967,26 +967,36 @@ fn listing(
 /// says how many entries were left out and how to see them.
 fn capped_listing(header: String, rows: &[(String, Option<String>)], max_chars: usize) -> String {
     // The whole answer within `max_chars`, header and closing row
-    // included: the closing row's room (at its longest) is kept for it
-    // unless every row fits.
+    // included: unless every row fits, the closing row's room is kept for
+    // it, at its longest (with the longest subdirectory as its example)
+    // if that leaves room for the directory's own row, else without an
+    // example; after the cut it names the first left-out subdirectory
+    // that fits. Only the header and the directory's own row are shown
+    // whatever their length (paths of up to 1,024 bytes).
     let header_len = header.chars().count();
-    let all: usize = rows.iter().map(|(r, _)| r.chars().count() + 1).sum();
+    let len_of = |row: &str| row.chars().count() + 1;
+    let all: usize = rows.iter().map(|(r, _)| len_of(r)).sum();
     let budget = if header_len + all <= max_chars {
         max_chars - header_len
     } else {
-        let example = rows
+        let longest = rows
             .iter()
             .filter_map(|(_, sub)| sub.as_deref())
             .max_by_key(|sub| sub.chars().count())
             .unwrap_or("");
-        let closing = omitted_row(rows.len(), example, max_chars).chars().count() + 1;
+        let own = rows.first().map_or(0, |(r, _)| len_of(r));
+        let closing = [longest, ""]
+            .map(|example| len_of(&omitted_row(rows.len(), example, max_chars)))
+            .into_iter()
+            .find(|closing| header_len + own + closing <= max_chars)
+            .unwrap_or_else(|| len_of(&omitted_row(rows.len(), "", max_chars)));
         max_chars.saturating_sub(header_len + closing)
     };
     let mut out = header;
     let mut used = 0usize;
     let mut kept = 0usize;
     for (row, _) in rows {
-        let len = row.chars().count() + 1;
+        let len = len_of(row);
         // The directory's own row is always shown.
         if kept > 0 && used + len > budget {
             break;
@@ -998,12 +1008,15 @@ fn capped_listing(header: String, rows: &[(String, Option<String>)], max_chars: 
     }
     let omitted = rows.len() - kept;
     if omitted > 0 {
-        let example = rows[kept..]
+        let room = max_chars.saturating_sub(header_len + used);
+        let closing = rows[kept..]
             .iter()
-            .find_map(|(_, sub)| sub.as_deref())
-            .unwrap_or("");
+            .filter_map(|(_, sub)| sub.as_deref())
+            .map(|sub| omitted_row(omitted, sub, max_chars))
+            .find(|row| len_of(row) <= room)
+            .unwrap_or_else(|| omitted_row(omitted, "", max_chars));
         out.push('\n');
-        out.push_str(&omitted_row(omitted, example, max_chars));
+        out.push_str(&closing);
     }
     out
 }

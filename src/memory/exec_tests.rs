@@ -1744,12 +1744,37 @@ fn capped_listing_keeps_whole_rows_and_its_own_row() {
     // Room for everything: no marker.
     let all = capped_listing("H".into(), &rows, 10_000);
     assert_eq!(all.lines().count(), 11);
-    // No room at all: the first row still shows, then the marker.
+    // No room at all: the first row still shows, then the marker, without
+    // an example it has no room for.
     let none = capped_listing("H".into(), &rows, 0);
     assert_eq!(
         none,
-        "H\n1B\t/memories/f0\n… 9 more entries not shown: a listing stops at 0 characters. View a subdirectory (such as /memories/d/) to list what is in it, or view a file by its path …"
+        "H\n1B\t/memories/f0\n… 9 more entries not shown: a listing stops at 0 characters. View a subdirectory to list what is in it, or view a file by its path …"
     );
+    // Subdirectories whose paths are longer than the cap leaves for the
+    // example: the answer stays within the cap, the example left out.
+    let long = format!("/memories/{}/", "d".repeat(900));
+    let long_rows: Vec<(String, Option<String>)> =
+        std::iter::once(("5K\t/memories".to_owned(), None))
+            .chain((0..3).map(|i| (format!("1K\t{long}f{i}"), Some(long.clone()))))
+            .collect();
+    let header = listing_header("/memories");
+    let capped = capped_listing(header.clone(), &long_rows, 1_000);
+    assert!(
+        capped.chars().count() <= 1_000,
+        "{}",
+        capped.chars().count()
+    );
+    assert_eq!(
+        capped,
+        format!(
+            "{header}\n5K\t/memories\n… 3 more entries not shown: a listing stops at 1000 characters. View a subdirectory to list what is in it, or view a file by its path …"
+        )
+    );
+    // With room for the example, it is named.
+    let roomy = capped_listing(header.clone(), &long_rows, 1_500);
+    assert!(roomy.chars().count() <= 1_500, "{}", roomy.chars().count());
+    assert!(roomy.contains(&format!("(such as {long})")), "{roomy}");
     // Rows are 16 characters with their newline: 3 fit beside the header
     // and the closing row (whose room, at its longest, is kept), and the
     // whole answer is within the cap.
