@@ -1816,3 +1816,148 @@ fn a_prune_owed_to_a_path_remote_is_made_by_the_next_sync() {
     let out = a.ok(&["sync"]);
     assert!(!out.contains("pruned"), "{out}");
 }
+
+#[test]
+fn a_path_remote_runs_none_of_its_hooks_and_one_whose_config_names_a_command_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = world(0);
+    let a = &w.machines[0];
+    let evidence = w.hub.with_file_name("ran");
+    // Hooks in the remote's own hooks directory, and in a directory its
+    // config names: git's receive-pack runs them on this machine unless
+    // told otherwise.
+    let hooks = w.hub.with_file_name("their-hooks");
+    std::fs::create_dir(&hooks).unwrap();
+    for dir in [w.hub.join("hooks"), hooks.clone()] {
+        for name in [
+            "pre-receive",
+            "update",
+            "post-receive",
+            "post-update",
+            "reference-transaction",
+            "pre-auto-gc",
+        ] {
+            let hook = dir.join(name);
+            std::fs::write(
+                &hook,
+                format!(
+                    "#!/bin/sh\necho {name} >> '{}'\ncat >/dev/null\nexit 0\n",
+                    evidence.display()
+                ),
+            )
+            .unwrap();
+            std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+    }
+    let config = |args: &[&str]| {
+        let out = git(&w.hub, &[&["config"], args].concat());
+        assert!(out.status.success(), "{out:?}");
+    };
+    config(&["core.hooksPath", hooks.to_str().unwrap()]);
+    config(&["receive.autogc", "true"]);
+    a.write("/memories/one.md", "one\n");
+    a.ok(&["push"]);
+    a.write("/memories/two.md", &format!("{MARK} two\n"));
+    a.ok(&["sync"]);
+    // A purge's sync prunes the remote with `git gc` there.
+    a.ok(&["purge", "/memories/two.md"]);
+    let out = a.ok(&["sync"]);
+    assert!(out.contains("pruned origin"), "{out}");
+    assert!(
+        !evidence.exists(),
+        "{:?}",
+        std::fs::read_to_string(&evidence)
+    );
+
+    // Settings that name a command git would run here, which a later `-c`
+    // cannot all take back: refused before anything is sent or fetched.
+    let main = |repo: &Path| git(repo, &["rev-parse", "refs/heads/main"]).stdout;
+    for (key, value) in [
+        ("core.alternateRefsCommand", "echo alt >> ran"),
+        ("gc.recentObjectsHook", "echo recent >> ran"),
+        ("diff.Mine.textconv", "cat"),
+        ("include.path", "/dev/null"),
+    ] {
+        config(&[key, value]);
+        a.write(&format!("/memories/{key}.md"), &format!("{key}\n"));
+        let before = main(&w.hub);
+        for args in [&["push"][..], &["sync"], &["pull"]] {
+            let err = a.fails(args, 1);
+            assert!(
+                err.contains("git config names a command git would run here")
+                    && err
+                        .to_lowercase()
+                        .contains(&format!("({})", key.to_lowercase()))
+                    && !err.contains(value),
+                "{err}"
+            );
+        }
+        assert_eq!(main(&w.hub), before, "{key}: the remote moved");
+        config(&["--unset", key]);
+        a.ok(&["sync"]);
+        assert_ne!(main(&w.hub), before);
+    }
+    assert!(
+        !evidence.exists(),
+        "{:?}",
+        std::fs::read_to_string(&evidence)
+    );
+    let late = Machine::new(w.hub.with_file_name("late"), a.key.clone());
+    late.ok(&["clone", w.hub.to_str().unwrap()]);
+    assert_eq!(
+        late.read("/memories/include.path.md").as_deref(),
+        Some("include.path\n")
+    );
+    assert!(!evidence.exists());
+}
+
+#[test]
+fn an_edit_or_delete_made_elsewhere_follows_a_file_a_purge_kept_under_a_new_key() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    let rename = |m: &Machine, from: &str, to: &str| {
+        let r = m.exec(json!({"command": "rename", "old_path": from, "new_path": to}));
+        assert_eq!(r["is_error"], false, "{r}");
+    };
+    // kept.md was old.md: a purge of old.md keeps it under a new key.
+    a.write("/memories/old.md", "1\n2\n3\n");
+    rename(a, "/memories/old.md", "/memories/kept.md");
+    a.write("/memories/old.md", "new old\n");
+    a.write("/memories/prefs.md", "p1\np2\n");
+    a.write("/memories/x.md", "x\n");
+    rename(a, "/memories/x.md", "/memories/y.md");
+    a.write("/memories/x.md", "new x\n");
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    // b edits and deletes files a's purges keep, before it hears of them.
+    b.edit("/memories/kept.md", "2", "edited on b");
+    b.edit("/memories/prefs.md", "p2", "p2 and b's line");
+    let r = b.exec(json!({"command": "delete", "path": "/memories/y.md"}));
+    assert_eq!(r["is_error"], false, "{r}");
+    let purged = a.ok(&["purge", "/memories/old.md"]);
+    assert!(
+        purged.contains("kept, re-encrypted under a new key  /memories/kept.md"),
+        "{purged}"
+    );
+    a.ok(&["purge", "/memories/prefs.md", "--keep-current"]);
+    a.ok(&["purge", "/memories/x.md"]);
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    a.ok(&["sync"]);
+    for m in [a, b] {
+        assert_eq!(
+            m.read("/memories/kept.md").as_deref(),
+            Some("1\nedited on b\n3\n")
+        );
+        assert_eq!(
+            m.read("/memories/prefs.md").as_deref(),
+            Some("p1\np2 and b's line\n")
+        );
+        assert_eq!(m.read("/memories/old.md"), None);
+        assert_eq!(m.read("/memories/x.md"), None);
+        // Deleted on b: not brought back by the purge's new key.
+        assert_eq!(m.read("/memories/y.md"), None);
+        m.ok(&["verify"]);
+    }
+    assert_eq!(a.files(), b.files());
+}

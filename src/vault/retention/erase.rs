@@ -187,6 +187,16 @@ impl Vault {
         let erased = erase.len();
         new_keys.extend(erase);
         meta.erased_keys = doomed.iter().map(FileKeyId::to_hex).collect();
+        // Read by merges on other machines: an edit made there meanwhile to
+        // a file kept here follows it to its new key.
+        meta.details.extend(access_moves.iter().map(|(old, new)| {
+            format!(
+                "{}{} -> {}",
+                crate::vault::sync::REKEYED,
+                old.to_hex(),
+                new.to_hex()
+            )
+        }));
         let commit = self.publish(tip, tree, KeyChange::files(new_keys), &meta, objects)?;
         test_crash("after-commit");
         self.finish_erasure(Some(commit), &doomed, Some(in_use))?;

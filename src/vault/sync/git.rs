@@ -350,6 +350,7 @@ impl Scratch {
     /// empty remote); nothing was fetched.
     pub(crate) fn fetch(&self, remote: &str, url: &str, have: &[Oid]) -> Result<bool, SyncError> {
         check_vault_remote(remote, url, false)?;
+        check_remote_config(remote, url)?;
         if let Some(done) = self.read_in_place(url)? {
             return Ok(done);
         }
@@ -367,9 +368,11 @@ impl Scratch {
             "--no-write-fetch-head",
             "--no-auto-gc",
             "--no-recurse-submodules",
-            "--",
-            url,
         ]);
+        if local_dir(url).is_some() {
+            c.arg(LOCAL_UPLOAD_PACK);
+        }
+        c.args(["--", url]);
         c.arg(format!("+{MAIN_REF}:refs/incoming/main"));
         c.arg("+refs/memvault/*:refs/incoming/memvault/*");
         let fetched = output_within(c)
@@ -635,6 +638,7 @@ impl Scratch {
         updates: &[Update],
     ) -> Result<bool, SyncError> {
         check_vault_remote(remote, url, true)?;
+        check_remote_config(remote, url)?;
         match self.push_once(remote, url, updates, true) {
             Err(SyncError::Transport { detail, .. })
                 if detail.contains("does not support --atomic") =>
@@ -659,6 +663,9 @@ impl Scratch {
     ) -> Result<bool, SyncError> {
         let mut c = self.git();
         c.args(["push", "--porcelain", "--no-verify"]);
+        if local_dir(url).is_some() {
+            c.arg(LOCAL_RECEIVE_PACK);
+        }
         if atomic {
             c.arg("--atomic");
         }
@@ -754,23 +761,8 @@ impl Scratch {
 /// none of the caller's `GIT_*` variables that would point it elsewhere.
 fn git_in(dir: &Path) -> Command {
     let mut c = Command::new("git");
-    c.env("GIT_DIR", dir)
-        .env("LC_ALL", "C")
-        .env("GIT_NO_REPLACE_OBJECTS", "1");
-    for v in [
-        "GIT_WORK_TREE",
-        "GIT_INDEX_FILE",
-        "GIT_OBJECT_DIRECTORY",
-        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-        "GIT_COMMON_DIR",
-        "GIT_NAMESPACE",
-        "GIT_QUARANTINE_PATH",
-        "GIT_CONFIG",
-        "GIT_SHALLOW_FILE",
-        "GIT_GRAFT_FILE",
-    ] {
-        c.env_remove(v);
-    }
+    c.env("GIT_DIR", dir);
+    scrub_env(&mut c);
     for setting in [
         "core.hooksPath=/dev/null",
         "core.fsmonitor=false",
@@ -794,6 +786,130 @@ fn git_in(dir: &Path) -> Command {
     }
     c.stdin(Stdio::null());
     c
+}
+
+/// The `git receive-pack` a push to a remote reached as a path runs, in
+/// the remote's repository on this machine: git clears the `-c` settings
+/// of the pushing command for it, so they are given again, with the
+/// remote's hooks, its alternate refs command and its automatic `gc`
+/// off. (Settings that name a command and that a later `-c` cannot
+/// override are refused first: [`check_remote_config`].)
+const LOCAL_RECEIVE_PACK: &str = "--receive-pack=git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.alternateRefsCommand=true -c receive.autogc=false -c gc.auto=0 -c maintenance.auto=false receive-pack";
+
+/// The same for the `git upload-pack` a fetch from such a remote runs.
+const LOCAL_UPLOAD_PACK: &str = "--upload-pack=git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.alternateRefsCommand=true upload-pack";
+
+/// Refuse a remote reached as a path whose repository's config (its own
+/// file and what that includes, as git reads it there) names a command
+/// git could run on this machine while memvault pushes to it, fetches
+/// from it or prunes it: a hook's setting that a later `-c` cannot take
+/// back (`gc.recentObjectsHook` runs every value), an include (whose
+/// file can change after this look), or any setting of the kinds that
+/// name programs. A repository git will not read (not one, or owned by
+/// another user) is left to the git command that follows, which fails.
+pub(crate) fn check_remote_config(remote: &str, url: &str) -> Result<(), SyncError> {
+    match local_dir(url) {
+        Some(dir) => check_repo_config(remote, &dir),
+        None => Ok(()),
+    }
+}
+
+/// [`check_remote_config`] for the repository at `dir`.
+fn check_repo_config(remote: &str, dir: &Path) -> Result<(), SyncError> {
+    let mut c = Command::new("git");
+    scrub_env(&mut c);
+    if let Some(parent) = dir.parent() {
+        // Only the repository at `dir`, not one above it.
+        c.env("GIT_CEILING_DIRECTORIES", parent);
+    }
+    c.arg("-C")
+        .arg(dir)
+        .args([
+            "config",
+            "--list",
+            "--includes",
+            "--show-scope",
+            "--name-only",
+            "-z",
+        ])
+        .stdin(Stdio::null());
+    let Ok(out) = output_within(c) else {
+        return Ok(());
+    };
+    if !out.status.success() {
+        return Ok(());
+    }
+    let fields: Vec<&[u8]> = out.stdout.split(|b| *b == 0).collect();
+    for pair in fields.chunks(2) {
+        let [scope, key] = pair else { continue };
+        if !matches!(*scope, b"local" | b"worktree") {
+            continue;
+        }
+        let key = String::from_utf8_lossy(key).into_owned();
+        if names_a_command(&key.to_lowercase()) {
+            return Err(SyncError::RemoteCommand {
+                remote: remote.to_string(),
+                key,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether the git setting `key` (lowercase) names a program to run, or
+/// pulls in settings from elsewhere. `core.hooksPath` is not refused:
+/// every git command memvault runs there sets it to `/dev/null`.
+fn names_a_command(key: &str) -> bool {
+    let first = key.split('.').next().unwrap_or("");
+    let last = key.rsplit('.').next().unwrap_or("");
+    if matches!(first, "include" | "includeif" | "pager" | "alias") {
+        return true;
+    }
+    if last == "hookspath" {
+        return false;
+    }
+    [
+        "command",
+        "hook",
+        "program",
+        "helper",
+        "editor",
+        "pager",
+        "textconv",
+        "askpass",
+        "fsmonitor",
+        "driver",
+        "cmd",
+        "clean",
+        "smudge",
+        "process",
+        "proxy",
+    ]
+    .iter()
+    .any(|word| last.contains(word))
+}
+
+/// Clear the caller's `GIT_*` variables that would point a `git` command
+/// elsewhere, and read git's messages in English.
+fn scrub_env(c: &mut Command) {
+    c.env("LC_ALL", "C").env("GIT_NO_REPLACE_OBJECTS", "1");
+    for v in [
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_COMMON_DIR",
+        "GIT_NAMESPACE",
+        "GIT_QUARANTINE_PATH",
+        "GIT_CONFIG",
+        "GIT_SHALLOW_FILE",
+        "GIT_GRAFT_FILE",
+        "GIT_CONFIG_PARAMETERS",
+        "GIT_CONFIG_COUNT",
+        "GIT_CEILING_DIRECTORIES",
+    ] {
+        c.env_remove(v);
+    }
 }
 
 /// Where the refs of a remote reached as a path point, read from its
@@ -940,6 +1056,7 @@ pub(crate) fn lock_remote(dir: &Path) -> Option<RemoteLock> {
 /// erasure, holding the destroyed key) are deleted there too. Its own
 /// hooks do not run.
 pub(crate) fn prune_remote(remote: &str, dir: &Path) -> Result<(), SyncError> {
+    check_repo_config(remote, dir)?;
     let mut c = git_in(dir);
     c.args([
         "-c",

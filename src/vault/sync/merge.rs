@@ -36,7 +36,7 @@ use crate::memory::{MemoryPath, NodeKind};
 
 /// How a merge's history records an edit kept over an expiry under a new
 /// key: `rekeyed OLD -> NEW` (file key ids, hex).
-const REKEYED: &str = "rekeyed ";
+pub(crate) const REKEYED: &str = "rekeyed ";
 
 /// What one side's erasures since the last meeting did.
 #[derive(Default)]
@@ -47,6 +47,9 @@ struct Erasures {
     purged: HashSet<FileKeyId>,
     /// (old, new): an edit kept over an expiry under a new key.
     rekeyed: Vec<(FileKeyId, FileKeyId)>,
+    /// (old, new): a file its purges kept, under a new key (`--keep-current`,
+    /// or a file that shared a purged key).
+    purge_kept: Vec<(FileKeyId, FileKeyId)>,
 }
 
 /// What a pull's merge step did.
@@ -147,13 +150,21 @@ pub(crate) fn adds(keys: Vec<(FileKeyId, FileKey)>) -> KeyChange {
 struct At {
     path: MemoryPath,
     blob: Oid,
+    /// The file key it is sealed with: the file's own, or, for a version
+    /// of a file the other side's purge kept under a new key, the key
+    /// that purge destroyed (see `follow_purge_keeps`).
+    key: FileKeyId,
 }
 
 /// What ends up at a path.
 enum Pick {
-    /// A stored blob, sealed for `sealed_at` (re-sealed if the path
-    /// differs).
-    Blob { oid: Oid, sealed_at: MemoryPath },
+    /// A stored blob, sealed for `sealed_at` with the key `sealed_with`
+    /// (re-sealed if the path or the key differs).
+    Blob {
+        oid: Oid,
+        sealed_at: MemoryPath,
+        sealed_with: FileKeyId,
+    },
     /// New content (a merged text, or a conflict copy).
     Text(Zeroizing<Vec<u8>>),
 }
@@ -198,7 +209,14 @@ impl Vault {
         let mut rank: BTreeMap<FileKeyId, u32> = BTreeMap::new();
         for (path, id, blob) in files {
             let r = rank.entry(id).or_default();
-            out.insert((id, *r), At { path, blob });
+            out.insert(
+                (id, *r),
+                At {
+                    path,
+                    blob,
+                    key: id,
+                },
+            );
             *r += 1;
         }
         Ok(out)
@@ -244,18 +262,16 @@ impl Vault {
             .map_err(|_| damaged("a stored file failed to decrypt"))
     }
 
-    fn same_content(
-        &self,
-        theirs: &KeyState,
-        id: &FileKeyId,
-        a: &At,
-        b: &At,
-    ) -> Result<bool, VaultError> {
+    /// The plaintext of the version `at`.
+    fn text_of(&self, theirs: &KeyState, at: &At) -> Result<Zeroizing<Vec<u8>>, VaultError> {
+        self.plaintext(theirs, &at.key, &at.path, at.blob)
+    }
+
+    fn same_content(&self, theirs: &KeyState, a: &At, b: &At) -> Result<bool, VaultError> {
         if a.blob == b.blob {
             return Ok(true);
         }
-        Ok(self.plaintext(theirs, id, &a.path, a.blob)?
-            == self.plaintext(theirs, id, &b.path, b.blob)?)
+        Ok(self.text_of(theirs, a)? == self.text_of(theirs, b)?)
     }
 
     /// Merge `theirs` (the remote's main, checked and stored) into `ours`
@@ -276,7 +292,7 @@ impl Vault {
         new: &BTreeSet<Oid>,
         full: bool,
     ) -> Result<Merged, VaultError> {
-        let (b, o, t) = if full {
+        let (mut b, mut o, mut t) = if full {
             (
                 self.side(base, &self.key_state, None)?,
                 self.side(Some(ours), &self.key_state, None)?,
@@ -307,6 +323,8 @@ impl Vault {
             self.erasures_in(own_line.iter().copied())?,
             self.erasures_in(new.iter().copied())?,
         );
+        follow_purge_keeps(&theirs_erasures.purge_kept, &t, &mut o, &mut b);
+        follow_purge_keeps(&ours_erasures.purge_kept, &o, &mut t, &mut b);
         let expired = (&ours_erasures.expired, &theirs_erasures.expired);
         // A file one side purged that the other side's merge had kept over
         // an expiry, under a new key: that key goes with the purge.
@@ -339,12 +357,12 @@ impl Vault {
                     } else {
                         (&self.key_state.erased, &expired.0)
                     };
-                    let edited = !self.same_content(&their_keys, &id, x, base)?;
+                    let edited = !self.same_content(&their_keys, x, base)?;
                     if erased.contains(&id)
                         && expired_there.contains(&id)
                         && (edited || x.path != base.path)
                     {
-                        let f = self.rekeyed(&their_keys, id, x, ours)?;
+                        let f = self.rekeyed(&their_keys, x, ours)?;
                         kept_over_expiry.push((x.path.as_str().to_string(), id, f.id));
                         finals.push(f);
                     } else if edited {
@@ -404,7 +422,11 @@ impl Vault {
         let kept: HashSet<(String, Oid)> = finals
             .iter()
             .filter_map(|f| match &f.pick {
-                Pick::Blob { oid, sealed_at } if *sealed_at == f.path => {
+                Pick::Blob {
+                    oid,
+                    sealed_at,
+                    sealed_with,
+                } if *sealed_at == f.path && *sealed_with == f.id => {
                     Some((f.path.as_str().to_string(), *oid))
                 }
                 _ => None,
@@ -432,9 +454,17 @@ impl Vault {
                 None
             };
             let oid = match &f.pick {
-                Pick::Blob { oid, sealed_at } if *sealed_at == f.path => *oid,
-                Pick::Blob { oid, sealed_at } => {
-                    let plain = self.plaintext(&their_keys, &f.id, sealed_at, *oid)?;
+                Pick::Blob {
+                    oid,
+                    sealed_at,
+                    sealed_with,
+                } if *sealed_at == f.path && *sealed_with == f.id => *oid,
+                Pick::Blob {
+                    oid,
+                    sealed_at,
+                    sealed_with,
+                } => {
+                    let plain = self.plaintext(&their_keys, sealed_with, sealed_at, *oid)?;
                     self.seal(&their_keys, f.id, key, &f.path, &plain, &mut objects_out)?
                 }
                 Pick::Text(text) => {
@@ -560,19 +590,13 @@ impl Vault {
 
     /// `at`, a version of the file `id` that the other side expired, as a
     /// file of its own: its text under a new file key.
-    fn rekeyed(
-        &self,
-        theirs: &KeyState,
-        id: FileKeyId,
-        at: &At,
-        ours: bool,
-    ) -> Result<Final, VaultError> {
+    fn rekeyed(&self, theirs: &KeyState, at: &At, ours: bool) -> Result<Final, VaultError> {
         Ok(Final {
             id: FileKeyId::generate(),
             new_key: true,
             copy: false,
             path: at.path.clone(),
-            pick: Pick::Text(self.plaintext(theirs, &id, &at.path, at.blob)?),
+            pick: Pick::Text(self.text_of(theirs, at)?),
             ours,
         })
     }
@@ -591,11 +615,11 @@ impl Vault {
             };
             match meta.op.as_str() {
                 "expire" => expired.extend(ids()),
-                "purge" => out.purged.extend(ids()),
-                "merge" => out.rekeyed.extend(meta.details.iter().filter_map(|d| {
-                    let (old, new) = d.strip_prefix(REKEYED)?.split_once(" -> ")?;
-                    Some((FileKeyId::from_hex(old)?, FileKeyId::from_hex(new)?))
-                })),
+                "purge" => {
+                    out.purged.extend(ids());
+                    out.purge_kept.extend(rekeys(&meta.details));
+                }
+                "merge" => out.rekeyed.extend(rekeys(&meta.details)),
                 _ => {}
             }
         }
@@ -674,8 +698,8 @@ impl Vault {
             finals.push(keep(id, x, true));
             return Ok(());
         }
-        let ours = self.plaintext(their_keys, &id, &x.path, x.blob)?;
-        let theirs = self.plaintext(their_keys, &id, &y.path, y.blob)?;
+        let ours = self.text_of(their_keys, x)?;
+        let theirs = self.text_of(their_keys, y)?;
         // A side's stored blob where it sits at the merged path, else its
         // text to seal there anew.
         let side = |at: &At, text: Zeroizing<Vec<u8>>| {
@@ -683,13 +707,14 @@ impl Vault {
                 Pick::Blob {
                     oid: at.blob,
                     sealed_at: at.path.clone(),
+                    sealed_with: at.key,
                 }
             } else {
                 Pick::Text(text)
             }
         };
         let base_text = match base {
-            Some(b) => Some(self.plaintext(their_keys, &id, &b.path, b.blob)?),
+            Some(b) => Some(self.text_of(their_keys, b)?),
             None => None,
         };
         let pick = if ours == theirs {
@@ -873,6 +898,56 @@ impl Vault {
     }
 }
 
+/// The `rekeyed OLD -> NEW` pairs among a commit's details.
+fn rekeys(details: &[String]) -> impl Iterator<Item = (FileKeyId, FileKeyId)> + '_ {
+    details.iter().filter_map(|d| {
+        let (old, new) = d.strip_prefix(REKEYED)?.split_once(" -> ")?;
+        Some((FileKeyId::from_hex(old)?, FileKeyId::from_hex(new)?))
+    })
+}
+
+/// A file one side's purge kept under a new key (`kept`: old -> new),
+/// as the other side and the base know it under the old key: their
+/// versions are taken as versions of the new file, still sealed with the
+/// old key (read with it, sealed anew), so an edit the other side made
+/// meanwhile merges with the kept file (and a delete deletes it) rather
+/// than going with the purged key. A version is paired with the kept
+/// file at the same path in the base, or with the only one the old key
+/// had there.
+fn follow_purge_keeps(
+    kept: &[(FileKeyId, FileKeyId)],
+    purging: &Side,
+    other: &mut Side,
+    base: &mut Side,
+) {
+    for (old, new) in kept {
+        let at_base: Vec<u32> = base
+            .keys()
+            .filter(|(id, _)| id == old)
+            .map(|(_, r)| *r)
+            .collect();
+        let kept_path = purging.get(&(*new, 0)).map(|at| at.path.clone());
+        let rank = match at_base.as_slice() {
+            [only] => Some(*only),
+            several => several.iter().copied().find(|r| {
+                kept_path
+                    .as_ref()
+                    .is_some_and(|p| base.get(&(*old, *r)).is_some_and(|at| at.path == *p))
+            }),
+        };
+        let Some(rank) = rank else { continue };
+        if base.contains_key(&(*new, 0)) || other.contains_key(&(*new, 0)) {
+            continue;
+        }
+        if let Some(at) = base.remove(&(*old, rank)) {
+            base.insert((*new, 0), at);
+        }
+        if let Some(at) = other.remove(&(*old, rank)) {
+            other.insert((*new, 0), at);
+        }
+    }
+}
+
 fn keep(id: FileKeyId, at: &At, ours: bool) -> Final {
     Final {
         id,
@@ -882,6 +957,7 @@ fn keep(id: FileKeyId, at: &At, ours: bool) -> Final {
         pick: Pick::Blob {
             oid: at.blob,
             sealed_at: at.path.clone(),
+            sealed_with: at.key,
         },
         ours,
     }
@@ -1057,6 +1133,7 @@ mod tests {
         let blob = |s: &str| Pick::Blob {
             oid: Oid::ZERO_SHA1,
             sealed_at: p(s),
+            sealed_with: FileKeyId([0; 16]),
         };
         let mut finals = vec![
             Final {

@@ -24,6 +24,7 @@
 mod git;
 mod machine;
 mod merge;
+pub(crate) use merge::REKEYED;
 mod remotes;
 
 use std::collections::{BTreeSet, HashSet, VecDeque};
@@ -89,6 +90,10 @@ pub enum SyncError {
     Forked { remote: String },
     #[error("remote {remote} cannot be trusted: {what}; nothing was changed here")]
     Hostile { remote: String, what: String },
+    #[error(
+        "remote {remote} is a repository on this machine whose git config names a command git would run here ({key}): memvault runs no program a remote names, so nothing was sent or fetched. Remove that setting from the remote repository's config (`git config --unset {key}` there), or reach it over SSH"
+    )]
+    RemoteCommand { remote: String, key: String },
     #[error(
         "remote {remote} holds a key state of a newer key epoch (`memvault rekey` ran on another machine), which this copy cannot take in yet; nothing was changed here. Clone the remote anew into another directory (`memvault --vault DIR clone URL`, with a secret it opens); this copy keeps what it holds"
     )]
