@@ -246,6 +246,13 @@ fn write_pull(out: &mut dyn Write, r: &PullReport) -> Result<(), CliError> {
             "warning: keyslot {slot}, which this machine unlocked the vault with, was removed on another machine: the passphrase or key file used here no longer opens the vault (ask someone whose secret does to add a keyslot for this machine)"
         )?;
     }
+    for (file, kinds) in &r.redacted {
+        writeln!(
+            out,
+            "redacted: the merged text of {file} (the two machines' edits together) held {}; it was redacted before saving",
+            crate::redact::secrets_phrase(kinds)
+        )?;
+    }
     for file in &r.kept_over_expiry {
         writeln!(
             out,

@@ -419,7 +419,10 @@ impl Memory {
                 ));
             }
             let size = text.len() - old_str.len() + new_str.len();
-            if size > max_bytes {
+            // A file already over the limit (a sync merged two machines'
+            // edits of it, or the limit was lowered) can still be edited,
+            // as long as the edit does not make it larger.
+            if size > max_bytes && size > text.len() {
                 return refuse(format!(
                     "Error: The edit would make {path} {size} bytes, over the limit of {} for one memory file. Nothing was changed; split the content into several smaller files.",
                     limit(max_bytes)
@@ -660,13 +663,13 @@ impl Memory {
                     Ok(redacted) => Ok((redacted, kinds)),
                     Err(_) => Err(ToolResult::error(format!(
                         "Error: Nothing was saved: the path holds {} and, with it redacted, it is no longer a valid memory path (it passes the length limits). Choose a name without the secret.",
-                        secrets_phrase(&kinds)
+                        crate::redact::secrets_phrase(&kinds)
                     ))),
                 }
             }
             FilterOutcome::Rejected { kinds } => Err(ToolResult::error(format!(
                 "Error: Nothing was saved: the path holds {} that this memory store refuses to keep, in a file or directory name as in content. Choose a name without it.",
-                secrets_phrase(&merge_kinds(kinds))
+                crate::redact::secrets_phrase(&merge_kinds(kinds))
             ))),
         }
     }
@@ -704,7 +707,7 @@ impl Memory {
             FilterOutcome::Redacted { text, kinds } => Ok((Zeroizing::new(text), noted(kinds))),
             FilterOutcome::Rejected { kinds } => Err(format!(
                 "Error: Nothing was saved: with this edit the file would contain {} that this memory store refuses to keep. Remove it (note where the secret is kept instead of its value) and try again.",
-                secrets_phrase(&merge_kinds(kinds))
+                crate::redact::secrets_phrase(&merge_kinds(kinds))
             )),
         }
     }
@@ -724,23 +727,12 @@ impl Memory {
                 path_redactions: Vec::new(),
             }),
             FilterOutcome::Rejected { kinds } => {
-                let what = secrets_phrase(&merge_kinds(kinds));
+                let what = crate::redact::secrets_phrase(&merge_kinds(kinds));
                 Err(ToolResult::error(format!(
                     "Error: Nothing was saved: the text contains {what} that this memory store refuses to keep. Remove it (note where the secret is kept instead of its value) and try again."
                 )))
             }
         }
-    }
-}
-
-/// "1 secret (github-token)", "2 secrets (a, b)": what a filter found.
-fn secrets_phrase(kinds: &[(String, u32)]) -> String {
-    let total: u64 = kinds.iter().map(|(_, n)| u64::from(*n)).sum();
-    let names: Vec<&str> = kinds.iter().map(|(k, _)| k.as_str()).collect();
-    match total {
-        0 => "text the secret filter refused".to_owned(),
-        1 => format!("1 secret ({})", names.join(", ")),
-        n => format!("{n} secrets ({})", names.join(", ")),
     }
 }
 
@@ -790,7 +782,7 @@ impl<'a> Filtered<'a> {
         } else {
             format!(
                 "{success}\nNote: the path held {}; it was saved under the redacted name shown above.",
-                secrets_phrase(&self.path_redactions)
+                crate::redact::secrets_phrase(&self.path_redactions)
             )
         };
         let total: u64 = self.redactions.iter().map(|(_, n)| u64::from(*n)).sum();

@@ -942,6 +942,32 @@ fn str_replace_refuses_binary_files_and_oversized_results() {
     );
     assert_eq!(s.commits(), 0);
     assert_eq!(content(&s, "/memories/a.txt").unwrap(), "abc");
+    // A file already over the limit (a merge, a lowered limit): an edit
+    // that does not make it larger is taken; one that does is refused.
+    let mut s = store(&[("/memories/big.txt", "0123456789abcdef")]);
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "str_replace", "path": "/memories/big.txt", "old_str": "abc", "new_str": "ABC"}),
+    );
+    assert!(!r.is_error, "{r:?}");
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "str_replace", "path": "/memories/big.txt", "old_str": "ABCdef", "new_str": ""}),
+    );
+    assert!(!r.is_error, "{r:?}");
+    assert_eq!(content(&s, "/memories/big.txt").unwrap(), "0123456789");
+    let mut s = store(&[("/memories/big.txt", "0123456789abcdef")]);
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "str_replace", "path": "/memories/big.txt", "old_str": "f", "new_str": "fg"}),
+    );
+    assert!(
+        err(&r).starts_with("Error: The edit would make /memories/big.txt 17 bytes"),
+        "{r:?}"
+    );
 }
 
 #[test]

@@ -141,6 +141,17 @@ impl Redaction {
     }
 }
 
+/// "1 secret (github-token)", "2 secrets (a, b)": what a filter found.
+pub fn secrets_phrase(kinds: &[(String, u32)]) -> String {
+    let total: u64 = kinds.iter().map(|(_, n)| u64::from(*n)).sum();
+    let names: Vec<&str> = kinds.iter().map(|(k, _)| k.as_str()).collect();
+    match total {
+        0 => "text the secret filter refused".to_owned(),
+        1 => format!("1 secret ({})", names.join(", ")),
+        n => format!("{n} secrets ({})", names.join(", ")),
+    }
+}
+
 /// The rule ids in `findings`, sorted, with how often each was found.
 pub fn kinds(findings: &[Finding]) -> Vec<(String, u32)> {
     kinds_of(findings)

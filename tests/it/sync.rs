@@ -759,6 +759,29 @@ fn remote_names_and_urls_are_checked_and_the_stored_list_is_authenticated() {
         let err = a.fails(&["remote", "add", "x", bad], 2);
         assert!(!err.is_empty());
     }
+    // A token given as the user name, or in the query: refused like a
+    // password, and never stored or printed.
+    let token = format!("ghp_{}", "aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5");
+    for bad in [
+        format!("https://{token}@github.com/acme/memory.git"),
+        format!("https://github.com/acme/memory.git?access_token={token}"),
+        format!("https://x{}@example.com/memory.git", "q7Zr2Lw9".repeat(5)),
+        "https://example.com/memory.git?private_token=abc".to_string(),
+    ] {
+        let err = a.fails(&["remote", "add", "leak", &bad], 2);
+        assert!(err.contains("a remote URL may not hold"), "{err}");
+        assert!(!err.contains(&token), "{err}");
+    }
+    assert!(!a.ok(&["remote", "list"]).contains("leak"));
+    a.ok(&[
+        "remote",
+        "add",
+        "person",
+        "https://alice@example.com/memory.git",
+    ]);
+    a.ok(&["remote", "add", "scp", "git@example.com:acme/memory.git"]);
+    a.ok(&["remote", "remove", "person"]);
+    a.ok(&["remote", "remove", "scp"]);
     a.fails(&["remote", "add", "../x", "/tmp/x.git"], 2);
     let err = a.fails(&["remote", "add", "origin", "/tmp/x.git"], 1);
     assert!(err.contains("exists already"), "{err}");
@@ -1960,4 +1983,84 @@ fn an_edit_or_delete_made_elsewhere_follows_a_file_a_purge_kept_under_a_new_key(
         m.ok(&["verify"]);
     }
     assert_eq!(a.files(), b.files());
+}
+
+#[test]
+fn a_secret_completed_by_merging_two_machines_edits_is_filtered_as_a_write_would_be() {
+    const BODY: &str =
+        "VLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gunVTLw7onLRnrq0/IzW7yWR7QkrmBL7jTKEn5u+qKhbwKf";
+    for mode in ["redact", "reject"] {
+        let w = world(1);
+        let (a, b) = (&w.machines[0], &w.machines[1]);
+        a.ok(&["config", "set", "redaction.mode", mode]);
+        a.write(
+            "/memories/k.md",
+            "-----BEGIN RSA PRIVATE KEY-----\nTODO\nMIIEowIBAAKCAQEAu1SU1Lf\nkeep\n",
+        );
+        a.ok(&["sync"]);
+        b.ok(&["sync"]);
+        // Each edit alone leaves no whole key; the two together do.
+        a.edit("/memories/k.md", "TODO\n", "");
+        b.edit(
+            "/memories/k.md",
+            "keep",
+            &format!("{BODY}\n-----END RSA PRIVATE KEY-----"),
+        );
+        a.ok(&["sync"]);
+        let out = b.ok(&["sync"]);
+        a.ok(&["sync"]);
+        let whole_key = |text: &str| text.contains(BODY) && !text.contains("TODO");
+        for m in [a, b] {
+            for (path, text) in m.files() {
+                assert!(!whole_key(&text), "{mode}: {path} holds the whole key");
+            }
+            m.ok(&["verify"]);
+        }
+        if mode == "redact" {
+            assert!(
+                out.contains("redacted: the merged text of /memories/k.md (the two machines' edits together) held 1 secret (private-key)"),
+                "{out}"
+            );
+            let text = b.read("/memories/k.md").unwrap();
+            assert!(text.contains("[REDACTED:private-key]"), "{text}");
+        } else {
+            // Refused as a whole: the two versions stay apart, each as
+            // its machine wrote it.
+            assert!(out.contains("conflict: /memories/k.md"), "{out}");
+            assert!(b.read("/memories/k.md").unwrap().contains(BODY));
+            assert!(
+                !b.read("/memories/k.conflict-1.md")
+                    .unwrap()
+                    .contains("TODO")
+            );
+        }
+        assert_eq!(a.files(), b.files());
+    }
+}
+
+#[test]
+fn a_conflict_copy_of_a_file_whose_name_is_at_the_limit_gets_a_shorter_name() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    let path = format!("/memories/{}.md", "n".repeat(124));
+    a.write(&path, "same line\n");
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    a.edit(&path, "same line", "a's line");
+    b.edit(&path, "same line", "b's line");
+    a.ok(&["sync"]);
+    let out = b.ok(&["sync"]);
+    a.ok(&["sync"]);
+    let copy = format!("/memories/{}.conflict-1.md", "n".repeat(113));
+    assert!(
+        out.contains(&format!(
+            "conflict: {path} keeps this machine's version; the other side's is at {copy}"
+        )),
+        "{out}"
+    );
+    for m in [a, b] {
+        assert_eq!(m.read(&path).as_deref(), Some("b's line\n"));
+        assert_eq!(m.read(&copy).as_deref(), Some("a's line\n"));
+        m.ok(&["verify"]);
+    }
 }

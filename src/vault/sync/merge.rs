@@ -69,6 +69,8 @@ pub(crate) struct Merged {
     /// Files one side expired and the other edited since the two last
     /// met: the edit kept under a new key, and said.
     pub kept_over_expiry: Vec<String>,
+    /// Files whose merged text held a secret, with the kinds redacted.
+    pub redacted: Vec<(String, Vec<(String, u32)>)>,
 }
 
 /// The key-state side of a merge.
@@ -175,10 +177,15 @@ struct Final {
     new_key: bool,
     /// A conflict copy: placed beside the file it conflicts with.
     copy: bool,
+    /// That file's path (a copy's name may hold a shortened stem).
+    beside: Option<MemoryPath>,
     path: MemoryPath,
     pick: Pick,
     /// Ours holds this path (it keeps it over theirs).
     ours: bool,
+    /// The secrets the filter took out of a merged text: what neither
+    /// side wrote alone, so neither side's filter saw it.
+    redacted: Vec<(String, u32)>,
 }
 
 type Side = BTreeMap<(FileKeyId, u32), At>;
@@ -394,6 +401,11 @@ impl Vault {
                     || self.taken_in(theirs, &their_keys, p)?))
         };
         let conflicts = place(&mut finals, &taken)?;
+        let redacted: Vec<(String, Vec<(String, u32)>)> = finals
+            .iter()
+            .filter(|f| !f.redacted.is_empty())
+            .map(|f| (f.path.as_str().to_string(), f.redacted.clone()))
+            .collect();
         // New content the other side put where this side erased since
         // they last met: erasure wins for what it destroyed, not for what
         // was written after without knowing of it. Kept, and said.
@@ -567,6 +579,12 @@ impl Vault {
                 "new from the other side where this side erased: {file}"
             ));
         }
+        for (file, kinds) in &redacted {
+            meta.details.push(format!(
+                "secret filter: the merged text of {file} held {}, redacted",
+                crate::redact::secrets_phrase(kinds)
+            ));
+        }
         for (file, old, new) in &kept_over_expiry {
             meta.details.push(format!(
                 "edited on one side after the other expired it: {file} kept, under a new key"
@@ -585,6 +603,7 @@ impl Vault {
             stale,
             under_erased,
             kept_over_expiry: kept_over_expiry.into_iter().map(|(p, _, _)| p).collect(),
+            redacted,
         })
     }
 
@@ -594,7 +613,9 @@ impl Vault {
         Ok(Final {
             id: FileKeyId::generate(),
             new_key: true,
+            redacted: Vec::new(),
             copy: false,
+            beside: None,
             path: at.path.clone(),
             pick: Pick::Text(self.text_of(theirs, at)?),
             ours,
@@ -717,6 +738,7 @@ impl Vault {
             Some(b) => Some(self.text_of(their_keys, b)?),
             None => None,
         };
+        let mut redacted = Vec::new();
         let pick = if ours == theirs {
             if path == y.path {
                 side(y, theirs)
@@ -729,14 +751,28 @@ impl Vault {
             side(x, ours)
         } else {
             let empty = Zeroizing::new(Vec::new());
-            match three_way(base_text.as_ref().unwrap_or(&empty), &ours, &theirs)? {
-                Some(merged) => Pick::Text(merged),
+            // A clean merge is a text neither side wrote, so neither side's
+            // filter saw it: filtered here as a whole file written at the
+            // tip is (a secret completed from the two sides' parts is
+            // redacted; where the filter refuses secrets, the two versions
+            // stay apart, as in a conflict).
+            let merged = match three_way(base_text.as_ref().unwrap_or(&empty), &ours, &theirs)? {
+                Some(merged) => self.filter_merged(merged)?,
+                None => None,
+            };
+            match merged {
+                Some((merged, kinds)) => {
+                    redacted = kinds;
+                    Pick::Text(merged)
+                }
                 None => {
                     // Theirs beside it, under a new key (placed by `place`).
                     finals.push(Final {
                         id: FileKeyId::generate(),
                         new_key: true,
+                        redacted: Vec::new(),
                         copy: true,
+                        beside: Some(path.clone()),
                         path: conflict_name(&path, 1)?,
                         pick: Pick::Text(theirs),
                         ours: false,
@@ -748,12 +784,44 @@ impl Vault {
         finals.push(Final {
             id,
             new_key: false,
+            redacted,
             copy: false,
+            beside: None,
             path,
             pick,
             ours: true,
         });
         Ok(())
+    }
+
+    /// A merged text through this vault's secret filter: the text to keep
+    /// (redacted if it held a secret) and the kinds taken out; None where
+    /// the filter refuses text holding a secret and this one does. A text
+    /// that is not UTF-8 is kept as it is (the filter reads text).
+    #[allow(clippy::type_complexity)]
+    fn filter_merged(
+        &self,
+        merged: Zeroizing<Vec<u8>>,
+    ) -> Result<Option<(Zeroizing<Vec<u8>>, Vec<(String, u32)>)>, VaultError> {
+        use crate::redact::{Mode, Redactor};
+        let settings = &self.config().redaction;
+        if settings.mode == Mode::Off {
+            return Ok(Some((merged, Vec::new())));
+        }
+        let Ok(text) = std::str::from_utf8(&merged) else {
+            return Ok(Some((merged, Vec::new())));
+        };
+        let filter = Redactor::new(settings)
+            .map_err(|_| damaged("the secret filter's settings do not compile"))?;
+        let (redacted, kinds) = filter.redact_text(text);
+        if kinds.is_empty() {
+            return Ok(Some((merged, kinds)));
+        }
+        if settings.mode == Mode::Reject {
+            return Ok(None);
+        }
+        let redacted = Zeroizing::new(redacted.into_owned().into_bytes());
+        Ok(Some((redacted, kinds)))
     }
 
     /// Seal `plain` for `path` with the key `id` (`key`: a new one) and
@@ -952,7 +1020,9 @@ fn keep(id: FileKeyId, at: &At, ours: bool) -> Final {
     Final {
         id,
         new_key: false,
+        redacted: Vec::new(),
         copy: false,
+        beside: None,
         path: at.path.clone(),
         pick: Pick::Blob {
             oid: at.blob,
@@ -986,17 +1056,35 @@ fn three_way(
 }
 
 /// `<dir>/<stem>.conflict-<n>.<ext>` (or `<name>.conflict-<n>` without an
-/// extension).
+/// extension). Where that name would be longer than a name or path may
+/// be, the stem keeps as much of its start as fits (then the extension
+/// goes too, if it alone leaves no room); refused only when the directory
+/// leaves no room for a name at all.
 fn conflict_name(path: &MemoryPath, n: u32) -> Result<MemoryPath, VaultError> {
     let parent = path.parent().ok_or_else(|| damaged("a file at the root"))?;
     let name = path.name().unwrap_or("file");
-    let new = match name.rsplit_once('.') {
-        Some((stem, ext)) if !stem.is_empty() => format!("{stem}.conflict-{n}.{ext}"),
-        _ => format!("{name}.conflict-{n}"),
+    let forms: Vec<(&str, String)> = match name.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() => vec![
+            (stem, format!(".conflict-{n}.{ext}")),
+            (name, format!(".conflict-{n}")),
+        ],
+        _ => vec![(name, format!(".conflict-{n}"))],
     };
-    parent
-        .join(&new)
-        .map_err(|_| damaged("no room for a conflict copy's name"))
+    for (stem, tail) in &forms {
+        // Whole, then cut at each character boundary from the end.
+        let cuts = std::iter::once(stem.len())
+            .chain(stem.char_indices().rev().map(|(at, _)| at))
+            .filter(|&at| at > 0);
+        for at in cuts {
+            if let Ok(copy) = parent.join(&format!("{}{tail}", &stem[..at])) {
+                return Ok(copy);
+            }
+        }
+    }
+    Err(VaultError::Refused(format!(
+        "a sync needs a conflict copy of {path} and its directory leaves no room for one more name (paths are at most {} bytes): rename or move that file on either machine, then sync again; nothing was changed",
+        crate::memory::path::MAX_PATH_BYTES
+    )))
 }
 
 /// The file a conflict copy sits beside, if `path` is a conflict copy's
@@ -1042,14 +1130,11 @@ fn place(
     let mut dirs: HashSet<String> = HashSet::new();
     let mut moves = Vec::new();
     for i in order {
-        let wanted = if finals[i].copy {
-            // A conflict copy: named after the file it sits beside.
-            let s = finals[i].path.as_str();
-            let original = s.replacen(".conflict-1", "", 1);
-            MemoryPath::parse(&original).unwrap_or_else(|_| finals[i].path.clone())
-        } else {
-            finals[i].path.clone()
-        };
+        // A conflict copy: named after the file it sits beside.
+        let wanted = finals[i]
+            .beside
+            .clone()
+            .unwrap_or_else(|| finals[i].path.clone());
         let mut path = finals[i].path.clone();
         // A conflict copy's own name is already its first.
         let mut n = u32::from(finals[i].copy);
@@ -1108,6 +1193,30 @@ mod tests {
         assert_eq!(original_of(c.as_str()).as_deref(), Some(p.as_str()));
         let bare = conflict_name(&MemoryPath::parse("/memories/README").unwrap(), 2).unwrap();
         assert_eq!(bare.as_str(), "/memories/README.conflict-2");
+        // A name at the limit keeps the start of its stem, and its
+        // extension.
+        let long = format!("/memories/{}é.md", "n".repeat(122));
+        let c = conflict_name(&MemoryPath::parse(&long).unwrap(), 1).unwrap();
+        let name = c.name().unwrap();
+        assert!(name.len() <= 127, "{name}");
+        assert!(
+            name.starts_with("nnnn") && name.ends_with(".conflict-1.md"),
+            "{name}"
+        );
+        assert_eq!(
+            original_of(c.as_str()).unwrap().len() + ".conflict-1".len(),
+            c.as_str().len()
+        );
+        let at_limit = format!("/memories/{}.md", "n".repeat(124));
+        let c = conflict_name(&MemoryPath::parse(&at_limit).unwrap(), 1).unwrap();
+        assert_eq!(
+            c.name().unwrap(),
+            format!("{}.conflict-1.md", "n".repeat(113))
+        );
+        // An extension that leaves no room goes too.
+        let long_ext = format!("/memories/a.{}", "e".repeat(125));
+        let c = conflict_name(&MemoryPath::parse(&long_ext).unwrap(), 1).unwrap();
+        assert!(c.name().unwrap().ends_with(".conflict-1"), "{}", c.as_str());
         assert_eq!(
             original_of(bare.as_str()).as_deref(),
             Some("/memories/README")
@@ -1139,7 +1248,9 @@ mod tests {
             Final {
                 id: id(),
                 new_key: false,
+                redacted: Vec::new(),
                 copy: false,
+                beside: None,
                 path: p("/memories/a.md"),
                 pick: blob("/memories/a.md"),
                 ours: false,
@@ -1147,7 +1258,9 @@ mod tests {
             Final {
                 id: id(),
                 new_key: false,
+                redacted: Vec::new(),
                 copy: false,
+                beside: None,
                 path: p("/memories/a.md"),
                 pick: blob("/memories/a.md"),
                 ours: true,
@@ -1155,7 +1268,9 @@ mod tests {
             Final {
                 id: id(),
                 new_key: false,
+                redacted: Vec::new(),
                 copy: false,
+                beside: None,
                 path: p("/memories/a.md/b.md"),
                 pick: blob("/memories/a.md/b.md"),
                 ours: false,

@@ -148,6 +148,10 @@ pub struct PullReport {
     /// Files one side expired and the other edited before it heard: the
     /// edit was kept, under a new file key (the expired key is destroyed).
     pub kept_over_expiry: Vec<String>,
+    /// Files whose merged text held a secret (the two sides' edits
+    /// together): redacted, with the kinds taken out.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub redacted: Vec<(String, Vec<(String, u32)>)>,
     /// The keyslot this process unlocked with, removed by another machine
     /// (the pull brought the removal): its secret no longer opens the vault.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -561,6 +565,7 @@ impl Vault {
         report.erased = outcome.erased;
         report.under_erased = outcome.under_erased.clone();
         report.kept_over_expiry = outcome.kept_over_expiry.clone();
+        report.redacted = outcome.redacted.clone();
         // A removal another machine made of the slot this one unlocked
         // with: said now, not only at the next command.
         report.own_slot_removed = self
@@ -1193,6 +1198,7 @@ impl Vault {
             stale,
             under_erased: Vec::new(),
             kept_over_expiry: Vec::new(),
+            redacted: Vec::new(),
         })
     }
 

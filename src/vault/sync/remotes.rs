@@ -124,18 +124,57 @@ pub(crate) fn store(
     Ok(())
 }
 
-/// A URL must hold no password (`https://user:pw@host`): the file is not
-/// secret; git credential helpers hold those.
+/// A URL must hold no password (`https://user:pw@host`), token or other
+/// secret: the file is not secret (and `remote list` prints it); git
+/// credential helpers hold those. Refused: a password in the user info,
+/// anything the secret filter's built-in rules find in the URL (a token
+/// given as the user name, `https://ghp_...@github.com/...`), an HTTP
+/// user name too long to be a person's (a token of a kind the rules do
+/// not know), and a query parameter named like a credential.
 pub(crate) fn check_no_secret(url: &str) -> Result<(), SyncError> {
-    if let Some((_, rest)) = url.split_once("://") {
-        let authority = rest.split('/').next().unwrap_or("");
-        if let Some((userinfo, _)) = authority.rsplit_once('@')
-            && userinfo.contains(':')
-        {
-            return Err(SyncError::BadUrl(
-                "a remote URL may not hold a password: use a git credential helper or an SSH key"
-                    .into(),
-            ));
+    let refuse = |what: String| {
+        Err(SyncError::BadUrl(format!(
+            "a remote URL may not hold {what}: use a git credential helper or an SSH key"
+        )))
+    };
+    let scheme_rest = url.split_once("://");
+    if let Some((scheme, rest)) = scheme_rest {
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        if let Some((userinfo, _)) = authority.rsplit_once('@') {
+            if userinfo.contains(':') {
+                return refuse("a password".into());
+            }
+            let http = matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https");
+            if http && userinfo.len() > 32 {
+                return refuse("a token as its user name".into());
+            }
+        }
+        if let Some((_, query)) = rest.split_once('?') {
+            for pair in query.split(['&', ';']) {
+                let name = pair.split('=').next().unwrap_or("").to_ascii_lowercase();
+                if [
+                    "token",
+                    "key",
+                    "secret",
+                    "auth",
+                    "pass",
+                    "pwd",
+                    "sig",
+                    "credential",
+                ]
+                .iter()
+                .any(|word| name.contains(word))
+                {
+                    return refuse("a credential in its query".into());
+                }
+            }
+        }
+    }
+    if let Ok(filter) = crate::redact::Redactor::new(&crate::redact::RedactConfig::default()) {
+        let found = filter.scan(url);
+        if !found.is_empty() {
+            let kinds = crate::redact::kinds(&found);
+            return refuse(crate::redact::secrets_phrase(&kinds));
         }
     }
     Ok(())
