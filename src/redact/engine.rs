@@ -302,8 +302,8 @@ impl Engine {
                     fwd: r.fwd,
                     group: r.group,
                     check_group: r.check_group,
-                    left: r.left,
-                    right: r.right,
+                    left: separator_edge(spec.prio, r.left),
+                    right: separator_edge(spec.prio, r.right),
                     check: r.check,
                 },
                 How::Hit(f) => Kind::Hit(*f),
@@ -1044,6 +1044,19 @@ fn exclusion(x: Exclusion, b: &[u8], s: usize, e: usize) -> Option<(usize, usize
             }
             (i - s >= 64).then_some((s, i))
         }
+    }
+}
+
+/// The edge an exact token format (priority 3: a vendor's fixed prefix,
+/// alphabet and length) keeps against its neighbours: a letter or digit
+/// only, never `_` or `-`. Those join words in names (`prod-<token>.md`,
+/// `backup_<token>`), and the format itself is exact enough that a token
+/// so joined is still one; a letter or digit beside it would make it part
+/// of a longer string.
+fn separator_edge(prio: u8, edge: Edge) -> Edge {
+    match edge {
+        Edge::Word | Edge::Token if prio >= 3 => Edge::Alnum,
+        other => other,
     }
 }
 

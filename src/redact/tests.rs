@@ -370,6 +370,33 @@ mod code_hosts {
     }
 
     #[test]
+    fn exact_tokens_joined_to_words_by_a_dash_or_underscore_are_found() {
+        // Names join words with `-` and `_`: `prod-<token>.md`.
+        let gh = github_token("ghp_", 130);
+        let ant = format!("sk-ant-api03-{}AA", rand(131, B64URL, 93));
+        let gl = format!("glpat-{}", rand(132, ALNUM, 20));
+        for (t, rule) in [
+            (&gh, "github-token"),
+            (&ant, "anthropic-api-key"),
+            (&gl, "gitlab-token"),
+        ] {
+            for joined in [
+                format!("/memories/k/prod-{t}.md"),
+                format!("/memories/k/x_{t}.md"),
+                format!("the key is in notes_{t}\n"),
+            ] {
+                assert_redacted(&joined, t, rule);
+            }
+        }
+        // After a token whose alphabet has no `_` (an Anthropic key's
+        // has: its match takes the rest of the word with it).
+        assert_redacted(&format!("{gh}_backup.md"), &gh, "github-token");
+        // Glued to a letter or digit it is part of a longer string.
+        assert_clean(&format!("x{gh}"));
+        assert_clean(&format!("9{gl}"));
+    }
+
+    #[test]
     fn github_checksum_failures_are_left_alone() {
         let t = github_token("ghp_", 120);
         let mut bad = t.clone().into_bytes();
