@@ -244,6 +244,9 @@ pub struct Vault {
     unlocked_slot: Option<String>,
     /// The access log, held open for appends (see `retention::access`).
     access_log: std::cell::RefCell<Option<File>>,
+    /// The size past which the access log is compacted (twice what the
+    /// last compaction this handle saw left; see `access`).
+    access_limit: std::cell::Cell<u64>,
     /// The tip [`refreshed_config`](Self::refreshed_config) just caught
     /// up to, for the read of the same request ([`Store::read`]): a
     /// request catches up with the log once (two 17-byte reads of its

@@ -299,6 +299,7 @@ impl Vault {
             log: LogState::default(),
             unlocked_slot: None,
             access_log: std::cell::RefCell::new(None),
+            access_limit: std::cell::Cell::new(0),
             fresh_tip: None,
             stored: std::cell::Cell::new(None),
             quota: None,

@@ -180,6 +180,9 @@ impl Vault {
             .map(|id| (id, access::Kind::Written, time))
             .collect();
         self.append_access(&records);
+        // Under the writer lock, exclusively: views alone grew it. A
+        // failure leaves the log as it was, for the next write to retry.
+        let _ = self.compact_access_if_grown();
         Ok(())
     }
 

@@ -445,6 +445,44 @@ fn views_recorded_after_another_handle_compacted_the_access_log_are_kept() {
 }
 
 #[test]
+fn views_alone_keep_the_access_log_bounded_and_every_newest_time() {
+    use crate::vault::retention::access::{COMPACT_AT_LEAST, Kind};
+    let (_tmp, a, b) = two_handles();
+    let ids: Vec<_> = (0..3u8)
+        .map(|i| crate::crypto::FileKeyId([i; 16]))
+        .collect();
+    let log = a.dir().join("memvault/access");
+    let mut largest = 0;
+    for t in 0..4_000u64 {
+        a.record_access(&[(ids[(t % 3) as usize], Kind::Viewed, 10_000 + t)]);
+        largest = largest.max(std::fs::metadata(&log).unwrap().len());
+    }
+    // One record is 2 + 24 + 25 + 16 bytes: 4,000 of them would be 268 KB.
+    assert!(largest <= COMPACT_AT_LEAST + 100, "{largest}");
+    let table = b.access_table().unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        let newest = (0..4_000u64).filter(|t| t % 3 == i as u64).max().unwrap();
+        assert_eq!(table[id].viewed_ms, Some(10_000 + newest));
+    }
+    // While another process holds the writer lock (shared: it is
+    // recording a view), a view does not wait for it to compact: the log
+    // grows past its bound, and the next write, holding the lock
+    // exclusively, compacts it.
+    let other = std::sync::Arc::new(std::fs::File::open(b.dir().join("memvault/lock")).unwrap());
+    let held = crate::vault::FileLock::shared_on(&other).unwrap();
+    for t in 0..2_000u64 {
+        a.record_access(&[(ids[0], Kind::Viewed, 20_000 + t)]);
+    }
+    let grown = std::fs::metadata(&log).unwrap().len();
+    assert!(grown > COMPACT_AT_LEAST, "{grown}");
+    drop(held);
+    let mut a = a;
+    put(&mut a, "/memories/x.txt", b"one");
+    assert!(std::fs::metadata(&log).unwrap().len() < 1_000);
+    assert_eq!(b.access_table().unwrap()[&ids[0]].viewed_ms, Some(21_999));
+}
+
+#[test]
 fn a_running_handle_and_a_new_one_refuse_a_ref_moved_back_under_them() {
     let (_tmp, dir, bytes, mut a) = new_vault_with(VaultConfig::default());
     put(&mut a, "/memories/x.txt", b"one");

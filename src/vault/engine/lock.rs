@@ -27,6 +27,16 @@ impl FileLock {
         Ok(FileLock(Arc::clone(file)))
     }
 
+    /// The lock on `file`, exclusively, if no one else holds it now
+    /// (None: someone does).
+    pub fn try_exclusive_on(file: &Arc<File>) -> std::io::Result<Option<FileLock>> {
+        match file.try_lock() {
+            Ok(()) => Ok(Some(FileLock(Arc::clone(file)))),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
+
     /// Wait for the lock on `file`, shared with other shared holders.
     pub fn shared_on(file: &Arc<File>) -> std::io::Result<FileLock> {
         file.lock_shared()?;

@@ -12,6 +12,13 @@
 //! log as one record and renames it into place, so no append is lost to a
 //! rewrite. A record that does not open is skipped. A view's record is
 //! appended before its reply, in every process.
+//!
+//! The log grows by a record per view, so it is compacted once it passes
+//! twice the size its last compaction left (and at least
+//! [`COMPACT_AT_LEAST`]): by the next write, which holds the writer lock
+//! exclusively, or by the view itself when no other process holds the
+//! lock. Views alone cannot grow it past that bound, which is set by the
+//! number of files.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -23,6 +30,8 @@ pub(crate) const ACCESS_FILE: &str = "memvault/access";
 const AAD: &[u8] = b"memvault access v1\0";
 const ENTRY: usize = 16 + 1 + 8;
 const VIEWED: u8 = 1;
+/// The access log is never compacted below this size.
+pub(crate) const COMPACT_AT_LEAST: u64 = 64 * 1024;
 const WRITTEN: u8 = 2;
 
 /// What is known of one file's use.
@@ -92,12 +101,41 @@ impl Vault {
         }
     }
 
-    /// Record accesses, taking the writer lock shared for the append.
+    /// Record accesses, taking the writer lock shared for the append;
+    /// then compact the log if it has grown past its bound and no other
+    /// process holds the lock (else the next write compacts it).
     pub(crate) fn record_access(&self, entries: &[(FileKeyId, Kind, u64)]) {
-        let Ok(_guard) = crate::vault::FileLock::shared_on(&self.lock) else {
-            return;
-        };
-        self.append_access(entries);
+        {
+            let Ok(_guard) = crate::vault::FileLock::shared_on(&self.lock) else {
+                return;
+            };
+            self.append_access(entries);
+        }
+        if self.access_grown()
+            && let Ok(Some(_guard)) = crate::vault::FileLock::try_exclusive_on(&self.lock)
+        {
+            let _ = self.compact_access_if_grown();
+        }
+    }
+
+    /// Whether the access log has passed its bound (one `fstat`).
+    fn access_grown(&self) -> bool {
+        let held = self.access_log.borrow();
+        let len = held
+            .as_ref()
+            .and_then(|f| f.metadata().ok())
+            .map_or(0, |m| m.len());
+        len > self.access_limit.get().max(COMPACT_AT_LEAST)
+    }
+
+    /// Compact the access log if it has passed its bound. The caller
+    /// holds the writer lock exclusively.
+    pub(crate) fn compact_access_if_grown(&self) -> Result<(), VaultError> {
+        if !self.access_grown() {
+            return Ok(());
+        }
+        let table = self.access_table()?;
+        self.compact_access(&table)
     }
 
     /// The access table: the newest view and write time per file key.
@@ -225,6 +263,7 @@ impl Vault {
     ) -> Result<(), VaultError> {
         let bytes = self.seal_table(table);
         write_durable(&self.dir.join(ACCESS_FILE), &bytes)?;
+        self.access_limit.set(2 * bytes.len() as u64);
         Ok(())
     }
 }
