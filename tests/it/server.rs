@@ -2050,3 +2050,78 @@ fn tenants_locked_by_the_operator_do_not_hold_up_the_others() {
         assert_eq!(w.join().unwrap(), 200);
     }
 }
+
+#[test]
+fn mcp_describes_the_tool_with_the_tenants_own_settings() {
+    let r = Root::new(&[("acme", "memory"), ("beta", "memory")]);
+    // acme's vault: create overwrites, secrets refused, a 2,000-character
+    // view cap (set with its exported key, as an operator would).
+    let tenant_key = r.tmp.path().join("acme.key");
+    let out = tenant_cmd(&r.key)
+        .args(["tenant", "export-key", "acme", "--root"])
+        .arg(&r.root)
+        .arg("--out")
+        .arg(&tenant_key)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let list = tenant_cmd(&r.key)
+        .args(["tenant", "list", "--json", "--root"])
+        .arg(&r.root)
+        .output()
+        .unwrap();
+    let acme_id = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|t| t["name"] == "acme")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let vault = r.root.join("tenants").join(&acme_id);
+    for (name, value) in [
+        ("overwrite_on_create", "true"),
+        ("redaction.mode", "reject"),
+        ("max_view_chars", "2000"),
+    ] {
+        let out = tenant_cmd(&tenant_key)
+            .arg("--vault")
+            .arg(&vault)
+            .args(["config", "set", name, value])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let s = Server::start(&r.root, &r.key, &[]);
+    let describe = |tenant: &str| -> String {
+        let auth = format!("Bearer {}", r.tokens[tenant]);
+        let h = [
+            ("Authorization", auth.as_str()),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+        ];
+        let (st, v) = s.req_with(
+            "POST",
+            "/mcp",
+            &h,
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        );
+        assert_eq!(st, 200, "{v}");
+        v["result"]["tools"][0]["description"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let acme = describe("acme");
+    assert!(acme.contains("replacing an existing one"), "{acme}");
+    assert!(
+        acme.contains("a write that contains one is refused"),
+        "{acme}"
+    );
+    assert!(acme.contains("Text over 2000 characters"), "{acme}");
+    // beta's vault keeps the defaults, and is described so.
+    let beta = describe("beta");
+    assert!(beta.contains("It is an error if the file exists"), "{beta}");
+    assert!(beta.contains("Text over 16000 characters"), "{beta}");
+    assert!(beta.contains("they are redacted before saving"), "{beta}");
+}

@@ -46,12 +46,44 @@ impl ServerHandler for TenantMcp {
         server_info()
     }
 
+    /// The tool as the tenant's own vault describes it (its settings:
+    /// whether `create` overwrites, the filter's mode, the view cap), as
+    /// `memvault mcp` on that vault does.
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(vec![self.tool.clone()]))
+        let unauthenticated = || internal("the request reached the tool unauthenticated");
+        let parts = context
+            .extensions
+            .get::<Parts>()
+            .ok_or_else(|| internal("the request reached the tool without its HTTP request"))?;
+        let who = parts
+            .extensions
+            .get::<Authed>()
+            .cloned()
+            .ok_or_else(unauthenticated)?;
+        let attribution = parts
+            .extensions
+            .get::<Attribution>()
+            .cloned()
+            .ok_or_else(unauthenticated)?;
+        let slot = parts
+            .extensions
+            .get::<Arc<Slot>>()
+            .cloned()
+            .ok_or_else(unauthenticated)?;
+        let described = on_vault(&self.app, &slot, attribution, who.principal, true, |open| {
+            memory_tool(open.vault.config())
+        })
+        .await;
+        match described {
+            Ok(Ok(tool)) => Ok(ListToolsResult::with_all_items(vec![tool])),
+            _ => Err(internal(
+                "this tenant's memory could not be opened to describe its tool; try again",
+            )),
+        }
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
