@@ -101,7 +101,25 @@ pub fn show_to(
                 &mut store as &mut dyn Store,
                 &json!({"command": "view", "path": path.as_str()}),
             );
-            let text = result.text().unwrap_or_default();
+            let described;
+            let text = match &result.content {
+                crate::memory::Content::Text(t) => t.as_str(),
+                crate::memory::Content::Image {
+                    media_type,
+                    data_base64,
+                } => {
+                    // `view` gave the model the image itself; a person is
+                    // told what it is and how to get its bytes.
+                    let bytes = data_encoding::BASE64
+                        .decode(data_base64.as_bytes())
+                        .map_or(0, |b| b.len());
+                    described = format!(
+                        "{} is an image ({media_type}, {bytes} bytes): `--raw` gives its bytes",
+                        path.as_str()
+                    );
+                    described.as_str()
+                }
+            };
             // A refusal is a diagnostic: stderr (through the error), exit 1.
             if result.is_error && !refusal_to_out {
                 // The tool's "Error: " is the model's; a person reads

@@ -202,6 +202,24 @@ fn image_files_come_back_as_image_blocks() {
         .decode(block["source"]["data"].as_str().unwrap().as_bytes())
         .unwrap();
     assert_eq!(data, png);
+    // `show` tells a person what it is; `--raw` gives its bytes as stored.
+    let out = v
+        .cmd()
+        .args(["show", "HEAD", "/memories/pic.PNG"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "/memories/pic.PNG is an image (image/png, 14 bytes): `--raw` gives its bytes\n"
+    );
+    let out = v
+        .cmd()
+        .args(["show", "HEAD", "/memories/pic.PNG", "--raw"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, png);
 }
 
 #[test]

@@ -2056,29 +2056,7 @@ fn mcp_describes_the_tool_with_the_tenants_own_settings() {
     let r = Root::new(&[("acme", "memory"), ("beta", "memory")]);
     // acme's vault: create overwrites, secrets refused, a 2,000-character
     // view cap (set with its exported key, as an operator would).
-    let tenant_key = r.tmp.path().join("acme.key");
-    let out = tenant_cmd(&r.key)
-        .args(["tenant", "export-key", "acme", "--root"])
-        .arg(&r.root)
-        .arg("--out")
-        .arg(&tenant_key)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let list = tenant_cmd(&r.key)
-        .args(["tenant", "list", "--json", "--root"])
-        .arg(&r.root)
-        .output()
-        .unwrap();
-    let acme_id = String::from_utf8_lossy(&list.stdout)
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .find(|t| t["name"] == "acme")
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let vault = r.root.join("tenants").join(&acme_id);
+    let (vault, tenant_key) = tenant_vault(&r, "acme");
     for (name, value) in [
         ("overwrite_on_create", "true"),
         ("redaction.mode", "reject"),
@@ -2124,4 +2102,93 @@ fn mcp_describes_the_tool_with_the_tenants_own_settings() {
     assert!(beta.contains("It is an error if the file exists"), "{beta}");
     assert!(beta.contains("Text over 16000 characters"), "{beta}");
     assert!(beta.contains("they are redacted before saving"), "{beta}");
+}
+
+/// A tenant's vault directory and its exported key (as an operator gets
+/// them: `tenant list`, `tenant export-key`).
+fn tenant_vault(r: &Root, name: &str) -> (PathBuf, PathBuf) {
+    let tenant_key = r.tmp.path().join(format!("{name}.key"));
+    let out = tenant_cmd(&r.key)
+        .args(["tenant", "export-key", name, "--root"])
+        .arg(&r.root)
+        .arg("--out")
+        .arg(&tenant_key)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let list = tenant_cmd(&r.key)
+        .args(["tenant", "list", "--json", "--root"])
+        .arg(&r.root)
+        .output()
+        .unwrap();
+    let id = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|t| t["name"] == name)
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (r.root.join("tenants").join(id), tenant_key)
+}
+
+#[test]
+fn show_gives_an_images_bytes_in_base64_and_says_what_it_is() {
+    let r = Root::new(&[("acme", "memory,audit")]);
+    let token = r.tokens["acme"].clone();
+    let (vault, tenant_key) = tenant_vault(&r, "acme");
+    let png: Vec<u8> = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\xff\xfe\x00\xc3\x28".to_vec();
+    let from = r.tmp.path().join("import");
+    std::fs::create_dir_all(&from).unwrap();
+    std::fs::write(from.join("pic.png"), &png).unwrap();
+    let out = tenant_cmd(&tenant_key)
+        .arg("--vault")
+        .arg(&vault)
+        .arg("import")
+        .arg(&from)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let s = Server::start(&r.root, &r.key, &[]);
+    let (st, v) = s.req(
+        "POST",
+        "/v1/show",
+        Some(&token),
+        r#"{"rev":"HEAD","path":"/memories/pic.png","raw":true}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    assert!(v.get("content").is_none(), "{v}");
+    let bytes = data_encoding::BASE64
+        .decode(v["content_base64"].as_str().unwrap().as_bytes())
+        .unwrap();
+    assert_eq!(bytes, png);
+    let (st, v) = s.req(
+        "POST",
+        "/v1/show",
+        Some(&token),
+        r#"{"rev":"HEAD","path":"/memories/pic.png"}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["is_error"], false, "{v}");
+    assert_eq!(
+        v["text"],
+        format!(
+            "/memories/pic.png is an image (image/png, {} bytes): `--raw` gives its bytes",
+            png.len()
+        )
+    );
+    // Text stays text.
+    let v = s.memory(
+        &token,
+        json!({"command": "create", "path": "/memories/a.md", "file_text": "é\n"}),
+    );
+    assert_eq!(v["is_error"], false, "{v}");
+    let (st, v) = s.req(
+        "POST",
+        "/v1/show",
+        Some(&token),
+        r#"{"rev":"HEAD","path":"/memories/a.md","raw":true}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["content"], "é\n");
 }

@@ -908,7 +908,14 @@ fn subcommand(
             let a: audit::ShowArgs = args_of(args)?;
             let code = audit::show_to(On::Open(vault), &a, out, true).map_err(cli_error)?;
             if a.raw {
-                json!({"content": text(std::mem::take(&mut out.out))})
+                // Text as text; other bytes (an image) in base64, never
+                // through a lossy conversion.
+                match String::from_utf8(std::mem::take(&mut out.out)) {
+                    Ok(t) => json!({"content": t}),
+                    Err(e) => {
+                        json!({"content_base64": data_encoding::BASE64.encode(e.as_bytes())})
+                    }
+                }
             } else {
                 let mut t = text(std::mem::take(&mut out.out));
                 if t.ends_with('\n') {
