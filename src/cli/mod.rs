@@ -409,6 +409,24 @@ pub(crate) const ACTOR_RULE: &str = "an actor name is 1 to 128 bytes of printabl
 /// vault's redaction mode: they go into every commit's metadata and
 /// `history`, and are labels, never memory content.
 pub(crate) fn redact_label(label: &str) -> Result<String, CliError> {
+    let (text, kinds) = redacted_label(label)?;
+    if !kinds.is_empty() {
+        eprintln!(
+            "memvault: warning: a --session or --actor value held a secret ({}); it is recorded redacted",
+            kinds
+                .iter()
+                .map(|(k, _)| k.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(text)
+}
+
+/// [`redact_label`] without its warning on stderr: the label and the kinds
+/// of secret taken out of it (for the server, whose labels come from its
+/// clients' headers, and whose log a client must not be able to fill).
+pub(crate) fn redacted_label(label: &str) -> Result<(String, Vec<(String, u32)>), CliError> {
     // Short plain words ("agent", "test") cannot hold a secret the filter
     // finds (its shortest formats, an SSN or a card number, are longer),
     // and the default names and generated session ids are memvault's own:
@@ -421,7 +439,7 @@ pub(crate) fn redact_label(label: &str) -> Result<String, CliError> {
         && label.starts_with("s-")
         && label[2..].bytes().all(|b| b.is_ascii_hexdigit());
     if (label.len() <= 8 && plain(label)) || generated {
-        return Ok(label.to_owned());
+        return Ok((label.to_owned(), Vec::new()));
     }
     static BUILT_IN: std::sync::OnceLock<Result<Redactor, String>> = std::sync::OnceLock::new();
     let redactor = BUILT_IN
@@ -435,18 +453,8 @@ pub(crate) fn redact_label(label: &str) -> Result<String, CliError> {
         .as_ref()
         .map_err(|e| CliError::failure(e.clone()))?;
     let red = redactor.redact(label);
-    if red.findings.is_empty() {
-        return Ok(label.to_owned());
-    }
-    eprintln!(
-        "memvault: warning: a --session or --actor value held a secret ({}); it is recorded redacted",
-        red.kinds()
-            .iter()
-            .map(|(k, _)| k.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    Ok(red.text)
+    let kinds = red.kinds();
+    Ok((red.text, kinds))
 }
 
 /// An I/O error in the words of a message: "permission denied", not

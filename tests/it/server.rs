@@ -930,10 +930,29 @@ fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
     assert!(limited > 0, "no 429 over the rate");
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(s.view_status(&t), 200);
+    // A label holding a secret is recorded redacted, without a line in the
+    // server's log per request (a client could fill it).
+    let auth = format!("Bearer {t}");
+    for _ in 0..3 {
+        let (st, v) = s.req_with(
+            "POST",
+            "/v1/memory",
+            &[
+                ("Authorization", auth.as_str()),
+                ("Memvault-Actor", "password=Hunter2Hunter2x"),
+            ],
+            br#"{"command":"view","path":"/memories"}"#,
+        );
+        assert_eq!(st, 200, "{v}");
+    }
     // Nothing of the token, content or paths in the log.
     let log = s.stderr.lock().unwrap().clone();
     assert!(
         !log.contains(&t[4..20]) && !log.contains("/memories") && !log.contains("none.md"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("held a secret") && !log.contains("Hunter2"),
         "{log}"
     );
 }
@@ -2191,4 +2210,28 @@ fn show_gives_an_images_bytes_in_base64_and_says_what_it_is() {
     );
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["content"], "é\n");
+}
+
+#[test]
+fn an_allowed_origin_given_without_a_port_accepts_only_its_default_port() {
+    let r = Root::new(&[("acme", "memory")]);
+    let s = Server::start(&r.root, &r.key, &["--allowed-origin", "http://web.example"]);
+    let auth = format!("Bearer {}", r.tokens["acme"]);
+    let list = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    for (origin, allowed) in [
+        ("http://web.example", true),
+        ("http://web.example:80", true),
+        ("http://web.example:8080", false),
+        ("https://web.example", false),
+        ("http://evil.example", false),
+    ] {
+        let h = [
+            ("Authorization", auth.as_str()),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Origin", origin),
+        ];
+        let (st, v) = s.req_with("POST", "/mcp", &h, list);
+        assert_eq!(st == 200, allowed, "{origin}: {st} {v}");
+    }
 }

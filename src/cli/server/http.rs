@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use super::pool::{NOT_DURABLE, Open, Pool, PoolError, Ran, Slot};
 use super::registry::{Registry, Root, Scope, Stamp, stamp_of, token_id};
-use crate::cli::{CliError, On, audit, expiry, history, new_session_id, redact_label};
+use crate::cli::{CliError, On, audit, expiry, history, new_session_id, redacted_label};
 use crate::memory::ToolResult;
 use crate::protocol::{self, ParseError, Reply, duplicate_key_message, parse_strict};
 use crate::vault::{Attribution, Vault};
@@ -450,7 +450,9 @@ impl App {
             if !crate::memory::path::is_plain_label(s) {
                 return Err(bad());
             }
-            let red = redact_label(s)
+            // Redacted without a warning: a client must not be able to
+            // fill the server's log, one line per request.
+            let (red, _) = redacted_label(s)
                 .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.message))?;
             Ok(Some(red))
         };

@@ -79,7 +79,8 @@ pub(crate) struct ServerArgs {
     #[arg(long, value_name = "HOST")]
     pub allowed_host: Vec<String>,
     /// An Origin that /mcp accepts from browsers, e.g.
-    /// https://app.example.com:443 (repeatable) [default: loopback origins]
+    /// https://app.example.com (its default port; `:*` for any port)
+    /// (repeatable) [default: loopback origins]
     #[arg(long, value_name = "ORIGIN")]
     pub allowed_origin: Vec<String>,
     /// Sync every tenant vault that has this git remote (`memvault tenant
@@ -1080,13 +1081,13 @@ async fn serve(
     } else {
         args.allowed_host.clone()
     };
-    let origins = if args.allowed_origin.is_empty() {
+    let origins: Vec<String> = if args.allowed_origin.is_empty() {
         ["http", "https"]
             .iter()
             .flat_map(|s| ["localhost", "127.0.0.1", "[::1]"].map(|h| format!("{s}://{h}:*")))
             .collect()
     } else {
-        args.allowed_origin.clone()
+        args.allowed_origin.iter().map(|o| with_port(o)).collect()
     };
     let mcp_config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
@@ -1207,4 +1208,52 @@ async fn serve(
     // Only now: rmcp answers the requests it still holds when cancelled.
     cancel.cancel();
     Ok(())
+}
+
+/// An `--allowed-origin` as an origin is compared: with its port. An
+/// `http` or `https` origin given without one means the scheme's default
+/// port (an origin includes its port; rmcp would take any port for it),
+/// which is how browsers send it (`https://app.example.com`). `:*` still
+/// means any port.
+fn with_port(origin: &str) -> String {
+    let Some((scheme, rest)) = origin.split_once("://") else {
+        return origin.to_string();
+    };
+    let authority = rest.trim_end_matches('/');
+    let port_given = match authority.rfind(']') {
+        // `[::1]` or `[::1]:8080`.
+        Some(end) => authority[end..].contains(':'),
+        None => authority.contains(':'),
+    };
+    let default = match scheme.to_ascii_lowercase().as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => return origin.to_string(),
+    };
+    if port_given || authority.is_empty() {
+        origin.to_string()
+    } else {
+        format!("{scheme}://{authority}:{default}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_port;
+
+    #[test]
+    fn an_allowed_origin_without_a_port_means_the_default_port() {
+        assert_eq!(with_port("http://web.example"), "http://web.example:80");
+        assert_eq!(
+            with_port("https://app.example.com/"),
+            "https://app.example.com:443"
+        );
+        assert_eq!(
+            with_port("https://app.example.com:8443"),
+            "https://app.example.com:8443"
+        );
+        assert_eq!(with_port("http://[::1]"), "http://[::1]:80");
+        assert_eq!(with_port("http://[::1]:3000"), "http://[::1]:3000");
+        assert_eq!(with_port("http://localhost:*"), "http://localhost:*");
+    }
 }
