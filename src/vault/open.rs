@@ -412,6 +412,19 @@ impl Vault {
         Ok(())
     }
 
+    /// A migration's commit metadata: booked to memvault itself (session
+    /// `migrate`, actor `memvault`, as `init` is), not to the session or
+    /// agent whose open happened to run it, so that `history --session`,
+    /// `sessions` and a revert of that session do not show it as theirs.
+    fn migration_meta(&self) -> CommitMeta {
+        CommitMeta {
+            session: "migrate".into(),
+            actor: "memvault".into(),
+            principal: None,
+            ..self.new_meta("migrate")
+        }
+    }
+
     /// Give a vault of format 3 to 8 (a key state `v3` or `v4`) a key
     /// state of format 5, once, under the writer lock: the same content in
     /// a new key state, in a `migrate` commit on main, before this
@@ -434,7 +447,7 @@ impl Vault {
                     "vault format 8 -> 9: a key state of format 5, which older memvaults refuse"
                         .into(),
                 ],
-                ..vault.new_meta("migrate")
+                ..vault.migration_meta()
             };
             let change = KeyChange {
                 settings: Some(vault.config.clone()),
@@ -487,7 +500,7 @@ impl Vault {
                     "vault format 2 -> 3: {} files moved under bucket trees",
                     files.len()
                 )],
-                ..vault.new_meta("migrate")
+                ..vault.migration_meta()
             };
             // The key state too: format 3's 4096 shards (a new key state
             // with the same settings is written with them).
@@ -545,7 +558,7 @@ impl Vault {
             let settings = load_config(&vault.dir)?;
             let meta = CommitMeta {
                 details: vec!["vault format 1 -> 2: settings moved into the key state".into()],
-                ..vault.new_meta("migrate")
+                ..vault.migration_meta()
             };
             let change = KeyChange {
                 settings: Some(settings),

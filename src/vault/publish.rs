@@ -33,16 +33,25 @@ impl Vault {
             let mut update = TreeEdits::memory();
             match m.change {
                 Change::Write { path, content } => {
-                    if content.len() > self.config.max_file_bytes {
-                        return Err(StoreError::Limit(format!(
-                            "the content is {} bytes, over this vault's limit of {} bytes per file",
-                            content.len(),
-                            self.config.max_file_bytes
-                        )));
-                    }
                     // The git path is found once (a name encryption per
                     // segment): for the lookup and for the edit.
                     let (git_path, at) = snap.locate(&path)?;
+                    // Over the limit only as far as the file already was
+                    // (a merge of two machines' edits, a lowered limit):
+                    // a write may leave it that large, never larger.
+                    if content.len() > self.config.max_file_bytes {
+                        let was = match at {
+                            Some((oid, NodeKind::File)) => snap.blob_plain_size(oid)?,
+                            _ => 0,
+                        };
+                        if content.len() as u64 > was {
+                            return Err(StoreError::Limit(format!(
+                                "the content is {} bytes, over this vault's limit of {} bytes per file",
+                                content.len(),
+                                self.config.max_file_bytes
+                            )));
+                        }
+                    }
                     let existing = match at {
                         Some((oid, NodeKind::File)) => Some(snap.blob_key_id(oid)?),
                         _ => None,

@@ -773,7 +773,7 @@ impl<'a> VaultSnapshot<'a> {
         Ok(out)
     }
 
-    fn blob_plain_size(&self, oid: Oid) -> Result<u64, StoreError> {
+    pub(crate) fn blob_plain_size(&self, oid: Oid) -> Result<u64, StoreError> {
         if let Some(n) = self.caches.sizes.borrow().get(&oid) {
             return Ok(*n);
         }

@@ -257,3 +257,27 @@ fn overwrite_setting_lets_create_replace_a_file() {
     assert!(text(&out[2]).ends_with("     1\ttwo"));
     assert_eq!(v.commits(), 3);
 }
+
+#[test]
+fn a_file_over_a_lowered_limit_takes_edits_that_do_not_grow_it() {
+    let v = TestVault::new();
+    let big = format!("{}\nshort\n", "x".repeat(2000));
+    let r = v.one(json!({"command": "create", "path": "/memories/b.md", "file_text": big}));
+    assert_eq!(r["is_error"], false, "{r}");
+    let out = v
+        .cmd()
+        .args(["config", "set", "max_file_bytes", "1024"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    for (old, new, ok) in [
+        ("short", "SHORT", true),
+        ("SHORT\n", "", true),
+        ("xxxx", "xxxxx", false),
+    ] {
+        let r = v.one(json!({"command": "str_replace", "path": "/memories/b.md", "old_str": old, "new_str": new}));
+        assert_eq!(r["is_error"], !ok, "{old} -> {new}: {r}");
+    }
+    let r = v.one(json!({"command": "view", "path": "/memories/b.md"}));
+    assert!(!r["content"].as_str().unwrap().contains("short"), "{r}");
+}

@@ -235,6 +235,9 @@ fn format_2_vault_is_migrated_to_bucket_trees_and_reads_as_before() {
     let h = stdout(&run(&t, &["history", "--json"]));
     let top: serde_json::Value = serde_json::from_str(h.lines().next().unwrap()).unwrap();
     assert_eq!(top["op"], "migrate", "{h}");
+    // Booked to memvault, not to whichever session's open ran it.
+    assert_eq!(top["session"], "migrate", "{h}");
+    assert_eq!(top["actor"], "memvault", "{h}");
     // The key state too: format 3, its table in shards four levels down.
     let keys = crate::util::git(&t.vault, &["cat-file", "commit", "refs/memvault/keys"]);
     assert!(String::from_utf8_lossy(&keys.stdout).contains("memvault key state v5\n"));

@@ -767,6 +767,10 @@ fn remote_names_and_urls_are_checked_and_the_stored_list_is_authenticated() {
         format!("https://github.com/acme/memory.git?access_token={token}"),
         format!("https://x{}@example.com/memory.git", "q7Zr2Lw9".repeat(5)),
         "https://example.com/memory.git?private_token=abc".to_string(),
+        // Percent-encoded as git and servers decode them.
+        format!("https://%67{}@github.com/acme/memory.git", &token[1..]),
+        "https://example.com/memory.git?access_%74oken=9f8e7d6c5b4a39281706f5e4d3c2b1a0"
+            .to_string(),
     ] {
         let err = a.fails(&["remote", "add", "leak", &bad], 2);
         assert!(err.contains("a remote URL may not hold"), "{err}");
@@ -2061,6 +2065,72 @@ fn a_conflict_copy_of_a_file_whose_name_is_at_the_limit_gets_a_shorter_name() {
     for m in [a, b] {
         assert_eq!(m.read(&path).as_deref(), Some("b's line\n"));
         assert_eq!(m.read(&copy).as_deref(), Some("a's line\n"));
+        m.ok(&["verify"]);
+    }
+}
+
+#[test]
+fn a_path_remote_named_without_its_git_suffix_is_checked_locked_and_pruned_as_git_opens_it() {
+    let w = world(0);
+    let a = &w.machines[0];
+    // `.../hub` names `.../hub.git` for git (it tries DIR.git too).
+    let short = w
+        .hub
+        .to_str()
+        .unwrap()
+        .strip_suffix(".git")
+        .unwrap()
+        .to_string();
+    a.ok(&["remote", "add", "short", &short]);
+    a.write("/memories/secret.md", &format!("{MARK} to be erased\n"));
+    a.ok(&["sync", "short"]);
+    let before: Vec<String> =
+        String::from_utf8(git(&w.hub, &["rev-list", "refs/memvault/keys"]).stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+    a.ok(&["purge", "/memories/secret.md"]);
+    let out = a.ok(&["sync", "short"]);
+    assert!(out.contains("pruned short"), "{out}");
+    for old in &before {
+        let found = Command::new("git")
+            .arg("--git-dir")
+            .arg(&w.hub)
+            .args(["cat-file", "-e", old])
+            .output()
+            .unwrap();
+        assert!(!found.status.success(), "{old} is still in the hub");
+    }
+    // Its config is the one checked.
+    let out = git(&w.hub, &["config", "filter.evil.smudge", "cat"]);
+    assert!(out.status.success());
+    a.write("/memories/more.md", "more\n");
+    let err = a.fails(&["sync", "short"], 1);
+    assert!(err.contains("(filter.evil.smudge)"), "{err}");
+}
+
+#[test]
+fn an_edit_made_elsewhere_follows_a_file_through_two_purges_that_kept_it() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    a.write("/memories/f.md", "line1\nline2\nline3\n");
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    b.edit("/memories/f.md", "line2", "line2 edited on b");
+    // Two purges, with and without a sync between them.
+    a.ok(&["purge", "/memories/f.md", "--keep-current"]);
+    a.ok(&["sync"]);
+    a.ok(&["purge", "/memories/f.md", "--keep-current"]);
+    a.ok(&["purge", "/memories/f.md", "--keep-current"]);
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    a.ok(&["sync"]);
+    for m in [a, b] {
+        assert_eq!(
+            m.read("/memories/f.md").as_deref(),
+            Some("line1\nline2 edited on b\nline3\n")
+        );
         m.ok(&["verify"]);
     }
 }

@@ -400,7 +400,7 @@ impl Scratch {
     /// 150 ms sync. None: fetch it (not a path, not bare, refs this does
     /// not read, no main).
     fn read_in_place(&self, url: &str) -> Result<Option<bool>, SyncError> {
-        let Some(dir) = local_dir(url) else {
+        let Some(dir) = local_repo(url) else {
             return Ok(None);
         };
         let objects = dir.join("objects");
@@ -805,25 +805,23 @@ const LOCAL_UPLOAD_PACK: &str = "--upload-pack=git -c core.hooksPath=/dev/null -
 /// from it or prunes it: a hook's setting that a later `-c` cannot take
 /// back (`gc.recentObjectsHook` runs every value), an include (whose
 /// file can change after this look), or any setting of the kinds that
-/// name programs. A repository git will not read (not one, or owned by
-/// another user) is left to the git command that follows, which fails.
+/// name programs. The repository is the one git opens for the path
+/// ([`local_repo`]: `DIR/.git`, `DIR`, `DIR.git/.git` or `DIR.git`); one
+/// whose config git cannot read (owned by another user, a format git does
+/// not know) is refused too. No repository there at all is left to the
+/// git command that follows, which fails.
 pub(crate) fn check_remote_config(remote: &str, url: &str) -> Result<(), SyncError> {
-    match local_dir(url) {
+    match local_repo(url) {
         Some(dir) => check_repo_config(remote, &dir),
         None => Ok(()),
     }
 }
 
-/// [`check_remote_config`] for the repository at `dir`.
+/// [`check_remote_config`] for the repository (its git directory) `dir`.
 fn check_repo_config(remote: &str, dir: &Path) -> Result<(), SyncError> {
     let mut c = Command::new("git");
     scrub_env(&mut c);
-    if let Some(parent) = dir.parent() {
-        // Only the repository at `dir`, not one above it.
-        c.env("GIT_CEILING_DIRECTORIES", parent);
-    }
-    c.arg("-C")
-        .arg(dir)
+    c.env("GIT_DIR", dir)
         .args([
             "config",
             "--list",
@@ -833,11 +831,13 @@ fn check_repo_config(remote: &str, dir: &Path) -> Result<(), SyncError> {
             "-z",
         ])
         .stdin(Stdio::null());
-    let Ok(out) = output_within(c) else {
-        return Ok(());
+    let unreadable = || SyncError::RemoteCommand {
+        remote: remote.to_string(),
+        key: "its config, which git cannot read here".into(),
     };
+    let out = output_within(c).map_err(|_| unreadable())?;
     if !out.status.success() {
-        return Ok(());
+        return Err(unreadable());
     }
     let fields: Vec<&[u8]> = out.stdout.split(|b| *b == 0).collect();
     for pair in fields.chunks(2) {
@@ -857,7 +857,8 @@ fn check_repo_config(remote: &str, dir: &Path) -> Result<(), SyncError> {
 }
 
 /// Whether the git setting `key` (lowercase) names a program to run, or
-/// pulls in settings from elsewhere. `core.hooksPath` is not refused:
+/// pulls in settings from elsewhere, or names a working tree git would
+/// write into (a push to a repository that checks out what it receives). `core.hooksPath` is not refused:
 /// every git command memvault runs there sets it to `/dev/null`.
 fn names_a_command(key: &str) -> bool {
     let first = key.split('.').next().unwrap_or("");
@@ -884,6 +885,7 @@ fn names_a_command(key: &str) -> bool {
         "smudge",
         "process",
         "proxy",
+        "worktree",
     ]
     .iter()
     .any(|word| last.contains(word))
@@ -1026,6 +1028,58 @@ pub(crate) fn local_dir(url: &str) -> Option<PathBuf> {
         None => url,
     };
     path.starts_with('/').then(|| PathBuf::from(path))
+}
+
+/// The git directory git opens for a remote reached as a path, as its
+/// `receive-pack` and `upload-pack` find it: the first of `DIR/.git`,
+/// `DIR`, `DIR.git/.git` and `DIR.git` that is a git directory (a `.git`
+/// file's `gitdir:` followed). None: not a path, or no repository there.
+pub(crate) fn local_repo(url: &str) -> Option<PathBuf> {
+    let dir = local_dir(url)?;
+    let trimmed = dir.to_string_lossy().trim_end_matches('/').to_string();
+    let dir = if trimmed.is_empty() {
+        dir
+    } else {
+        PathBuf::from(trimmed)
+    };
+    let with_git = {
+        let mut s = dir.as_os_str().to_owned();
+        s.push(".git");
+        PathBuf::from(s)
+    };
+    for candidate in [
+        dir.join(".git"),
+        dir.clone(),
+        with_git.join(".git"),
+        with_git,
+    ] {
+        let resolved = if candidate.is_file() {
+            // A `.git` file: `gitdir: PATH` (at most 4 KiB read),
+            // relative to the file's directory.
+            let mut text = String::new();
+            let read = std::fs::File::open(&candidate)
+                .and_then(|f| f.take(4096).read_to_string(&mut text))
+                .is_ok();
+            match text.trim_end().strip_prefix("gitdir: ") {
+                Some(target) if read => candidate.parent()?.join(target),
+                _ => continue,
+            }
+        } else {
+            candidate
+        };
+        if is_git_dir(&resolved) {
+            return Some(resolved);
+        }
+    }
+    None
+}
+
+/// Whether `dir` looks like a git directory to git: a `HEAD` file, and
+/// `objects` and `refs` directories (or a `commondir` file naming them).
+fn is_git_dir(dir: &Path) -> bool {
+    dir.join("HEAD").is_file()
+        && ((dir.join("objects").is_dir() && dir.join("refs").is_dir())
+            || dir.join("commondir").is_file())
 }
 
 /// The lock of a remote reached as a path, held while the guard lives

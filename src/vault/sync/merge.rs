@@ -988,6 +988,24 @@ fn follow_purge_keeps(
     other: &mut Side,
     base: &mut Side,
 ) {
+    // Purges of a file kept by an earlier one chain its keys (K0 -> K1,
+    // then K1 -> K2), in whatever order their commits were read: followed
+    // until nothing moves.
+    for _ in 0..=kept.len() {
+        if !follow_once(kept, purging, other, base) {
+            break;
+        }
+    }
+}
+
+/// One pass of [`follow_purge_keeps`]: whether it moved anything.
+fn follow_once(
+    kept: &[(FileKeyId, FileKeyId)],
+    purging: &Side,
+    other: &mut Side,
+    base: &mut Side,
+) -> bool {
+    let mut moved = false;
     for (old, new) in kept {
         let at_base: Vec<u32> = base
             .keys()
@@ -1009,11 +1027,14 @@ fn follow_purge_keeps(
         }
         if let Some(at) = base.remove(&(*old, rank)) {
             base.insert((*new, 0), at);
+            moved = true;
         }
         if let Some(at) = other.remove(&(*old, rank)) {
             other.insert((*new, 0), at);
+            moved = true;
         }
     }
+    moved
 }
 
 fn keep(id: FileKeyId, at: &At, ours: bool) -> Final {
@@ -1076,7 +1097,13 @@ fn conflict_name(path: &MemoryPath, n: u32) -> Result<MemoryPath, VaultError> {
             .chain(stem.char_indices().rev().map(|(at, _)| at))
             .filter(|&at| at > 0);
         for at in cuts {
-            if let Ok(copy) = parent.join(&format!("{}{tail}", &stem[..at])) {
+            let name = format!("{}{tail}", &stem[..at]);
+            // A cut can make a secret of what was none (`…AKIA…` cut
+            // to twenty characters): such a name is passed over.
+            if at < stem.len() && name_holds_secret(&name) {
+                continue;
+            }
+            if let Ok(copy) = parent.join(&name) {
                 return Ok(copy);
             }
         }
@@ -1085,6 +1112,16 @@ fn conflict_name(path: &MemoryPath, n: u32) -> Result<MemoryPath, VaultError> {
         "a sync needs a conflict copy of {path} and its directory leaves no room for one more name (paths are at most {} bytes): rename or move that file on either machine, then sync again; nothing was changed",
         crate::memory::path::MAX_PATH_BYTES
     )))
+}
+
+/// Whether the secret filter's built-in rules find a secret in `name`.
+fn name_holds_secret(name: &str) -> bool {
+    static FILTER: std::sync::OnceLock<Option<crate::redact::Redactor>> =
+        std::sync::OnceLock::new();
+    FILTER
+        .get_or_init(|| crate::redact::Redactor::new(&crate::redact::RedactConfig::default()).ok())
+        .as_ref()
+        .is_some_and(|f| !f.scan(name).is_empty())
 }
 
 /// The file a conflict copy sits beside, if `path` is a conflict copy's
@@ -1213,6 +1250,16 @@ mod tests {
             c.name().unwrap(),
             format!("{}.conflict-1.md", "n".repeat(113))
         );
+        // A cut that would leave an access key id is passed over.
+        let sneaky = format!("/memories/{}-AKIAZ3MHQK7R2XW5TJ4NQQQQ7x.md", "n".repeat(92));
+        assert!(!name_holds_secret(&sneaky));
+        assert!(name_holds_secret(&format!(
+            "{}-AKIAZ3MHQK7R2XW5TJ4N.conflict-1.md",
+            "n".repeat(92)
+        )));
+        let c = conflict_name(&MemoryPath::parse(&sneaky).unwrap(), 1).unwrap();
+        assert!(!name_holds_secret(c.name().unwrap()), "{}", c.as_str());
+        assert!(c.name().unwrap().len() <= 127, "{}", c.as_str());
         // An extension that leaves no room goes too.
         let long_ext = format!("/memories/a.{}", "e".repeat(125));
         let c = conflict_name(&MemoryPath::parse(&long_ext).unwrap(), 1).unwrap();

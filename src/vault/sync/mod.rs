@@ -386,7 +386,7 @@ impl Vault {
                     old: Some(main),
                 },
             ];
-            let local = git::local_dir(&entry.url);
+            let local = git::local_repo(&entry.url);
             let _remote_lock = local.as_deref().and_then(git::lock_remote);
             if !scratch.push(name, &entry.url, &same)? {
                 return Err(SyncError::Moved {
@@ -450,7 +450,7 @@ impl Vault {
         }
         // A remote on a path: memvault's pushes there and its prune go one
         // at a time.
-        let local = git::local_dir(&entry.url);
+        let local = git::local_repo(&entry.url);
         let remote_lock = local.as_deref().and_then(git::lock_remote);
         // The key states the remote holds are about to be replaced, not
         // chained to (an erasure, a keyslot change, a rekey): on a remote
@@ -510,10 +510,16 @@ impl Vault {
         if !entry.seen.prune_pending {
             return Ok(());
         }
-        let Some(dir) = git::local_dir(&entry.url) else {
+        let Some(dir) = git::local_repo(&entry.url) else {
             return Ok(());
         };
         let Some(_lock) = git::lock_remote(&dir) else {
+            // Said, not skipped in silence: the debt stays for the next
+            // push or sync.
+            report.prune_failed = Some(format!(
+                "its lock ({}) could not be taken",
+                dir.join("memvault.lock").display()
+            ));
             return Ok(());
         };
         match git::prune_remote(name, &dir) {
@@ -611,7 +617,7 @@ impl Vault {
         let (Some(seen_main), Some(seen_keys)) = (entry.seen.main(), entry.seen.keys()) else {
             return Ok(None);
         };
-        let unmoved = git::local_dir(&entry.url)
+        let unmoved = git::local_repo(&entry.url)
             .and_then(|dir| git::peek_refs(&dir))
             .is_some_and(|at| {
                 at.main == Some(seen_main)
@@ -1079,11 +1085,40 @@ impl Vault {
     pub fn conflict_copies(&mut self) -> Result<Vec<(String, String)>, VaultError> {
         let tip = self.checked_tip()?;
         let snap = self.snapshot_of(tip)?;
+        let files: Vec<String> = snap
+            .files_below(&crate::memory::MemoryPath::root())?
+            .iter()
+            .map(|p| p.as_str().to_string())
+            .collect();
+        let present: HashSet<&str> = files.iter().map(String::as_str).collect();
         let mut out = Vec::new();
-        for path in snap.files_below(&crate::memory::MemoryPath::root())? {
-            if let Some(original) = merge::original_of(path.as_str()) {
-                out.push((original, path.as_str().to_string()));
-            }
+        for path in &files {
+            let Some(original) = merge::original_of(path) else {
+                continue;
+            };
+            // A copy of a name near the length limit has a shortened
+            // stem: its file is the one file beside it whose name starts
+            // with that stem (and has its extension), when there is one.
+            let original = if present.contains(original.as_str()) {
+                original
+            } else {
+                let (stem, ext) = match original.rsplit_once('.') {
+                    Some((stem, ext)) if !stem.ends_with('/') => (stem, format!(".{ext}")),
+                    _ => (original.as_str(), String::new()),
+                };
+                let dir = stem.rsplit_once('/').map_or("", |(d, _)| d);
+                let mut like = files.iter().filter(|f| {
+                    f.starts_with(stem)
+                        && f.ends_with(&ext)
+                        && f.rsplit_once('/').map_or("", |(d, _)| d) == dir
+                        && merge::original_of(f).is_none()
+                });
+                match (like.next(), like.next()) {
+                    (Some(one), None) => one.clone(),
+                    _ => original,
+                }
+            };
+            out.push((original, path.clone()));
         }
         Ok(out)
     }

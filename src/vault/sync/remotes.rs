@@ -132,6 +132,12 @@ pub(crate) fn store(
 /// user name too long to be a person's (a token of a kind the rules do
 /// not know), and a query parameter named like a credential.
 pub(crate) fn check_no_secret(url: &str) -> Result<(), SyncError> {
+    // git and HTTP servers decode percent-escapes in the user name and
+    // the query: checked as they read them, and as written.
+    let decoded = percent_decoded(url);
+    if decoded != url {
+        check_no_secret(&decoded)?;
+    }
     let refuse = |what: String| {
         Err(SyncError::BadUrl(format!(
             "a remote URL may not hold {what}: use a git credential helper or an SSH key"
@@ -178,4 +184,28 @@ pub(crate) fn check_no_secret(url: &str) -> Result<(), SyncError> {
         }
     }
     Ok(())
+}
+
+/// `text` with each `%XX` escape decoded (bytes that are not UTF-8 come
+/// out as U+FFFD); anything else as it is.
+fn percent_decoded(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                b.get(i + 1).copied().and_then(hex),
+                b.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
