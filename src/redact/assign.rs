@@ -905,6 +905,15 @@ fn skip_scheme(b: &[u8], i: usize) -> usize {
         b"Bot",
         b"Digest",
         b"AWS4-HMAC-SHA256",
+        b"SSWS",
+        b"OAuth",
+        b"Splunk",
+        b"GenieKey",
+        b"Klaviyo-API-Key",
+        b"Api-Key",
+        b"ApiKey",
+        b"Key",
+        b"key",
     ];
     if scheme.contains(&w) && b.get(i + w.len()) == Some(&b' ') {
         skip_blank(b, i + w.len())

@@ -6,28 +6,138 @@
 //! line. When the `END` line is missing (a truncated paste) the block runs
 //! to the last line of its base64 body. Bodies may be split by real
 //! newlines, by `\n` escapes (a key inside a JSON string, as in a GCP
-//! service-account file), or by spaces (a key pasted onto one line). Each
+//! service-account file; `\\n` once more escaped, `&#10;` in XML), or by
+//! spaces (a key pasted onto one line). A block whose `BEGIN` line starts
+//! with a prefix (`# `, `> `, `// `, ` * `, `; `, `| `, a line number, a
+//! quote) is read with that prefix taken off each line, and a line's
+//! closing quote, `+` or `,` (a key written as concatenated strings)
+//! taken off its end. Each
 //! parser reads forward from its keyword over its own body only, so the
 //! total work stays linear in the text.
 
 use super::checks::{b64url_decode_prefix, contains_ci, is_b64, is_b64url};
 
-/// Skips whitespace and `\n`, `\r`, `\t` escapes.
-fn skip_seps(b: &[u8], mut i: usize) -> usize {
+/// The length of a line break written as an escape at `i`: `\n` (and
+/// `\r`, `\t`), `\\n` (escaped twice), `&#10;` / `&#13;` (XML).
+fn escaped_break(b: &[u8], i: usize) -> Option<usize> {
+    match b.get(i)? {
+        b'\\' if matches!(b.get(i + 1), Some(b'n' | b'r' | b't')) => Some(2),
+        b'\\' if b.get(i + 1) == Some(&b'\\') && matches!(b.get(i + 2), Some(b'n' | b'r')) => {
+            Some(3)
+        }
+        b'&' if b[i..].starts_with(b"&#10;") || b[i..].starts_with(b"&#13;") => Some(5),
+        _ => None,
+    }
+}
+
+/// Skips whitespace and escaped line breaks; with a line `prefix` (see
+/// [`line_prefix`]), also what ends a prefixed line (a closing quote, a
+/// `+` or `,` joining strings) and the prefix that starts the next one.
+fn skip_seps(b: &[u8], mut i: usize, prefix: &[u8]) -> usize {
     while i < b.len() {
         match b[i] {
-            b' ' | b'\t' | b'\r' | b'\n' => i += 1,
-            b'\\' if matches!(b.get(i + 1), Some(b'n' | b'r' | b't')) => i += 2,
-            _ => break,
+            b' ' | b'\t' | b'\r' => i += 1,
+            b'\n' => {
+                i += 1;
+                if let Some(len) = prefix_at(b, i, prefix) {
+                    i += len;
+                }
+            }
+            b'"' | b'\'' | b'+' | b',' | b';' | b')'
+                if !prefix.is_empty() && rest_of_line_is_junk(b, i) =>
+            {
+                i += 1
+            }
+            _ => match escaped_break(b, i) {
+                Some(len) => i += len,
+                None => break,
+            },
         }
     }
     i
 }
 
+/// Whether from `i` to the end of its line there is only what closes a
+/// string on a prefixed line: quotes, `+`, `,`, `;`, `)`, spaces and
+/// escaped breaks.
+fn rest_of_line_is_junk(b: &[u8], mut i: usize) -> bool {
+    while i < b.len() && b[i] != b'\n' {
+        match b[i] {
+            b'"' | b'\'' | b'+' | b',' | b';' | b')' | b' ' | b'\t' | b'\r' => i += 1,
+            _ => match escaped_break(b, i) {
+                Some(len) => i += len,
+                None => return false,
+            },
+        }
+    }
+    true
+}
+
+/// What a `BEGIN` line carries before its dashes, if it is a prefix every
+/// line of the block would carry: at most 24 bytes of spaces, comment and
+/// quote marks, `|` and line numbers (`# `, `> `, `// `, ` * `, `  3 | `,
+/// `"`). Empty when the line starts with the dashes (or after spaces
+/// only, which [`skip_seps`] takes anyway).
+fn line_prefix(b: &[u8], begin: usize) -> &[u8] {
+    // Looked for within 25 bytes only: the work stays linear on text with
+    // many `BEGIN`s and no line break.
+    let from = begin.saturating_sub(25);
+    let start = match b[from..begin].iter().rposition(|&c| c == b'\n') {
+        Some(p) => from + p + 1,
+        None if from == 0 => 0,
+        None => return &[],
+    };
+    let prefix = &b[start..begin];
+    let allowed = |c: u8| {
+        matches!(
+            c,
+            b' ' | b'\t'
+                | b'#'
+                | b'>'
+                | b'/'
+                | b'*'
+                | b';'
+                | b'|'
+                | b'"'
+                | b'\''
+                | b'-'
+                | b'%'
+                | b'!'
+        ) || c.is_ascii_digit()
+    };
+    if prefix.len() > 24
+        || !prefix.iter().all(|&c| allowed(c))
+        || prefix.iter().all(|&c| c == b' ' || c == b'\t')
+    {
+        return &[];
+    }
+    prefix
+}
+
+/// The length of the line prefix `prefix` at `i`: the same bytes, a digit
+/// where it has a digit or a space (line numbers of any width), and its
+/// trailing spaces optional (an empty line of a commented block).
+fn prefix_at(b: &[u8], i: usize, prefix: &[u8]) -> Option<usize> {
+    if prefix.is_empty() {
+        return None;
+    }
+    let mut k = 0;
+    for &p in prefix {
+        match b.get(i + k) {
+            Some(&c) if c == p || (c.is_ascii_digit() && (p.is_ascii_digit() || p == b' ')) => {
+                k += 1
+            }
+            _ if p == b' ' || p == b'\t' => {}
+            _ => return None,
+        }
+    }
+    Some(k)
+}
+
 fn ends_token(b: &[u8], i: usize) -> bool {
     i >= b.len()
         || matches!(b[i], b' ' | b'\t' | b'\r' | b'\n' | b'"' | b'\'' | b',')
-        || (b[i] == b'\\' && matches!(b.get(i + 1), Some(b'n' | b'r' | b't')))
+        || escaped_break(b, i).is_some()
         || end_marker(b, i).is_some()
 }
 
@@ -65,6 +175,9 @@ fn end_marker(b: &[u8], i: usize) -> Option<usize> {
     if !b[j..].starts_with(b"END") {
         return None;
     }
+    if b[j + 3..].starts_with(b" OpenVPN Static key V1") {
+        return dashes(b, j + 3 + b" OpenVPN Static key V1".len());
+    }
     let (j, _) = label(b, j + 3);
     dashes(b, j)
 }
@@ -72,13 +185,19 @@ fn end_marker(b: &[u8], i: usize) -> Option<usize> {
 /// Reads a key body from `i`: base64 tokens, and `Name: value` header
 /// lines (before the body, or anywhere for PuTTY). Returns where the
 /// block ends and how many base64 characters it held.
-fn body(b: &[u8], start: usize, headers_anywhere: bool, stop_after_mac: bool) -> (usize, usize) {
+fn body(
+    b: &[u8],
+    start: usize,
+    headers_anywhere: bool,
+    stop_after_mac: bool,
+    prefix: &[u8],
+) -> (usize, usize) {
     let n = b.len();
     let mut end = start;
     let mut count = 0usize;
     let mut i = start;
     loop {
-        let j = skip_seps(b, i);
+        let j = skip_seps(b, i, prefix);
         if j >= n {
             break;
         }
@@ -92,7 +211,7 @@ fn body(b: &[u8], start: usize, headers_anywhere: bool, stop_after_mac: bool) ->
         }
         if k > j && ends_token(b, k) {
             let len = k - j;
-            let next_is_end = end_marker(b, skip_seps(b, k)).is_some();
+            let next_is_end = end_marker(b, skip_seps(b, k, prefix)).is_some();
             if len >= 16
                 || b[j] == b'='
                 || b[k - 1] == b'='
@@ -102,7 +221,9 @@ fn body(b: &[u8], start: usize, headers_anywhere: bool, stop_after_mac: bool) ->
                 count += len;
                 end = k;
                 i = k;
-                if k < n && matches!(b[k], b'"' | b'\'' | b',') {
+                if k < n && matches!(b[k], b'"' | b'\'' | b',') && !rest_of_line_is_junk(b, k)
+                    || (k < n && prefix.is_empty() && matches!(b[k], b'"' | b'\'' | b','))
+                {
                     break;
                 }
                 continue;
@@ -152,12 +273,21 @@ pub(crate) fn pem(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<(u
     if d < 4 || b.get(e) != Some(&b' ') {
         return None;
     }
-    let (i, lab) = label(b, e + 1);
-    if !(lab.ends_with(b"PRIVATE KEY") || lab.ends_with(b"PRIVATE KEY BLOCK")) {
-        return None;
-    }
+    // An OpenVPN static key (`tls-auth`, `secret`) names itself in mixed
+    // case; its body is hex.
+    const OPENVPN: &[u8] = b"OpenVPN Static key V1";
+    let i = if b[e + 1..].starts_with(OPENVPN) {
+        e + 1 + OPENVPN.len()
+    } else {
+        let (i, lab) = label(b, e + 1);
+        if !(lab.ends_with(b"PRIVATE KEY") || lab.ends_with(b"PRIVATE KEY BLOCK")) {
+            return None;
+        }
+        i
+    };
     let i = dashes(b, i)?;
-    let (end, count) = body(b, i, false, false);
+    let prefix = line_prefix(b, a);
+    let (end, count) = body(b, i, false, false, prefix);
     *skip = end;
     (count >= 32).then_some((a, end))
 }
@@ -182,7 +312,7 @@ pub(crate) fn putty(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<
     {
         i += 1;
     }
-    let (end, count) = body(b, i, true, true);
+    let (end, count) = body(b, i, true, true, &[]);
     *skip = end;
     (count >= 32).then_some((s, end))
 }
@@ -199,7 +329,10 @@ fn run_b64url(b: &[u8], mut i: usize) -> usize {
 /// naming an algorithm or type.
 pub(crate) fn jwt(text: &str, s: usize, _e: usize, skip: &mut usize) -> Option<(usize, usize)> {
     let b = text.as_bytes();
-    if s > 0 && (is_b64url(b[s - 1]) || b[s - 1] == b'.') {
+    if s > 0
+        && (is_b64url(b[s - 1]) || b[s - 1] == b'.')
+        && !super::engine::after_percent_escape(b, s)
+    {
         return None;
     }
     let h_end = run_b64url(b, s);

@@ -192,7 +192,9 @@ impl Heads {
                     && hay[sep - len] == lit[0]
                     && hay[sep - len..sep].starts_with(lit)
                     && hay[sep - len..sep].iter().all(u8::is_ascii_alphanumeric)
-                    && (sep == len || !hay[sep - len - 1].is_ascii_alphanumeric())
+                    && (sep == len
+                        || !hay[sep - len - 1].is_ascii_alphanumeric()
+                        || after_percent_escape(hay, sep - len))
                 {
                     out.push((sep - len, anchor));
                 }
@@ -211,18 +213,25 @@ impl Heads {
             if j == sep || (j > 0 && hay[j - 1].is_ascii_alphanumeric()) {
                 continue;
             }
-            let seg = &hay[j..=sep];
-            let h = seg_hash(seg);
-            if self.seen[h / 64] & (1 << (h % 64)) == 0 {
-                continue;
-            }
-            let Ok(k) = self.by_segment.binary_search_by(|(s, _)| (*s).cmp(seg)) else {
-                continue;
-            };
-            for &l in &self.by_segment[k].1 {
-                let (anchor, lit) = self.lits[l];
-                if j + lit.len() <= to && hay[j..].starts_with(lit) {
-                    out.push((j, anchor));
+            // After a `%XX` escape (URL-encoded text), the token may start
+            // past its two hex digits too.
+            let escaped = (j > 0 && hay[j - 1] == b'%' && j + 2 < sep)
+                .then(|| j + 2)
+                .filter(|&k| after_percent_escape(hay, k));
+            for j in std::iter::once(j).chain(escaped) {
+                let seg = &hay[j..=sep];
+                let h = seg_hash(seg);
+                if self.seen[h / 64] & (1 << (h % 64)) == 0 {
+                    continue;
+                }
+                let Ok(k) = self.by_segment.binary_search_by(|(s, _)| (*s).cmp(seg)) else {
+                    continue;
+                };
+                for &l in &self.by_segment[k].1 {
+                    let (anchor, lit) = self.lits[l];
+                    if j + lit.len() <= to && hay[j..].starts_with(lit) {
+                        out.push((j, anchor));
+                    }
                 }
             }
         }
@@ -622,7 +631,7 @@ impl Engine {
                 continue;
             };
             if gs == ge
-                || (gs > 0 && left.blocks(b[gs - 1]))
+                || (gs > 0 && left.blocks(b[gs - 1]) && !after_percent_escape(b, gs))
                 || (ge < b.len() && right.blocks(b[ge]))
             {
                 continue;
@@ -1045,6 +1054,13 @@ fn exclusion(x: Exclusion, b: &[u8], s: usize, e: usize) -> Option<(usize, usize
             (i - s >= 64).then_some((s, i))
         }
     }
+}
+
+/// Whether a `%XX` escape ends just before `at` (URL-encoded text:
+/// `%22ghp_...%22`): a separator, though its hex digits are letters or
+/// digits.
+pub(crate) fn after_percent_escape(b: &[u8], at: usize) -> bool {
+    at >= 3 && b[at - 3] == b'%' && b[at - 2].is_ascii_hexdigit() && b[at - 1].is_ascii_hexdigit()
 }
 
 /// The edge an exact token format (priority 3: a vendor's fixed prefix,

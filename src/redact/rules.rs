@@ -296,6 +296,23 @@ fn random_tail_last(v: &[u8]) -> bool {
     random_suffix(v, prefix_end(v))
 }
 
+/// The part after the `!` looks random (a Salesforce session id).
+fn tail_after_bang(v: &[u8]) -> bool {
+    let cut = v.iter().position(|&b| b == b'!').map_or(0, |i| i + 1);
+    random_suffix(v, cut)
+}
+
+/// A Django key's generated part: any 30 or more printable characters
+/// after its fixed prefix (its alphabet is letters, digits and symbols).
+fn django_tail(v: &[u8]) -> bool {
+    v.len() >= "django-insecure-".len() + 30
+}
+
+/// Any value: the format alone is the secret (a webhook's path).
+fn any_value(_: &[u8]) -> bool {
+    true
+}
+
 /// The part after the last `.` looks random (`dp.st.dev.<random>`).
 fn tail_after_last_dot(v: &[u8]) -> bool {
     let cut = v.iter().rposition(|&b| b == b'.').map_or(0, |i| i + 1);
@@ -691,8 +708,9 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 3,
         anchors: &[":AA"],
         how: How::Re(ReSpec {
-            re: "[0-9]{6,12}:AA[A-Za-z0-9_-]{31,38}",
-            back: 12,
+            // In its API URL it follows `/bot`: taken with it.
+            re: "(?:bot)?[0-9]{6,12}:AA[A-Za-z0-9_-]{31,38}",
+            back: 15,
             fwd: 44,
             group: 0,
             check_group: 0,
@@ -1718,6 +1736,320 @@ pub(crate) const SPECS: &[Spec] = &[
         anchors: SECRET_WORDS,
         how: How::Hit(assign::secret),
     },
+    // ------------------------------------------------------------ more vendor formats
+    Spec {
+        id: "tailscale-key",
+        prio: 3,
+        anchors: &["tskey-"],
+        how: token(
+            r"tskey-(?:auth|api|client|scim|webhook)-[A-Za-z0-9]{6,40}-[A-Za-z0-9]{16,64}",
+            110,
+            Edge::Token,
+            Edge::Token,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "nuget-api-key",
+        prio: 3,
+        anchors: &["oy2"],
+        how: token(
+            r"oy2[a-z0-9]{43}",
+            46,
+            Edge::Alnum,
+            Edge::Alnum,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "crates-io-token",
+        prio: 3,
+        anchors: &["cio"],
+        how: token(
+            r"cio[A-Za-z0-9]{32}",
+            35,
+            Edge::Alnum,
+            Edge::Alnum,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "circleci-token",
+        prio: 3,
+        anchors: &["CCIPAT_", "CCIPRJ_"],
+        how: token(
+            r"CCIP(?:AT|RJ)_[A-Za-z0-9]{22}_[a-f0-9]{40}",
+            75,
+            Edge::Word,
+            Edge::Word,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "bitbucket-app-password",
+        prio: 3,
+        anchors: &["ATBB"],
+        how: token(
+            r"ATBB[A-Za-z0-9]{32,40}",
+            44,
+            Edge::Alnum,
+            Edge::Alnum,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "atlassian-token",
+        prio: 3,
+        anchors: &["ATTA", "ATCTT3xFfGN0"],
+        how: token(
+            r"(?:ATTA[a-f0-9]{64}[A-F0-9]{8}|ATCTT3xFfGN0[A-Za-z0-9_=-]{150,300})",
+            310,
+            Edge::Alnum,
+            Edge::Alnum,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "figma-token",
+        prio: 3,
+        anchors: &["figd_", "figu_"],
+        how: token(
+            r"fig[du]_[A-Za-z0-9_-]{40}",
+            45,
+            Edge::Word,
+            Edge::Token,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "hubspot-token",
+        prio: 3,
+        anchors: &["pat-na", "pat-eu", "pat-ap"],
+        how: token(
+            r"pat-(?:na|eu|ap)[0-9]-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+            50,
+            Edge::Token,
+            Edge::Token,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "plaid-token",
+        prio: 3,
+        anchors: &[
+            "access-sandbox-",
+            "access-development-",
+            "access-production-",
+        ],
+        how: token(
+            r"access-(?:sandbox|development|production)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+            60,
+            Edge::Token,
+            Edge::Token,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "google-refresh-token",
+        prio: 3,
+        anchors: &["1//0"],
+        how: token(
+            r"1//0[A-Za-z0-9_-]{40,300}",
+            310,
+            Edge::Alnum,
+            Edge::Token,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "fcm-server-key",
+        prio: 3,
+        anchors: &[":APA91b"],
+        how: How::Re(ReSpec {
+            re: "AAAA[A-Za-z0-9_-]{7}:APA91b[A-Za-z0-9_-]{120,200}",
+            back: 12,
+            fwd: 210,
+            group: 0,
+            check_group: 0,
+            left: Edge::Token,
+            right: Edge::Token,
+            check: telegram,
+        }),
+    },
+    Spec {
+        id: "bip32-private-key",
+        prio: 3,
+        anchors: &["xprv", "tprv"],
+        how: token(
+            r"[xt]prv[1-9A-HJ-NP-Za-km-z]{100,108}",
+            112,
+            Edge::Alnum,
+            Edge::Alnum,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "buildkite-token",
+        prio: 3,
+        anchors: &["bkua_"],
+        how: token(
+            r"bkua_[a-f0-9]{40}",
+            45,
+            Edge::Word,
+            Edge::Word,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "salesforce-session",
+        prio: 3,
+        anchors: &["00D"],
+        how: token(
+            r"00D[A-Za-z0-9]{12,15}![A-Za-z0-9._]{80,200}",
+            220,
+            Edge::Alnum,
+            Edge::Alnum,
+            tail_after_bang,
+        ),
+    },
+    Spec {
+        id: "octopus-api-key",
+        prio: 3,
+        anchors: &["API-"],
+        how: token(
+            r"API-[A-Z0-9]{26}",
+            30,
+            Edge::Token,
+            Edge::Token,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "harness-token",
+        prio: 3,
+        anchors: &["pat.", "sat."],
+        how: token(
+            r"(?:pat|sat)\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20}",
+            75,
+            Edge::Alnum,
+            Edge::Alnum,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "neon-api-key",
+        prio: 3,
+        anchors: &["napi_"],
+        how: token(
+            r"napi_[a-z0-9]{64}",
+            70,
+            Edge::Word,
+            Edge::Word,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "render-api-key",
+        prio: 3,
+        anchors: &["rnd_"],
+        how: token(
+            r"rnd_[A-Za-z0-9]{24,40}",
+            36,
+            Edge::Word,
+            Edge::Word,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "runpod-api-key",
+        prio: 3,
+        anchors: &["rpa_"],
+        how: token(r"rpa_[A-Z0-9]{40}", 44, Edge::Word, Edge::Word, random_tail),
+    },
+    Spec {
+        id: "honeycomb-api-key",
+        prio: 3,
+        anchors: &["hcaik_", "hcxik_"],
+        how: token(
+            r"hc[ax]ik_[a-z0-9]{58}",
+            64,
+            Edge::Word,
+            Edge::Word,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "resend-api-key",
+        prio: 3,
+        anchors: &["re_"],
+        how: token(
+            r"re_[A-Za-z0-9]{8}_[A-Za-z0-9]{24}",
+            36,
+            Edge::Word,
+            Edge::Word,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "clickup-token",
+        prio: 3,
+        anchors: &["pk_"],
+        how: token(
+            r"pk_[0-9]{6,10}_[A-Z0-9]{32}",
+            45,
+            Edge::Word,
+            Edge::Word,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "tencent-secret-id",
+        prio: 3,
+        anchors: &["AKID"],
+        how: token(
+            r"AKID[A-Za-z0-9]{32}",
+            36,
+            Edge::Alnum,
+            Edge::Alnum,
+            random_tail,
+        ),
+    },
+    Spec {
+        id: "django-secret-key",
+        prio: 3,
+        anchors: &["django-insecure-"],
+        how: token(
+            r"django-insecure-[!-&(-~]{30,80}",
+            100,
+            Edge::Alnum,
+            Edge::Free,
+            django_tail,
+        ),
+    },
+    Spec {
+        id: "zapier-webhook",
+        prio: 3,
+        anchors: &["hooks.zapier.com/hooks/catch/"],
+        how: token(
+            r"hooks\.zapier\.com/hooks/catch/[0-9]{4,12}/[A-Za-z0-9]{4,12}/?",
+            70,
+            Edge::Alnum,
+            Edge::Alnum,
+            any_value,
+        ),
+    },
+    Spec {
+        id: "mattermost-webhook",
+        prio: 3,
+        anchors: &["/hooks/"],
+        how: token(
+            r"/hooks/[a-z0-9]{26}",
+            34,
+            Edge::Free,
+            Edge::Alnum,
+            random_tail_last,
+        ),
+    },
     // ------------------------------------------------------------ personal data
     Spec {
         id: "credit-card",
@@ -2055,6 +2387,74 @@ pub(crate) const RULES: &[(&str, &str)] = &[
     (
         "totp-seed",
         "TOTP / 2FA seed: secret= of an otpauth:// URI, or base32 next to a TOTP, 2FA or MFA keyword",
+    ),
+    (
+        "tailscale-key",
+        "Tailscale auth, API, OAuth client, SCIM and webhook keys (tskey-...)",
+    ),
+    ("nuget-api-key", "NuGet API key (oy2...)"),
+    ("crates-io-token", "crates.io API token (cio...)"),
+    (
+        "circleci-token",
+        "CircleCI personal and project API tokens (CCIPAT_, CCIPRJ_)",
+    ),
+    ("bitbucket-app-password", "Bitbucket app password (ATBB...)"),
+    (
+        "atlassian-token",
+        "Atlassian API and Trello tokens (ATTA..., ATCTT3xFfGN0...)",
+    ),
+    (
+        "figma-token",
+        "Figma personal and OAuth tokens (figd_, figu_)",
+    ),
+    (
+        "hubspot-token",
+        "HubSpot private app token (pat-na1-..., pat-eu1-...)",
+    ),
+    ("plaid-token", "Plaid access token (access-production-...)"),
+    (
+        "google-refresh-token",
+        "Google OAuth refresh token (1//0...)",
+    ),
+    (
+        "fcm-server-key",
+        "Firebase Cloud Messaging legacy server key (AAAA...:APA91b...)",
+    ),
+    (
+        "bip32-private-key",
+        "BIP32 extended private key (xprv..., tprv...)",
+    ),
+    ("buildkite-token", "Buildkite user API token (bkua_...)"),
+    (
+        "salesforce-session",
+        "Salesforce session or access token (00D...!...)",
+    ),
+    ("octopus-api-key", "Octopus Deploy API key (API-...)"),
+    (
+        "harness-token",
+        "Harness personal and service account tokens (pat., sat.)",
+    ),
+    ("neon-api-key", "Neon API key (napi_...)"),
+    ("render-api-key", "Render API key (rnd_...)"),
+    ("runpod-api-key", "RunPod API key (rpa_...)"),
+    (
+        "honeycomb-api-key",
+        "Honeycomb ingest API keys (hcaik_, hcxik_)",
+    ),
+    ("resend-api-key", "Resend API key (re_..._...)"),
+    ("clickup-token", "ClickUp personal API token (pk_..._...)"),
+    ("tencent-secret-id", "Tencent Cloud SecretId (AKID...)"),
+    (
+        "django-secret-key",
+        "Django generated SECRET_KEY (django-insecure-...)",
+    ),
+    (
+        "zapier-webhook",
+        "Zapier catch hook URL (hooks.zapier.com/hooks/catch/...)",
+    ),
+    (
+        "mattermost-webhook",
+        "Mattermost incoming webhook URL (/hooks/ and a 26-character id)",
     ),
     (
         "credit-card",

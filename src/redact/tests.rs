@@ -2476,3 +2476,164 @@ fn compile_all_leaves_no_rule_to_compile_at_its_first_hit() {
     r.compile_all();
     assert!(r.engine.all_compiled());
 }
+
+// ------------------------------------------------------------------ recall round (session 28)
+
+mod more_formats {
+    use super::*;
+
+    #[test]
+    fn vendor_tokens_added_from_the_recall_corpus_are_found_in_prose_and_tables() {
+        let cases = [
+            (
+                format!(
+                    "tskey-auth-k{}CNTRL-{}",
+                    rand(1, ALNUM, 16),
+                    rand(2, ALNUM, 32)
+                ),
+                "tailscale-key",
+            ),
+            (
+                format!("oy2{}", rand(3, "abcdefghijklmnopqrstuvwxyz0123456789", 43)),
+                "nuget-api-key",
+            ),
+            (format!("cio{}", rand(4, ALNUM, 32)), "crates-io-token"),
+            (
+                format!("CCIPAT_{}_{}", rand(5, ALNUM, 22), rand(6, HEX, 40)),
+                "circleci-token",
+            ),
+            (
+                format!("ATBB{}", rand(7, ALNUM, 40)),
+                "bitbucket-app-password",
+            ),
+            (format!("figd_{}", rand(8, ALNUM, 40)), "figma-token"),
+            (format!("bkua_{}", rand(9, HEX, 40)), "buildkite-token"),
+            (
+                format!(
+                    "napi_{}",
+                    rand(10, "abcdefghijklmnopqrstuvwxyz0123456789", 64)
+                ),
+                "neon-api-key",
+            ),
+            (format!("rnd_{}", rand(11, ALNUM, 32)), "render-api-key"),
+            (format!("AKID{}", rand(12, ALNUM, 32)), "tencent-secret-id"),
+            (
+                format!("1//0{}", rand(14, B64URL, 96)),
+                "google-refresh-token",
+            ),
+            (
+                format!(
+                    "access-production-{}-{}-{}-{}-{}",
+                    rand(15, HEX, 8),
+                    rand(16, HEX, 4),
+                    rand(17, HEX, 4),
+                    rand(18, HEX, 4),
+                    rand(19, HEX, 12)
+                ),
+                "plaid-token",
+            ),
+        ];
+        for (t, rule) in &cases {
+            assert_redacted(t, t, rule);
+            assert_redacted(&format!("My key is {t} for the build."), t, rule);
+            assert_redacted(&format!("| prod | `{t}` |"), t, rule);
+            assert_redacted(&format!("os.environ[\"X\"] = \"{t}\""), t, rule);
+        }
+    }
+
+    #[test]
+    fn a_token_in_url_encoded_text_is_found() {
+        let t = github_token("ghp_", 300);
+        assert_redacted(
+            &format!("payload=%7B%22token%22%3A%20%22{t}%22%7D"),
+            &t,
+            "github-token",
+        );
+    }
+
+    #[test]
+    fn a_telegram_token_in_its_api_url_is_found() {
+        // Taken with the `bot` before it.
+        let t = format!("5012345678:AA{}", rand(301, B64URL, 33));
+        let out = redactor().redact(&format!("curl https://api.telegram.org/bot{t}/sendMessage"));
+        assert_eq!(
+            out.text,
+            "curl https://api.telegram.org/[REDACTED:telegram-bot-token]/sendMessage"
+        );
+    }
+
+    #[test]
+    fn key_blocks_with_a_prefix_on_each_line_are_found_whole() {
+        let body = pem_body(302, 8);
+        for (pre, post) in [
+            ("# ", ""),
+            ("> ", ""),
+            ("// ", ""),
+            (" * ", ""),
+            ("; ", ""),
+            ("| ", ""),
+            ("\"", "\\n\" +"),
+        ] {
+            let mut text = format!("{pre}-----BEGIN OPENSSH PRIVATE KEY-----{post}\n");
+            for line in body.lines() {
+                text.push_str(&format!("{pre}{line}{post}\n"));
+            }
+            text.push_str(&format!("{pre}-----END OPENSSH PRIVATE KEY-----{post}\n"));
+            let out = redactor().redact(&text);
+            assert!(
+                out.text.contains("[REDACTED:private-key]"),
+                "{pre:?}: {}",
+                out.text
+            );
+            for line in body.lines() {
+                assert!(
+                    !out.text.contains(line),
+                    "{pre:?}: {line} survives in {}",
+                    out.text
+                );
+            }
+            assert!(!out.text.contains("BEGIN"), "{pre:?}: {}", out.text);
+        }
+        // Numbered lines, and a key escaped twice or written in XML.
+        let mut numbered = String::new();
+        let lines: Vec<String> = std::iter::once("-----BEGIN RSA PRIVATE KEY-----".to_string())
+            .chain(body.lines().map(str::to_string))
+            .chain(std::iter::once("-----END RSA PRIVATE KEY-----".to_string()))
+            .collect();
+        for (n, l) in lines.iter().enumerate() {
+            numbered.push_str(&format!("{:>3} | {l}\n", n + 8));
+        }
+        for text in [
+            numbered,
+            format!("key: \"{}\"", lines.join("\\\\n")),
+            format!("<k>{}</k>", lines.join("&#10;")),
+        ] {
+            let out = redactor().redact(&text);
+            for line in body.lines() {
+                assert!(!out.text.contains(line), "{line} survives in {}", out.text);
+            }
+        }
+        // Prose after a commented key stays.
+        let text = format!(
+            "# -----BEGIN OPENSSH PRIVATE KEY-----\n# {}\n# -----END OPENSSH PRIVATE KEY-----\n# keep this line\n",
+            body.lines().collect::<Vec<_>>().join("\n# ")
+        );
+        assert!(redactor().redact(&text).text.contains("# keep this line"));
+    }
+
+    #[test]
+    fn an_openvpn_static_key_is_found_whole() {
+        let hex = rand(303, HEX, 512);
+        let mut text = "<tls-auth>\n-----BEGIN OpenVPN Static key V1-----\n".to_string();
+        for i in 0..16 {
+            text.push_str(&hex[i * 32..(i + 1) * 32]);
+            text.push('\n');
+        }
+        text.push_str("-----END OpenVPN Static key V1-----\n</tls-auth>\n");
+        let out = redactor().redact(&text);
+        assert_eq!(
+            out.text,
+            "<tls-auth>\n[REDACTED:private-key]\n</tls-auth>\n"
+        );
+    }
+}
