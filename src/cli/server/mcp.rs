@@ -41,6 +41,40 @@ fn internal(message: &'static str) -> ErrorData {
     ErrorData::internal_error(message, None)
 }
 
+const UNAUTHENTICATED: &str = "the request reached the tool unauthenticated";
+
+/// The HTTP request an MCP call came in, and the tenant the gate
+/// authenticated for it.
+fn authenticated(context: &RequestContext<RoleServer>) -> Result<(&Parts, Authed), ErrorData> {
+    let parts = context
+        .extensions
+        .get::<Parts>()
+        .ok_or_else(|| internal("the request reached the tool without its HTTP request"))?;
+    let who = parts
+        .extensions
+        .get::<Authed>()
+        .cloned()
+        .ok_or_else(|| internal(UNAUTHENTICATED))?;
+    Ok((parts, who))
+}
+
+/// The labels the gate checked from the request's headers (with the
+/// token), and the tenant's slot it admitted the request to (its rate
+/// counted once, there).
+fn admitted(parts: &Parts) -> Result<(Attribution, Arc<Slot>), ErrorData> {
+    let attribution = parts
+        .extensions
+        .get::<Attribution>()
+        .cloned()
+        .ok_or_else(|| internal(UNAUTHENTICATED))?;
+    let slot = parts
+        .extensions
+        .get::<Arc<Slot>>()
+        .cloned()
+        .ok_or_else(|| internal(UNAUTHENTICATED))?;
+    Ok((attribution, slot))
+}
+
 impl ServerHandler for TenantMcp {
     fn get_info(&self) -> ServerConfig {
         server_info()
@@ -54,26 +88,8 @@ impl ServerHandler for TenantMcp {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let unauthenticated = || internal("the request reached the tool unauthenticated");
-        let parts = context
-            .extensions
-            .get::<Parts>()
-            .ok_or_else(|| internal("the request reached the tool without its HTTP request"))?;
-        let who = parts
-            .extensions
-            .get::<Authed>()
-            .cloned()
-            .ok_or_else(unauthenticated)?;
-        let attribution = parts
-            .extensions
-            .get::<Attribution>()
-            .cloned()
-            .ok_or_else(unauthenticated)?;
-        let slot = parts
-            .extensions
-            .get::<Arc<Slot>>()
-            .cloned()
-            .ok_or_else(unauthenticated)?;
+        let (parts, who) = authenticated(&context)?;
+        let (attribution, slot) = admitted(parts)?;
         let described = on_vault(&self.app, &slot, attribution, who.principal, true, |open| {
             memory_tool(open.vault.config())
         })
@@ -95,15 +111,7 @@ impl ServerHandler for TenantMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let parts = context
-            .extensions
-            .get::<Parts>()
-            .ok_or_else(|| internal("the request reached the tool without its HTTP request"))?;
-        let who = parts
-            .extensions
-            .get::<Authed>()
-            .cloned()
-            .ok_or_else(|| internal("the request reached the tool unauthenticated"))?;
+        let (parts, who) = authenticated(&context)?;
         if let Some(Refusal(message)) = parts.extensions.get::<Refusal>() {
             return Ok(to_mcp(ToolResult::error(message.clone())).into());
         }
@@ -113,19 +121,7 @@ impl ServerHandler for TenantMcp {
                 None,
             ));
         }
-        // Checked from the headers by the HTTP layer, with the token.
-        let attribution = parts
-            .extensions
-            .get::<Attribution>()
-            .cloned()
-            .ok_or_else(|| internal("the request reached the tool unauthenticated"))?;
-        // The slot the HTTP layer admitted this request to (its rate
-        // counted once, there).
-        let slot = parts
-            .extensions
-            .get::<Arc<Slot>>()
-            .cloned()
-            .ok_or_else(|| internal("the request reached the tool unauthenticated"))?;
+        let (attribution, slot) = admitted(parts)?;
         let input = Value::Object(request.arguments.unwrap_or_default());
         // A small request may run on the connection's thread (see
         // `on_vault`); the gate read the body, so its length is known.
