@@ -399,6 +399,32 @@ fn url_credentials(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<(
         }
         j += 1;
     }
+    // A password with a raw `/`, `?` or `#` in it (`p@ss/w0rd@db`): the
+    // scan stopped inside it. A later `@` before the end of the URL, with
+    // no `.` or `:` between (no host name, no port), ends the password
+    // there instead: a host there would have one.
+    if j < b.len() && matches!(b[j], b'/' | b'?' | b'#') {
+        let from = at.map_or(ps, |a| a + 1);
+        let mut k = j;
+        let mut later = None;
+        while k < b.len()
+            && k - ps <= 256
+            && !b[k].is_ascii_whitespace()
+            && !matches!(b[k], b'"' | b'\'' | b'<' | b'>')
+        {
+            if b[k] == b'@' {
+                later = Some(k);
+            }
+            k += 1;
+        }
+        if let Some(l) = later
+            && !b[from..l].iter().any(|&c| c == b'.' || c == b':')
+            && b.get(l + 1).is_some_and(u8::is_ascii_alphanumeric)
+        {
+            at = Some(l);
+            j = k;
+        }
+    }
     *skip = j;
     let pe = at?;
     let host_ok = b.get(pe + 1).is_some_and(|&c| !stop(c) && c != b'@');

@@ -2622,6 +2622,30 @@ mod more_formats {
     }
 
     #[test]
+    fn a_url_password_with_a_raw_at_slash_or_hash_is_redacted_whole() {
+        for (text, secret) in [
+            ("postgres://app:p@ss/w0rd@db:5432/app", "p@ss/w0rd"),
+            ("postgres://app:p#ss9Word@db:5432/app", "p#ss9Word"),
+            ("mysql://root:Xy?9zQ2w@localhost/db", "Xy?9zQ2w"),
+        ] {
+            let out = redactor().redact(text);
+            assert!(!out.text.contains(secret), "{text} -> {}", out.text);
+            assert!(
+                out.text.contains("[REDACTED:url-credentials]@"),
+                "{}",
+                out.text
+            );
+        }
+        // A host with a dot after the first `@` keeps its path's `@`.
+        assert_eq!(
+            redactor()
+                .redact("https://user:Secr3tW0rd@example.com/a@b")
+                .text,
+            "https://user:[REDACTED:url-credentials]@example.com/a@b"
+        );
+    }
+
+    #[test]
     fn an_openvpn_static_key_is_found_whole() {
         let hex = rand(303, HEX, 512);
         let mut text = "<tls-auth>\n-----BEGIN OpenVPN Static key V1-----\n".to_string();
