@@ -687,6 +687,11 @@ fn operator(b: &[u8], key_end: usize, cli: bool, xml: bool, bearer: bool) -> Opt
                 return Some((Op::Assign, v));
             }
         }
+        // `os.environ["API_KEY"] = "..."`, `$_ENV['DB_PASSWORD'] = '...'`,
+        // `config[:api_key] = ...`: a subscript's close before the operator.
+        if b.get(i) == Some(&b']') {
+            i += 1;
+        }
     }
     if xml && i < n && b[i] == b'>' {
         return Some((Op::Xml, i + 1));

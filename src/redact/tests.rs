@@ -2646,6 +2646,22 @@ mod more_formats {
     }
 
     #[test]
+    fn a_value_assigned_to_a_subscript_named_as_a_secret_is_found() {
+        let v = rand(304, HEX, 32);
+        assert_redacted(
+            &format!("os.environ[\"DD_API_KEY\"] = \"{v}\""),
+            &v,
+            "secret-assignment",
+        );
+        assert_redacted(
+            &format!("$_ENV['DB_PASSWORD'] = 'Zq8#mP2!vL9x{}';", &v[..4]),
+            &format!("Zq8#mP2!vL9x{}", &v[..4]),
+            "password-assignment",
+        );
+        assert_clean("x = d[\"api_key\"]\nprint(os.environ[\"API_KEY\"])\n");
+    }
+
+    #[test]
     fn an_openvpn_static_key_is_found_whole() {
         let hex = rand(303, HEX, 512);
         let mut text = "<tls-auth>\n-----BEGIN OpenVPN Static key V1-----\n".to_string();
