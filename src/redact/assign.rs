@@ -88,17 +88,39 @@ pub(crate) fn command_line(
         Redis,
         /// `-u user:VALUE`, `--user user:VALUE` (curl).
         Curl,
+        /// One of these flags, then the value (`docker login -p VALUE`,
+        /// `--password=VALUE`, `sqlcmd -P`, `ldapsearch -w`, `zip -P`,
+        /// `keytool -storepass`, ...).
+        Named(&'static [&'static [u8]]),
     }
     let b = text.as_bytes();
     if s > 0 && (b[s - 1].is_ascii_alphanumeric() || b[s - 1] == b'_') {
         return None;
     }
-    let tool = match b[s] {
-        b'c' => Tool::Curl,
-        b'r' => Tool::Redis,
-        b's' => Tool::Flag,
-        _ if b[s..e].starts_with(b"mongo") => Tool::Flag,
-        _ => Tool::Attached,
+    let name = &b[s..e];
+    let tool = match name {
+        // `-p` is a password for `docker login` only (`docker run -p`
+        // publishes a port).
+        b"docker" if b[e..].starts_with(b" login") => Tool::Named(&[b"-p", b"--password"]),
+        b"docker" => return None,
+        b"az login" | b"psexec" => Tool::Named(&[b"-p", b"--password"]),
+        b"sqlcmd" | b"ipmitool" | b"zip" => Tool::Named(&[b"-P"]),
+        b"ldapsearch" | b"ldapmodify" | b"ldapadd" | b"ldapdelete" => Tool::Named(&[b"-w"]),
+        b"keytool" => Tool::Named(&[
+            b"-storepass",
+            b"-keypass",
+            b"-srcstorepass",
+            b"-deststorepass",
+            b"-srckeypass",
+            b"-destkeypass",
+        ]),
+        _ => match b[s] {
+            b'c' => Tool::Curl,
+            b'r' => Tool::Redis,
+            b's' => Tool::Flag,
+            _ if name.starts_with(b"mongo") => Tool::Flag,
+            _ => Tool::Attached,
+        },
     };
     // The tool's name ends at a word boundary (`mongosh`, `mysqldump` too).
     let mut name_end = e;
@@ -134,6 +156,13 @@ pub(crate) fn command_line(
             Tool::Flag if attached => Some(flag_start + 2),
             Tool::Flag if flag == b"-p" => next(),
             Tool::Redis if flag == b"-a" => next(),
+            Tool::Named(flags) if flags.contains(&flag) => {
+                if line.get(j) == Some(&b'=') {
+                    Some(j + 1)
+                } else {
+                    next()
+                }
+            }
             Tool::Curl if flag == b"-u" || flag == b"--user" => {
                 let k = skip_blank(line, if line.get(j) == Some(&b'=') { j + 1 } else { j });
                 (k > j || line.get(j) == Some(&b'=')).then_some(k)

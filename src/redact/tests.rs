@@ -2662,6 +2662,24 @@ mod more_formats {
     }
 
     #[test]
+    fn passwords_given_to_more_commands_are_found() {
+        let pw = format!("Zq8{}", rand(305, ALNUM, 10));
+        for line in [
+            format!("docker login -u deploy -p {pw} registry.example.com"),
+            format!("docker login --password={pw}"),
+            format!("sqlcmd -S db -U sa -P '{pw}'"),
+            format!("ipmitool -I lanplus -H 10.0.0.5 -U admin -P {pw} chassis status"),
+            format!("ldapsearch -x -D cn=admin -w {pw} -b dc=example"),
+            format!("zip -P {pw} secret.zip a.txt"),
+            format!("keytool -list -keystore k.jks -storepass {pw}"),
+            format!("az login -u me@example.com -p {pw}"),
+        ] {
+            assert_redacted(&line, &pw, "password-assignment");
+        }
+        assert_clean("docker run -p 8080:80 -p 127.0.0.1:9090:9090 nginx\nzip -r out.zip dir\n");
+    }
+
+    #[test]
     fn an_openvpn_static_key_is_found_whole() {
         let hex = rand(303, HEX, 512);
         let mut text = "<tls-auth>\n-----BEGIN OpenVPN Static key V1-----\n".to_string();
