@@ -10,7 +10,7 @@
 
 use super::checks::{
     Classes, b64url_decode_prefix, bech32_ok, class_changes, contains_ci, entropy,
-    github_checksum_ok, is_hex, random_suffix, reads_like_words,
+    github_checksum_ok, is_hex, is_placeholder, random_suffix, reads_like_words,
 };
 use super::{assign, blocks, digits};
 
@@ -306,6 +306,12 @@ fn tail_after_bang(v: &[u8]) -> bool {
 /// after its fixed prefix (its alphabet is letters, digits and symbols).
 fn django_tail(v: &[u8]) -> bool {
     v.len() >= "django-insecure-".len() + 30
+}
+
+/// A value that is not a documentation placeholder (`<password>`,
+/// `changeme`, `${PASS}`).
+fn not_placeholder(v: &[u8]) -> bool {
+    v.len() >= 4 && !matches!(v[0], b'$' | b'{' | b'<' | b'%') && !is_placeholder(v)
 }
 
 /// Any value: the format alone is the secret (a webhook's path).
@@ -1727,6 +1733,32 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 1,
         anchors: &["pass", "Pass", "PASS"],
         how: How::Hit(assign::use_as_password),
+    },
+    Spec {
+        id: "password-assignment",
+        prio: 2,
+        anchors: &["IDENTIFIED", "identified", "Identified"],
+        how: context(
+            r"(?i:identified)\s+(?i:by)\s+(?:password\s+)?'([^'\n]{4,128})'",
+            0,
+            160,
+            1,
+            Edge::Free,
+            not_placeholder,
+        ),
+    },
+    Spec {
+        id: "password-assignment",
+        prio: 2,
+        anchors: &["requirepass", "masterauth"],
+        how: context(
+            r#"(?m:^[ \t]*(?:requirepass|masterauth)[ \t]+"?([^\s"]{4,128}))"#,
+            0,
+            150,
+            1,
+            Edge::Free,
+            not_placeholder,
+        ),
     },
     Spec {
         id: "password-assignment",

@@ -2673,10 +2673,14 @@ mod more_formats {
             format!("zip -P {pw} secret.zip a.txt"),
             format!("keytool -list -keystore k.jks -storepass {pw}"),
             format!("az login -u me@example.com -p {pw}"),
+            format!("CREATE USER 'app'@'%' IDENTIFIED BY '{pw}';"),
+            format!("requirepass {pw}"),
+            format!("masterauth \"{pw}\""),
         ] {
             assert_redacted(&line, &pw, "password-assignment");
         }
         assert_clean("docker run -p 8080:80 -p 127.0.0.1:9090:9090 nginx\nzip -r out.zip dir\n");
+        assert_clean("ALTER USER app IDENTIFIED BY 'changeme';\n# requirepass foobared\n");
     }
 
     #[test]
