@@ -659,6 +659,16 @@ pub(crate) struct Contents {
 }
 
 impl Contents {
+    /// An empty log: no head, no record.
+    fn empty() -> Contents {
+        Contents {
+            head: None,
+            records: Vec::new(),
+            valid_len: 0,
+            tagged: false,
+        }
+    }
+
     /// The key-table shards replaced since the last new key state (see
     /// [`Wal::pending_keys`]): none once the key state holds them all.
     pub fn pending_keys(&self) -> std::collections::BTreeMap<u16, Oid> {
@@ -1028,12 +1038,7 @@ impl Wal {
     pub fn peek_all(&self) -> Result<Contents, WalError> {
         let file_len = self.file.metadata()?.len();
         let Some((head, v2, head_len)) = read_head(&self.file, file_len, self.key.as_ref())? else {
-            return Ok(Contents {
-                head: None,
-                records: Vec::new(),
-                valid_len: 0,
-                tagged: false,
-            });
+            return Ok(Contents::empty());
         };
         let mut records = Vec::new();
         let (pos, _) = self.scan(&head, v2, head_len, head.refs.clone(), file_len, |r| {
@@ -1053,12 +1058,7 @@ impl Wal {
         let file_len = self.file.metadata()?.len();
         let Some((head, v2, head_len)) = read_head(&self.file, file_len, self.key.as_ref())? else {
             self.known = None;
-            return Ok(Contents {
-                head: None,
-                records: Vec::new(),
-                valid_len: 0,
-                tagged: false,
-            });
+            return Ok(Contents::empty());
         };
         let mut records = Vec::new();
         let mut keys = std::collections::BTreeMap::new();

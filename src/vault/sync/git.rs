@@ -969,28 +969,9 @@ const REMOTE_LOCK: &str = "memvault.lock";
 /// `dir/.git`, `dir`, `dir.git/.git` and `dir.git`, and follows a `.git`
 /// file's `gitdir:`), links followed.
 pub(crate) fn is_vault_dir(dir: &Path) -> bool {
-    let is_vault = |d: &Path| d.join(crate::vault::FORMAT_FILE).is_file();
-    let with_git = {
-        let mut s = dir.as_os_str().to_owned();
-        s.push(".git");
-        PathBuf::from(s)
-    };
-    let mut candidates = vec![dir.to_path_buf(), with_git.clone()];
-    for base in [dir, with_git.as_path()] {
-        let dot_git = base.join(".git");
-        // A `.git` file names the repository elsewhere (at most 4 KiB read).
-        let mut text = String::new();
-        if dot_git.is_file()
-            && std::fs::File::open(&dot_git)
-                .and_then(|f| f.take(4096).read_to_string(&mut text))
-                .is_ok()
-            && let Some(target) = text.trim_end().strip_prefix("gitdir: ")
-        {
-            candidates.push(base.join(target));
-        }
-        candidates.push(dot_git);
-    }
-    candidates.iter().any(|d| is_vault(d))
+    repo_candidates(dir)
+        .iter()
+        .any(|d| d.join(crate::vault::FORMAT_FILE).is_file())
 }
 
 /// A remote reached as a path that is a vault's own directory: never
@@ -1035,10 +1016,19 @@ pub(crate) fn local_dir(url: &str) -> Option<PathBuf> {
 /// `DIR`, `DIR.git/.git` and `DIR.git` that is a git directory (a `.git`
 /// file's `gitdir:` followed). None: not a path, or no repository there.
 pub(crate) fn local_repo(url: &str) -> Option<PathBuf> {
-    let dir = local_dir(url)?;
+    repo_candidates(&local_dir(url)?)
+        .into_iter()
+        .find(|d| is_git_dir(d))
+}
+
+/// The directories git tries for the path `dir`, in its order: `DIR/.git`,
+/// `DIR`, `DIR.git/.git`, `DIR.git` (trailing slashes dropped), a `.git`
+/// file's `gitdir:` followed (at most 4 KiB read, relative to the file's
+/// directory; one that does not say `gitdir:` is left out).
+fn repo_candidates(dir: &Path) -> Vec<PathBuf> {
     let trimmed = dir.to_string_lossy().trim_end_matches('/').to_string();
     let dir = if trimmed.is_empty() {
-        dir
+        dir.to_path_buf()
     } else {
         PathBuf::from(trimmed)
     };
@@ -1047,31 +1037,25 @@ pub(crate) fn local_repo(url: &str) -> Option<PathBuf> {
         s.push(".git");
         PathBuf::from(s)
     };
-    for candidate in [
-        dir.join(".git"),
-        dir.clone(),
-        with_git.join(".git"),
-        with_git,
-    ] {
-        let resolved = if candidate.is_file() {
-            // A `.git` file: `gitdir: PATH` (at most 4 KiB read),
-            // relative to the file's directory.
-            let mut text = String::new();
-            let read = std::fs::File::open(&candidate)
-                .and_then(|f| f.take(4096).read_to_string(&mut text))
-                .is_ok();
-            match text.trim_end().strip_prefix("gitdir: ") {
-                Some(target) if read => candidate.parent()?.join(target),
-                _ => continue,
-            }
-        } else {
-            candidate
-        };
-        if is_git_dir(&resolved) {
-            return Some(resolved);
+    let mut out = Vec::with_capacity(4);
+    for candidate in [dir.join(".git"), dir, with_git.join(".git"), with_git] {
+        if !candidate.is_file() {
+            out.push(candidate);
+            continue;
+        }
+        let mut text = String::new();
+        let read = std::fs::File::open(&candidate)
+            .and_then(|f| f.take(4096).read_to_string(&mut text))
+            .is_ok();
+        if let (true, Some(target), Some(parent)) = (
+            read,
+            text.trim_end().strip_prefix("gitdir: "),
+            candidate.parent(),
+        ) {
+            out.push(parent.join(target));
         }
     }
-    None
+    out
 }
 
 /// Whether `dir` looks like a git directory to git: a `HEAD` file, and
