@@ -443,6 +443,15 @@ impl Memory {
                 "The memory file has been edited. Here is the snippet showing the change (with line numbers):".to_owned(),
                 &snippet,
             );
+            // An edit that leaves the file as it was answers as an edit
+            // but writes nothing: no commit, no history entry, and no
+            // refusal at a storage quota.
+            if edited.as_bytes() == text.as_bytes() {
+                return Ok(Outcome {
+                    result: ToolResult::ok(noted.with_note(result)),
+                    mutation: None,
+                });
+            }
             Ok(Outcome {
                 result: ToolResult::ok(noted.with_note(result)),
                 mutation: Some(Mutation {

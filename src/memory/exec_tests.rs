@@ -789,6 +789,31 @@ fn str_replace_without_new_str_deletes() {
     assert_eq!(content(&s, "/memories/n.txt").unwrap(), "");
 }
 
+/// An edit that leaves the file as it was answers as an edit and writes
+/// nothing (no commit, no history entry, no quota refusal).
+#[test]
+fn str_replace_that_changes_nothing_is_answered_but_not_written() {
+    let mut s = store(&[("/memories/n.txt", "Hello World\nBye\n")]);
+    let m = Memory::default();
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "str_replace", "path": "/memories/n.txt", "old_str": "World", "new_str": "World"}),
+    );
+    assert_eq!(
+        ok(&r),
+        format!("{EDITED}\n     1\tHello World\n     2\tBye")
+    );
+    assert_eq!(s.commits(), 0);
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "str_replace", "path": "/memories/n.txt", "old_str": "World", "new_str": "Earth"}),
+    );
+    ok(&r);
+    assert_eq!(s.commits(), 1);
+}
+
 #[test]
 fn str_replace_on_a_missing_file_or_a_directory() {
     let mut s = store(&[("/memories/d/x", "x")]);

@@ -110,6 +110,12 @@ impl std::error::Error for GitError {}
 
 impl From<git2::Error> for VaultError {
     fn from(e: git2::Error) -> Self {
+        // The object store's own refusals travel as libgit2 errors.
+        for damage in [wal::ALTERNATES_FOUND, wal::MIDX_FOUND] {
+            if e.message() == damage {
+                return VaultError::Damaged(damage);
+            }
+        }
         VaultError::Git(GitError(e))
     }
 }

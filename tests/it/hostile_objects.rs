@@ -365,6 +365,11 @@ fn assert_every_command_refuses(
                 && (stdout.contains(word) || stderr.contains(word)),
             "`{name}` should refuse ({word}):\nstdout: {stdout}\nstderr: {stderr}"
         );
+        // Said as damage, not as a failure of git.
+        assert!(
+            !stderr.contains("git error") && !stdout.contains("git object store failed"),
+            "`{name}` blamed git:\nstdout: {stdout}\nstderr: {stderr}"
+        );
     }
     assert_eq!(refs(), before, "a refused command moved a ref");
     std::fs::remove_file(file).unwrap();

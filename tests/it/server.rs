@@ -1900,6 +1900,25 @@ fn a_tenant_at_its_storage_quota_is_refused_writes_and_keeps_reading() {
             "{command}: {v}"
         );
     }
+    // An edit that leaves the file as it was writes nothing: answered as
+    // an edit, not refused.
+    let (status, v) = s.req(
+        "POST",
+        "/v1/memory",
+        Some(&acme),
+        &json!({"command": "str_replace", "path": "/memories/n0.md", "old_str": note, "new_str": note}).to_string(),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["is_error"], false, "{v}");
+    // `tenant list` shows the usage the refusal counted.
+    let listed: Value = r
+        .list_json()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|t| t["name"] == "acme")
+        .unwrap();
+    let used = listed["stored_bytes"].as_u64().unwrap();
+    assert!(used > 250_000 && used <= 300_000 + 4096, "{listed}");
     // Nothing was written; the other writes that add content are refused
     // too (a tool_use block as well), views and deletes are not.
     let v = s.memory(&acme, json!({"command": "view", "path": "/memories"}));

@@ -282,11 +282,40 @@ fn tenant_remove_refuses_while_a_remote_lacks_its_changes_unless_forced() {
         );
         assert_eq!(r["is_error"], false, "{r}");
     };
+    // `tenant list` says what each vault stores and whether its remote
+    // holds every change.
+    let listed = |name: &str| {
+        let o = tenant(&a, &["list", "--json"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|t| t["name"] == name)
+            .unwrap()
+    };
+    let holds = |t: &serde_json::Value| t["remotes"][0]["holds_every_change"].as_bool().unwrap();
+    let before = listed("ana");
+    assert!(!holds(&before), "never synced: {before}");
     write(&ana, 0);
     let o = tenant(&a, &["sync", "ana"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let synced = listed("ana");
+    assert!(holds(&synced), "{synced}");
+    assert_eq!(synced["remotes"][0]["name"], "origin");
+    assert!(
+        synced["stored_bytes"].as_u64().unwrap() > before["stored_bytes"].as_u64().unwrap(),
+        "{before} {synced}"
+    );
     // Written after the sync: the remote lacks it.
     write(&ana, 1);
+    assert!(!holds(&listed("ana")));
+    let text = String::from_utf8(tenant(&a, &["list"]).stdout).unwrap();
+    let line = text.lines().find(|l| l.starts_with("ana ")).unwrap();
+    assert!(
+        line.contains("remote origin lacks changes made since its last sync")
+            && line.contains(" bytes, no quota"),
+        "{text}"
+    );
     let o = tenant(&a, &["remove", "ana"]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);

@@ -177,7 +177,8 @@ pub(crate) enum TenantCommand {
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
     },
-    /// List the tenants, their tokens' names and scopes (no secret)
+    /// List the tenants: tokens' names and scopes (no secret), storage
+    /// used against the quota, and whether each remote holds every change
     List {
         #[arg(long, value_name = "DIR")]
         root: PathBuf,
@@ -430,13 +431,25 @@ pub(crate) fn tenant(
             let mut rows: Vec<_> = reg.tenants.iter().collect();
             rows.sort_by(|a, b| a.1.name.cmp(&b.1.name));
             for (id, t) in rows {
-                let tokens: Vec<_> = t
-                    .tokens
-                    .values()
-                    .map(|k| json!({"name": k.name, "scopes": k.scopes, "created": super::history::rfc3339(k.created_ms)}))
-                    .collect();
+                let state = tenant_state(&root.tenant_dir(id), &t.key);
                 if *json {
-                    let line = json!({"name": t.name, "id": id, "created": super::history::rfc3339(t.created_ms), "tokens": tokens, "quota_bytes": t.quota});
+                    let tokens: Vec<_> = t
+                        .tokens
+                        .values()
+                        .map(|k| json!({"name": k.name, "scopes": k.scopes, "created": super::history::rfc3339(k.created_ms)}))
+                        .collect();
+                    let mut line = json!({"name": t.name, "id": id, "created": super::history::rfc3339(t.created_ms), "tokens": tokens, "quota_bytes": t.quota});
+                    match &state {
+                        Ok(st) => {
+                            line["stored_bytes"] = json!(st.stored);
+                            line["remotes"] = st
+                                .remotes
+                                .iter()
+                                .map(|(name, behind)| json!({"name": name, "holds_every_change": !behind}))
+                                .collect();
+                        }
+                        Err(why) => line["unreadable"] = json!(why),
+                    }
                     writeln!(out, "{line}")?;
                 } else {
                     let toks: Vec<String> = t
@@ -444,11 +457,41 @@ pub(crate) fn tenant(
                         .values()
                         .map(|k| format!("{} ({})", k.name, scope_list(&k.scopes)))
                         .collect();
-                    let quota = t
-                        .quota
-                        .map(|q| format!("  quota {q} bytes"))
-                        .unwrap_or_default();
-                    writeln!(out, "{}  {}  {}{quota}", t.name, id, toks.join(", "))?;
+                    let toks = if toks.is_empty() {
+                        "no token".to_owned()
+                    } else {
+                        toks.join(", ")
+                    };
+                    let usage = match (&state, t.quota) {
+                        (Ok(st), Some(q)) => format!(
+                            "  stores {} bytes of its quota of {q} ({}%)",
+                            st.stored,
+                            st.stored.saturating_mul(100) / q.max(1)
+                        ),
+                        (Ok(st), None) => format!("  stores {} bytes, no quota", st.stored),
+                        (Err(why), q) => format!(
+                            "{}  vault unreadable: {why}",
+                            q.map(|q| format!("  quota {q} bytes")).unwrap_or_default()
+                        ),
+                    };
+                    let sync = match &state {
+                        Ok(st) if st.remotes.is_empty() => "  no remote".to_owned(),
+                        Ok(st) => st
+                            .remotes
+                            .iter()
+                            .map(|(name, behind)| {
+                                if *behind {
+                                    format!(
+                                        "  remote {name} lacks changes made since its last sync"
+                                    )
+                                } else {
+                                    format!("  remote {name} holds every change")
+                                }
+                            })
+                            .collect(),
+                        Err(_) => String::new(),
+                    };
+                    writeln!(out, "{}  {}  {toks}{usage}{sync}", t.name, id)?;
                 }
             }
             out.flush()?;
@@ -659,6 +702,57 @@ pub(crate) fn tenant(
             )?;
             Ok(0)
         }
+    }
+}
+
+/// What `tenant list` says of a tenant's vault.
+struct TenantState {
+    /// What its storage quota is measured against (`Vault::stored_bytes`).
+    stored: u64,
+    /// Each remote, and whether it lacks some of main by what the vault
+    /// last saw there (no network).
+    remotes: Vec<(String, bool)>,
+}
+
+/// A tenant vault's usage and remotes, or why it could not be read (a
+/// fixed description of the failure's kind: no path).
+fn tenant_state(dir: &Path, key: &HexKey) -> Result<TenantState, String> {
+    let key = key
+        .key()
+        .ok_or_else(|| "its key is not one memvault made".to_owned())?;
+    let mut vault = Vault::open(
+        dir,
+        &crate::crypto::Unlock::KeyFile(&key),
+        super::sync::sync_attribution(),
+    )
+    .map_err(|e| describe_open_failure(&e))?;
+    let behind = vault
+        .remotes_behind()
+        .map_err(|e| describe_open_failure(&e))?;
+    let remotes = vault
+        .remotes()
+        .map_err(|e| describe_open_failure(&e))?
+        .into_iter()
+        .map(|r| {
+            let lacks = behind.contains(&r.name);
+            (r.name, lacks)
+        })
+        .collect();
+    Ok(TenantState {
+        stored: vault.stored_bytes(),
+        remotes,
+    })
+}
+
+fn describe_open_failure(e: &crate::vault::VaultError) -> String {
+    use crate::vault::VaultError as E;
+    match e {
+        E::NotFound(_) | E::NotAVault(_) => "its vault directory is missing".into(),
+        E::WrongSecret | E::SlotRemoved(_) => "its key does not open it".into(),
+        E::NewerFormat(n) => format!("format {n}, newer than this memvault"),
+        e if e.is_damage() => "damaged (its /v1/verify report says where)".into(),
+        E::Lock(_) => "locked by another process".into(),
+        _ => "it could not be opened".into(),
     }
 }
 

@@ -1447,6 +1447,13 @@ impl Wal {
     }
 }
 
+/// Refusals of [`install_odb`], carried through libgit2's error type by
+/// its callers and mapped back to [`crate::vault::VaultError::Damaged`].
+pub(crate) const ALTERNATES_FOUND: &str = "objects/info/alternates would make git read objects \
+     from outside the vault (memvault never writes one): remove it";
+pub(crate) const MIDX_FOUND: &str = "objects/pack/multi-pack-index would make git read \
+     unchecked pack offsets (memvault never writes one): remove it";
+
 /// Put a fresh in-memory object store in front of the repository's object
 /// database: every object libgit2 writes for this repository goes to
 /// memory (the log makes it durable, a checkpoint writes it to git), and
@@ -1460,19 +1467,13 @@ pub(crate) fn install_odb(repo: &Repository) -> Result<(), git2::Error> {
     // libgit2 would also search every objects directory named in
     // objects/info/alternates, none of whose files memvault checks.
     if fs::symlink_metadata(repo.path().join("objects/info/alternates")).is_ok() {
-        return Err(git2::Error::from_str(
-            "the vault is damaged: objects/info/alternates would make git read objects \
-             from outside the vault (memvault never writes one): remove it",
-        ));
+        return Err(git2::Error::from_str(ALTERNATES_FOUND));
     }
     // Nor does it write a multi-pack index, whose offsets libgit2 reads
     // before any pack's own index (also refused when it appears later: see
     // `objects`).
     if fs::symlink_metadata(repo.path().join("objects/pack/multi-pack-index")).is_ok() {
-        return Err(git2::Error::from_str(
-            "the vault is damaged: objects/pack/multi-pack-index would make git read \
-             unchecked pack offsets (memvault never writes one): remove it",
-        ));
+        return Err(git2::Error::from_str(MIDX_FOUND));
     }
     // As an alternate, the disk is only read: writes go to memory.
     super::fsync::install_mempack_odb(repo, objects)?;
