@@ -306,8 +306,13 @@ pub(crate) enum Command {
         /// Print findings (rule, description, line, column) as JSON lines instead of the text
         #[arg(long)]
         report: bool,
+        /// Each input line is one text, as a JSON string: print each one
+        /// redacted, as a JSON string on a line of its own (texts are
+        /// redacted one by one, none sees another)
+        #[arg(long, conflicts_with = "report")]
+        json_lines: bool,
         /// Print every built-in rule (id, then a one-line description) and exit
-        #[arg(long, conflicts_with_all = ["file", "report"])]
+        #[arg(long, conflicts_with_all = ["file", "report", "json_lines"])]
         list_rules: bool,
     },
 }
@@ -712,6 +717,11 @@ fn handle(
         Command::Redact {
             list_rules: true, ..
         } => list_rules(out),
+        Command::Redact {
+            file,
+            json_lines: true,
+            ..
+        } => redact::redact_json_lines(file.as_deref(), out, err),
         Command::Redact { file, report, .. } => redact(file.as_deref(), *report, out, err),
     }
 }

@@ -19,7 +19,8 @@
 //! touched (for a 50 MB file, faulting in a 50 MB buffer cost more than
 //! scanning it).
 
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, Read, Write};
+use std::path::Path;
 
 use super::CliError;
 use crate::redact::Redactor;
@@ -387,6 +388,67 @@ fn char_ceil(b: &[u8], mut i: usize) -> usize {
         i += 1;
     }
     i
+}
+
+/// `memvault redact --json-lines`: each line of the input is one text as
+/// a JSON string; each is redacted on its own and printed as a JSON string
+/// on a line of its own, in order. A line that is not a JSON string stops
+/// the run with its line number (the lines before it are printed). Exit 1
+/// when a secret was redacted, as for a text.
+pub(crate) fn redact_json_lines(
+    file: Option<&Path>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<u8, CliError> {
+    let redactor = Redactor::new(&crate::redact::RedactConfig {
+        mode: crate::redact::Mode::Redact,
+        ..Default::default()
+    })
+    .map_err(|e| CliError::failure(e.to_string()))?;
+    let input: Box<dyn BufRead> = match file {
+        Some(f) => Box::new(io::BufReader::new(std::fs::File::open(f).map_err(|e| {
+            CliError::failure(format!(
+                "cannot read {}: {}",
+                f.display(),
+                super::describe_io(&e)
+            ))
+        })?)),
+        None => Box::new(io::stdin().lock()),
+    };
+    let mut counts: std::collections::BTreeMap<String, u32> = Default::default();
+    let mut buf = io::BufWriter::new(out);
+    for (n, line) in input.split(b'\n').enumerate() {
+        let line = line?;
+        let line = line.strip_suffix(b"\r").unwrap_or(&line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let text: String = serde_json::from_slice(line).map_err(|_| {
+            CliError::failure(format!(
+                "line {} is not a JSON string (--json-lines takes one text per line, such as \"a note\\non two lines\")",
+                n + 1
+            ))
+        })?;
+        let red = redactor.redact(&text);
+        for (kind, k) in red.kinds() {
+            *counts.entry(kind).or_default() += k;
+        }
+        serde_json::to_writer(&mut buf, &red.text).map_err(io::Error::from)?;
+        buf.write_all(b"\n")?;
+    }
+    buf.flush()?;
+    if counts.is_empty() {
+        return Ok(0);
+    }
+    let total: u32 = counts.values().sum();
+    let list: Vec<String> = counts.iter().map(|(k, n)| format!("{k} ({n})")).collect();
+    writeln!(
+        err,
+        "memvault: {total} secret{} redacted: {}",
+        if total == 1 { "" } else { "s" },
+        list.join(", ")
+    )?;
+    Ok(1)
 }
 
 #[cfg(test)]
