@@ -397,6 +397,7 @@ fn finish_undo(
             changed,
             skipped_erased,
             skipped_blocked,
+            kept_in_place,
         } => {
             writeln!(
                 out,
@@ -418,17 +419,46 @@ fn finish_undo(
                     p.as_str()
                 )?;
             }
+            for p in kept_in_place {
+                writeln!(
+                    out,
+                    "  kept {} where it is: a file or directory now stands where it came from",
+                    p.as_str()
+                )?;
+            }
             out.flush()?;
             Ok(0)
         }
         // Nothing could be done because what it would bring back was
-        // erased: a failure, said as such.
-        UndoOutcome::Nothing { skipped_erased } if !skipped_erased.is_empty() => {
-            let paths: Vec<&str> = skipped_erased.iter().map(|p| p.as_str()).collect();
-            Err(CliError::failure(format!(
-                "nothing was undone for {what}: the versions it would bring back were erased (their keys destroyed): {}",
-                paths.join(", ")
-            )))
+        // erased or cannot go back: a failure, said as such.
+        UndoOutcome::Nothing {
+            skipped_erased,
+            skipped_blocked,
+            kept_in_place,
+        } if !skipped_erased.is_empty() || !skipped_blocked.is_empty() => {
+            let list =
+                |ps: &[MemoryPath]| ps.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ");
+            let mut msg = format!("nothing was undone for {what}:");
+            if !skipped_erased.is_empty() {
+                msg.push_str(&format!(
+                    " the versions it would bring back were erased (their keys destroyed): {};",
+                    list(&skipped_erased)
+                ));
+            }
+            if !skipped_blocked.is_empty() {
+                msg.push_str(&format!(
+                    " a file or directory now stands where these would go back: {};",
+                    list(&skipped_blocked)
+                ));
+            }
+            if !kept_in_place.is_empty() {
+                msg.push_str(&format!(
+                    " kept where they are (a file or directory now stands where they came from): {};",
+                    list(&kept_in_place)
+                ));
+            }
+            msg.pop();
+            Err(CliError::failure(msg))
         }
         UndoOutcome::Nothing { .. } => {
             writeln!(
@@ -438,7 +468,11 @@ fn finish_undo(
             out.flush()?;
             Ok(0)
         }
-        UndoOutcome::Refused { conflicts, blocked } => {
+        UndoOutcome::Refused {
+            conflicts,
+            blocked,
+            kept_in_place,
+        } => {
             let mut msg = format!("refused to undo {what}; nothing was changed.");
             if !conflicts.is_empty() {
                 msg.push_str(
@@ -455,6 +489,14 @@ fn finish_undo(
             if !blocked.is_empty() {
                 msg.push_str("\nA file or directory now stands where these would go back:");
                 for p in &blocked {
+                    msg.push_str(&format!("\n  {}", p.as_str()));
+                }
+            }
+            if !kept_in_place.is_empty() {
+                msg.push_str(
+                    "\nWith --force, these would stay where they are (a file or directory now stands where they came from):",
+                );
+                for p in &kept_in_place {
                     msg.push_str(&format!("\n  {}", p.as_str()));
                 }
             }

@@ -1199,6 +1199,80 @@ fn a_revert_follows_files_through_renames_and_never_drops_another_sessions_edit(
     assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
 }
 
+/// Undoing a rename whose source is now taken by another file or folder
+/// cannot put the file back there: the file stays where the rename put
+/// it (with --force), never removed with nothing put back; a directory's
+/// other files still move back.
+#[test]
+fn a_rename_undone_over_a_taken_source_keeps_the_file_where_it_is() {
+    for (file, moved_to, rename, blocker, sibling) in [
+        (
+            "/memories/x.md",
+            "/memories/y.md",
+            json!({"command": "rename", "old_path": "/memories/x.md", "new_path": "/memories/y.md"}),
+            "/memories/x.md/z.md",
+            None,
+        ),
+        (
+            "/memories/d/a.md",
+            "/memories/e/a.md",
+            json!({"command": "rename", "old_path": "/memories/d", "new_path": "/memories/e"}),
+            "/memories/d/a.md/q.md",
+            Some(("/memories/d/b.md", "/memories/e/b.md")),
+        ),
+    ] {
+        let v = TestVault::new();
+        let mut made = vec![json!({"command": "create", "path": file, "file_text": "kept text\n"})];
+        if let Some((b, _)) = sibling {
+            made.push(json!({"command": "create", "path": b, "file_text": "sibling\n"}));
+        }
+        made.push(rename.clone());
+        serve_as(&v, "A", &made);
+        let renamed = head_rev(&v, 0);
+        serve_as(
+            &v,
+            "B",
+            &[json!({"command": "create", "path": blocker, "file_text": "in the way\n"})],
+        );
+        let commits = v.commits();
+        let out = run(&v, &["revert", &renamed]);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{said}");
+        assert!(said.contains(file) && said.contains(moved_to), "{said}");
+        assert_eq!(v.commits(), commits, "refused: nothing changed");
+        let out = run(&v, &["revert", "--force", &renamed]);
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            said.contains(&format!("kept {moved_to} where it is"))
+                || said.contains("kept where they are"),
+            "{said}"
+        );
+        // The text is still in the current memory, where the rename put it.
+        let r = v.one(json!({"command": "view", "path": moved_to}));
+        assert!(text(&r).contains("kept text"), "{r}");
+        let r = v.one(json!({"command": "view", "path": blocker}));
+        assert!(text(&r).contains("in the way"), "{r}");
+        match sibling {
+            Some((back, gone)) => {
+                assert_eq!(out.status.code(), Some(0), "{said}");
+                let r = v.one(json!({"command": "view", "path": back}));
+                assert!(text(&r).contains("sibling"), "{r}");
+                let r = v.one(json!({"command": "view", "path": gone}));
+                assert!(text(&r).contains("does not exist"), "{r}");
+            }
+            None => {
+                assert_eq!(out.status.code(), Some(1), "nothing undone: {said}");
+                assert_eq!(v.commits(), commits);
+            }
+        }
+        assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
+    }
+}
+
 /// A settings change is not undone by revert (it changed no file): it is
 /// refused, saying how, rather than "nothing to undo". And a revert that
 /// puts one file back and removes another stays within `max_files` when

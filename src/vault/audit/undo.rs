@@ -56,13 +56,22 @@ pub enum UndoOutcome {
         changed: Vec<MemoryPath>,
         skipped_erased: Vec<MemoryPath>,
         skipped_blocked: Vec<MemoryPath>,
+        /// Files the undone changes moved away from a path now taken: left
+        /// where they are, since nothing can go back there.
+        kept_in_place: Vec<MemoryPath>,
     },
-    /// The files are already as the undo would leave them.
-    Nothing { skipped_erased: Vec<MemoryPath> },
+    /// Nothing changed: the files are already as the undo would leave
+    /// them, or what it would change was erased or cannot go back.
+    Nothing {
+        skipped_erased: Vec<MemoryPath>,
+        skipped_blocked: Vec<MemoryPath>,
+        kept_in_place: Vec<MemoryPath>,
+    },
     /// Refused; nothing was changed.
     Refused {
         conflicts: Vec<Conflict>,
         blocked: Vec<MemoryPath>,
+        kept_in_place: Vec<MemoryPath>,
     },
 }
 
@@ -413,6 +422,8 @@ impl Vault {
         let Some(tip) = tip else {
             return Ok(UndoOutcome::Nothing {
                 skipped_erased: Vec::new(),
+                skipped_blocked: Vec::new(),
+                kept_in_place: Vec::new(),
             });
         };
         let mut targets: BTreeMap<String, Target> = BTreeMap::new();
@@ -607,6 +618,9 @@ impl Vault {
         let mut put_back = Vec::new();
         let mut skipped_erased = Vec::new();
         let mut blocked = Vec::new();
+        // The file keys of the versions that cannot be put back.
+        let mut blocked_keys = BTreeSet::new();
+        let mut kept_in_place = Vec::new();
         for (git_path, t) in &targets {
             let current = self.entry_at(tip_tree.as_ref(), git_path);
             if current.map(|(id, _)| id) == t.desired
@@ -614,12 +628,12 @@ impl Vault {
             {
                 continue;
             }
-            if current.is_some_and(|(_, k)| k != ObjectType::Blob) && t.desired.is_some() {
+            if let Some(blob) = t.desired
+                && (current.is_some_and(|(_, k)| k != ObjectType::Blob)
+                    || self.parent_is_file(tip_tree.as_ref(), git_path))
+            {
                 blocked.push(t.path.clone());
-                continue;
-            }
-            if t.desired.is_some() && self.parent_is_file(tip_tree.as_ref(), git_path) {
-                blocked.push(t.path.clone());
+                blocked_keys.insert(self.key_id_of(blob)?);
                 continue;
             }
             if let Some(blob) = t.desired {
@@ -642,6 +656,33 @@ impl Vault {
             }
             edits.push((git_path.clone(), t.path.clone(), t.desired));
         }
+        // A file the undone changes moved away from a path now taken (a
+        // rename to undo, whose source a file or folder now stands in) stays
+        // where it is: removing it there would lose it, as nothing can be
+        // put back at the source. Found by its file key, which a rename
+        // keeps.
+        if !blocked_keys.is_empty() {
+            let mut kept = Vec::with_capacity(edits.len());
+            let mut moved_to = vec![usize::MAX; edits.len()];
+            for (i, edit) in edits.into_iter().enumerate() {
+                let current = self
+                    .entry_at(tip_tree.as_ref(), &edit.0)
+                    .filter(|(_, k)| *k == ObjectType::Blob);
+                if edit.2.is_none()
+                    && let Some((blob, _)) = current
+                    && blocked_keys.contains(&self.key_id_of(blob)?)
+                {
+                    kept_in_place.push(edit.1);
+                    continue;
+                }
+                moved_to[i] = kept.len();
+                kept.push(edit);
+            }
+            edits = kept;
+            for (i, _) in &mut put_back {
+                *i = moved_to[*i];
+            }
+        }
         let changing: BTreeSet<&str> = edits.iter().map(|(g, _, _)| g.as_str()).collect();
         let mut conflicts: Vec<Conflict> = conflicts
             .into_iter()
@@ -650,10 +691,18 @@ impl Vault {
             .collect();
         conflicts.dedup();
         if (!conflicts.is_empty() || !blocked.is_empty()) && !force {
-            return Ok(UndoOutcome::Refused { conflicts, blocked });
+            return Ok(UndoOutcome::Refused {
+                conflicts,
+                blocked,
+                kept_in_place,
+            });
         }
         if edits.is_empty() {
-            return Ok(UndoOutcome::Nothing { skipped_erased });
+            return Ok(UndoOutcome::Nothing {
+                skipped_erased,
+                skipped_blocked: blocked,
+                kept_in_place,
+            });
         }
 
         // Stay within the file limit: the files the undo puts back, less
@@ -785,12 +834,23 @@ impl Vault {
             changed,
             skipped_erased,
             skipped_blocked: blocked,
+            kept_in_place,
         })
     }
 }
 
 /// The object at a git path in a tree, with its kind.
 impl Vault {
+    /// The file key a stored version is sealed under (checked first).
+    fn key_id_of(&self, blob: Oid) -> Result<crypto::FileKeyId, VaultError> {
+        self.check_object(blob)?;
+        let bytes = self
+            .repo
+            .find_blob(blob)
+            .map_err(|_| damaged("a stored file is unreadable"))?;
+        crypto::blob_key_id(bytes.content()).map_err(|_| damaged("a stored file has a bad header"))
+    }
+
     /// Where a commit moved a file or folder from and to, if it is a
     /// rename.
     fn rename_of(&self, id: Oid) -> Result<Option<(MemoryPath, MemoryPath)>, VaultError> {
