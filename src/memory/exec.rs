@@ -931,18 +931,27 @@ fn listing(
         .iter()
         .fold(0u64, |sum, e| sum.saturating_add(e.size));
     // Each row, with the subdirectory of `dir` it lies in (for the hint).
-    let mut rows: Vec<(String, Option<String>)> = vec![(listing_line(total, dir.as_str()), None)];
+    let mut rows: Vec<Row> = vec![Row {
+        line: listing_line(total, dir.as_str()),
+        sub: None,
+        deep: false,
+    }];
     for entry in visible(entries) {
         let shown = format!("{dir}/{}", entry.name);
         if entry.kind == NodeKind::File {
-            rows.push((listing_line(entry.size, &shown), None));
+            rows.push(Row {
+                line: listing_line(entry.size, &shown),
+                sub: None,
+                deep: false,
+            });
             continue;
         }
         let sub_dir = Some(format!("{shown}/"));
-        rows.push((
-            listing_line(entry.size, &format!("{shown}/")),
-            sub_dir.clone(),
-        ));
+        rows.push(Row {
+            line: listing_line(entry.size, &format!("{shown}/")),
+            sub: sub_dir.clone(),
+            deep: false,
+        });
         let Ok(child) = dir.join(&entry.name) else {
             return Err(StoreError::Damaged(
                 "a stored name is not a valid path segment".into(),
@@ -953,7 +962,11 @@ fn listing(
                 NodeKind::File => listing_line(sub.size, &format!("{shown}/{}", sub.name)),
                 NodeKind::Dir => listing_line(sub.size, &format!("{shown}/{}/", sub.name)),
             };
-            rows.push((line, sub_dir.clone()));
+            rows.push(Row {
+                line,
+                sub: sub_dir.clone(),
+                deep: true,
+            });
         }
     }
     Ok(ToolResult::ok(capped_listing(
@@ -963,29 +976,43 @@ fn listing(
     )))
 }
 
+/// One row of a listing.
+struct Row {
+    line: String,
+    /// The subdirectory of the listed directory it lies in (or is).
+    sub: Option<String>,
+    /// Whether it is an entry of a subdirectory (the second level).
+    deep: bool,
+}
+
 /// A listing's rows under its header, cut at whole rows once they pass
 /// `max_chars` characters (newlines counted), with one closing row that
 /// says how many entries were left out and how to see them.
-fn capped_listing(header: String, rows: &[(String, Option<String>)], max_chars: usize) -> String {
+///
+/// When not every row fits, the directory's own entries come first, so
+/// that a big subdirectory never hides a file or folder beside it: they
+/// are kept in order while they fit, then the subdirectories' entries in
+/// order while they fit; the rows kept are shown in their listing order.
+fn capped_listing(header: String, rows: &[Row], max_chars: usize) -> String {
     // The whole answer within `max_chars`, header and closing row
     // included: unless every row fits, the closing row's room is kept for
     // it, at its longest (with the longest subdirectory as its example)
     // if that leaves room for the directory's own row, else without an
-    // example; after the cut it names the first left-out subdirectory
-    // that fits. Only the header and the directory's own row are shown
-    // whatever their length (paths of up to 1,024 bytes).
+    // example; after the cut it names the first subdirectory with entries
+    // left out that fits. Only the header and the directory's own row are
+    // shown whatever their length (paths of up to 1,024 bytes).
     let header_len = header.chars().count();
     let len_of = |row: &str| row.chars().count() + 1;
-    let all: usize = rows.iter().map(|(r, _)| len_of(r)).sum();
+    let all: usize = rows.iter().map(|r| len_of(&r.line)).sum();
     let budget = if header_len + all <= max_chars {
         max_chars - header_len
     } else {
         let longest = rows
             .iter()
-            .filter_map(|(_, sub)| sub.as_deref())
+            .filter_map(|r| r.sub.as_deref())
             .max_by_key(|sub| sub.chars().count())
             .unwrap_or("");
-        let own = rows.first().map_or(0, |(r, _)| len_of(r));
+        let own = rows.first().map_or(0, |r| len_of(&r.line));
         let closing = [longest, ""]
             .map(|example| len_of(&omitted_row(rows.len(), example, max_chars)))
             .into_iter()
@@ -993,26 +1020,32 @@ fn capped_listing(header: String, rows: &[(String, Option<String>)], max_chars: 
             .unwrap_or_else(|| len_of(&omitted_row(rows.len(), "", max_chars)));
         max_chars.saturating_sub(header_len + closing)
     };
-    let mut out = header;
+    let mut keep = vec![false; rows.len()];
     let mut used = 0usize;
-    let mut kept = 0usize;
-    for (row, _) in rows {
-        let len = len_of(row);
-        // The directory's own row is always shown.
-        if kept > 0 && used + len > budget {
-            break;
+    for deep in [false, true] {
+        for (i, row) in rows.iter().enumerate().filter(|(_, r)| r.deep == deep) {
+            let len = len_of(&row.line);
+            // The directory's own row is always shown.
+            if i > 0 && used + len > budget {
+                break;
+            }
+            used += len;
+            keep[i] = true;
         }
-        used += len;
-        kept += 1;
-        out.push('\n');
-        out.push_str(row);
     }
-    let omitted = rows.len() - kept;
+    let mut out = header;
+    for (row, _) in rows.iter().zip(&keep).filter(|(_, k)| **k) {
+        out.push('\n');
+        out.push_str(&row.line);
+    }
+    let omitted = keep.iter().filter(|k| !**k).count();
     if omitted > 0 {
         let room = max_chars.saturating_sub(header_len + used);
-        let closing = rows[kept..]
+        let closing = rows
             .iter()
-            .filter_map(|(_, sub)| sub.as_deref())
+            .zip(&keep)
+            .filter(|(r, k)| !**k && r.deep)
+            .filter_map(|(r, _)| r.sub.as_deref())
             .map(|sub| omitted_row(omitted, sub, max_chars))
             .find(|row| len_of(row) <= room)
             .unwrap_or_else(|| omitted_row(omitted, "", max_chars));

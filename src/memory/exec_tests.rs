@@ -1740,6 +1740,9 @@ fn random_commands_keep_the_contracts() {
         if r.is_error || !mutating {
             assert_eq!(s.commits(), commits, "{cmd}");
             assert_eq!(files(&s), before, "{cmd}");
+        } else if cmd["command"] == "str_replace" && files(&s) == before {
+            // An edit that leaves the file as it was writes nothing.
+            assert_eq!(s.commits(), commits, "{cmd}");
         } else {
             assert_eq!(s.commits(), commits + 1, "{cmd}");
         }
@@ -1784,6 +1787,59 @@ fn a_session_walkthrough_of_the_spec_strings() {
     assert_eq!(s.commits(), 5);
 }
 
+/// A big subdirectory does not hide the entries beside it: the listed
+/// directory's own entries come first when not every row fits.
+#[test]
+fn a_listing_cut_short_still_shows_every_entry_of_the_directory_itself() {
+    let mut files: Vec<(String, String)> = (0..500)
+        .map(|i| (format!("/memories/archive/note-{i:04}.md"), "x".into()))
+        .collect();
+    files.push(("/memories/profile.md".into(), "me".into()));
+    files.push(("/memories/zz-important/README.md".into(), "read me".into()));
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    let mut s = store(&files);
+    let m = Memory::default();
+    let r = run(&m, &mut s, json!({"command": "view", "path": "/memories"}));
+    let text = ok(&r);
+    assert!(text.chars().count() <= 16_000, "{}", text.chars().count());
+    for shown in [
+        "\t/memories/archive/\n",
+        "\t/memories/profile.md\n",
+        "\t/memories/zz-important/\n",
+        "\t/memories/archive/note-0000.md\n",
+    ] {
+        assert!(text.contains(shown), "{shown:?} missing from {text}");
+    }
+    let rows = text.lines().count();
+    // The rows are in listing order, the archive's first entries among them.
+    let at = |p: &str| text.find(p).unwrap();
+    assert!(at("/memories/archive/note-0000.md") < at("/memories/profile.md"));
+    assert!(
+        text.lines().last().unwrap().contains(&format!(
+            "more entries not shown: a listing stops at 16000 characters. View a subdirectory (such as /memories/archive/)"
+        )),
+        "{rows} rows: {}",
+        text.lines().last().unwrap()
+    );
+    // Only subdirectory entries were left out.
+    assert!(!text.contains("/memories/zz-important/README.md"));
+}
+
+/// Listing rows from (line, subdirectory) pairs: a row in a subdirectory
+/// is one of its entries.
+fn rows_of(rows: &[(String, Option<String>)]) -> Vec<Row> {
+    rows.iter()
+        .map(|(line, sub)| Row {
+            line: line.clone(),
+            sub: sub.clone(),
+            deep: sub.is_some(),
+        })
+        .collect()
+}
+
 #[test]
 fn capped_listing_keeps_whole_rows_and_its_own_row() {
     let rows: Vec<(String, Option<String>)> = (0..10)
@@ -1793,11 +1849,11 @@ fn capped_listing_keeps_whole_rows_and_its_own_row() {
         })
         .collect();
     // Room for everything: no marker.
-    let all = capped_listing("H".into(), &rows, 10_000);
+    let all = capped_listing("H".into(), &rows_of(&rows), 10_000);
     assert_eq!(all.lines().count(), 11);
     // No room at all: the first row still shows, then the marker, without
     // an example it has no room for.
-    let none = capped_listing("H".into(), &rows, 0);
+    let none = capped_listing("H".into(), &rows_of(&rows), 0);
     assert_eq!(
         none,
         "H\n1B\t/memories/f0\n… 9 more entries not shown: a listing stops at 0 characters. View a subdirectory to list what is in it, or view a file by its path …"
@@ -1810,7 +1866,7 @@ fn capped_listing_keeps_whole_rows_and_its_own_row() {
             .chain((0..3).map(|i| (format!("1K\t{long}f{i}"), Some(long.clone()))))
             .collect();
     let header = listing_header("/memories");
-    let capped = capped_listing(header.clone(), &long_rows, 1_000);
+    let capped = capped_listing(header.clone(), &rows_of(&long_rows), 1_000);
     assert!(
         capped.chars().count() <= 1_000,
         "{}",
@@ -1823,7 +1879,7 @@ fn capped_listing_keeps_whole_rows_and_its_own_row() {
         )
     );
     // With room for the example, it is named.
-    let roomy = capped_listing(header.clone(), &long_rows, 1_500);
+    let roomy = capped_listing(header.clone(), &rows_of(&long_rows), 1_500);
     assert!(roomy.chars().count() <= 1_500, "{}", roomy.chars().count());
     assert!(roomy.contains(&format!("(such as {long})")), "{roomy}");
     // Rows are 16 characters with their newline: 3 fit beside the header
@@ -1838,11 +1894,11 @@ fn capped_listing_keeps_whole_rows_and_its_own_row() {
     // Rows of 17 characters with their newline.
     let closing = "… 30 more entries not shown: a listing stops at 999 characters. View a subdirectory (such as /memories/d/) to list what is in it, or view a file by its path …";
     let cap = 1 + 3 * 17 + closing.chars().count() + 1;
-    let some = capped_listing("H".into(), &many, cap);
+    let some = capped_listing("H".into(), &rows_of(&many), cap);
     assert_eq!(some.lines().count(), 1 + 3 + 1, "{some}");
     assert!(some.chars().count() <= cap, "{some}");
     assert!(some.ends_with(&format!("… 27 more entries not shown: a listing stops at {cap} characters. View a subdirectory (such as /memories/d/) to list what is in it, or view a file by its path …")), "{some}");
-    let one_left = capped_listing("H".into(), &rows[..2], 15);
+    let one_left = capped_listing("H".into(), &rows_of(&rows[..2]), 15);
     assert!(one_left.contains("… 1 more entry not shown"), "{one_left}");
     assert!(
         one_left.contains("View a subdirectory to list"),
