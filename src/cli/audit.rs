@@ -697,15 +697,34 @@ pub fn briefing(vault: &mut Vault, session: Option<&str>) -> Result<String, CliE
     let mut chosen: Option<String> = session.map(str::to_string);
     let mut entries: Vec<CommitMeta> = Vec::new();
     // What later reverts undid (the walk is newest first: an undo comes
-    // before what it undoes): said beside each such change.
-    let mut undone_revs: BTreeSet<String> = BTreeSet::new();
-    let mut undone_sessions: BTreeSet<String> = BTreeSet::new();
+    // before what it undoes): said beside each such change. A revert that a
+    // later revert undid counts for nothing; a session's revert counts for
+    // the changes whose files it changed (it skips what others changed
+    // since, and what was erased).
+    // Each undone revision, and each session undone by a revert that
+    // names no revisions, with the files those reverts changed.
+    let mut undone_revs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut undone_sessions: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut undone: Vec<bool> = Vec::new();
     for item in vault.walk()? {
         let (rev, meta) = item?;
-        if meta.op == "revert" {
-            undone_revs.extend(meta.undoes.iter().cloned());
-            undone_sessions.extend(meta.undone_session.iter().cloned());
+        if meta.op == "revert" && !undone_revs.contains_key(&rev.to_string()) {
+            for r in &meta.undoes {
+                undone_revs
+                    .entry(r.clone())
+                    .or_default()
+                    .extend(meta.files.iter().cloned());
+            }
+            if let Some(session) = meta
+                .undone_session
+                .as_ref()
+                .filter(|_| meta.undoes.is_empty())
+            {
+                undone_sessions
+                    .entry(session.clone())
+                    .or_default()
+                    .extend(meta.files.iter().cloned());
+            }
         }
         // An agent's session: one that ran the memory tool (not a sweep,
         // a setting, an undo or an erasure an operator ran).
@@ -717,8 +736,19 @@ pub fn briefing(vault: &mut Vault, session: Option<&str>) -> Result<String, CliE
             chosen = Some(meta.session.clone());
         }
         if chosen.as_deref() == Some(meta.session.as_str()) {
+            let touched = |files: &BTreeSet<String>| {
+                [meta.path.as_deref(), meta.new_path.as_deref()]
+                    .into_iter()
+                    .flatten()
+                    .any(|p| {
+                        files.iter().any(|f| {
+                            f == p || f.strip_prefix(p).is_some_and(|rest| rest.starts_with('/'))
+                        })
+                    })
+            };
             undone.push(
-                undone_revs.contains(&rev.to_string()) || undone_sessions.contains(&meta.session),
+                undone_revs.get(&rev.to_string()).is_some_and(touched)
+                    || undone_sessions.get(&meta.session).is_some_and(touched),
             );
             entries.push(meta);
         }

@@ -1349,6 +1349,32 @@ fn resume_marks_undone_changes_and_finds_a_session_by_its_redacted_id() {
         text.contains("created /memories/kept.md, +1 -0 lines\n"),
         "{text}"
     );
+    // A session's revert marks only the changes whose files it changed;
+    // a revert undone in its turn marks nothing.
+    serve_as(
+        &v,
+        "s3",
+        &[
+            json!({"command": "create", "path": "/memories/s3a.md", "file_text": "a\n"}),
+            json!({"command": "create", "path": "/memories/s3b.md", "file_text": "b\n"}),
+        ],
+    );
+    serve_as(
+        &v,
+        "s4",
+        &[json!({"command": "delete", "path": "/memories/s3b.md"})],
+    );
+    ok(&run(&v, &["revert", "--session", "s3"]));
+    let text = stdout(&run(&v, &["resume", "--session", "s3"]));
+    assert!(
+        text.contains("created /memories/s3a.md, +1 -0 lines (undone since by a revert)\n")
+            && text.contains("created /memories/s3b.md, +1 -0 lines\n"),
+        "{text}"
+    );
+    ok(&run(&v, &["revert", "HEAD"]));
+    let text = stdout(&run(&v, &["resume", "--session", "s3"]));
+    assert!(!text.contains("undone since"), "{text}");
+    assert!(text.contains("\t/memories/s3a.md"), "{text}");
     let secret_session = format!("s-{TOKEN}");
     serve_as(
         &v,
