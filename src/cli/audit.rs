@@ -368,6 +368,20 @@ pub fn restore(on: On<'_>, args: &RestoreArgs, out: &mut dyn Write) -> Result<u8
         |vault| {
             let path = parse_path(&args.path)?;
             let at = vault.resolve_rev(&args.at).map_err(not_a_rev)?;
+            // A path that is neither there now nor at that revision is a
+            // mistake (a typo), not "nothing to undo".
+            let tip = vault.tip()?;
+            let exists = |vault: &mut Vault, rev: Option<Rev>| -> Result<bool, CliError> {
+                let snap = vault.snapshot_at(rev)?;
+                Ok(snap.kind(&path).map_err(store_err)?.is_some())
+            };
+            if !exists(vault, Some(at))? && !exists(vault, tip)? {
+                return Err(CliError::failure(format!(
+                    "there is no file or directory {} at revision {} nor now; nothing was changed (`memvault history DIR` lists what was there)",
+                    path.as_str(),
+                    at.short()
+                )));
+            }
             let what = format!("{} as at {}", path.as_str(), at.short());
             finish_undo(
                 vault,

@@ -649,7 +649,10 @@ pub fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) if e.message.is_empty() => ExitCode::from(e.code),
         Err(e) => {
-            eprintln!("memvault: {}", e.message);
+            // A message may echo what the user typed (a path, a name): it
+            // goes through the secret filter, as every label does.
+            let message = redacted_label(&e.message).map_or(e.message, |(text, _)| text);
+            eprintln!("memvault: {message}");
             ExitCode::from(e.code)
         }
     }

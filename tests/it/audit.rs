@@ -1417,3 +1417,48 @@ fn import_notes(v: &TestVault, n: usize) {
     }
     ok(&run(v, &["import", src.to_str().unwrap()]));
 }
+
+/// `restore` of a path that was never there (a typo) is an error, not
+/// "nothing to undo"; and no command's error echoes a secret the user
+/// typed in a path.
+#[test]
+fn restore_of_a_path_never_there_fails_and_errors_echo_no_secret_from_a_path() {
+    const TOKEN: &str = "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";
+    let v = TestVault::new();
+    v.one(json!({"command": "create", "path": "/memories/notes.md", "file_text": "x\n"}));
+    let commits = v.commits();
+    let out = run(&v, &["restore", "/memories/note.md", "--at", "HEAD"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("there is no file or directory /memories/note.md"),
+        "{said}"
+    );
+    assert_eq!(v.commits(), commits);
+    // A file deleted since is restored as before.
+    v.one(json!({"command": "delete", "path": "/memories/notes.md"}));
+    ok(&run(
+        &v,
+        &["restore", "/memories/notes.md", "--at", "HEAD~1"],
+    ));
+    let at_token = format!("/memories/{TOKEN}");
+    let import = v.tmp.path().join("imp");
+    std::fs::create_dir_all(&import).unwrap();
+    std::fs::write(import.join(format!("{TOKEN}%2e")), "x").unwrap();
+    for args in [
+        vec!["restore", at_token.as_str(), "--at", "HEAD"],
+        vec!["purge", at_token.as_str()],
+        vec!["show", "HEAD", &format!("{at_token}/%2e")],
+        vec!["import", import.to_str().unwrap()],
+    ] {
+        let out = run(&v, &args);
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.status.success(), "{args:?}: {said}");
+        assert!(!said.contains(TOKEN), "{args:?}: {said}");
+        assert!(said.contains("[REDACTED:github-token]"), "{args:?}: {said}");
+    }
+}
