@@ -3,6 +3,7 @@ rules and vendors' format documents, each in up to 50 contexts, and look-alikes.
 Built whole at import; `C` is the list of entries (seeded: the same every run)."""
 import json, uuid, base64, urllib.parse
 from lib import *
+R.seed(2828)
 C = []   # corpus entries
 def add(family, ctx, text, secrets, note=""):
     C.append({"id": f"{family}/{ctx}/{len(C)}", "family": family, "context": ctx, "text": text,

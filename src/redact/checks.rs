@@ -469,43 +469,137 @@ impl Classes {
     }
 }
 
-/// Words that mark a value as a stand-in for a real secret.
-const PLACEHOLDER_WORDS: &[&str] = &[
+/// Template syntax and fillers: a value holding one is a stand-in.
+const TEMPLATE_MARKS: &[&str] = &["xxxx", "****", "....", "${", "{{", "}}", "%("];
+
+static TEMPLATES: Needles = Needles::new(TEMPLATE_MARKS);
+
+/// Words that mark a value as a stand-in for a real secret, when the value
+/// is made of them (see [`stand_in_words`]).
+const MARKER_WORDS: &[&str] = &[
     "your",
     "example",
     "sample",
     "dummy",
     "placeholder",
     "changeme",
-    "change_me",
-    "change-me",
     "replace",
     "redacted",
     "insert",
-    "xxxx",
-    "****",
-    "....",
-    "${",
-    "{{",
-    "}}",
-    "%(",
-    "_here",
-    "-here",
-    "here_",
     "todo",
     "fixme",
     "notreal",
-    "not_real",
-    "not-real",
     "fake",
-    "secret_key_here",
+    "here",
 ];
 
-static PLACEHOLDERS: Needles = Needles::new(PLACEHOLDER_WORDS);
+/// Words a stand-in is written with beside its markers (`your-api-key-here`,
+/// `replace_with_a_long_random_string`, `dummy_password`).
+const FILLER_WORDS: &[&str] = &[
+    "api",
+    "key",
+    "keys",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "pass",
+    "pwd",
+    "goes",
+    "the",
+    "a",
+    "an",
+    "my",
+    "me",
+    "value",
+    "string",
+    "long",
+    "random",
+    "with",
+    "to",
+    "for",
+    "of",
+    "id",
+    "client",
+    "access",
+    "auth",
+    "app",
+    "change",
+    "real",
+    "not",
+    "actual",
+    "put",
+    "fill",
+    "in",
+    "this",
+    "generated",
+    "chars",
+    "characters",
+    "it",
+    "some",
+    "something",
+    "enter",
+    "set",
+    "own",
+    "personal",
+    "private",
+    "public",
+    "service",
+    "account",
+    "user",
+    "name",
+    "db",
+    "database",
+    "bearer",
+    "webhook",
+    "url",
+    "hash",
+    "salt",
+    "signing",
+    "encryption",
+    "session",
+    // Vendor prefixes and environments (`sk_live_`, `ghp_`, `xoxb-`).
+    "sk",
+    "pk",
+    "rk",
+    "live",
+    "test",
+    "prod",
+    "dev",
+    "staging",
+    "ghp",
+    "gho",
+    "ghu",
+    "ghs",
+    "ghr",
+    "github",
+    "pat",
+    "xoxb",
+    "xoxp",
+    "xoxa",
+    "xapp",
+    "glpat",
+    "akia",
+    "asia",
+    "npm",
+    "pypi",
+    "hf",
+    "proj",
+    "org",
+    "whsec",
+    "rk",
+    "shpat",
+    "shpss",
+    "dop",
+    "v1",
+];
 
 /// Values that are obviously not a real secret: fillers (`xxxx`, `****`,
-/// `...`), a handful of distinct characters, template syntax, or words
-/// like `your`, `example`, `changeme`. Case-insensitive.
+/// `...`), a handful of distinct characters, template syntax, a name in
+/// angle brackets, AWS's documentation keys (`...EXAMPLE`), or a value
+/// made of stand-in words (`your-api-key-here`, `changeme`, `example123`).
+/// A real secret that merely contains such a word (`IdIayourStmrsB`,
+/// `Todo1996!`) is not one.
 pub(crate) fn is_placeholder(v: &[u8]) -> bool {
     if v.is_empty() {
         return true;
@@ -522,7 +616,78 @@ pub(crate) fn is_placeholder(v: &[u8]) -> bool {
     if (v.len() >= 3 && d == 1) || (v.len() >= 6 && d <= 2) {
         return true;
     }
-    PLACEHOLDERS.in_word_case(v) || angle_name(v)
+    TEMPLATES.in_word_case(v)
+        || v.windows(7).any(|w| w == b"EXAMPLE")
+        || angle_name(v)
+        || stand_in_words(v)
+}
+
+/// Whether `v` is written with a marker word (`your`, `example`, `todo`)
+/// and otherwise filler words (vendor prefixes among them), separators,
+/// runs of filler characters (`0000111122223333`, `123456`) and at most
+/// three other letters or digits: `your-api-key-here`, `example123`,
+/// `sk_live_fake0000111122223333`. Words are matched left to right, longest
+/// first, in any case as a word is written (`fake`, `FAKE`, `Fake`; not
+/// `fAKe`).
+fn stand_in_words(v: &[u8]) -> bool {
+    let mut marked = false;
+    let mut rest = 0usize;
+    // The letters and digits between words.
+    let mut run = 0..0;
+    let mut end_run = |run: &mut std::ops::Range<usize>| {
+        let r = &v[run.clone()];
+        if !(r.len() >= 6 && distinct(r) <= 4 || sequential(r)) {
+            rest += r.len();
+        }
+        *run = 0..0;
+    };
+    let mut i = 0;
+    while i < v.len() {
+        if !v[i].is_ascii_alphanumeric() {
+            end_run(&mut run);
+            i += 1;
+            continue;
+        }
+        let word = |list: &[&str]| {
+            list.iter()
+                .map(|w| w.as_bytes())
+                .filter(|w| {
+                    v.len() - i >= w.len()
+                        && v[i..i + w.len()].eq_ignore_ascii_case(w)
+                        && written_as_word(&v[i..i + w.len()])
+                })
+                .map(<[u8]>::len)
+                .max()
+        };
+        match (word(MARKER_WORDS), word(FILLER_WORDS)) {
+            (Some(m), f) if f.is_none_or(|f| m >= f) => {
+                end_run(&mut run);
+                marked = true;
+                i += m;
+            }
+            (_, Some(f)) => {
+                end_run(&mut run);
+                i += f;
+            }
+            _ => {
+                if run.is_empty() {
+                    run = i..i;
+                }
+                run.end = i + 1;
+                i += 1;
+            }
+        }
+    }
+    end_run(&mut run);
+    marked && rest <= 3
+}
+
+/// Three or more characters each one after the one before (`123456`,
+/// `abcdef`, `987`).
+fn sequential(r: &[u8]) -> bool {
+    r.len() >= 3
+        && (r.windows(2).all(|w| w[1] == w[0].wrapping_add(1))
+            || r.windows(2).all(|w| w[1].wrapping_add(1) == w[0]))
 }
 
 /// `<your-key>`, `<TOKEN>`, `<db password>`: a name in angle brackets. A
