@@ -173,7 +173,12 @@ pub(crate) fn command_line(
             let quote = line.get(vs).copied().filter(|&q| q == b'"' || q == b'\'');
             let vs = vs + usize::from(quote.is_some());
             let mut ve = vs;
-            while ve < line.len() && !is_blank(line[ve]) && Some(line[ve]) != quote {
+            // A quoted value runs to its closing quote (a passphrase of
+            // several words).
+            while ve < line.len()
+                && (quote.is_some() || !is_blank(line[ve]))
+                && Some(line[ve]) != quote
+            {
                 ve += 1;
             }
             let mut ps = vs;
@@ -1480,6 +1485,35 @@ pub(crate) fn use_as_password(
     }
     let v = &b[vs..ve];
     (v.len() >= 4 && password_shape(v, Op::Prose, false, false)).then_some((vs, ve))
+}
+
+/// A command line's password argument: four or more characters, not a
+/// flag, a reference, a path, a number or a placeholder.
+pub(crate) fn command_value(v: &[u8]) -> bool {
+    v.len() >= 4 && v[0] != b'-' && !common_rejects(v, false)
+}
+
+/// A password written in a sentence or a note after a word that names it
+/// (`pass X`, `login jane / X`, `mot de passe : X`): a chosen password's
+/// shape (six or more characters with a digit, or mixed case and a
+/// symbol), or three or more words joined by `-` or `.` (`duty.comic.split`).
+pub(crate) fn prose_password(v: &[u8]) -> bool {
+    if !(6..=128).contains(&v.len()) {
+        return false;
+    }
+    let joined = {
+        let parts: Vec<&[u8]> = v.split(|&c| c == b'-' || c == b'.').collect();
+        parts.len() >= 3
+            && parts
+                .iter()
+                .all(|p| p.len() >= 2 && p.iter().all(u8::is_ascii_alphanumeric))
+            && parts
+                .iter()
+                .filter(|p| p.iter().all(u8::is_ascii_lowercase))
+                .count()
+                >= 3
+    };
+    (password_shape(v, Op::Prose, false, false) || joined) && !rejects(v, false, false)
 }
 
 fn password_shape(v: &[u8], op: Op, quoted: bool, config: bool) -> bool {

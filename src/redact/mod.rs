@@ -88,6 +88,7 @@ mod checks;
 mod config;
 mod digits;
 mod engine;
+mod notes;
 mod rules;
 
 #[cfg(test)]

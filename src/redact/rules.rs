@@ -10,9 +10,9 @@
 
 use super::checks::{
     Classes, b64url_decode_prefix, bech32_ok, class_changes, contains_ci, entropy,
-    github_checksum_ok, is_hex, is_placeholder, random_suffix, reads_like_words,
+    github_checksum_ok, is_hex, is_placeholder, random_suffix,
 };
-use super::{assign, blocks, digits};
+use super::{assign, blocks, digits, notes};
 
 /// A byte class that must not touch a match on the given side, so that a
 /// token is not cut out of a longer one.
@@ -259,21 +259,6 @@ fn sas(v: &[u8]) -> bool {
 
 fn age(v: &[u8]) -> bool {
     bech32_ok(v)
-}
-
-/// A base32 TOTP seed: letters and at least one of the digits 2-7, random.
-fn base32_seed(v: &[u8]) -> bool {
-    let compact: Vec<u8> = v
-        .iter()
-        .copied()
-        .filter(|&b| b != b' ' && b != b'=')
-        .collect();
-    let c = Classes::of(&compact);
-    compact.len() >= 16
-        && c.digit
-        && c.letter()
-        && random_suffix(&compact, 0)
-        && !reads_like_words(&compact)
 }
 
 /// Letters and digits, and random.
@@ -1790,7 +1775,7 @@ pub(crate) const SPECS: &[Spec] = &[
             1000,
             1,
             Edge::Alnum,
-            base32_seed,
+            notes::named_base32_seed,
         ),
     },
     Spec {
@@ -1803,7 +1788,7 @@ pub(crate) const SPECS: &[Spec] = &[
             260,
             1,
             Edge::Alnum,
-            base32_seed,
+            notes::named_base32_seed,
         ),
     },
     Spec {
@@ -2145,6 +2130,477 @@ pub(crate) const SPECS: &[Spec] = &[
         anchors: &[],
         how: How::Run(digits::iban),
     },
+    // ------------------------------------------------------------ secrets in notes
+    // Passwords on command lines that take them as arguments.
+    Spec {
+        id: "password-assignment",
+        prio: 1,
+        anchors: &[
+            "htpasswd",
+            "rabbitmqctl",
+            "net use",
+            "NET USE",
+            "Net use",
+            "net user",
+            "NET USER",
+            "smbclient",
+            "rpcclient",
+            "smbmap",
+            "crackmapexec",
+            "netexec",
+            "lftp",
+            "gh secret",
+            "openssl",
+            "ssh-keygen",
+            "npm config set",
+            "npm set",
+            "yarn config set",
+            "pnpm config set",
+            "az sql",
+            "az vm",
+            "az postgres",
+            "az mysql",
+            "az webapp",
+            "az ad",
+            "az aks",
+        ],
+        how: How::Hit(notes::command_args),
+    },
+    Spec {
+        id: "password-assignment",
+        prio: 2,
+        anchors: &["chpasswd"],
+        how: context(
+            r#"(?:echo\s+(?:-[en]+\s+)?['"]?[\w.@-]{1,64}:([^\s'":]{4,128})['"]?\s*\|\s*(?:sudo\s+)?chpasswd|chpasswd\s*<<<\s*['"]?[\w.@-]{1,64}:([^\s'":]{4,128}))"#,
+            300,
+            300,
+            0,
+            Edge::Free,
+            any_value,
+        ),
+    },
+    Spec {
+        id: "password-assignment",
+        prio: 2,
+        anchors: &[
+            "ConvertTo-SecureString",
+            "convertto-securestring",
+            "CONVERTTO-SECURESTRING",
+        ],
+        how: context(
+            r#"(?i:convertto-securestring)\s+(?:-String\s+)?["']([^"'\n$]{4,256})["']"#,
+            0,
+            300,
+            1,
+            Edge::Free,
+            not_placeholder,
+        ),
+    },
+    Spec {
+        id: "secret-assignment",
+        prio: 2,
+        anchors: &["gh auth login", "--password-stdin", "--with-token"],
+        how: context(
+            r#"echo\s+(?:-n\s+)?['"]?([^\s'"|$]{8,512})['"]?\s*\|\s*(?:sudo\s+)?(?:gh\s+auth\s+login|[\w.-]+(?:\s+[\w.-]+)?\s+login)[^\n]*?(?:--with-token|--password-stdin)"#,
+            400,
+            200,
+            1,
+            Edge::Free,
+            not_placeholder,
+        ),
+    },
+    // Passwords in sentences and notes, in English, French, German and
+    // Spanish.
+    Spec {
+        id: "password-assignment",
+        prio: 1,
+        anchors: &[
+            "pass ", "Pass ", "PASS ", "passcode", "Passcode", "PASSCODE", "pw ", "PW ", "pwd ",
+            "PWD ",
+        ],
+        how: context(
+            r#"(?i:\b(?:pass|passcode|pw|pwd))\s*(?:(?::|=|->|is|was)\s*)?([^\s"'<>|`$\-{(][^\s"'<>|`]{5,127})"#,
+            0,
+            170,
+            1,
+            Edge::Free,
+            notes::prose_password,
+        ),
+    },
+    Spec {
+        id: "password-assignment",
+        prio: 1,
+        anchors: &[
+            "login",
+            "Login",
+            "LOGIN",
+            "creds",
+            "Creds",
+            "CREDS",
+            "credentials",
+            "Credentials",
+            "Zugangsdaten",
+            "zugangsdaten",
+            "identifiants",
+            "Identifiants",
+            "Wi-Fi",
+            "wi-fi",
+            "WiFi",
+            "wifi",
+            "Wifi",
+            "WIFI",
+            "WLAN",
+            "wlan",
+        ],
+        how: context(
+            r#"(?i:\b(?:login|creds|credentials|zugangsdaten|identifiants|wi-?fi|wlan))\s*:?\s+[\w.@+-]{1,64}\s*/\s*([^\s"'<>|`/][^\s"'<>|`]{5,127})"#,
+            0,
+            240,
+            1,
+            Edge::Free,
+            notes::prose_password,
+        ),
+    },
+    Spec {
+        id: "password-assignment",
+        prio: 1,
+        anchors: &[
+            "password",
+            "Password",
+            "PASSWORD",
+            "passphrase",
+            "Passphrase",
+            "passcode",
+        ],
+        how: context(
+            r#"(?:^|[\s"'>(:])([^\s"'<>|`]{6,128})\s+(?:is|was)\s+(?:the|my|our|his|her|their)\s+(?:[\w-]+\s+){0,3}(?i:password|passphrase|passcode)\b"#,
+            220,
+            20,
+            1,
+            Edge::Free,
+            notes::prose_password,
+        ),
+    },
+    Spec {
+        id: "password-assignment",
+        prio: 1,
+        anchors: &[
+            "password",
+            "Password",
+            "PASSWORD",
+            "passphrase",
+            "Passphrase",
+            "passcode",
+            "pw ",
+            "PW ",
+        ],
+        how: context(
+            r#"(?i:\b(?:password|passphrase|passcode|pw|pwd)\b)(?:[^\n]{0,40}?\b(?:changed|set|reset|updated|rotated)\s+to|\s+(?:for|of|to)\s+[^\s:=]{1,80}\s*[:=])\s*([^\s"'<>|`]{6,128})"#,
+            0,
+            220,
+            1,
+            Edge::Free,
+            notes::prose_password,
+        ),
+    },
+    Spec {
+        id: "password-assignment",
+        prio: 1,
+        anchors: &[
+            "keypad", "Keypad", "alarm", "Alarm", "door", "Door", "gate", "Gate", "garage",
+            "Garage",
+        ],
+        how: context(
+            r#"(?i:\b(?:keypad|alarm|door|gate|garage|safe|lock)\b[^\n]{0,40}?\bcode\b[^\n]{0,30}?(?:\bis\b|:|=)|\bcode\s+(?:for|of|to)\s+[^\n]{0,40}?\b(?:keypad|alarm|door|gate|garage|safe|lock)\b[^\n]{0,30}?(?:\bis\b|:|=))\s*([^\s"'<>|`]{4,64})"#,
+            40,
+            200,
+            1,
+            Edge::Free,
+            notes::access_code,
+        ),
+    },
+    Spec {
+        id: "password-assignment",
+        prio: 1,
+        anchors: &[
+            "mot de passe",
+            "Mot de passe",
+            "MOT DE PASSE",
+            "mdp",
+            "MDP",
+            "Mdp",
+            "code wifi",
+            "Code wifi",
+            "code Wi-Fi",
+            "code WiFi",
+            "Code WiFi",
+            "Code Wi-Fi",
+            "code wi-fi",
+        ],
+        how: context(
+            r#"(?i:\b(?:mot\s+de\s+passe|mdp|code\s+wi-?fi))(?:\s+(?:du|de\s+la|de|des|pour)\s+[^\n:=]{0,40}?)?(?:\s+(?:wi-?fi|wlan))?(?:\s*(?:\best\b|:|=|->)\s*|\s+)([^\s"'<>|`]{6,128})"#,
+            0,
+            220,
+            1,
+            Edge::Free,
+            notes::prose_password,
+        ),
+    },
+    Spec {
+        id: "password-assignment",
+        prio: 1,
+        anchors: &[
+            "asswort",
+            "ASSWORT",
+            "ennwort",
+            "ENNWORT",
+            "chlüssel",
+            "CHLÜSSEL",
+            "chluessel",
+            "ugangscode",
+        ],
+        how: context(
+            r#"(?i:(?:passwort|kennwort|wlan-schl(?:ü|ue)ssel|netzwerkschl(?:ü|ue)ssel|zugangscode))(?:\s+(?:f(?:ü|ue)r|des|der|vom|von)\s+[^\n:=]{0,40}?)?(?:\s*(?:\blautet\b|\bist\b|:|=)\s*|\s+)([^\s"'<>|`]{6,128})"#,
+            20,
+            220,
+            1,
+            Edge::Free,
+            notes::prose_password,
+        ),
+    },
+    Spec {
+        id: "password-assignment",
+        prio: 1,
+        anchors: &[
+            "contrase", "Contrase", "CONTRASE", "clave", "Clave", "CLAVE",
+        ],
+        how: context(
+            r#"(?i:\b(?:contrase(?:ñ|n)a|clave))(?:\s+(?:del?|para)\s+[^\n:=]{0,40}?)?(?:\s*(?:\bes\b|:|=)\s*|\s+)([^\s"'<>|`]{6,128})"#,
+            0,
+            220,
+            1,
+            Edge::Free,
+            notes::prose_password,
+        ),
+    },
+    // Session cookies.
+    Spec {
+        id: "session-cookie",
+        prio: 2,
+        anchors: &[
+            "PHPSESSID",
+            "connect.sid",
+            "_session",
+            ".AspNetCore.",
+            "ASP.NET_SessionId",
+            "JSESSIONID",
+            "sessionid",
+            "session_id",
+            "session-token",
+            "SESSIONID",
+        ],
+        how: context(
+            r#"(?:PHPSESSID|connect\.sid|[A-Za-z0-9_.-]*_session|\.AspNetCore\.[A-Za-z]+|ASP\.NET_SessionId|JSESSIONID|sessionid|SESSIONID|session_id|[A-Za-z0-9_.-]*session-token)(?:\s+cookie[^\n]{0,60}?\s+is\s+|["']?\s*[=:]\s*["']?)([^;\s"'<>,()]{16,4096})"#,
+            40,
+            4200,
+            1,
+            Edge::Free,
+            notes::cookie_value,
+        ),
+    },
+    // Base64 credentials.
+    Spec {
+        id: "basic-auth-credentials",
+        prio: 2,
+        anchors: &["auth", "Auth", "AUTH"],
+        how: context(
+            r#"(?i:auth)[A-Za-z_.-]{0,20}["']?(?:\s*[:=]|\s+(?:value\s+)?is)?\s*["']?(?:Basic\s+)?([A-Za-z0-9+/]{12,2048}={0,2})"#,
+            0,
+            2200,
+            1,
+            Edge::B64,
+            notes::base64_credentials,
+        ),
+    },
+    Spec {
+        id: "basic-auth-credentials",
+        prio: 2,
+        anchors: &["dockerconfigjson", "dockercfg"],
+        how: context(
+            r#"docker(?:configjson|cfg)["']?(?:\s*[:=]|\s+(?:value\s+)?is)\s*["']?([A-Za-z0-9+/]{20,65536}={0,2})"#,
+            0,
+            66000,
+            1,
+            Edge::B64,
+            notes::base64_docker_config,
+        ),
+    },
+    Spec {
+        id: "basic-auth-credentials",
+        prio: 2,
+        anchors: &[
+            "cG9zdGdyZXM6Ly9",
+            "cG9zdGdyZXNxbDovL",
+            "bXlzcWw6Ly9",
+            "bW9uZ29kYjovL",
+            "bW9uZ29kYitzcnY6Ly9",
+            "cmVkaXM6Ly9",
+            "cmVkaXNzOi8v",
+            "YW1xcDovL",
+            "YW1xcHM6Ly9",
+        ],
+        how: token(
+            r"[A-Za-z0-9+/]{16,4096}={0,2}",
+            4100,
+            Edge::B64,
+            Edge::B64,
+            notes::base64_url_with_password,
+        ),
+    },
+    // Wallet seed phrases and two-factor recovery codes.
+    Spec {
+        id: "seed-phrase",
+        prio: 2,
+        anchors: &[
+            "seed",
+            "Seed",
+            "SEED",
+            "mnemonic",
+            "Mnemonic",
+            "MNEMONIC",
+            "recovery phrase",
+            "Recovery phrase",
+            "secret phrase",
+            "Secret phrase",
+            "backup phrase",
+            "wallet",
+            "Wallet",
+        ],
+        how: How::Hit(notes::seed_phrase),
+    },
+    Spec {
+        id: "recovery-codes",
+        prio: 2,
+        anchors: &[
+            "recovery code",
+            "Recovery code",
+            "RECOVERY CODE",
+            "recovery_code",
+            "RECOVERY_CODE",
+            "backup code",
+            "Backup code",
+            "BACKUP CODE",
+            "backup_code",
+            "BACKUP_CODE",
+            "recoveryCode",
+            "backupCode",
+        ],
+        how: How::Hit(notes::recovery_codes),
+    },
+    // Network devices and VPNs.
+    Spec {
+        id: "network-device-secret",
+        prio: 2,
+        anchors: &["$9$", "$8$"],
+        how: token(
+            r"\$[89]\$[A-Za-z0-9./-]{8,512}(?:\$[A-Za-z0-9./]{8,128})?",
+            660,
+            Edge::Free,
+            Edge::Token,
+            any_value,
+        ),
+    },
+    Spec {
+        id: "network-device-secret",
+        prio: 2,
+        anchors: &[
+            "secret",
+            "password",
+            "community",
+            "key",
+            "PSK",
+            "set-key",
+            "P:",
+        ],
+        how: context(
+            r#"(?m:(?:(?:^|[\s`'"(:])enable\s+(?:secret|password)|(?:^|[\s`'"(:])username\s+\S+(?:\s+privilege\s+\d+)?\s+(?:secret|password)|\b(?:password|key)\s+7|(?:^|[\s`'"(:])snmp-server\s+community|\bmessage-digest-key\s+\d+\s+md5|(?:^|[\s`'"(:])(?:tacacs-server|radius-server)\s+(?:host\s+\S+\s+)?key|\btacacs\s+server[^\n]*\n\s*key|crypto\s+isakmp\s+key|set-key\s+(?:ascii|hex)|:\s*PSK)\s+(?:[0-9]\s+)?["']?([^\s"'`]{4,256}))"#,
+            80,
+            300,
+            1,
+            Edge::Free,
+            not_placeholder,
+        ),
+    },
+    Spec {
+        id: "network-device-secret",
+        prio: 2,
+        anchors: &["snmp-server user", "auth sha", "auth md5"],
+        how: context(
+            r"\bauth\s+(?:md5|sha\S*)\s+(\S{4,128})",
+            0,
+            200,
+            1,
+            Edge::Free,
+            not_placeholder,
+        ),
+    },
+    Spec {
+        id: "network-device-secret",
+        prio: 2,
+        anchors: &["priv des", "priv 3des", "priv aes"],
+        how: context(
+            r"\bpriv\s+(?:des|3des|aes(?:\s+\d+)?)\s+(\S{4,128})",
+            0,
+            200,
+            1,
+            Edge::Free,
+            not_placeholder,
+        ),
+    },
+    Spec {
+        id: "network-device-secret",
+        prio: 2,
+        anchors: &["WIFI:"],
+        how: context(
+            r"WIFI:(?:[^;\n]{0,100};){0,6}?P:((?:[^;\\\n]|\\.){4,128});",
+            0,
+            600,
+            1,
+            Edge::Free,
+            not_placeholder,
+        ),
+    },
+    Spec {
+        id: "network-device-secret",
+        prio: 2,
+        anchors: &[
+            "pre-shared-key",
+            "PRE-SHARED-KEY",
+            "preshared-key",
+            "preshared_key",
+        ],
+        how: context(
+            r#"(?i:pre-?shared[-_]key)["']?\s*[=:]\s*["']?([^\s"'`]{8,128})"#,
+            0,
+            170,
+            1,
+            Edge::Free,
+            not_placeholder,
+        ),
+    },
+    Spec {
+        id: "network-device-secret",
+        prio: 2,
+        anchors: &["private-key"],
+        how: context(
+            r#"private-key\s+<\(\s*echo\s+['"]?([A-Za-z0-9+/]{42,43}=)"#,
+            0,
+            120,
+            1,
+            Edge::Free,
+            any_value,
+        ),
+    },
 ];
 
 /// Every built-in rule id with a one-line description, in the order
@@ -2459,6 +2915,26 @@ pub(crate) const RULES: &[(&str, &str)] = &[
     (
         "secret-assignment",
         "Secret, API key, token or Authorization header value in an assignment, header or sentence (a UUID too, after a Heroku, HubSpot or Snyk key name or a name that says secret, token or API key)",
+    ),
+    (
+        "session-cookie",
+        "Session cookie value (PHPSESSID, connect.sid, JSESSIONID, sessionid, *_session, .AspNetCore.*, next-auth session-token)",
+    ),
+    (
+        "basic-auth-credentials",
+        "Base64 credentials: user:password (HTTP Basic, npm _auth, a Docker auth), a .dockerconfigjson, or a database URL with its password",
+    ),
+    (
+        "seed-phrase",
+        "Wallet seed phrase: 12 to 24 BIP-0039 words after seed, mnemonic or recovery phrase",
+    ),
+    (
+        "recovery-codes",
+        "Two-factor recovery (backup) codes listed after recovery codes or backup codes",
+    ),
+    (
+        "network-device-secret",
+        "Network device and VPN secrets: Cisco enable/username secrets, type 7 passwords and keys, SNMP communities and v3 keys, OSPF and TACACS/RADIUS keys, IKE and IPsec PSKs, Juniper $9$, Wi-Fi QR codes, WireGuard keys",
     ),
     (
         "totp-seed",

@@ -1326,7 +1326,13 @@ mod credentials {
         ];
         for (pre, secret, post) in cases {
             let input = format!("{pre}{secret}{post}\n");
-            assert_redacted(&input, &secret, "secret-assignment");
+            // Base64 `user:password` is named for what it is.
+            let rule = if pre.ends_with("Basic ") {
+                "basic-auth-credentials"
+            } else {
+                "secret-assignment"
+            };
+            assert_redacted(&input, &secret, rule);
         }
     }
 
@@ -1629,7 +1635,7 @@ mod command_lines {
         assert_redacted(
             "session cookie: sessionid=8f14e45fceea167a5a36dedd4bea2543; path=/",
             "8f14e45fceea167a5a36dedd4bea2543",
-            "secret-assignment",
+            "session-cookie",
         );
     }
 
