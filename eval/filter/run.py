@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True
 sys.path.insert(0, HERE)
 
-CORPORA = {"1": "corpus1", "2": "corpus2"}
+CORPORA = {"1": "corpus1", "2": "corpus2", "3": "corpus3"}
 
 
 def load(name):

@@ -469,14 +469,15 @@ static KEY_NOT_SECRET: Words = Words::new(
     "bar bucket cache cluster column composite cursor cut dedup dedupe dict dictionary entry first \
      foo foreign gpg group hash host hot i18n idempotency index item json known kv label last lookup \
      map next node object page partition pgp prev previous primary pub public publishable range \
-     redis registry routing row s3 shard short sign sort ssh toml translation turn unique yaml",
+     redis registry routing row s3 shard short sign site sitekey sort ssh toml translation turn \
+     unique yaml",
 );
 
 /// Words that make a `token` key something other than a credential.
 static TOKEN_NOT_SECRET: Words = Words::new(
-    "bos cancel cancellation cls completion completions continuation count css cursor design eos \
-     input lexer mask max min next num output pad page pagination parser prompt sep special sync \
-     tokens total unk",
+    "bos cancel cancellation cls completion completions continuation correlation count css cursor \
+     design eos idempotency input lexer mask max min next num output pad page pagination parser \
+     prompt sep special sync tokens total trace tracing unk",
 );
 
 /// A key whose last word is one of these describes a secret, it is not one.
@@ -493,7 +494,8 @@ static STOP_LAST: Words = Words::new(
      strength struct suffix table test tests text timeout ttl type types ui uri url usage used util \
      utils valid validation validator var variable version view at on by date time timestamp updated \
      created email mail phone user username login owner contact address filename filepath \
-     dirname pathname stores config configuration settings options opts",
+     dirname pathname stores config configuration settings options opts encryption scheme \
+     hashing stdin",
 );
 
 /// A set of words, written as one space-separated string and sorted for
@@ -554,10 +556,12 @@ fn classify(key: &[u8]) -> Option<(Class, Tier)> {
         }
         return Some((Class::Password, Tier::Normal));
     }
-    if ws
-        .iter()
-        .any(|w| matches!(w.as_str(), "public" | "pub" | "publishable" | "pubkey"))
-    {
+    if ws.iter().any(|w| {
+        matches!(
+            w.as_str(),
+            "public" | "pub" | "publishable" | "pubkey" | "sitekey"
+        )
+    }) {
         return None;
     }
     let secret_word = ws
@@ -1129,6 +1133,9 @@ static STOP_VALUES: Words = Words::new(
     "admin123 any bool boolean bytes changeit changeme default empty encrypted env environment \
      expired false hidden incorrect int integer internal invalid key masked missing n/a nil no none \
      null number object off omitted on option<string> optional pass passwd password plaintext \
+     prompt prompted ask interactive keychain keyring stdin rotated reset changed disabled locked \
+     pending enabled active inactive generated random auto unchanged same configured provided \
+     inherited blank deprecated \
      private protected public redacted required required. revoked secret secrets secretstr \
      secretstring sensitive set str str? string string? tbd text token true undefined unknown unset \
      valid value values varchar wrong yes",
@@ -1192,7 +1199,17 @@ fn is_reference(v: &[u8]) -> bool {
         b'@' | b'&' | b'*' | b'!' => named(&v[1..]),
         _ => false,
     };
-    sign || REFERENCES.in_ci(v) || format_directive(v)
+    // `env:VAR`, `file:/path`, `fd:3`: where OpenSSL and others read a
+    // password from.
+    let source = [&b"env:"[..], b"file:", b"fd:"]
+        .iter()
+        .any(|p| v.len() > p.len() && v[..p.len()].eq_ignore_ascii_case(p))
+        // `pass:$VAR`, `pass:...`: OpenSSL's literal form around a
+        // reference or a placeholder.
+        || v.strip_prefix(b"pass:").is_some_and(|r| {
+            r.first() == Some(&b'$') || is_placeholder(r) || r.iter().all(|&c| c == b'.')
+        });
+    sign || source || REFERENCES.in_ci(v) || format_directive(v)
 }
 
 /// `%s` or `%d` as a format directive: at the end, or before punctuation.
@@ -1388,6 +1405,10 @@ fn common_rejects(v: &[u8], quoted: bool) -> bool {
 /// [`common_rejects`]; `literal`: see [`is_code_or_path`].
 fn rejects(v: &[u8], quoted: bool, literal: bool) -> bool {
     v.is_empty()
+        // Stripe's publishable keys are public by design.
+        || v.starts_with(b"pk_live_")
+        || v.starts_with(b"pk_test_")
+        || test_name(v)
         || is_date_or_number(v)
         || is_uuid(v)
         || is_email(v)
@@ -1487,10 +1508,20 @@ pub(crate) fn use_as_password(
     (v.len() >= 4 && password_shape(v, Op::Prose, false, false)).then_some((vs, ve))
 }
 
+/// A test's name as test runners print it (`--- PASS: TestLogin2`,
+/// `PASS: test-suite-v2`, `TestAPI/GET_users`).
+fn test_name(v: &[u8]) -> bool {
+    (v.starts_with(b"Test") || v.starts_with(b"test"))
+        && v.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'/' | b'.'))
+}
+
 /// A command line's password argument: four or more characters, not a
 /// flag, a reference, a path, a number or a placeholder.
 pub(crate) fn command_value(v: &[u8]) -> bool {
-    v.len() >= 4 && v[0] != b'-' && !common_rejects(v, false)
+    // `NEWPASS`, `PASSWORD`: a template's capitals.
+    let capitals = v.iter().all(u8::is_ascii_uppercase);
+    v.len() >= 4 && v[0] != b'-' && !capitals && !common_rejects(v, false)
 }
 
 /// A password written in a sentence or a note after a word that names it
@@ -1514,6 +1545,39 @@ pub(crate) fn prose_password(v: &[u8]) -> bool {
                 >= 3
     };
     (password_shape(v, Op::Prose, false, false) || joined) && !rejects(v, false, false)
+}
+
+/// A password where only a weak word names it (`pass X`, `wifi NAME /
+/// X`, `clave: X`): eight or more characters with lower case, upper case
+/// and digits, or letters and a symbol other than `- _ . /`, or three or
+/// more lower-case words joined by `-` or `.`; not a name in camelCase
+/// with a number (`customerId2`). Technical names (`ESP32-S3`, `wlp2s0`,
+/// `us-east-1`, `WPA2-PSK`) are not.
+pub(crate) fn strong_password(v: &[u8]) -> bool {
+    if !(8..=128).contains(&v.len())
+        || v.contains(&b'/')
+        || v.contains(&b'\\')
+        || rejects(v, false, false)
+    {
+        return false;
+    }
+    let c = Classes::of(v);
+    let symbol = v
+        .iter()
+        .any(|b| b.is_ascii_punctuation() && !matches!(b, b'-' | b'_' | b'.' | b'/' | b'\\'));
+    let parts: Vec<&[u8]> = v.split(|&b| b == b'-' || b == b'.').collect();
+    let joined = parts.len() >= 3
+        && parts
+            .iter()
+            .filter(|p| p.len() >= 2 && p.iter().all(u8::is_ascii_lowercase))
+            .count()
+            >= 3;
+    let stem = v
+        .iter()
+        .rposition(|b| !b.is_ascii_digit())
+        .map_or(0, |i| i + 1);
+    let named = stem < v.len() && camel_case(&v[..stem]);
+    ((c.lower && c.upper && c.digit) || (symbol && c.letter()) || joined) && !named
 }
 
 fn password_shape(v: &[u8], op: Op, quoted: bool, config: bool) -> bool {

@@ -620,6 +620,92 @@ pub(crate) fn is_placeholder(v: &[u8]) -> bool {
         || v.windows(7).any(|w| w == b"EXAMPLE")
         || angle_name(v)
         || stand_in_words(v)
+        || stand_in_phrase(v)
+}
+
+/// Words a stand-in phrase is written with (`your-strong-password`,
+/// `a-long-random-string`, `change-this-to-something-secure`).
+const PHRASE_WORDS: &[&str] = &[
+    "strong",
+    "secure",
+    "super",
+    "some",
+    "something",
+    "generate",
+    "this",
+    "that",
+    "there",
+    "gmail",
+    "smtp",
+    "redis",
+    "postgres",
+    "mysql",
+    "mongo",
+    "new",
+    "own",
+    "very",
+    "good",
+    "unique",
+    "admin",
+    "root",
+    "db",
+    "app",
+    "here",
+    "your",
+    "my",
+    "a",
+    "an",
+    "the",
+    "to",
+    "with",
+    "long",
+    "random",
+    "string",
+    "password",
+    "passphrase",
+    "secret",
+    "key",
+    "token",
+    "change",
+    "replace",
+    "example",
+    "sample",
+    "dummy",
+    "fake",
+    "placeholder",
+    "insert",
+    "todo",
+    "put",
+    "enter",
+    "value",
+    "api",
+    "user",
+    "pass",
+    "pw",
+    "pwd",
+    "for",
+    "of",
+    "and",
+    "or",
+    "it",
+    "is",
+    "goes",
+    "real",
+    "actual",
+];
+
+/// A phrase of lower-case words joined by `-`, `_` or spaces, every one a
+/// stand-in's word (`your-secure-password-here`, `my-password`), two or
+/// more of them.
+fn stand_in_phrase(v: &[u8]) -> bool {
+    let words: Vec<&[u8]> = v
+        .split(|&c| matches!(c, b'-' | b'_' | b' '))
+        .filter(|w| !w.is_empty())
+        .collect();
+    words.len() >= 2
+        && words.iter().all(|w| {
+            w.iter().all(u8::is_ascii_lowercase) && PHRASE_WORDS.iter().any(|p| p.as_bytes() == *w)
+        })
 }
 
 /// Whether `v` is written with a marker word (`your`, `example`, `todo`)

@@ -33,7 +33,7 @@ use aho_corasick::{Anchored, Input, MatchKind, packed};
 use regex::Regex;
 use regex::bytes::Regex as BytesRegex;
 
-use super::rules::{Edge, HitFn, How, RunFn, SPECS};
+use super::rules::{Edge, HitFn, How, ManyFn, RunFn, SPECS};
 use super::{CustomRule, RedactError, digits};
 
 /// Text that is never a secret: what to do at a hit of its keyword.
@@ -45,6 +45,10 @@ enum Exclusion {
     DataUri,
     /// Raw base64 of a PNG or JPEG.
     RawImage,
+    /// A credential published as an example in a specification or a
+    /// well-known page (RFC 7617's `Aladdin:open sesame`, jwt.io's token):
+    /// the whole token around the hit.
+    KnownExample,
 }
 
 const EXCLUSION_ANCHORS: &[(&str, Exclusion)] = &[
@@ -52,6 +56,12 @@ const EXCLUSION_ANCHORS: &[(&str, Exclusion)] = &[
     (";base64,", Exclusion::DataUri),
     ("iVBORw0KGgo", Exclusion::RawImage),
     ("/9j/4AAQ", Exclusion::RawImage),
+    // RFC 7617, section 2: `Aladdin:open sesame`.
+    ("QWxhZGRpbjpvcGVuIHNlc2FtZQ", Exclusion::KnownExample),
+    // jwt.io's example token (HS256, "John Doe"): its signature.
+    ("SflKxwRJSMeKKF2QT4fwpMeJf36POk6y", Exclusion::KnownExample),
+    // Google Authenticator's documented example seed (`Hello!`).
+    ("JBSWY3DPEHPK3PXP", Exclusion::KnownExample),
 ];
 
 /// One compiled matcher of a rule.
@@ -78,6 +88,7 @@ pub(crate) enum Kind {
         check: fn(&[u8]) -> bool,
     },
     Hit(HitFn),
+    Many(ManyFn),
     Run(RunFn),
 }
 
@@ -316,6 +327,7 @@ impl Engine {
                     check: r.check,
                 },
                 How::Hit(f) => Kind::Hit(*f),
+                How::Many(f) => Kind::Many(*f),
                 How::Run(f) => Kind::Run(*f),
             };
             let index = patterns.len();
@@ -339,7 +351,7 @@ impl Engine {
             .iter()
             .map(|p| match &p.kind {
                 Kind::Re { back, left, .. } => *back == 0 && left.blocks(b'a') && left.blocks(b'0'),
-                Kind::Hit(_) | Kind::Run(_) => false,
+                Kind::Hit(_) | Kind::Many(_) | Kind::Run(_) => false,
             })
             .collect();
         let (heads, groups, anchors) = build_anchors(&keyword_lists, &bounded)?;
@@ -587,6 +599,18 @@ impl Engine {
                             pattern: p,
                         });
                     }
+                }
+                Kind::Many(f) => {
+                    if pos < skip[p] {
+                        continue;
+                    }
+                    let mut spans = Vec::new();
+                    f(text, pos, end, &mut skip[p], &mut spans);
+                    cands.extend(spans.into_iter().map(|(start, end)| Cand {
+                        start,
+                        end,
+                        pattern: p,
+                    }));
                 }
                 Kind::Run(_) => {}
             }
@@ -1042,6 +1066,20 @@ fn exclusion(x: Exclusion, b: &[u8], s: usize, e: usize) -> Option<(usize, usize
                 i += 1;
             }
             Some((j - 5, i))
+        }
+        Exclusion::KnownExample => {
+            let token =
+                |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.' | b'+' | b'/');
+            let lo = s.saturating_sub(4096);
+            let mut j = s;
+            while j > lo && token(b[j - 1]) {
+                j -= 1;
+            }
+            let mut i = e;
+            while i < b.len() && i - e < 256 && (token(b[i]) || b[i] == b'=') {
+                i += 1;
+            }
+            Some((j, i))
         }
         Exclusion::RawImage => {
             if s > 0 && super::checks::is_b64(b[s - 1]) && b[s] != b'/' {

@@ -195,6 +195,10 @@ pub(crate) fn command_args(
                 a.get(i + 1).map(|x| (x.start, x.end))
             })?;
             let comma = b[us..ue].iter().position(|&c| c == b',')?;
+            // Anonymous FTP's password is a convention, not a secret.
+            if matches!(&b[us..us + comma], b"anonymous" | b"ftp") {
+                return None;
+            }
             span(Arg {
                 start: us + comma + 1,
                 end: ue,
@@ -205,7 +209,13 @@ pub(crate) fn command_args(
             if arg(0)? != b"set" {
                 return None;
             }
-            flag_value(&[b"--body", b"-b"])
+            // `--body us-east-1` sets a plain setting: only a value shaped
+            // like a password or a token is taken.
+            let (vs, ve) = flag_value(&[b"--body", b"-b"])?;
+            let v = &b[vs..ve];
+            let c = Classes::of(v);
+            (strong_password(v) || (v.len() >= 16 && c.digit && c.letter() && random_suffix(v, 0)))
+                .then_some((vs, ve))
         }
         b"openssl" => match arg(0)? {
             b"passwd" => {
@@ -228,7 +238,6 @@ pub(crate) fn command_args(
                 })?
             }),
         },
-        b"ssh-keygen" => flag_value(&[b"-N", b"-P"]),
         b"npm config set" | b"npm set" | b"yarn config set" | b"pnpm config set" => {
             // `//registry/:_authToken VALUE`, `//registry/:_authToken=VALUE`
             // (and `_auth`, `_password`).
@@ -276,20 +285,89 @@ pub(crate) fn command_args(
 
 /// A value after a password word in a sentence or a note (`pass X`,
 /// `mot de passe : X`, `Passwort lautet X`): a chosen password's shape.
+/// A closing parenthesis or sentence mark after the value is read with it
+/// (and redacted with it), not judged as part of it.
 pub(crate) fn prose_password(v: &[u8]) -> bool {
+    let end = v.len()
+        - v.iter()
+            .rev()
+            .take_while(|&&c| matches!(c, b')' | b']' | b'.' | b',' | b';' | b':' | b'!' | b'?'))
+            .count();
+    let v = if end >= 6 && !v[..end].contains(&b'(') {
+        &v[..end]
+    } else {
+        v
+    };
     super::assign::prose_password(v)
+}
+
+/// [`prose_password`] where only a weak word names the value: a strong
+/// password's shape (see `assign::strong_password`).
+pub(crate) fn strong_password(v: &[u8]) -> bool {
+    let v = trim_closing(v);
+    // Wi-Fi security modes (`WPA2-Enterprise`, `PEAP-MSCHAPv2`).
+    let mode = [&b"WPA"[..], b"WEP", b"PEAP", b"EAP", b"TTLS", b"802.1"]
+        .iter()
+        .any(|m| v.starts_with(m));
+    !mode && super::assign::strong_password(v)
+}
+
+/// A passphrase given to `ssh-keygen -N` or `-P`: not one lower-case word
+/// (the manual's `newphrase`).
+pub(crate) fn keygen_passphrase(v: &[u8]) -> bool {
+    !v.iter().all(u8::is_ascii_lowercase) && super::assign::command_value(v)
+}
+
+/// A value without the closing parenthesis or sentence mark read with it.
+fn trim_closing(v: &[u8]) -> &[u8] {
+    let end = v.len()
+        - v.iter()
+            .rev()
+            .take_while(|&&c| matches!(c, b')' | b']' | b'.' | b',' | b';' | b':' | b'!' | b'?'))
+            .count();
+    if end >= 6 && !v[..end].contains(&b'(') {
+        &v[..end]
+    } else {
+        v
+    }
 }
 
 /// A door, gate or alarm code: four or more characters, digits among them.
 pub(crate) fn access_code(v: &[u8]) -> bool {
-    let c = Classes::of(v);
-    v.len() >= 4 && (c.digit || (c.upper && c.lower)) && !is_placeholder(v)
+    let v = trim_closing(v);
+    ((4..=12).contains(&v.len()) && v.iter().all(u8::is_ascii_digit) && !is_placeholder(v))
+        || strong_password(v)
 }
 
 /// A session cookie's value: long, and not a word or a placeholder.
 pub(crate) fn cookie_value(v: &[u8]) -> bool {
     let c = Classes::of(v);
     v.len() >= 16 && (c.digit || (c.upper && c.lower)) && !is_placeholder(v) && !reads_like_words(v)
+}
+
+/// A network device's secret: not a placeholder, and not an ordinary
+/// word (`snmp-server community string ...`, `password 7 encryption`).
+pub(crate) fn device_secret(v: &[u8]) -> bool {
+    v.len() >= 4
+        && v.iter().any(u8::is_ascii_alphanumeric)
+        && !is_placeholder(v)
+        && !v.iter().all(|c| c.is_ascii_lowercase() || *c == b'-')
+        && !v.iter().all(u8::is_ascii_uppercase)
+        && !matches!(v[0], b'$' | b'<' | b'{' | b'.')
+}
+
+/// `user:password`, `test:test`: a documentation template or a default
+/// login, not a secret.
+fn template_login(user: &[u8], pw: &[u8]) -> bool {
+    let word = |w: &[u8], list: &[&[u8]]| list.iter().any(|x| w.eq_ignore_ascii_case(x));
+    user.eq_ignore_ascii_case(pw)
+        || (word(
+            user,
+            &[b"user", b"username", b"usr", b"login", b"name", b"admin"],
+        ) && word(
+            pw,
+            &[b"password", b"pass", b"passwd", b"pwd", b"pw", b"secret"],
+        ))
 }
 
 /// Base64 text, padded or not.
@@ -316,7 +394,14 @@ pub(crate) fn base64_credentials(v: &[u8]) -> bool {
     let Some(colon) = plain.iter().position(|&c| c == b':') else {
         return false;
     };
-    printable && colon >= 1 && plain.len() - colon > 3 && !is_placeholder(&plain[colon + 1..])
+    let pw = &plain[colon + 1..];
+    // `User:12345`: a type and an id (a GraphQL node id), not a login.
+    printable
+        && colon >= 1
+        && pw.len() >= 4
+        && !pw.iter().all(u8::is_ascii_digit)
+        && !is_placeholder(pw)
+        && !template_login(&plain[..colon], pw)
 }
 
 /// A Docker registry config (`.dockerconfigjson`) holding credentials.
@@ -344,10 +429,11 @@ pub(crate) fn base64_url_with_password(v: &[u8]) -> bool {
         return false;
     };
     let userinfo = &rest[..at];
-    userinfo
-        .iter()
-        .position(|&c| c == b':')
-        .is_some_and(|c| userinfo.len() - c > 3 && !is_placeholder(&userinfo[c + 1..]))
+    userinfo.iter().position(|&c| c == b':').is_some_and(|c| {
+        userinfo.len() - c > 3
+            && !is_placeholder(&userinfo[c + 1..])
+            && !template_login(&userinfo[..c], &userinfo[c + 1..])
+    })
 }
 
 /// A TOTP seed named as such (an `otpauth://` URI's `secret=`, or a value
@@ -364,7 +450,17 @@ pub(crate) fn named_base32_seed(v: &[u8]) -> bool {
         && c.letter()
         && random_suffix(&compact, 0)
         && !reads_like_words(&compact)
+        && !reads_like_words(&compact.to_ascii_lowercase())
         && !is_placeholder(&compact)
+        // Letters alone: random base32 has about one vowel in five;
+        // `SOFTWARETOKENMFA`, `VIRTUALMFADEVICE` are words.
+        && (c.digit || {
+            let vowels = compact
+                .iter()
+                .filter(|b| matches!(b.to_ascii_uppercase(), b'A' | b'E' | b'I' | b'O' | b'U'))
+                .count();
+            vowels * 10 < compact.len() * 3
+        })
 }
 
 /// The BIP-0039 English word list (bitcoin/bips, BSD-2-Clause), sorted.
@@ -447,7 +543,17 @@ pub(crate) fn seed_phrase(
     }
     let (start, end) = best?;
     *skip = end;
-    Some((start, end))
+    // Test phrases repeat words (`test test ... junk`, BIP-0039's test
+    // vectors); Ganache's default is public.
+    let words: Vec<&[u8]> = b[start..end]
+        .split(|c| !c.is_ascii_lowercase())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut distinct = words.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let public = words.starts_with(&[&b"candy"[..], b"maple", b"cake"]);
+    (distinct.len() + 1 >= words.len() && !public).then_some((start, end))
 }
 
 /// Whether `t` is shaped like one recovery code: `0314c-c3a58` (GitHub),
@@ -455,18 +561,27 @@ pub(crate) fn seed_phrase(
 /// to twelve digits.
 fn recovery_code(t: &[u8]) -> bool {
     let groups: Vec<&[u8]> = t.split(|&c| c == b'-' || c == b' ').collect();
-    let c = Classes::of(t);
-    if !c.digit {
+    if !Classes::of(t).digit {
         return false;
     }
+    let mixed = |g: &&&[u8]| {
+        let c = Classes::of(g);
+        c.digit && c.letter()
+    };
     match groups.len() {
-        1 => {
-            (8..=12).contains(&t.len())
-                && (t.iter().all(u8::is_ascii_digit) || (c.letter() && random_suffix(t, 0)))
+        1 => (8..=12).contains(&t.len()) && t.iter().all(u8::is_ascii_digit),
+        // Groups of one size (`0314c-c3a58`, `JTH2-NN43-40GI`), digits or
+        // mostly mixed (`PROJ-1234` is a label and a number).
+        2..=4 => {
+            groups
+                .iter()
+                .all(|g| (4..=6).contains(&g.len()) && g.iter().all(u8::is_ascii_alphanumeric))
+                && groups.iter().all(|g| g.len() == groups[0].len())
+                && (t
+                    .iter()
+                    .all(|b| b.is_ascii_digit() || matches!(b, b' ' | b'-'))
+                    || groups.iter().filter(mixed).count() * 2 >= groups.len())
         }
-        2..=4 => groups
-            .iter()
-            .all(|g| (4..=6).contains(&g.len()) && g.iter().all(u8::is_ascii_alphanumeric)),
         _ => false,
     }
 }
@@ -488,6 +603,7 @@ pub(crate) fn recovery_codes(
     let mut last_end = 0;
     let mut count = 0;
     let mut words_before = 0;
+    let mut gap = 0;
     while i < limit {
         if !is_code_byte(b[i]) {
             i += 1;
@@ -510,14 +626,28 @@ pub(crate) fn recovery_codes(
             i = te;
         }
         let t = &b[ts..te];
-        if recovery_code(t) {
+        let compact: Vec<u8> = t
+            .iter()
+            .copied()
+            .filter(u8::is_ascii_alphanumeric)
+            .collect();
+        let patterned = is_placeholder(&compact)
+            || compact.windows(2).all(|w| w[1] == w[0].wrapping_add(1))
+            || compact.windows(2).all(|w| w[1].wrapping_add(1) == w[0]);
+        if recovery_code(t) && !patterned {
             first.get_or_insert(ts);
             last_end = te;
             count += 1;
+            gap = 0;
         } else if t.len() <= 2 && t.iter().all(|c| c.is_ascii_digit() || *c == b'-') {
             // A list number or mark.
         } else if first.is_some() {
-            break;
+            // A note beside a code (`(used)`, `used 2024-05-01`, `and
+            // also`): the list goes on if a code follows soon.
+            gap += 1;
+            if gap > 5 {
+                break;
+            }
         } else {
             words_before += 1;
             if words_before > 12 {
@@ -526,10 +656,267 @@ pub(crate) fn recovery_codes(
         }
     }
     let first = first?;
+    // Labels that share a prefix (`LTO8-0001`, `LTO8-0002`) are no codes.
+    let codes: Vec<&[u8]> = b[first..last_end]
+        .split(|c| !(c.is_ascii_alphanumeric() || *c == b'-'))
+        .filter(|w| w.len() >= 4 && recovery_code(w))
+        .collect();
+    if codes.len() >= 2 && codes.iter().all(|w| w[..4] == codes[0][..4]) {
+        return None;
+    }
     (count >= 2).then(|| {
         *skip = last_end;
         (first, last_end)
     })
+}
+
+/// Whether a table cell names a credential (`password`, `root pw`,
+/// `Creds`, `API key`, `mot de passe`): a short label.
+fn credential_label(cell: &str) -> Option<Label> {
+    let l = cell
+        .trim()
+        .trim_matches('*')
+        .trim_matches('`')
+        .trim()
+        .to_lowercase();
+    if l.is_empty() || l.len() > 32 || l.split_whitespace().count() > 4 {
+        return None;
+    }
+    let words: Vec<&str> = l
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let has = |w: &str| words.contains(&w);
+    if has("creds") || has("credentials") || has("login") && words.len() > 1 {
+        return Some(Label::Pair);
+    }
+    let named = [
+        "password",
+        "passwort",
+        "passwd",
+        "pass",
+        "pw",
+        "pwd",
+        "passphrase",
+        "passcode",
+        "pin",
+        "secret",
+        "token",
+        "contraseña",
+        "kennwort",
+        "mdp",
+    ]
+    .iter()
+    .any(|w| has(w))
+        || l.contains("mot de passe")
+        || l.contains("api key")
+        || l.contains("apikey")
+        || l.contains("api_key");
+    // `password policy`, `token expiry`: a column about them, not of them.
+    let about = [
+        "policy",
+        "length",
+        "expiry",
+        "expires",
+        "expiration",
+        "rotation",
+        "hint",
+        "reset",
+        "type",
+        "rules",
+        "manager",
+        "strength",
+        "scope",
+        "scopes",
+        "count",
+        "ttl",
+        "name",
+        "id",
+        "location",
+        "stored",
+        "where",
+        "vault",
+    ]
+    .iter()
+    .any(|w| has(w));
+    (named && !about).then_some(Label::Secret)
+}
+
+/// What a table column of credentials holds.
+#[derive(Clone, Copy, PartialEq)]
+enum Label {
+    /// The secret itself.
+    Secret,
+    /// `user / password` or `user:password`.
+    Pair,
+}
+
+/// The cells of a table row (`| a | b |`): their spans inside the line,
+/// without the bars, or None when the line is no table row.
+fn cells(b: &[u8], ls: usize, le: usize) -> Option<Vec<(usize, usize)>> {
+    let mut i = ls;
+    while i < le && (b[i] == b' ' || b[i] == b'\t') {
+        i += 1;
+    }
+    if i >= le || b[i] != b'|' {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut start = i + 1;
+    let mut j = i + 1;
+    while j < le {
+        if b[j] == b'\\' {
+            j += 2;
+            continue;
+        }
+        if b[j] == b'|' {
+            out.push((start, j));
+            start = j + 1;
+        }
+        j += 1;
+    }
+    if start < le && b[start..le].iter().any(|c| !c.is_ascii_whitespace()) {
+        out.push((start, le));
+    }
+    Some(out)
+}
+
+/// A `|---|:--:|` row.
+fn separator_row(b: &[u8], cells: &[(usize, usize)]) -> bool {
+    !cells.is_empty()
+        && cells.iter().all(|&(s, e)| {
+            let c = &b[s..e];
+            c.contains(&b'-') && c.iter().all(|&x| matches!(x, b'-' | b':' | b' ' | b'\t'))
+        })
+}
+
+/// The line `[start, end)` around `pos`.
+fn line_at(b: &[u8], pos: usize) -> (usize, usize) {
+    let ls = b[..pos]
+        .iter()
+        .rposition(|&c| c == b'\n')
+        .map_or(0, |i| i + 1);
+    let le = b[pos..]
+        .iter()
+        .position(|&c| c == b'\n')
+        .map_or(b.len(), |i| pos + i);
+    let le = if le > ls && b[le - 1] == b'\r' {
+        le - 1
+    } else {
+        le
+    };
+    (ls, le)
+}
+
+/// A table cell's value, trimmed of blanks and of the backticks or
+/// asterisks around it.
+fn cell_value(b: &[u8], (s, e): (usize, usize)) -> (usize, usize) {
+    let (mut s, mut e) = (s, e);
+    while s < e && matches!(b[s], b' ' | b'\t' | b'`' | b'*') {
+        s += 1;
+    }
+    while e > s && matches!(b[e - 1], b' ' | b'\t' | b'`' | b'*') {
+        e -= 1;
+    }
+    (s, e)
+}
+
+/// The secret of a cell in a credential column, if it holds one.
+fn cell_secret(b: &[u8], cell: (usize, usize), label: Label) -> Option<(usize, usize)> {
+    let (s, e) = cell_value(b, cell);
+    let (s, e) = match label {
+        Label::Secret => (s, e),
+        Label::Pair => {
+            // `admin / pw`, `admin:pw`; else the cell is the password.
+            let v = &b[s..e];
+            // A user name has a letter (`17378654:e742c240` is one secret).
+            match v
+                .iter()
+                .position(|&c| c == b'/' || c == b':')
+                .filter(|&k| v[..k].iter().any(u8::is_ascii_alphabetic))
+            {
+                Some(k) => {
+                    let mut ps = s + k + 1;
+                    while ps < e && b[ps] == b' ' {
+                        ps += 1;
+                    }
+                    (ps, e)
+                }
+                None => (s, e),
+            }
+        }
+    };
+    let v = &b[s..e];
+    let token = v.len() >= 8
+        && !v.contains(&b' ')
+        && Classes::of(v).digit
+        && Classes::of(v).letter()
+        && !is_placeholder(v);
+    (prose_password(v) || token && super::assign::command_value(v)).then_some((s, e))
+}
+
+/// Markdown tables of credentials: a column headed `password`, `pw`,
+/// `Creds`, `API key` ... (each row's cell in it), or a row whose first
+/// cell names one (`| password | s3cr3t! |`: the next cell).
+pub(crate) fn table_column(
+    text: &str,
+    s: usize,
+    _e: usize,
+    skip: &mut usize,
+    out: &mut Vec<(usize, usize)>,
+) {
+    let b = text.as_bytes();
+    let (ls, le) = line_at(b, s);
+    let Some(row) = cells(b, ls, le) else {
+        return;
+    };
+    let Some(k) = row.iter().position(|&(cs, ce)| cs <= s && s < ce) else {
+        return;
+    };
+    let Ok(cell) = std::str::from_utf8(&b[row[k].0..row[k].1]) else {
+        return;
+    };
+    let Some(label) = credential_label(cell) else {
+        return;
+    };
+    // A header: the separator row follows, then the rows.
+    let next = (le + 1..b.len()).find(|&i| b[i - 1] == b'\n');
+    let header = next.and_then(|ns| {
+        let (_, ne) = line_at(b, ns);
+        cells(b, ns, ne).filter(|c| separator_row(b, c)).map(|_| ne)
+    });
+    match header {
+        Some(mut at) => {
+            let mut rows = 0;
+            while at < b.len() && rows < 2000 {
+                let ns = at + 1;
+                if ns >= b.len() {
+                    break;
+                }
+                let (_, ne) = line_at(b, ns);
+                let Some(r) = cells(b, ns, ne) else {
+                    break;
+                };
+                if let Some(&c) = r.get(k)
+                    && let Some(span) = cell_secret(b, c, label)
+                {
+                    out.push(span);
+                }
+                at = ne;
+                rows += 1;
+            }
+            *skip = at;
+        }
+        None => {
+            // `| password | value |`: the key in one cell, its value in the next.
+            if let Some(&c) = row.get(k + 1)
+                && let Some(span) = cell_secret(b, c, label)
+            {
+                out.push(span);
+            }
+            *skip = le;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -555,7 +942,14 @@ mod tests {
         for t in ["0314c-c3a58", "4688 0435", "JTH2-NN43-40GI", "2898616908"] {
             assert!(recovery_code(t.as_bytes()), "{t}");
         }
-        for t in ["hello-world", "2026-11-03", "abcd", "v1.2.3"] {
+        for t in [
+            "hello-world",
+            "2026-11-03",
+            "abcd",
+            "v1.2.3",
+            "PROJ-1234",
+            "a1b2c3d4e5",
+        ] {
             assert!(!recovery_code(t.as_bytes()), "{t}");
         }
     }

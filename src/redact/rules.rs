@@ -50,6 +50,10 @@ impl Edge {
 /// hits need not be parsed again (keeps the work linear).
 pub(crate) type HitFn = fn(&str, usize, usize, &mut usize) -> Option<(usize, usize)>;
 
+/// A parser run at a keyword hit, like [`HitFn`], that may find several
+/// secrets (a table's column): pushes their spans.
+pub(crate) type ManyFn = fn(&str, usize, usize, &mut usize, &mut Vec<(usize, usize)>);
+
 /// A parser run on a run of digits `[start, end)`: pushes secret spans.
 pub(crate) type RunFn = fn(&str, usize, usize, &mut Vec<(usize, usize)>);
 
@@ -72,6 +76,7 @@ pub(crate) struct ReSpec {
 pub(crate) enum How {
     Re(ReSpec),
     Hit(HitFn),
+    Many(ManyFn),
     Run(RunFn),
 }
 
@@ -425,7 +430,16 @@ fn url_credentials(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<(
     }
     let template = matches!(v[0], b'$' | b'{' | b'<' | b'%');
     let port_like = v.len() <= 5 && v.iter().all(u8::is_ascii_digit);
-    (!template && !port_like && !super::checks::is_placeholder(v)).then_some((ps, pe))
+    // `user:password@`, `username:pass@`: the documentation's template.
+    let user = &b[e..ps - 1];
+    let word = |w: &[u8], list: &[&[u8]]| list.iter().any(|x| w.eq_ignore_ascii_case(x));
+    let doc_template = word(user, &[b"user", b"username", b"usr", b"login", b"name"])
+        && word(
+            v,
+            &[b"password", b"pass", b"passwd", b"pwd", b"pw", b"secret"],
+        );
+    (!template && !port_like && !doc_template && !super::checks::is_placeholder(v))
+        .then_some((ps, pe))
 }
 
 // ---------------------------------------------------------------- table
@@ -2171,12 +2185,51 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 2,
         anchors: &["chpasswd"],
         how: context(
-            r#"(?:echo\s+(?:-[en]+\s+)?['"]?[\w.@-]{1,64}:([^\s'":]{4,128})['"]?\s*\|\s*(?:sudo\s+)?chpasswd|chpasswd\s*<<<\s*['"]?[\w.@-]{1,64}:([^\s'":]{4,128}))"#,
+            r#"echo\s+(?:-[en]+\s+)?['"]?[\w.@-]{1,64}:([^\s'":]{4,128})['"]?\s*\|\s*(?:sudo\s+)?chpasswd"#,
             300,
-            300,
-            0,
+            20,
+            1,
             Edge::Free,
-            any_value,
+            assign::command_value,
+        ),
+    },
+    Spec {
+        id: "password-assignment",
+        prio: 2,
+        anchors: &["chpasswd"],
+        how: context(
+            r#"chpasswd\s*<<<\s*['"]?[\w.@-]{1,64}:([^\s'":]{4,128})"#,
+            0,
+            300,
+            1,
+            Edge::Free,
+            assign::command_value,
+        ),
+    },
+    Spec {
+        id: "password-assignment",
+        prio: 2,
+        anchors: &["ssh-keygen"],
+        how: context(
+            r#"ssh-keygen\b[^\n]{0,300}?\s-N\s*['"]?([^\s'"]{4,256})"#,
+            0,
+            600,
+            1,
+            Edge::Free,
+            notes::keygen_passphrase,
+        ),
+    },
+    Spec {
+        id: "password-assignment",
+        prio: 2,
+        anchors: &["ssh-keygen"],
+        how: context(
+            r#"ssh-keygen\b[^\n]{0,300}?\s-P\s*['"]?([^\s'"]{4,256})"#,
+            0,
+            600,
+            1,
+            Edge::Free,
+            notes::keygen_passphrase,
         ),
     },
     Spec {
@@ -2215,16 +2268,36 @@ pub(crate) const SPECS: &[Spec] = &[
         id: "password-assignment",
         prio: 1,
         anchors: &[
-            "pass ", "Pass ", "PASS ", "passcode", "Passcode", "PASSCODE", "pw ", "PW ", "pwd ",
-            "PWD ",
+            "pass", "Pass", "PASS", "passcode", "Passcode", "PASSCODE", "pw", "PW", "pwd", "PWD",
         ],
         how: context(
-            r#"(?i:\b(?:pass|passcode|pw|pwd))\s*(?:(?::|=|->|is|was)\s*)?([^\s"'<>|`$\-{(][^\s"'<>|`]{5,127})"#,
+            r#"(?i:\b(?:passcode|pass|pw|pwd))\s*(?::|=|->|\bis\b|\bwas\b)\s*([^\s"'<>|`$\-{(][^\s"'<>|`]{5,127})"#,
             0,
             170,
             1,
             Edge::Free,
-            notes::prose_password,
+            notes::strong_password,
+        ),
+    },
+    Spec {
+        id: "password-assignment",
+        prio: 1,
+        anchors: &[
+            "pass ",
+            "Pass ",
+            "PASS ",
+            "passcode ",
+            "Passcode ",
+            "pw ",
+            "PW ",
+        ],
+        how: context(
+            r#"(?i:\b(?:passcode|(?:vpn|wifi|wi-fi|root|admin|db|ssh|sudo|router|server|email|my|new|old|current)\s+pass|pw))\s+([^\s"'<>|`$\-{(][^\s"'<>|`]{5,127})"#,
+            40,
+            170,
+            1,
+            Edge::Free,
+            notes::strong_password,
         ),
     },
     Spec {
@@ -2253,12 +2326,12 @@ pub(crate) const SPECS: &[Spec] = &[
             "wlan",
         ],
         how: context(
-            r#"(?i:\b(?:login|creds|credentials|zugangsdaten|identifiants|wi-?fi|wlan))\s*:?\s+[\w.@+-]{1,64}\s*/\s*([^\s"'<>|`/][^\s"'<>|`]{5,127})"#,
+            r#"(?i:\b(?:login|creds|credentials|zugangsdaten|identifiants|wi-?fi|wlan))(?:\s*:?\s+[\w.@+-]{1,64}\s*/\s*|\s*:\s+[A-Za-z][\w.@+-]{0,63}:|\s+is\s+[\w.@+-]{1,64}\s+(?:with|and|/)\s+)([^\s"'<>|`/][^\s"'<>|`]{5,127})"#,
             0,
             240,
             1,
             Edge::Free,
-            notes::prose_password,
+            notes::strong_password,
         ),
     },
     Spec {
@@ -2273,12 +2346,12 @@ pub(crate) const SPECS: &[Spec] = &[
             "passcode",
         ],
         how: context(
-            r#"(?:^|[\s"'>(:])([^\s"'<>|`]{6,128})\s+(?:is|was)\s+(?:the|my|our|his|her|their)\s+(?:[\w-]+\s+){0,3}(?i:password|passphrase|passcode)\b"#,
+            r#"(?:^|[\s"'>(:])([^\s"'<>|`]{6,128})\s+(?:is|was)\s+(?:the|my|our|his|her|their)\s+(?:[\w-]+\s+){0,3}(?i:password|passphrase|passcode)\b\s*(?:$|[.,;!)"'<]|\b(?:and|but|for|of|on|to)\b)"#,
             220,
-            20,
+            40,
             1,
             Edge::Free,
-            notes::prose_password,
+            notes::strong_password,
         ),
     },
     Spec {
@@ -2295,12 +2368,12 @@ pub(crate) const SPECS: &[Spec] = &[
             "PW ",
         ],
         how: context(
-            r#"(?i:\b(?:password|passphrase|passcode|pw|pwd)\b)(?:[^\n]{0,40}?\b(?:changed|set|reset|updated|rotated)\s+to|\s+(?:for|of|to)\s+[^\s:=]{1,80}\s*[:=])\s*([^\s"'<>|`]{6,128})"#,
+            r#"(?i:\b(?:password|passphrase|passcode|pw|pwd)\b)(?:\s+(?:for\s+\S{1,80}\s+)?(?:was\s+|has\s+been\s+|is\s+|got\s+|just\s+)?(?:changed|set|reset|updated|rotated)\s+to|\s+(?:for|of|to)\s+[^\s:=]{1,80}\s*[:=])\s*([^\s"'<>|`]{6,128})"#,
             0,
             220,
             1,
             Edge::Free,
-            notes::prose_password,
+            notes::strong_password,
         ),
     },
     Spec {
@@ -2343,7 +2416,7 @@ pub(crate) const SPECS: &[Spec] = &[
             220,
             1,
             Edge::Free,
-            notes::prose_password,
+            notes::strong_password,
         ),
     },
     Spec {
@@ -2365,7 +2438,7 @@ pub(crate) const SPECS: &[Spec] = &[
             220,
             1,
             Edge::Free,
-            notes::prose_password,
+            notes::strong_password,
         ),
     },
     Spec {
@@ -2375,13 +2448,70 @@ pub(crate) const SPECS: &[Spec] = &[
             "contrase", "Contrase", "CONTRASE", "clave", "Clave", "CLAVE",
         ],
         how: context(
-            r#"(?i:\b(?:contrase(?:ñ|n)a|clave))(?:\s+(?:del?|para)\s+[^\n:=]{0,40}?)?(?:\s*(?:\bes\b|:|=)\s*|\s+)([^\s"'<>|`]{6,128})"#,
+            r#"(?i:\b(?:contrase(?:ñ|n)a|clave))(?:\s+(?:del?|para)\s+[^\n:=]{0,40}?)?\s*(?:\bes\b|:|=)\s*([^\s"'<>|`]{6,128})"#,
             0,
             220,
             1,
             Edge::Free,
-            notes::prose_password,
+            notes::strong_password,
         ),
+    },
+    Spec {
+        id: "password-assignment",
+        prio: 1,
+        anchors: &["PIN", "PUK"],
+        how: context(
+            r"\b(?:PIN|PUK)\b\s*(?:code\s*)?(?:[:=]|\bis\b)?\s*(\d{4,8})\b",
+            0,
+            40,
+            1,
+            Edge::Free,
+            any_value,
+        ),
+    },
+    // Markdown tables with a column of credentials.
+    Spec {
+        id: "password-assignment",
+        prio: 1,
+        anchors: &[
+            "password",
+            "Password",
+            "PASSWORD",
+            "passwd",
+            "pw",
+            "PW",
+            "Pw",
+            "pass",
+            "Pass",
+            "PASS",
+            "creds",
+            "Creds",
+            "CREDS",
+            "credentials",
+            "Credentials",
+            "secret",
+            "Secret",
+            "SECRET",
+            "token",
+            "Token",
+            "TOKEN",
+            "API key",
+            "api key",
+            "API Key",
+            "PIN",
+            "mot de passe",
+            "Mot de passe",
+            "Passwort",
+            "passwort",
+            "Kennwort",
+            "contraseña",
+            "Contraseña",
+            "login",
+            "Login",
+            "mdp",
+            "MDP",
+        ],
+        how: How::Many(notes::table_column),
     },
     // Session cookies.
     Spec {
@@ -2400,7 +2530,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "SESSIONID",
         ],
         how: context(
-            r#"(?:PHPSESSID|connect\.sid|[A-Za-z0-9_.-]*_session|\.AspNetCore\.[A-Za-z]+|ASP\.NET_SessionId|JSESSIONID|sessionid|SESSIONID|session_id|[A-Za-z0-9_.-]*session-token)(?:\s+cookie[^\n]{0,60}?\s+is\s+|["']?\s*[=:]\s*["']?)([^;\s"'<>,()]{16,4096})"#,
+            r#"(?:PHPSESSID|connect\.sid|[A-Za-z0-9_.-]*_session|\.AspNetCore\.(?:Cookies|Session|Identity\.Application|[A-Za-z]*Auth[A-Za-z]*)|ASP\.NET_SessionId|JSESSIONID|sessionid|SESSIONID|session_id|[A-Za-z0-9_.-]*session-token)(?:\s+cookie[^\n]{0,60}?\s+is\s+|["']?\s*[=:]\s*["']?)([^;\s"'<>,()]{16,4096})"#,
             40,
             4200,
             1,
@@ -2528,7 +2658,7 @@ pub(crate) const SPECS: &[Spec] = &[
             300,
             1,
             Edge::Free,
-            not_placeholder,
+            notes::device_secret,
         ),
     },
     Spec {

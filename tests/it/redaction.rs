@@ -488,9 +488,12 @@ fn redact_json_lines_redacts_each_text_on_its_own_and_refuses_a_line_that_is_not
 #[test]
 fn the_generated_secret_corpora_are_redacted_as_well_as_measured() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/eval/filter/run.py");
-    for (corpus, whole, partial, false_positives) in
-        [("1", "0.917", "0", "9"), ("2", "0.890", "0", "21")]
-    {
+    // Corpus 3 holds look-alikes only.
+    for (corpus, whole, partial, false_positives) in [
+        ("1", "0.921", "0", "4"),
+        ("2", "0.886", "0", "9"),
+        ("3", "0", "0", "8"),
+    ] {
         let out = std::process::Command::new("python3")
             .args([script, "--bin", bin(), "--corpus", corpus])
             .args(["--min-redacted", whole, "--max-partial", partial])
