@@ -541,6 +541,9 @@ pub(crate) fn seed_phrase(
             run = None;
         }
     }
+    // A phrase that starts in the first part of the window was found
+    // whole: a later keyword there need not look again.
+    *skip = i.saturating_sub(300).max(e);
     let (start, end) = best?;
     *skip = end;
     // Test phrases repeat words (`test test ... junk`, BIP-0039's test
@@ -651,10 +654,12 @@ pub(crate) fn recovery_codes(
         } else {
             words_before += 1;
             if words_before > 12 {
+                *skip = i;
                 return None;
             }
         }
     }
+    *skip = i.saturating_sub(600).max(e);
     let first = first?;
     // Labels that share a prefix (`LTO8-0001`, `LTO8-0002`) are no codes.
     let codes: Vec<&[u8]> = b[first..last_end]
@@ -867,6 +872,9 @@ pub(crate) fn table_column(
 ) {
     let b = text.as_bytes();
     let (ls, le) = line_at(b, s);
+    // One look per line: later keywords on it are not looked at again
+    // (keeps the work linear on a long line of keywords).
+    *skip = le;
     let Some(row) = cells(b, ls, le) else {
         return;
     };

@@ -2185,7 +2185,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 2,
         anchors: &["chpasswd"],
         how: context(
-            r#"echo\s+(?:-[en]+\s+)?['"]?[\w.@-]{1,64}:([^\s'":]{4,128})['"]?\s*\|\s*(?:sudo\s+)?chpasswd"#,
+            r#"echo[\t\n\x0B\x0C\r ]+(?:-[en]+[\t\n\x0B\x0C\r ]+)?['"]?[A-Za-z0-9_.@-]{1,64}:([^\t\n\x0B\x0C\r '":]{4,128})['"]?[\t\n\x0B\x0C\r ]*\|[\t\n\x0B\x0C\r ]*(?:sudo[\t\n\x0B\x0C\r ]+)?chpasswd"#,
             300,
             20,
             1,
@@ -2198,7 +2198,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 2,
         anchors: &["chpasswd"],
         how: context(
-            r#"chpasswd\s*<<<\s*['"]?[\w.@-]{1,64}:([^\s'":]{4,128})"#,
+            r#"chpasswd[\t\n\x0B\x0C\r ]*<<<[\t\n\x0B\x0C\r ]*['"]?[A-Za-z0-9_.@-]{1,64}:([^\t\n\x0B\x0C\r '":]{4,128})"#,
             0,
             300,
             1,
@@ -2211,7 +2211,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 2,
         anchors: &["ssh-keygen"],
         how: context(
-            r#"ssh-keygen\b[^\n]{0,300}?\s-N\s*['"]?([^\s'"]{4,256})"#,
+            r#"ssh-keygen(?-u:\b)[^\n]{0,300}?[\t\n\x0B\x0C\r ]-N[\t\n\x0B\x0C\r ]*['"]?([^\t\n\x0B\x0C\r '"]{4,256})"#,
             0,
             600,
             1,
@@ -2224,7 +2224,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 2,
         anchors: &["ssh-keygen"],
         how: context(
-            r#"ssh-keygen\b[^\n]{0,300}?\s-P\s*['"]?([^\s'"]{4,256})"#,
+            r#"ssh-keygen(?-u:\b)[^\n]{0,300}?[\t\n\x0B\x0C\r ]-P[\t\n\x0B\x0C\r ]*['"]?([^\t\n\x0B\x0C\r '"]{4,256})"#,
             0,
             600,
             1,
@@ -2241,7 +2241,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "CONVERTTO-SECURESTRING",
         ],
         how: context(
-            r#"(?i:convertto-securestring)\s+(?:-String\s+)?["']([^"'\n$]{4,256})["']"#,
+            r#"(?i-u:convertto-securestring)[\t\n\x0B\x0C\r ]+(?:-String[\t\n\x0B\x0C\r ]+)?["']([^"'\n$]{4,256})["']"#,
             0,
             300,
             1,
@@ -2254,7 +2254,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 2,
         anchors: &["gh auth login", "--password-stdin", "--with-token"],
         how: context(
-            r#"echo\s+(?:-n\s+)?['"]?([^\s'"|$]{8,512})['"]?\s*\|\s*(?:sudo\s+)?(?:gh\s+auth\s+login|[\w.-]+(?:\s+[\w.-]+)?\s+login)[^\n]*?(?:--with-token|--password-stdin)"#,
+            r#"echo[\t\n\x0B\x0C\r ]+(?:-n[\t\n\x0B\x0C\r ]+)?['"]?([^\t\n\x0B\x0C\r '"|$]{8,512})['"]?[\t\n\x0B\x0C\r ]*\|[\t\n\x0B\x0C\r ]*(?:sudo[\t\n\x0B\x0C\r ]+)?(?:gh[\t\n\x0B\x0C\r ]+auth[\t\n\x0B\x0C\r ]+login|[A-Za-z0-9_.-]+(?:[\t\n\x0B\x0C\r ]+[A-Za-z0-9_.-]+)?[\t\n\x0B\x0C\r ]+login)[^\n]*?(?:--with-token|--password-stdin)"#,
             400,
             200,
             1,
@@ -2271,7 +2271,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "pass", "Pass", "PASS", "passcode", "Passcode", "PASSCODE", "pw", "PW", "pwd", "PWD",
         ],
         how: context(
-            r#"(?i:\b(?:passcode|pass|pw|pwd))\s*(?::|=|->|\bis\b|\bwas\b)\s*([^\s"'<>|`$\-{(][^\s"'<>|`]{5,127})"#,
+            r#"(?i-u:(?-u:\b)(?:passcode|pass|pw|pwd))[\t\n\x0B\x0C\r ]*(?::|=|->|(?-u:\b)is(?-u:\b)|(?-u:\b)was(?-u:\b))[\t\n\x0B\x0C\r ]*([^\t\n\x0B\x0C\r "'<>|`$\-{(][^\t\n\x0B\x0C\r "'<>|`]{5,127})"#,
             0,
             170,
             1,
@@ -2292,7 +2292,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "PW ",
         ],
         how: context(
-            r#"(?i:\b(?:passcode|(?:vpn|wifi|wi-fi|root|admin|db|ssh|sudo|router|server|email|my|new|old|current)\s+pass|pw))\s+([^\s"'<>|`$\-{(][^\s"'<>|`]{5,127})"#,
+            r#"(?i-u:(?-u:\b)(?:passcode|(?:vpn|wifi|wi-fi|root|admin|db|ssh|sudo|router|server|email|my|new|old|current)[\t\n\x0B\x0C\r ]+pass|pw))[\t\n\x0B\x0C\r ]+([^\t\n\x0B\x0C\r "'<>|`$\-{(][^\t\n\x0B\x0C\r "'<>|`]{5,127})"#,
             40,
             170,
             1,
@@ -2326,7 +2326,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "wlan",
         ],
         how: context(
-            r#"(?i:\b(?:login|creds|credentials|zugangsdaten|identifiants|wi-?fi|wlan))(?:\s*:?\s+[\w.@+-]{1,64}\s*/\s*|\s*:\s+[A-Za-z][\w.@+-]{0,63}:|\s+is\s+[\w.@+-]{1,64}\s+(?:with|and|/)\s+)([^\s"'<>|`/][^\s"'<>|`]{5,127})"#,
+            r#"(?i-u:(?-u:\b)(?:login|creds|credentials|zugangsdaten|identifiants|wi-?fi|wlan))(?:[\t\n\x0B\x0C\r ]*:?[\t\n\x0B\x0C\r ]+[A-Za-z0-9_.@+-]{1,64}[\t\n\x0B\x0C\r ]*/[\t\n\x0B\x0C\r ]*|[\t\n\x0B\x0C\r ]*:[\t\n\x0B\x0C\r ]+[A-Za-z][A-Za-z0-9_.@+-]{0,63}:|[\t\n\x0B\x0C\r ]+is[\t\n\x0B\x0C\r ]+[A-Za-z0-9_.@+-]{1,64}[\t\n\x0B\x0C\r ]+(?:with|and|/)[\t\n\x0B\x0C\r ]+)([^\t\n\x0B\x0C\r "'<>|`/][^\t\n\x0B\x0C\r "'<>|`]{5,127})"#,
             0,
             240,
             1,
@@ -2346,7 +2346,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "passcode",
         ],
         how: context(
-            r#"(?:^|[\s"'>(:])([^\s"'<>|`]{6,128})\s+(?:is|was)\s+(?:the|my|our|his|her|their)\s+(?:[\w-]+\s+){0,3}(?i:password|passphrase|passcode)\b\s*(?:$|[.,;!)"'<]|\b(?:and|but|for|of|on|to)\b)"#,
+            r#"(?:^|[\t\n\x0B\x0C\r "'>(:])([^\t\n\x0B\x0C\r "'<>|`]{6,128})[\t\n\x0B\x0C\r ]+(?:is|was)[\t\n\x0B\x0C\r ]+(?:the|my|our|his|her|their)[\t\n\x0B\x0C\r ]+(?:[A-Za-z0-9_-]+[\t\n\x0B\x0C\r ]+){0,3}(?i-u:password|passphrase|passcode)(?-u:\b)[\t\n\x0B\x0C\r ]*(?:$|[.,;!)"'<]|(?-u:\b)(?:and|but|for|of|on|to)(?-u:\b))"#,
             220,
             40,
             1,
@@ -2368,7 +2368,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "PW ",
         ],
         how: context(
-            r#"(?i:\b(?:password|passphrase|passcode|pw|pwd)\b)(?:\s+(?:for\s+\S{1,80}\s+)?(?:was\s+|has\s+been\s+|is\s+|got\s+|just\s+)?(?:changed|set|reset|updated|rotated)\s+to|\s+(?:for|of|to)\s+[^\s:=]{1,80}\s*[:=])\s*([^\s"'<>|`]{6,128})"#,
+            r#"(?i-u:(?-u:\b)(?:password|passphrase|passcode|pw|pwd)(?-u:\b))(?:[\t\n\x0B\x0C\r ]+(?:for[\t\n\x0B\x0C\r ]+\S{1,80}[\t\n\x0B\x0C\r ]+)?(?:was[\t\n\x0B\x0C\r ]+|has[\t\n\x0B\x0C\r ]+been[\t\n\x0B\x0C\r ]+|is[\t\n\x0B\x0C\r ]+|got[\t\n\x0B\x0C\r ]+|just[\t\n\x0B\x0C\r ]+)?(?:changed|set|reset|updated|rotated)[\t\n\x0B\x0C\r ]+to|[\t\n\x0B\x0C\r ]+(?:for|of|to)[\t\n\x0B\x0C\r ]+[^\t\n\x0B\x0C\r :=]{1,80}[\t\n\x0B\x0C\r ]*[:=])[\t\n\x0B\x0C\r ]*([^\t\n\x0B\x0C\r "'<>|`]{6,128})"#,
             0,
             220,
             1,
@@ -2384,7 +2384,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "Garage",
         ],
         how: context(
-            r#"(?i:\b(?:keypad|alarm|door|gate|garage|safe|lock)\b[^\n]{0,40}?\bcode\b[^\n]{0,30}?(?:\bis\b|:|=)|\bcode\s+(?:for|of|to)\s+[^\n]{0,40}?\b(?:keypad|alarm|door|gate|garage|safe|lock)\b[^\n]{0,30}?(?:\bis\b|:|=))\s*([^\s"'<>|`]{4,64})"#,
+            r#"(?i-u:(?-u:\b)(?:keypad|alarm|door|gate|garage|safe|lock)(?-u:\b)[^\n]{0,40}?(?-u:\b)code(?-u:\b)[^\n]{0,30}?(?:(?-u:\b)is(?-u:\b)|:|=)|(?-u:\b)code[\t\n\x0B\x0C\r ]+(?:for|of|to)[\t\n\x0B\x0C\r ]+[^\n]{0,40}?(?-u:\b)(?:keypad|alarm|door|gate|garage|safe|lock)(?-u:\b)[^\n]{0,30}?(?:(?-u:\b)is(?-u:\b)|:|=))[\t\n\x0B\x0C\r ]*([^\t\n\x0B\x0C\r "'<>|`]{4,64})"#,
             40,
             200,
             1,
@@ -2411,7 +2411,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "code wi-fi",
         ],
         how: context(
-            r#"(?i:\b(?:mot\s+de\s+passe|mdp|code\s+wi-?fi))(?:\s+(?:du|de\s+la|de|des|pour)\s+[^\n:=]{0,40}?)?(?:\s+(?:wi-?fi|wlan))?(?:\s*(?:\best\b|:|=|->)\s*|\s+)([^\s"'<>|`]{6,128})"#,
+            r#"(?i-u:(?-u:\b)(?:mot[\t\n\x0B\x0C\r ]+de[\t\n\x0B\x0C\r ]+passe|mdp|code[\t\n\x0B\x0C\r ]+wi-?fi))(?:[\t\n\x0B\x0C\r ]+(?:du|de[\t\n\x0B\x0C\r ]+la|de|des|pour)[\t\n\x0B\x0C\r ]+[^\n:=]{0,40}?)?(?:[\t\n\x0B\x0C\r ]+(?:wi-?fi|wlan))?(?:[\t\n\x0B\x0C\r ]*(?:(?-u:\b)est(?-u:\b)|:|=|->)[\t\n\x0B\x0C\r ]*|[\t\n\x0B\x0C\r ]+)([^\t\n\x0B\x0C\r "'<>|`]{6,128})"#,
             0,
             220,
             1,
@@ -2433,7 +2433,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "ugangscode",
         ],
         how: context(
-            r#"(?i:(?:passwort|kennwort|wlan-schl(?:ü|ue)ssel|netzwerkschl(?:ü|ue)ssel|zugangscode))(?:\s+(?:f(?:ü|ue)r|des|der|vom|von)\s+[^\n:=]{0,40}?)?(?:\s*(?:\blautet\b|\bist\b|:|=)\s*|\s+)([^\s"'<>|`]{6,128})"#,
+            r#"(?i:(?:passwort|kennwort|wlan-schl(?:ü|ue)ssel|netzwerkschl(?:ü|ue)ssel|zugangscode))(?:[\t\n\x0B\x0C\r ]+(?:f(?:ü|ue)r|des|der|vom|von)[\t\n\x0B\x0C\r ]+[^\n:=]{0,40}?)?(?:[\t\n\x0B\x0C\r ]*(?:(?-u:\b)lautet(?-u:\b)|(?-u:\b)ist(?-u:\b)|:|=)[\t\n\x0B\x0C\r ]*|[\t\n\x0B\x0C\r ]+)([^\t\n\x0B\x0C\r "'<>|`]{6,128})"#,
             20,
             220,
             1,
@@ -2448,7 +2448,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "contrase", "Contrase", "CONTRASE", "clave", "Clave", "CLAVE",
         ],
         how: context(
-            r#"(?i:\b(?:contrase(?:ñ|n)a|clave))(?:\s+(?:del?|para)\s+[^\n:=]{0,40}?)?\s*(?:\bes\b|:|=)\s*([^\s"'<>|`]{6,128})"#,
+            r#"(?i:(?-u:\b)(?:contrase(?:ñ|n)a|clave))(?:[\t\n\x0B\x0C\r ]+(?:del?|para)[\t\n\x0B\x0C\r ]+[^\n:=]{0,40}?)?[\t\n\x0B\x0C\r ]*(?:(?-u:\b)es(?-u:\b)|:|=)[\t\n\x0B\x0C\r ]*([^\t\n\x0B\x0C\r "'<>|`]{6,128})"#,
             0,
             220,
             1,
@@ -2461,7 +2461,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 1,
         anchors: &["PIN", "PUK"],
         how: context(
-            r"\b(?:PIN|PUK)\b\s*(?:code\s*)?(?:[:=]|\bis\b)?\s*(\d{4,8})\b",
+            r"(?-u:\b)(?:PIN|PUK)(?-u:\b)[\t\n\x0B\x0C\r ]*(?:code[\t\n\x0B\x0C\r ]*)?(?:[:=]|(?-u:\b)is(?-u:\b))?[\t\n\x0B\x0C\r ]*(\d{4,8})(?-u:\b)",
             0,
             40,
             1,
@@ -2530,7 +2530,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "SESSIONID",
         ],
         how: context(
-            r#"(?:PHPSESSID|connect\.sid|[A-Za-z0-9_.-]*_session|\.AspNetCore\.(?:Cookies|Session|Identity\.Application|[A-Za-z]*Auth[A-Za-z]*)|ASP\.NET_SessionId|JSESSIONID|sessionid|SESSIONID|session_id|[A-Za-z0-9_.-]*session-token)(?:\s+cookie[^\n]{0,60}?\s+is\s+|["']?\s*[=:]\s*["']?)([^;\s"'<>,()]{16,4096})"#,
+            r#"(?:PHPSESSID|connect\.sid|[A-Za-z0-9_.-]*_session|\.AspNetCore\.(?:Cookies|Session|Identity\.Application|[A-Za-z]*Auth[A-Za-z]*)|ASP\.NET_SessionId|JSESSIONID|sessionid|SESSIONID|session_id|[A-Za-z0-9_.-]*session-token)(?:[\t\n\x0B\x0C\r ]+cookie[^\n]{0,60}?[\t\n\x0B\x0C\r ]+is[\t\n\x0B\x0C\r ]+|["']?[\t\n\x0B\x0C\r ]*[=:][\t\n\x0B\x0C\r ]*["']?)([^;\t\n\x0B\x0C\r "'<>,()]{16,4096})"#,
             40,
             4200,
             1,
@@ -2544,7 +2544,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 2,
         anchors: &["auth", "Auth", "AUTH"],
         how: context(
-            r#"(?i:auth)[A-Za-z_.-]{0,20}["']?(?:\s*[:=]|\s+(?:value\s+)?is)?\s*["']?(?:Basic\s+)?([A-Za-z0-9+/]{12,2048}={0,2})"#,
+            r#"(?i-u:auth)[A-Za-z_.-]{0,20}["']?(?:[\t\n\x0B\x0C\r ]*[:=][\t\n\x0B\x0C\r ]*["']?(?:Basic[\t\n\x0B\x0C\r ]+)?|[\t\n\x0B\x0C\r ]+(?:value[\t\n\x0B\x0C\r ]+)?is[\t\n\x0B\x0C\r ]+|[\t\n\x0B\x0C\r ]+Basic[\t\n\x0B\x0C\r ]+)([A-Za-z0-9+/]{12,2048}={0,2})"#,
             0,
             2200,
             1,
@@ -2557,7 +2557,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 2,
         anchors: &["dockerconfigjson", "dockercfg"],
         how: context(
-            r#"docker(?:configjson|cfg)["']?(?:\s*[:=]|\s+(?:value\s+)?is)\s*["']?([A-Za-z0-9+/]{20,65536}={0,2})"#,
+            r#"docker(?:configjson|cfg)["']?(?:[\t\n\x0B\x0C\r ]*[:=]|[\t\n\x0B\x0C\r ]+(?:value[\t\n\x0B\x0C\r ]+)?is)[\t\n\x0B\x0C\r ]*["']?([A-Za-z0-9+/]{20,65536}={0,2})"#,
             0,
             66000,
             1,
@@ -2644,16 +2644,24 @@ pub(crate) const SPECS: &[Spec] = &[
         id: "network-device-secret",
         prio: 2,
         anchors: &[
-            "secret",
-            "password",
-            "community",
-            "key",
-            "PSK",
+            "enable secret",
+            "enable password",
+            "username ",
+            "password 7",
+            "password 0",
+            "key 7",
+            "key 0",
+            "snmp-server community",
+            "message-digest-key",
+            "tacacs-server",
+            "radius-server",
+            "tacacs server",
+            "isakmp key",
             "set-key",
-            "P:",
+            "PSK",
         ],
         how: context(
-            r#"(?m:(?:(?:^|[\s`'"(:])enable\s+(?:secret|password)|(?:^|[\s`'"(:])username\s+\S+(?:\s+privilege\s+\d+)?\s+(?:secret|password)|\b(?:password|key)\s+7|(?:^|[\s`'"(:])snmp-server\s+community|\bmessage-digest-key\s+\d+\s+md5|(?:^|[\s`'"(:])(?:tacacs-server|radius-server)\s+(?:host\s+\S+\s+)?key|\btacacs\s+server[^\n]*\n\s*key|crypto\s+isakmp\s+key|set-key\s+(?:ascii|hex)|:\s*PSK)\s+(?:[0-9]\s+)?["']?([^\s"'`]{4,256}))"#,
+            r#"(?m:(?:(?:^|[\t\n\x0B\x0C\r `'"(:])enable[\t\n\x0B\x0C\r ]+(?:secret|password)|(?:^|[\t\n\x0B\x0C\r `'"(:])username[\t\n\x0B\x0C\r ]+\S+(?:[\t\n\x0B\x0C\r ]+privilege[\t\n\x0B\x0C\r ]+\d+)?[\t\n\x0B\x0C\r ]+(?:secret|password)|(?-u:\b)(?:password|key)[\t\n\x0B\x0C\r ]+7|(?:^|[\t\n\x0B\x0C\r `'"(:])snmp-server[\t\n\x0B\x0C\r ]+community|(?-u:\b)message-digest-key[\t\n\x0B\x0C\r ]+\d+[\t\n\x0B\x0C\r ]+md5|(?:^|[\t\n\x0B\x0C\r `'"(:])(?:tacacs-server|radius-server)[\t\n\x0B\x0C\r ]+(?:host[\t\n\x0B\x0C\r ]+\S+[\t\n\x0B\x0C\r ]+)?key|(?-u:\b)tacacs[\t\n\x0B\x0C\r ]+server[^\n]*\n[\t\n\x0B\x0C\r ]*key|crypto[\t\n\x0B\x0C\r ]+isakmp[\t\n\x0B\x0C\r ]+key|set-key[\t\n\x0B\x0C\r ]+(?:ascii|hex)|:[\t\n\x0B\x0C\r ]*PSK)[\t\n\x0B\x0C\r ]+(?:[0-9][\t\n\x0B\x0C\r ]+)?["']?([^\t\n\x0B\x0C\r "'`]{4,256}))"#,
             80,
             300,
             1,
@@ -2666,7 +2674,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 2,
         anchors: &["snmp-server user", "auth sha", "auth md5"],
         how: context(
-            r"\bauth\s+(?:md5|sha\S*)\s+(\S{4,128})",
+            r"(?-u:\b)auth[\t\n\x0B\x0C\r ]+(?:md5|sha\S*)[\t\n\x0B\x0C\r ]+(\S{4,128})",
             0,
             200,
             1,
@@ -2679,7 +2687,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 2,
         anchors: &["priv des", "priv 3des", "priv aes"],
         how: context(
-            r"\bpriv\s+(?:des|3des|aes(?:\s+\d+)?)\s+(\S{4,128})",
+            r"(?-u:\b)priv[\t\n\x0B\x0C\r ]+(?:des|3des|aes(?:[\t\n\x0B\x0C\r ]+\d+)?)[\t\n\x0B\x0C\r ]+(\S{4,128})",
             0,
             200,
             1,
@@ -2710,7 +2718,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "preshared_key",
         ],
         how: context(
-            r#"(?i:pre-?shared[-_]key)["']?\s*[=:]\s*["']?([^\s"'`]{8,128})"#,
+            r#"(?i-u:pre-?shared[-_]key)["']?[\t\n\x0B\x0C\r ]*[=:][\t\n\x0B\x0C\r ]*["']?([^\t\n\x0B\x0C\r "'`]{8,128})"#,
             0,
             170,
             1,
@@ -2723,7 +2731,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 2,
         anchors: &["private-key"],
         how: context(
-            r#"private-key\s+<\(\s*echo\s+['"]?([A-Za-z0-9+/]{42,43}=)"#,
+            r#"private-key[\t\n\x0B\x0C\r ]+<\([\t\n\x0B\x0C\r ]*echo[\t\n\x0B\x0C\r ]+['"]?([A-Za-z0-9+/]{42,43}=)"#,
             0,
             120,
             1,
