@@ -434,10 +434,7 @@ fn url_credentials(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<(
     let user = &b[e..ps - 1];
     let word = |w: &[u8], list: &[&[u8]]| list.iter().any(|x| w.eq_ignore_ascii_case(x));
     let doc_template = word(user, &[b"user", b"username", b"usr", b"login", b"name"])
-        && word(
-            v,
-            &[b"password", b"pass", b"passwd", b"pwd", b"pw", b"secret"],
-        );
+        && word(v, &[b"password", b"passwd", b"secret"]);
     (!template && !port_like && !doc_template && !super::checks::is_placeholder(v))
         .then_some((ps, pe))
 }
@@ -2384,7 +2381,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "Garage",
         ],
         how: context(
-            r#"(?i-u:(?-u:\b)(?:keypad|alarm|door|gate|garage|safe|lock)(?-u:\b)[^\n]{0,40}?(?-u:\b)code(?-u:\b)[^\n]{0,30}?(?:(?-u:\b)is(?-u:\b)|:|=)|(?-u:\b)code[\t\n\x0B\x0C\r ]+(?:for|of|to)[\t\n\x0B\x0C\r ]+[^\n]{0,40}?(?-u:\b)(?:keypad|alarm|door|gate|garage|safe|lock)(?-u:\b)[^\n]{0,30}?(?:(?-u:\b)is(?-u:\b)|:|=))[\t\n\x0B\x0C\r ]*([^\t\n\x0B\x0C\r "'<>|`]{4,64})"#,
+            r#"(?i:(?-u:\b)(?:keypad|alarm|door|gate|garage|safe|lock)(?-u:\b)[^\n]{0,40}?(?-u:\b)code(?-u:\b)[^\n]{0,30}?(?:(?-u:\b)is(?-u:\b)|:|=)|(?-u:\b)code[\t\n\x0B\x0C\r ]+(?:for|of|to)[\t\n\x0B\x0C\r ]+[^\n]{0,40}?(?-u:\b)(?:keypad|alarm|door|gate|garage|safe|lock)(?-u:\b)[^\n]{0,30}?(?:(?-u:\b)is(?-u:\b)|:|=))[\t\n\x0B\x0C\r ]*([^\t\n\x0B\x0C\r "'<>|`]{4,64})"#,
             40,
             200,
             1,
