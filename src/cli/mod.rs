@@ -979,14 +979,7 @@ fn redact(
         return Ok(0);
     }
     if !report {
-        let total: u32 = kinds.iter().map(|(_, n)| n).sum();
-        let list: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} ({n})")).collect();
-        writeln!(
-            err,
-            "memvault: {total} secret{} redacted: {}",
-            if total == 1 { "" } else { "s" },
-            list.join(", ")
-        )?;
+        writeln!(err, "{}", redact::summary(&kinds))?;
     }
     Ok(1)
 }

@@ -440,15 +440,20 @@ pub(crate) fn redact_json_lines(
     if counts.is_empty() {
         return Ok(0);
     }
-    let total: u32 = counts.values().sum();
-    let list: Vec<String> = counts.iter().map(|(k, n)| format!("{k} ({n})")).collect();
-    writeln!(
-        err,
+    let kinds: Kinds = counts.into_iter().collect();
+    writeln!(err, "{}", summary(&kinds))?;
+    Ok(1)
+}
+
+/// `memvault: N secrets redacted: kind (n), ...`, for stderr.
+pub(crate) fn summary(kinds: &Kinds) -> String {
+    let total: u32 = kinds.iter().map(|(_, n)| n).sum();
+    let list: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} ({n})")).collect();
+    format!(
         "memvault: {total} secret{} redacted: {}",
         if total == 1 { "" } else { "s" },
         list.join(", ")
-    )?;
-    Ok(1)
+    )
 }
 
 #[cfg(test)]
