@@ -143,27 +143,23 @@ pub(crate) fn command_args(
                 .then(|| span(*pos.get(2)?))
                 .flatten()
         }
-        b"net use" => {
-            // `net use [X:] \\host\share PASSWORD /user:NAME`.
+        b"net use" | b"net user" => {
+            // `net use [X:] \\host\share PASSWORD /user:NAME`, `net user
+            // NAME PASSWORD [/add]`: switches aside, `*` asks for it.
             let pos: Vec<Arg> = a
                 .iter()
                 .copied()
                 .filter(|x| !b[x.start..x.end].starts_with(b"/"))
                 .collect();
-            let unc = pos
-                .iter()
-                .position(|x| b[x.start..x.end].starts_with(b"\\\\"))?;
-            let pw = *pos.get(unc + 1)?;
-            (&b[pw.start..pw.end] != b"*").then(|| span(pw)).flatten()
-        }
-        b"net user" => {
-            // `net user NAME PASSWORD [/add]`.
-            let pos: Vec<Arg> = a
-                .iter()
-                .copied()
-                .filter(|x| !b[x.start..x.end].starts_with(b"/"))
-                .collect();
-            let pw = *pos.get(1)?;
+            let at = if name.as_slice() == b"net use" {
+                let unc = pos
+                    .iter()
+                    .position(|x| b[x.start..x.end].starts_with(b"\\\\"))?;
+                unc + 1
+            } else {
+                1
+            };
+            let pw = *pos.get(at)?;
             (&b[pw.start..pw.end] != b"*").then(|| span(pw)).flatten()
         }
         b"smbclient" | b"rpcclient" | b"smbmap" | b"crackmapexec" | b"netexec" => {
@@ -288,17 +284,7 @@ pub(crate) fn command_args(
 /// A closing parenthesis or sentence mark after the value is read with it
 /// (and redacted with it), not judged as part of it.
 pub(crate) fn prose_password(v: &[u8]) -> bool {
-    let end = v.len()
-        - v.iter()
-            .rev()
-            .take_while(|&&c| matches!(c, b')' | b']' | b'.' | b',' | b';' | b':' | b'!' | b'?'))
-            .count();
-    let v = if end >= 6 && !v[..end].contains(&b'(') {
-        &v[..end]
-    } else {
-        v
-    };
-    super::assign::prose_password(v)
+    super::assign::prose_password(trim_closing(v))
 }
 
 /// [`prose_password`] where only a weak word names the value: a strong
