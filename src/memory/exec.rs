@@ -318,7 +318,9 @@ impl Memory {
             ));
         }
         let overwrite = self.config.overwrite_on_create;
-        write(store, &mut |snap| {
+        let mut unchanged = false;
+        let result = write(store, &mut |snap| {
+            unchanged = false;
             let (op, lines_removed) = match snap.kind(path)? {
                 Some(NodeKind::Dir) => {
                     let example = if path.is_root() {
@@ -339,6 +341,17 @@ impl Memory {
                         Err(StoreError::NotFound) => Zeroizing::new(Vec::new()),
                         Err(e) => return Err(e),
                     };
+                    // The same text again is answered as a create but
+                    // writes nothing (no commit, no quota refusal); it
+                    // counts as an access for expiry.
+                    if old.as_slice() == text.as_bytes() {
+                        unchanged = true;
+                        let success = format!("File created successfully at: {path}");
+                        return Ok(Outcome {
+                            result: ToolResult::ok(filtered.with_note(success)),
+                            mutation: None,
+                        });
+                    }
                     (Op::Overwrite, count_u32(line_count_bytes(&old)))
                 }
                 None => {
@@ -368,7 +381,11 @@ impl Memory {
                     },
                 }),
             })
-        })
+        });
+        if unchanged && !result.is_error {
+            store.note_viewed(path);
+        }
+        result
     }
 
     // ----- str_replace ------------------------------------------------
@@ -392,7 +409,9 @@ impl Memory {
         let new_str: &str = filtered.text();
         let max_bytes = self.config.max_file_bytes;
         let max_chars = self.config.max_view_chars;
-        write(store, &mut |snap| {
+        let mut unchanged = false;
+        let result = write(store, &mut |snap| {
+            unchanged = false;
             let missing =
                 || format!("Error: The path {path} does not exist. Please provide a valid path.");
             let bytes = match read_file(snap, path)? {
@@ -447,6 +466,7 @@ impl Memory {
             // but writes nothing: no commit, no history entry, and no
             // refusal at a storage quota.
             if edited.as_bytes() == text.as_bytes() {
+                unchanged = true;
                 return Ok(Outcome {
                     result: ToolResult::ok(noted.with_note(result)),
                     mutation: None,
@@ -467,7 +487,12 @@ impl Memory {
                     },
                 }),
             })
-        })
+        });
+        // An edit that wrote nothing still counts as an access (expiry).
+        if unchanged && !result.is_error {
+            store.note_viewed(path);
+        }
+        result
     }
 
     // ----- insert -----------------------------------------------------

@@ -812,6 +812,32 @@ fn str_replace_that_changes_nothing_is_answered_but_not_written() {
     );
     ok(&r);
     assert_eq!(s.commits(), 1);
+    // The no-op counted as an access (expiry); the real edit did not.
+    assert_eq!(s.viewed(), &[MemoryPath::parse("/memories/n.txt").unwrap()]);
+}
+
+#[test]
+fn create_over_a_file_with_the_same_text_is_answered_but_not_written() {
+    let mut s = store(&[("/memories/n.txt", "same\n")]);
+    let m = config(|c| c.overwrite_on_create = true);
+    let same = json!({"command": "create", "path": "/memories/n.txt", "file_text": "same\n"});
+    assert_eq!(
+        ok(&run(&m, &mut s, same)),
+        "File created successfully at: /memories/n.txt"
+    );
+    assert_eq!(s.commits(), 0);
+    assert_eq!(s.viewed(), &[MemoryPath::parse("/memories/n.txt").unwrap()]);
+    let other = json!({"command": "create", "path": "/memories/n.txt", "file_text": "same"});
+    ok(&run(&m, &mut s, other));
+    assert_eq!(s.commits(), 1);
+    assert_eq!(
+        s.get(&MemoryPath::parse("/memories/n.txt").unwrap()),
+        Some(&b"same"[..])
+    );
+    // Without overwrite, the same text is still "already exists".
+    let same = json!({"command": "create", "path": "/memories/n.txt", "file_text": "same"});
+    let r = run(&Memory::default(), &mut s, same);
+    assert_eq!(err(&r), "Error: File /memories/n.txt already exists");
 }
 
 #[test]

@@ -23,15 +23,25 @@
 //! # Limits
 //!
 //! Validation is purely lexical. It does not know which paths exist, and it
-//! accepts names other systems might dislike (trailing spaces or dots,
-//! names that differ only in case, `node_modules`, names starting with
-//! `.`): the store is not a file system, so those are harmless here. A plain
-//! `%` is kept verbatim (`100%.txt`); paths are never URL-decoded.
+//! accepts names other systems might dislike (trailing dots, names that
+//! differ only in case, `node_modules`, names starting with `.`): the
+//! store is not a file system, so those are harmless here. A plain `%` is
+//! kept verbatim (`100%.txt`); paths are never URL-decoded.
+//!
+//! What displays as nothing or as a separator is refused, so a listing
+//! cannot show two names alike: the rest of Unicode's default-ignorable
+//! characters (variation selectors, Hangul fillers), spaces other than
+//! U+0020 and the braille blank, slash and backslash look-alikes
+//! (`∕`, `⁄`, `／`), a name made of dots and dot leaders (`‥`), a name
+//! that begins or ends with a space (or is only spaces), and a name that
+//! begins with a combining mark. Letters that resemble others in another
+//! script (Cyrillic `о` for Latin `o`) are not refused.
 
 use std::cmp::Ordering;
 use std::fmt;
 use std::str::FromStr;
 
+use unicode_normalization::char::is_combining_mark;
 use unicode_normalization::{UnicodeNormalization, is_nfc};
 
 /// The root of every memory path.
@@ -64,6 +74,10 @@ pub enum PathRule {
     OutsideRoot,
     EncodedSeparator,
     NotNfc,
+    InvisibleChar,
+    LookAlikeChar,
+    BlankEdge,
+    LeadingMark,
     EmptySegment,
     DotSegment,
     DotDotSegment,
@@ -121,6 +135,26 @@ pub enum PathError {
     )]
     NotNfc { path: String, nfc: String },
     #[error(
+        "The path {path} is not allowed: it contains {}, which displays as nothing and can make a name look like another. Remove it and type the name plainly.",
+        invisible_kind(.ch)
+    )]
+    InvisibleChar { path: String, ch: char },
+    #[error(
+        "The path {path} is not allowed: it contains {}. Use the plain character ({}) or another name.",
+        look_alike_kind(.ch).0,
+        look_alike_kind(.ch).1
+    )]
+    LookAlikeChar { path: String, ch: char },
+    #[error(
+        "The path {path} is not allowed: a name in it begins or ends with a space, or is only spaces, so it looks like another name in a listing. Remove the spaces at the edges of each name."
+    )]
+    BlankEdge { path: String },
+    #[error(
+        "The path {path} is not allowed: a name in it begins with the combining mark {}, which joins the character before it (the `/`) and hides where the name starts. Put the mark after a letter, or remove it.",
+        code_point(.ch)
+    )]
+    LeadingMark { path: String, ch: char },
+    #[error(
         "The path {path} is not allowed: it contains an empty segment (`//`). Separate names with a single `/` (one trailing `/` is allowed)."
     )]
     EmptySegment { path: String },
@@ -160,6 +194,10 @@ impl PathError {
             PathError::OutsideRoot { .. } => PathRule::OutsideRoot,
             PathError::EncodedSeparator { .. } => PathRule::EncodedSeparator,
             PathError::NotNfc { .. } => PathRule::NotNfc,
+            PathError::InvisibleChar { .. } => PathRule::InvisibleChar,
+            PathError::LookAlikeChar { .. } => PathRule::LookAlikeChar,
+            PathError::BlankEdge { .. } => PathRule::BlankEdge,
+            PathError::LeadingMark { .. } => PathRule::LeadingMark,
             PathError::EmptySegment { .. } => PathRule::EmptySegment,
             PathError::DotSegment { .. } => PathRule::DotSegment,
             PathError::DotDotSegment { .. } => PathRule::DotDotSegment,
@@ -207,6 +245,101 @@ fn is_format(c: char) -> bool {
     )
 }
 
+/// Characters that display as nothing but are not `Cf`: the rest of
+/// Unicode's `Default_Ignorable_Code_Point` (variation selectors, Hangul
+/// fillers, the combining grapheme joiner, Mongolian free variation
+/// selectors, Khmer inherent vowels, and the unassigned ignorable ranges).
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{34F}'
+            | '\u{115F}'..='\u{1160}'
+            | '\u{17B4}'..='\u{17B5}'
+            | '\u{180B}'..='\u{180F}'
+            | '\u{2065}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FFA0}'
+            | '\u{FFF0}'..='\u{FFF8}'
+            | '\u{E0000}'..='\u{E0FFF}'
+    )
+}
+
+fn invisible_kind(c: &char) -> String {
+    let what = match *c {
+        '\u{FE00}'..='\u{FE0F}' | '\u{E0100}'..='\u{E01EF}' | '\u{180B}'..='\u{180F}' => {
+            "the variation selector"
+        }
+        '\u{115F}' | '\u{1160}' | '\u{3164}' | '\u{FFA0}' => "the Hangul filler",
+        _ => "the invisible character",
+    };
+    format!("{what} {}", code_point(c))
+}
+
+/// Characters drawn like a space, a slash or a backslash that are none of
+/// them: in a name they make it look like another path (`a∕b` like
+/// `a/b`). Plain spaces are allowed inside a name; other spaces are
+/// refused. Dot leaders are refused only in a name made of dots
+/// ([`is_dot_like`]).
+fn is_look_alike(c: char) -> bool {
+    matches!(
+        look_alike_class(c),
+        Some(LookAlike::Space | LookAlike::Slash | LookAlike::Backslash)
+    )
+}
+
+fn is_dot_like(c: char) -> bool {
+    matches!(look_alike_class(c), Some(LookAlike::Dots))
+}
+
+#[derive(Clone, Copy)]
+enum LookAlike {
+    Space,
+    Slash,
+    Backslash,
+    Dots,
+}
+
+fn look_alike_class(c: char) -> Option<LookAlike> {
+    Some(match c {
+        '\u{A0}'
+        | '\u{1680}'
+        | '\u{2000}'..='\u{200A}'
+        | '\u{202F}'
+        | '\u{205F}'
+        | '\u{3000}'
+        | '\u{2800}' => LookAlike::Space,
+        '\u{2044}' | '\u{2215}' | '\u{2571}' | '\u{27CB}' | '\u{29F8}' | '\u{FF0F}'
+        | '\u{1735}' | '\u{2CC6}' | '\u{3033}' | '\u{30CE}' | '\u{4E3F}' => LookAlike::Slash,
+        '\u{2216}' | '\u{2572}' | '\u{27CD}' | '\u{29F5}' | '\u{29F9}' | '\u{FE68}'
+        | '\u{FF3C}' => LookAlike::Backslash,
+        '\u{2024}' | '\u{2025}' | '\u{2026}' | '\u{FF0E}' | '\u{FE52}' => LookAlike::Dots,
+        _ => return None,
+    })
+}
+
+fn look_alike_kind(c: &char) -> (String, &'static str) {
+    let cp = code_point(c);
+    match look_alike_class(*c) {
+        Some(LookAlike::Space) => (
+            format!("the space-like character {cp}, which looks like a plain space"),
+            "a plain space, U+0020",
+        ),
+        Some(LookAlike::Slash) => (
+            format!("the slash-like character {cp}, which looks like the `/` between names"),
+            "`/` to separate names",
+        ),
+        Some(LookAlike::Backslash) => (
+            format!("the backslash-like character {cp}"),
+            "`/` to separate names",
+        ),
+        _ => (
+            format!("the dot-like character {cp}, which looks like `.`"),
+            "a plain `.`",
+        ),
+    }
+}
+
 fn is_line_separator(c: char) -> bool {
     matches!(c, '\u{2028}' | '\u{2029}')
 }
@@ -220,7 +353,7 @@ pub fn is_plain_label(label: &str) -> bool {
         && label.len() <= 128
         && !label
             .chars()
-            .any(|c| is_control(c) || is_format(c) || is_line_separator(c))
+            .any(|c| is_control(c) || is_format(c) || is_invisible(c) || is_line_separator(c))
 }
 
 /// Makes `s` safe to put in a message: control, format and line-separator
@@ -228,7 +361,7 @@ pub fn is_plain_label(label: &str) -> bool {
 pub(crate) fn shown(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
-        if is_control(c) || is_format(c) || is_line_separator(c) {
+        if is_control(c) || is_format(c) || is_invisible(c) || is_line_separator(c) {
             out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
         } else {
             out.push(c);
@@ -341,6 +474,22 @@ impl MemoryPath {
                 nfc: shown(&s.nfc().collect::<String>()),
             });
         }
+        for ch in rest.chars() {
+            if is_invisible(ch) {
+                return Err(PathError::InvisibleChar { path: shown(s), ch });
+            }
+            if is_look_alike(ch) {
+                return Err(PathError::LookAlikeChar { path: shown(s), ch });
+            }
+        }
+        // A name of dots and dot leaders (`‥`, `．．`) reads as `..`.
+        for segment in rest.split('/') {
+            if let Some(ch) = segment.chars().find(|c| is_dot_like(*c))
+                && segment.chars().all(|c| c == '.' || is_dot_like(c))
+            {
+                return Err(PathError::LookAlikeChar { path: shown(s), ch });
+            }
+        }
         // One trailing `/` is allowed and ignored; a second one leaves an
         // empty segment and is refused below.
         let rest = rest.strip_suffix('/').unwrap_or(rest);
@@ -357,7 +506,13 @@ impl MemoryPath {
                         len: segment.len(),
                     });
                 }
+                _ if segment.starts_with(' ') || segment.ends_with(' ') => {
+                    return Err(PathError::BlankEdge { path: s.to_owned() });
+                }
                 _ => {}
+            }
+            if let Some(ch) = segment.chars().next().filter(|c| is_combining_mark(*c)) {
+                return Err(PathError::LeadingMark { path: shown(s), ch });
             }
         }
         if depth > MAX_DEPTH {
@@ -677,6 +832,43 @@ mod tests {
             (s("/memories/\u{e007f}"), FormatChar),
             (s("/memo\u{200b}ries/a"), FormatChar),
             (s("/memories/.\u{200b}."), FormatChar),
+            // invisible though not `Cf`: fillers, variation selectors
+            (s("/memories/\u{3164}"), InvisibleChar),
+            (s("/memories/\u{115f}.md"), InvisibleChar),
+            (s("/memories/a\u{1160}"), InvisibleChar),
+            (s("/memories/\u{ffa0}/x"), InvisibleChar),
+            (s("/memories/notes\u{fe0f}.md"), InvisibleChar),
+            (s("/memories/a\u{e0100}"), InvisibleChar),
+            (s("/memories/a\u{34f}b"), InvisibleChar),
+            (s("/memories/a\u{180b}"), InvisibleChar),
+            // look-alikes of a space, a slash, a backslash, `..`
+            (s("/memories/\u{2800}"), LookAlikeChar),
+            (s("/memories/a\u{a0}b"), LookAlikeChar),
+            (s("/memories/\u{3000}"), LookAlikeChar),
+            (s("/memories/a\u{2009}b.md"), LookAlikeChar),
+            (s("/memories/a\u{2215}b"), LookAlikeChar),
+            (s("/memories/..\u{2215}etc"), LookAlikeChar),
+            (s("/memories/a\u{2044}b"), LookAlikeChar),
+            (s("/memories/a\u{ff0f}b"), LookAlikeChar),
+            (s("/memories/a\u{29f8}b"), LookAlikeChar),
+            (s("/memories/a\u{2216}b"), LookAlikeChar),
+            (s("/memories/a\u{ff3c}b"), LookAlikeChar),
+            (s("/memories/\u{2025}"), LookAlikeChar),
+            (s("/memories/\u{2024}\u{2024}/x"), LookAlikeChar),
+            (s("/memories/.\u{2024}"), LookAlikeChar),
+            (s("/memories/\u{ff0e}\u{ff0e}"), LookAlikeChar),
+            (s("/memories/\u{2026}"), LookAlikeChar),
+            // spaces at a name's edges, or only spaces
+            (s("/memories/ "), BlankEdge),
+            (s("/memories/   /x"), BlankEdge),
+            (s("/memories/notes.md "), BlankEdge),
+            (s("/memories/ notes.md"), BlankEdge),
+            (s("/memories/a /b"), BlankEdge),
+            (s("/memories/a/ b/"), BlankEdge),
+            // a name that begins with a combining mark
+            (s("/memories/\u{301}"), LeadingMark),
+            (s("/memories/\u{308}x.md"), LeadingMark),
+            (s("/memories/a/\u{20dd}"), LeadingMark),
             // line and paragraph separators
             (s("/memories/a\u{2028}b"), LineSeparator),
             (s("/memories/\u{2029}"), LineSeparator),
@@ -722,8 +914,10 @@ mod tests {
                     let msg = e.to_string();
                     // Never a raw control, format or separator character.
                     assert!(
-                        !msg.chars()
-                            .any(|c| is_control(c) || is_format(c) || is_line_separator(c)),
+                        !msg.chars().any(|c| is_control(c)
+                            || is_format(c)
+                            || is_invisible(c)
+                            || is_line_separator(c)),
                         "{input:?} message is not escaped: {msg:?}"
                     );
                 }
@@ -783,8 +977,21 @@ mod tests {
             ),
             ("/memories/UPPER".into(), "/memories/UPPER".into()),
             (
-                "/memories/trailing space ".into(),
-                "/memories/trailing space ".into(),
+                "/memories/in  between.md".into(),
+                "/memories/in  between.md".into(),
+            ),
+            (
+                "/memories/wait\u{2026}.md".into(),
+                "/memories/wait\u{2026}.md".into(),
+            ),
+            ("/memories/1\u{ff0e}2".into(), "/memories/1\u{ff0e}2".into()),
+            (
+                "/memories/e\u{301}\u{301}".nfc().collect::<String>(),
+                "/memories/\u{e9}\u{301}".into(),
+            ),
+            (
+                "/memories/\u{1f44d}\u{1f3fd}".into(),
+                "/memories/\u{1f44d}\u{1f3fd}".into(),
             ),
             ("/memories/trailing.".into(), "/memories/trailing.".into()),
             ("/memories/a:b*c?d".into(), "/memories/a:b*c?d".into()),
@@ -840,6 +1047,16 @@ mod tests {
         assert!(msg("/memories//a").contains("empty segment"));
         assert!(msg("/memories/./a").contains("a `.` segment"));
         assert!(msg("/memories/a\u{2028}").contains("U+2028"));
+        assert_eq!(
+            msg("/memories/\u{3164}"),
+            "The path /memories/\\u{3164} is not allowed: it contains the Hangul filler U+3164, which displays as nothing and can make a name look like another. Remove it and type the name plainly."
+        );
+        assert_eq!(
+            msg("/memories/a\u{2215}b"),
+            "The path /memories/a\u{2215}b is not allowed: it contains the slash-like character U+2215, which looks like the `/` between names. Use the plain character (`/` to separate names) or another name."
+        );
+        assert!(msg("/memories/x/notes.md ").contains("begins or ends with a space"));
+        assert!(msg("/memories/\u{301}").contains("combining mark U+0301"));
     }
 
     #[test]

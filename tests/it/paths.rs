@@ -28,6 +28,14 @@ const HOSTILE: &[&str] = &[
     "/memories/zero\u{200b}width",
     "/memories/line\u{2028}sep",
     "/memories/e\u{301}",
+    "/memories/\u{3164}",
+    "/memories/notes\u{fe0f}.md",
+    "/memories/\u{2800}",
+    "/memories/a\u{2215}..\u{2215}b",
+    "/memories/\u{2025}/x",
+    "/memories/ ",
+    "/memories/keep.txt ",
+    "/memories/\u{301}x",
 ];
 
 #[test]
