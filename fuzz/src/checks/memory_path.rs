@@ -57,8 +57,12 @@ fn parsed(s: &str) -> Option<MemoryPath> {
     for seg in &segments {
         assert!(!seg.is_empty() && *seg != "." && *seg != "..", "{c:?}");
         assert!(seg.len() <= MAX_SEGMENT_BYTES, "{c:?}");
+        assert!(!seg.starts_with(' ') && !seg.ends_with(' '), "{c:?}");
     }
-    assert!(c.chars().all(|ch| !forbidden(ch)), "{c:?}");
+    assert!(
+        c.chars().all(|ch| !forbidden(ch) && !look_alike(ch)),
+        "{c:?}"
+    );
     let lower = c.to_ascii_lowercase();
     assert!(!["%2e", "%2f", "%5c"].iter().any(|e| lower.contains(e)));
     // Parent, name and ancestors agree with the segments.
@@ -123,7 +127,22 @@ fn forbidden(ch: char) -> bool {
                 | '\u{FFF9}'..='\u{FFFB}'
                 | '\u{E0001}'
                 | '\u{E0020}'..='\u{E007F}'
+                // invisible though not `Cf`: fillers, variation selectors
+                | '\u{115F}'..='\u{1160}'
+                | '\u{3164}'
+                | '\u{FFA0}'
+                | '\u{FE00}'..='\u{FE0F}'
+                | '\u{E0100}'..='\u{E01EF}'
         )
+}
+
+/// Drawn like a space or a slash in an accepted name.
+fn look_alike(ch: char) -> bool {
+    matches!(
+        ch,
+        '\u{A0}' | '\u{2000}'
+            ..='\u{200A}' | '\u{3000}' | '\u{2800}' | '\u{2215}' | '\u{2044}' | '\u{FF0F}'
+    )
 }
 
 /// A message Claude reads: no raw control, format or separator character.
