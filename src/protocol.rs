@@ -88,7 +88,11 @@ pub enum ParseError {
 /// `{"command":"view","command":"delete"}` would delete; a request whose
 /// meaning depends on which duplicate wins is refused instead. Callers of
 /// [`Memory::execute_json`] that parse text themselves should use this.
+///
+/// A leading UTF-8 byte order mark is skipped (RFC 8259 lets a parser
+/// ignore it; editors and Windows tools write one).
 pub fn parse_strict(text: &[u8]) -> Result<Value, ParseError> {
+    let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(text);
     let duplicate = std::cell::RefCell::new(None);
     let mut de = serde_json::Deserializer::from_slice(text);
     let parsed = serde::de::DeserializeSeed::deserialize(
@@ -283,9 +287,109 @@ fn reply_to(memory: &Memory, store: &mut dyn Store, value: &Value) -> Reply {
     }
 }
 
-/// The reply to a request line over `max_line` bytes (it is not read).
-pub(crate) fn too_long_reply(n: usize, max_line: usize) -> Reply {
-    error_reply(None, too_long_message(n, max_line))
+/// The reply to a request line over `max_line` bytes (it is not parsed):
+/// to the `id` of the `tool_use` block it starts, when its first bytes
+/// ([`Line::TooLong`]'s head) name one.
+pub(crate) fn too_long_reply(n: usize, max_line: usize, head: &[u8]) -> Reply {
+    error_reply(tool_use_id_in_head(head), too_long_message(n, max_line))
+}
+
+/// How much of an over-long line is kept to find its `tool_use` id.
+const HEAD_BYTES: usize = 4096;
+
+/// The `id` of the object that `head` (the start of a JSON text) begins,
+/// when a string `id` key comes in `head` at the object's top level and
+/// no `type` other than `tool_use` comes before it. The SDKs write a
+/// `tool_use` block's `id` before its `input`, so an over-long block is
+/// still answered to its id.
+fn tool_use_id_in_head(head: &[u8]) -> Option<String> {
+    let mut at = 0;
+    let ws = |at: &mut usize| {
+        while head.get(*at).is_some_and(u8::is_ascii_whitespace) {
+            *at += 1;
+        }
+    };
+    // The end (exclusive) of the string that starts at `from` (a `"`).
+    let string_end = |from: usize| -> Option<usize> {
+        let mut i = from + 1;
+        loop {
+            match head.get(i)? {
+                b'\\' => i += 2,
+                b'"' => return Some(i + 1),
+                _ => i += 1,
+            }
+        }
+    };
+    ws(&mut at);
+    if head.get(at) != Some(&b'{') {
+        return None;
+    }
+    at += 1;
+    let mut id = None;
+    loop {
+        ws(&mut at);
+        if head.get(at) != Some(&b'"') {
+            return None;
+        }
+        let key_end = string_end(at)?;
+        let key: String = serde_json::from_slice(&head[at..key_end]).ok()?;
+        at = key_end;
+        ws(&mut at);
+        if head.get(at) != Some(&b':') {
+            return None;
+        }
+        at += 1;
+        ws(&mut at);
+        let value_start = at;
+        // Skip the value: a string, or anything up to the `,` or `}` that
+        // closes it at this level (nested strings skipped whole).
+        let mut depth = 0usize;
+        loop {
+            match *head.get(at)? {
+                b'"' => {
+                    at = string_end(at)?;
+                    if depth == 0 {
+                        break;
+                    }
+                    continue;
+                }
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' if depth > 0 => {
+                    depth -= 1;
+                    if depth == 0 {
+                        at += 1;
+                        break;
+                    }
+                }
+                b',' | b'}' if depth == 0 => break,
+                _ => {}
+            }
+            at += 1;
+        }
+        let value = &head[value_start..at];
+        match key.as_str() {
+            "id" => {
+                let Ok(text) = serde_json::from_slice::<String>(value) else {
+                    return None;
+                };
+                id = Some(text);
+            }
+            "type"
+                if serde_json::from_slice::<String>(value).ok().as_deref() != Some("tool_use") =>
+            {
+                return None;
+            }
+            _ => {}
+        }
+        ws(&mut at);
+        match head.get(at) {
+            Some(b',') => at += 1,
+            _ => return id,
+        }
+        if id.is_some() {
+            return id;
+        }
+    }
 }
 
 /// The tool error for a request of `n` bytes over the limit `max_line`.
@@ -308,7 +412,8 @@ pub(crate) fn blank_reply() -> Reply {
 /// Outcome of reading one bounded line.
 pub(crate) enum Line {
     Ok(Vec<u8>),
-    TooLong(usize),
+    /// Its length, and its first bytes (up to 4 KiB).
+    TooLong(usize, Vec<u8>),
     Eof,
 }
 
@@ -341,10 +446,16 @@ pub(crate) fn read_bounded_ended(input: &mut dyn BufRead, max: usize) -> io::Res
         if !too_long {
             if buf.len() + take > max {
                 too_long = true;
-                buf = Vec::new();
+                let more = take.min(HEAD_BYTES.saturating_sub(buf.len()));
+                buf.extend_from_slice(&chunk[..more]);
+                buf.truncate(HEAD_BYTES);
+                buf.shrink_to_fit();
             } else {
                 buf.extend_from_slice(&chunk[..take]);
             }
+        } else if buf.len() < HEAD_BYTES {
+            let more = take.min(HEAD_BYTES - buf.len());
+            buf.extend_from_slice(&chunk[..more]);
         }
         input.consume(if done { take + 1 } else { take });
         if done {
@@ -354,7 +465,7 @@ pub(crate) fn read_bounded_ended(input: &mut dyn BufRead, max: usize) -> io::Res
     }
     // An empty line still counts as a line (handled by the caller).
     if too_long {
-        Ok((Line::TooLong(total), ended))
+        Ok((Line::TooLong(total, buf), ended))
     } else {
         Ok((Line::Ok(buf), ended))
     }
@@ -378,7 +489,7 @@ pub fn serve(
     loop {
         let reply = match read_bounded(input, max_line)? {
             Line::Eof => return Ok(answered),
-            Line::TooLong(n) => too_long_reply(n, max_line),
+            Line::TooLong(n, head) => too_long_reply(n, max_line, &head),
             Line::Ok(line) => {
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
@@ -503,5 +614,43 @@ mod tests {
         );
         assert_eq!(out[1]["is_error"], false);
         assert!(!out[1]["content"].as_str().unwrap().contains("/memories/a"));
+    }
+
+    /// An over-long `tool_use` block is answered to its id when the id
+    /// comes before its input, as the SDKs write it; otherwise, and for a
+    /// bare command, the id is null.
+    #[test]
+    fn an_overlong_tool_use_block_is_answered_to_its_id() {
+        let big = "x".repeat(9000);
+        let input_part = format!(
+            r#""input":{{"command":"create","path":"/memories/a","file_text":"{big}","nested":[{{"id":"no"}}]}}"#
+        );
+        let lines = [
+            format!(r#"{{"id":"toolu_01\"q",{input_part},"name":"memory","type":"tool_use"}}"#),
+            format!(
+                r#" {{ "type" : "tool_use", "name":"memory" , "id" : "toolu_02", {input_part}}}"#
+            ),
+            format!(r#"{{"type":"tool_use",{input_part},"id":"toolu_03"}}"#),
+            format!(r#"{{"type":"text","id":"toolu_04",{input_part}}}"#),
+            format!(r#"{{"command":"create","path":"/memories/a","file_text":"{big}"}}"#),
+            format!(r#"{{"id":{{"id":"toolu_05"}},{input_part}}}"#),
+        ];
+        let text = lines.join("\n") + "\n";
+        let out = run(&text, 4096);
+        assert_eq!(out.len(), lines.len());
+        let ids: Vec<&Value> = out.iter().map(|o| &o["tool_use_id"]).collect();
+        assert_eq!(ids[0], "toolu_01\"q");
+        assert_eq!(ids[1], "toolu_02");
+        assert!(ids[2..].iter().all(|id| id.is_null()), "{ids:?}");
+        assert!(out.iter().all(|o| o["is_error"] == true));
+    }
+
+    #[test]
+    fn a_leading_byte_order_mark_is_skipped() {
+        let out = run(
+            "\u{feff}{\"command\":\"view\",\"path\":\"/memories\"}\n",
+            1024,
+        );
+        assert_eq!(out[0]["is_error"], false, "{}", out[0]);
     }
 }

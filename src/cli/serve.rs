@@ -248,7 +248,7 @@ impl<'v> Shared<'v> {
             let mut vault = lock(&self.vault);
             let reply = match line {
                 Line::Eof => return None,
-                Line::TooLong(n) => protocol::too_long_reply(n, self.max_line),
+                Line::TooLong(n, head) => protocol::too_long_reply(n, self.max_line, &head),
                 Line::Ok(bytes) => {
                     if bytes.iter().all(u8::is_ascii_whitespace) {
                         return None;
@@ -773,7 +773,7 @@ impl Drop for Follower {
 /// never a line.
 fn read_line(r: &mut dyn BufRead, max: usize) -> io::Result<Line> {
     match protocol::read_bounded_ended(r, max)? {
-        (line @ (Line::Ok(_) | Line::TooLong(_)), true) => Ok(line),
+        (line @ (Line::Ok(_) | Line::TooLong(..)), true) => Ok(line),
         _ => Err(io::ErrorKind::UnexpectedEof.into()),
     }
 }

@@ -188,9 +188,10 @@ impl Fields<'_> {
         const EXPECTED: &str = "an integer (a line number, 0 for the start of the file)";
         match self.obj.get(field) {
             None => Err(self.missing(field, "integer")),
-            Some(v @ Value::Number(n)) => {
-                n.as_i64().ok_or_else(|| self.mistyped(field, EXPECTED, v))
-            }
+            Some(v @ Value::Number(n)) => match whole(n) {
+                Whole::Int(i) => Ok(i),
+                _ => Err(self.mistyped(field, EXPECTED, v)),
+            },
             Some(other) => Err(self.mistyped(field, EXPECTED, other)),
         }
     }
@@ -201,16 +202,15 @@ impl Fields<'_> {
         match self.obj.get(FIELD) {
             None | Some(Value::Null) => Ok(None),
             Some(v @ Value::Array(items)) => match items.as_slice() {
-                [Value::Number(a), Value::Number(b)] => match (a.as_i64(), b.as_i64()) {
-                    (Some(a), Some(b)) => Ok(Some([a, b])),
+                [Value::Number(a), Value::Number(b)] => match (whole(a), whole(b)) {
+                    (Whole::Int(a), Whole::Int(b)) => Ok(Some([a, b])),
+                    (Whole::Fraction, _) | (_, Whole::Fraction) => {
+                        Err(self.mistyped_item(FIELD, EXPECTED, items))
+                    }
                     // Whole numbers, one too big for a line number: say
                     // that, not that the array has the wrong shape.
-                    _ if a.is_u64() || a.is_i64() => match (b.is_u64() || b.is_i64(), a.as_i64()) {
-                        (true, Some(_)) => Err(self.out_of_range(FIELD, b)),
-                        (true, None) => Err(self.out_of_range(FIELD, a)),
-                        (false, _) => Err(self.mistyped(FIELD, EXPECTED, v)),
-                    },
-                    _ => Err(self.mistyped_item(FIELD, EXPECTED, items)),
+                    (Whole::TooLarge, _) => Err(self.out_of_range(FIELD, a)),
+                    (_, Whole::TooLarge) => Err(self.out_of_range(FIELD, b)),
                 },
                 [_, _] => Err(self.mistyped_item(FIELD, EXPECTED, items)),
                 _ => Err(self.mistyped(FIELD, EXPECTED, v)),
@@ -222,7 +222,8 @@ impl Fields<'_> {
     /// A pair with an item that is no whole number: which one, and what
     /// it is.
     fn mistyped_item(&self, field: &str, expected: &str, items: &[Value]) -> String {
-        let whole = |v: &Value| v.as_i64().is_some() || v.as_u64().is_some();
+        let whole =
+            |v: &Value| matches!(v, Value::Number(n) if !matches!(whole(n), Whole::Fraction));
         let (which, item) = match items {
             [a, _] if !whole(a) => ("first", a),
             [_, b] => ("second", b),
@@ -236,6 +237,30 @@ impl Fields<'_> {
             "Error: invalid input for `{}`: field `{field}` must be {expected}, got an array whose {which} item is {what}.",
             self.command
         )
+    }
+}
+
+/// A JSON number as a line number.
+enum Whole {
+    Int(i64),
+    /// A whole number past `i64` (`u64::MAX`, or a literal past 2^64
+    /// that JSON parsing made a float).
+    TooLarge,
+    Fraction,
+}
+
+fn whole(n: &serde_json::Number) -> Whole {
+    if let Some(i) = n.as_i64() {
+        return Whole::Int(i);
+    }
+    if n.is_u64() {
+        return Whole::TooLarge;
+    }
+    match n.as_f64() {
+        // `-0` is parsed as the float -0.0; it is the integer 0.
+        Some(f) if f == 0.0 && n.to_string() == "-0.0" => Whole::Int(0),
+        Some(f) if f.is_finite() && f.fract() == 0.0 && f.abs() >= 9.0e18 => Whole::TooLarge,
+        _ => Whole::Fraction,
     }
 }
 
@@ -554,6 +579,39 @@ mod tests {
         let e =
             err(json!({"command": "view", "path": "/memories/a", "view_range": [u64::MAX, 1.5]}));
         assert!(e.contains("must be an array of two integers"), "{e}");
+    }
+
+    #[test]
+    fn view_range_numbers_past_2_64_are_out_of_range_and_minus_zero_is_zero() {
+        let line = |range: &str| {
+            let v: Value = serde_json::from_str(&format!(
+                r#"{{"command": "view", "path": "/memories/a", "view_range": {range}}}"#
+            ))
+            .unwrap();
+            parse_command(&v)
+        };
+        for range in [
+            "[1, 99999999999999999999999]",
+            "[99999999999999999999999, 1]",
+        ] {
+            let e = line(range).unwrap_err();
+            assert!(
+                e.contains("is out of range (line numbers go up to 999,999"),
+                "{range}: {e}"
+            );
+        }
+        let Ok(Command::View { view_range, .. }) = line("[-0, -1]") else {
+            panic!("[-0, -1] refused")
+        };
+        assert_eq!(view_range, Some([0, -1]));
+        let v: Value = serde_json::from_str(
+            r#"{"command": "insert", "path": "/memories/a", "insert_line": -0, "insert_text": "x"}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            parse_command(&v),
+            Ok(Command::Insert { insert_line: 0, .. })
+        ));
     }
 
     #[test]
