@@ -534,7 +534,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 3,
         anchors: &["AccountKey="],
         how: How::Re(ReSpec {
-            re: r#"(?:(?:DefaultEndpointsProtocol|AccountName|BlobEndpoint|QueueEndpoint|TableEndpoint|FileEndpoint|EndpointSuffix)=[^;\s"'<>]{0,200};[ \t]*)*AccountKey=([A-Za-z0-9+/]{40,100}={0,2})(?:;[ \t]*(?:EndpointSuffix|BlobEndpoint|QueueEndpoint|TableEndpoint|FileEndpoint|SharedAccessSignature)=[^;\s"'<>]{0,300})*;?"#,
+            re: r#"(?:(?:DefaultEndpointsProtocol|AccountName|BlobEndpoint|QueueEndpoint|TableEndpoint|FileEndpoint|EndpointSuffix)=[^;\s"'<>]*;[ \t]*)*AccountKey=([A-Za-z0-9+/]{40,100}={0,2})(?:;[ \t]*(?:EndpointSuffix|BlobEndpoint|QueueEndpoint|TableEndpoint|FileEndpoint|SharedAccessSignature)=[^;\s"'<>]*)*;?"#,
             back: 1200,
             fwd: 1200,
             group: 0,
@@ -549,7 +549,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 3,
         anchors: &["SharedAccessKey="],
         how: How::Re(ReSpec {
-            re: r#"(?:(?:Endpoint|HostName)=[^;\s"'<>]{1,200};[ \t]*)?(?:SharedAccessKeyName=[^;\s"'<>]{1,100};[ \t]*)?SharedAccessKey=([A-Za-z0-9+/]{40,60}={0,2})(?:;[ \t]*EntityPath=[^;\s"'<>]{0,200})?"#,
+            re: r#"(?:(?:Endpoint|HostName)=[^;\s"'<>]+;[ \t]*)?(?:SharedAccessKeyName=[^;\s"'<>]+;[ \t]*)?SharedAccessKey=([A-Za-z0-9+/]{40,60}={0,2})(?:;[ \t]*EntityPath=[^;\s"'<>]*)?"#,
             back: 340,
             fwd: 300,
             group: 0,
@@ -564,7 +564,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 3,
         anchors: &["sig="],
         how: How::Re(ReSpec {
-            re: r#"(?:(?:sv|ss|srt|sp|se|st|spr|sip|sr|si|sdd|skoid|sktid|skt|ske|sks|skv|saoid|suoid|scid|rscc|rscd|rsce|rscl|rsct|ses)=[^&\s"'<>]{0,200}&(?:amp;)?)+sig=[A-Za-z0-9%+/=]{20,200}(?:&(?:amp;)?[a-z]{1,20}=[^&\s"'<>]{0,200})*"#,
+            re: r#"(?:(?:sv|ss|srt|sp|se|st|spr|sip|sr|si|sdd|skoid|sktid|skt|ske|sks|skv|saoid|suoid|scid|rscc|rscd|rsce|rscl|rsct|ses)=[^&\s"'<>]*&(?:amp;)?)+sig=[A-Za-z0-9%+/=]{20,200}(?:&(?:amp;)?[a-z]{1,20}=[^&\s"'<>]*)*"#,
             back: 1200,
             fwd: 1200,
             group: 0,
@@ -1196,7 +1196,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 3,
         anchors: &["fo1_", "fm1a_", "fm1r_", "fm2_"],
         how: token(
-            "(?:fo1_[A-Za-z0-9_-]{43}|(?:fm1[ar]|fm2)_[A-Za-z0-9+/=_-]{40,2000}(?:,fm2_[A-Za-z0-9+/=_-]{40,2000}){0,3})",
+            "(?:fo1_[A-Za-z0-9_-]{43}|(?:fm1[ar]|fm2)_[A-Za-z0-9+/=_-]{40,}(?:,fm2_[A-Za-z0-9+/=_-]{40,}){0,3})",
             8100,
             Edge::Word,
             Edge::B64,
@@ -1428,7 +1428,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 3,
         anchors: &["A3-", "ops_eyJ"],
         how: token(
-            "(?:A3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}|ops_eyJ[A-Za-z0-9+/]{250,2000}={0,3})",
+            "(?:A3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}|ops_eyJ[A-Za-z0-9+/]{250,}={0,3})",
             2010,
             Edge::Token,
             Edge::B64,
@@ -1781,7 +1781,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 3,
         anchors: &["totp", "hotp"],
         how: context(
-            r"otpauth://[a-z]{3,5}/[^?\s]{0,200}\?(?:[^\s#]{0,400}&)?secret=([A-Za-z2-7]{16,128}=*)",
+            r"otpauth://[a-z]{3,5}/[^?\s]*\?(?:[^\s#]*&)?secret=([A-Za-z2-7]{16,128}=*)",
             10,
             1000,
             1,
@@ -2208,7 +2208,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 2,
         anchors: &["ssh-keygen"],
         how: context(
-            r#"ssh-keygen(?-u:\b)[^\n]{0,300}?[\t\n\x0B\x0C\r ]-N[\t\n\x0B\x0C\r ]*['"]?([^\t\n\x0B\x0C\r '"]{4,256})"#,
+            r#"ssh-keygen(?-u:\b)[^\n]*?[\t\n\x0B\x0C\r ]-N[\t\n\x0B\x0C\r ]*['"]?([^\t\n\x0B\x0C\r '"]{4,256})"#,
             0,
             600,
             1,
@@ -2221,7 +2221,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 2,
         anchors: &["ssh-keygen"],
         how: context(
-            r#"ssh-keygen(?-u:\b)[^\n]{0,300}?[\t\n\x0B\x0C\r ]-P[\t\n\x0B\x0C\r ]*['"]?([^\t\n\x0B\x0C\r '"]{4,256})"#,
+            r#"ssh-keygen(?-u:\b)[^\n]*?[\t\n\x0B\x0C\r ]-P[\t\n\x0B\x0C\r ]*['"]?([^\t\n\x0B\x0C\r '"]{4,256})"#,
             0,
             600,
             1,
@@ -2268,7 +2268,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "pass", "Pass", "PASS", "passcode", "Passcode", "PASSCODE", "pw", "PW", "pwd", "PWD",
         ],
         how: context(
-            r#"(?i-u:(?-u:\b)(?:passcode|pass|pw|pwd))[\t\n\x0B\x0C\r ]*(?::|=|->|(?-u:\b)is(?-u:\b)|(?-u:\b)was(?-u:\b))[\t\n\x0B\x0C\r ]*([^\t\n\x0B\x0C\r "'<>|`$\-{(][^\t\n\x0B\x0C\r "'<>|`]{5,127})"#,
+            r#"(?i-u:(?-u:\b)(?:passcode|pass|pw|pwd))[\t\n\x0B\x0C\r ]*(?::|=|->|(?-u:\b)is(?-u:\b)|(?-u:\b)was(?-u:\b))[\t\n\x0B\x0C\r ]*([^\t\n\x0B\x0C\r "'<>|`$\-{(][^\t\n\x0B\x0C\r "'<>|`]{5,})"#,
             0,
             170,
             1,
@@ -2323,7 +2323,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "wlan",
         ],
         how: context(
-            r#"(?i-u:(?-u:\b)(?:login|creds|credentials|zugangsdaten|identifiants|wi-?fi|wlan))(?:[\t\n\x0B\x0C\r ]*:?[\t\n\x0B\x0C\r ]+[A-Za-z0-9_.@+-]{1,64}[\t\n\x0B\x0C\r ]*/[\t\n\x0B\x0C\r ]*|[\t\n\x0B\x0C\r ]*:[\t\n\x0B\x0C\r ]+[A-Za-z][A-Za-z0-9_.@+-]{0,63}:|[\t\n\x0B\x0C\r ]+is[\t\n\x0B\x0C\r ]+[A-Za-z0-9_.@+-]{1,64}[\t\n\x0B\x0C\r ]+(?:with|and|/)[\t\n\x0B\x0C\r ]+)([^\t\n\x0B\x0C\r "'<>|`/][^\t\n\x0B\x0C\r "'<>|`]{5,127})"#,
+            r#"(?i-u:(?-u:\b)(?:login|creds|credentials|zugangsdaten|identifiants|wi-?fi|wlan))(?:[\t\n\x0B\x0C\r ]*:?[\t\n\x0B\x0C\r ]+[A-Za-z0-9_.@+-]{1,64}[\t\n\x0B\x0C\r ]*/[\t\n\x0B\x0C\r ]*|[\t\n\x0B\x0C\r ]*:[\t\n\x0B\x0C\r ]+[A-Za-z][A-Za-z0-9_.@+-]{0,63}:|[\t\n\x0B\x0C\r ]+is[\t\n\x0B\x0C\r ]+[A-Za-z0-9_.@+-]{1,64}[\t\n\x0B\x0C\r ]+(?:with|and|/)[\t\n\x0B\x0C\r ]+)([^\t\n\x0B\x0C\r "'<>|`/][^\t\n\x0B\x0C\r "'<>|`]{5,})"#,
             0,
             240,
             1,
@@ -2343,7 +2343,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "passcode",
         ],
         how: context(
-            r#"(?:^|[\t\n\x0B\x0C\r "'>(:])([^\t\n\x0B\x0C\r "'<>|`]{6,128})[\t\n\x0B\x0C\r ]+(?:is|was)[\t\n\x0B\x0C\r ]+(?:the|my|our|his|her|their)[\t\n\x0B\x0C\r ]+(?:[A-Za-z0-9_-]+[\t\n\x0B\x0C\r ]+){0,3}(?i-u:password|passphrase|passcode)(?-u:\b)[\t\n\x0B\x0C\r ]*(?:$|[.,;!)"'<]|(?-u:\b)(?:and|but|for|of|on|to)(?-u:\b))"#,
+            r#"(?:^|[\t\n\x0B\x0C\r "'>(:])([^\t\n\x0B\x0C\r "'<>|`]{6,})[\t\n\x0B\x0C\r ]+(?:is|was)[\t\n\x0B\x0C\r ]+(?:the|my|our|his|her|their)[\t\n\x0B\x0C\r ]+(?:[A-Za-z0-9_-]+[\t\n\x0B\x0C\r ]+){0,3}(?i-u:password|passphrase|passcode)(?-u:\b)[\t\n\x0B\x0C\r ]*(?:$|[.,;!)"'<]|(?-u:\b)(?:and|but|for|of|on|to)(?-u:\b))"#,
             220,
             40,
             1,
@@ -2365,7 +2365,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "PW ",
         ],
         how: context(
-            r#"(?i-u:(?-u:\b)(?:password|passphrase|passcode|pw|pwd)(?-u:\b))(?:[\t\n\x0B\x0C\r ]+(?:for[\t\n\x0B\x0C\r ]+\S{1,80}[\t\n\x0B\x0C\r ]+)?(?:was[\t\n\x0B\x0C\r ]+|has[\t\n\x0B\x0C\r ]+been[\t\n\x0B\x0C\r ]+|is[\t\n\x0B\x0C\r ]+|got[\t\n\x0B\x0C\r ]+|just[\t\n\x0B\x0C\r ]+)?(?:changed|set|reset|updated|rotated)[\t\n\x0B\x0C\r ]+to|[\t\n\x0B\x0C\r ]+(?:for|of|to)[\t\n\x0B\x0C\r ]+[^\t\n\x0B\x0C\r :=]{1,80}[\t\n\x0B\x0C\r ]*[:=])[\t\n\x0B\x0C\r ]*([^\t\n\x0B\x0C\r "'<>|`]{6,128})"#,
+            r#"(?i-u:(?-u:\b)(?:password|passphrase|passcode|pw|pwd)(?-u:\b))(?:[\t\n\x0B\x0C\r ]+(?:for[\t\n\x0B\x0C\r ]+\S+[\t\n\x0B\x0C\r ]+)?(?:was[\t\n\x0B\x0C\r ]+|has[\t\n\x0B\x0C\r ]+been[\t\n\x0B\x0C\r ]+|is[\t\n\x0B\x0C\r ]+|got[\t\n\x0B\x0C\r ]+|just[\t\n\x0B\x0C\r ]+)?(?:changed|set|reset|updated|rotated)[\t\n\x0B\x0C\r ]+to|[\t\n\x0B\x0C\r ]+(?:for|of|to)[\t\n\x0B\x0C\r ]+[^\t\n\x0B\x0C\r :=]+[\t\n\x0B\x0C\r ]*[:=])[\t\n\x0B\x0C\r ]*([^\t\n\x0B\x0C\r "'<>|`]{6,})"#,
             0,
             220,
             1,
@@ -2527,7 +2527,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "SESSIONID",
         ],
         how: context(
-            r#"(?:PHPSESSID|connect\.sid|[A-Za-z0-9_.-]*_session|\.AspNetCore\.(?:Cookies|Session|Identity\.Application|[A-Za-z]*Auth[A-Za-z]*)|ASP\.NET_SessionId|JSESSIONID|sessionid|SESSIONID|session_id|[A-Za-z0-9_.-]*session-token)(?:[\t\n\x0B\x0C\r ]+cookie[^\n]{0,60}?[\t\n\x0B\x0C\r ]+is[\t\n\x0B\x0C\r ]+|["']?[\t\n\x0B\x0C\r ]*[=:][\t\n\x0B\x0C\r ]*["']?)([^;\t\n\x0B\x0C\r "'<>,()]{16,4096})"#,
+            r#"(?:PHPSESSID|connect\.sid|[A-Za-z0-9_.-]*_session|\.AspNetCore\.(?:Cookies|Session|Identity\.Application|[A-Za-z]*Auth[A-Za-z]*)|ASP\.NET_SessionId|JSESSIONID|sessionid|SESSIONID|session_id|[A-Za-z0-9_.-]*session-token)(?:[\t\n\x0B\x0C\r ]+cookie[^\n]{0,60}?[\t\n\x0B\x0C\r ]+is[\t\n\x0B\x0C\r ]+|["']?[\t\n\x0B\x0C\r ]*[=:][\t\n\x0B\x0C\r ]*["']?)([^;\t\n\x0B\x0C\r "'<>,()]{16,})"#,
             40,
             4200,
             1,
@@ -2554,7 +2554,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 2,
         anchors: &["dockerconfigjson", "dockercfg"],
         how: context(
-            r#"docker(?:configjson|cfg)["']?(?:[\t\n\x0B\x0C\r ]*[:=]|[\t\n\x0B\x0C\r ]+(?:value[\t\n\x0B\x0C\r ]+)?is)[\t\n\x0B\x0C\r ]*["']?([A-Za-z0-9+/]{20,65536}={0,2})"#,
+            r#"docker(?:configjson|cfg)["']?(?:[\t\n\x0B\x0C\r ]*[:=]|[\t\n\x0B\x0C\r ]+(?:value[\t\n\x0B\x0C\r ]+)?is)[\t\n\x0B\x0C\r ]*["']?([A-Za-z0-9+/]{20,}={0,2})"#,
             0,
             66000,
             1,
@@ -2577,7 +2577,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "YW1xcHM6Ly9",
         ],
         how: token(
-            r"[A-Za-z0-9+/]{16,4096}={0,2}",
+            r"[A-Za-z0-9+/]{16,}={0,2}",
             4100,
             Edge::B64,
             Edge::B64,
@@ -2697,7 +2697,7 @@ pub(crate) const SPECS: &[Spec] = &[
         prio: 2,
         anchors: &["WIFI:"],
         how: context(
-            r"WIFI:(?:[^;\n]{0,100};){0,6}?P:((?:[^;\\\n]|\\.){4,128});",
+            r"WIFI:(?:[^;\n]*;){0,6}?P:((?:[^;\\\n]|\\.){4,128});",
             0,
             600,
             1,
