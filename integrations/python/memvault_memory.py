@@ -87,9 +87,23 @@ class MemvaultServerError(RuntimeError):
         self.status = status
 
 
+# Said whenever a request may have run without its answer arriving.
+_UNKNOWN = "the request's outcome is unknown (a change may have been made): view the file before repeating it"
+
+
 def _label_ok(value: str) -> bool:
-    """What `memvault server` takes as a session or actor header."""
-    return 1 <= len(value) <= 128 and all(" " <= c <= "~" for c in value)
+    """What `memvault server` takes as a session or actor header (HTTP drops
+    spaces at a header value's edges, so a label has none)."""
+    return 1 <= len(value) <= 128 and all(" " <= c <= "~" for c in value) and value == value.strip()
+
+
+def _masked(text: str, token: str) -> str:
+    """`text` with the token, and any piece of 12 or more of its first
+    characters (what a cut left of it), replaced by `[token]`."""
+    text = text.replace(token, "[token]")
+    for n in range(len(token) - 1, 11, -1):
+        text = text.replace(token[:n], "[token]")
+    return text
 
 
 def _dropped(conn: http.client.HTTPConnection) -> bool:
@@ -313,9 +327,9 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
                 answer = self._lines.get(timeout=self.timeout)
             except queue.Empty:
                 self._proc.kill()
-                self._give_up(f"the memvault server gave no answer within {self.timeout:g} s")
+                self._give_up(f"the memvault server gave no answer within {self.timeout:g} s; {_UNKNOWN}")
             if answer is _EOF:
-                self._give_up("the memvault server exited without answering")
+                self._give_up(f"the memvault server exited without answering; {_UNKNOWN}")
             try:
                 block = json.loads(answer)  # type: ignore[arg-type]
             except ValueError:
@@ -373,7 +387,9 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
             raise ValueError("the token is not a bearer token (printable ASCII, no spaces)")
         for name, value in (("session", self.session), ("actor", actor)):
             if not _label_ok(value):
-                raise ValueError(f"in HTTP mode the {name} is 1 to 128 printable ASCII characters")
+                raise ValueError(
+                    f"in HTTP mode the {name} is 1 to 128 printable ASCII characters, with no space at either end"
+                )
         self._https = parts.scheme == "https"
         self._host = parts.hostname
         self._port = parts.port
@@ -415,10 +431,15 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
             data = resp.read()
         except (socket.timeout, TimeoutError) as e:
             conn.close()
-            raise self._http_error(f"gave no answer within {self.timeout:g} s", None) from e
+            raise self._http_error(
+                f"gave no answer within {self.timeout:g} s; {_UNKNOWN}", None
+            ) from e
         except (OSError, http.client.HTTPException) as e:
             conn.close()
-            raise self._http_error(f"could not be reached ({type(e).__name__}: {e})", None) from e
+            raise self._http_error(
+                f"could not be reached ({type(e).__name__}: {e}); if the request reached it, {_UNKNOWN}",
+                None,
+            ) from e
         if resp.will_close:
             conn.close()
         else:
@@ -430,8 +451,13 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
         if resp.status != 200:
             try:
                 message = json.loads(data)["error"]
+                if not isinstance(message, str):
+                    raise TypeError
             except (ValueError, KeyError, TypeError):
-                message = data[:300].decode("utf-8", errors="replace").strip() or resp.reason
+                message = data.decode("utf-8", errors="replace").strip() or resp.reason
+            # The token is masked before the text is cut, so no piece of it
+            # survives the cut.
+            message = _masked(message, self._token)[:300]
             raise self._http_error(f"answered HTTP {resp.status}: {message}", resp.status)
         try:
             block = json.loads(data)
@@ -447,4 +473,4 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
     def _http_error(self, what: str, status: Optional[int]) -> MemvaultServerError:
         message = f"the memvault server at {self.url} {what} (session {self.session})"
         # Whatever a server or proxy echoes, the token is not repeated.
-        return MemvaultServerError(message.replace(self._token, "[token]"), status)
+        return MemvaultServerError(_masked(message, self._token), status)

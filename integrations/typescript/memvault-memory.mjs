@@ -4,7 +4,8 @@
 // memory command to it as one JSON line, reading back the `tool_result` line
 // memvault writes; or, given a `url` and a bearer `token`, posts every
 // command to a `memvault server` (`POST /v1/memory`) instead.
-// `memory.tool()` is `betaMemoryTool(handlers)` from the SDK: pass it in
+// `memory.tool()` is the SDK's `betaMemoryTool(handlers)`, every command (an
+// unknown one too) forwarded to memvault as it came: pass it in
 // `tools` to `client.beta.messages.toolRunner(...)`. A success resolves to
 // the result text (or image blocks); an error result is thrown as the SDK's
 // `ToolError`, so the runner sends it to Claude with `is_error: true`, word
@@ -61,7 +62,22 @@ export class MemvaultServerError extends Error {
 }
 
 /** What `memvault server` takes as a session or actor header. @param {string} value */
-const labelOk = (value) => /^[\x20-\x7e]{1,128}$/.test(value);
+// HTTP drops spaces at a header value's edges, so a label has none.
+const labelOk = (value) => /^[\x20-\x7e]{1,128}$/.test(value) && value === value.trim();
+
+// Said whenever a request may have run without its answer arriving.
+const UNKNOWN = "the request's outcome is unknown (a change may have been made): view the file before repeating it";
+
+/**
+ * `text` with the token, and any piece of 12 or more of its first
+ * characters (what a cut left of it), replaced by `[token]`.
+ * @param {string} text @param {string} token
+ */
+function masked(text, token) {
+  let out = text.replaceAll(token, '[token]');
+  for (let n = token.length - 1; n >= 12; n--) out = out.replaceAll(token.slice(0, n), '[token]');
+  return out;
+}
 
 const COMMANDS = /** @type {const} */ (['view', 'create', 'str_replace', 'insert', 'delete', 'rename']);
 
@@ -137,7 +153,7 @@ export class MemvaultMemory {
     this._exited = new Promise((resolve) => (exited = resolve));
     this._proc.on('close', (code, signal) => {
       this._exitStatus = code !== null ? `exit status ${code}` : `killed by ${signal}`;
-      this._fail('the memvault server exited without answering');
+      this._fail(`the memvault server exited without answering; ${UNKNOWN}`);
       exited(code);
     });
     this._proc.on('error', (err) => {
@@ -193,7 +209,10 @@ export class MemvaultMemory {
    * @param {Parameters<typeof betaMemoryTool>[1]} [extraProps] e.g. `{ cache_control: ... }`
    */
   tool(extraProps) {
-    return betaMemoryTool(this.handlers(), extraProps);
+    // Every command goes to memvault as it came, an unknown or missing
+    // one too, so its answer is memvault's (the SDK's own dispatch would
+    // answer `X not implemented`).
+    return { ...betaMemoryTool(this.handlers(), extraProps), run: (args) => this.execute(args) };
   }
 
   /**
@@ -255,7 +274,7 @@ export class MemvaultMemory {
     head.timer = setTimeout(() => {
       this._proc.kill('SIGKILL');
       this._exitStatus = `killed: it gave no answer within ${this.timeoutMs} ms`;
-      this._fail(`the memvault server gave no answer within ${this.timeoutMs} ms`);
+      this._fail(`the memvault server gave no answer within ${this.timeoutMs} ms; ${UNKNOWN}`);
     }, this.timeoutMs);
   }
 
@@ -326,7 +345,9 @@ export class MemvaultMemory {
     if (!bearer) throw new TypeError('HTTP mode needs a bearer token: give token or set MEMVAULT_TOKEN');
     if (!/^[\x21-\x7e]+$/.test(bearer)) throw new TypeError('the token is not a bearer token (printable ASCII, no spaces)');
     for (const [name, value] of /** @type {const} */ ([['session', this.session], ['actor', actor]])) {
-      if (!labelOk(value)) throw new TypeError(`in HTTP mode the ${name} is 1 to 128 printable ASCII characters`);
+      if (!labelOk(value)) {
+        throw new TypeError(`in HTTP mode the ${name} is 1 to 128 printable ASCII characters, with no space at either end`);
+      }
     }
     const base = `${parsed.origin}${parsed.pathname.replace(/\/+$/, '')}`;
     this.url = base;
@@ -368,10 +389,10 @@ export class MemvaultMemory {
       text = await res.text();
     } catch (e) {
       const err = /** @type {any} */ (e);
-      if (signal.aborted) throw this._httpError(`gave no answer within ${this.timeoutMs} ms`);
+      if (signal.aborted) throw this._httpError(`gave no answer within ${this.timeoutMs} ms; ${UNKNOWN}`);
       const cause = err?.cause;
       const why = cause?.message || cause?.code || err?.message || String(err);
-      throw this._httpError(`could not be reached (${why})`);
+      throw this._httpError(`could not be reached (${why}); if the request reached it, ${UNKNOWN}`);
     }
     if (status >= 300 && status < 400) {
       throw this._httpError(
@@ -386,7 +407,9 @@ export class MemvaultMemory {
       } catch {
         message = undefined;
       }
-      if (typeof message !== 'string') message = text.slice(0, 300).trim() || 'no message';
+      if (typeof message !== 'string') message = text.trim() || 'no message';
+      // The token is masked before the text is cut, so no piece of it survives the cut.
+      message = masked(message, /** @type {any} */ (this)._token).slice(0, 300);
       throw this._httpError(`answered HTTP ${status}: ${message}`, status);
     }
     let block;
@@ -409,6 +432,6 @@ export class MemvaultMemory {
   _httpError(what, status) {
     const message = `the memvault server at ${this.url} ${what} (session ${this.session})`;
     // Whatever a server or proxy echoes, the token is not repeated.
-    return new MemvaultServerError(message.replaceAll(/** @type {any} */ (this)._token, '[token]'), status);
+    return new MemvaultServerError(masked(message, /** @type {any} */ (this)._token), status);
   }
 }

@@ -2254,3 +2254,98 @@ fn an_allowed_origin_given_without_a_port_accepts_only_its_default_port() {
         assert_eq!(st == 200, allowed, "{origin}: {st} {v}");
     }
 }
+
+/// One response read from a kept-alive connection: status, headers
+/// (lowercased names) and body, by its `Content-Length`.
+fn read_response(r: &mut BufReader<TcpStream>) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut status_line = String::new();
+    r.read_line(&mut status_line).unwrap();
+    let status: u16 = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {status_line:?}"));
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        let (k, v) = line.split_once(':').unwrap();
+        headers.push((k.to_ascii_lowercase(), v.trim().to_string()));
+    }
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .map(|(_, v)| v.parse().unwrap())
+        .unwrap_or(0);
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).unwrap();
+    (status, headers, body)
+}
+
+/// A request refused before its body is read (no token, a token without
+/// the route's scope, a second `Host` on `/mcp`) still leaves the
+/// connection usable: the body is read and dropped, so the next request
+/// on it is answered; one whose body is over the limit is answered with
+/// `Connection: close`, never by a silent close.
+#[test]
+fn a_request_refused_before_its_body_keeps_the_connection_for_the_next() {
+    let r = Root::new(&[("acme", "memory")]);
+    let s = r.start(&["--max-body", "65536"]);
+    let good = format!("Bearer {}", r.tokens["acme"]);
+    let bad = format!("Bearer mvt_0123456789abcdef_{}", "e".repeat(64));
+    let conn = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut w = conn.try_clone().unwrap();
+    let mut rd = BufReader::new(conn);
+    let filler = format!(
+        r#"{{"command":"create","path":"/memories/x.md","file_text":"{}"}}"#,
+        "x".repeat(20_000)
+    );
+    let view = r#"{"command":"view","path":"/memories"}"#;
+    let mut send = |path: &str, auth: &str, extra: &str, body: &str| {
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        w.write_all(req.as_bytes()).unwrap();
+    };
+    let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    // Each refusal is followed, on the same connection, by a request that
+    // must be answered.
+    let refusals: [(&str, &str, &str, &str, u16); 4] = [
+        ("/v1/memory", bad.as_str(), "", filler.as_str(), 401),
+        ("/v1/purge", good.as_str(), "", filler.as_str(), 403),
+        ("/v1/memory?x=1", good.as_str(), "", filler.as_str(), 400),
+        ("/mcp", good.as_str(), "Host: evil.example\r\n", list, 400),
+    ];
+    for (path, auth, extra, body, want) in refusals {
+        send(path, auth, extra, body);
+        let (st, headers, answer) = read_response(&mut rd);
+        assert_eq!(st, want, "{path}: {}", String::from_utf8_lossy(&answer));
+        assert!(
+            !headers.iter().any(|(k, v)| k == "connection" && v == "close"),
+            "{path}: {headers:?}"
+        );
+        send("/v1/memory", &good, "", view);
+        let (st, _, answer) = read_response(&mut rd);
+        assert_eq!(st, 200, "after {path}: {}", String::from_utf8_lossy(&answer));
+        assert!(String::from_utf8_lossy(&answer).contains("Here're the files"));
+    }
+    // A body past the limit is not read: the answer says the connection
+    // closes.
+    // (Only its head is sent: the answer comes without the body.)
+    let head = format!(
+        "POST /v1/memory HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {bad}\r\nContent-Length: 70000\r\n\r\n"
+    );
+    w.write_all(head.as_bytes()).unwrap();
+    let (st, headers, _) = read_response(&mut rd);
+    assert_eq!(st, 401);
+    assert!(
+        headers.iter().any(|(k, v)| k == "connection" && v == "close"),
+        "{headers:?}"
+    );
+}

@@ -191,6 +191,44 @@ def http_mode(base_url: str, server_url: str, session: str) -> None:
     expect_server_error(gone, None, "could not be reached", [token])
     gone.close()
 
+    # A proxy whose error page echoes the request's headers, the token
+    # past the 300 characters a message keeps: no piece of it is shown.
+    echo_token = "mvt_0123456789abcdef_" + "ab" * 32
+    with socket.socket() as proxy:
+        proxy.bind(("127.0.0.1", 0))
+        proxy.listen(1)
+        port = proxy.getsockname()[1]
+
+        def answer() -> None:
+            conn, _ = proxy.accept()
+            with conn:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += conn.recv(65536)
+                auth = next(h for h in head.split(b"\r\n") if h.lower().startswith(b"authorization:"))
+                page = b"<html><body>" + b"x" * 260 + b" you sent " + auth + b"</body></html>"
+                conn.sendall(
+                    b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\nConnection: close\r\n"
+                    + f"Content-Length: {len(page)}\r\n\r\n".encode()
+                    + page
+                )
+
+        t = threading.Thread(target=answer)
+        t.start()
+        echo = MemvaultMemoryTool(url=f"http://127.0.0.1:{port}", token=echo_token, session=session + "-echo")
+        expect_server_error(echo, 502, "answered HTTP 502", [echo_token[:24], echo_token[-24:]])
+        echo.close()
+        t.join()
+
+    # Labels with spaces at their edges cannot go through HTTP headers as they are.
+    for label in (" lead", "lead ", "  "):
+        try:
+            MemvaultMemoryTool(url=server_url, token=token, session=label)
+            fail(f"session {label!r} was taken in HTTP mode")
+        except ValueError as e:
+            if "no space at either end" not in str(e):
+                fail(f"session {label!r}: {e}")
+
     # A server that takes the connection and never answers: a timeout.
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))

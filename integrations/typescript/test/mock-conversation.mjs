@@ -174,6 +174,52 @@ async function httpChecks() {
   const gone = new MemvaultMemory({ url: `http://127.0.0.1:${gonePort}`, session: `${session}-gone` });
   await expectServerError(gone, undefined, 'could not be reached', [token]);
 
+  // A proxy whose error page echoes the request's headers, the token past
+  // the 300 characters a message keeps: no piece of it is shown.
+  const echoToken = `mvt_0123456789abcdef_${'ab'.repeat(32)}`;
+  const proxy = createServer((sock) => {
+    let head = '';
+    sock.on('data', (d) => {
+      head += d.toString('latin1');
+      if (!head.includes('\r\n\r\n')) return;
+      const auth = head.split('\r\n').find((h) => h.toLowerCase().startsWith('authorization:'));
+      const page = `<html><body>${'x'.repeat(260)} you sent ${auth}</body></html>`;
+      sock.end(
+        `HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\nConnection: close\r\nContent-Length: ${page.length}\r\n\r\n${page}`,
+      );
+    });
+  });
+  await new Promise((resolve) => proxy.listen(0, '127.0.0.1', () => resolve(undefined)));
+  const proxyPort = /** @type {import('node:net').AddressInfo} */ (proxy.address()).port;
+  const echo = new MemvaultMemory({ url: `http://127.0.0.1:${proxyPort}`, token: echoToken, session: `${session}-echo` });
+  await expectServerError(echo, 502, 'answered HTTP 502', [echoToken.slice(0, 24), echoToken.slice(-24)]);
+  proxy.close();
+
+  // Labels with spaces at their edges cannot go through HTTP headers as they are.
+  for (const label of [' lead', 'lead ', '  ']) {
+    try {
+      new MemvaultMemory({ url: serverURL, token, session: label });
+      fail(`session ${JSON.stringify(label)} was taken in HTTP mode`);
+    } catch (e) {
+      if (!String(e).includes('no space at either end')) fail(`session ${JSON.stringify(label)}: ${e}`);
+    }
+  }
+
+  // An unknown command through the runnable tool gets memvault's answer.
+  const live = new MemvaultMemory({ url: serverURL, token, session: `${session}-tool` });
+  for (const args of [{ command: 'frobnicate' }, { command: 'toString' }, {}]) {
+    try {
+      await live.tool().run(/** @type {any} */ (args));
+      fail(`${JSON.stringify(args)} through tool().run() succeeded`);
+    } catch (e) {
+      const content = String(/** @type {any} */ (e)?.content);
+      if (!(e instanceof ToolError) || !/command/.test(content) || content.includes('not implemented')) {
+        fail(`${JSON.stringify(args)} through tool().run() was answered ${e}`);
+      }
+    }
+  }
+  await live.close();
+
   // A server that takes the connection and never answers: a timeout.
   /** @type {import('node:net').Socket[]} */
   const held = [];

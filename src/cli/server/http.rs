@@ -135,6 +135,9 @@ pub struct ApiError {
     /// A 429 over the rate (the bucket refills within a second), not over
     /// the quota (which waiting does not change): `Retry-After: 1`.
     retry_soon: bool,
+    /// Answered before the request's body was read whole: the connection
+    /// closes after it (`Connection: close`, so the client knows).
+    closing: bool,
 }
 
 impl ApiError {
@@ -144,6 +147,7 @@ impl ApiError {
             message: message.into(),
             allow: None,
             retry_soon: false,
+            closing: false,
         }
     }
 
@@ -189,8 +193,51 @@ impl IntoResponse for ApiError {
             resp.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static(allow));
         }
+        if self.closing {
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         resp
     }
+}
+
+/// `e`, answered before the request's body was read: the body is read
+/// and dropped first (up to the body limit, within the body timeout), so
+/// the connection stays open for the client's next request (hyper closes
+/// a connection whose request body was left unread, without a word, and a
+/// client that reuses it finds it gone). A body that is larger, or does
+/// not arrive in time, is left, and the answer says `Connection: close`.
+async fn before_body(app: &App, headers: &HeaderMap, body: Body, mut e: ApiError) -> ApiError {
+    let max = app.limits.max_body as u64;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .map(|v| v.to_str().ok().and_then(|s| s.parse::<u64>().ok()));
+    let drained = match declared {
+        Some(Some(0)) => true,
+        Some(Some(n)) if n > max => false,
+        Some(None) => false,
+        _ => {
+            let drain = async {
+                let mut body = body;
+                let mut seen = 0u64;
+                while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
+                    let Ok(frame) = frame else { return false };
+                    if let Ok(data) = frame.into_data() {
+                        seen += data.len() as u64;
+                        if seen > max {
+                            return false;
+                        }
+                    }
+                }
+                true
+            };
+            tokio::time::timeout(app.limits.body_timeout, drain)
+                .await
+                .unwrap_or(false)
+        }
+    };
+    e.closing = !drained;
+    e
 }
 
 fn json_response(status: StatusCode, value: &Value) -> Response {
@@ -705,10 +752,17 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
 /// `tool_result` JSON.
 async fn memory(State(app): State<Arc<App>>, req: Request) -> Result<Response, ApiError> {
     let (parts, body) = req.into_parts();
-    no_query(&parts.uri)?;
-    let who = app.authenticate(&parts.headers, Scope::Memory)?;
-    let attribution = app.attribution(&parts.headers, &who, "agent")?;
-    let slot = app.slot(&who)?;
+    let early = (|| {
+        no_query(&parts.uri)?;
+        let who = app.authenticate(&parts.headers, Scope::Memory)?;
+        let attribution = app.attribution(&parts.headers, &who, "agent")?;
+        let slot = app.slot(&who)?;
+        Ok((who, attribution, slot))
+    })();
+    let (who, attribution, slot) = match early {
+        Ok(v) => v,
+        Err(e) => return Err(before_body(&app, &parts.headers, body, e).await),
+    };
     let bytes = read_body(&app, &parts.headers, body).await?;
     let value = parse_body(&bytes)?;
     let id = value.get("id").and_then(Value::as_str).map(str::to_owned);
@@ -745,23 +799,30 @@ async fn memory(State(app): State<Arc<App>>, req: Request) -> Result<Response, A
 /// the subcommand's options as a JSON object (`GET` for none).
 async fn v1(State(app): State<Arc<App>>, req: Request) -> Result<Response, ApiError> {
     let (parts, body) = req.into_parts();
-    // The route as sent (each is its own exact route: a path that only
-    // percent-decodes to one, `/v1/%70urge`, is not one of them).
-    let op = parts
-        .uri
-        .path()
-        .strip_prefix("/v1/")
-        .ok_or_else(not_found_error)?
-        .to_string();
-    let scope = route_scope(&op).ok_or_else(not_found_error)?;
-    no_query(&parts.uri)?;
-    let who = app.authenticate(&parts.headers, scope)?;
-    let actor = match scope {
-        Scope::Admin => "operator",
-        _ => "agent",
+    let early = (|| {
+        // The route as sent (each is its own exact route: a path that only
+        // percent-decodes to one, `/v1/%70urge`, is not one of them).
+        let op = parts
+            .uri
+            .path()
+            .strip_prefix("/v1/")
+            .ok_or_else(not_found_error)?
+            .to_string();
+        let scope = route_scope(&op).ok_or_else(not_found_error)?;
+        no_query(&parts.uri)?;
+        let who = app.authenticate(&parts.headers, scope)?;
+        let actor = match scope {
+            Scope::Admin => "operator",
+            _ => "agent",
+        };
+        let attribution = app.attribution(&parts.headers, &who, actor)?;
+        let slot = app.slot(&who)?;
+        Ok((op, scope, who, attribution, slot))
+    })();
+    let (op, scope, who, attribution, slot) = match early {
+        Ok(v) => v,
+        Err(e) => return Err(before_body(&app, &parts.headers, body, e).await),
     };
-    let attribution = app.attribution(&parts.headers, &who, actor)?;
-    let slot = app.slot(&who)?;
     let bytes = read_body(&app, &parts.headers, body).await?;
     let args = if bytes.iter().all(u8::is_ascii_whitespace) {
         json!({})
@@ -1018,37 +1079,55 @@ async fn mcp_gate(
     parts.extensions.remove::<Refusal>();
     parts.extensions.remove::<Arc<Slot>>();
     parts.extensions.remove::<Attribution>();
-    // Stateless: no event stream to GET, no session to DELETE.
-    if parts.method != Method::POST {
-        return Err(ApiError::method_not_allowed("POST"));
-    }
-    // A `Host` with user info (`evil@localhost`) names no host of ours;
-    // rmcp's own check would read the part after the `@`.
-    if parts
-        .headers
-        .get(header::HOST)
-        .is_some_and(|h| h.as_bytes().contains(&b'@'))
-    {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "the Host header names no host this server answers for",
-        ));
-    }
-    // `Accept: */*` takes the JSON answers `/mcp` gives (rmcp asks for
-    // both JSON and an event stream by name, and refused it with 406).
-    if parts.headers.get(header::ACCEPT).is_some_and(|a| {
-        a.as_bytes()
-            .split(|&b| b == b',')
-            .any(|t| t.trim_ascii().starts_with(b"*/*"))
-    }) {
-        parts.headers.insert(
-            header::ACCEPT,
-            axum::http::HeaderValue::from_static("application/json, text/event-stream"),
-        );
-    }
-    let who = app.authenticate(&parts.headers, Scope::Memory)?;
-    let attribution = app.attribution(&parts.headers, &who, "agent")?;
-    let slot = app.slot(&who)?;
+    let early = (|| {
+        // Stateless: no event stream to GET, no session to DELETE.
+        if parts.method != Method::POST {
+            return Err(ApiError::method_not_allowed("POST"));
+        }
+        // A second `Host` or `Origin` (RFC 9112: a request with two Hosts
+        // is a 400) could be read by a proxy in front while the checks
+        // here read the first.
+        for (name, shown) in [(header::HOST, "Host"), (header::ORIGIN, "Origin")] {
+            if parts.headers.get_all(&name).iter().count() > 1 {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("the request gives the {shown} header more than once"),
+                ));
+            }
+        }
+        // A `Host` with user info (`evil@localhost`) names no host of ours;
+        // rmcp's own check would read the part after the `@`.
+        if parts
+            .headers
+            .get(header::HOST)
+            .is_some_and(|h| h.as_bytes().contains(&b'@'))
+        {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "the Host header names no host this server answers for",
+            ));
+        }
+        // `Accept: */*` takes the JSON answers `/mcp` gives (rmcp asks for
+        // both JSON and an event stream by name, and refused it with 406).
+        if parts.headers.get(header::ACCEPT).is_some_and(|a| {
+            a.as_bytes()
+                .split(|&b| b == b',')
+                .any(|t| t.trim_ascii().starts_with(b"*/*"))
+        }) {
+            parts.headers.insert(
+                header::ACCEPT,
+                axum::http::HeaderValue::from_static("application/json, text/event-stream"),
+            );
+        }
+        let who = app.authenticate(&parts.headers, Scope::Memory)?;
+        let attribution = app.attribution(&parts.headers, &who, "agent")?;
+        let slot = app.slot(&who)?;
+        Ok((who, attribution, slot))
+    })();
+    let (who, attribution, slot) = match early {
+        Ok(v) => v,
+        Err(e) => return Err(before_body(&app, &parts.headers, body, e).await),
+    };
     let mut bytes = read_body(&app, &parts.headers, body).await?;
     // One JSON-RPC message, an object. A `tools/call` that `serve` would
     // refuse (a key given twice, arguments that are not an object) is the
