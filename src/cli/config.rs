@@ -7,7 +7,8 @@ use std::io::Write;
 
 use serde_json::Value;
 
-use super::{CliError, Global, memory_for, new_session_id, open_vault};
+use super::{CliError, Global, new_session_id, open_vault};
+use crate::redact::Redactor;
 use crate::vault::{Attribution, VaultConfig};
 
 #[derive(clap::Subcommand, Debug)]
@@ -101,7 +102,7 @@ fn set(
     }
     let who = Attribution {
         session: new_session_id(),
-        actor: actor.to_string(),
+        actor: super::redact_label(actor)?,
     };
     let mut vault = open_vault(global, who)?;
     let mut all = as_json(vault.config());
@@ -118,7 +119,9 @@ fn set(
         CliError::failure(format!("setting {key} refused: {e}; nothing was changed"))
     })?;
     // The filter must build with the new rules (custom regexes, ids).
-    memory_for(&config)?;
+    Redactor::new(&config.redaction).map_err(|e| {
+        CliError::failure(format!("setting {key} refused: {e}; nothing was changed"))
+    })?;
     if &config == vault.config() {
         writeln!(
             err,
@@ -126,18 +129,20 @@ fn set(
         )?;
         return Ok(0);
     }
-    // History says what changed, from what to what (settings hold no
-    // secret; a long value, a rule list, is cut).
-    let shown = |v: &Value| {
+    // History says what changed, from what to what: through the secret
+    // filter (a custom rule can be written for one leaked token, its
+    // regex the token itself), then cut if long (a rule list).
+    let shown = |v: &Value| -> Result<String, CliError> {
         let text = v.pointer(&ptr).map_or("null".to_string(), Value::to_string);
-        if text.chars().count() > 200 {
+        let (text, _) = super::redacted_label(&text)?;
+        Ok(if text.chars().count() > 200 {
             text.chars().take(200).collect::<String>() + "…"
         } else {
             text
-        }
+        })
     };
-    let before = shown(&as_json(vault.config()));
-    let after = shown(&as_json(&config));
+    let before = shown(&as_json(vault.config()))?;
+    let after = shown(&as_json(&config))?;
     vault.set_config(config, vec![format!("setting {key}: {before} -> {after}")])?;
     writeln!(
         err,

@@ -188,11 +188,23 @@ pub fn key(
         KeyCommand::Add(args) => add(global, args, err),
         KeyCommand::List => list(global, out),
         KeyCommand::Remove { id, force } => {
-            let (mut vault, _secret) = open(global)?;
+            let (mut vault, secret) = open(global)?;
             vault.remove_slot(id, *force)?;
+            // The secret of the slot removed is known here only when it is
+            // the one this command was unlocked with: then whether it still
+            // opens another slot (merged from another machine) can be said.
+            let still = vault.slots_opened_by(&unlock_of(&secret));
+            if *force && !still.is_empty() {
+                writeln!(
+                    err,
+                    "memvault: removed keyslot {id}; warning: the secret you unlocked with still opens this vault through keyslot {} (another slot for the same secret, added on another machine and merged by a sync): remove it too to revoke that secret",
+                    still.join(", ")
+                )?;
+                return Ok(1);
+            }
             writeln!(
                 err,
-                "memvault: removed keyslot {id}; its secret no longer opens this vault (the replaced key state stays on disk until `memvault gc`, and in any copy made before)"
+                "memvault: removed keyslot {id}; the secret it held no longer opens this vault through it (the replaced key state stays on disk until `memvault gc`, and in any copy made before; `memvault key list` on a machine holding that secret shows any other slot it opens)"
             )?;
             Ok(0)
         }
@@ -220,7 +232,8 @@ fn add(global: &Global, args: &KeyAddArgs, err: &mut dyn Write) -> Result<u8, Cl
 }
 
 fn list(global: &Global, out: &mut dyn Write) -> Result<u8, CliError> {
-    let (vault, _secret) = open(global)?;
+    let (vault, secret) = open(global)?;
+    let opened = vault.slots_opened_by(&unlock_of(&secret));
     for slot in vault.slots()? {
         let kind = match slot.kind {
             SlotKind::KeyFile => "key-file".to_string(),
@@ -230,6 +243,10 @@ fn list(global: &Global, out: &mut dyn Write) -> Result<u8, CliError> {
         };
         let mark = if slot.unlocked_with {
             " (unlocked with)"
+        } else if opened.contains(&slot.id) {
+            // Two slots for one secret (a sync merged two machines' `key
+            // add`): removing one revokes nothing.
+            " (also opened by the secret you unlocked with: remove one of the two)"
         } else {
             ""
         };

@@ -380,7 +380,7 @@ impl SessionArgs {
             Some(s) => {
                 if !crate::memory::path::is_plain_label(s) {
                     return Err(CliError {
-                        message: "a session id is 1 to 128 bytes of printable characters (no control, invisible or line-separator character)".into(),
+                        message: "a session id is 1 to 128 bytes of printable characters (no control, invisible or line-separator character, no space at either end)".into(),
                         code: 2,
                     });
                 }
@@ -408,7 +408,7 @@ impl SessionArgs {
 }
 
 /// What an actor name must be (see [`crate::memory::path::is_plain_label`]).
-pub(crate) const ACTOR_RULE: &str = "an actor name is 1 to 128 bytes of printable characters (no control, invisible or line-separator character)";
+pub(crate) const ACTOR_RULE: &str = "an actor name is 1 to 128 bytes of printable characters (no control, invisible or line-separator character, no space at either end)";
 
 /// A session id or actor name with any secret in it redacted, whatever the
 /// vault's redaction mode: they go into every commit's metadata and

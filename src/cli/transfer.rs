@@ -4,6 +4,7 @@
 
 use std::fs;
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use zeroize::Zeroizing;
@@ -77,11 +78,59 @@ fn shown_path(p: &Path) -> String {
     crate::memory::path::shown(&p.to_string_lossy())
 }
 
+/// A regular file `collect` found to import.
+struct Found {
+    path: MemoryPath,
+    source: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+/// The bytes of a found file: opened without following a link, and only
+/// if it is still the file `collect` found (a link or another file put in
+/// its place since, or a folder on its way made a link, is refused), and
+/// only up to the vault's limit per file (a larger one is refused before
+/// it is read whole).
+fn read_found(f: &Found, max_bytes: usize) -> Result<Zeroizing<Vec<u8>>, CliError> {
+    use std::io::Read;
+    let cannot = |e: std::io::Error| {
+        CliError::failure(format!(
+            "nothing was imported: cannot read {}: {e}",
+            shown_path(&f.source)
+        ))
+    };
+    let file = crate::vault::fsx::open_read(&f.source).map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    if (meta.dev(), meta.ino()) != (f.dev, f.ino) {
+        return Err(CliError::failure(format!(
+            "nothing was imported: {} changed while it was being imported (it is now another file, or a folder on its way is now a link); import again once the folder is left alone",
+            shown_path(&f.source)
+        )));
+    }
+    let over = |len: u64| {
+        CliError::failure(format!(
+            "nothing was imported: {} is {len} bytes, over this vault's limit of {max_bytes} bytes per file",
+            f.path.as_str()
+        ))
+    };
+    if meta.len() > max_bytes as u64 {
+        return Err(over(meta.len()));
+    }
+    let mut bytes = Zeroizing::new(Vec::with_capacity(meta.len() as usize));
+    file.take(max_bytes as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() > max_bytes {
+        return Err(over(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
 fn collect(
     root: &Path,
     dir: &Path,
     base: &MemoryPath,
-    out: &mut Vec<(MemoryPath, PathBuf)>,
+    out: &mut Vec<Found>,
     empty: &mut usize,
 ) -> Result<(), CliError> {
     let mut entries: Vec<fs::DirEntry> = fs::read_dir(dir)
@@ -116,7 +165,15 @@ fn collect(
             collect(root, &e.path(), &path, out, &mut inner)?;
             *empty += if out.len() == before { 1 } else { inner };
         } else if kind.is_file() {
-            out.push((path, e.path()));
+            // The file as found (not through a link): it is read only if
+            // it is still this one (see [`read_found`]).
+            let meta = e.metadata()?;
+            out.push(Found {
+                path,
+                source: e.path(),
+                dev: meta.dev(),
+                ino: meta.ino(),
+            });
         } else {
             return Err(CliError::failure(format!(
                 "{} is not a regular file or directory",
@@ -166,20 +223,46 @@ fn refuse_binary_secret(
     path: &MemoryPath,
     bytes: &[u8],
 ) -> Result<(), CliError> {
-    let text = Zeroizing::new(String::from_utf8_lossy(bytes).into_owned());
-    let found = redactor.redact(&text);
-    if found.findings.is_empty() {
+    // UTF-8 text (with NUL bytes) is redacted as text: only its UTF-16
+    // readings are checked here.
+    let utf8 = std::str::from_utf8(bytes).is_ok();
+    // Its text runs as UTF-8, and, when it holds NUL bytes, as UTF-16 in
+    // either byte order and at either alignment: a secret in a Windows
+    // "Unicode" text file (UTF-16, with or without its byte order mark)
+    // or in an image's UTF-16 strings is found too.
+    let mut texts = Vec::new();
+    if !utf8 {
+        texts.push(Zeroizing::new(String::from_utf8_lossy(bytes).into_owned()));
+    }
+    if bytes.contains(&0) {
+        for skip in [0, 1] {
+            let units = bytes.get(skip..).unwrap_or_default().chunks_exact(2);
+            let le = units.clone().map(|u| u16::from_le_bytes([u[0], u[1]]));
+            let be = units.map(|u| u16::from_be_bytes([u[0], u[1]]));
+            for decoded in [
+                char::decode_utf16(le)
+                    .map(|c| c.unwrap_or('\u{FFFD}'))
+                    .collect::<String>(),
+                char::decode_utf16(be)
+                    .map(|c| c.unwrap_or('\u{FFFD}'))
+                    .collect::<String>(),
+            ] {
+                texts.push(Zeroizing::new(decoded));
+            }
+        }
+    }
+    let mut kinds = std::collections::BTreeSet::new();
+    for text in &texts {
+        let found = redactor.redact(text);
+        kinds.extend(found.kinds().into_iter().map(|(k, _)| k));
+    }
+    if kinds.is_empty() {
         return Ok(());
     }
     Err(CliError::failure(format!(
-        "nothing was imported: {} is not UTF-8 text and holds secrets ({}); memvault cannot redact inside a binary file, so remove the secret or leave the file out, and import again",
+        "nothing was imported: {} is not UTF-8 text (an image, or text in UTF-16) and holds secrets ({}); memvault cannot redact inside such a file, so remove the secret or leave the file out (or save the text as UTF-8), and import again",
         path.as_str(),
-        found
-            .kinds()
-            .iter()
-            .map(|(k, _)| k.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+        kinds.into_iter().collect::<Vec<_>>().join(", ")
     )))
 }
 
@@ -216,8 +299,9 @@ pub fn import(global: &Global, args: &ImportArgs, out: &mut dyn Write) -> Result
     let mut redacted = 0usize;
     let mut renamed = 0usize;
     let mut taken = std::collections::HashSet::new();
-    for (path, source) in found {
-        let (path, name_kinds) = import_name(&redactor, path)?;
+    let max_bytes = vault.config().max_file_bytes;
+    for f in found {
+        let (path, name_kinds) = import_name(&redactor, f.path.clone())?;
         if !name_kinds.is_empty() {
             renamed += 1;
         }
@@ -227,11 +311,11 @@ pub fn import(global: &Global, args: &ImportArgs, out: &mut dyn Write) -> Result
                 path.as_str()
             )));
         }
-        let bytes =
-            Zeroizing::new(fs::read(&source).map_err(|e| {
-                CliError::failure(format!("cannot read {}: {e}", shown_path(&source)))
-            })?);
-        if std::str::from_utf8(&bytes).is_err() && redactor.mode() != Mode::Off {
+        let bytes = read_found(&f, max_bytes)?;
+        // Not UTF-8, or UTF-8 with NUL bytes (UTF-16 text without a byte
+        // order mark reads as UTF-8): checked as a binary file too.
+        let binary = std::str::from_utf8(&bytes).is_err() || bytes.contains(&0);
+        if binary && redactor.mode() != Mode::Off {
             refuse_binary_secret(&redactor, &path, &bytes)?;
         }
         // Text goes through the secret filter; images and other binary
@@ -476,4 +560,52 @@ fn make_private_dir(p: &Path) -> Result<(), CliError> {
         fs::set_permissions(p, fs::Permissions::from_mode(0o700))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file swapped for a link, or for another file, after `collect`
+    /// found it is refused, not read; one left alone is read.
+    #[test]
+    fn a_found_file_is_read_only_while_it_is_the_one_found() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("memories");
+        fs::create_dir(&dir).unwrap();
+        let outside = tmp.path().join("outside.txt");
+        fs::write(&outside, "OUTSIDE").unwrap();
+        fs::write(dir.join("a.md"), "a").unwrap();
+        let found = || {
+            let mut out = Vec::new();
+            collect(&dir, &dir, &MemoryPath::root(), &mut out, &mut 0).unwrap();
+            out.pop().unwrap()
+        };
+        let f = found();
+        assert_eq!(&read_found(&f, 100).unwrap()[..], b"a");
+        // Held by a second name, so no later file can reuse its inode.
+        fs::hard_link(dir.join("a.md"), tmp.path().join("held")).unwrap();
+        // A link in its place.
+        fs::remove_file(dir.join("a.md")).unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("a.md")).unwrap();
+        assert!(read_found(&f, 100).is_err());
+        // Another file in its place.
+        let other = tmp.path().join("other.md");
+        fs::write(&other, "b").unwrap();
+        fs::rename(&other, dir.join("a.md")).unwrap();
+        let err = read_found(&f, 100).map(|_| ()).unwrap_err();
+        assert!(
+            err.message.contains("changed while it was being imported"),
+            "{}",
+            err.message
+        );
+        // Over the limit, by its size.
+        let f = found();
+        let err = read_found(&f, 0).map(|_| ()).unwrap_err();
+        assert!(
+            err.message.contains("over this vault's limit of 0 bytes"),
+            "{}",
+            err.message
+        );
+    }
 }

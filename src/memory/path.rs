@@ -348,12 +348,19 @@ fn is_line_separator(c: char) -> bool {
 /// store and print: 1 to 128 bytes, with no control, invisible format
 /// (bidi control, zero-width, ...) or line-separator character, the
 /// characters a path refuses too.
+///
+/// No space at either end either: HTTP drops those from a header value,
+/// so such a label could not be given the same way through a server.
 pub fn is_plain_label(label: &str) -> bool {
     !label.is_empty()
         && label.len() <= 128
-        && !label
-            .chars()
-            .any(|c| is_control(c) || is_format(c) || is_invisible(c) || is_line_separator(c))
+        && label.trim() == label
+        && label.chars().all(is_plain_char)
+}
+
+/// A character a label may hold (see [`is_plain_label`]).
+pub fn is_plain_char(c: char) -> bool {
+    !(is_control(c) || is_format(c) || is_invisible(c) || is_line_separator(c))
 }
 
 /// Makes `s` safe to put in a message: control, format and line-separator
@@ -1057,6 +1064,25 @@ mod tests {
         );
         assert!(msg("/memories/x/notes.md ").contains("begins or ends with a space"));
         assert!(msg("/memories/\u{301}").contains("combining mark U+0301"));
+    }
+
+    #[test]
+    fn labels_are_plain_with_no_space_at_their_edges() {
+        for ok in ["lead", "ticket 4711", "ana@example", "é"] {
+            assert!(is_plain_label(ok), "{ok:?}");
+        }
+        for bad in [
+            "",
+            " lead",
+            "lead ",
+            " ",
+            "a\nb",
+            "a\u{202e}b",
+            "a\u{3164}",
+            &"x".repeat(129),
+        ] {
+            assert!(!is_plain_label(bad), "{bad:?}");
+        }
     }
 
     #[test]

@@ -61,16 +61,22 @@ impl Vault {
                     .path
                     .ancestors()
                     .chain(std::iter::once(f.path.clone()))
-                    .any(|p| {
+                    .find(|p| {
                         !p.is_root()
-                            && match snap.kind(&p) {
+                            && match snap.kind(p) {
                                 Ok(Some(NodeKind::File)) => true,
-                                Ok(Some(NodeKind::Dir)) => p == f.path,
+                                Ok(Some(NodeKind::Dir)) => *p == f.path,
                                 _ => false,
                             }
                     });
-                if taken {
-                    clashes.push(f.path.as_str().to_string());
+                match taken {
+                    Some(p) if p == f.path => clashes.push(f.path.as_str().to_string()),
+                    Some(p) => clashes.push(format!(
+                        "{} (the file {} is where its folder would be)",
+                        f.path.as_str(),
+                        p.as_str()
+                    )),
+                    None => {}
                 }
                 if f.content.len() > self.config.max_file_bytes {
                     return Err(VaultError::Refused(format!(

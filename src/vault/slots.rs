@@ -93,6 +93,18 @@ pub(crate) fn rekeyed_elsewhere() -> VaultError {
 }
 
 impl Vault {
+    /// The keyslots `secret` opens, by id: one, or more when two machines
+    /// each added a slot for one secret and a sync merged them (then
+    /// removing one of them revokes nothing).
+    pub fn slots_opened_by(&self, secret: &Unlock<'_>) -> Vec<String> {
+        self.key_state
+            .slots
+            .iter()
+            .filter(|(_, bytes)| crypto::open_slot(bytes, secret).is_ok())
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     /// The keyslots as of the last refresh, by id.
     pub fn slots(&self) -> Result<Vec<SlotEntry>, VaultError> {
         self.key_state
@@ -182,7 +194,26 @@ impl Vault {
         let name = slot_name(&sealed)?;
         let added = name.clone();
         let details = vec![format!("replaced keyslot {target} by {name}")];
+        let unlock = Unlock::Passphrase(new);
         self.change_slots("passwd", details, move |_, slots, _| {
+            // As `add_slot`: a passphrase that already opens a slot (this
+            // one: the same passphrase again; or another) would leave one
+            // secret in two slots, and a later change or removal of one
+            // would not stop it.
+            if let Some(id) = slots
+                .iter()
+                .find(|(_, bytes)| crypto::open_slot(bytes, &unlock).is_ok())
+                .map(|(id, _)| id)
+            {
+                let what = if *id == target {
+                    format!("that is the passphrase keyslot {id} already has")
+                } else {
+                    format!("that passphrase already opens keyslot {id}")
+                };
+                return Err(VaultError::Refused(format!(
+                    "{what}; nothing was changed (choose another passphrase, or remove keyslot {id} with `memvault key remove`)"
+                )));
+            }
             if slots.remove(&target).is_none() {
                 return Err(VaultError::Refused(format!(
                     "keyslot {target} was removed meanwhile; nothing was changed"

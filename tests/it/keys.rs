@@ -790,3 +790,48 @@ fn rekey_killed_at_random_moments_leaves_the_vault_open() {
     let out = v.cmd().arg("verify").output().unwrap();
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
 }
+
+/// `passwd` refuses a new passphrase that already opens a slot (another
+/// one, or the same one again), as `key add` does: one secret in two
+/// slots would make a later change or removal of one revoke nothing.
+#[test]
+fn passwd_refuses_a_passphrase_a_slot_already_has() {
+    let v = PassVault::new("alice one");
+    let bob = v.file("bob.txt", "bob two\n");
+    let out = v
+        .cmd("alice one")
+        .args(["key", "add", "--new-passphrase-file"])
+        .arg(&bob)
+        .args(TINY)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let keys_before = git(&v.vault, &["rev-parse", "refs/memvault/keys"]).stdout;
+    let same = v.file("same.txt", "alice one\n");
+    for (new, says) in [
+        (&bob, "that passphrase already opens keyslot"),
+        (&same, "that is the passphrase keyslot"),
+    ] {
+        let out = v
+            .cmd("alice one")
+            .arg("passwd")
+            .arg("--new-passphrase-file")
+            .arg(new)
+            .args(TINY)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{}", stderr(&out));
+        assert!(stderr(&out).contains("nothing was changed"));
+        assert!(!stderr(&out).contains("alice one") && !stderr(&out).contains("bob two"));
+    }
+    assert_eq!(
+        git(&v.vault, &["rev-parse", "refs/memvault/keys"]).stdout,
+        keys_before,
+        "a refused passwd changed the key state"
+    );
+    for pass in ["alice one", "bob two"] {
+        let out = v.exec(pass, json!({"command": "view", "path": "/memories"}));
+        assert!(out.status.success(), "{pass}: {}", stderr(&out));
+    }
+}

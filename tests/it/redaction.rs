@@ -509,3 +509,34 @@ fn the_generated_secret_corpora_are_redacted_as_well_as_measured() {
         assert!(stdout.contains("redacted whole"), "{stdout}");
     }
 }
+
+/// What `config set` records (its actor, the settings' before and after
+/// in history) goes through the secret filter: an operator who adds a
+/// rule for one leaked token, its regex the token itself, does not put
+/// the token into history.
+#[test]
+fn config_changes_record_no_secret_in_their_actor_or_their_values() {
+    let v = TestVault::new();
+    let rules = format!(r#"[{{"id":"leaked","regex":"{STRIPE}"}}]"#);
+    let o = v
+        .cmd()
+        .args([
+            "config",
+            "set",
+            "redaction.custom_rules",
+            &rules,
+            "--actor",
+            STRIPE,
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains(STRIPE));
+    for args in [&["history"][..], &["history", "--json"], &["sessions"]] {
+        let out = v.cmd().args(args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success());
+        assert!(text.contains("[REDACTED:stripe"), "{args:?}: {text}");
+        assert!(!text.contains(STRIPE), "{args:?}: {text}");
+    }
+}

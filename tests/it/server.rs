@@ -2298,7 +2298,8 @@ fn a_request_refused_before_its_body_keeps_the_connection_for_the_next() {
     let good = format!("Bearer {}", r.tokens["acme"]);
     let bad = format!("Bearer mvt_0123456789abcdef_{}", "e".repeat(64));
     let conn = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     let mut w = conn.try_clone().unwrap();
     let mut rd = BufReader::new(conn);
     let filler = format!(
@@ -2327,12 +2328,19 @@ fn a_request_refused_before_its_body_keeps_the_connection_for_the_next() {
         let (st, headers, answer) = read_response(&mut rd);
         assert_eq!(st, want, "{path}: {}", String::from_utf8_lossy(&answer));
         assert!(
-            !headers.iter().any(|(k, v)| k == "connection" && v == "close"),
+            !headers
+                .iter()
+                .any(|(k, v)| k == "connection" && v == "close"),
             "{path}: {headers:?}"
         );
         send("/v1/memory", &good, "", view);
         let (st, _, answer) = read_response(&mut rd);
-        assert_eq!(st, 200, "after {path}: {}", String::from_utf8_lossy(&answer));
+        assert_eq!(
+            st,
+            200,
+            "after {path}: {}",
+            String::from_utf8_lossy(&answer)
+        );
         assert!(String::from_utf8_lossy(&answer).contains("Here're the files"));
     }
     // A body past the limit is not read: the answer says the connection
@@ -2345,7 +2353,9 @@ fn a_request_refused_before_its_body_keeps_the_connection_for_the_next() {
     let (st, headers, _) = read_response(&mut rd);
     assert_eq!(st, 401);
     assert!(
-        headers.iter().any(|(k, v)| k == "connection" && v == "close"),
+        headers
+            .iter()
+            .any(|(k, v)| k == "connection" && v == "close"),
         "{headers:?}"
     );
 }

@@ -2134,3 +2134,51 @@ fn an_edit_made_elsewhere_follows_a_file_through_two_purges_that_kept_it() {
         m.ok(&["verify"]);
     }
 }
+
+/// Two machines that each add a keyslot for one key file before they sync
+/// end up with two slots for one secret (the merge keeps both): `key
+/// list` on a machine holding that secret marks the second, and `key
+/// remove --force` of the one it unlocked with says the secret still
+/// opens the vault (exit 1), not that it was revoked.
+#[test]
+fn two_slots_for_one_secret_merged_by_a_sync_are_shown_and_not_taken_for_a_revocation() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    let tmp = w.hub.parent().unwrap();
+    let laptop_key = tmp.join("laptop.key");
+    assert!(
+        Command::new(bin())
+            .arg("keygen")
+            .arg(&laptop_key)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let key = laptop_key.to_str().unwrap();
+    a.ok(&["key", "add", "--new-key-file", key]);
+    b.ok(&["key", "add", "--new-key-file", key]);
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    a.ok(&["sync"]);
+    let laptop = Machine::new(tmp.join("laptop"), laptop_key.clone());
+    laptop.ok(&["clone", w.hub.to_str().unwrap()]);
+    let list = laptop.ok(&["key", "list"]);
+    let mine: Vec<&str> = list
+        .lines()
+        .filter(|l| l.contains("(unlocked with)"))
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    let also: Vec<&str> = list
+        .lines()
+        .filter(|l| l.contains("also opened by the secret you unlocked with"))
+        .collect();
+    assert_eq!((mine.len(), also.len()), (1, 1), "{list}");
+    let err = laptop.fails(&["key", "remove", mine[0], "--force"], 1);
+    assert!(
+        err.contains("still opens this vault through keyslot"),
+        "{err}"
+    );
+    // It does: the laptop's key still opens its copy.
+    laptop.ok(&["key", "list"]);
+}

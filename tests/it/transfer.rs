@@ -253,3 +253,65 @@ fn export_stays_out_of_the_vault_and_skips_erased_versions_and_import_refuses_am
         refs
     );
 }
+
+/// A secret in text saved as UTF-16 (a Windows "Unicode" text file, with
+/// or without its byte order mark, or an image's UTF-16 strings) is found
+/// and the import refused, changing nothing; a file over the size limit is
+/// refused from its size, before it is read (a sparse 2 GiB file here);
+/// a file in the vault where a folder would go is named as such.
+#[test]
+fn import_finds_utf16_secrets_and_refuses_oversize_files_before_reading_them() {
+    let v = TestVault::new();
+    v.one(json!({"command": "create", "path": "/memories/c.md", "file_text": "x\n"}));
+    let commits = v.commits();
+    let utf16 = |bom: bool, text: &str| {
+        let mut b: Vec<u8> = if bom { vec![0xFF, 0xFE] } else { Vec::new() };
+        b.extend(text.encode_utf16().flat_map(u16::to_le_bytes));
+        b
+    };
+    let mut png = b"\x89PNG\r\n\x1a\n\x00\xff".to_vec();
+    png.extend(utf16(false, &format!(" {STRIPE} ")));
+    png.extend(b"\x00\xff");
+    for (name, bytes) in [
+        ("bom.md", utf16(true, &format!("key = {STRIPE}\n"))),
+        ("plain.md", utf16(false, &format!("key = {STRIPE}\n"))),
+        ("shot.png", png),
+    ] {
+        let src = v.tmp.path().join(format!("src-{name}"));
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::write(src.join(name), bytes).unwrap();
+        let o = v.cmd().arg("import").arg(&src).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{name}: {err}");
+        assert!(err.contains("holds secrets (stripe"), "{name}: {err}");
+        assert!(!err.contains(STRIPE));
+    }
+    // Over the limit: refused at once, from its size.
+    let src = v.tmp.path().join("src-big");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::File::create(src.join("big.md"))
+        .unwrap()
+        .set_len(2 << 30)
+        .unwrap();
+    let o = v.cmd().arg("import").arg(&src).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("is 2147483648 bytes, over this vault's limit"),
+        "{err}"
+    );
+    // A file where the import needs a folder.
+    let src = v.tmp.path().join("src-in-the-way");
+    std::fs::create_dir_all(src.join("c.md")).unwrap();
+    std::fs::write(src.join("c.md/inner.md"), "y\n").unwrap();
+    let o = v.cmd().arg("import").arg(&src).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "/memories/c.md/inner.md (the file /memories/c.md is where its folder would be)"
+        ),
+        "{err}"
+    );
+    assert_eq!(v.commits(), commits, "a refused import changed the vault");
+}

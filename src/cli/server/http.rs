@@ -486,7 +486,7 @@ impl App {
                 ApiError::new(
                     StatusCode::BAD_REQUEST,
                     format!(
-                        "the {name} header is given once, as 1 to 128 printable ASCII characters"
+                        "the {name} header is given once, as 1 to 128 printable ASCII characters with no space at either end"
                     ),
                 )
             };

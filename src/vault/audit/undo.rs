@@ -144,7 +144,7 @@ impl Vault {
             };
             if let Some(how) = how {
                 return Err(VaultError::Refused(format!(
-                    "revision {} is a `{op}`, which revert does not undo: {how}; nothing was changed",
+                    "revision {} is a `{op}`, which revert does not undo: {how}",
                     c.short()
                 )));
             }

@@ -10,12 +10,13 @@
 //!    that shared a doomed key re-encrypted under new keys), marked
 //!    `expire` or `purge`, with the erased key ids in its metadata (the
 //!    tombstone), and the key state without the doomed keys;
-//! 3. delete the marker, then prune the replaced key-state objects (and
-//!    repack if any was packed) so the destroyed keys are physically gone.
+//! 3. prune the replaced key-state objects (and repack if any was
+//!    packed) so the destroyed keys are physically gone, then delete the
+//!    marker.
 //!
-//! A crash after 1 leaves the marker: the next writer finishes the job,
-//! erasing (in a commit of its own, `erase`) only doomed keys that no file
-//! at the tip uses, and pruning. So a crash before 2 applies none of the
+//! A crash after 1 leaves the marker until the prune is done: the next
+//! writer finishes the job, erasing (in a commit of its own, `erase`) only
+//! doomed keys that no file at the tip uses, and pruning. So a crash before 2 applies none of the
 //! sweep (but the erasure of keys no live file uses), and one after 2 all
 //! of it.
 
@@ -252,15 +253,17 @@ impl Vault {
             meta.erased_keys = erase.iter().map(|(id, _)| id.to_hex()).collect();
             self.publish_key_change(tip, KeyChange::files(erase), meta)?;
         }
-        // The erasure is durable before its marker goes.
+        // The erasure is durable, and the replaced key states that held
+        // the destroyed keys are gone, before its marker goes: a crash
+        // anywhere before leaves the marker, and the next writer prunes.
         self.sync_now()?;
         test_crash("after-erase");
+        self.prune_key_garbage()?;
         match fs::remove_file(self.dir.join(MARKER)) {
             Ok(()) => sync_dir(&self.dir.join("memvault")),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e.into()),
         }
-        self.prune_key_garbage()?;
         Ok(n)
     }
 

@@ -60,7 +60,7 @@ fn host_name() -> String {
         .map(|h| {
             h.trim()
                 .chars()
-                .filter(|c| crate::memory::path::is_plain_label(c.encode_utf8(&mut [0; 4])))
+                .filter(|c| crate::memory::path::is_plain_char(*c))
                 .take(64)
                 .collect::<String>()
         })
