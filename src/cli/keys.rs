@@ -218,7 +218,7 @@ fn add(global: &Global, args: &KeyAddArgs, err: &mut dyn Write) -> Result<u8, Cl
             key_file: Some(path.clone()),
             passphrase_file: None,
         };
-        let Secret::KeyFile(key) = probe.resolve()? else {
+        let Secret::KeyFile(key) = probe.resolve_new()? else {
             unreachable!("a key-file source resolves to a key file")
         };
         vault.add_slot(&NewSlot::KeyFile(&key))?

@@ -45,6 +45,18 @@ pub(crate) fn read_passphrase_file(path: &Path, what: &str) -> Result<String, Cl
     let text = fs::read_to_string(path).map_err(|e| {
         CliError::failure(format!("cannot read the {what} {}: {e}", path.display()))
     })?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = fs::metadata(path)
+            && meta.permissions().mode() & 0o077 != 0
+        {
+            eprintln!(
+                "memvault: warning: the {what} {} is readable by other users; run `chmod 600` on it",
+                path.display()
+            );
+        }
+    }
     let text = strip_newline(text);
     if text.contains('\n') {
         return Err(CliError::failure(format!(
@@ -84,6 +96,34 @@ pub(crate) fn read_key_file(path: &Path) -> Result<KeyFileKey, CliError> {
     })
 }
 
+/// A key file about to get a slot of its own (`init`, `key add`) must
+/// look like what `memvault keygen` makes: 32 random bytes. A key file is
+/// used as it is, with no stretching, so 32 typed characters (a password
+/// saved without a line end) or a file of one repeated byte would be a
+/// weak key: refused. (Opening a vault takes any 32-byte key file, so
+/// existing slots keep working.)
+pub(crate) fn check_new_key_file(key: &KeyFileKey, path: &Path) -> Result<(), CliError> {
+    let bytes = key.expose_secret();
+    let typed = bytes.iter().all(|b| (0x20..0x7f).contains(b));
+    let mut distinct = [false; 256];
+    for b in bytes.iter() {
+        distinct[usize::from(*b)] = true;
+    }
+    let few = distinct.iter().filter(|d| **d).count() < 12;
+    if typed || few {
+        return Err(CliError::failure(format!(
+            "{} does not look like a key file: its 32 bytes are {}, where a key file holds 32 random bytes (make one with `memvault keygen FILE`; for a password, use --passphrase-file); nothing was changed",
+            path.display(),
+            if typed {
+                "typed characters"
+            } else {
+                "a few values repeated"
+            }
+        )));
+    }
+    Ok(())
+}
+
 fn strip_newline(mut s: String) -> String {
     if s.ends_with('\n') {
         s.pop();
@@ -115,15 +155,22 @@ impl SecretSource {
     }
 
     fn resolve_inner(&self, confirm: bool) -> Result<Secret, CliError> {
+        let key_file = |path: &Path| -> Result<Secret, CliError> {
+            let key = read_key_file(path)?;
+            if confirm {
+                check_new_key_file(&key, path)?;
+            }
+            Ok(Secret::KeyFile(key))
+        };
         if let Some(path) = &self.key_file {
-            return Ok(Secret::KeyFile(read_key_file(path)?));
+            return key_file(path);
         }
         // A flag given beats the environment.
         if let Some(path) = &self.passphrase_file {
             return passphrase(read_passphrase_file(path, "passphrase file")?);
         }
         if let Some(path) = std::env::var_os("MEMVAULT_KEY_FILE").filter(|v| !v.is_empty()) {
-            return Ok(Secret::KeyFile(read_key_file(Path::new(&path))?));
+            return key_file(Path::new(&path));
         }
         if let Ok(p) = std::env::var("MEMVAULT_PASSPHRASE")
             && !p.is_empty()

@@ -297,3 +297,76 @@ fn secret_sources_flags_beat_the_environment_and_odd_files_are_refused() {
     let err = std::io::read_to_string(child.stderr.take().unwrap()).unwrap();
     assert!(err.contains("not a regular file"), "{err}");
 }
+
+/// A key file for a new slot must look like `memvault keygen`'s 32 random
+/// bytes: 32 typed characters (a password saved without a line end) or
+/// one repeated byte are refused by `init` and `key add`, changing
+/// nothing; a passphrase file readable by others is warned about, as a
+/// key file is.
+#[test]
+fn weak_key_files_get_no_slot_and_open_passphrase_files_are_warned_about() {
+    let tmp = tempfile::tempdir().unwrap();
+    let typed = tmp.path().join("typed.key");
+    std::fs::write(&typed, "abcdefghijklmnopqrstuvwxyz012345").unwrap();
+    let zeros = tmp.path().join("zeros.key");
+    std::fs::write(&zeros, [0u8; 32]).unwrap();
+    for (key, says) in [
+        (&typed, "typed characters"),
+        (&zeros, "a few values repeated"),
+    ] {
+        std::fs::set_permissions(key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        let dir = tmp.path().join("v");
+        let o = plain_cmd()
+            .arg("--vault")
+            .arg(&dir)
+            .arg("--key-file")
+            .arg(key)
+            .arg("init")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(says) && err.contains("memvault keygen"),
+            "{err}"
+        );
+        assert!(!dir.exists(), "a refused init left a vault");
+        let v = TestVault::new();
+        let o = v
+            .cmd()
+            .args(["key", "add", "--new-key-file"])
+            .arg(key)
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let list = String::from_utf8_lossy(&v.cmd().args(["key", "list"]).output().unwrap().stdout)
+            .into_owned();
+        assert_eq!(
+            list.lines().filter(|l| l.contains("key-file")).count(),
+            1,
+            "{list}"
+        );
+    }
+    let pass = tmp.path().join("pass.txt");
+    std::fs::write(&pass, "a passphrase\n").unwrap();
+    std::fs::set_permissions(&pass, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let o = plain_cmd()
+        .arg("--vault")
+        .arg(tmp.path().join("pv"))
+        .arg("--passphrase-file")
+        .arg(&pass)
+        .args(["init", "--argon2-memory", "64", "--argon2-passes", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("is readable by other users; run `chmod 600`"),
+        "{err}"
+    );
+}
