@@ -2182,3 +2182,41 @@ fn two_slots_for_one_secret_merged_by_a_sync_are_shown_and_not_taken_for_a_revoc
     // It does: the laptop's key still opens its copy.
     laptop.ok(&["key", "list"]);
 }
+
+/// A sync that brings an erasure and is killed before its prune leaves
+/// the erasure marker: the next command here prunes, so the key state
+/// that held the destroyed key is gone from this copy too.
+#[test]
+fn a_sync_killed_between_an_incoming_erasure_and_its_prune_is_pruned_by_the_next_command() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    a.write("/memories/secret.md", &format!("{MARK} to be erased\n"));
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    let old = String::from_utf8(git(&b.dir, &["rev-parse", "refs/memvault/keys"]).stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    a.ok(&["purge", "/memories/secret.md"]);
+    a.ok(&["sync"]);
+    let out = b
+        .cmd()
+        .arg("sync")
+        .env("MEMVAULT_TEST_CRASH", "after-merge-erasure")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the crash hook did not fire");
+    assert!(b.dir.join("memvault/erase-pending").exists());
+    // Any writer finishes it.
+    b.write("/memories/after.md", "x\n");
+    assert!(!b.dir.join("memvault/erase-pending").exists());
+    let found = Command::new("git")
+        .arg("--git-dir")
+        .arg(&b.dir)
+        .args(["cat-file", "-e", &old])
+        .output()
+        .unwrap();
+    assert!(!found.status.success(), "the key state {old} is still here");
+    assert_eq!(b.read("/memories/secret.md"), None);
+    b.ok(&["verify"]);
+}

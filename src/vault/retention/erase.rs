@@ -84,14 +84,14 @@ struct LiveFile {
 /// Test hook (`test-hooks` builds only): `MEMVAULT_TEST_CRASH=<point>`
 /// aborts the process there, so crash tests can stop a sweep at each step.
 #[cfg(feature = "test-hooks")]
-fn test_crash(point: &str) {
+pub(crate) fn test_crash(point: &str) {
     if std::env::var("MEMVAULT_TEST_CRASH").is_ok_and(|p| p == point) {
         std::process::abort();
     }
 }
 
 #[cfg(not(feature = "test-hooks"))]
-fn test_crash(_point: &str) {}
+pub(crate) fn test_crash(_point: &str) {}
 
 impl Vault {
     /// Every file at `tip` with its key id.
@@ -265,6 +265,16 @@ impl Vault {
             Err(e) => return Err(e.into()),
         }
         Ok(n)
+    }
+
+    /// Before a change that destroys keys other than by a sweep (a sync
+    /// that brings an erasure): the marker with no doomed key of its own,
+    /// so that a crash before the prune that follows leaves it, and the
+    /// next writer prunes. The caller holds the writer lock.
+    pub(crate) fn mark_prune_pending(&mut self) -> Result<(), VaultError> {
+        let sealed = self.keys.seal_access(MARKER_AAD, &[]);
+        write_durable(&self.dir.join(MARKER), &sealed)?;
+        Ok(())
     }
 
     /// Finish an erasure a crash interrupted (see the module docs). The

@@ -594,6 +594,11 @@ impl Vault {
             meta.details
                 .push(format!("{REKEYED}{} -> {}", old.to_hex(), new.to_hex()));
         }
+        if erased > 0 || stale > 0 {
+            // The prune that follows is owed even if this process dies
+            // before it (see `mark_prune_pending`).
+            self.mark_prune_pending()?;
+        }
         self.publish_with(Some(ours), Some(theirs), tree, change, &meta, objects_out)?;
         Ok(Merged {
             what: "merged",

@@ -581,8 +581,11 @@ impl Vault {
         if outcome.erased > 0 || outcome.stale > 0 {
             // The replaced key states held the erased keys: gone here too
             // (a checkpoint and a scrub of the log: under the writer lock).
-            // So are fetched states that hold keys erased here.
-            self.with_writer_lock(|v: &mut Vault, _| v.prune_key_garbage().map(|_| ()))?;
+            // So are fetched states that hold keys erased here. The merge
+            // left the erasure marker: the writer lock's first step prunes
+            // and removes it (and would, after a crash, in any writer).
+            crate::vault::retention::erase::test_crash("after-merge-erasure");
+            self.with_writer_lock(|_: &mut Vault, _| Ok::<(), VaultError>(()))?;
         }
         // Views made on other machines count here too (for expiry); when
         // this machine knows nothing newer, there is nothing to send back.
@@ -1196,6 +1199,11 @@ impl Vault {
         let ours_only = change.keep;
         let erased = change.erased;
         let stale = change.stale;
+        if erased > 0 || stale > 0 {
+            // The prune that follows is owed even if this process dies
+            // before it (see `mark_prune_pending`).
+            self.mark_prune_pending()?;
+        }
         let mut record = Record::default();
         record.refs.push((KEYS_REF.to_string(), theirs.commit));
         record.refs.push((MAIN_REF.to_string(), their_main));
