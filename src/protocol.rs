@@ -303,6 +303,10 @@ const HEAD_BYTES: usize = 4096;
 /// `tool_use` block's `id` before its `input`, so an over-long block is
 /// still answered to its id.
 fn tool_use_id_in_head(head: &[u8]) -> Option<String> {
+    let head = head.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(head);
+    // What the head shows: an id found, or a reason to answer to none.
+    // Where the head ends (it is a cut line), what was found stands.
+    let mut id: Option<String> = None;
     let mut at = 0;
     let ws = |at: &mut usize| {
         while head.get(*at).is_some_and(u8::is_ascii_whitespace) {
@@ -325,29 +329,43 @@ fn tool_use_id_in_head(head: &[u8]) -> Option<String> {
         return None;
     }
     at += 1;
-    let mut id = None;
     loop {
         ws(&mut at);
         if head.get(at) != Some(&b'"') {
-            return None;
+            return if at >= head.len() { id } else { None };
         }
-        let key_end = string_end(at)?;
+        let Some(key_end) = string_end(at) else {
+            return id;
+        };
         let key: String = serde_json::from_slice(&head[at..key_end]).ok()?;
         at = key_end;
         ws(&mut at);
-        if head.get(at) != Some(&b':') {
-            return None;
+        match head.get(at) {
+            Some(b':') => at += 1,
+            None => return id,
+            Some(_) => return None,
         }
-        at += 1;
         ws(&mut at);
         let value_start = at;
         // Skip the value: a string, or anything up to the `,` or `}` that
         // closes it at this level (nested strings skipped whole).
         let mut depth = 0usize;
         loop {
-            match *head.get(at)? {
+            let Some(&b) = head.get(at) else {
+                // The head ends inside this value: an id's value must be
+                // whole, any other value's end does not matter.
+                return if key == "id" || key == "command" {
+                    None
+                } else {
+                    id
+                };
+            };
+            match b {
                 b'"' => {
-                    at = string_end(at)?;
+                    let Some(end) = string_end(at) else {
+                        return if key == "id" { None } else { id };
+                    };
+                    at = end;
                     if depth == 0 {
                         break;
                     }
@@ -368,12 +386,11 @@ fn tool_use_id_in_head(head: &[u8]) -> Option<String> {
         }
         let value = &head[value_start..at];
         match key.as_str() {
-            "id" => {
-                let Ok(text) = serde_json::from_slice::<String>(value) else {
-                    return None;
-                };
-                id = Some(text);
-            }
+            // Given twice, the request is refused whole; a bare command
+            // (with a `command` key) has no id to answer to.
+            "id" if id.is_some() => return None,
+            "command" => return None,
+            "id" => id = Some(serde_json::from_slice::<String>(value).ok()?),
             "type"
                 if serde_json::from_slice::<String>(value).ok().as_deref() != Some("tool_use") =>
             {
@@ -385,9 +402,6 @@ fn tool_use_id_in_head(head: &[u8]) -> Option<String> {
         match head.get(at) {
             Some(b',') => at += 1,
             _ => return id,
-        }
-        if id.is_some() {
-            return id;
         }
     }
 }
@@ -634,6 +648,10 @@ mod tests {
             format!(r#"{{"type":"text","id":"toolu_04",{input_part}}}"#),
             format!(r#"{{"command":"create","path":"/memories/a","file_text":"{big}"}}"#),
             format!(r#"{{"id":{{"id":"toolu_05"}},{input_part}}}"#),
+            format!(r#"{{"id":"toolu_06","command":"create","file_text":"{big}"}}"#),
+            format!(r#"{{"id":"toolu_07","id":"toolu_08",{input_part}}}"#),
+            format!(r#"{{"id":"toolu_09","type":"text",{input_part}}}"#),
+            format!("\u{feff}{{\"id\":\"toolu_10\",{input_part}}}"),
         ];
         let text = lines.join("\n") + "\n";
         let out = run(&text, 4096);
@@ -641,7 +659,8 @@ mod tests {
         let ids: Vec<&Value> = out.iter().map(|o| &o["tool_use_id"]).collect();
         assert_eq!(ids[0], "toolu_01\"q");
         assert_eq!(ids[1], "toolu_02");
-        assert!(ids[2..].iter().all(|id| id.is_null()), "{ids:?}");
+        assert_eq!(ids[9], "toolu_10");
+        assert!(ids[2..9].iter().all(|id| id.is_null()), "{ids:?}");
         assert!(out.iter().all(|o| o["is_error"] == true));
     }
 

@@ -458,7 +458,9 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
             # The token is masked before the text is cut, so no piece of it
             # survives the cut.
             message = _masked(message, self._token)[:300]
-            raise self._http_error(f"answered HTTP {resp.status}: {message}", resp.status)
+            # A gateway between (502, 504) may have lost memvault's answer.
+            lost = f"; {_UNKNOWN}" if resp.status in (502, 504) else ""
+            raise self._http_error(f"answered HTTP {resp.status}: {message}{lost}", resp.status)
         try:
             block = json.loads(data)
         except ValueError:

@@ -410,7 +410,9 @@ export class MemvaultMemory {
       if (typeof message !== 'string') message = text.trim() || 'no message';
       // The token is masked before the text is cut, so no piece of it survives the cut.
       message = masked(message, /** @type {any} */ (this)._token).slice(0, 300);
-      throw this._httpError(`answered HTTP ${status}: ${message}`, status);
+      // A gateway between (502, 504) may have lost memvault's answer.
+      const lost = status === 502 || status === 504 ? `; ${UNKNOWN}` : '';
+      throw this._httpError(`answered HTTP ${status}: ${message}${lost}`, status);
     }
     let block;
     try {

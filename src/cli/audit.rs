@@ -27,7 +27,7 @@ fn usage(message: impl Into<String>) -> CliError {
 }
 
 fn parse_path(p: &str) -> Result<MemoryPath, CliError> {
-    MemoryPath::parse(p).map_err(|e| usage(e.to_string()))
+    MemoryPath::parse_stored(p).map_err(|e| usage(e.to_string()))
 }
 
 fn not_a_rev(e: VaultError) -> CliError {
@@ -97,10 +97,7 @@ pub fn show_to(
             }
             let memory = memory_for(vault.config())?;
             let mut store = vault.at_revision(Some(rev));
-            let result = memory.execute_json(
-                &mut store as &mut dyn Store,
-                &json!({"command": "view", "path": path.as_str()}),
-            );
+            let result = memory.view_path(&mut store as &mut dyn Store, &path);
             let described;
             let text = match &result.content {
                 crate::memory::Content::Text(t) => t.as_str(),

@@ -26,6 +26,12 @@ fn refused(e: VaultError) -> CliError {
 }
 
 fn sweeper(actor: &str) -> Result<Attribution, CliError> {
+    if !crate::memory::path::is_plain_label(actor) {
+        return Err(CliError {
+            message: super::ACTOR_RULE.into(),
+            code: 2,
+        });
+    }
     Ok(Attribution {
         session: new_session_id(),
         actor: super::redact_label(actor)?,
@@ -176,7 +182,7 @@ pub struct PurgeArgs {
 
 /// `memvault purge PATH`.
 pub fn purge(on: On<'_>, args: &PurgeArgs, out: &mut dyn Write) -> Result<u8, CliError> {
-    let path = MemoryPath::parse(&args.path).map_err(|e| usage(e.to_string()))?;
+    let path = MemoryPath::parse_stored(&args.path).map_err(|e| usage(e.to_string()))?;
     on.with(
         || sweeper(&args.actor),
         |vault| {

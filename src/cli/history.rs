@@ -196,7 +196,7 @@ pub fn run(on: On<'_>, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8, Cl
     on.with(|| Ok(who), |vault| {
     let path = match &args.path {
         Some(p) => Some(
-            crate::memory::MemoryPath::parse(p)
+            crate::memory::MemoryPath::parse_stored(p)
                 .map_err(|e| CliError {
                     message: e.to_string(),
                     code: 2,

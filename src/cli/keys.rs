@@ -189,12 +189,20 @@ pub fn key(
         KeyCommand::List => list(global, out),
         KeyCommand::Remove { id, force } => {
             let (mut vault, secret) = open(global)?;
+            let own = vault
+                .slots()?
+                .iter()
+                .any(|e| e.unlocked_with && e.id == id.to_ascii_lowercase());
             vault.remove_slot(id, *force)?;
             // The secret of the slot removed is known here only when it is
             // the one this command was unlocked with: then whether it still
             // opens another slot (merged from another machine) can be said.
-            let still = vault.slots_opened_by(&unlock_of(&secret));
-            if *force && !still.is_empty() {
+            let still = if own {
+                vault.slots_opened_by(&unlock_of(&secret))
+            } else {
+                Vec::new()
+            };
+            if !still.is_empty() {
                 writeln!(
                     err,
                     "memvault: removed keyslot {id}; warning: the secret you unlocked with still opens this vault through keyslot {} (another slot for the same secret, added on another machine and merged by a sync): remove it too to revoke that secret",

@@ -145,7 +145,7 @@ fn collect(
                 shown_path(&e.path())
             )));
         };
-        let path = base.join(name).map_err(|err| {
+        let path = base.join_new(name).map_err(|err| {
             CliError::failure(format!(
                 "{} cannot be a memory path ({err}); rename it before importing",
                 shown_path(e.path().strip_prefix(root).unwrap_or(&e.path()))

@@ -104,12 +104,17 @@ pub(crate) fn read_key_file(path: &Path) -> Result<KeyFileKey, CliError> {
 /// existing slots keep working.)
 pub(crate) fn check_new_key_file(key: &KeyFileKey, path: &Path) -> Result<(), CliError> {
     let bytes = key.expose_secret();
-    let typed = bytes.iter().all(|b| (0x20..0x7f).contains(b));
+    // Text in any script: 32 random bytes are valid UTF-8 about once in
+    // ten million, and then almost never without a control character.
+    let typed = std::str::from_utf8(bytes).is_ok_and(|t| !t.chars().any(char::is_control));
     let mut distinct = [false; 256];
     for b in bytes.iter() {
         distinct[usize::from(*b)] = true;
     }
-    let few = distinct.iter().filter(|d| **d).count() < 12;
+    // A few values repeated, or a run (00 01 02 ..., steps of one size).
+    let step = bytes[1].wrapping_sub(bytes[0]);
+    let run = bytes.windows(2).all(|w| w[1].wrapping_sub(w[0]) == step);
+    let few = distinct.iter().filter(|d| **d).count() < 12 || run;
     if typed || few {
         return Err(CliError::failure(format!(
             "{} does not look like a key file: its 32 bytes are {}, where a key file holds 32 random bytes (make one with `memvault keygen FILE`; for a password, use --passphrase-file); nothing was changed",

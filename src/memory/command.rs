@@ -256,10 +256,18 @@ fn whole(n: &serde_json::Number) -> Whole {
     if n.is_u64() {
         return Whole::TooLarge;
     }
+    // A whole number written as a float (`2.0`, `1e3`, `-0`, which JSON
+    // parsing makes the float -0.0) is that integer, as the SDK's own
+    // tool (pydantic) and JavaScript clients (which cannot tell 2.0 from
+    // 2) take it.
     match n.as_f64() {
-        // `-0` is parsed as the float -0.0; it is the integer 0.
-        Some(f) if f == 0.0 && n.to_string() == "-0.0" => Whole::Int(0),
-        Some(f) if f.is_finite() && f.fract() == 0.0 && f.abs() >= 9.0e18 => Whole::TooLarge,
+        Some(f) if f.is_finite() && f.fract() == 0.0 => {
+            if f.abs() < 9.2e18 {
+                Whole::Int(f as i64)
+            } else {
+                Whole::TooLarge
+            }
+        }
         _ => Whole::Fraction,
     }
 }
@@ -499,9 +507,9 @@ mod tests {
 
     #[test]
     fn a_view_range_item_that_is_no_whole_number_is_named() {
-        let e = err(json!({"command": "view", "path": "/memories", "view_range": [1.0, 2]}));
+        let e = err(json!({"command": "view", "path": "/memories", "view_range": [1.5, 2]}));
         assert!(
-            e.ends_with("got an array whose first item is the number 1.0, not a whole number."),
+            e.ends_with("got an array whose first item is the number 1.5, not a whole number."),
             "{e}"
         );
         let e = err(json!({"command": "view", "path": "/memories", "view_range": [1, true]}));
@@ -546,9 +554,19 @@ mod tests {
                 .contains("field `view_range` must be an array of two integers")
         );
         assert!(
-            err(json!({"command": "view", "path": "/memories/a", "view_range": [1.0, 2]}))
+            err(json!({"command": "view", "path": "/memories/a", "view_range": [1.25, 2]}))
                 .contains("field `view_range` must be an array of two integers")
         );
+        // A whole number written as a float is that integer.
+        assert!(matches!(
+            parse_command(
+                &json!({"command": "view", "path": "/memories/a", "view_range": [1.0, 2e0]})
+            ),
+            Ok(Command::View {
+                view_range: Some([1, 2]),
+                ..
+            })
+        ));
         assert_eq!(
             err(
                 json!({"command": "str_replace", "path": "/memories/a", "old_str": "x", "new_str": false})

@@ -136,6 +136,20 @@ impl Memory {
         }
     }
 
+    /// `view` of a path already validated, which may be a name an older
+    /// memvault stored before the look-alike rules
+    /// ([`MemoryPath::parse_stored`]): for `show`, which an operator runs.
+    pub fn view_path(&self, store: &mut dyn Store, path: &MemoryPath) -> ToolResult {
+        let mut result = self.view(store, path, None);
+        if result.is_error
+            && let Content::Text(text) = &result.content
+            && let Some(masked) = self.filter.as_ref().and_then(|f| f.mask(text))
+        {
+            result.content = Content::Text(masked);
+        }
+        result
+    }
+
     /// An error's text as it may be sent back: its secrets masked (it may
     /// echo a name or value as the request gave it).
     pub fn mask_error(&self, text: String) -> String {

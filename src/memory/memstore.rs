@@ -94,7 +94,9 @@ impl Files {
                 }
                 if kind == NodeKind::Dir {
                     for (key, _) in self.below(from) {
-                        let rebased = MemoryPath::parse(key).ok().and_then(|p| p.rebase(from, to));
+                        let rebased = MemoryPath::parse_stored(key)
+                            .ok()
+                            .and_then(|p| p.rebase(from, to));
                         if rebased.is_none() {
                             return Err(StoreError::Limit(format!(
                                 "cannot move {from} to {to}: a path below it would break the path limits"

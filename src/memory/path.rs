@@ -30,11 +30,14 @@
 //!
 //! What displays as nothing or as a separator is refused, so a listing
 //! cannot show two names alike: the rest of Unicode's default-ignorable
-//! characters (variation selectors, Hangul fillers), spaces other than
-//! U+0020 and the braille blank, slash and backslash look-alikes
-//! (`∕`, `⁄`, `／`), a name made of dots and dot leaders (`‥`), a name
-//! that begins or ends with a space (or is only spaces), and a name that
-//! begins with a combining mark. Letters that resemble others in another
+//! characters (variation selectors, Hangul fillers; an emoji's
+//! presentation selector right after a symbol, as in `❤️`, is kept),
+//! spaces other than U+0020 and the braille blank, slash and backslash
+//! look-alikes (`∕`, `⁄`, `／`), a name made of dots and dot look-alikes
+//! (`‥`, `٠٠`) or of dots under combining marks, a name that begins or
+//! ends with a space (or is only spaces), and a name that begins with a
+//! combining mark. These rules are for names being made ([`MemoryPath::parse`]);
+//! [`MemoryPath::parse_stored`] takes names a vault already holds. Letters that resemble others in another
 //! script (Cyrillic `о` for Latin `o`) are not refused.
 
 use std::cmp::Ordering;
@@ -140,7 +143,7 @@ pub enum PathError {
     )]
     InvisibleChar { path: String, ch: char },
     #[error(
-        "The path {path} is not allowed: it contains {}. Use the plain character ({}) or another name.",
+        "The path {path} is not allowed: it contains {}. {}",
         look_alike_kind(.ch).0,
         look_alike_kind(.ch).1
     )]
@@ -310,10 +313,14 @@ fn look_alike_class(c: char) -> Option<LookAlike> {
         | '\u{3000}'
         | '\u{2800}' => LookAlike::Space,
         '\u{2044}' | '\u{2215}' | '\u{2571}' | '\u{27CB}' | '\u{29F8}' | '\u{FF0F}'
-        | '\u{1735}' | '\u{2CC6}' | '\u{3033}' | '\u{30CE}' | '\u{4E3F}' => LookAlike::Slash,
+        | '\u{1735}' | '\u{2CC6}' | '\u{3033}' | '\u{2F03}' | '\u{31D3}' | '\u{1D23A}' => {
+            LookAlike::Slash
+        }
         '\u{2216}' | '\u{2572}' | '\u{27CD}' | '\u{29F5}' | '\u{29F9}' | '\u{FE68}'
         | '\u{FF3C}' => LookAlike::Backslash,
-        '\u{2024}' | '\u{2025}' | '\u{2026}' | '\u{FF0E}' | '\u{FE52}' => LookAlike::Dots,
+        '\u{2024}' | '\u{2025}' | '\u{2026}' | '\u{FF0E}' | '\u{FE52}' | '\u{A4F8}'
+        | '\u{0660}' | '\u{06F0}' | '\u{0701}' | '\u{0702}' | '\u{00B7}' | '\u{2027}'
+        | '\u{2219}' | '\u{22C5}' | '\u{30FB}' | '\u{FF65}' | '\u{2E31}' => LookAlike::Dots,
         _ => return None,
     })
 }
@@ -323,19 +330,19 @@ fn look_alike_kind(c: &char) -> (String, &'static str) {
     match look_alike_class(*c) {
         Some(LookAlike::Space) => (
             format!("the space-like character {cp}, which looks like a plain space"),
-            "a plain space, U+0020",
+            "Use a plain space (U+0020) or another name.",
         ),
         Some(LookAlike::Slash) => (
             format!("the slash-like character {cp}, which looks like the `/` between names"),
-            "`/` to separate names",
+            "Use `/` to separate names, or another name.",
         ),
         Some(LookAlike::Backslash) => (
             format!("the backslash-like character {cp}"),
-            "`/` to separate names",
+            "Use `/` to separate names, or another name.",
         ),
         _ => (
-            format!("the dot-like character {cp}, which looks like `.`"),
-            "a plain `.`",
+            format!("{cp} in a name that looks like `.` or `..`"),
+            "Give the name a letter or digit.",
         ),
     }
 }
@@ -437,6 +444,22 @@ impl MemoryPath {
     /// percent-encoding, NFC, segments, depth) and the first rule broken is
     /// reported.
     pub fn parse(s: &str) -> Result<MemoryPath, PathError> {
+        MemoryPath::parse_with(s, true)
+    }
+
+    /// [`MemoryPath::parse`] for a path the vault already holds, or one an
+    /// operator names on the command line: every rule but those added
+    /// against look-alike names (invisible fillers and selectors,
+    /// look-alikes of a space, `/`, `\` or `..`, spaces at a name's
+    /// edges, a leading combining mark), which keep an agent from making
+    /// such a name. A name an older memvault stored before those rules
+    /// stays readable, listed, and reachable by `history`, `show`,
+    /// `restore`, `purge`, and by the deletion or renaming of its folder.
+    pub fn parse_stored(s: &str) -> Result<MemoryPath, PathError> {
+        MemoryPath::parse_with(s, false)
+    }
+
+    fn parse_with(s: &str, new_rules: bool) -> Result<MemoryPath, PathError> {
         if s.is_empty() {
             return Err(PathError::Empty);
         }
@@ -481,18 +504,32 @@ impl MemoryPath {
                 nfc: shown(&s.nfc().collect::<String>()),
             });
         }
-        for ch in rest.chars() {
-            if is_invisible(ch) {
+        let mut prev = '/';
+        for ch in rest.chars().filter(|_| new_rules) {
+            // An emoji's presentation selector (`❤️`: U+2764 U+FE0F, which
+            // phones put in) right after the symbol it selects is kept.
+            let selects = matches!(ch, '\u{FE0E}' | '\u{FE0F}')
+                && !prev.is_ascii()
+                && !is_combining_mark(prev)
+                && !is_invisible(prev);
+            if is_invisible(ch) && !selects {
                 return Err(PathError::InvisibleChar { path: shown(s), ch });
             }
+            prev = ch;
             if is_look_alike(ch) {
                 return Err(PathError::LookAlikeChar { path: shown(s), ch });
             }
         }
-        // A name of dots and dot leaders (`‥`, `．．`) reads as `..`.
-        for segment in rest.split('/') {
-            if let Some(ch) = segment.chars().find(|c| is_dot_like(*c))
-                && segment.chars().all(|c| c == '.' || is_dot_like(c))
+        // A name of dots and dot leaders (`‥`, `．．`), or of dots under
+        // combining marks (`..̣`), reads as `.` or `..`.
+        for segment in rest.split('/').filter(|_| new_rules) {
+            let bases: Vec<char> = segment.chars().filter(|c| !is_combining_mark(*c)).collect();
+            let odd = segment
+                .chars()
+                .find(|c| is_dot_like(*c) || is_combining_mark(*c));
+            if let Some(ch) = odd
+                && !bases.is_empty()
+                && bases.iter().all(|&c| c == '.' || is_dot_like(c))
             {
                 return Err(PathError::LookAlikeChar { path: shown(s), ch });
             }
@@ -513,12 +550,16 @@ impl MemoryPath {
                         len: segment.len(),
                     });
                 }
-                _ if segment.starts_with(' ') || segment.ends_with(' ') => {
+                _ if new_rules && (segment.starts_with(' ') || segment.ends_with(' ')) => {
                     return Err(PathError::BlankEdge { path: s.to_owned() });
                 }
                 _ => {}
             }
-            if let Some(ch) = segment.chars().next().filter(|c| is_combining_mark(*c)) {
+            if let Some(ch) = segment
+                .chars()
+                .next()
+                .filter(|c| new_rules && is_combining_mark(*c))
+            {
                 return Err(PathError::LeadingMark { path: shown(s), ch });
             }
         }
@@ -575,9 +616,21 @@ impl MemoryPath {
         self.path.get(cut + 1..)
     }
 
-    /// The child `name` of this path. `name` must be one valid segment and
+    /// The child `name` of this path, a name the vault holds (see
+    /// [`MemoryPath::parse_stored`]). `name` must be one valid segment and
     /// the result must stay within the limits.
     pub fn join(&self, name: &str) -> Result<MemoryPath, PathError> {
+        self.join_with(name, false)
+    }
+
+    /// [`MemoryPath::join`] of a name that is to be made (an imported
+    /// file's): every rule of [`MemoryPath::parse`], where `join` takes a
+    /// name as [`MemoryPath::parse_stored`] does (a name the vault holds).
+    pub fn join_new(&self, name: &str) -> Result<MemoryPath, PathError> {
+        self.join_with(name, true)
+    }
+
+    fn join_with(&self, name: &str, new_rules: bool) -> Result<MemoryPath, PathError> {
         if name.contains('/') {
             return Err(PathError::NameContainsSlash { name: shown(name) });
         }
@@ -587,7 +640,7 @@ impl MemoryPath {
                 path: shown(&candidate),
             });
         }
-        MemoryPath::parse(&candidate)
+        MemoryPath::parse_with(&candidate, new_rules)
     }
 
     /// True when `other` is this path or one of its ancestors (compared by
@@ -605,7 +658,7 @@ impl MemoryPath {
             return None;
         }
         let suffix = self.path.get(from.path.len()..)?;
-        MemoryPath::parse(&format!("{}{}", to.path, suffix)).ok()
+        MemoryPath::parse_stored(&format!("{}{}", to.path, suffix)).ok()
     }
 
     /// The ancestors of this path, nearest first, ending with the root
@@ -865,6 +918,15 @@ mod tests {
             (s("/memories/.\u{2024}"), LookAlikeChar),
             (s("/memories/\u{ff0e}\u{ff0e}"), LookAlikeChar),
             (s("/memories/\u{2026}"), LookAlikeChar),
+            (s("/memories/a/..\u{307}/b"), LookAlikeChar),
+            (s("/memories/.\u{323}"), LookAlikeChar),
+            (s("/memories/\u{a4f8}\u{a4f8}"), LookAlikeChar),
+            (s("/memories/\u{660}\u{660}"), LookAlikeChar),
+            (s("/memories/\u{701}\u{701}"), LookAlikeChar),
+            (s("/memories/a\u{31d3}b"), LookAlikeChar),
+            (s("/memories/a\u{1d23a}b"), LookAlikeChar),
+            (s("/memories/a\u{fe0f}"), InvisibleChar),
+            (s("/memories/\u{2764}\u{fe0f}\u{fe0f}"), InvisibleChar),
             // spaces at a name's edges, or only spaces
             (s("/memories/ "), BlankEdge),
             (s("/memories/   /x"), BlankEdge),
@@ -991,6 +1053,15 @@ mod tests {
                 "/memories/wait\u{2026}.md".into(),
                 "/memories/wait\u{2026}.md".into(),
             ),
+            (
+                "/memories/\u{2764}\u{fe0f}.md".into(),
+                "/memories/\u{2764}\u{fe0f}.md".into(),
+            ),
+            (
+                "/memories/\u{30ce}\u{30fc}\u{30c8}.md".into(),
+                "/memories/\u{30ce}\u{30fc}\u{30c8}.md".into(),
+            ),
+            ("/memories/\u{660}1".into(), "/memories/\u{660}1".into()),
             ("/memories/1\u{ff0e}2".into(), "/memories/1\u{ff0e}2".into()),
             (
                 "/memories/e\u{301}\u{301}".nfc().collect::<String>(),
@@ -1060,7 +1131,7 @@ mod tests {
         );
         assert_eq!(
             msg("/memories/a\u{2215}b"),
-            "The path /memories/a\u{2215}b is not allowed: it contains the slash-like character U+2215, which looks like the `/` between names. Use the plain character (`/` to separate names) or another name."
+            "The path /memories/a\u{2215}b is not allowed: it contains the slash-like character U+2215, which looks like the `/` between names. Use `/` to separate names, or another name."
         );
         assert!(msg("/memories/x/notes.md ").contains("begins or ends with a space"));
         assert!(msg("/memories/\u{301}").contains("combining mark U+0301"));

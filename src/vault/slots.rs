@@ -205,14 +205,15 @@ impl Vault {
                 .find(|(_, bytes)| crypto::open_slot(bytes, &unlock).is_ok())
                 .map(|(id, _)| id)
             {
-                let what = if *id == target {
-                    format!("that is the passphrase keyslot {id} already has")
+                return Err(VaultError::Refused(if *id == target {
+                    format!(
+                        "that is the passphrase keyslot {id} already has; nothing was changed (choose a new one)"
+                    )
                 } else {
-                    format!("that passphrase already opens keyslot {id}")
-                };
-                return Err(VaultError::Refused(format!(
-                    "{what}; nothing was changed (choose another passphrase, or remove keyslot {id} with `memvault key remove`)"
-                )));
+                    format!(
+                        "that passphrase already opens keyslot {id}; nothing was changed (choose another passphrase, or remove keyslot {id} with `memvault key remove`)"
+                    )
+                }));
             }
             if slots.remove(&target).is_none() {
                 return Err(VaultError::Refused(format!(

@@ -81,3 +81,75 @@ fn hostile_paths_are_refused_and_change_nothing() {
     let after_listing = v.one(json!({"command": "view", "path": "/memories"}));
     assert_eq!(before_listing, after_listing);
 }
+
+/// Names an older memvault stored before the look-alike rules (a space at
+/// a name's edge, a Hangul filler, an emoji's variation selector) stay
+/// readable: listed, `verify` passes, their folder can be deleted, and an
+/// operator can name them to `history`, `show` and `purge`. Only an agent
+/// cannot make or name them.
+#[test]
+fn names_stored_before_the_look_alike_rules_stay_usable() {
+    use memvault::memory::store::{Change, ChangeFacts, Mutation, Op, Outcome, Store};
+    use memvault::memory::{MemoryPath, ToolResult};
+    let v = TestVault::new();
+    let old = [
+        "/memories/d/trailing.md ",
+        "/memories/d/\u{3164}",
+        "/memories/d/a\u{fe0f}.md",
+        "/memories/e /x.md",
+    ];
+    {
+        // As an older memvault wrote them: straight through the store.
+        let mut vault = v.open_library("old");
+        for p in old {
+            let path = MemoryPath::parse_stored(p).unwrap();
+            assert!(MemoryPath::parse(p).is_err(), "{p:?} is not refused");
+            vault
+                .write(&mut |_| {
+                    Ok(Outcome {
+                        result: ToolResult::ok("ok".to_string()),
+                        mutation: Some(Mutation {
+                            op: Op::Create,
+                            change: Change::Write {
+                                path: path.clone(),
+                                content: zeroize::Zeroizing::new(b"old\n".to_vec()),
+                            },
+                            facts: ChangeFacts::default(),
+                        }),
+                    })
+                })
+                .unwrap();
+        }
+    }
+    let listed = v.one(json!({"command": "view", "path": "/memories"}));
+    let listing = text(&listed);
+    for p in old {
+        let name = p.rsplit('/').next().unwrap();
+        assert!(listing.contains(name), "{p:?} not listed: {listing}");
+    }
+    let ok = |args: &[&str]| {
+        let o = v.cmd().args(args).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert!(ok(&["verify"]).starts_with("ok:"));
+    ok(&["history", "/memories/d/trailing.md "]);
+    assert!(ok(&["show", "HEAD", "/memories/e /x.md"]).contains("old"));
+    ok(&["purge", "/memories/d/\u{3164}"]);
+    // The agent cannot name them, but can delete and rename their folders.
+    let r = v.one(json!({"command": "view", "path": "/memories/d/trailing.md "}));
+    assert!(is_error(&r));
+    let r =
+        v.one(json!({"command": "rename", "old_path": "/memories/d", "new_path": "/memories/f"}));
+    assert!(!is_error(&r), "{r}");
+    let r = v.one(json!({"command": "delete", "path": "/memories/f"}));
+    assert!(!is_error(&r), "{r}");
+    assert!(ok(&["verify"]).starts_with("ok:"));
+    let out = v.tmp.path().join("export");
+    ok(&["export", out.to_str().unwrap()]);
+    assert!(out.join("memories/e /x.md").exists());
+}

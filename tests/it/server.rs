@@ -2317,11 +2317,13 @@ fn a_request_refused_before_its_body_keeps_the_connection_for_the_next() {
     let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
     // Each refusal is followed, on the same connection, by a request that
     // must be answered.
-    let refusals: [(&str, &str, &str, &str, u16); 4] = [
+    let refusals: [(&str, &str, &str, &str, u16); 6] = [
         ("/v1/memory", bad.as_str(), "", filler.as_str(), 401),
         ("/v1/purge", good.as_str(), "", filler.as_str(), 403),
         ("/v1/memory?x=1", good.as_str(), "", filler.as_str(), 400),
         ("/mcp", good.as_str(), "Host: evil.example\r\n", list, 400),
+        ("/v1/nope", good.as_str(), "", filler.as_str(), 404),
+        ("/healthz", good.as_str(), "", filler.as_str(), 405),
     ];
     for (path, auth, extra, body, want) in refusals {
         send(path, auth, extra, body);
@@ -2350,6 +2352,27 @@ fn a_request_refused_before_its_body_keeps_the_connection_for_the_next() {
         "POST /v1/memory HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {bad}\r\nContent-Length: 70000\r\n\r\n"
     );
     w.write_all(head.as_bytes()).unwrap();
+    let (st, headers, _) = read_response(&mut rd);
+    assert_eq!(st, 401);
+    assert!(
+        headers
+            .iter()
+            .any(|(k, v)| k == "connection" && v == "close"),
+        "{headers:?}"
+    );
+    // A client waiting for `100 Continue` is not asked for a body it would
+    // only have dropped: the 401 comes at once, and the connection closes.
+    let conn = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut w = conn.try_clone().unwrap();
+    let mut rd = BufReader::new(conn);
+    w.write_all(
+        format!(
+            "POST /v1/memory HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {bad}\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
     let (st, headers, _) = read_response(&mut rd);
     assert_eq!(st, 401);
     assert!(

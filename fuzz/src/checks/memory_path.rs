@@ -85,7 +85,7 @@ fn parsed(s: &str) -> Option<MemoryPath> {
 
 /// `p.join(name)`: refused when `name` is not one valid segment.
 fn joined(p: &MemoryPath, name: &str) -> Option<MemoryPath> {
-    match p.join(name) {
+    match p.join_new(name) {
         Ok(child) => {
             assert!(!name.is_empty() && !name.contains('/'));
             parsed(child.as_str())
@@ -131,7 +131,8 @@ fn forbidden(ch: char) -> bool {
                 | '\u{115F}'..='\u{1160}'
                 | '\u{3164}'
                 | '\u{FFA0}'
-                | '\u{FE00}'..='\u{FE0F}'
+                // (U+FE0E and U+FE0F are kept after the emoji they select)
+                | '\u{FE00}'..='\u{FE0D}'
                 | '\u{E0100}'..='\u{E01EF}'
         )
 }

@@ -216,7 +216,7 @@ def http_mode(base_url: str, server_url: str, session: str) -> None:
         t = threading.Thread(target=answer)
         t.start()
         echo = MemvaultMemoryTool(url=f"http://127.0.0.1:{port}", token=echo_token, session=session + "-echo")
-        expect_server_error(echo, 502, "answered HTTP 502", [echo_token[:24], echo_token[-24:]])
+        expect_server_error(echo, 502, "outcome is unknown", [echo_token[:24], echo_token[-24:]])
         echo.close()
         t.join()
 

@@ -212,7 +212,14 @@ async fn before_body(app: &App, headers: &HeaderMap, body: Body, mut e: ApiError
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .map(|v| v.to_str().ok().and_then(|s| s.parse::<u64>().ok()));
+    // A client that waits for `100 Continue` before it sends its body is
+    // not asked for it (reading the body would send that 100): the
+    // answer comes at once, and the connection closes.
+    let waits = headers
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     let drained = match declared {
+        _ if waits => false,
         Some(Some(0)) => true,
         Some(Some(n)) if n > max => false,
         Some(None) => false,
@@ -1033,18 +1040,26 @@ fn not_found_error() -> ApiError {
     )
 }
 
-async fn not_found() -> ApiError {
-    not_found_error()
+async fn not_found(app: Arc<App>, req: Request) -> ApiError {
+    let (parts, body) = req.into_parts();
+    before_body(&app, &parts.headers, body, not_found_error()).await
 }
 
-async fn method_not_allowed(uri: axum::http::Uri) -> ApiError {
-    let path = uri.path();
+async fn method_not_allowed(app: Arc<App>, req: Request) -> ApiError {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path();
     let allow = match path.strip_prefix("/v1/").map(route_scope) {
         Some(Some(Scope::Audit)) => "GET, HEAD, POST",
         _ if path == "/healthz" => "GET, HEAD",
         _ => "POST",
     };
-    ApiError::method_not_allowed(allow)
+    before_body(
+        &app,
+        &parts.headers,
+        body,
+        ApiError::method_not_allowed(allow),
+    )
+    .await
 }
 
 /// The audit and admin routes under `/v1/`, and the scope each needs.
@@ -1224,9 +1239,10 @@ pub fn router(app: Arc<App>, mcp: axum::routing::MethodRouter<()>) -> Router {
         };
         routes = routes.route(&format!("/v1/{op}"), handler);
     }
+    let (on_404, on_405) = (app.clone(), app.clone());
     routes
         .with_state(app)
         .merge(mcp)
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(move |req: Request| not_found(on_404.clone(), req))
+        .method_not_allowed_fallback(move |req: Request| method_not_allowed(on_405.clone(), req))
 }

@@ -858,7 +858,8 @@ impl Vault {
         if meta.op != "rename" {
             return Ok(None);
         }
-        let parse = |p: &Option<String>| p.as_deref().and_then(|p| MemoryPath::parse(p).ok());
+        let parse =
+            |p: &Option<String>| p.as_deref().and_then(|p| MemoryPath::parse_stored(p).ok());
         Ok(parse(&meta.path).zip(parse(&meta.new_path)))
     }
 }

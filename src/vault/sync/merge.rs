@@ -505,7 +505,7 @@ impl Vault {
             ));
         }
         for r in removed.iter().filter(|r| !upserted.contains(*r)) {
-            let path = MemoryPath::parse(r).map_err(|_| damaged("a stored path"))?;
+            let path = MemoryPath::parse_stored(r).map_err(|_| damaged("a stored path"))?;
             edits.remove(&git_path(&self.keys, &path).map_err(|_| damaged("a path is too long"))?);
         }
         for (gp, oid) in &git_paths {
@@ -690,14 +690,18 @@ impl Vault {
             let meta = self.meta_of(id)?;
             match meta.op.as_str() {
                 "purge" => {
-                    if let Some(p) = meta.path.as_deref().and_then(|p| MemoryPath::parse(p).ok()) {
+                    if let Some(p) = meta
+                        .path
+                        .as_deref()
+                        .and_then(|p| MemoryPath::parse_stored(p).ok())
+                    {
                         out.push((p, true));
                     }
                 }
                 "expire" => out.extend(
                     meta.files
                         .iter()
-                        .filter_map(|p| MemoryPath::parse(p).ok())
+                        .filter_map(|p| MemoryPath::parse_stored(p).ok())
                         .map(|p| (p, false)),
                 ),
                 _ => {}
