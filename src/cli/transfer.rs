@@ -260,7 +260,7 @@ fn refuse_binary_secret(
         return Ok(());
     }
     Err(CliError::failure(format!(
-        "nothing was imported: {} is not UTF-8 text (an image, or text in UTF-16) and holds secrets ({}); memvault cannot redact inside such a file, so remove the secret or leave the file out (or save the text as UTF-8), and import again",
+        "nothing was imported: {} is not UTF-8 text and holds secrets ({}), in its text read as UTF-8 or UTF-16; memvault cannot redact inside a binary file, so remove the secret or leave the file out (a UTF-16 text file: save it as UTF-8), and import again",
         path.as_str(),
         kinds.into_iter().collect::<Vec<_>>().join(", ")
     )))
