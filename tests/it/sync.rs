@@ -2146,15 +2146,7 @@ fn two_slots_for_one_secret_merged_by_a_sync_are_shown_and_not_taken_for_a_revoc
     let (a, b) = (&w.machines[0], &w.machines[1]);
     let tmp = w.hub.parent().unwrap();
     let laptop_key = tmp.join("laptop.key");
-    assert!(
-        Command::new(bin())
-            .arg("keygen")
-            .arg(&laptop_key)
-            .output()
-            .unwrap()
-            .status
-            .success()
-    );
+    keygen(&laptop_key);
     let key = laptop_key.to_str().unwrap();
     a.ok(&["key", "add", "--new-key-file", key]);
     b.ok(&["key", "add", "--new-key-file", key]);

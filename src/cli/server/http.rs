@@ -201,6 +201,20 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// `early`'s value with the body, still unread; or its error, answered
+/// after the body is drained (see [`before_body`]).
+async fn admitted<T>(
+    app: &App,
+    headers: &HeaderMap,
+    body: Body,
+    early: Result<T, ApiError>,
+) -> Result<(T, Body), ApiError> {
+    match early {
+        Ok(v) => Ok((v, body)),
+        Err(e) => Err(before_body(app, headers, body, e).await),
+    }
+}
+
 /// `e`, answered before the request's body was read: the body is read
 /// and dropped first (up to the body limit, within the body timeout), so
 /// the connection stays open for the client's next request (hyper closes
@@ -478,6 +492,18 @@ impl App {
     /// and `actor` (`agent` for the memory tool, `operator` for the admin
     /// routes, as the command line's `revert`, `restore`, `expire` and
     /// `purge` say).
+    /// A caller of the memory tool (`/v1/memory`, `/mcp`): its token with
+    /// the `memory` scope, its attribution, and its tenant's vault slot.
+    fn tool_caller(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<(Authed, Attribution, Arc<Slot>), ApiError> {
+        let who = self.authenticate(headers, Scope::Memory)?;
+        let attribution = self.attribution(headers, &who, "agent")?;
+        let slot = self.slot(&who)?;
+        Ok((who, attribution, slot))
+    }
+
     pub fn attribution(
         &self,
         headers: &HeaderMap,
@@ -759,17 +785,8 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
 /// `tool_result` JSON.
 async fn memory(State(app): State<Arc<App>>, req: Request) -> Result<Response, ApiError> {
     let (parts, body) = req.into_parts();
-    let early = (|| {
-        no_query(&parts.uri)?;
-        let who = app.authenticate(&parts.headers, Scope::Memory)?;
-        let attribution = app.attribution(&parts.headers, &who, "agent")?;
-        let slot = app.slot(&who)?;
-        Ok((who, attribution, slot))
-    })();
-    let (who, attribution, slot) = match early {
-        Ok(v) => v,
-        Err(e) => return Err(before_body(&app, &parts.headers, body, e).await),
-    };
+    let early = no_query(&parts.uri).and_then(|()| app.tool_caller(&parts.headers));
+    let ((who, attribution, slot), body) = admitted(&app, &parts.headers, body, early).await?;
     let bytes = read_body(&app, &parts.headers, body).await?;
     let value = parse_body(&bytes)?;
     let id = value.get("id").and_then(Value::as_str).map(str::to_owned);
@@ -826,10 +843,8 @@ async fn v1(State(app): State<Arc<App>>, req: Request) -> Result<Response, ApiEr
         let slot = app.slot(&who)?;
         Ok((op, scope, who, attribution, slot))
     })();
-    let (op, scope, who, attribution, slot) = match early {
-        Ok(v) => v,
-        Err(e) => return Err(before_body(&app, &parts.headers, body, e).await),
-    };
+    let ((op, scope, who, attribution, slot), body) =
+        admitted(&app, &parts.headers, body, early).await?;
     let bytes = read_body(&app, &parts.headers, body).await?;
     let args = if bytes.iter().all(u8::is_ascii_whitespace) {
         json!({})
@@ -1134,15 +1149,9 @@ async fn mcp_gate(
                 axum::http::HeaderValue::from_static("application/json, text/event-stream"),
             );
         }
-        let who = app.authenticate(&parts.headers, Scope::Memory)?;
-        let attribution = app.attribution(&parts.headers, &who, "agent")?;
-        let slot = app.slot(&who)?;
-        Ok((who, attribution, slot))
+        app.tool_caller(&parts.headers)
     })();
-    let (who, attribution, slot) = match early {
-        Ok(v) => v,
-        Err(e) => return Err(before_body(&app, &parts.headers, body, e).await),
-    };
+    let ((who, attribution, slot), body) = admitted(&app, &parts.headers, body, early).await?;
     let mut bytes = read_body(&app, &parts.headers, body).await?;
     // One JSON-RPC message, an object. A `tools/call` that `serve` would
     // refuse (a key given twice, arguments that are not an object) is the
