@@ -316,7 +316,13 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
             if self._dead is not None:
                 raise MemvaultServerError(self._dead)
             rid = f"toolu_memvault_{next(self._ids)}"
-            line = json.dumps({"type": "tool_use", "id": rid, "name": "memory", "input": command})
+            block = {"type": "tool_use", "id": rid, "name": "memory", "input": command}
+            try:
+                # Text as UTF-8, not \uXXXX escapes (see `_post`).
+                line = json.dumps(block, ensure_ascii=False)
+                line.encode("utf-8")
+            except UnicodeEncodeError:
+                line = json.dumps(block)
             try:
                 assert self._proc.stdin is not None
                 self._proc.stdin.write(line.encode("utf-8") + b"\n")
@@ -424,7 +430,16 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
                 conn = http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout)
             else:
                 conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
-        body = json.dumps({"type": "tool_use", "id": rid, "name": "memory", "input": command}).encode("utf-8")
+        block = {"type": "tool_use", "id": rid, "name": "memory", "input": command}
+        try:
+            # Text as UTF-8, not \uXXXX escapes: a body of non-ASCII text is
+            # up to three times smaller, so it fits the server's body limit
+            # as it fits `serve`'s line limit.
+            body = json.dumps(block, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate: sent escaped, memvault answers as it does in
+            # process mode.
+            body = json.dumps(block).encode("utf-8")
         try:
             conn.request("POST", self._path, body=body, headers=self._headers)
             resp = conn.getresponse()
