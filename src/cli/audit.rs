@@ -195,6 +195,19 @@ pub fn diff(on: On<'_>, args: &DiffArgs, out: &mut dyn Write) -> Result<u8, CliE
                 Some(r2) => (Some(rev), Some(vault.resolve_rev(&r2).map_err(not_a_rev)?)),
                 None => (vault.parent_of(rev)?, Some(rev)),
             };
+            // A path at neither revision is a mistake to say (as `show`
+            // says one that was not there), not an empty diff.
+            if let Some(p) = &path {
+                let there = |r: Option<Rev>| -> Result<bool, CliError> {
+                    Ok(vault.snapshot_at(r)?.kind(p).map_err(store_err)?.is_some())
+                };
+                if !there(old)? && !there(new)? {
+                    return Err(CliError::failure(format!(
+                        "{} existed at neither revision: nothing to compare",
+                        p.as_str()
+                    )));
+                }
+            }
             let text = diff_text(&*vault, old, new, path.as_ref())?;
             out.write_all(text.as_bytes())?;
             out.flush()?;

@@ -1462,3 +1462,46 @@ fn restore_of_a_path_never_there_fails_and_errors_echo_no_secret_from_a_path() {
         assert!(said.contains("[REDACTED:github-token]"), "{args:?}: {said}");
     }
 }
+
+/// `restore --force` of a file where a folder now stands cannot put it
+/// back: it leaves that folder and its files as they are (it removed them
+/// before, then skipped the file), and, having changed nothing, fails.
+#[test]
+fn restore_force_of_a_file_where_a_folder_stands_changes_nothing_and_fails() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[json!({"command": "create", "path": "/memories/x", "file_text": "I am a file\n"})],
+    );
+    let at = head_rev(&v, 0);
+    serve_as(
+        &v,
+        "s2",
+        &[
+            json!({"command": "delete", "path": "/memories/x"}),
+            json!({"command": "create", "path": "/memories/x/inner.md", "file_text": "inner\n"}),
+        ],
+    );
+    let o = run(&v, &["restore", "/memories/x", "--at", &at]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "refused without --force: {}",
+        stdout(&o)
+    );
+    let commits = v.commits();
+    let o = run(&v, &["restore", "/memories/x", "--at", &at, "--force"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("stands where these would go back: /memories/x"),
+        "{err}"
+    );
+    assert_eq!(v.commits(), commits);
+    assert_eq!(
+        file_text(&v, "HEAD", "/memories/x/inner.md").as_deref(),
+        Some("inner\n")
+    );
+    assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
+}

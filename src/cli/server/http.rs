@@ -538,6 +538,12 @@ impl App {
         };
         let session = match label("memvault-session")? {
             Some(s) => s,
+            // An admin route's change is one operator action, as on the
+            // command line: a session of its own (sharing the token's
+            // session would bundle every purge, expiry and revert of a
+            // server run into one, and `revert --session` would undo them
+            // all).
+            None if actor == "operator" => new_session_id(),
             None => self
                 .sessions
                 .lock()

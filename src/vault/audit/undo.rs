@@ -187,8 +187,21 @@ impl Vault {
             Ok(match target {
                 UndoTarget::Commit(c) => c.oid() == id,
                 UndoTarget::Session(s) => {
+                    // Its changes to memory files: settings and keyslot
+                    // changes are not a revert's to undo (as for one
+                    // revision, above).
                     let meta = self.meta_of(id)?;
-                    meta.session == *s && meta.op != "init" && meta.op != "merge"
+                    meta.session == *s
+                        && !matches!(
+                            meta.op.as_str(),
+                            "init"
+                                | "merge"
+                                | "migrate"
+                                | "config"
+                                | "keyslot"
+                                | "passwd"
+                                | "rekey"
+                        )
                 }
                 UndoTarget::Restore { .. } => false,
             })
@@ -234,9 +247,9 @@ impl Vault {
         }
         let Some(oldest_index) = oldest_index else {
             return Err(match target {
-                UndoTarget::Session(s) => {
-                    VaultError::Refused(format!("session {s:?} made no changes to undo"))
-                }
+                UndoTarget::Session(s) => VaultError::Refused(format!(
+                    "session {s:?} made no changes to memory files to undo (a settings or keyslot change is not a revert's to undo: `memvault config set`, `memvault key`)"
+                )),
                 _ => damaged("a revision is not on main"),
             });
         };
@@ -673,6 +686,26 @@ impl Vault {
                     && blocked_keys.contains(&self.key_id_of(blob)?)
                 {
                     kept_in_place.push(edit.1);
+                    continue;
+                }
+                moved_to[i] = kept.len();
+                kept.push(edit);
+            }
+            edits = kept;
+            for (i, _) in &mut put_back {
+                *i = moved_to[*i];
+            }
+        }
+        // A file that cannot go back because a folder stands where it
+        // would go leaves that folder as it is: removing the files below
+        // it (which the undo would otherwise do) would change the vault
+        // and still not put the file back.
+        if !blocked.is_empty() {
+            let mut kept = Vec::with_capacity(edits.len());
+            let mut moved_to = vec![usize::MAX; edits.len()];
+            for (i, edit) in edits.into_iter().enumerate() {
+                let (_, path, desired) = &edit;
+                if desired.is_none() && blocked.iter().any(|b| path.starts_with(b) && path != b) {
                     continue;
                 }
                 moved_to[i] = kept.len();
