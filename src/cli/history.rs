@@ -66,15 +66,33 @@ fn moved(meta: &CommitMeta) -> Option<(&str, &str)> {
     }
 }
 
+/// Whether a change touched `path` or anything below it: its own path or
+/// destination there, a file it changed there, or a file a folder's
+/// rename moved there. A folder's rename or deletion touches the files it
+/// moved or removed, not a path below the folder that held no file then
+/// (a record without its file list, from an older memvault, is taken to
+/// touch everything below its paths).
 fn touches(meta: &CommitMeta, path: &str) -> bool {
-    meta.path
-        .as_deref()
-        .is_some_and(|p| under(p, path) || under(path, p))
-        || meta
-            .new_path
-            .as_deref()
-            .is_some_and(|p| under(p, path) || under(path, p))
-        || meta.files.iter().any(|f| under(f, path))
+    let at = |p: &str| under(p, path);
+    if meta.path.as_deref().is_some_and(at)
+        || meta.new_path.as_deref().is_some_and(at)
+        || meta.files.iter().any(|f| at(f))
+    {
+        return true;
+    }
+    if let Some((from, to)) = moved(meta)
+        && meta.files.iter().any(|f| {
+            f.strip_prefix(from)
+                .is_some_and(|rest| at(&format!("{to}{rest}")))
+        })
+    {
+        return true;
+    }
+    meta.files.is_empty()
+        && [&meta.path, &meta.new_path]
+            .into_iter()
+            .flatten()
+            .any(|p| under(path, p))
 }
 
 /// The operations a commit records (what `--op` takes, besides the

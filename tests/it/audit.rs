@@ -1505,3 +1505,31 @@ fn restore_force_of_a_file_where_a_folder_stands_changes_nothing_and_fails() {
     );
     assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
 }
+
+/// `history PATH` lists a folder's rename for the files it moved, not for
+/// a file made in the folder afterwards nor for a path never there.
+#[test]
+fn history_of_a_path_lists_a_folder_rename_only_for_the_files_it_moved() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[
+            json!({"command": "create", "path": "/memories/d/a.md", "file_text": "a\n"}),
+            json!({"command": "rename", "old_path": "/memories/d", "new_path": "/memories/e"}),
+            json!({"command": "create", "path": "/memories/e/new.md", "file_text": "n\n"}),
+        ],
+    );
+    let ops = |path: &str| -> Vec<String> {
+        json_lines(&v, &["history", "--json", path])
+            .iter()
+            .map(|r| r["op"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ops("/memories/e/new.md"), ["create"]);
+    assert!(ops("/memories/e/a.md").contains(&"rename".to_string()));
+    assert!(ops("/memories/e/never.md").is_empty());
+    // The folder: what was made in it, and what moved into it, followed
+    // back through the rename.
+    assert_eq!(ops("/memories/e"), ["create", "rename", "create"]);
+}
