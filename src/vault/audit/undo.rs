@@ -248,7 +248,7 @@ impl Vault {
         let Some(oldest_index) = oldest_index else {
             return Err(match target {
                 UndoTarget::Session(s) => VaultError::Refused(format!(
-                    "session {s:?} made no changes to memory files to undo (a settings or keyslot change is not a revert's to undo: `memvault config set`, `memvault key`)"
+                    "session {s:?} made no changes to undo (a settings or keyslot change it made is not a revert's to undo: `memvault config set`, `memvault key`)"
                 )),
                 _ => damaged("a revision is not on main"),
             });
