@@ -235,6 +235,26 @@ fn refuse_binary_secret(
         texts.push(Zeroizing::new(String::from_utf8_lossy(bytes).into_owned()));
     }
     if bytes.contains(&0) {
+        // UTF-32 too (rarer: some editors' "Unicode" option), at each of
+        // its four alignments.
+        for skip in 0..4 {
+            let units = bytes.get(skip..).unwrap_or_default().chunks_exact(4);
+            for le in [true, false] {
+                let decoded: String = units
+                    .clone()
+                    .map(|u| {
+                        let u = [u[0], u[1], u[2], u[3]];
+                        let n = if le {
+                            u32::from_le_bytes(u)
+                        } else {
+                            u32::from_be_bytes(u)
+                        };
+                        char::from_u32(n).unwrap_or('\u{FFFD}')
+                    })
+                    .collect();
+                texts.push(Zeroizing::new(decoded));
+            }
+        }
         for skip in [0, 1] {
             let units = bytes.get(skip..).unwrap_or_default().chunks_exact(2);
             let le = units.clone().map(|u| u16::from_le_bytes([u[0], u[1]]));
@@ -260,7 +280,7 @@ fn refuse_binary_secret(
         return Ok(());
     }
     Err(CliError::failure(format!(
-        "nothing was imported: {} is not UTF-8 text and holds secrets ({}), in its text read as UTF-8 or UTF-16; memvault cannot redact inside a binary file, so remove the secret or leave the file out (a UTF-16 text file: save it as UTF-8), and import again",
+        "nothing was imported: {} is not UTF-8 text and holds secrets ({}), in its text read as UTF-8, UTF-16 or UTF-32; memvault cannot redact inside a binary file, so remove the secret or leave the file out (a UTF-16 or UTF-32 text file: save it as UTF-8), and import again",
         path.as_str(),
         kinds.into_iter().collect::<Vec<_>>().join(", ")
     )))

@@ -276,6 +276,13 @@ fn import_finds_utf16_secrets_and_refuses_oversize_files_before_reading_them() {
         ("bom.md", utf16(true, &format!("key = {STRIPE}\n"))),
         ("plain.md", utf16(false, &format!("key = {STRIPE}\n"))),
         ("shot.png", png),
+        (
+            "wide.md",
+            format!("key = {STRIPE}\n")
+                .chars()
+                .flat_map(|c| u32::from(c).to_be_bytes())
+                .collect(),
+        ),
     ] {
         let src = v.tmp.path().join(format!("src-{name}"));
         std::fs::create_dir_all(&src).unwrap();
