@@ -1533,3 +1533,60 @@ fn history_of_a_path_lists_a_folder_rename_only_for_the_files_it_moved() {
     // back through the rename.
     assert_eq!(ops("/memories/e"), ["create", "rename", "create"]);
 }
+
+/// A revert or a restore is recorded like any write: the lines of what it
+/// put back and of what that replaced, and the size of the one file it put
+/// back (they were zero and null).
+#[test]
+fn reverts_and_restores_record_their_lines_and_size() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[json!({"command": "create", "path": "/memories/a.md", "file_text": "one\ntwo\n"})],
+    );
+    let created = head_rev(&v, 0);
+    serve_as(
+        &v,
+        "s2",
+        &[
+            json!({"command": "str_replace", "path": "/memories/a.md", "old_str": "two", "new_str": "2\n3\n4"}),
+        ],
+    );
+    let edit = head_rev(&v, 0);
+    for args in [
+        vec!["revert".to_string(), edit],
+        vec![
+            "restore".into(),
+            "/memories/a.md".into(),
+            "--at".into(),
+            created.clone(),
+            "--force".into(),
+        ],
+    ] {
+        if args[0] == "restore" {
+            serve_as(
+                &v,
+                "s3",
+                &[
+                    json!({"command": "str_replace", "path": "/memories/a.md", "old_str": "one", "new_str": "1\n1b"}),
+                ],
+            );
+        }
+        let before = v.commits();
+        let o = run(&v, &args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(v.commits(), before + 1, "{args:?} made no commit");
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let top = &json_lines(&v, &["history", "--json", "--limit", "1"])[0];
+        assert_eq!(top["size"], 8, "{args:?}: {top}");
+        assert_eq!(top["lines_added"], 2, "{args:?}: {top}");
+        assert!(
+            top["lines_removed"].as_u64().unwrap() >= 2,
+            "{args:?}: {top}"
+        );
+    }
+}

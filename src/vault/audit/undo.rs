@@ -767,6 +767,41 @@ impl Vault {
             }
         }
 
+        // What history says of the undo, as of any write: the lines of
+        // the versions put back and of those they replace, and, when it
+        // puts back one file, that file's size.
+        let (mut lines_added, mut lines_removed, mut size) = (0u32, 0u32, None);
+        {
+            let snap = self.snapshot_of(Some(tip))?;
+            let lines = |b: &[u8]| {
+                u32::try_from(crate::memory::render::line_count(&String::from_utf8_lossy(
+                    b,
+                )))
+                .unwrap_or(u32::MAX)
+            };
+            for (git_path, path, desired) in &edits {
+                let current = self
+                    .entry_at(tip_tree.as_ref(), git_path)
+                    .is_some_and(|(_, k)| k == ObjectType::Blob);
+                if current && let Ok(old) = crate::memory::Snapshot::read(&snap, path) {
+                    lines_removed = lines_removed.saturating_add(lines(&old));
+                }
+                // Sealed under its own path (before any sealing anew below).
+                let text = desired.and_then(|blob| {
+                    let id = snap.blob_key_id(blob).ok()?;
+                    let key = snap.file_key(&id).ok()?;
+                    let bytes = snap.blob_bytes(blob).ok()?;
+                    crypto::open_blob(key, path.as_str(), &bytes).ok()
+                });
+                if let Some(t) = text {
+                    lines_added = lines_added.saturating_add(lines(&t));
+                    if edits.len() == 1 {
+                        size = Some(t.len() as u64);
+                    }
+                }
+            }
+        }
+
         // A version put back under a file key that a file the undo leaves
         // in place also holds (the file was renamed since, or copied back
         // before) is sealed again under a new key: two files sharing a key
@@ -835,6 +870,9 @@ impl Vault {
                 .map(|(_, p, _)| p.as_str().to_string())
                 .collect(),
             undoes,
+            lines_added,
+            lines_removed,
+            size,
             ..self.new_meta(op)
         };
         match target {
