@@ -505,7 +505,8 @@ impl MemoryPath {
             });
         }
         let mut prev = '/';
-        for ch in rest.chars().filter(|_| new_rules) {
+        let new_chars = if new_rules { rest } else { "" };
+        for ch in new_chars.chars() {
             // An emoji's presentation selector (`❤️`: U+2764 U+FE0F, which
             // phones put in) right after the symbol it selects is kept.
             let selects = matches!(ch, '\u{FE0E}' | '\u{FE0F}')
@@ -522,7 +523,7 @@ impl MemoryPath {
         }
         // A name of dots and dot leaders (`‥`, `．．`), or of dots under
         // combining marks (`..̣`), reads as `.` or `..`.
-        for segment in rest.split('/').filter(|_| new_rules) {
+        for segment in new_chars.split('/') {
             let bases: Vec<char> = segment.chars().filter(|c| !is_combining_mark(*c)).collect();
             let odd = segment
                 .chars()

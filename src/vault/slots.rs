@@ -93,13 +93,16 @@ pub(crate) fn rekeyed_elsewhere() -> VaultError {
 }
 
 impl Vault {
-    /// The keyslots `secret` opens, by id: one, or more when two machines
-    /// each added a slot for one secret and a sync merged them (then
-    /// removing one of them revokes nothing).
+    /// The keyslots `secret` opens besides the one this handle was
+    /// unlocked with (already known to open; a passphrase slot costs an
+    /// Argon2 run to try), by id: none, or some when two machines each
+    /// added a slot for one secret and a sync merged them (then removing
+    /// one of them revokes nothing).
     pub fn slots_opened_by(&self, secret: &Unlock<'_>) -> Vec<String> {
         self.key_state
             .slots
             .iter()
+            .filter(|(id, _)| self.unlocked_slot.as_deref() != Some(id.as_str()))
             .filter(|(_, bytes)| crypto::open_slot(bytes, secret).is_ok())
             .map(|(id, _)| id.clone())
             .collect()

@@ -26,9 +26,8 @@ impl Machine {
 }
 
 fn valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.chars().count())
-        && crate::memory::path::is_plain_label(name)
-        && name.trim() == name
+    // A plain label has no space at either end.
+    (1..=64).contains(&name.chars().count()) && crate::memory::path::is_plain_label(name)
 }
 
 fn read(dir: &Path) -> Option<Machine> {
