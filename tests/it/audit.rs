@@ -1590,3 +1590,59 @@ fn reverts_and_restores_record_their_lines_and_size() {
         );
     }
 }
+
+/// An undone edit follows its file through later renames by others (of
+/// the file, then of its folder): the revert is refused without --force
+/// (the renames are later changes), and with it the version before the
+/// edit comes back where the file is now, sealed again there; nothing
+/// comes back at the old path.
+#[test]
+fn a_reverted_edit_goes_back_where_a_later_rename_moved_its_file() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "A",
+        &[json!({"command": "create", "path": "/memories/a.md", "file_text": "first\n"})],
+    );
+    serve_as(
+        &v,
+        "B",
+        &[
+            json!({"command": "str_replace", "path": "/memories/a.md", "old_str": "first", "new_str": "second"}),
+        ],
+    );
+    let edit = head_rev(&v, 0);
+    serve_as(
+        &v,
+        "C",
+        &[
+            json!({"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/d/b.md"}),
+            json!({"command": "rename", "old_path": "/memories/d", "new_path": "/memories/e"}),
+        ],
+    );
+    let renamed = head_rev(&v, 1);
+    for args in [
+        vec!["revert", edit.as_str()],
+        vec!["revert", "--session", "B"],
+    ] {
+        let out = run(&v, &args);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{said}");
+        assert!(said.contains(&renamed[..12]), "{said}");
+    }
+    ok(&run(&v, &["revert", &edit, "--force"]));
+    let r = v.one(json!({"command": "view", "path": "/memories/e/b.md"}));
+    assert!(
+        text(&r).contains("first") && !text(&r).contains("second"),
+        "{r}"
+    );
+    let r = v.one(json!({"command": "view", "path": "/memories"}));
+    assert!(!text(&r).contains("a.md"), "{r}");
+    assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
+    // The revert of the revert brings the edit back, at the same place.
+    ok(&run(&v, &["revert", "HEAD"]));
+    let r = v.one(json!({"command": "view", "path": "/memories/e/b.md"}));
+    assert!(text(&r).contains("second"), "{r}");
+    let h = stdout(&run(&v, &["history", "--json", "--limit", "3"]));
+    assert!(!h.contains("first") && !h.contains("second"), "{h}");
+}

@@ -125,6 +125,10 @@ struct Target {
     via: Option<usize>,
     /// The undone commit that set it (None: a restore).
     by: Option<Oid>,
+    /// The path `desired` is sealed under, where a later rename by
+    /// another moved the file since (None: `path` itself): the version
+    /// is sealed again under `path`, with its own key, when put back.
+    sealed_at: Option<MemoryPath>,
 }
 
 impl Vault {
@@ -504,6 +508,7 @@ impl Vault {
                                 desired: c.old,
                                 via,
                                 by: Some(id),
+                                sealed_at: None,
                             });
                         }
                     } else {
@@ -519,19 +524,28 @@ impl Vault {
                                 ));
                             }
                         }
-                        // A file an undone change made, renamed since by
-                        // another: it is undone where it is now (the
-                        // rename conflicts, as any later change).
+                        // A file an undone change made or changed,
+                        // renamed since by another: it is undone where it
+                        // is now (the rename conflicts, as any later
+                        // change). A version to put back goes to the new
+                        // path, sealed again there, and nothing to the old.
                         if let Some((from, to)) = &renamed {
-                            let moved: Vec<(String, MemoryPath)> = targets
-                                .values()
-                                .filter(|t| t.desired.is_none())
-                                .filter_map(|t| {
+                            let moved: Vec<(String, String, MemoryPath)> = targets
+                                .iter()
+                                .filter_map(|(g, t)| {
                                     let q = t.path.rebase(from, to)?;
-                                    Some((self.git_path_of(&q).ok()?, q))
+                                    Some((g.clone(), self.git_path_of(&q).ok()?, q))
                                 })
                                 .collect();
-                            for (g, q) in moved {
+                            for (old_git, g, q) in moved {
+                                // Earlier changes by others at the old path
+                                // conflict where the file is now.
+                                for entry in &mut later {
+                                    if entry.0 == old_git {
+                                        entry.0 = g.clone();
+                                        entry.1.path = q.clone();
+                                    }
+                                }
                                 later.push((
                                     g.clone(),
                                     Conflict {
@@ -540,12 +554,31 @@ impl Vault {
                                     },
                                     index,
                                 ));
-                                targets.entry(g).or_insert(Target {
-                                    path: q,
-                                    desired: None,
-                                    via: None,
-                                    by: None,
-                                });
+                                if targets.contains_key(&g) {
+                                    continue;
+                                }
+                                let Some(t) = targets.get(&old_git) else {
+                                    continue;
+                                };
+                                let moved = if t.desired.is_some() {
+                                    let Some(t) = targets.remove(&old_git) else {
+                                        continue;
+                                    };
+                                    Target {
+                                        sealed_at: Some(t.sealed_at.unwrap_or(t.path)),
+                                        path: q,
+                                        ..t
+                                    }
+                                } else {
+                                    Target {
+                                        path: q,
+                                        desired: None,
+                                        via: None,
+                                        by: None,
+                                        sealed_at: None,
+                                    }
+                                };
+                                targets.insert(g, moved);
                             }
                         }
                     }
@@ -587,6 +620,7 @@ impl Vault {
                             desired: c.new,
                             via: None,
                             by: None,
+                            sealed_at: None,
                         },
                     );
                 }
@@ -627,6 +661,9 @@ impl Vault {
             }
         }
         let mut edits = Vec::new();
+        // The versions a later rename moved, by the git path they go back
+        // to: the path they are sealed under, and their key.
+        let mut sealed_at = BTreeMap::new();
         // The versions put back: their edit and key (for expiry, below).
         let mut put_back = Vec::new();
         let mut skipped_erased = Vec::new();
@@ -657,15 +694,14 @@ impl Vault {
                     .map_err(|_| damaged("a stored file is unreadable"))?;
                 let id = crypto::blob_key_id(bytes.content())
                     .map_err(|_| damaged("a stored file has a bad header"))?;
-                if self
-                    .key_state
-                    .file_key(&self.repo, &self.keys, &id)?
-                    .is_none()
-                {
+                let Some(key) = self.key_state.file_key(&self.repo, &self.keys, &id)? else {
                     skipped_erased.push(t.path.clone());
                     continue;
-                }
+                };
                 put_back.push((edits.len(), id));
+                if let Some(at) = &t.sealed_at {
+                    sealed_at.insert(git_path.clone(), (at.clone(), key));
+                }
             }
             edits.push((git_path.clone(), t.path.clone(), t.desired));
         }
@@ -786,12 +822,14 @@ impl Vault {
                 if current && let Ok(old) = crate::memory::Snapshot::read(&snap, path) {
                     lines_removed = lines_removed.saturating_add(lines(&old));
                 }
-                // Sealed under its own path (before any sealing anew below).
+                // Sealed under its own path, or where a later rename
+                // moved it from (before any sealing anew below).
+                let at = sealed_at.get(git_path).map_or(path, |(at, _)| at);
                 let text = desired.and_then(|blob| {
                     let id = snap.blob_key_id(blob).ok()?;
                     let key = snap.file_key(&id).ok()?;
                     let bytes = snap.blob_bytes(blob).ok()?;
-                    crypto::open_blob(key, path.as_str(), &bytes).ok()
+                    crypto::open_blob(key, at.as_str(), &bytes).ok()
                 });
                 if let Some(t) = text {
                     lines_added = lines_added.saturating_add(lines(&t));
@@ -807,7 +845,29 @@ impl Vault {
         // before) is sealed again under a new key: two files sharing a key
         // would share expiry and erasure (viewing one would keep the other,
         // purging one would re-key the other).
+        // A version a later rename moved is sealed again under the path
+        // it goes back to (the path is in its AAD), with the same key, as
+        // the rename itself did.
         let mut objects = Vec::new();
+        for (git_path, path, desired) in &mut edits {
+            let (Some((at, key)), Some(blob)) = (sealed_at.get(git_path.as_str()), *desired) else {
+                continue;
+            };
+            let bytes = self
+                .repo
+                .find_blob(blob)
+                .map_err(|_| damaged("a stored file is unreadable"))?;
+            let id = crypto::blob_key_id(bytes.content())
+                .map_err(|_| damaged("a stored file has a bad header"))?;
+            let content = crypto::open_blob(key, at.as_str(), bytes.content())
+                .map_err(|_| damaged("a stored file failed to decrypt"))?;
+            let sealed = crypto::seal_blob(key, &id, path.as_str(), &content);
+            *desired = Some(crate::vault::publish::stage_blob(
+                &self.repo,
+                sealed,
+                &mut objects,
+            )?);
+        }
         let mut new_keys = Vec::new();
         if !put_back.is_empty() {
             let changing: BTreeSet<&MemoryPath> = edits.iter().map(|(_, p, _)| p).collect();
