@@ -62,6 +62,12 @@ pub enum VaultError {
         "{0:?} is not a revision on this vault's main branch (give a commit id from `memvault history`, or HEAD~N)"
     )]
     BadRevision(String),
+    /// A revision written as one should be that names no commit on main
+    /// (a failure, not a usage error).
+    #[error(
+        "{0:?} is not a revision on this vault's main branch (give a commit id from `memvault history`, or HEAD~N)"
+    )]
+    UnknownRevision(String),
     #[error("{0}")]
     Refused(String),
     #[error("invalid vault settings: {0}")]

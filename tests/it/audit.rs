@@ -496,10 +496,30 @@ fn show_and_diff_at_every_revision_return_what_was_there() {
         .map(str::to_string)
         .collect();
     assert_eq!(named, steps[49].after.keys().cloned().collect());
-    // Unknown revisions are usage errors and print nothing.
-    let o = run(&v, &["show", "deadbeef"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(o.stdout.is_empty());
+    // A revision written as one but unknown is a failure; one that is
+    // not written as a revision is a usage error. Neither prints anything.
+    for (rev, code) in [
+        ("deadbeef", 1),
+        ("HEAD~500", 1),
+        ("HEAD~x", 2),
+        ("xyz!", 2),
+        ("abc", 2),
+    ] {
+        let o = run(&v, &["show", rev]);
+        assert_eq!(o.status.code(), Some(code), "{rev}");
+        assert!(o.stdout.is_empty());
+        assert!(String::from_utf8_lossy(&o.stderr).contains("not a revision"));
+    }
+    // The id of an object that is not a commit (a tree of main) is not a
+    // revision either.
+    let tree = std::process::Command::new("git")
+        .arg(format!("--git-dir={}", v.vault.display()))
+        .args(["rev-parse", "HEAD^{tree}"])
+        .output()
+        .unwrap();
+    let tree = String::from_utf8_lossy(&tree.stdout).trim().to_string();
+    assert_eq!(tree.len(), 40);
+    assert_eq!(run(&v, &["show", &tree]).status.code(), Some(1));
 }
 
 #[test]

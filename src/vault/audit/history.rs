@@ -269,7 +269,9 @@ impl Vault {
     /// at least 4 hex digits, `HEAD`, or `HEAD~N`. It must be on main.
     pub fn resolve_rev(&mut self, rev: &str) -> Result<Rev, VaultError> {
         let bad = || VaultError::BadRevision(rev.to_string());
-        let tip = self.refresh()?.ok_or_else(bad)?;
+        // Well written, but no commit of main.
+        let unknown = || VaultError::UnknownRevision(rev.to_string());
+        let tip = self.refresh()?.ok_or_else(unknown)?;
         if let Some(rest) = rev.strip_prefix("HEAD") {
             let back: usize = match rest {
                 "" => 0,
@@ -280,7 +282,7 @@ impl Vault {
             };
             let mut id = tip;
             for _ in 0..back {
-                id = self.first_parent(id)?.ok_or_else(bad)?;
+                id = self.first_parent(id)?.ok_or_else(unknown)?;
             }
             return Ok(Rev::from_oid(id));
         }
@@ -306,18 +308,18 @@ impl Vault {
                 }
                 return match on_main.as_slice() {
                     [one] => Ok(*one),
-                    [] => Err(bad()),
+                    [] => Err(unknown()),
                     many => Err(VaultError::Refused(format!(
                         "{rev:?} is the start of {} revisions on main; give more digits",
                         many.len()
                     ))),
                 };
             }
-            Err(_) => return Err(bad()),
+            Err(_) => return Err(unknown()),
         };
         let kind = objects::read_header(&self.repo.odb()?, &self.repo, id)?.1;
         if kind != git2::ObjectType::Commit {
-            return Err(bad());
+            return Err(unknown());
         }
         // On main: met walking main from the tip (main is linear), each
         // commit read through the checked path or the history index.
@@ -330,7 +332,7 @@ impl Vault {
                 return Ok(rev);
             }
         }
-        Err(bad())
+        Err(unknown())
     }
 
     /// The decrypted memory path of an encrypted git path.
