@@ -1614,8 +1614,8 @@ fn reverts_and_restores_record_their_lines_and_size() {
 /// An undone edit follows its file through later renames by others (of
 /// the file, then of its folder): the revert is refused without --force
 /// (the renames are later changes), and with it the version before the
-/// edit comes back where the file is now, sealed again there; nothing
-/// comes back at the old path.
+/// edit comes back where the file is now, sealed again there; a file
+/// made since at the old path is left as it is.
 #[test]
 fn a_reverted_edit_goes_back_where_a_later_rename_moved_its_file() {
     let v = TestVault::new();
@@ -1641,6 +1641,12 @@ fn a_reverted_edit_goes_back_where_a_later_rename_moved_its_file() {
         ],
     );
     let renamed = head_rev(&v, 1);
+    // A file made since at the old path is another's, and stays.
+    serve_as(
+        &v,
+        "D",
+        &[json!({"command": "create", "path": "/memories/a.md", "file_text": "D's own\n"})],
+    );
     for args in [
         vec!["revert", edit.as_str()],
         vec!["revert", "--session", "B"],
@@ -1656,8 +1662,8 @@ fn a_reverted_edit_goes_back_where_a_later_rename_moved_its_file() {
         text(&r).contains("first") && !text(&r).contains("second"),
         "{r}"
     );
-    let r = v.one(json!({"command": "view", "path": "/memories"}));
-    assert!(!text(&r).contains("a.md"), "{r}");
+    let r = v.one(json!({"command": "view", "path": "/memories/a.md"}));
+    assert!(text(&r).contains("D's own"), "{r}");
     assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
     // The revert of the revert brings the edit back, at the same place.
     ok(&run(&v, &["revert", "HEAD"]));
