@@ -2373,3 +2373,55 @@ fn a_request_refused_before_its_body_keeps_the_connection_for_the_next() {
         );
     }
 }
+
+/// A token rotated (or revoked: the same check) while a request's body is
+/// on its way does not act: the request whose headers came before the
+/// change, its body after, is refused (401) and changes nothing, on the
+/// memory route, an admin route and `/mcp`.
+#[test]
+fn a_token_revoked_while_a_body_is_on_its_way_does_not_act() {
+    let r = Root::new(&[("acme", "memory,admin")]);
+    let s = r.start(&[]);
+    let token = r.tokens["acme"].clone();
+    let v = s.memory(
+        &token,
+        json!({"command": "create", "path": "/memories/keep.md", "file_text": "kept\n"}),
+    );
+    assert_eq!(v["is_error"], false, "{v}");
+    let bodies = [
+        (
+            "/v1/memory",
+            r#"{"command":"create","path":"/memories/late.md","file_text":"late\n"}"#.to_string(),
+        ),
+        ("/v1/purge", r#"{"path":"/memories/keep.md"}"#.to_string()),
+        (
+            "/mcp",
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"memory","arguments":{"command":"create","path":"/memories/late2.md","file_text":"late\n"}}}"#.to_string(),
+        ),
+    ];
+    let mut token = token;
+    for (path, body) in &bodies {
+        let conn = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut w = conn.try_clone().unwrap();
+        let mut rd = BufReader::new(conn);
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        w.write_all(head.as_bytes()).unwrap();
+        w.write_all(&body.as_bytes()[..5]).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let (ok, fresh, err) = r.token("acme", &["--rotate"]);
+        assert!(ok, "{err}");
+        w.write_all(&body.as_bytes()[5..]).unwrap();
+        let (status, _, answer) = read_response(&mut rd);
+        assert_eq!(status, 401, "{path}: {}", String::from_utf8_lossy(&answer));
+        token = fresh;
+    }
+    let v = s.memory(&token, json!({"command": "view", "path": "/memories"}));
+    let listing = content(&v);
+    assert!(listing.contains("keep.md"), "{listing}");
+    assert!(!listing.contains("late"), "{listing}");
+}

@@ -451,6 +451,22 @@ impl App {
         })
     }
 
+    /// `who`, checked again once its request's body has arrived: a token
+    /// revoked or rotated (or its tenant removed) while the body was on
+    /// its way no longer acts, as one presented after the change does not.
+    pub fn still_authorized(
+        &self,
+        headers: &HeaderMap,
+        scope: Scope,
+        who: &Authed,
+    ) -> Result<(), ApiError> {
+        let now = self.authenticate(headers, scope)?;
+        if now.tenant != who.tenant || now.token != who.token || !self.has_tenant(&who.tenant) {
+            return Err(unauthorized());
+        }
+        Ok(())
+    }
+
     /// The slot of an authenticated tenant, after its rate check.
     pub fn slot(&self, who: &Authed) -> Result<Arc<Slot>, ApiError> {
         let (key, quota) = {
@@ -794,6 +810,7 @@ async fn memory(State(app): State<Arc<App>>, req: Request) -> Result<Response, A
     let early = no_query(&parts.uri).and_then(|()| app.tool_caller(&parts.headers));
     let ((who, attribution, slot), body) = admitted(&app, &parts.headers, body, early).await?;
     let bytes = read_body(&app, &parts.headers, body).await?;
+    app.still_authorized(&parts.headers, Scope::Memory, &who)?;
     let value = parse_body(&bytes)?;
     let id = value.get("id").and_then(Value::as_str).map(str::to_owned);
     let inline = bytes.len() <= INLINE_BODY;
@@ -852,6 +869,7 @@ async fn v1(State(app): State<Arc<App>>, req: Request) -> Result<Response, ApiEr
     let ((op, scope, who, attribution, slot), body) =
         admitted(&app, &parts.headers, body, early).await?;
     let bytes = read_body(&app, &parts.headers, body).await?;
+    app.still_authorized(&parts.headers, scope, &who)?;
     let args = if bytes.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
@@ -1159,6 +1177,7 @@ async fn mcp_gate(
     })();
     let ((who, attribution, slot), body) = admitted(&app, &parts.headers, body, early).await?;
     let mut bytes = read_body(&app, &parts.headers, body).await?;
+    app.still_authorized(&parts.headers, Scope::Memory, &who)?;
     // One JSON-RPC message, an object. A `tools/call` that `serve` would
     // refuse (a key given twice, arguments that are not an object) is the
     // tool's error, as `memvault mcp` answers it; anything else malformed
