@@ -1844,6 +1844,53 @@ fn a_prune_owed_to_a_path_remote_is_made_by_the_next_sync() {
     assert!(!out.contains("pruned"), "{out}");
 }
 
+/// A ref in a path remote that memvault does not write (a backup's) and
+/// that still reaches a replaced key state keeps it there through the
+/// prune: the sync says so, names the ref and keeps the prune owed, never
+/// "pruned"; once the ref is gone the next sync prunes. A foreign ref
+/// reaching nothing else (a copy of main) does not stop the prune.
+#[test]
+fn a_prune_that_another_ref_of_the_remote_defeats_is_not_reported_done() {
+    let w = world(0);
+    let a = &w.machines[0];
+    a.write("/memories/secret.md", &format!("{MARK} to be erased\n"));
+    a.ok(&["sync"]);
+    let rev = |r: &str| {
+        let out = git(&w.hub, &["rev-parse", r]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let old_keys = rev("refs/memvault/keys");
+    let main = rev("refs/heads/main");
+    git(&w.hub, &["update-ref", "refs/backup/keys", &old_keys]);
+    git(&w.hub, &["update-ref", "refs/backup/main", &main]);
+    a.ok(&["purge", "/memories/secret.md"]);
+    let out = a.run(&["sync"]);
+    assert!(out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(!printed.contains("pruned"), "{printed}");
+    assert!(said.contains("refs/backup/keys"), "{said}");
+    assert!(!said.contains("refs/backup/main"), "{said}");
+    assert!(said.contains("the next push or sync tries again"), "{said}");
+    git(&w.hub, &["cat-file", "-e", &old_keys]);
+    // Still owed: the next sync says it again.
+    let out = a.run(&["sync"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refs/backup/keys"));
+    git(&w.hub, &["update-ref", "-d", "refs/backup/keys"]);
+    let out = a.ok(&["sync"]);
+    assert!(out.contains("pruned origin"), "{out}");
+    let gone = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&w.hub)
+        .args(["cat-file", "-e", &old_keys])
+        .output()
+        .unwrap();
+    assert!(
+        !gone.status.success(),
+        "the replaced key state is still there"
+    );
+}
+
 #[test]
 fn a_path_remote_runs_none_of_its_hooks_and_one_whose_config_names_a_command_is_refused() {
     use std::os::unix::fs::PermissionsExt;

@@ -1111,7 +1111,55 @@ pub(crate) fn prune_remote(remote: &str, dir: &Path) -> Result<(), SyncError> {
     // is the remote's, and what it holds may stall git (a FIFO where git
     // reads a file) while this sync holds the remote's lock.
     let out = output_within(c).map_err(|e| spawn_failed(e, remote))?;
-    git_result(out, remote, "git gc failed there: ").map(drop)
+    git_result(out, remote, "git gc failed there: ")?;
+    // What memvault's own refs do not reach is gone now, unless a ref it
+    // does not write (a backup's, a mirror's) still reaches it: that may
+    // be a replaced key state, so the prune is not called done.
+    let mut c = git_in(dir);
+    c.args(["for-each-ref", "--format=%(refname)"]);
+    let out = output_within(c).map_err(|e| spawn_failed(e, remote))?;
+    let listed = git_result(out, remote, "git for-each-ref failed there: ")?;
+    let ours = [MAIN_REF, KEYS_REF, ACCESS_REF];
+    let foreign: Vec<String> = String::from_utf8_lossy(&listed)
+        .lines()
+        .filter(|r| !r.is_empty() && !ours.contains(r))
+        .map(str::to_string)
+        .collect();
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    let listed = String::from_utf8_lossy(&listed).into_owned();
+    let present: Vec<&str> = listed.lines().filter(|r| ours.contains(r)).collect();
+    // Whether `refs` reach an object memvault's refs do not.
+    let beyond = |refs: &[String]| -> Result<bool, SyncError> {
+        let mut c = git_in(dir);
+        c.args(["rev-list", "--objects"])
+            .args(refs)
+            .arg("--not")
+            .args(&present)
+            .arg("--");
+        let out = output_within(c).map_err(|e| spawn_failed(e, remote))?;
+        let extra = git_result(out, remote, "git rev-list failed there: ")?;
+        Ok(!extra.iter().all(u8::is_ascii_whitespace))
+    };
+    if !beyond(&foreign)? {
+        return Ok(());
+    }
+    // The refs to name (the first few that reach beyond).
+    let mut named = Vec::new();
+    for r in foreign.iter().take(8) {
+        if beyond(std::slice::from_ref(r))? {
+            named.push(r.escape_debug().to_string());
+        }
+    }
+    let more = if foreign.len() > 8 { ", ..." } else { "" };
+    Err(SyncError::Transport {
+        remote: remote.to_string(),
+        detail: format!(
+            "refs there that memvault does not write ({}{more}) reach objects its own refs do not, which may hold the replaced key states: delete them there (`git update-ref -d REF`) and sync again",
+            named.join(", "),
+        ),
+    })
 }
 
 /// Run a `git` command to its end: its stdout, or its failure (the last
