@@ -1844,6 +1844,50 @@ fn a_prune_owed_to_a_path_remote_is_made_by_the_next_sync() {
     assert!(!out.contains("pruned"), "{out}");
 }
 
+/// A file renamed on both machines to different names keeps both names:
+/// this side's version at its name, the other's as a copy at the name it
+/// gave (with its own edit), and the sync says so. Nothing is dropped
+/// without a word. A folder of one side where the other has a file is
+/// reported as where it went, naming the file that holds its place.
+#[test]
+fn a_file_renamed_apart_on_two_machines_keeps_both_names_and_is_reported() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    a.exec(json!({"command": "rename", "old_path": "/memories/notes.md", "new_path": "/memories/alpha.md"}));
+    a.edit("/memories/alpha.md", "two", "two from A");
+    b.exec(json!({"command": "rename", "old_path": "/memories/notes.md", "new_path": "/memories/archive/old.md"}));
+    a.ok(&["sync"]);
+    let out = b.ok(&["sync"]);
+    assert!(
+        out.contains("conflict: /memories/archive/old.md keeps this machine's version; the other side's is at /memories/alpha.md"),
+        "{out}"
+    );
+    a.ok(&["sync"]);
+    for m in [a, b] {
+        let alpha = m.read("/memories/alpha.md").expect("A's name");
+        assert!(alpha.contains("two from A"), "{alpha}");
+        let old = m.read("/memories/archive/old.md").expect("B's name");
+        assert!(!old.contains("from A"), "{old}");
+        assert!(m.read("/memories/notes.md").is_none());
+        assert!(m.ok(&["verify"]).starts_with("ok:"));
+    }
+    assert_eq!(a.files(), b.files());
+
+    // A file on one side where the other made a folder.
+    a.write("/memories/X/y.md", "in a folder\n");
+    b.write("/memories/X", "a file\n");
+    a.ok(&["sync"]);
+    let out = b.ok(&["sync"]);
+    assert!(
+        out.contains("conflict: /memories/X keeps this machine's version; the other side's is at /memories/X.conflict-1/y.md"),
+        "{out}"
+    );
+    assert_eq!(
+        b.read("/memories/X.conflict-1/y.md").as_deref(),
+        Some("in a folder\n")
+    );
+}
+
 /// A ref in a path remote that memvault does not write (a backup's) and
 /// that still reaches a replaced key state keeps it there through the
 /// prune: the sync says so, names the ref and keeps the prune owed, never

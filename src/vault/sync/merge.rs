@@ -6,7 +6,8 @@
 //!
 //! - changed on one side only: that side's version (path and content);
 //! - changed on both: the path follows a rename made on either side (both
-//!   renamed: ours); the content is a three-way merge of the decrypted
+//!   renamed to different names: each side's version keeps its name,
+//!   theirs as a conflict copy); the content is a three-way merge of the decrypted
 //!   text. A clean merge gives one file. A conflict keeps ours at the path
 //!   and puts theirs beside it as a new file,
 //!   `<name>.conflict-<n>.<ext>` (n from 1), which the model sees in a
@@ -348,6 +349,8 @@ impl Vault {
             .map(|(_, new)| *new)
             .collect();
         let mut kept_over_expiry: Vec<(String, FileKeyId, FileKeyId)> = Vec::new();
+        // Files renamed apart: (ours' key, the key of theirs' copy).
+        let mut renamed_apart: Vec<(FileKeyId, FileKeyId)> = Vec::new();
         let idents: BTreeSet<(FileKeyId, u32)> = o.keys().chain(t.keys()).copied().collect();
         for ident in idents {
             let id = ident.0;
@@ -376,6 +379,33 @@ impl Vault {
                         finals.push(keep(id, x, ours));
                     }
                 }
+                // Renamed on both sides, to different names: each side's
+                // version keeps the name it gave, theirs as a conflict copy
+                // under a key of its own (as git keeps both names of a
+                // rename/rename), so neither machine's agent finds its
+                // file gone from where it put it.
+                (Some(x), Some(y), Some(base))
+                    if x.path != base.path
+                        && y.path != base.path
+                        && x.path != y.path
+                        && !self.key_state.erased.contains(&id)
+                        && !their_keys.erased.contains(&id)
+                        && !purged_since.contains(&id) =>
+                {
+                    finals.push(keep(id, x, true));
+                    let copy = FileKeyId::generate();
+                    finals.push(Final {
+                        id: copy,
+                        new_key: true,
+                        redacted: Vec::new(),
+                        copy: false,
+                        beside: None,
+                        path: y.path.clone(),
+                        pick: Pick::Text(self.text_of(&their_keys, y)?),
+                        ours: false,
+                    });
+                    renamed_apart.push((id, copy));
+                }
                 (Some(x), Some(y), base) => {
                     let path = match base {
                         Some(base) if x.path == base.path => y.path.clone(),
@@ -400,7 +430,20 @@ impl Vault {
                 && (self.taken_in(ours, &self.key_state, p)?
                     || self.taken_in(theirs, &their_keys, p)?))
         };
-        let conflicts = place(&mut finals, &taken)?;
+        let mut conflicts = place(&mut finals, &taken)?;
+        // A file renamed apart is a conflict too: where each side's
+        // version now is.
+        for (ours_id, copy) in renamed_apart {
+            let at = |id: FileKeyId| {
+                finals
+                    .iter()
+                    .find(|f| f.id == id)
+                    .map(|f| f.path.as_str().to_string())
+            };
+            if let (Some(x), Some(y)) = (at(ours_id), at(copy)) {
+                conflicts.push((x, y));
+            }
+        }
         let redacted: Vec<(String, Vec<(String, u32)>)> = finals
             .iter()
             .filter(|f| !f.redacted.is_empty())
@@ -1184,6 +1227,9 @@ fn place(
         let mut path = finals[i].path.clone();
         // A conflict copy's own name is already its first.
         let mut n = u32::from(finals[i].copy);
+        // What holds the place it wanted: that path, or a file standing
+        // where one of its folders would be (the report names it).
+        let mut holder = wanted.clone();
         loop {
             // A name of its own is never taken by a file the merge did
             // not look at (that file would be at the same place on this
@@ -1208,15 +1254,17 @@ fn place(
             path = match blocker {
                 Some(b) => {
                     let moved = conflict_name(&b, n)?;
-                    wanted
+                    let path = wanted
                         .rebase(&b, &moved)
-                        .ok_or_else(|| damaged("no room for a conflict copy's name"))?
+                        .ok_or_else(|| damaged("no room for a conflict copy's name"))?;
+                    holder = b;
+                    path
                 }
                 None => conflict_name(&wanted, n)?,
             };
         }
         if path != finals[i].path || finals[i].copy {
-            moves.push((wanted.as_str().to_string(), path.as_str().to_string()));
+            moves.push((holder.as_str().to_string(), path.as_str().to_string()));
         }
         for a in path.ancestors() {
             dirs.insert(a.as_str().to_string());
