@@ -615,7 +615,17 @@ fn format_line(n: u32) -> String {
 /// or is newer than this memvault.
 fn read_format(dir: &Path) -> Result<u32, VaultError> {
     let not_a_vault = || VaultError::NotAVault(dir.to_path_buf());
-    let text = fsx::read_to_string(&dir.join(FORMAT_FILE)).map_err(|_| not_a_vault())?;
+    // Missing: not a vault. There but not a format line (not text, too
+    // large, not a file, a link): a damaged one. Anything else (no
+    // permission) as it is.
+    let text = fsx::read_to_string(&dir.join(FORMAT_FILE), fsx::SMALL).map_err(|e| {
+        use std::io::ErrorKind as K;
+        match e.kind() {
+            K::NotFound | K::NotADirectory => not_a_vault(),
+            K::InvalidData | K::Other => VaultError::BadFormatFile,
+            _ => e.into(),
+        }
+    })?;
     let n: u32 = text
         .strip_prefix(FORMAT_PREFIX)
         .and_then(|t| t.strip_suffix('\n'))
@@ -630,7 +640,7 @@ fn read_format(dir: &Path) -> Result<u32, VaultError> {
 
 fn load_config(dir: &Path) -> Result<VaultConfig, VaultError> {
     let path = dir.join(CONFIG_FILE);
-    let config = match fsx::read(&path) {
+    let config = match fsx::read_max(&path, fsx::LIST) {
         Ok(bytes) => serde_json::from_slice::<VaultConfig>(&bytes).map_err(|_| {
             VaultError::Config("memvault/config.json does not parse as vault settings")
         })?,
@@ -655,7 +665,7 @@ fn valid_slot_name(name: &str) -> bool {
 }
 
 fn last_slot(dir: &Path) -> Option<String> {
-    let text = fsx::read_to_string(&dir.join(LAST_SLOT)).ok()?;
+    let text = fsx::read_to_string(&dir.join(LAST_SLOT), fsx::SMALL).ok()?;
     let name = text.strip_prefix("v1 ")?.strip_suffix('\n')?;
     valid_slot_name(name).then(|| name.to_string())
 }

@@ -1021,8 +1021,14 @@ fn a_running_serve_refuses_views_as_writes_once_main_is_set_back() {
 #[test]
 fn a_garbled_format_file_is_named_as_such() {
     let v = TestVault::new();
-    for text in ["", "garbage\n", "memvault vault format x\n"] {
-        std::fs::write(v.vault.join("memvault/format"), text).unwrap();
+    let format = v.vault.join("memvault/format");
+    for text in [
+        &b""[..],
+        b"garbage\n",
+        b"memvault vault format x\n",
+        b"memvault vault format 9\n\xff",
+    ] {
+        std::fs::write(&format, text).unwrap();
         let all = view_all(&v);
         assert!(
             all.contains("memvault/format file does not name a format")
@@ -1030,6 +1036,84 @@ fn a_garbled_format_file_is_named_as_such() {
             "{text:?}: {all}"
         );
     }
+    // A sparse file of 30 GiB: refused from its size, nothing read.
+    let f = std::fs::File::create(&format).unwrap();
+    f.set_len(30 << 30).unwrap();
+    drop(f);
+    let all = view_all(&v);
+    assert!(
+        all.contains("memvault/format file does not name a format"),
+        "{all}"
+    );
+}
+
+/// memvault's own state files are read only up to a size it could have
+/// written: a large sparse file planted in their place is refused from
+/// its size, not read whole into memory (under a 1 GiB address-space
+/// limit, reading it failed for want of memory), and a command that does
+/// not need the file still runs.
+#[test]
+fn a_state_file_planted_past_any_size_memvault_writes_is_not_read_whole() {
+    let v = TestVault::new();
+    let r = v.one(
+        serde_json::json!({"command": "create", "path": "/memories/a.md", "file_text": "a\n"}),
+    );
+    assert_eq!(r["is_error"], false, "{r}");
+    for name in [
+        "machine",
+        "last-slot",
+        "access",
+        "erase-pending",
+        "keys-garbage",
+    ] {
+        let path = v.vault.join("memvault").join(name);
+        let saved = std::fs::read(&path).ok();
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(3 << 30).unwrap();
+        drop(f);
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -v 1048576; exec '{}' --vault '{}' --key-file '{}' serve",
+                bin(),
+                v.vault.display(),
+                v.key.display()
+            ))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                let mut stdin = child.stdin.take().unwrap();
+                writeln!(
+                    stdin,
+                    r#"{{"command":"create","path":"/memories/{name}.md","file_text":"x\n"}}"#
+                )?;
+                writeln!(stdin, r#"{{"command":"view","path":"/memories/a.md"}}"#)?;
+                drop(stdin);
+                child.wait_with_output()
+            })
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).lines().count(),
+            2,
+            "{name}: {text}"
+        );
+        assert!(!text.contains("out of memory"), "{name}: {text}");
+        match saved {
+            Some(bytes) => std::fs::write(&path, bytes).unwrap(),
+            None => std::fs::remove_file(&path).unwrap(),
+        }
+    }
+    assert!(
+        String::from_utf8_lossy(&v.cmd().arg("verify").output().unwrap().stdout).starts_with("ok:")
+    );
 }
 
 /// Main removed outside memvault while the log holds acknowledged

@@ -58,7 +58,7 @@ impl Vault {
             chunks: 0,
             file_len: 0,
         };
-        let Ok(bytes) = fsx::read(&self.dir.join(INDEX_FILE)) else {
+        let Ok(bytes) = fsx::read_max(&self.dir.join(INDEX_FILE), fsx::TABLE) else {
             return index;
         };
         let mut at = 0usize;

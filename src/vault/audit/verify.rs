@@ -415,7 +415,9 @@ impl Vault {
     }
 
     fn check_high_water(&self, tip: Oid, on_main: &HashSet<Oid>) -> Option<Problem> {
-        let text = crate::vault::fsx::read_to_string(&self.dir.join(HWM_FILE)).ok()?;
+        let text =
+            crate::vault::fsx::read_to_string(&self.dir.join(HWM_FILE), crate::vault::fsx::SMALL)
+                .ok()?;
         let parts: Vec<&str> = text.split_whitespace().collect();
         let altered = || {
             Some(Problem {
@@ -452,7 +454,10 @@ impl Vault {
     /// that does not hold `verify`'s last verified head (moved back or
     /// rewritten), or a mark that was altered. No mark, no check.
     pub(crate) fn check_not_behind_verified(&self, tip: Oid) -> Result<(), VaultError> {
-        let text = match crate::vault::fsx::read_to_string(&self.dir.join(HWM_FILE)) {
+        let text = match crate::vault::fsx::read_to_string(
+            &self.dir.join(HWM_FILE),
+            crate::vault::fsx::SMALL,
+        ) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e.into()),

@@ -111,8 +111,8 @@ pub enum Unsafe {
         "the vault's git config sets {0}, which memvault never writes (changed outside memvault; git would act on it): remove it from the file config in the vault"
     )]
     Config(String),
-    #[error("{0} is larger than memvault ever writes it (over 4 KiB)")]
-    TooLarge(String),
+    #[error("{0} is larger than memvault ever writes it (over {1})")]
+    TooLarge(String, &'static str),
 }
 
 /// An `O_NOFOLLOW` open that met a link.
@@ -165,7 +165,22 @@ pub(crate) fn open_read(path: &Path) -> io::Result<File> {
     open(options().read(true), path)
 }
 
-/// Read a whole file, not through a link.
+/// The most memvault reads of one of its own small files (a format
+/// line, a slot name, a machine's name, a ref).
+pub(crate) const SMALL: Limit = Limit(4 << 10, "4 KiB");
+/// The most it reads of one of its lists (remotes, alternates).
+pub(crate) const LIST: Limit = Limit(1 << 20, "1 MiB");
+/// The most it reads of one of its tables (the access table, the list of
+/// keys to erase or key states to prune, the history index).
+pub(crate) const TABLE: Limit = Limit(256 << 20, "256 MiB");
+
+/// A size past which a file of memvault's own is not read: planted or
+/// damaged (a sparse file of any size costs a writer nothing).
+#[derive(Clone, Copy)]
+pub(crate) struct Limit(u64, &'static str);
+
+/// Read a whole file, not through a link (a pack and its index: as large
+/// as they are).
 pub(crate) fn read(path: &Path) -> io::Result<Vec<u8>> {
     let (mut f, len) = open_sized(options().read(true), path)?;
     let mut out = Vec::new();
@@ -174,9 +189,26 @@ pub(crate) fn read(path: &Path) -> io::Result<Vec<u8>> {
     Ok(out)
 }
 
-/// [`read`] as text.
-pub(crate) fn read_to_string(path: &Path) -> io::Result<String> {
-    String::from_utf8(read(path)?).map_err(|_| io::ErrorKind::InvalidData.into())
+/// Read a whole file of memvault's own, not through a link, refused past
+/// `limit` (from its size, before anything is read).
+pub(crate) fn read_max(path: &Path, limit: Limit) -> io::Result<Vec<u8>> {
+    let (f, len) = open_sized(options().read(true), path)?;
+    if len > limit.0 {
+        return Err(io::Error::other(Unsafe::TooLarge(short(path), limit.1)));
+    }
+    let mut out = Vec::new();
+    out.try_reserve_exact(usize::try_from(len).unwrap_or(0))?;
+    // A file growing meanwhile is still read only to the limit.
+    f.take(limit.0 + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > limit.0 {
+        return Err(io::Error::other(Unsafe::TooLarge(short(path), limit.1)));
+    }
+    Ok(out)
+}
+
+/// [`read_max`] as text.
+pub(crate) fn read_to_string(path: &Path, limit: Limit) -> io::Result<String> {
+    String::from_utf8(read_max(path, limit)?).map_err(|_| io::ErrorKind::InvalidData.into())
 }
 
 /// Open for reading and writing, created 0600 if missing, never truncated
@@ -341,7 +373,9 @@ pub(crate) fn check_vault(dir: &Path) -> Result<(), Unsafe> {
 fn check_git_files(dir: &Path) -> Result<(), Unsafe> {
     for name in ["HEAD", "config"] {
         match fs::symlink_metadata(dir.join(name)) {
-            Ok(m) if m.len() > GIT_FILE_MAX => return Err(Unsafe::TooLarge(name.to_string())),
+            Ok(m) if m.len() > GIT_FILE_MAX => {
+                return Err(Unsafe::TooLarge(name.to_string(), "4 KiB"));
+            }
             _ => {}
         }
     }

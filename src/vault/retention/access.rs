@@ -140,7 +140,10 @@ impl Vault {
 
     /// The access table: the newest view and write time per file key.
     pub fn access_table(&self) -> Result<HashMap<FileKeyId, Access>, VaultError> {
-        let bytes = match crate::vault::fsx::read(&self.dir.join(ACCESS_FILE)) {
+        let bytes = match crate::vault::fsx::read_max(
+            &self.dir.join(ACCESS_FILE),
+            crate::vault::fsx::TABLE,
+        ) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(e.into()),

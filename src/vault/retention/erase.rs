@@ -280,11 +280,12 @@ impl Vault {
     /// Finish an erasure a crash interrupted (see the module docs). The
     /// caller holds the writer lock.
     pub(crate) fn finish_pending_erasure(&mut self, tip: Option<Oid>) -> Result<(), VaultError> {
-        let sealed = match crate::vault::fsx::read(&self.dir.join(MARKER)) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e.into()),
-        };
+        let sealed =
+            match crate::vault::fsx::read_max(&self.dir.join(MARKER), crate::vault::fsx::TABLE) {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(e.into()),
+            };
         let plain = self
             .keys
             .open_access(MARKER_AAD, &sealed)
@@ -507,7 +508,7 @@ impl Vault {
         // states among them: gone first, garbage list or not.
         let swept = crate::vault::gc::remove_leftovers(&self.dir.join("objects"))?;
         let list_path = self.dir.join(GARBAGE_FILE);
-        let text = match crate::vault::fsx::read_to_string(&list_path) {
+        let text = match crate::vault::fsx::read_to_string(&list_path, crate::vault::fsx::TABLE) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(swept),
             Err(e) => return Err(e.into()),

@@ -425,7 +425,7 @@ impl Scratch {
         };
         let local = |e: std::io::Error| SyncError::Local(e.to_string());
         let alternates = self.dir.join("objects/info/alternates");
-        let mut list = fsx::read_to_string(&alternates).unwrap_or_default();
+        let mut list = fsx::read_to_string(&alternates, fsx::LIST).unwrap_or_default();
         list.push_str(text);
         list.push('\n');
         std::fs::write(&alternates, list).map_err(local)?;
@@ -447,7 +447,7 @@ impl Scratch {
     /// Where this repository's `refs/incoming/*` point after [`fetch`].
     pub(crate) fn incoming(&self) -> RemoteRefs {
         let read = |name: &str| {
-            fsx::read_to_string(&self.dir.join("refs/incoming").join(name))
+            fsx::read_to_string(&self.dir.join("refs/incoming").join(name), fsx::SMALL)
                 .ok()
                 .and_then(|t| Oid::from_str(t.trim()).ok())
         };

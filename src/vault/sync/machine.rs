@@ -31,7 +31,7 @@ fn valid_name(name: &str) -> bool {
 }
 
 fn read(dir: &Path) -> Option<Machine> {
-    let text = fsx::read_to_string(&dir.join(FILE)).ok()?;
+    let text = fsx::read_to_string(&dir.join(FILE), fsx::SMALL).ok()?;
     let line = text.strip_suffix('\n').unwrap_or(&text);
     let mut parts = line.splitn(3, ' ');
     let (Some(VERSION), Some(id), Some(name)) = (parts.next(), parts.next(), parts.next()) else {

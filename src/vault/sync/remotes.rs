@@ -85,7 +85,7 @@ pub(crate) fn check_name(name: &str) -> Result<(), SyncError> {
 
 /// The stored remotes (none when the file does not exist).
 pub(crate) fn load(dir: &Path, keys: &VaultKeys) -> Result<Vec<RemoteEntry>, VaultError> {
-    let text = match fsx::read_to_string(&dir.join(FILE)) {
+    let text = match fsx::read_to_string(&dir.join(FILE), fsx::LIST) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
