@@ -106,6 +106,7 @@ pub fn expire(on: On<'_>, args: &ExpireArgs, out: &mut dyn Write) -> Result<u8, 
                     "unrecorded": report.unrecorded.len(), "erased_keys": report.erased_keys,
                     "rekeyed": report.rekeyed.iter().map(MemoryPath::as_str).collect::<Vec<_>>(),
                     "revision": report.commit.map(|c| c.to_string()),
+                    "unfinished": report.unfinished,
                 });
                 writeln!(out, "{summary}")?;
             } else {
@@ -159,9 +160,40 @@ pub fn expire(on: On<'_>, args: &ExpireArgs, out: &mut dyn Write) -> Result<u8, 
                 }
             }
             out.flush()?;
-            Ok(0)
+            Ok(unfinished(
+                out,
+                "expiry",
+                report.commit,
+                report.unfinished.as_deref(),
+                args.json,
+            )?)
         },
     )
+}
+
+/// An erasure committed whose prune failed: said on stdout (what the
+/// server's answer carries) and stderr, and a failure (exit 1), since the
+/// destroyed keys are still on the disk until the next writer prunes.
+fn unfinished(
+    out: &mut dyn Write,
+    what: &str,
+    commit: Option<crate::vault::Rev>,
+    why: Option<&str>,
+    json: bool,
+) -> std::io::Result<u8> {
+    let Some(why) = why else { return Ok(0) };
+    let line = format!(
+        "not finished: the {what} is committed{} and its files are gone, but the replaced key states that still hold the destroyed keys could not be deleted from the disk ({why}); the next command that writes to this vault deletes them (free space first if the disk is full; `memvault gc` will do)",
+        commit
+            .map(|c| format!(" (revision {})", c.short()))
+            .unwrap_or_default()
+    );
+    if !json {
+        writeln!(out, "{line}")?;
+    }
+    out.flush()?;
+    eprintln!("memvault: {line}");
+    Ok(1)
 }
 
 #[derive(clap::Args, Debug, serde::Deserialize)]
@@ -205,7 +237,13 @@ pub fn purge(on: On<'_>, args: &PurgeArgs, out: &mut dyn Write) -> Result<u8, Cl
                     .unwrap_or_default()
             )?;
             out.flush()?;
-            Ok(0)
+            Ok(unfinished(
+                out,
+                "purge",
+                report.commit,
+                report.unfinished.as_deref(),
+                false,
+            )?)
         },
     )
 }

@@ -200,6 +200,14 @@ impl From<VaultError> for StoreError {
             }
             VaultError::Object(e) => StoreError::Damaged(e.to_string()),
             VaultError::Refused(what) => StoreError::Limit(what),
+            // libgit2 keeps no errno; its message says when the disk is
+            // full, which is then what the answer says (not damage).
+            ref full @ (VaultError::Git(_) | VaultError::Io(_)) if full.is_disk_full() => {
+                StoreError::Unavailable(
+                    "the vault's disk is full (no space left on device); free space and try again"
+                        .into(),
+                )
+            }
             VaultError::Git(e) => git_unavailable(&e.0),
             other => StoreError::Unavailable(other.to_string()),
         }

@@ -514,3 +514,55 @@ fn a_full_disk_at_open_still_reads_through_the_log_and_loses_nothing() {
     let (status, stderr) = run(v.cmd().arg("verify"), "");
     assert!(status.success(), "{stderr}");
 }
+
+/// A purge or expiry whose commit is made but whose prune meets a full
+/// disk says what happened: the files are gone (listed, with the
+/// revision), the destroyed keys not yet deleted from the disk, and it
+/// exits 1; it was a bare "No space left on device" after a change that
+/// was made. A write meanwhile says the disk is full (not that the store
+/// failed); the first writer with room finishes the prune.
+#[test]
+fn an_erasure_committed_on_a_full_disk_says_so_and_the_next_writer_finishes_it() {
+    for op in ["purge", "expire"] {
+        let v = TestVault::new();
+        for name in ["a", "b"] {
+            let r = v.one(json!({"command": "create", "path": format!("/memories/{name}.md"), "file_text": "x\n"}));
+            assert!(!is_error(&r), "{r}");
+        }
+        let full = |args: &[&str]| {
+            let mut c = v.cmd();
+            c.env("MEMVAULT_TEST_DISK_FULL", "checkpoint").args(args);
+            c.output().unwrap()
+        };
+        let out = match op {
+            "purge" => full(&["purge", "/memories/a.md"]),
+            _ => {
+                std::thread::sleep(Duration::from_millis(1100));
+                full(&["expire", "--older-than", "1s"])
+            }
+        };
+        let said = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{op}: {said}{err}");
+        assert!(said.contains("/memories/a.md"), "{op}: {said}");
+        assert!(said.contains("not finished"), "{op}: {said}");
+        assert!(err.contains("the disk is full"), "{op}: {err}");
+        assert!(v.vault.join("memvault/erase-pending").exists());
+        let r = v.one(json!({"command": "view", "path": "/memories/a.md"}));
+        assert!(is_error(&r), "{op}: {r}");
+        // A write on the still-full disk.
+        let out = full(&[
+            "exec",
+            r#"{"command":"create","path":"/memories/c.md","file_text":"c\n"}"#,
+        ]);
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(said.contains("disk is full"), "{op}: {said}");
+        assert!(!said.contains("object store failed"), "{op}: {said}");
+        // With room: finished.
+        let r = v.one(json!({"command": "create", "path": "/memories/c.md", "file_text": "c\n"}));
+        assert!(!is_error(&r), "{r}");
+        assert!(!v.vault.join("memvault/erase-pending").exists());
+        let (status, stderr) = run(v.cmd().arg("verify"), "");
+        assert!(status.success(), "{stderr}");
+    }
+}

@@ -61,6 +61,9 @@ pub struct SweepReport {
     /// Live files re-encrypted because they shared a destroyed key.
     pub rekeyed: Vec<MemoryPath>,
     pub pruned_objects: usize,
+    /// Committed, but the prune that deletes the destroyed keys from the
+    /// disk failed (why): the next writer finishes it.
+    pub unfinished: Option<String>,
 }
 
 /// What `purge` did.
@@ -71,6 +74,17 @@ pub struct PurgeReport {
     pub erased_keys: usize,
     pub commit: Option<Rev>,
     pub pruned_objects: usize,
+    /// As [`SweepReport::unfinished`].
+    pub unfinished: Option<String>,
+}
+
+/// What an erasure committed.
+#[derive(Default)]
+struct Erased {
+    commit: Option<Oid>,
+    rekeyed: Vec<MemoryPath>,
+    erased: usize,
+    unfinished: Option<String>,
 }
 
 /// A live file: path, git path and key id.
@@ -119,7 +133,7 @@ impl Vault {
         mut keep_current: Vec<LiveFile>,
         doomed: BTreeSet<FileKeyId>,
         mut meta: CommitMeta,
-    ) -> Result<(Option<Oid>, Vec<MemoryPath>, usize), VaultError> {
+    ) -> Result<Erased, VaultError> {
         let removing: HashSet<&str> = removals.iter().map(|f| f.git_path.as_str()).collect();
         // Live files outside the removal that use a doomed key keep their
         // present content under a new key.
@@ -132,7 +146,7 @@ impl Vault {
             }
         }
         if removals.is_empty() && keep_current.is_empty() && doomed.is_empty() {
-            return Ok((None, Vec::new(), 0));
+            return Ok(Erased::default());
         }
         // 1. The marker, durable before anything changes.
         let mut plain = Zeroizing::new(Vec::new());
@@ -200,17 +214,36 @@ impl Vault {
         }));
         let commit = self.publish(tip, tree, KeyChange::files(new_keys), &meta, objects)?;
         test_crash("after-commit");
-        self.finish_erasure(Some(commit), &doomed, Some(in_use))?;
-        // Access records follow re-keyed files; erased keys are dropped.
-        let mut table = self.access_table()?;
-        for (old, new) in access_moves {
-            if let Some(a) = table.get(&old).copied() {
-                table.insert(new, a);
-            }
-        }
-        table.retain(|id, _| !doomed.contains(id));
-        self.compact_access(&table)?;
-        Ok((Some(commit), rekeyed, erased))
+        // Committed: what fails from here on (a full disk, say) leaves the
+        // erasure made and its prune owed (the marker stays; the next
+        // writer finishes it), said as such rather than as a failure that
+        // changed nothing.
+        let finished = self
+            .finish_erasure(Some(commit), &doomed, Some(in_use))
+            .and_then(|_| {
+                // Access records follow re-keyed files; erased keys are
+                // dropped.
+                let mut table = self.access_table()?;
+                for (old, new) in access_moves {
+                    if let Some(a) = table.get(&old).copied() {
+                        table.insert(new, a);
+                    }
+                }
+                table.retain(|id, _| !doomed.contains(id));
+                self.compact_access(&table)
+            });
+        Ok(Erased {
+            commit: Some(commit),
+            rekeyed,
+            erased,
+            unfinished: finished.err().map(|e| {
+                if e.is_disk_full() {
+                    "the disk is full".to_string()
+                } else {
+                    e.to_string()
+                }
+            }),
+        })
     }
 
     /// The doomed keys the table still holds and no file at the tip uses,
@@ -356,11 +389,11 @@ impl Vault {
                 .collect(),
             ..self.new_meta("expire")
         };
-        let (commit, rekeyed, erased) =
-            self.erase_locked(tip, &live, &removals, Vec::new(), doomed, meta)?;
-        report.commit = commit.map(Rev::from_oid);
-        report.rekeyed = rekeyed;
-        report.erased_keys = erased;
+        let done = self.erase_locked(tip, &live, &removals, Vec::new(), doomed, meta)?;
+        report.commit = done.commit.map(Rev::from_oid);
+        report.rekeyed = done.rekeyed;
+        report.erased_keys = done.erased;
+        report.unfinished = done.unfinished;
         Ok(report)
     }
 
@@ -449,16 +482,14 @@ impl Vault {
             files: below.iter().map(|f| f.path.as_str().to_string()).collect(),
             ..self.new_meta("purge")
         };
-        let n_doomed = doomed.len();
-        let (commit, rekeyed, erased) =
-            self.erase_locked(tip, &live, &removals, keep, doomed, meta)?;
-        let _ = n_doomed;
+        let done = self.erase_locked(tip, &live, &removals, keep, doomed, meta)?;
         Ok(PurgeReport {
             removed: removals.iter().map(|f| f.path.clone()).collect(),
-            rekeyed,
-            erased_keys: erased,
-            commit: commit.map(Rev::from_oid),
+            rekeyed: done.rekeyed,
+            erased_keys: done.erased,
+            commit: done.commit.map(Rev::from_oid),
             pruned_objects: 0,
+            unfinished: done.unfinished,
         })
     }
 
