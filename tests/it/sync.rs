@@ -1693,6 +1693,58 @@ fn a_remote_restored_from_a_backup_can_be_taken_on_again_as_the_refusal_says() {
     );
 }
 
+/// A remote whose key state alone was put back to one from before a purge
+/// (its main kept) is refused however this vault's record of it is reset,
+/// and the refusal says the way out that works: send it this vault's key
+/// state with git; the purged file stays unreadable throughout.
+#[test]
+fn a_remote_whose_key_state_alone_was_put_back_is_refused_with_a_way_out_that_works() {
+    let w = world(0);
+    let a = &w.machines[0];
+    a.write("/memories/s.md", &format!("{MARK} secret\n"));
+    a.ok(&["sync"]);
+    let backup = w.hub.with_extension("backup");
+    copy_dir(&w.hub, &backup);
+    a.ok(&["purge", "/memories/s.md"]);
+    a.ok(&["sync"]);
+    git(
+        &w.hub,
+        &[
+            "fetch",
+            "-q",
+            backup.to_str().unwrap(),
+            "+refs/memvault/keys:refs/memvault/keys",
+        ],
+    );
+    a.fails(&["sync"], 1);
+    let url = w.hub.to_str().unwrap();
+    a.ok(&["remote", "remove", "origin"]);
+    a.ok(&["remote", "add", "origin", url]);
+    let err = a.fails(&["sync"], 1);
+    assert!(
+        err.contains("its key state is older than its main requires"),
+        "{err}"
+    );
+    assert!(err.contains("push --force URL refs/memvault/keys"), "{err}");
+    assert!(!err.contains("remote remove"), "{err}");
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&a.dir)
+        .args([
+            "push",
+            "-q",
+            "--force",
+            url,
+            "refs/memvault/keys:refs/memvault/keys",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    a.ok(&["sync"]);
+    assert!(a.ok(&["verify", "--remote", "origin"]).starts_with("ok:"));
+    assert!(a.read("/memories/s.md").is_none());
+}
+
 /// Three machines: A expires a file, B (not told) edits it, C (not told)
 /// purges it. B's merge keeps its edit under a new key; C's purge still
 /// wins over it, in either order of the syncs (the merge's history names

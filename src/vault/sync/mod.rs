@@ -84,6 +84,13 @@ pub enum SyncError {
         "remote {remote} rolled back: {what}; nothing was changed here (run `memvault verify --remote {remote}`; if it was restored from a backup on purpose and you trust it, make this vault forget what it saw there with `memvault remote remove {remote}` and `memvault remote add {remote} URL`: the next sync merges what each side holds and sends it what it lacks)"
     )]
     RolledBack { remote: String, what: &'static str },
+    /// The remote's key state is older than its own main needs (put back
+    /// alone, from an older copy): forgetting what this vault saw there
+    /// does not help, the remote itself must be repaired.
+    #[error(
+        "remote {remote} rolled back: its key state is older than its main requires (its refs/memvault/keys was put back from an older copy, or tampered with); nothing was changed here. memvault never overwrites a remote's key state. If that was a mistake, send it this vault's key state from a machine that has synced the newest one (run `memvault verify --remote {remote}` there first), with git itself: `git --git-dir VAULT push --force URL refs/memvault/keys:refs/memvault/keys` (what it holds is encrypted); the next sync checks it as any other"
+    )]
+    KeysBehind { remote: String },
     #[error(
         "remote {remote} forked: its main does not descend from what this vault last saw of it; nothing was changed here (run `memvault verify --remote {remote}`; if it was restored or replaced on purpose and you trust it, make this vault forget what it saw there with `memvault remote remove {remote}` and `memvault remote add {remote} URL`: the next sync merges what each side holds and sends it what it lacks)"
     )]
@@ -904,9 +911,8 @@ impl Vault {
             .meta_of(main)
             .map_err(|_| hostile("its newest commit's metadata does not open"))?;
         if meta.keys.is_some_and(|k| k > counter) {
-            return Err(SyncError::RolledBack {
+            return Err(SyncError::KeysBehind {
                 remote: name.into(),
-                what: "its key state is older than its main requires",
             }
             .into());
         }
