@@ -243,7 +243,7 @@ impl Root {
         if create && !format_path.exists() {
             return Self::create(dir, secret);
         }
-        match fs::read_to_string(&format_path) {
+        match fsx::read_to_string(&format_path, fsx::SMALL) {
             Ok(text) if text == FORMAT_LINE => {}
             Ok(text) if text.starts_with("memvault server format ") => {
                 return Err(CliError::failure(format!(
@@ -401,7 +401,7 @@ impl Root {
     /// does not check out, which only a writer of the root can cause, and
     /// who could as well remove it).
     fn seen(&self) -> u64 {
-        fs::read(self.dir.join(SEEN))
+        fsx::read_max(&self.dir.join(SEEN), fsx::SMALL)
             .ok()
             .and_then(|b| self.keys.open_seen(&b))
             .unwrap_or(0)
