@@ -958,6 +958,9 @@ pub fn verify(on: On<'_>, args: &VerifyArgs, out: &mut dyn Write) -> Result<u8, 
                 report.commits
             )?;
         }
+        for note in &report.notes {
+            writeln!(out, "note: {note}")?;
+        }
     }
     out.flush()?;
     Ok(if report.ok() { 0 } else { 1 })

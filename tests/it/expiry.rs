@@ -315,9 +315,11 @@ fn a_crash_at_any_step_of_expire_or_purge_applies_all_or_nothing() {
                 .output()
                 .unwrap();
             assert!(!o.status.success(), "{point}: the crash hook did not fire");
-            // The vault passes verify right after the crash...
+            // The vault passes verify right after the crash, which says
+            // the erasure's prune is owed...
             let report = ok(&v.cmd().arg("verify").output().unwrap());
             assert!(report.starts_with("ok:"), "{point}: {report}");
+            assert!(report.contains("note: an erasure"), "{point}: {report}");
             // ...and holds either none or all of the change.
             let gone: BTreeSet<String> = if purge {
                 set(&["/memories/b.md"])
@@ -360,7 +362,11 @@ fn a_crash_at_any_step_of_expire_or_purge_applies_all_or_nothing() {
                     "{point} {args:?}: {p}"
                 );
             }
-            assert!(ok(&v.cmd().arg("verify").output().unwrap()).starts_with("ok:"));
+            let report = ok(&v.cmd().arg("verify").output().unwrap());
+            assert!(
+                report.starts_with("ok:") && !report.contains("note:"),
+                "{report}"
+            );
             assert!(!v.vault.join("memvault/erase-pending").exists());
             // And once the sweep applied, the replaced key state that held
             // the destroyed keys is physically gone, whatever step the

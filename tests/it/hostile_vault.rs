@@ -1114,6 +1114,16 @@ fn a_state_file_planted_past_any_size_memvault_writes_is_not_read_whole() {
     assert!(
         String::from_utf8_lossy(&v.cmd().arg("verify").output().unwrap().stdout).starts_with("ok:")
     );
+    // A marker that does not open is damage verify reports (writes are
+    // refused meanwhile).
+    std::fs::write(v.vault.join("memvault/erase-pending"), b"planted").unwrap();
+    let out = v.cmd().arg("verify").output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("memvault/erase-pending does not open"),
+        "{said}"
+    );
 }
 
 /// Main removed outside memvault while the log holds acknowledged

@@ -48,6 +48,9 @@ pub struct VerifyReport {
     /// File versions whose key was erased on purpose (not damage).
     pub erased_versions: usize,
     pub problems: Vec<Problem>,
+    /// What is owed but not damage (an erasure's prune a crash cut short).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl VerifyReport {
@@ -374,6 +377,15 @@ impl Vault {
                     });
                 }
             }
+        }
+        match self.erase_marker_state() {
+            Ok(None) => {}
+            Ok(Some(note)) => report.notes.push(note),
+            Err(what) => report.problems.push(Problem {
+                rev: None,
+                path: None,
+                what,
+            }),
         }
         // Rollback against the high-water mark.
         if let Some(tip) = tip {

@@ -310,6 +310,34 @@ impl Vault {
         Ok(())
     }
 
+    /// For `verify`: the erasure marker, if one is there: Err when it
+    /// does not read or open (damaged or planted: every write is refused
+    /// until it is removed), else Ok(Some) when an erasure was cut short
+    /// and its prune is owed (the destroyed keys may still be on the disk
+    /// until the next command that writes).
+    pub(crate) fn erase_marker_state(&self) -> Result<Option<String>, String> {
+        let sealed = match crate::vault::fsx::read_max(
+            &self.dir.join(MARKER),
+            crate::vault::fsx::TABLE,
+        ) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(format!(
+                    "memvault/erase-pending does not read ({e}): every write is refused until it is removed"
+                ));
+            }
+        };
+        if self.keys.open_access(MARKER_AAD, &sealed).is_err() {
+            return Err(
+                "memvault/erase-pending does not open (not written with this vault's key, or altered): every write is refused until it is removed".into(),
+            );
+        }
+        Ok(Some(
+            "an erasure (purge, expire, or one a sync brought) was cut short before its prune: the keys it destroyed may still be on the disk; the next command that writes finishes it (`memvault gc` will do)".into(),
+        ))
+    }
+
     /// Finish an erasure a crash interrupted (see the module docs). The
     /// caller holds the writer lock.
     pub(crate) fn finish_pending_erasure(&mut self, tip: Option<Oid>) -> Result<(), VaultError> {
