@@ -668,8 +668,11 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Mcp(session) => mcp::run(global, session),
         Command::Server(args) => server::run(global, args),
         command => {
-            let (stdout, stderr) = (io::stdout(), io::stderr());
-            let (mut out, mut err) = (stdout.lock(), stderr.lock());
+            // stderr is not held locked: another thread may say something
+            // on it meanwhile (a wait for the vault's lock, see
+            // `FileLock`), which would otherwise wait for this one.
+            let mut out = io::stdout().lock();
+            let mut err = io::stderr();
             handle(global, command, &mut out, &mut err)
         }
     }

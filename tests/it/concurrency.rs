@@ -498,3 +498,47 @@ fn one_shot_readers_and_verify_racing_a_writer_see_no_false_damage() {
     assert!(written > 3, "the writer wrote {written}");
     assert!(ok(&v.cmd().arg("verify").output().unwrap()).starts_with("ok:"));
 }
+
+/// A command that waits for the vault's lock, held for long by another
+/// process, says so on stderr (once) instead of hanging in silence, and
+/// goes on when the lock is let go.
+#[test]
+fn a_command_waiting_long_for_the_lock_says_so_and_goes_on() {
+    let v = TestVault::new();
+    let r = v.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "a\n"}));
+    assert_eq!(r["is_error"], false, "{r}");
+    let holder = std::process::Command::new("flock")
+        .arg("-x")
+        .arg(v.vault.join("memvault/lock"))
+        .args(["sleep", "5"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let out = v
+        .cmd()
+        .args([
+            "exec",
+            r#"{"command":"create","path":"/memories/b.md","file_text":"b\n"}"#,
+        ])
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(started.elapsed() >= std::time::Duration::from_secs(3));
+    assert_eq!(
+        err.matches("waiting for the vault's lock").count(),
+        1,
+        "{err}"
+    );
+    let mut holder = holder;
+    holder.wait().unwrap();
+    // Uncontended: nothing said.
+    let out = v
+        .cmd()
+        .args(["exec", r#"{"command":"view","path":"/memories/b.md"}"#])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("waiting"));
+}
