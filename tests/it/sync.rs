@@ -1695,18 +1695,25 @@ fn a_remote_restored_from_a_backup_can_be_taken_on_again_as_the_refusal_says() {
 
 /// A remote whose key state alone was put back to one from before a purge
 /// (its main kept) is refused however this vault's record of it is reset,
-/// and the refusal says the way out that works: send it this vault's key
-/// state with git; the purged file stays unreadable throughout.
+/// and the refusal's way out works without bringing the purged key back:
+/// a new remote started from the machine that synced last, which a
+/// machine that is behind (and made a key-state change of its own) then
+/// syncs with; the purged file stays unreadable everywhere.
 #[test]
 fn a_remote_whose_key_state_alone_was_put_back_is_refused_with_a_way_out_that_works() {
-    let w = world(0);
-    let a = &w.machines[0];
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
     a.write("/memories/s.md", &format!("{MARK} secret\n"));
     a.ok(&["sync"]);
+    b.ok(&["sync"]);
     let backup = w.hub.with_extension("backup");
     copy_dir(&w.hub, &backup);
     a.ok(&["purge", "/memories/s.md"]);
     a.ok(&["sync"]);
+    // B, behind, changes its key state on its own.
+    let extra = w.hub.with_file_name("extra.key");
+    b.ok(&["keygen", extra.to_str().unwrap()]);
+    b.ok(&["key", "add", "--new-key-file", extra.to_str().unwrap()]);
     git(
         &w.hub,
         &[
@@ -1721,28 +1728,38 @@ fn a_remote_whose_key_state_alone_was_put_back_is_refused_with_a_way_out_that_wo
     a.ok(&["remote", "remove", "origin"]);
     a.ok(&["remote", "add", "origin", url]);
     let err = a.fails(&["sync"], 1);
-    assert!(
-        err.contains("its key state is older than its main requires"),
-        "{err}"
-    );
-    assert!(err.contains("push --force URL refs/memvault/keys"), "{err}");
-    assert!(!err.contains("remote remove"), "{err}");
+    assert!(err.contains("its key state is older than its main requires"), "{err}");
+    assert!(err.contains("memvault push NEW"), "{err}");
+    assert!(!err.contains("--force"), "{err}");
+    // The way out.
+    let fresh = w.hub.with_file_name("fresh.git");
     let out = std::process::Command::new("git")
-        .arg("--git-dir")
-        .arg(&a.dir)
-        .args([
-            "push",
-            "-q",
-            "--force",
-            url,
-            "refs/memvault/keys:refs/memvault/keys",
-        ])
+        .args(["init", "-q", "--bare"])
+        .arg(&fresh)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    a.ok(&["sync"]);
-    assert!(a.ok(&["verify", "--remote", "origin"]).starts_with("ok:"));
-    assert!(a.read("/memories/s.md").is_none());
+    assert!(out.status.success());
+    let fresh = fresh.to_str().unwrap();
+    a.ok(&["remote", "add", "fresh", fresh]);
+    a.ok(&["push", "fresh"]);
+    b.ok(&["remote", "add", "fresh", fresh]);
+    b.ok(&["sync", "fresh"]);
+    a.ok(&["sync", "fresh"]);
+    for m in [a, b] {
+        assert!(m.read("/memories/s.md").is_none());
+        let h = m.ok(&["history", "--json"]);
+        let first = h
+            .lines()
+            .find(|l| l.contains("\"create\"") && l.contains("/memories/s.md"))
+            .and_then(|l| serde_json::from_str::<Value>(l).ok())
+            .unwrap();
+        let o = m.run(&["show", first["rev"].as_str().unwrap(), "/memories/s.md", "--raw"]);
+        let said = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "the purged version opens again");
+        assert!(said.contains("erased") || said.contains("destroyed"), "{said}");
+        assert!(!String::from_utf8_lossy(&o.stdout).contains(MARK));
+        assert!(m.ok(&["verify"]).starts_with("ok:"));
+    }
 }
 
 /// Three machines: A expires a file, B (not told) edits it, C (not told)
