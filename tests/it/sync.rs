@@ -1728,7 +1728,10 @@ fn a_remote_whose_key_state_alone_was_put_back_is_refused_with_a_way_out_that_wo
     a.ok(&["remote", "remove", "origin"]);
     a.ok(&["remote", "add", "origin", url]);
     let err = a.fails(&["sync"], 1);
-    assert!(err.contains("its key state is older than its main requires"), "{err}");
+    assert!(
+        err.contains("its key state is older than its main requires"),
+        "{err}"
+    );
     assert!(err.contains("memvault push NEW"), "{err}");
     assert!(!err.contains("--force"), "{err}");
     // The way out.
@@ -1753,10 +1756,18 @@ fn a_remote_whose_key_state_alone_was_put_back_is_refused_with_a_way_out_that_wo
             .find(|l| l.contains("\"create\"") && l.contains("/memories/s.md"))
             .and_then(|l| serde_json::from_str::<Value>(l).ok())
             .unwrap();
-        let o = m.run(&["show", first["rev"].as_str().unwrap(), "/memories/s.md", "--raw"]);
+        let o = m.run(&[
+            "show",
+            first["rev"].as_str().unwrap(),
+            "/memories/s.md",
+            "--raw",
+        ]);
         let said = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "the purged version opens again");
-        assert!(said.contains("erased") || said.contains("destroyed"), "{said}");
+        assert!(
+            said.contains("erased") || said.contains("destroyed"),
+            "{said}"
+        );
         assert!(!String::from_utf8_lossy(&o.stdout).contains(MARK));
         assert!(m.ok(&["verify"]).starts_with("ok:"));
     }
@@ -1961,7 +1972,9 @@ fn a_file_renamed_apart_on_two_machines_keeps_both_names_and_is_reported() {
 /// that still reaches a replaced key state keeps it there through the
 /// prune: the sync says so, names the ref and keeps the prune owed, never
 /// "pruned"; once the ref is gone the next sync prunes. A foreign ref
-/// reaching nothing else (a copy of main) does not stop the prune.
+/// reaching nothing else (a copy of main) does not stop the prune. The
+/// same for a worktree of the remote whose HEAD and index hold a key
+/// state (what git's prune keeps besides refs).
 #[test]
 fn a_prune_that_another_ref_of_the_remote_defeats_is_not_reported_done() {
     let w = world(0);
@@ -1992,16 +2005,50 @@ fn a_prune_that_another_ref_of_the_remote_defeats_is_not_reported_done() {
     git(&w.hub, &["update-ref", "-d", "refs/backup/keys"]);
     let out = a.ok(&["sync"]);
     assert!(out.contains("pruned origin"), "{out}");
-    let gone = std::process::Command::new("git")
-        .arg("--git-dir")
-        .arg(&w.hub)
-        .args(["cat-file", "-e", &old_keys])
-        .output()
-        .unwrap();
-    assert!(
-        !gone.status.success(),
-        "the replaced key state is still there"
+    let gone = |id: &str| {
+        !std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&w.hub)
+            .args(["cat-file", "-e", id])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    assert!(gone(&old_keys), "the replaced key state is still there");
+    // A worktree of the hub at a key state (its HEAD and index keep what
+    // they hold through git's prune): named as such, the prune owed.
+    a.write("/memories/two.md", &format!("{MARK} two\n"));
+    a.ok(&["sync"]);
+    let held = rev("refs/memvault/keys");
+    let tree = w.hub.with_file_name("wt");
+    git(
+        &w.hub,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "--detach",
+            tree.to_str().unwrap(),
+            &held,
+        ],
     );
+    a.ok(&["purge", "/memories/two.md"]);
+    let out = a.run(&["sync"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("pruned"),
+        "{said}"
+    );
+    assert!(said.contains("held by an index, a worktree"), "{said}");
+    assert!(!gone(&held));
+    git(
+        &w.hub,
+        &["worktree", "remove", "--force", tree.to_str().unwrap()],
+    );
+    let out = a.ok(&["sync"]);
+    assert!(out.contains("pruned origin"), "{out}");
+    assert!(gone(&held));
 }
 
 #[test]

@@ -1125,11 +1125,49 @@ pub(crate) fn prune_remote(remote: &str, dir: &Path) -> Result<(), SyncError> {
         .filter(|r| !r.is_empty() && !ours.contains(r))
         .map(str::to_string)
         .collect();
-    if foreign.is_empty() {
-        return Ok(());
-    }
     let listed = String::from_utf8_lossy(&listed).into_owned();
     let present: Vec<&str> = listed.lines().filter(|r| ours.contains(r)).collect();
+    // Git's prune also keeps what an index, a worktree's HEAD or a kept
+    // pack holds: the objects there must be exactly those memvault's refs
+    // reach (and the foreign refs, checked below, reach no more).
+    let kept_elsewhere = || -> Result<(), SyncError> {
+        let mut c = git_in(dir);
+        c.args(["count-objects", "-v"]);
+        let out = output_within(c).map_err(|e| spawn_failed(e, remote))?;
+        let counted = git_result(out, remote, "git count-objects failed there: ")?;
+        let held: u64 = String::from_utf8_lossy(&counted)
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("count: ")
+                    .or_else(|| l.strip_prefix("in-pack: "))
+            })
+            .filter_map(|n| n.trim().parse::<u64>().ok())
+            .sum();
+        let mut c = git_in(dir);
+        c.args(["rev-list", "--objects", "--no-object-names"])
+            .args(&present)
+            .arg("--");
+        let out = output_within(c).map_err(|e| spawn_failed(e, remote))?;
+        let reached = git_result(out, remote, "git rev-list failed there: ")?;
+        let reached = reached
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .count() as u64;
+        if held <= reached {
+            return Ok(());
+        }
+        Err(SyncError::Transport {
+            remote: remote.to_string(),
+            detail: format!(
+                "it keeps {} object{} that memvault's refs do not reach (held by an index, a worktree, or a kept pack there), which may hold the replaced key states: remove what holds them there, then sync again",
+                held - reached,
+                if held - reached == 1 { "" } else { "s" }
+            ),
+        })
+    };
+    if foreign.is_empty() {
+        return kept_elsewhere();
+    }
     // Whether `refs` reach an object memvault's refs do not.
     let beyond = |refs: &[String]| -> Result<bool, SyncError> {
         let mut c = git_in(dir);
@@ -1143,7 +1181,7 @@ pub(crate) fn prune_remote(remote: &str, dir: &Path) -> Result<(), SyncError> {
         Ok(!extra.iter().all(u8::is_ascii_whitespace))
     };
     if !beyond(&foreign)? {
-        return Ok(());
+        return kept_elsewhere();
     }
     // The refs to name (the first few that reach beyond).
     let mut named = Vec::new();
