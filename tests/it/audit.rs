@@ -1640,7 +1640,7 @@ fn a_reverted_edit_goes_back_where_a_later_rename_moved_its_file() {
             json!({"command": "rename", "old_path": "/memories/d", "new_path": "/memories/e"}),
         ],
     );
-    let renamed = head_rev(&v, 1);
+    let renamed = head_rev(&v, 0);
     // A file made since at the old path is another's, and stays.
     serve_as(
         &v,
@@ -1671,4 +1671,46 @@ fn a_reverted_edit_goes_back_where_a_later_rename_moved_its_file() {
     assert!(text(&r).contains("second"), "{r}");
     let h = stdout(&run(&v, &["history", "--json", "--limit", "3"]));
     assert!(!h.contains("first") && !h.contains("second"), "{h}");
+    // The reverts are recorded at the path they changed.
+    let h = stdout(&run(&v, &["history", "/memories/e/b.md", "--op", "undo"]));
+    assert_eq!(h.lines().count(), 2, "{h}");
+}
+
+/// An edit reverted after its file was renamed by another session and
+/// that rename was itself reverted (the file back at its own path): the
+/// version goes back at that path, where the file is, and no second file
+/// appears elsewhere; a purge of the file then re-keys nothing else.
+#[test]
+fn a_reverted_edit_after_a_rename_undone_goes_back_where_the_file_is() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "A",
+        &[json!({"command": "create", "path": "/memories/a.md", "file_text": "first\n"})],
+    );
+    serve_as(
+        &v,
+        "B",
+        &[
+            json!({"command": "str_replace", "path": "/memories/a.md", "old_str": "first", "new_str": "second"}),
+        ],
+    );
+    let edit = head_rev(&v, 0);
+    serve_as(
+        &v,
+        "C",
+        &[json!({"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/b.md"})],
+    );
+    ok(&run(&v, &["revert", "HEAD"]));
+    ok(&run(&v, &["revert", "--force", &edit]));
+    let r = v.one(json!({"command": "view", "path": "/memories/a.md"}));
+    assert!(
+        text(&r).contains("first") && !text(&r).contains("second"),
+        "{r}"
+    );
+    let r = v.one(json!({"command": "view", "path": "/memories/b.md"}));
+    assert!(text(&r).contains("does not exist"), "{r}");
+    let out = ok(&run(&v, &["purge", "/memories/a.md"]));
+    assert!(!out.contains("re-encrypted"), "{out}");
+    assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
 }

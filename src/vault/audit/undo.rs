@@ -452,6 +452,8 @@ impl Vault {
         // when the file now holds the very version the undone commits left
         // (a revert put it back): undoing then overwrites nothing.
         let mut later: Vec<(String, Conflict, usize)> = Vec::new();
+        // The newest change by others (not undone) at each git path.
+        let mut changed_later: BTreeMap<String, Conflict> = BTreeMap::new();
         let mut left: BTreeMap<String, (Option<Oid>, usize)> = BTreeMap::new();
         match target {
             UndoTarget::Commit(_) | UndoTarget::Session(_) => {
@@ -513,39 +515,30 @@ impl Vault {
                         }
                     } else {
                         for c in changes {
+                            let conflict = Conflict {
+                                rev: Rev::from_oid(id),
+                                path: c.path,
+                            };
                             if targets.contains_key(&c.git_path) {
-                                later.push((
-                                    c.git_path,
-                                    Conflict {
-                                        rev: Rev::from_oid(id),
-                                        path: c.path,
-                                    },
-                                    index,
-                                ));
+                                later.push((c.git_path.clone(), conflict.clone(), index));
                             }
+                            changed_later.insert(c.git_path, conflict);
                         }
-                        // A file an undone change made or changed,
-                        // renamed since by another: it is undone where it
-                        // is now (the rename conflicts, as any later
-                        // change). A version to put back goes to the new
-                        // path, sealed again there, and nothing to the old.
+                        // A file an undone change made, renamed since by
+                        // another: it is undone where it is now (the
+                        // rename conflicts, as any later change). (A file
+                        // an undone change edited is found where it is now
+                        // by its key, below.)
                         if let Some((from, to)) = &renamed {
-                            let moved: Vec<(String, String, MemoryPath)> = targets
-                                .iter()
-                                .filter_map(|(g, t)| {
+                            let moved: Vec<(String, MemoryPath)> = targets
+                                .values()
+                                .filter(|t| t.desired.is_none())
+                                .filter_map(|t| {
                                     let q = t.path.rebase(from, to)?;
-                                    Some((g.clone(), self.git_path_of(&q).ok()?, q))
+                                    Some((self.git_path_of(&q).ok()?, q))
                                 })
                                 .collect();
-                            for (old_git, g, q) in moved {
-                                // Earlier changes by others at the old path
-                                // conflict where the file is now.
-                                for entry in &mut later {
-                                    if entry.0 == old_git {
-                                        entry.0 = g.clone();
-                                        entry.1.path = q.clone();
-                                    }
-                                }
+                            for (g, q) in moved {
                                 later.push((
                                     g.clone(),
                                     Conflict {
@@ -554,34 +547,26 @@ impl Vault {
                                     },
                                     index,
                                 ));
-                                if targets.contains_key(&g) {
-                                    continue;
-                                }
-                                let Some(t) = targets.get(&old_git) else {
-                                    continue;
-                                };
-                                let moved = if t.desired.is_some() {
-                                    let Some(t) = targets.remove(&old_git) else {
-                                        continue;
-                                    };
-                                    Target {
-                                        sealed_at: Some(t.sealed_at.unwrap_or(t.path)),
-                                        path: q,
-                                        ..t
-                                    }
-                                } else {
-                                    Target {
-                                        path: q,
-                                        desired: None,
-                                        via: None,
-                                        by: None,
-                                        sealed_at: None,
-                                    }
-                                };
-                                targets.insert(g, moved);
+                                targets.entry(g).or_insert(Target {
+                                    path: q,
+                                    desired: None,
+                                    via: None,
+                                    by: None,
+                                    sealed_at: None,
+                                });
                             }
                         }
                     }
+                }
+                // A file an undone change edited (or deleted), moved since
+                // by others (a rename, a folder's rename, a merge that
+                // brought one; not one a revert moved back): the file
+                // holding its key now, elsewhere, is where the version goes
+                // back, sealed again under its path; nothing comes back at
+                // the old path. Each such move is a later change there.
+                let followed = self.follow_moved(tip, &mut targets, &changed_later)?;
+                for (g, conflict) in followed {
+                    later.push((g, conflict, 0));
                 }
                 undoes.reverse();
                 // The chain is newest first: a smaller index is later.
@@ -940,6 +925,13 @@ impl Vault {
                 let undone = self.meta_of(c.oid())?;
                 meta.path = undone.path;
                 meta.new_path = undone.new_path;
+                // One file changed, followed elsewhere since: named where
+                // the undo changed it (history of that path lists it).
+                if meta.new_path.is_none()
+                    && let [only] = meta.files.as_slice()
+                {
+                    meta.path = Some(only.clone());
+                }
             }
             UndoTarget::Session(s) => {
                 meta.undone_session = Some(s.clone());
@@ -967,6 +959,71 @@ impl Vault {
             skipped_blocked: blocked,
             kept_in_place,
         })
+    }
+}
+
+impl Vault {
+    /// For an undo: each target that puts back a version an undone change
+    /// replaced, whose file (found by its key, which renames keep) is now
+    /// at another path and no longer at its own: moved there (see
+    /// `Target::sealed_at`). Returns the later change that put it there,
+    /// by its new git path.
+    fn follow_moved(
+        &self,
+        tip: Oid,
+        targets: &mut BTreeMap<String, Target>,
+        changed_later: &BTreeMap<String, Conflict>,
+    ) -> Result<Vec<(String, Conflict)>, VaultError> {
+        let candidates: Vec<(String, MemoryPath, crypto::FileKeyId)> = targets
+            .iter()
+            .filter(|(_, t)| t.by.is_some() && t.sealed_at.is_none())
+            .filter_map(|(g, t)| {
+                Some((g.clone(), t.path.clone(), self.key_id_of(t.desired?).ok()?))
+            })
+            .collect();
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let snap = self.snapshot_of(Some(tip))?;
+        let mut at_tip: BTreeMap<crypto::FileKeyId, Vec<MemoryPath>> = BTreeMap::new();
+        for (path, _, key) in snap.files_with_keys()? {
+            at_tip.entry(key).or_default().push(path);
+        }
+        let mut followed = Vec::new();
+        for (g, path, key) in candidates {
+            let Some(holders) = at_tip.get(&key) else {
+                continue;
+            };
+            // Still (or again) at its own path: nothing to follow.
+            if holders.contains(&path) {
+                continue;
+            }
+            let [q] = holders.as_slice() else {
+                continue;
+            };
+            // Already a target of its own (the undone changes set it).
+            if targets.values().any(|t| t.path == *q) {
+                continue;
+            }
+            let gq = self.git_path_of(q)?;
+            let Some(t) = targets.remove(&g) else {
+                continue;
+            };
+            let conflict = changed_later.get(&gq).cloned().unwrap_or(Conflict {
+                rev: Rev::from_oid(tip),
+                path: q.clone(),
+            });
+            followed.push((gq.clone(), conflict));
+            targets.insert(
+                gq,
+                Target {
+                    sealed_at: Some(t.path.clone()),
+                    path: q.clone(),
+                    ..t
+                },
+            );
+        }
+        Ok(followed)
     }
 }
 
