@@ -467,6 +467,20 @@ impl App {
         Ok(())
     }
 
+    /// Whether `who`'s token is still in the registry for its tenant, as
+    /// the registry reads now (no second hash: its id was matched).
+    pub fn token_live(&self, who: &Authed) -> bool {
+        self.refresh(false);
+        let live = self
+            .loaded
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .tokens
+            .get(&who.token)
+            .is_some_and(|e| e.tenant == who.tenant);
+        live && !self.broken.load(Ordering::SeqCst) && self.has_tenant(&who.tenant)
+    }
+
     /// The slot of an authenticated tenant, after its rate check.
     pub fn slot(&self, who: &Authed) -> Result<Arc<Slot>, ApiError> {
         let (key, quota) = {
@@ -720,7 +734,7 @@ pub async fn on_vault<T: Send + 'static>(
     app: &Arc<App>,
     slot: &Arc<Slot>,
     who: Attribution,
-    principal: String,
+    authed: &Authed,
     inline: bool,
     f: impl FnOnce(&mut Open) -> T + Send + 'static,
 ) -> Result<Result<T, PoolError>, ApiError> {
@@ -728,6 +742,12 @@ pub async fn on_vault<T: Send + 'static>(
     // here, holding no thread (a busy tenant cannot take the blocking
     // threads every tenant's syncs need).
     let turn = slot.gate.lock().await;
+    // A token revoked or rotated (or its tenant removed) while this
+    // request waited for its turn does not act.
+    if !app.token_live(authed) {
+        return Err(unauthorized());
+    }
+    let principal = authed.principal.clone();
     let ran = if inline {
         match slot.try_execute(&app.pool, &who, &principal, f) {
             Ok(ran) => ran,
@@ -815,19 +835,12 @@ async fn memory(State(app): State<Arc<App>>, req: Request) -> Result<Response, A
     let id = value.get("id").and_then(Value::as_str).map(str::to_owned);
     let inline = bytes.len() <= INLINE_BODY;
     let quota = slot.quota();
-    let reply = on_vault(
-        &app,
-        &slot,
-        attribution,
-        who.principal,
-        inline,
-        move |open| {
-            open.with_quota(quota, |open| {
-                protocol::handle_value(&open.memory, &mut open.vault, &value)
-            })
-            .map_err(|why| why.to_string())
-        },
-    )
+    let reply = on_vault(&app, &slot, attribution, &who, inline, move |open| {
+        open.with_quota(quota, |open| {
+            protocol::handle_value(&open.memory, &mut open.vault, &value)
+        })
+        .map_err(|why| why.to_string())
+    })
     .await?;
     let reply = match reply {
         Ok(Ok(r)) => r,
@@ -888,14 +901,9 @@ async fn v1(State(app): State<Arc<App>>, req: Request) -> Result<Response, ApiEr
         Scope::Audit => app.limits.max_answer,
         _ => usize::MAX,
     };
-    let out = on_vault(
-        &app,
-        &slot,
-        attribution,
-        who.principal,
-        false,
-        move |open| run_subcommand(&op, args, &mut open.vault, max_answer),
-    )
+    let out = on_vault(&app, &slot, attribution, &who, false, move |open| {
+        run_subcommand(&op, args, &mut open.vault, max_answer)
+    })
     .await?
     .map_err(pool_error)??;
     Ok(json_response(StatusCode::OK, &out))

@@ -90,7 +90,7 @@ impl ServerHandler for TenantMcp {
     ) -> Result<ListToolsResult, ErrorData> {
         let (parts, who) = authenticated(&context)?;
         let (attribution, slot) = admitted(parts)?;
-        let described = on_vault(&self.app, &slot, attribution, who.principal, true, |open| {
+        let described = on_vault(&self.app, &slot, attribution, &who, true, |open| {
             memory_tool(open.vault.config())
         })
         .await;
@@ -132,19 +132,12 @@ impl ServerHandler for TenantMcp {
             .and_then(|v| v.parse::<usize>().ok())
             .is_some_and(|n| n <= INLINE_BODY);
         let slot_quota = slot.quota();
-        let result = on_vault(
-            &self.app,
-            &slot,
-            attribution,
-            who.principal,
-            inline,
-            move |open| {
-                open.with_quota(slot_quota, |open| {
-                    open.memory.execute_json(&mut open.vault, &input)
-                })
-                .unwrap_or_else(|why| ToolResult::error(format!("Error: {why}")))
-            },
-        )
+        let result = on_vault(&self.app, &slot, attribution, &who, inline, move |open| {
+            open.with_quota(slot_quota, |open| {
+                open.memory.execute_json(&mut open.vault, &input)
+            })
+            .unwrap_or_else(|why| ToolResult::error(format!("Error: {why}")))
+        })
         .await
         .map_err(|_| internal("the memory command failed unexpectedly"))?;
         match result {
