@@ -14,7 +14,7 @@ use clap::{Args, Subcommand};
 use zeroize::Zeroizing;
 
 use super::{CliError, Global, Secret, source, vault_dir};
-use crate::crypto::{KdfParams, Passphrase, SlotKind, Unlock};
+use crate::crypto::{KdfParams, KeyFileKey, Passphrase, SlotKind, Unlock};
 use crate::vault::{Attribution, NewSlot, Vault, VaultError};
 
 #[derive(Args, Debug, Clone)]
@@ -75,7 +75,7 @@ pub enum KeyCommand {
 
 #[derive(Args, Debug)]
 pub struct KeyAddArgs {
-    /// Add a slot for this raw 32-byte key file (make one with `memvault keygen`)
+    /// Add a slot for this raw 32-byte key file (written with a new random key if it does not exist)
     #[arg(long, value_name = "FILE", conflicts_with = "new_passphrase_file")]
     pub new_key_file: Option<PathBuf>,
     /// Add a passphrase slot read from this file (one trailing newline ignored)
@@ -222,14 +222,33 @@ pub fn key(
 fn add(global: &Global, args: &KeyAddArgs, err: &mut dyn Write) -> Result<u8, CliError> {
     let (mut vault, _secret) = open(global)?;
     let id = if let Some(path) = &args.new_key_file {
-        let probe = super::SecretSource {
-            key_file: Some(path.clone()),
-            passphrase_file: None,
-        };
-        let Secret::KeyFile(key) = probe.resolve_new()? else {
-            unreachable!("a key-file source resolves to a key file")
-        };
-        vault.add_slot(&NewSlot::KeyFile(&key))?
+        // No file there yet: a new random key is written to it (as
+        // `keygen` does, 0600, never over a file), and removed again if
+        // the slot cannot be added.
+        if std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        {
+            let key = KeyFileKey::generate();
+            super::write_new_key_file(path, &key)?;
+            match vault.add_slot(&NewSlot::KeyFile(&key)) {
+                Ok(id) => {
+                    writeln!(err, "memvault: wrote a new key file to {}", path.display())?;
+                    id
+                }
+                Err(e) => {
+                    let _ = std::fs::remove_file(path);
+                    return Err(e.into());
+                }
+            }
+        } else {
+            let probe = super::SecretSource {
+                key_file: Some(path.clone()),
+                passphrase_file: None,
+            };
+            let Secret::KeyFile(key) = probe.resolve_new()? else {
+                unreachable!("a key-file source resolves to a key file")
+            };
+            vault.add_slot(&NewSlot::KeyFile(&key))?
+        }
     } else {
         let params = args.kdf.params()?;
         let pass = new_passphrase(args.new_passphrase_file.as_ref())?;

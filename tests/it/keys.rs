@@ -835,3 +835,49 @@ fn passwd_refuses_a_passphrase_a_slot_already_has() {
         assert!(out.status.success(), "{pass}: {}", stderr(&out));
     }
 }
+
+/// `key add --new-key-file FILE` for a file that does not exist yet (as
+/// the README's steps for a second machine write it) makes a new key
+/// file there (0600) and a slot that opens the vault with it; an existing
+/// file is taken as it is, never overwritten.
+#[test]
+fn key_add_of_a_key_file_not_there_yet_writes_one_and_its_slot_opens_the_vault() {
+    use std::os::unix::fs::PermissionsExt;
+    let v = TestVault::new();
+    let laptop = v.tmp.path().join("laptop.key");
+    let out = v
+        .cmd()
+        .args(["key", "add", "--new-key-file"])
+        .arg(&laptop)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("wrote a new key file"),
+        "{}",
+        stderr(&out)
+    );
+    let meta = std::fs::metadata(&laptop).unwrap();
+    assert_eq!(meta.len(), 32);
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let key = std::fs::read(&laptop).unwrap();
+    let out = std::process::Command::new(bin())
+        .arg("--vault")
+        .arg(&v.vault)
+        .arg("--key-file")
+        .arg(&laptop)
+        .args(["exec", r#"{"command":"view","path":"/memories"}"#])
+        .env_remove("MEMVAULT_KEY_FILE")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Again: the file is there now, and its key already has a slot.
+    let out = v
+        .cmd()
+        .args(["key", "add", "--new-key-file"])
+        .arg(&laptop)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&laptop).unwrap(), key);
+}
