@@ -1603,12 +1603,25 @@ fn reverts_and_restores_record_their_lines_and_size() {
         );
         let top = &json_lines(&v, &["history", "--json", "--limit", "1"])[0];
         assert_eq!(top["size"], 8, "{args:?}: {top}");
-        assert_eq!(top["lines_added"], 2, "{args:?}: {top}");
-        assert!(
-            top["lines_removed"].as_u64().unwrap() >= 2,
-            "{args:?}: {top}"
-        );
+        // As `diff` shows the change: the revert takes back "2", "3",
+        // "4" for "two"; the restore "1", "1b" for "one".
+        let (added, removed) = if args[0] == "revert" { (1, 3) } else { (1, 2) };
+        assert_eq!(top["lines_added"], added, "{args:?}: {top}");
+        assert_eq!(top["lines_removed"], removed, "{args:?}: {top}");
     }
+    // A rename undone moves the file back: no line changed.
+    serve_as(
+        &v,
+        "s4",
+        &[json!({"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/b.md"})],
+    );
+    ok(&run(&v, &["revert", "HEAD"]));
+    let top = &json_lines(&v, &["history", "--json", "--limit", "1"])[0];
+    assert_eq!(
+        (top["lines_added"].as_u64(), top["lines_removed"].as_u64()),
+        (Some(0), Some(0)),
+        "{top}"
+    );
 }
 
 /// An undone edit follows its file through later renames by others (of

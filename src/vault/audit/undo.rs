@@ -21,6 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use git2::{ObjectType, Oid};
+use zeroize::Zeroizing;
 
 use crate::crypto;
 use crate::memory::MemoryPath;
@@ -788,40 +789,59 @@ impl Vault {
             }
         }
 
-        // What history says of the undo, as of any write: the lines of
-        // the versions put back and of those they replace, and, when it
-        // puts back one file, that file's size.
+        // What history says of the undo: the lines it adds and removes, as
+        // `diff` shows them (a file changed in place: the lines between
+        // the common first and last ones; a file removed or put back
+        // whole: all its lines; a file moved, removed at one path and put
+        // back at another with the same text: none), and, when it puts
+        // back one file, that file's size.
         let (mut lines_added, mut lines_removed, mut size) = (0u32, 0u32, None);
         {
             let snap = self.snapshot_of(Some(tip))?;
-            let lines = |b: &[u8]| {
-                u32::try_from(crate::memory::render::line_count(&String::from_utf8_lossy(
-                    b,
-                )))
-                .unwrap_or(u32::MAX)
-            };
+            let mut gone: Vec<Zeroizing<Vec<u8>>> = Vec::new();
+            let mut came: Vec<Zeroizing<Vec<u8>>> = Vec::new();
             for (git_path, path, desired) in &edits {
                 let current = self
                     .entry_at(tip_tree.as_ref(), git_path)
                     .is_some_and(|(_, k)| k == ObjectType::Blob);
-                if current && let Ok(old) = crate::memory::Snapshot::read(&snap, path) {
-                    lines_removed = lines_removed.saturating_add(lines(&old));
-                }
+                let old = if current {
+                    crate::memory::Snapshot::read(&snap, path).ok()
+                } else {
+                    None
+                };
                 // Sealed under its own path, or where a later rename
                 // moved it from (before any sealing anew below).
                 let at = sealed_at.get(git_path).map_or(path, |(at, _)| at);
-                let text = desired.and_then(|blob| {
+                let new = desired.and_then(|blob| {
                     let id = snap.blob_key_id(blob).ok()?;
                     let key = snap.file_key(&id).ok()?;
                     let bytes = snap.blob_bytes(blob).ok()?;
                     crypto::open_blob(key, at.as_str(), &bytes).ok()
                 });
-                if let Some(t) = text {
-                    lines_added = lines_added.saturating_add(lines(&t));
-                    if edits.len() == 1 {
-                        size = Some(t.len() as u64);
-                    }
+                if let (Some(t), 1) = (&new, edits.len()) {
+                    size = Some(t.len() as u64);
                 }
+                match (old, new) {
+                    (Some(o), Some(n)) => {
+                        let (added, removed) = lines_changed(&o, &n);
+                        lines_added = lines_added.saturating_add(added);
+                        lines_removed = lines_removed.saturating_add(removed);
+                    }
+                    (Some(o), None) => gone.push(Zeroizing::new(o.to_vec())),
+                    (None, Some(n)) => came.push(Zeroizing::new(n.to_vec())),
+                    (None, None) => {}
+                }
+            }
+            for n in came {
+                match gone.iter().position(|o| **o == *n) {
+                    Some(i) => {
+                        gone.swap_remove(i);
+                    }
+                    None => lines_added = lines_added.saturating_add(lines_changed(&[], &n).0),
+                }
+            }
+            for o in gone {
+                lines_removed = lines_removed.saturating_add(lines_changed(&o, &[]).1);
             }
         }
 
@@ -1027,6 +1047,28 @@ impl Vault {
     }
 }
 
+/// The lines `new` adds and `old` loses, as a diff of one change shows
+/// them: the lines between the first and last lines the two share.
+fn lines_changed(old: &[u8], new: &[u8]) -> (u32, u32) {
+    let split = |b: &[u8]| -> Vec<Vec<u8>> {
+        if b.is_empty() {
+            return Vec::new();
+        }
+        let b = b.strip_suffix(b"\n").unwrap_or(b);
+        b.split(|&c| c == b'\n').map(<[u8]>::to_vec).collect()
+    };
+    let (o, n) = (split(old), split(new));
+    let head = o.iter().zip(&n).take_while(|(a, b)| a == b).count();
+    let tail = o[head..]
+        .iter()
+        .rev()
+        .zip(n[head..].iter().rev())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let count = |x: usize| u32::try_from(x).unwrap_or(u32::MAX);
+    (count(n.len() - head - tail), count(o.len() - head - tail))
+}
+
 /// The object at a git path in a tree, with its kind.
 impl Vault {
     /// The file key a stored version is sealed under (checked first).
@@ -1089,5 +1131,21 @@ impl Vault {
             end += 1;
         }
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lines_changed;
+
+    #[test]
+    fn lines_changed_counts_what_a_diff_of_one_change_shows() {
+        assert_eq!(lines_changed(b"a\nb\n", b"a\nb\nc\n"), (1, 0));
+        assert_eq!(lines_changed(b"a\nb\nc\n", b"a\nb\n"), (0, 1));
+        assert_eq!(lines_changed(b"one\n2\n3\n4\n", b"one\ntwo\n"), (1, 3));
+        assert_eq!(lines_changed(b"x\n", b"x\n"), (0, 0));
+        assert_eq!(lines_changed(b"", b"a\nb"), (2, 0));
+        assert_eq!(lines_changed(b"a\nb\n", b""), (0, 2));
+        assert_eq!(lines_changed(b"a\na\n", b"a\n"), (0, 1));
     }
 }
