@@ -433,9 +433,14 @@ pub fn export(global: &Global, args: &ExportArgs, err: &mut dyn Write) -> Result
         },
     )?;
     let rev = match &args.at {
+        // Malformed: a usage error; well formed but unknown: a failure.
         Some(r) => Some(vault.resolve_rev(r).map_err(|e| CliError {
+            code: if matches!(e, crate::vault::VaultError::BadRevision(_)) {
+                2
+            } else {
+                1
+            },
             message: e.to_string(),
-            code: 2,
         })?),
         None => vault.tip()?,
     };

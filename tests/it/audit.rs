@@ -509,6 +509,10 @@ fn show_and_diff_at_every_revision_return_what_was_there() {
         assert_eq!(o.status.code(), Some(code), "{rev}");
         assert!(o.stdout.is_empty());
         assert!(String::from_utf8_lossy(&o.stderr).contains("not a revision"));
+        let to = v.tmp.path().join(format!("export-{code}"));
+        let o = run(&v, &["export", to.to_str().unwrap(), "--at", rev]);
+        assert_eq!(o.status.code(), Some(code), "export --at {rev}");
+        assert!(!to.exists());
     }
     // The id of an object that is not a commit (a tree of main) is not a
     // revision either.
