@@ -1953,6 +1953,37 @@ fn a_file_renamed_apart_on_two_machines_keeps_both_names_and_is_reported() {
     }
     assert_eq!(a.files(), b.files());
 
+    // Renamed apart where the other side's name is taken here by another
+    // file: the copy goes beside this side's file, named after it, and the
+    // other file is left out of the report.
+    a.write("/memories/p.md", "p\n");
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    a.exec(
+        json!({"command": "rename", "old_path": "/memories/p.md", "new_path": "/memories/q.md"}),
+    );
+    a.write("/memories/r.md", "unrelated\n");
+    b.exec(
+        json!({"command": "rename", "old_path": "/memories/p.md", "new_path": "/memories/r.md"}),
+    );
+    b.ok(&["sync"]);
+    let out = a.ok(&["sync"]);
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("conflict:")).collect();
+    assert_eq!(
+        lines,
+        [
+            "conflict: /memories/q.md keeps this machine's version; the other side's is at /memories/q.conflict-1.md"
+        ],
+        "{out}"
+    );
+    assert_eq!(a.read("/memories/r.md").as_deref(), Some("unrelated\n"));
+    assert_eq!(a.read("/memories/q.conflict-1.md").as_deref(), Some("p\n"));
+    let briefing = a.ok(&["resume"]);
+    assert!(
+        briefing.contains("/memories/q.md: the other version is /memories/q.conflict-1.md"),
+        "{briefing}"
+    );
+
     // A file on one side where the other made a folder.
     a.write("/memories/X/y.md", "in a folder\n");
     b.write("/memories/X", "a file\n");

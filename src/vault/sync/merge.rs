@@ -350,7 +350,7 @@ impl Vault {
             .collect();
         let mut kept_over_expiry: Vec<(String, FileKeyId, FileKeyId)> = Vec::new();
         // Files renamed apart: (ours' key, the key of theirs' copy).
-        let mut renamed_apart: Vec<(FileKeyId, FileKeyId)> = Vec::new();
+        let mut renamed_apart: Vec<(FileKeyId, FileKeyId, String)> = Vec::new();
         let idents: BTreeSet<(FileKeyId, u32)> = o.keys().chain(t.keys()).copied().collect();
         for ident in idents {
             let id = ident.0;
@@ -399,12 +399,15 @@ impl Vault {
                         new_key: true,
                         redacted: Vec::new(),
                         copy: false,
-                        beside: None,
+                        // Where that name is taken here, a conflict copy
+                        // beside this side's file (named after it, as
+                        // `resume` pairs them).
+                        beside: Some(x.path.clone()),
                         path: y.path.clone(),
                         pick: Pick::Text(self.text_of(&their_keys, y)?),
                         ours: false,
                     });
-                    renamed_apart.push((id, copy));
+                    renamed_apart.push((id, copy, y.path.as_str().to_string()));
                 }
                 (Some(x), Some(y), base) => {
                     let path = match base {
@@ -432,15 +435,18 @@ impl Vault {
         };
         let mut conflicts = place(&mut finals, &taken)?;
         // A file renamed apart is a conflict too: where each side's
-        // version now is.
-        for (ours_id, copy) in renamed_apart {
+        // version now is (when the other side's name was free; else
+        // `place` said where its copy went).
+        for (ours_id, copy, their_name) in renamed_apart {
             let at = |id: FileKeyId| {
                 finals
                     .iter()
                     .find(|f| f.id == id)
                     .map(|f| f.path.as_str().to_string())
             };
-            if let (Some(x), Some(y)) = (at(ours_id), at(copy)) {
+            if let (Some(x), Some(y)) = (at(ours_id), at(copy))
+                && y == their_name
+            {
                 conflicts.push((x, y));
             }
         }
