@@ -631,7 +631,16 @@ impl Memory {
             );
         }
         if to.is_root() {
-            return ToolResult::error(format!("Error: The destination {to} already exists"));
+            // A missing source is said first, as for any destination.
+            let missing = store.read(&mut |snap| {
+                Ok(match snap.kind(from)? {
+                    None => ToolResult::error(format!("Error: The path {from} does not exist")),
+                    Some(_) => {
+                        ToolResult::error(format!("Error: The destination {to} already exists"))
+                    }
+                })
+            });
+            return missing.unwrap_or_else(store_error);
         }
         let (to, path_kinds) = match self.filter_path(to) {
             Ok(filtered) => filtered,

@@ -1327,6 +1327,11 @@ fn rename_refusals() {
             "Error: The destination /memories already exists",
         ),
         (
+            "/memories/nope.md",
+            "/memories",
+            "Error: The path /memories/nope.md does not exist",
+        ),
+        (
             "/memories/a",
             "/memories/a/inside",
             "Error: Cannot move /memories/a into itself: /memories/a/inside is inside /memories/a. Choose a destination outside /memories/a.",
