@@ -62,10 +62,16 @@ pub fn machine(global: &Global, args: &MachineArgs, out: &mut dyn Write) -> Resu
         Some(name) => {
             // Every commit names the machine, and `history` prints it on
             // each line: a name holding a secret is refused.
-            if super::redact_label(name)? != *name {
-                return Err(CliError::failure(
-                    "a machine name must not hold a secret (the filter found one in it); choose another name",
-                ));
+            let (_, kinds) = super::redacted_label(name)?;
+            if !kinds.is_empty() {
+                return Err(CliError::failure(format!(
+                    "a machine name must not hold a secret (the filter found {} in it); nothing was changed: choose another name",
+                    kinds
+                        .iter()
+                        .map(|(k, _)| k.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
             }
             crate::vault::set_machine_name(vault.dir(), name)?
         }

@@ -2450,3 +2450,21 @@ fn a_sync_killed_between_an_incoming_erasure_and_its_prune_is_pruned_by_the_next
     assert_eq!(b.read("/memories/secret.md"), None);
     b.ok(&["verify"]);
 }
+
+/// A machine name holding a secret is refused, naming the kind found and
+/// nothing about labels it was not given; the name stays as it was.
+#[test]
+fn a_machine_name_holding_a_secret_is_refused_and_changes_nothing() {
+    let w = world(0);
+    let a = &w.machines[0];
+    let before = a.ok(&["machine"]);
+    let out = a.run(&["machine", "--name", "laptop AKIAPTGZ6JFEBZSDOXRL"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("aws-access-key-id"), "{said}");
+    assert!(
+        !said.contains("--session") && !said.contains("AKIA"),
+        "{said}"
+    );
+    assert_eq!(a.ok(&["machine"]), before);
+}
