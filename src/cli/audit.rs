@@ -785,8 +785,15 @@ pub fn briefing(vault: &mut Vault, session: Option<&str>) -> Result<String, CliE
             let last = entries.first().map_or(0, |m| m.time_ms);
             let first = entries.last().map_or(0, |m| m.time_ms);
             let actors: BTreeSet<&str> = entries.iter().map(|m| m.actor.as_str()).collect();
+            // "Last" only for the session found as the last one; a session
+            // named with --session is named as itself.
             text.push_str(&format!(
-                "Last session {s} ({}), {} to {}, made {} change{}, newest first:\n",
+                "{} {s} ({}), {} to {}, made {} change{}, newest first:\n",
+                if session.is_some() {
+                    "Session"
+                } else {
+                    "Last session"
+                },
                 actors.into_iter().collect::<Vec<_>>().join(", "),
                 rfc3339(first),
                 rfc3339(last),

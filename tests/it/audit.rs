@@ -529,12 +529,12 @@ fn show_and_diff_at_every_revision_return_what_was_there() {
 #[test]
 fn resume_names_exactly_what_the_last_session_changed() {
     let (v, steps) = scripted_vault();
-    for (args, session) in [
-        (vec!["resume"], "s3"),
-        (vec!["resume", "--session", "s1"], "s1"),
+    for (args, session, named) in [
+        (vec!["resume"], "s3", "Last session"),
+        (vec!["resume", "--session", "s1"], "s1", "Session"),
     ] {
         let text = stdout(&run(&v, &args));
-        assert!(text.contains(&format!("Last session {session} ")), "{text}");
+        assert!(text.contains(&format!("\n{named} {session} ")), "{text}");
         let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("- ")).collect();
         let mine: Vec<&Step> = steps
             .iter()
