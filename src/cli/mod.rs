@@ -130,6 +130,12 @@ fn inaccessible_in(dir: &Path) -> Option<(PathBuf, &'static str)> {
 
 impl From<VaultError> for CliError {
     fn from(e: VaultError) -> Self {
+        // libgit2 keeps no errno: a full disk it met is said as such.
+        if matches!(e, VaultError::Git(_)) && e.is_disk_full() {
+            return CliError::failure(
+                "the disk holding the vault is full (no space left on device); free space there and run the command again (what was acknowledged before is kept)",
+            );
+        }
         if let VaultError::Io(io) = &e {
             return io_error(io);
         }

@@ -550,6 +550,14 @@ fn an_erasure_committed_on_a_full_disk_says_so_and_the_next_writer_finishes_it()
         assert!(v.vault.join("memvault/erase-pending").exists());
         let r = v.one(json!({"command": "view", "path": "/memories/a.md"}));
         assert!(is_error(&r), "{op}: {r}");
+        // Another erasure on the still-full disk: the disk is named.
+        let out = full(&["purge", "/memories/b.md"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{op}: {err}");
+        assert!(
+            err.contains("disk holding the vault is full"),
+            "{op}: {err}"
+        );
         // A write on the still-full disk.
         let out = full(&[
             "exec",

@@ -1072,8 +1072,15 @@ fn subcommand(
         }
         "purge" => {
             let a: expiry::PurgeArgs = args_of(args)?;
-            expiry::purge(On::Open(vault), &a, out).map_err(cli_error)?;
-            json!({"text": text(std::mem::take(&mut out.out))})
+            let code = expiry::purge(On::Open(vault), &a, out).map_err(cli_error)?;
+            let said = text(std::mem::take(&mut out.out));
+            // Committed, but its prune failed (a full disk): said in a
+            // field, as `expire` says it, not only in the text.
+            if code != 0 {
+                json!({"text": said, "unfinished": true})
+            } else {
+                json!({"text": said})
+            }
         }
         _ => return Err(not_found_error()),
     };
