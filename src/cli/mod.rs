@@ -424,14 +424,19 @@ pub(crate) fn redact_label(label: &str) -> Result<String, CliError> {
     if !kinds.is_empty() {
         eprintln!(
             "memvault: warning: a --session or --actor value held a secret ({}); it is recorded redacted",
-            kinds
-                .iter()
-                .map(|(k, _)| k.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            kinds_named(&kinds)
         );
     }
     Ok(text)
+}
+
+/// The kinds of secret a filter found, for a message: `a, b`.
+pub(crate) fn kinds_named(kinds: &[(String, u32)]) -> String {
+    kinds
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// [`redact_label`] without its warning on stderr: the label and the kinds

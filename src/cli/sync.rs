@@ -66,11 +66,7 @@ pub fn machine(global: &Global, args: &MachineArgs, out: &mut dyn Write) -> Resu
             if !kinds.is_empty() {
                 return Err(CliError::failure(format!(
                     "a machine name must not hold a secret (the filter found {} in it); nothing was changed: choose another name",
-                    kinds
-                        .iter()
-                        .map(|(k, _)| k.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    super::kinds_named(&kinds)
                 )));
             }
             crate::vault::set_machine_name(vault.dir(), name)?

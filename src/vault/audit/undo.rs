@@ -858,12 +858,12 @@ impl Vault {
             let (Some((at, key)), Some(blob)) = (sealed_at.get(git_path.as_str()), *desired) else {
                 continue;
             };
+            // The id as checked where the key was found (above).
+            let id = self.key_id_of(blob)?;
             let bytes = self
                 .repo
                 .find_blob(blob)
                 .map_err(|_| damaged("a stored file is unreadable"))?;
-            let id = crypto::blob_key_id(bytes.content())
-                .map_err(|_| damaged("a stored file has a bad header"))?;
             let content = crypto::open_blob(key, at.as_str(), bytes.content())
                 .map_err(|_| damaged("a stored file failed to decrypt"))?;
             let sealed = crypto::seal_blob(key, &id, path.as_str(), &content);
