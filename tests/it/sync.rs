@@ -2468,3 +2468,62 @@ fn a_machine_name_holding_a_secret_is_refused_and_changes_nothing() {
     );
     assert_eq!(a.ok(&["machine"]), before);
 }
+
+/// A machine that had not heard of a purge pushes its own key state over
+/// the remote's with plain git (`push --force`, or a backup put back):
+/// its merge of the purge commit still destroys the purged key (the
+/// purge's record wins, not only the key state it came with), the purging
+/// machine never takes the key back, and a fresh clone cannot read the
+/// purged text.
+#[test]
+fn a_key_state_forced_over_a_purge_does_not_bring_the_purged_key_back() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    a.write("/memories/f.md", &format!("{MARK} erase me\n"));
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    a.ok(&["purge", "/memories/f.md"]);
+    a.ok(&["sync"]);
+    let extra = w.hub.with_file_name("extra.key");
+    b.ok(&["key", "add", "--new-key-file", extra.to_str().unwrap()]);
+    let url = w.hub.to_str().unwrap();
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&b.dir)
+        .args([
+            "push",
+            "-q",
+            "--force",
+            url,
+            "refs/memvault/keys:refs/memvault/keys",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    b.ok(&["sync"]);
+    a.ok(&["sync"]);
+    let c = Machine::new(w.hub.parent().unwrap().join("fresh"), a.key.clone());
+    c.ok(&["clone", url]);
+    for m in [a, b, &c] {
+        m.ok(&["sync"]);
+        let h = m.ok(&["history", "--json"]);
+        let created = h
+            .lines()
+            .find(|l| l.contains("\"create\"") && l.contains("/memories/f.md"))
+            .and_then(|l| serde_json::from_str::<Value>(l).ok())
+            .unwrap();
+        let o = m.run(&[
+            "show",
+            created["rev"].as_str().unwrap(),
+            "/memories/f.md",
+            "--raw",
+        ]);
+        assert!(!o.status.success(), "the purged text opens again");
+        assert!(!String::from_utf8_lossy(&o.stdout).contains(MARK));
+        let report = m.ok(&["verify"]);
+        assert!(
+            report.starts_with("ok:") && !report.contains(" 0 erased"),
+            "{report}"
+        );
+    }
+}

@@ -84,6 +84,9 @@ pub(crate) struct KeyMerge {
     pub erased: usize,
     /// Keys `theirs` holds that `ours` erased.
     pub stale: usize,
+    /// Their ids (a fast-forward, which takes `theirs` as it is, erases
+    /// them again: an erasure here wins).
+    pub stale_ids: Vec<FileKeyId>,
 }
 
 /// What `theirs` adds to `ours`: its keys this side lacks (unless this
@@ -112,9 +115,11 @@ pub(crate) fn key_change(
     let their_ids: HashSet<FileKeyId> = their_keys.iter().map(|(id, _)| *id).collect();
     let mut files = Vec::new();
     let mut stale = 0;
+    let mut stale_ids = Vec::new();
     for (id, key) in their_keys {
         if ours.erased.contains(&id) {
             stale += 1;
+            stale_ids.push(id);
         } else if !our_ids.contains(&id) {
             files.push((id, Some(key)));
         }
@@ -140,12 +145,8 @@ pub(crate) fn key_change(
         keep,
         erased,
         stale,
+        stale_ids,
     })
-}
-
-/// A change that adds `keys`.
-pub(crate) fn adds(keys: Vec<(FileKeyId, FileKey)>) -> KeyChange {
-    KeyChange::files(keys.into_iter().map(|(id, k)| (id, Some(k))).collect())
 }
 
 /// One file of one side.
@@ -596,6 +597,26 @@ impl Vault {
             km.change
                 .files
                 .extend(purged_since.iter().map(|id| (*id, None)));
+            km.stale += 1;
+        }
+        // Erasures the other side's commits record (a purge, an expiry)
+        // whose keys its key state still holds (put back there, or pushed
+        // by a machine that had not heard of them): destroyed here all the
+        // same. An erasure on either side wins, by its record too.
+        let recorded: Vec<FileKeyId> = theirs_erasures
+            .purged
+            .iter()
+            .chain(&theirs_erasures.expired)
+            .filter(|id| !self.key_state.erased.contains(id) && !their_keys.erased.contains(id))
+            .filter(|id| !km.change.files.iter().any(|(x, k)| x == *id && k.is_none()))
+            .copied()
+            .collect();
+        if !recorded.is_empty() {
+            km.change.files.retain(|(id, _)| !recorded.contains(id));
+            km.change
+                .files
+                .extend(recorded.iter().map(|id| (*id, None)));
+            km.erased += recorded.len();
             km.stale += 1;
         }
         let erased = km.erased;

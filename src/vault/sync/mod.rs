@@ -1205,6 +1205,7 @@ impl Vault {
         let ours_only = change.keep;
         let erased = change.erased;
         let stale = change.stale;
+        let stale_ids = change.stale_ids;
         if erased > 0 || stale > 0 {
             // The prune that follows is owed even if this process dies
             // before it (see `mark_prune_pending`).
@@ -1229,15 +1230,38 @@ impl Vault {
             self.config = settings.clone();
         }
         self.verified_tip = None;
-        if !ours_only.is_empty() {
+        if !ours_only.is_empty() || !stale_ids.is_empty() {
             // Keys this side holds that the remote's state lacks (a push
-            // of the key state that did not arrive): kept.
+            // of the key state that did not arrive): kept. Keys it holds
+            // that this side erased (a key state put back there, or pushed
+            // by a machine that had not heard of the erasure): erased
+            // again, as a merge would (an erasure on either side wins).
             let mut meta = self.new_meta("merge");
-            meta.details = vec![
-                format!("from remote {remote}"),
-                format!("kept {} file keys this machine held", ours_only.len()),
-            ];
-            self.publish_key_change(Some(their_main), merge::adds(ours_only), meta)?;
+            meta.details = vec![format!("from remote {remote}")];
+            if !ours_only.is_empty() {
+                meta.details.push(format!(
+                    "kept {} file keys this machine held",
+                    ours_only.len()
+                ));
+            }
+            if !stale_ids.is_empty() {
+                meta.details.push(format!(
+                    "erased again {} file keys this machine had erased",
+                    stale_ids.len()
+                ));
+                meta.erased_keys = stale_ids
+                    .iter()
+                    .map(crate::crypto::FileKeyId::to_hex)
+                    .collect();
+            }
+            let mut files: Vec<(crate::crypto::FileKeyId, Option<crate::crypto::FileKey>)> =
+                ours_only.into_iter().map(|(id, k)| (id, Some(k))).collect();
+            files.extend(stale_ids.into_iter().map(|id| (id, None)));
+            self.publish_key_change(
+                Some(their_main),
+                crate::vault::KeyChange::files(files),
+                meta,
+            )?;
         }
         Ok(merge::Merged {
             what: "fast-forward",
