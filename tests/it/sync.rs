@@ -2080,6 +2080,47 @@ fn a_prune_that_another_ref_of_the_remote_defeats_is_not_reported_done() {
     let out = a.ok(&["sync"]);
     assert!(out.contains("pruned origin"), "{out}");
     assert!(gone(&held));
+    // Another project's branch in the same hub holds no key state: no
+    // alarm (it would repeat at every sync).
+    let other = w.hub.with_file_name("other");
+    let run_git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&other)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    std::fs::create_dir(&other).unwrap();
+    run_git(&["init", "-q"]);
+    std::fs::write(other.join("readme"), "another project\n").unwrap();
+    run_git(&["add", "readme"]);
+    run_git(&[
+        "-c",
+        "user.name=x",
+        "-c",
+        "user.email=x@x",
+        "commit",
+        "-qm",
+        "other",
+    ]);
+    run_git(&[
+        "push",
+        "-q",
+        w.hub.to_str().unwrap(),
+        "HEAD:refs/heads/unrelated",
+    ]);
+    a.write("/memories/three.md", "three\n");
+    a.ok(&["sync"]);
+    a.ok(&["purge", "/memories/three.md"]);
+    let out = a.run(&["sync"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("pruned origin"),
+        "{said}"
+    );
+    assert!(!said.contains("warning"), "{said}");
 }
 
 #[test]

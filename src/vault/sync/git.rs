@@ -1112,90 +1112,84 @@ pub(crate) fn prune_remote(remote: &str, dir: &Path) -> Result<(), SyncError> {
     // reads a file) while this sync holds the remote's lock.
     let out = output_within(c).map_err(|e| spawn_failed(e, remote))?;
     git_result(out, remote, "git gc failed there: ")?;
-    // What memvault's own refs do not reach is gone now, unless a ref it
-    // does not write (a backup's, a mirror's) still reaches it: that may
-    // be a replaced key state, so the prune is not called done.
+    // What no ref reaches is gone now, unless git's prune kept it for an
+    // index, a worktree's HEAD or a kept pack; and a ref memvault does not
+    // write (a backup's, a mirror's) may still reach a replaced key state.
+    // Either way the prune is not called done.
     let mut c = git_in(dir);
     c.args(["for-each-ref", "--format=%(refname)"]);
     let out = output_within(c).map_err(|e| spawn_failed(e, remote))?;
     let listed = git_result(out, remote, "git for-each-ref failed there: ")?;
-    let ours = [MAIN_REF, KEYS_REF, ACCESS_REF];
-    let foreign: Vec<String> = String::from_utf8_lossy(&listed)
-        .lines()
-        .filter(|r| !r.is_empty() && !ours.contains(r))
-        .map(str::to_string)
-        .collect();
     let listed = String::from_utf8_lossy(&listed).into_owned();
-    let present: Vec<&str> = listed.lines().filter(|r| ours.contains(r)).collect();
-    // Git's prune also keeps what an index, a worktree's HEAD or a kept
-    // pack holds: the objects there must be exactly those memvault's refs
-    // reach (and the foreign refs, checked below, reach no more).
-    let kept_elsewhere = || -> Result<(), SyncError> {
+    let ours = [MAIN_REF, KEYS_REF, ACCESS_REF];
+    let all: Vec<&str> = listed.lines().filter(|r| !r.is_empty()).collect();
+    let present: Vec<&str> = all.iter().copied().filter(|r| ours.contains(r)).collect();
+    let foreign: Vec<&str> = all.iter().copied().filter(|r| !ours.contains(r)).collect();
+    // Whether `refs` reach a key-state commit memvault's refs do not (a
+    // key state's message names it; another project's branch does not).
+    let key_states_beyond = |refs: &[&str]| -> Result<bool, SyncError> {
         let mut c = git_in(dir);
-        c.args(["count-objects", "-v"]);
-        let out = output_within(c).map_err(|e| spawn_failed(e, remote))?;
-        let counted = git_result(out, remote, "git count-objects failed there: ")?;
-        let held: u64 = String::from_utf8_lossy(&counted)
-            .lines()
-            .filter_map(|l| {
-                l.strip_prefix("count: ")
-                    .or_else(|| l.strip_prefix("in-pack: "))
-            })
-            .filter_map(|n| n.trim().parse::<u64>().ok())
-            .sum();
-        let mut c = git_in(dir);
-        c.args(["rev-list", "--objects", "--no-object-names"])
-            .args(&present)
-            .arg("--");
-        let out = output_within(c).map_err(|e| spawn_failed(e, remote))?;
-        let reached = git_result(out, remote, "git rev-list failed there: ")?;
-        let reached = reached
-            .split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .count() as u64;
-        if held <= reached {
-            return Ok(());
-        }
-        Err(SyncError::Transport {
-            remote: remote.to_string(),
-            detail: format!(
-                "it keeps {} object{} that memvault's refs do not reach (held by an index, a worktree, or a kept pack there), which may hold the replaced key states: remove what holds them there, then sync again",
-                held - reached,
-                if held - reached == 1 { "" } else { "s" }
-            ),
-        })
-    };
-    if foreign.is_empty() {
-        return kept_elsewhere();
-    }
-    // Whether `refs` reach an object memvault's refs do not.
-    let beyond = |refs: &[String]| -> Result<bool, SyncError> {
-        let mut c = git_in(dir);
-        c.args(["rev-list", "--objects"])
+        c.args(["log", "--format=%s"])
             .args(refs)
             .arg("--not")
             .args(&present)
             .arg("--");
         let out = output_within(c).map_err(|e| spawn_failed(e, remote))?;
-        let extra = git_result(out, remote, "git rev-list failed there: ")?;
-        Ok(!extra.iter().all(u8::is_ascii_whitespace))
+        let subjects = git_result(out, remote, "git log failed there: ")?;
+        Ok(String::from_utf8_lossy(&subjects)
+            .lines()
+            .any(|l| l.starts_with("memvault key state")))
     };
-    if !beyond(&foreign)? {
-        return kept_elsewhere();
-    }
-    // The refs to name (the first few that reach beyond).
-    let mut named = Vec::new();
-    for r in foreign.iter().take(8) {
-        if beyond(std::slice::from_ref(r))? {
-            named.push(r.escape_debug().to_string());
+    if !foreign.is_empty() && key_states_beyond(&foreign)? {
+        // The refs to name (the first few that reach one).
+        let mut named = Vec::new();
+        for r in foreign.iter().take(8) {
+            if key_states_beyond(std::slice::from_ref(r))? {
+                named.push(r.escape_debug().to_string());
+            }
         }
+        let more = if foreign.len() > 8 { ", ..." } else { "" };
+        return Err(SyncError::Transport {
+            remote: remote.to_string(),
+            detail: format!(
+                "refs there that memvault does not write ({}{more}) reach key states its own refs do not, which may be the replaced ones: delete them there (`git update-ref -d REF`) and sync again",
+                named.join(", "),
+            ),
+        });
     }
-    let more = if foreign.len() > 8 { ", ..." } else { "" };
+    // The objects there against those every ref reaches: more are held by
+    // an index, a worktree's HEAD or a kept pack.
+    let mut c = git_in(dir);
+    c.args(["count-objects", "-v"]);
+    let out = output_within(c).map_err(|e| spawn_failed(e, remote))?;
+    let counted = git_result(out, remote, "git count-objects failed there: ")?;
+    let held: u64 = String::from_utf8_lossy(&counted)
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("count: ")
+                .or_else(|| l.strip_prefix("in-pack: "))
+        })
+        .filter_map(|n| n.trim().parse::<u64>().ok())
+        .sum();
+    let mut c = git_in(dir);
+    c.args(["rev-list", "--objects", "--no-object-names"])
+        .args(&all)
+        .arg("--");
+    let out = output_within(c).map_err(|e| spawn_failed(e, remote))?;
+    let reached = git_result(out, remote, "git rev-list failed there: ")?;
+    let reached = reached
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count() as u64;
+    if held <= reached {
+        return Ok(());
+    }
     Err(SyncError::Transport {
         remote: remote.to_string(),
         detail: format!(
-            "refs there that memvault does not write ({}{more}) reach objects its own refs do not, which may hold the replaced key states: delete them there (`git update-ref -d REF`) and sync again",
-            named.join(", "),
+            "it keeps {} object{} that no ref there reaches (held by an index, a worktree, or a kept pack there), which may hold the replaced key states: remove what holds them there, then sync again",
+            held - reached,
+            if held - reached == 1 { "" } else { "s" }
         ),
     })
 }
