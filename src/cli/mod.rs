@@ -801,8 +801,16 @@ pub(crate) fn write_new_key_file(file: &Path, key: &KeyFileKey) -> Result<(), Cl
             CliError::failure(format!("cannot create {}: {e}", file.display()))
         }
     })?;
-    f.write_all(key.expose_secret())?;
-    f.sync_all()?;
+    // A key file written in part (a full disk) is no key file: removed,
+    // and the failure said for that file, not for the vault.
+    if let Err(e) = f.write_all(key.expose_secret()).and_then(|()| f.sync_all()) {
+        drop(f);
+        let _ = std::fs::remove_file(file);
+        return Err(CliError::failure(format!(
+            "cannot write the key file {}: {e}; nothing was kept there",
+            file.display()
+        )));
+    }
     Ok(())
 }
 

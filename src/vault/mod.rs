@@ -889,9 +889,13 @@ impl Vault {
         // tip) it would delete the newer state for good. Main is checked
         // against `verify`'s last verified head too (a main moved back to
         // an ancestor with the log emptied binds as well as the newer).
-        if let Some(tip) = self.refresh()? {
+        let tip = self.refresh()?;
+        if let Some(tip) = tip {
             self.check_not_behind_verified(tip)?;
         }
+        // An erasure cut short (its marker left) is finished first, as
+        // the next writer would: its prune and the marker's removal.
+        self.finish_pending_erasure(tip)?;
         self.checkpoint_locked()?;
         // Earlier records' bytes (replaced key tables and keyslots among
         // them) leave the preallocated log file, as they leave git.
