@@ -1731,3 +1731,83 @@ fn a_reverted_edit_after_a_rename_undone_goes_back_where_the_file_is() {
     assert!(!out.contains("re-encrypted"), "{out}");
     assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
 }
+
+/// A session that edited two files another session then swapped (a -> x,
+/// c -> a, x -> c): its revert gives each file its old text where the file
+/// is now, and the swap stays. A file the session created, renamed by
+/// another onto the path of a file it edited that has moved on, is
+/// removed where it is now.
+#[test]
+fn a_session_revert_follows_swapped_files_and_removes_a_created_file_moved_onto_an_edited_ones_path()
+ {
+    let v = TestVault::new();
+    let create = |p: &str, t: &str| json!({"command": "create", "path": p, "file_text": t});
+    let rename = |a: &str, b: &str| json!({"command": "rename", "old_path": a, "new_path": b});
+    let edit = |p: &str, a: &str, b: &str| json!({"command": "str_replace", "path": p, "old_str": a, "new_str": b});
+    serve_as(
+        &v,
+        "s0",
+        &[
+            create("/memories/a.md", "a1\na2\n"),
+            create("/memories/c.md", "c1\nc2\n"),
+        ],
+    );
+    serve_as(
+        &v,
+        "s1",
+        &[
+            edit("/memories/a.md", "a2", "A2"),
+            edit("/memories/c.md", "c2", "C2"),
+        ],
+    );
+    serve_as(
+        &v,
+        "s2",
+        &[
+            rename("/memories/a.md", "/memories/x.md"),
+            rename("/memories/c.md", "/memories/a.md"),
+            rename("/memories/x.md", "/memories/c.md"),
+        ],
+    );
+    ok(&run(&v, &["revert", "--session", "s1", "--force"]));
+    let r = v.one(json!({"command": "view", "path": "/memories/a.md"}));
+    assert_eq!(
+        text(&r).lines().skip(1).collect::<Vec<_>>(),
+        ["     1\tc1", "     2\tc2"],
+        "{r}"
+    );
+    let r = v.one(json!({"command": "view", "path": "/memories/c.md"}));
+    assert_eq!(
+        text(&r).lines().skip(1).collect::<Vec<_>>(),
+        ["     1\ta1", "     2\ta2"],
+        "{r}"
+    );
+    assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
+
+    let v = TestVault::new();
+    serve_as(&v, "s0", &[create("/memories/a.md", "a1\na2\n")]);
+    serve_as(
+        &v,
+        "s1",
+        &[
+            edit("/memories/a.md", "a2", "A2"),
+            create("/memories/b.md", "made by s1\n"),
+        ],
+    );
+    serve_as(
+        &v,
+        "s2",
+        &[
+            rename("/memories/a.md", "/memories/x.md"),
+            rename("/memories/b.md", "/memories/a.md"),
+        ],
+    );
+    let out = run(&v, &["revert", "--session", "s1"]);
+    assert_eq!(out.status.code(), Some(1));
+    ok(&run(&v, &["revert", "--session", "s1", "--force"]));
+    let r = v.one(json!({"command": "view", "path": "/memories/x.md"}));
+    assert!(text(&r).contains("a2") && !text(&r).contains("A2"), "{r}");
+    let r = v.one(json!({"command": "view", "path": "/memories/a.md"}));
+    assert!(text(&r).contains("does not exist"), "{r}");
+    assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
+}

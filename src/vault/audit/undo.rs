@@ -455,6 +455,8 @@ impl Vault {
         let mut later: Vec<(String, Conflict, usize)> = Vec::new();
         // The newest change by others (not undone) at each git path.
         let mut changed_later: BTreeMap<String, Conflict> = BTreeMap::new();
+        // Created files renamed (by others) onto a path a target held.
+        let mut blocked_creates: Vec<(String, MemoryPath)> = Vec::new();
         let mut left: BTreeMap<String, (Option<Oid>, usize)> = BTreeMap::new();
         match target {
             UndoTarget::Commit(_) | UndoTarget::Session(_) => {
@@ -548,13 +550,24 @@ impl Vault {
                                     },
                                     index,
                                 ));
-                                targets.entry(g).or_insert(Target {
-                                    path: q,
-                                    desired: None,
-                                    via: None,
-                                    by: None,
-                                    sealed_at: None,
-                                });
+                                if targets.contains_key(&g) {
+                                    // Held by a file an undone change
+                                    // edited, which may have moved on
+                                    // (found by its key below): tried again
+                                    // then.
+                                    blocked_creates.push((g, q));
+                                    continue;
+                                }
+                                targets.insert(
+                                    g,
+                                    Target {
+                                        path: q,
+                                        desired: None,
+                                        via: None,
+                                        by: None,
+                                        sealed_at: None,
+                                    },
+                                );
                             }
                         }
                     }
@@ -568,6 +581,17 @@ impl Vault {
                 let followed = self.follow_moved(tip, &mut targets, &changed_later)?;
                 for (g, conflict) in followed {
                     later.push((g, conflict, 0));
+                }
+                // A created file renamed onto the path of an edited one
+                // that has moved on since: removed where it is now.
+                for (g, q) in blocked_creates {
+                    targets.entry(g).or_insert(Target {
+                        path: q,
+                        desired: None,
+                        via: None,
+                        by: None,
+                        sealed_at: None,
+                    });
                 }
                 undoes.reverse();
                 // The chain is newest first: a smaller index is later.
@@ -1009,7 +1033,9 @@ impl Vault {
         for (path, _, key) in snap.files_with_keys()? {
             at_tip.entry(key).or_default().push(path);
         }
-        let mut followed = Vec::new();
+        // Where each would go; applied together, so that files that traded
+        // places (a swap) each go where the other was.
+        let mut moves: Vec<(String, MemoryPath, String)> = Vec::new();
         for (g, path, key) in candidates {
             let Some(holders) = at_tip.get(&key) else {
                 continue;
@@ -1021,14 +1047,25 @@ impl Vault {
             let [q] = holders.as_slice() else {
                 continue;
             };
-            // Already a target of its own (the undone changes set it).
-            if targets.values().any(|t| t.path == *q) {
-                continue;
+            moves.push((g, q.clone(), self.git_path_of(q)?));
+        }
+        let leaving: BTreeSet<String> = moves.iter().map(|(g, _, _)| g.clone()).collect();
+        let mut arriving = BTreeSet::new();
+        moves.retain(|(_, q, gq)| {
+            // A path another target keeps (not one moving away), or one
+            // two would take: not followed.
+            let kept_there = !leaving.contains(gq)
+                && (targets.contains_key(gq) || targets.values().any(|t| t.path == *q));
+            !kept_there && arriving.insert(gq.clone())
+        });
+        let mut moved = Vec::new();
+        for (g, q, gq) in moves {
+            if let Some(t) = targets.remove(&g) {
+                moved.push((t, q, gq));
             }
-            let gq = self.git_path_of(q)?;
-            let Some(t) = targets.remove(&g) else {
-                continue;
-            };
+        }
+        let mut followed = Vec::new();
+        for (t, q, gq) in moved {
             let conflict = changed_later.get(&gq).cloned().unwrap_or(Conflict {
                 rev: Rev::from_oid(tip),
                 path: q.clone(),
@@ -1038,7 +1075,7 @@ impl Vault {
                 gq,
                 Target {
                     sealed_at: Some(t.path.clone()),
-                    path: q.clone(),
+                    path: q,
                     ..t
                 },
             );
