@@ -2514,8 +2514,8 @@ fn a_machine_name_holding_a_secret_is_refused_and_changes_nothing() {
 /// the remote's with plain git (`push --force`, or a backup put back):
 /// its merge of the purge commit still destroys the purged key (the
 /// purge's record wins, not only the key state it came with), the purging
-/// machine never takes the key back, and a fresh clone cannot read the
-/// purged text.
+/// machine never takes the key back, a clone made before either synced is
+/// refused, and one made after cannot read the purged text.
 #[test]
 fn a_key_state_forced_over_a_purge_does_not_bring_the_purged_key_back() {
     let w = world(1);
@@ -2541,6 +2541,11 @@ fn a_key_state_forced_over_a_purge_does_not_bring_the_purged_key_back() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
+    // A clone of the remote as it is now (its key state is not the one
+    // its main was made with) is refused, nothing made.
+    let early = Machine::new(w.hub.parent().unwrap().join("early"), a.key.clone());
+    early.fails(&["clone", url], 1);
+    assert!(!early.dir.exists() || std::fs::read_dir(&early.dir).unwrap().next().is_none());
     b.ok(&["sync"]);
     a.ok(&["sync"]);
     let c = Machine::new(w.hub.parent().unwrap().join("fresh"), a.key.clone());
