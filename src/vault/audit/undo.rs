@@ -851,8 +851,8 @@ impl Vault {
                         lines_added = lines_added.saturating_add(added);
                         lines_removed = lines_removed.saturating_add(removed);
                     }
-                    (Some(o), None) => gone.push(Zeroizing::new(o.to_vec())),
-                    (None, Some(n)) => came.push(Zeroizing::new(n.to_vec())),
+                    (Some(o), None) => gone.push(o),
+                    (None, Some(n)) => came.push(n),
                     (None, None) => {}
                 }
             }
@@ -1087,13 +1087,14 @@ impl Vault {
 /// The lines `new` adds and `old` loses, as a diff of one change shows
 /// them: the lines between the first and last lines the two share.
 fn lines_changed(old: &[u8], new: &[u8]) -> (u32, u32) {
-    let split = |b: &[u8]| -> Vec<Vec<u8>> {
+    // Lines as slices of the texts: no copy of the plaintext is made.
+    fn split(b: &[u8]) -> Vec<&[u8]> {
         if b.is_empty() {
             return Vec::new();
         }
         let b = b.strip_suffix(b"\n").unwrap_or(b);
-        b.split(|&c| c == b'\n').map(<[u8]>::to_vec).collect()
-    };
+        b.split(|&c| c == b'\n').collect()
+    }
     let (o, n) = (split(old), split(new));
     let head = o.iter().zip(&n).take_while(|(a, b)| a == b).count();
     let tail = o[head..]

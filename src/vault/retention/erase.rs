@@ -316,41 +316,36 @@ impl Vault {
     /// and its prune is owed (the destroyed keys may still be on the disk
     /// until the next command that writes).
     pub(crate) fn erase_marker_state(&self) -> Result<Option<String>, String> {
-        let sealed = match crate::vault::fsx::read_max(
-            &self.dir.join(MARKER),
-            crate::vault::fsx::TABLE,
-        ) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => {
-                return Err(format!(
-                    "memvault/erase-pending does not read ({e}): every write is refused until it is removed"
-                ));
-            }
-        };
-        if self.keys.open_access(MARKER_AAD, &sealed).is_err() {
-            return Err(
-                "memvault/erase-pending does not open (not written with this vault's key, or altered): every write is refused until it is removed".into(),
-            );
+        match self.erase_marker() {
+            Ok(None) => Ok(None),
+            Ok(Some(_)) => Ok(Some(
+                "an erasure (purge, expire, or one a sync brought) was cut short before its prune: the keys it destroyed may still be on the disk; the next command that writes finishes it (`memvault gc` will do)".into(),
+            )),
+            Err(e) => Err(format!("{e}: every write is refused until it is removed")),
         }
-        Ok(Some(
-            "an erasure (purge, expire, or one a sync brought) was cut short before its prune: the keys it destroyed may still be on the disk; the next command that writes finishes it (`memvault gc` will do)".into(),
-        ))
+    }
+
+    /// The erasure marker's content (the doomed key ids), if there is one:
+    /// read within its bound and opened.
+    fn erase_marker(&self) -> Result<Option<Zeroizing<Vec<u8>>>, VaultError> {
+        let sealed =
+            match crate::vault::fsx::read_max(&self.dir.join(MARKER), crate::vault::fsx::TABLE) {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+        self.keys
+            .open_access(MARKER_AAD, &sealed)
+            .map(Some)
+            .map_err(|_| damaged("memvault/erase-pending does not open"))
     }
 
     /// Finish an erasure a crash interrupted (see the module docs). The
     /// caller holds the writer lock.
     pub(crate) fn finish_pending_erasure(&mut self, tip: Option<Oid>) -> Result<(), VaultError> {
-        let sealed =
-            match crate::vault::fsx::read_max(&self.dir.join(MARKER), crate::vault::fsx::TABLE) {
-                Ok(b) => b,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-                Err(e) => return Err(e.into()),
-            };
-        let plain = self
-            .keys
-            .open_access(MARKER_AAD, &sealed)
-            .map_err(|_| damaged("memvault/erase-pending does not open"))?;
+        let Some(plain) = self.erase_marker()? else {
+            return Ok(());
+        };
         let doomed: BTreeSet<FileKeyId> = plain
             .chunks_exact(16)
             .map(|c| {
