@@ -97,6 +97,16 @@ def _label_ok(value: str) -> bool:
     return 1 <= len(value) <= 128 and all(" " <= c <= "~" for c in value) and value == value.strip()
 
 
+def _in_step(block: Any, rid: str) -> bool:
+    """A reply is ours when it carries our id. A request memvault could not
+    read as one is answered with a null id, always as an error; ours always
+    parse, so a success without our id answers some other request."""
+    if not isinstance(block, dict) or block.get("type") != "tool_result":
+        return False
+    rid_back = block.get("tool_use_id")
+    return rid_back == rid or (rid_back is None and block.get("is_error") is True)
+
+
 def _masked(text: str, token: str) -> str:
     """`text` with the token, and any piece of 12 or more of its first
     characters (what a cut left of it), replaced by `[token]`."""
@@ -340,8 +350,10 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
                 block = json.loads(answer)  # type: ignore[arg-type]
             except ValueError:
                 self._give_up("the memvault server wrote a line that is not JSON")
-            # A request memvault could not read as one gets a null id; ours always parse.
-            if block.get("type") != "tool_result" or block.get("tool_use_id") not in (rid, None):
+            # A request memvault could not read as one gets a null id, and is
+            # always an error; ours always parse, so a success without our id
+            # is an answer to some other request.
+            if not _in_step(block, rid):
                 self._give_up(f"the memvault server answered out of step (expected {rid})")
         return block
 
@@ -482,8 +494,7 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
             block = None
         if not isinstance(block, dict):
             raise self._http_error("answered HTTP 200 with a body that is not a JSON object", 200)
-        # A request memvault could not read as one gets a null id; ours always parse.
-        if block.get("type") != "tool_result" or block.get("tool_use_id") not in (rid, None):
+        if not _in_step(block, rid):
             raise self._http_error(f"answered out of step (expected a tool_result for {rid})", 200)
         return block
 

@@ -73,6 +73,16 @@ const UNKNOWN = "the request's outcome is unknown (a change may have been made):
  * characters (what a cut left of it), replaced by `[token]`.
  * @param {string} text @param {string} token
  */
+/**
+ * A reply is ours when it carries our id. A request memvault could not read
+ * as one is answered with a null id, always as an error; ours always parse,
+ * so a success without our id answers some other request.
+ */
+function inStep(block, id) {
+  if (block === null || typeof block !== 'object' || block.type !== 'tool_result') return false;
+  return block.tool_use_id === id || (block.tool_use_id === null && block.is_error === true);
+}
+
 function masked(text, token) {
   let out = text.replaceAll(token, '[token]');
   for (let n = token.length - 1; n >= 12; n--) out = out.replaceAll(token.slice(0, n), '[token]');
@@ -294,8 +304,7 @@ export class MemvaultMemory {
       this._fail('the memvault server wrote a line that is not JSON');
       return;
     }
-    // A request memvault could not read as one gets a null id; ours always parse.
-    if (block?.type !== 'tool_result' || (block.tool_use_id !== p.id && block.tool_use_id !== null)) {
+    if (!inStep(block, p.id)) {
       p.reject(this._deadError(`the memvault server answered out of step (expected ${p.id})`));
       this._fail(`the memvault server answered out of step (expected ${p.id})`);
       return;
@@ -423,8 +432,7 @@ export class MemvaultMemory {
     if (block === null || typeof block !== 'object' || Array.isArray(block)) {
       throw this._httpError('answered HTTP 200 with a body that is not a JSON object', 200);
     }
-    // A request memvault could not read as one gets a null id; ours always parse.
-    if (block.type !== 'tool_result' || (block.tool_use_id !== id && block.tool_use_id !== null)) {
+    if (!inStep(block, id)) {
       throw this._httpError(`answered out of step (expected a tool_result for ${id})`, 200);
     }
     return block;

@@ -220,6 +220,33 @@ def http_mode(base_url: str, server_url: str, session: str) -> None:
         echo.close()
         t.join()
 
+    # A server whose 200 is a success carrying no id: not taken as the
+    # answer to this call (memvault gives a null id only to an error).
+    with socket.socket() as stray:
+        stray.bind(("127.0.0.1", 0))
+        stray.listen(1)
+        port = stray.getsockname()[1]
+
+        def stray_answer() -> None:
+            conn, _ = stray.accept()
+            with conn:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += conn.recv(65536)
+                body = b'{"type":"tool_result","tool_use_id":null,"is_error":false,"content":"done"}'
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+
+        t = threading.Thread(target=stray_answer)
+        t.start()
+        odd = MemvaultMemoryTool(url=f"http://127.0.0.1:{port}", token=echo_token, session=session + "-stray")
+        expect_server_error(odd, 200, "answered out of step", [echo_token])
+        odd.close()
+        t.join()
+
     # Labels with spaces at their edges cannot go through HTTP headers as they are.
     for label in (" lead", "lead ", "  "):
         try:

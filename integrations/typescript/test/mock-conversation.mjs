@@ -195,6 +195,25 @@ async function httpChecks() {
   await expectServerError(echo, 502, 'outcome is unknown', [echoToken.slice(0, 24), echoToken.slice(-24)]);
   proxy.close();
 
+  // A server whose 200 is a success carrying no id: not taken as the answer
+  // to this call (memvault gives a null id only to an error).
+  const stray = createServer((sock) => {
+    let head = '';
+    sock.on('data', (d) => {
+      head += d.toString('latin1');
+      if (!head.includes('\r\n\r\n')) return;
+      const body = '{"type":"tool_result","tool_use_id":null,"is_error":false,"content":"done"}';
+      sock.end(
+        `HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+      );
+    });
+  });
+  await new Promise((resolve) => stray.listen(0, '127.0.0.1', () => resolve(undefined)));
+  const strayPort = /** @type {import('node:net').AddressInfo} */ (stray.address()).port;
+  const odd = new MemvaultMemory({ url: `http://127.0.0.1:${strayPort}`, token: echoToken, session: `${session}-stray` });
+  await expectServerError(odd, 200, 'answered out of step', [echoToken]);
+  stray.close();
+
   // Labels with spaces at their edges cannot go through HTTP headers as they are.
   for (const label of [' lead', 'lead ', '  ']) {
     try {
