@@ -56,8 +56,10 @@ fn error_reply(id: Option<String>, text: String) -> Reply {
 pub fn handle_line(memory: &Memory, store: &mut dyn Store, line: &[u8]) -> Reply {
     let value: Value = match parse_strict(line) {
         Ok(v) => v,
+        // A key given twice inside a block whose own `id` is given once
+        // is answered to that id, so the client can pair the error.
         Err(ParseError::DuplicateKey(key)) => {
-            return error_reply(None, duplicate_key_message(&key));
+            return error_reply(tool_use_id_in_head(line), duplicate_key_message(&key));
         }
         Err(ParseError::Syntax(e)) => return error_reply(None, not_json_message(&e)),
     };
@@ -584,6 +586,30 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_key_given_twice_inside_a_block_is_answered_to_its_id() {
+        let out = run(
+            concat!(
+                r#"{"type":"tool_use","id":"toolu_A","name":"memory","input":{"command":"view","path":"/memories","path":"/memories/x"}}"#,
+                "\n",
+                r#"{"type":"tool_use","id":"toolu_B","name":"memory","name":"other","input":{}}"#,
+                "\n",
+                r#"{"type":"tool_use","id":"toolu_C","id":"toolu_D","name":"memory","input":{}}"#,
+                "\n",
+            ),
+            1 << 20,
+        );
+        let ids: Vec<&Value> = out.iter().map(|o| &o["tool_use_id"]).collect();
+        assert_eq!(ids, [&json!("toolu_A"), &json!("toolu_B"), &Value::Null]);
+        assert!(out.iter().all(|o| o["is_error"] == true));
+        assert!(
+            out[0]["content"]
+                .as_str()
+                .unwrap()
+                .contains("the key `path` twice")
+        );
     }
 
     #[test]

@@ -27,15 +27,17 @@ import argparse
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
+import unicodedata
 from collections import Counter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True
 sys.path.insert(0, HERE)
 
-CORPORA = {"1": "corpus1", "2": "corpus2", "3": "corpus3"}
+CORPORA = {"1": "corpus1", "2": "corpus2", "3": "corpus3", "4": "corpus4"}
 
 
 def load(name):
@@ -59,11 +61,18 @@ def longest_common(s, t):
 def judge(e, out):
     if e["benign"]:
         return ("fp" if out != e["text"] else "ok"), ""
+    text = e["text"]
+    # Corpus 4: a split or obfuscated secret is judged with what split or
+    # hid it (a regex, or NFKC for full-width letters) taken out of both.
+    if e.get("strip"):
+        out, text = re.sub(e["strip"], "", out), re.sub(e["strip"], "", text)
+    if e.get("nfkc"):
+        out, text = unicodedata.normalize("NFKC", out), unicodedata.normalize("NFKC", text)
     status, detail = "ok", ""
     for s in e["secrets"]:
         if s in out:
             return "miss", s
-        rest = e["text"].replace(s, "\x00")
+        rest = text.replace(s, "\x00")
         lc = longest_common(s, out)
         if len(lc) >= max(8, len(s) // 3) and lc not in rest:
             status, detail = "partial", lc

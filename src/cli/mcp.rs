@@ -241,7 +241,7 @@ pub fn memory_tool(config: &VaultConfig) -> Tool {
          - view: `path`, optional `view_range` [start, end] (1-based; end -1 for the end of \
          the file). A directory is listed two levels deep with sizes; a file is shown with line \
          numbers. Text over {max_view} characters is cut in the middle: read the rest with \
-         view_range.\n\
+         view_range (on a directory it selects entries of the listing, numbered from 1).\n\
          - {create}\n\
          - str_replace: `path`, `old_str`, optional `new_str` (absent deletes `old_str`). \
          `old_str` must appear exactly once, verbatim, including whitespace.\n\
@@ -285,7 +285,7 @@ fn input_schema() -> JsonObject {
                 "items": {"type": "integer"},
                 "minItems": 2,
                 "maxItems": 2,
-                "description": "view (optional): [start_line, end_line], 1-based and inclusive; end_line -1 shows to the end of the file."
+                "description": "view (optional): [start_line, end_line], 1-based and inclusive; end_line -1 shows to the end of the file. On a directory: entries of its listing."
             },
             "file_text": {
                 "type": "string",

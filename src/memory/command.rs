@@ -162,9 +162,14 @@ impl Fields<'_> {
     }
 
     fn out_of_range(&self, field: &str, n: &serde_json::Number) -> String {
+        let what = match field {
+            "insert_line" => "0 puts the text at the start of the file",
+            _ => "end_line -1 means the end of the file",
+        };
         format!(
-            "Error: invalid input for `{}`: field `{field}`: {n} is out of range (line numbers go up to 999,999; end_line -1 means the end of the file).",
-            self.command
+            "Error: invalid input for `{}`: field `{field}`: {} is out of range (line numbers go up to 999,999; {what}).",
+            self.command,
+            number(n)
         )
     }
 
@@ -190,7 +195,10 @@ impl Fields<'_> {
             None => Err(self.missing(field, "integer")),
             Some(v @ Value::Number(n)) => match whole(n) {
                 Whole::Int(i) => Ok(i),
-                _ => Err(self.mistyped(field, EXPECTED, v)),
+                // A whole number, too big for a line: say that, not that
+                // it is no integer.
+                Whole::TooLarge => Err(self.out_of_range(field, n)),
+                Whole::Fraction => Err(self.mistyped(field, EXPECTED, v)),
             },
             Some(other) => Err(self.mistyped(field, EXPECTED, other)),
         }
@@ -277,11 +285,22 @@ fn describe(v: &Value) -> String {
     match v {
         Value::Null => "null".to_owned(),
         Value::Bool(b) => format!("the boolean {b}"),
-        Value::Number(n) => format!("the number {n}"),
+        Value::Number(n) => format!("the number {}", number(n)),
         Value::String(_) => "a string".to_owned(),
         Value::Array(items) if items.len() == 1 => "an array of 1 item".to_owned(),
         Value::Array(items) => format!("an array of {} items", items.len()),
         Value::Object(_) => "an object".to_owned(),
+    }
+}
+
+/// A JSON number as written for a person: a whole number that parsing
+/// made a float (`1e20`, `18446744073709551616`) in digits, not `1e+20`.
+fn number(n: &serde_json::Number) -> String {
+    match n.as_f64() {
+        Some(f) if !n.is_i64() && !n.is_u64() && f.is_finite() && f.fract() == 0.0 => {
+            format!("{f:.0}")
+        }
+        _ => n.to_string(),
     }
 }
 
@@ -633,11 +652,37 @@ mod tests {
     }
 
     #[test]
-    fn huge_integers_are_mistyped_not_wrapped() {
+    fn huge_integers_are_out_of_range_not_wrapped_nor_called_fractions() {
         let e = err(
             json!({"command": "insert", "path": "/memories/a", "insert_line": u64::MAX, "insert_text": "x"}),
         );
-        assert!(e.contains("field `insert_line` must be an integer"), "{e}");
-        assert!(e.contains("18446744073709551615"), "{e}");
+        assert_eq!(
+            e,
+            "Error: invalid input for `insert`: field `insert_line`: 18446744073709551615 is out of range (line numbers go up to 999,999; 0 puts the text at the start of the file)."
+        );
+        for (literal, shown) in [
+            ("9223372036854775808", "9223372036854775808"),
+            ("1e20", "100000000000000000000"),
+            ("18446744073709551616", "18446744073709551616"),
+        ] {
+            let v: Value = serde_json::from_str(&format!(
+                r#"{{"command": "insert", "path": "/memories/a", "insert_line": {literal}, "insert_text": "x"}}"#
+            ))
+            .unwrap();
+            let e = parse_command(&v).unwrap_err();
+            assert!(
+                e.contains(&format!("`insert_line`: {shown} is out of range")),
+                "{literal}: {e}"
+            );
+        }
+        let v: Value = serde_json::from_str(
+            r#"{"command": "view", "path": "/memories/a", "view_range": [1, 1e20]}"#,
+        )
+        .unwrap();
+        assert!(
+            parse_command(&v)
+                .unwrap_err()
+                .contains("100000000000000000000 is out of range")
+        );
     }
 }

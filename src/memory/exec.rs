@@ -174,6 +174,57 @@ impl Memory {
     }
 
     fn run(&self, store: &mut dyn Store, cmd: &Command) -> ToolResult {
+        let result = self.run_given(store, cmd);
+        if !result.is_error {
+            return result;
+        }
+        // A path that holds a secret is stored under its redacted form
+        // (`create` and `rename` save it so, and answer with it): a command
+        // naming the file as it was first written finds it there, as a
+        // `create` of that path does. Tried only after an error, and only
+        // when the path as given is not there (a name stored before a rule
+        // stays reachable as it is).
+        match self.at_redacted_path(store, cmd) {
+            Some(again) => self.run_given(store, &again),
+            None => result,
+        }
+    }
+
+    /// `cmd` with the path it acts on (`old_path` for a rename) replaced
+    /// by its redacted form, when the secret filter changes it, the
+    /// redacted form is a valid path, and nothing is at the path as given.
+    fn at_redacted_path(&self, store: &mut dyn Store, cmd: &Command) -> Option<Command> {
+        let filter = self.filter.as_ref()?;
+        let mut again = cmd.clone();
+        let path = match &mut again {
+            Command::View { path, .. }
+            | Command::StrReplace { path, .. }
+            | Command::Insert { path, .. }
+            | Command::Delete { path } => path,
+            Command::Rename { old_path, .. } => old_path,
+            Command::Create { .. } => return None,
+        };
+        let given = MemoryPath::parse(path).ok()?;
+        let redacted = filter.mask(given.as_str())?;
+        let redacted_path = MemoryPath::parse(&redacted).ok()?;
+        if redacted_path == given {
+            return None;
+        }
+        let mut absent = false;
+        store
+            .read(&mut |snap| {
+                absent = snap.kind(&given)?.is_none();
+                Ok(ToolResult::ok(String::new()))
+            })
+            .ok()?;
+        if !absent {
+            return None;
+        }
+        *path = redacted_path.as_str().to_owned();
+        Some(again)
+    }
+
+    fn run_given(&self, store: &mut dyn Store, cmd: &Command) -> ToolResult {
         match cmd {
             Command::View { path, view_range } => match valid(path) {
                 Ok(path) => self.view(store, &path, *view_range),
@@ -248,12 +299,7 @@ impl Memory {
         };
         match snap.kind(path)? {
             None => Ok(missing()),
-            Some(NodeKind::Dir) => match range {
-                Some([a, b]) => Ok(ToolResult::error(format!(
-                    "Error: Invalid `view_range` parameter: [{a}, {b}]. The `view_range` parameter is not allowed when `path` points to a directory; view a file inside {path} instead."
-                ))),
-                None => listing(snap, path, self.config.max_view_chars),
-            },
+            Some(NodeKind::Dir) => listing(snap, path, range, self.config.max_view_chars),
             Some(NodeKind::File) => {
                 let bytes = match snap.read(path) {
                     Ok(bytes) => bytes,
@@ -276,9 +322,15 @@ impl Memory {
                     });
                 }
                 let Ok(text) = std::str::from_utf8(&bytes) else {
-                    return Ok(ToolResult::error(format!(
-                        "Error: The file {path} is binary (it is not UTF-8 text), so it cannot be shown as text. Only UTF-8 text files and .png, .jpg or .jpeg images can be viewed."
-                    )));
+                    return Ok(ToolResult::error(if is_image_name(path) {
+                        format!(
+                            "Error: The file {path} is binary and not a PNG or JPEG image (its content does not start as one), so it cannot be shown. Only UTF-8 text files and PNG or JPEG images can be viewed."
+                        )
+                    } else {
+                        format!(
+                            "Error: The file {path} is binary (it is not UTF-8 text), so it cannot be shown as text. Only UTF-8 text files and .png, .jpg or .jpeg images can be viewed."
+                        )
+                    }));
                 };
                 let n = line_count(text);
                 if n > MAX_VIEW_LINES {
@@ -437,14 +489,27 @@ impl Memory {
                     "Error: The file {path} is binary (it is not UTF-8 text), so str_replace cannot edit it."
                 ));
             };
-            let mut matches = text.match_indices(old_str).map(|(at, _)| at);
-            let Some(at) = matches.next() else {
+            // A secret in `old_str` was stored redacted, as the file shows
+            // it: the text as first written matches its redacted form.
+            let masked = match text.contains(old_str) {
+                true => None,
+                false => self
+                    .filter
+                    .as_ref()
+                    .and_then(|f| f.mask(old_str))
+                    .filter(|m| text.contains(m.as_str())),
+            };
+            let old_str = masked.as_deref().unwrap_or(old_str);
+            let Some(at) = text.find(old_str) else {
                 return refuse(format!(
                     "No replacement was performed, old_str `{}` did not appear verbatim in {path}.",
                     self.echo(old_str)
                 ));
             };
-            if matches.next().is_some() {
+            // A second start, overlapping the first or not, makes the edit
+            // ambiguous ("aaaa" holds "aaa" twice), as the listed lines say.
+            let next = at + text[at..].chars().next().map_or(1, char::len_utf8);
+            if text.get(next..).is_some_and(|rest| rest.contains(old_str)) {
                 return refuse(format!(
                     "No replacement was performed. Multiple occurrences of old_str `{}` in lines: {}. Please ensure it is unique",
                     self.echo(old_str),
@@ -471,7 +536,10 @@ impl Memory {
                 Err(message) => return refuse(message),
             };
 
-            let snippet = snippet_of_lines(&edited, first, last, max_chars);
+            let snippet = match edited.is_empty() {
+                true => "(the file is now empty)".to_owned(),
+                false => snippet_of_lines(&edited, first, last, max_chars),
+            };
             let result = with_body(
                 "The memory file has been edited. Here is the snippet showing the change (with line numbers):".to_owned(),
                 &snippet,
@@ -961,9 +1029,14 @@ fn breaks_limits_when_moved(
 
 /// The directory view of `dir`: the header, the directory itself, then
 /// two levels of entries (hidden names and `node_modules` left out).
+/// A directory's listing; with `range`, only those of its entries
+/// (numbered from 1, the directory's own row, in listing order): the way
+/// to the entries a listing past `max_chars` leaves out, in a directory
+/// too flat for its subdirectories to show them.
 fn listing(
     snap: &dyn Snapshot,
     dir: &MemoryPath,
+    range: Option<[i64; 2]>,
     max_chars: usize,
 ) -> Result<ToolResult, StoreError> {
     let entries = match snap.list(dir) {
@@ -1017,11 +1090,107 @@ fn listing(
             });
         }
     }
-    Ok(ToolResult::ok(capped_listing(
-        listing_header(dir.as_str()),
-        &rows,
-        max_chars,
+    let Some(range) = range else {
+        return Ok(ToolResult::ok(capped_listing(
+            listing_header(dir.as_str()),
+            &rows,
+            dir,
+            max_chars,
+        )));
+    };
+    let (start, end) = match resolve_entries(range, rows.len(), dir) {
+        Ok(bounds) => bounds,
+        Err(message) => return Ok(ToolResult::error(message)),
+    };
+    Ok(ToolResult::ok(listing_part(
+        dir, &rows, start, end, max_chars,
     )))
+}
+
+/// Entries `start..=end` (1-based) of a listing's `rows`, in order, cut at
+/// whole rows within `max_chars` with a closing row that gives the
+/// `view_range` of the rest.
+fn listing_part(
+    dir: &MemoryPath,
+    rows: &[Row],
+    start: usize,
+    end: usize,
+    max_chars: usize,
+) -> String {
+    let n = rows.len();
+    let header = |last: usize| {
+        let plain = listing_header(dir.as_str());
+        let plain = plain.strip_suffix(':').unwrap_or(&plain).to_owned();
+        format!("{plain} (entries {start} to {last} of {n}):")
+    };
+    let len_of = |row: &str| row.chars().count() + 1;
+    let closing = |next: usize| {
+        let left = end + 1 - next;
+        let entries = if left == 1 { "entry" } else { "entries" };
+        format!(
+            "… {left} more {entries} not shown: a listing stops at {max_chars} characters. View {dir} with view_range [{next}, {end}] to list them …"
+        )
+    };
+    let all: usize = rows[start - 1..end].iter().map(|r| len_of(&r.line)).sum();
+    let whole = header(end);
+    if whole.chars().count() + all <= max_chars {
+        let mut out = whole;
+        for row in &rows[start - 1..end] {
+            out.push('\n');
+            out.push_str(&row.line);
+        }
+        return out;
+    }
+    // Room for the header and closing row at their longest; at least one
+    // entry is shown, whatever its length.
+    let budget = max_chars.saturating_sub(header(end).chars().count() + len_of(&closing(start)));
+    let mut used = 0usize;
+    let mut last = start - 1;
+    for row in &rows[start - 1..end] {
+        let len = len_of(&row.line);
+        if last >= start && used + len > budget {
+            break;
+        }
+        used += len;
+        last += 1;
+    }
+    let mut out = header(last);
+    for row in &rows[start - 1..last] {
+        out.push('\n');
+        out.push_str(&row.line);
+    }
+    if last < end {
+        out.push('\n');
+        out.push_str(&closing(last + 1));
+    }
+    out
+}
+
+/// Checks `view_range` against a listing of `n` entries; `(start, end)`
+/// are 1-based and inclusive.
+fn resolve_entries(range: [i64; 2], n: usize, dir: &MemoryPath) -> Result<(usize, usize), String> {
+    let [start, end] = range;
+    let prefix = format!("Error: Invalid `view_range` parameter: [{start}, {end}].");
+    let last = i64::try_from(n).unwrap_or(i64::MAX);
+    let what = format!(
+        "for a directory it selects entries of its listing, numbered from 1 ({dir} itself) to {n}"
+    );
+    if start < 1 || start > last {
+        return Err(format!(
+            "{prefix} Its first element `{start}` should be within [1, {n}]: {what}."
+        ));
+    }
+    let end = if end == -1 { last } else { end };
+    if end < start || end > last {
+        return Err(format!(
+            "{prefix} Its second element `{}` should be within [{start}, {n}], or -1 for the last entry: {what}.",
+            range[1]
+        ));
+    }
+    match (usize::try_from(start), usize::try_from(end)) {
+        (Ok(s), Ok(e)) => Ok((s, e)),
+        _ => Err(format!("{prefix} The listing has {n} entries.")),
+    }
 }
 
 /// One row of a listing.
@@ -1041,7 +1210,7 @@ struct Row {
 /// that a big subdirectory never hides a file or folder beside it: they
 /// are kept in order while they fit, then the subdirectories' entries in
 /// order while they fit; the rows kept are shown in their listing order.
-fn capped_listing(header: String, rows: &[Row], max_chars: usize) -> String {
+fn capped_listing(header: String, rows: &[Row], dir: &MemoryPath, max_chars: usize) -> String {
     // The whole answer within `max_chars`, header and closing row
     // included: unless every row fits, the closing row's room is kept for
     // it, at its longest (with the longest subdirectory as its example)
@@ -1061,11 +1230,12 @@ fn capped_listing(header: String, rows: &[Row], max_chars: usize) -> String {
             .max_by_key(|sub| sub.chars().count())
             .unwrap_or("");
         let own = rows.first().map_or(0, |r| len_of(&r.line));
+        let n = rows.len();
         let closing = [longest, ""]
-            .map(|example| len_of(&omitted_row(rows.len(), example, max_chars)))
+            .map(|example| len_of(&omitted_row(n, n, dir, example, max_chars)))
             .into_iter()
             .find(|closing| header_len + own + closing <= max_chars)
-            .unwrap_or_else(|| len_of(&omitted_row(rows.len(), "", max_chars)));
+            .unwrap_or_else(|| len_of(&omitted_row(n, n, dir, "", max_chars)));
         max_chars.saturating_sub(header_len + closing)
     };
     let mut keep = vec![false; rows.len()];
@@ -1089,30 +1259,39 @@ fn capped_listing(header: String, rows: &[Row], max_chars: usize) -> String {
     let omitted = keep.iter().filter(|k| !**k).count();
     if omitted > 0 {
         let room = max_chars.saturating_sub(header_len + used);
+        // Entries are numbered from 1 (the directory's own row).
+        let first = keep.iter().position(|k| !*k).map_or(1, |i| i + 1);
         let closing = rows
             .iter()
             .zip(&keep)
             .filter(|(r, k)| !**k && r.deep)
             .filter_map(|(r, _)| r.sub.as_deref())
-            .map(|sub| omitted_row(omitted, sub, max_chars))
+            .map(|sub| omitted_row(omitted, first, dir, sub, max_chars))
             .find(|row| len_of(row) <= room)
-            .unwrap_or_else(|| omitted_row(omitted, "", max_chars));
+            .unwrap_or_else(|| omitted_row(omitted, first, dir, "", max_chars));
         out.push('\n');
         out.push_str(&closing);
     }
     out
 }
 
-/// The closing row of a listing cut short: `omitted` entries left out, a
-/// subdirectory among them to view (`""`: none).
-fn omitted_row(omitted: usize, example: &str, max_chars: usize) -> String {
+/// The closing row of a listing cut short: `omitted` entries left out,
+/// the first of them entry `first` (numbered from 1, the directory's own
+/// row), a subdirectory among them to view (`""`: none).
+fn omitted_row(
+    omitted: usize,
+    first: usize,
+    dir: &MemoryPath,
+    example: &str,
+    max_chars: usize,
+) -> String {
     let entries = if omitted == 1 { "entry" } else { "entries" };
     let example = match example {
         "" => String::new(),
         sub => format!(" (such as {sub})"),
     };
     format!(
-        "… {omitted} more {entries} not shown: a listing stops at {max_chars} characters. View a subdirectory{example} to list what is in it, or view a file by its path …"
+        "… {omitted} more {entries} not shown: a listing stops at {max_chars} characters. View {dir} with view_range [{first}, -1] to list the entries from the first one left out, view a subdirectory{example} to list what is in it, or view a file by its path …"
     )
 }
 
@@ -1123,19 +1302,32 @@ fn visible(mut entries: Vec<super::store::DirEntry>) -> Vec<super::store::DirEnt
     entries
 }
 
-/// The media type of an image file: by extension (`.png`, `.jpg`,
-/// `.jpeg`, any case) and confirmed by the content's signature, so a text
-/// file named `.png` is still shown as text and no broken image block is
-/// ever sent.
+/// The media type of an image file named `.png`, `.jpg` or `.jpeg` (any
+/// case), from its content's signature, whatever the extension says (a
+/// PNG saved as `.jpg` is sent as the PNG it is): a text file named
+/// `.png` is still shown as text and no broken image block is ever sent.
 fn image_type(path: &MemoryPath, bytes: &[u8]) -> Option<&'static str> {
-    let name = path.name()?;
-    let (_, ext) = name.rsplit_once('.')?;
-    let ext = ext.to_ascii_lowercase();
-    match ext.as_str() {
-        "png" if bytes.starts_with(b"\x89PNG\r\n\x1a\n") => Some("image/png"),
-        "jpg" | "jpeg" if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) => Some("image/jpeg"),
-        _ => None,
+    if !is_image_name(path) {
+        return None;
     }
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        Some("image/jpeg")
+    } else {
+        None
+    }
+}
+
+/// The name ends in `.png`, `.jpg` or `.jpeg`, in any case.
+fn is_image_name(path: &MemoryPath) -> bool {
+    path.name()
+        .and_then(|name| name.rsplit_once('.'))
+        .is_some_and(|(_, ext)| {
+            ["png", "jpg", "jpeg"]
+                .iter()
+                .any(|e| ext.eq_ignore_ascii_case(e))
+        })
 }
 
 /// Checks `view_range` against a file of `n` lines; `(start, end)` are

@@ -143,17 +143,84 @@ fn listing_of_a_subdirectory() {
 }
 
 #[test]
-fn view_range_on_a_directory_is_refused() {
+fn view_range_on_a_directory_selects_entries_of_its_listing() {
     let mut s = listing_store();
-    let r = run(
-        &Memory::default(),
+    let m = Memory::default();
+    let whole = run(
+        &m,
         &mut s,
-        json!({"command": "view", "path": "/memories/a", "view_range": [1, 2]}),
+        json!({"command": "view", "path": "/memories/a"}),
+    );
+    let rows: Vec<&str> = ok(&whole).lines().skip(1).collect();
+    let n = rows.len();
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "view", "path": "/memories/a", "view_range": [2, -1]}),
     );
     assert_eq!(
-        err(&r),
-        "Error: Invalid `view_range` parameter: [1, 2]. The `view_range` parameter is not allowed when `path` points to a directory; view a file inside /memories/a instead."
+        ok(&r),
+        format!(
+            "Here're the files and directories up to 2 levels deep in /memories/a, excluding hidden items and node_modules (entries 2 to {n} of {n}):\n{}",
+            rows[1..].join("\n")
+        )
     );
+    for (range, words) in [
+        (
+            json!([0, 1]),
+            format!("Its first element `0` should be within [1, {n}]"),
+        ),
+        (
+            json!([2, 1]),
+            format!("Its second element `1` should be within [2, {n}]"),
+        ),
+        (
+            json!([1, n + 1]),
+            format!("should be within [1, {n}], or -1 for the last entry"),
+        ),
+    ] {
+        let r = run(
+            &m,
+            &mut s,
+            json!({"command": "view", "path": "/memories/a", "view_range": range}),
+        );
+        assert!(err(&r).contains(&words), "{range}: {}", err(&r));
+        assert!(err(&r).contains("for a directory it selects entries of its listing"));
+    }
+}
+
+#[test]
+fn a_flat_directory_past_the_cap_is_listed_whole_through_view_range() {
+    // 200 files of long names in one directory: no subdirectory shows the
+    // ones a listing leaves out; the view_range its closing row gives does.
+    let names: Vec<String> = (0..200)
+        .map(|i| format!("/memories/L/{}-{i:03}.md", "n".repeat(90)))
+        .collect();
+    let files: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "x")).collect();
+    let mut s = store(&files);
+    let m = Memory::default();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut range = None;
+    for _ in 0..10 {
+        let mut input = json!({"command": "view", "path": "/memories/L"});
+        if let Some(r) = &range {
+            input["view_range"] = json!(r);
+        }
+        let r = run(&m, &mut s, input);
+        let text = ok(&r);
+        assert!(text.chars().count() <= 16_000, "{}", text.chars().count());
+        for line in text.lines().filter(|l| l.contains("\t/memories/L/")) {
+            seen.insert(line.split('\t').nth(1).unwrap().to_owned());
+        }
+        let last = text.lines().last().unwrap();
+        let Some(at) = last.find("view_range [") else {
+            break;
+        };
+        let rest = &last[at + "view_range [".len()..];
+        let (a, b) = rest.split_once(']').unwrap().0.split_once(", ").unwrap();
+        range = Some([a.parse::<i64>().unwrap(), b.parse::<i64>().unwrap()]);
+    }
+    assert_eq!(seen.len(), 200, "every file listed by following the hints");
 }
 
 #[test]
@@ -556,16 +623,52 @@ fn other_binary_content_is_an_error() {
         .unwrap();
     s.seed(&p("/memories/bad.png"), vec![0xff, 0xfe]).unwrap();
     let m = Memory::default();
-    for path in ["/memories/blob.bin", "/memories/bad.png"] {
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "view", "path": "/memories/blob.bin"}),
+    );
+    assert_eq!(
+        err(&r),
+        "Error: The file /memories/blob.bin is binary (it is not UTF-8 text), so it cannot be shown as text. Only UTF-8 text files and .png, .jpg or .jpeg images can be viewed."
+    );
+    // Named as an image, it is told apart from one: the message does not
+    // say that the kind of file it refuses can be viewed.
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "view", "path": "/memories/bad.png"}),
+    );
+    assert_eq!(
+        err(&r),
+        "Error: The file /memories/bad.png is binary and not a PNG or JPEG image (its content does not start as one), so it cannot be shown. Only UTF-8 text files and PNG or JPEG images can be viewed."
+    );
+    assert!(s.viewed().is_empty());
+}
+
+#[test]
+fn an_image_is_sent_with_the_media_type_of_its_content_whatever_its_extension() {
+    let mut s = MemStore::default();
+    s.seed(&p("/memories/photo.jpg"), PNG.to_vec()).unwrap();
+    s.seed(&p("/memories/pic.png"), JPEG.to_vec()).unwrap();
+    let m = Memory::default();
+    for (path, media, bytes) in [
+        ("/memories/photo.jpg", "image/png", PNG),
+        ("/memories/pic.png", "image/jpeg", JPEG),
+    ] {
         let r = run(&m, &mut s, json!({"command": "view", "path": path}));
         assert_eq!(
-            err(&r),
-            format!(
-                "Error: The file {path} is binary (it is not UTF-8 text), so it cannot be shown as text. Only UTF-8 text files and .png, .jpg or .jpeg images can be viewed."
-            )
+            r,
+            ToolResult {
+                content: Content::Image {
+                    media_type: media,
+                    data_base64: BASE64.encode(bytes),
+                },
+                is_error: false,
+            },
+            "{path}"
         );
     }
-    assert!(s.viewed().is_empty());
 }
 
 // ----- create -------------------------------------------------------------
@@ -785,7 +888,11 @@ fn str_replace_without_new_str_deletes() {
         &mut s,
         json!({"command": "str_replace", "path": "/memories/n.txt", "old_str": "World\nBye\n", "new_str": null}),
     );
-    assert_eq!(ok(&r), EDITED, "an emptied file has no lines to show");
+    assert_eq!(
+        ok(&r),
+        format!("{EDITED}\n(the file is now empty)"),
+        "an emptied file has no lines to show, and says so"
+    );
     assert_eq!(content(&s, "/memories/n.txt").unwrap(), "");
 }
 
@@ -899,9 +1006,10 @@ fn str_replace_several_matches_lists_their_lines() {
     );
     assert_eq!(s.commits(), 0);
     assert_eq!(content(&s, "/memories/a.txt").unwrap(), "ab ab\ncd\nab\n");
-    // As the SDK's reference tool: two matches that do not overlap decide
-    // the refusal, and the listing names every start, overlapping ones
-    // too; one match (however it overlaps itself) is replaced.
+    // Every start counts, overlapping ones too, for the refusal as for the
+    // listed lines: "aaaa" holds "aaa" twice, so replacing it is ambiguous
+    // (the SDK's reference tool counts without overlap there and replaces
+    // the first).
     run(
         &m,
         &mut s,
@@ -919,9 +1027,19 @@ fn str_replace_several_matches_lists_their_lines() {
     let r = run(
         &m,
         &mut s,
+        json!({"command": "str_replace", "path": "/memories/c.txt", "old_str": "aaa", "new_str": "b"}),
+    );
+    assert_eq!(
+        err(&r),
+        "No replacement was performed. Multiple occurrences of old_str `aaa` in lines: 1, 1. Please ensure it is unique"
+    );
+    let r = run(
+        &m,
+        &mut s,
         json!({"command": "str_replace", "path": "/memories/c.txt", "old_str": "aaaa", "new_str": "b"}),
     );
     assert!(!r.is_error, "{r:?}");
+    assert_eq!(content(&s, "/memories/c.txt").unwrap(), "b\nzaaz\n");
 }
 
 #[test]
@@ -943,14 +1061,31 @@ fn str_replace_many_matches_are_summed_up() {
 }
 
 #[test]
-fn str_replace_matches_do_not_overlap() {
+fn str_replace_that_empties_the_file_says_so() {
+    let mut s = store(&[("/memories/a.txt", "gone\n")]);
+    let r = run(
+        &Memory::default(),
+        &mut s,
+        json!({"command": "str_replace", "path": "/memories/a.txt", "old_str": "gone\n"}),
+    );
+    assert_eq!(ok(&r), format!("{EDITED}\n(the file is now empty)"));
+    assert_eq!(content(&s, "/memories/a.txt").unwrap(), "");
+}
+
+#[test]
+fn str_replace_counts_overlapping_matches_as_several() {
+    // "aaa" holds "aa" at 0 and 1: which to replace is not said.
     let mut s = store(&[("/memories/a.txt", "aaa")]);
     let r = run(
         &Memory::default(),
         &mut s,
         json!({"command": "str_replace", "path": "/memories/a.txt", "old_str": "aa", "new_str": "b"}),
     );
-    assert_eq!(ok(&r), format!("{EDITED}\n     1\tba"));
+    assert_eq!(
+        err(&r),
+        "No replacement was performed. Multiple occurrences of old_str `aa` in lines: 1, 1. Please ensure it is unique"
+    );
+    assert_eq!(content(&s, "/memories/a.txt").unwrap(), "aaa");
 }
 
 #[test]
@@ -1528,6 +1663,85 @@ fn redacted_create_says_how_many_and_which_kinds() {
 }
 
 #[test]
+fn a_path_or_old_str_as_first_written_finds_what_was_stored_redacted() {
+    let mut s = MemStore::default();
+    let m = toy();
+    let secret_path = "/memories/n-AKIAEXAMPLE.md";
+    let stored = "/memories/n-[REDACTED:aws-access-key-id].md";
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "create", "path": secret_path, "file_text": "alpha\nbeta\n"}),
+    );
+    assert!(ok(&r).starts_with(&format!("File created successfully at: {stored}\n")));
+    // Each command naming the path as the model wrote it acts on the file
+    // stored under its redacted name, and answers with that name.
+    let r = run(&m, &mut s, json!({"command": "view", "path": secret_path}));
+    assert_eq!(
+        ok(&r),
+        format!("Here's the content of {stored} with line numbers:\n     1\talpha\n     2\tbeta")
+    );
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "str_replace", "path": secret_path, "old_str": "alpha", "new_str": "key=AKIAEXAMPLE"}),
+    );
+    assert!(!r.is_error, "{r:?}");
+    // The old text as first written matches its redacted form in the file.
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "str_replace", "path": secret_path, "old_str": "key=AKIAEXAMPLE", "new_str": "gamma"}),
+    );
+    assert!(!r.is_error, "{r:?}");
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "insert", "path": secret_path, "insert_line": 0, "insert_text": "top"}),
+    );
+    assert_eq!(ok(&r), format!("The file {stored} has been edited."));
+    assert_eq!(content(&s, stored).unwrap(), "top\ngamma\nbeta\n");
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "rename", "old_path": secret_path, "new_path": "/memories/plain.md"}),
+    );
+    assert_eq!(
+        ok(&r),
+        format!("Successfully renamed {stored} to /memories/plain.md")
+    );
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "create", "path": secret_path, "file_text": "x"}),
+    );
+    assert!(!r.is_error);
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "delete", "path": secret_path}),
+    );
+    assert_eq!(ok(&r), format!("Successfully deleted {stored}"));
+    // Missing either way: the answer names the path as it may be shown.
+    let r = run(&m, &mut s, json!({"command": "view", "path": secret_path}));
+    assert_eq!(
+        err(&r),
+        format!("The path {stored} does not exist. Please provide a valid path.")
+    );
+    // A name stored with the secret in it (before a rule knew it) is found
+    // as it is.
+    let mut old = MemStore::default();
+    old.seed(&p(secret_path), b"kept\n".to_vec()).unwrap();
+    let r = run(
+        &m,
+        &mut old,
+        json!({"command": "delete", "path": secret_path}),
+    );
+    assert!(!r.is_error, "{r:?}");
+    assert!(files(&old).is_empty());
+}
+
+#[test]
 fn redaction_notice_singular_and_same_kind_twice() {
     let mut s = MemStore::default();
     let r = run(
@@ -1850,8 +2064,12 @@ fn a_listing_cut_short_still_shows_every_entry_of_the_directory_itself() {
     assert!(at("/memories/archive/note-0000.md") < at("/memories/profile.md"));
     assert!(
         text.lines().last().unwrap().contains(
-            "more entries not shown: a listing stops at 16000 characters. View a subdirectory (such as /memories/archive/)"
-        ),
+            "more entries not shown: a listing stops at 16000 characters. View /memories with view_range ["
+        ) && text
+            .lines()
+            .last()
+            .unwrap()
+            .contains("view a subdirectory (such as /memories/archive/)"),
         "{rows} rows: {}",
         text.lines().last().unwrap()
     );
@@ -1880,14 +2098,15 @@ fn capped_listing_keeps_whole_rows_and_its_own_row() {
         })
         .collect();
     // Room for everything: no marker.
-    let all = capped_listing("H".into(), &rows_of(&rows), 10_000);
+    let root = p("/memories");
+    let all = capped_listing("H".into(), &rows_of(&rows), &root, 10_000);
     assert_eq!(all.lines().count(), 11);
     // No room at all: the first row still shows, then the marker, without
     // an example it has no room for.
-    let none = capped_listing("H".into(), &rows_of(&rows), 0);
+    let none = capped_listing("H".into(), &rows_of(&rows), &root, 0);
     assert_eq!(
         none,
-        "H\n1B\t/memories/f0\n… 9 more entries not shown: a listing stops at 0 characters. View a subdirectory to list what is in it, or view a file by its path …"
+        "H\n1B\t/memories/f0\n… 9 more entries not shown: a listing stops at 0 characters. View /memories with view_range [2, -1] to list the entries from the first one left out, view a subdirectory to list what is in it, or view a file by its path …"
     );
     // Subdirectories whose paths are longer than the cap leaves for the
     // example: the answer stays within the cap, the example left out.
@@ -1897,7 +2116,7 @@ fn capped_listing_keeps_whole_rows_and_its_own_row() {
             .chain((0..3).map(|i| (format!("1K\t{long}f{i}"), Some(long.clone()))))
             .collect();
     let header = listing_header("/memories");
-    let capped = capped_listing(header.clone(), &rows_of(&long_rows), 1_000);
+    let capped = capped_listing(header.clone(), &rows_of(&long_rows), &root, 1_000);
     assert!(
         capped.chars().count() <= 1_000,
         "{}",
@@ -1906,11 +2125,11 @@ fn capped_listing_keeps_whole_rows_and_its_own_row() {
     assert_eq!(
         capped,
         format!(
-            "{header}\n5K\t/memories\n… 3 more entries not shown: a listing stops at 1000 characters. View a subdirectory to list what is in it, or view a file by its path …"
+            "{header}\n5K\t/memories\n… 3 more entries not shown: a listing stops at 1000 characters. View /memories with view_range [2, -1] to list the entries from the first one left out, view a subdirectory to list what is in it, or view a file by its path …"
         )
     );
     // With room for the example, it is named.
-    let roomy = capped_listing(header.clone(), &rows_of(&long_rows), 1_500);
+    let roomy = capped_listing(header.clone(), &rows_of(&long_rows), &root, 1_500);
     assert!(roomy.chars().count() <= 1_500, "{}", roomy.chars().count());
     assert!(roomy.contains(&format!("(such as {long})")), "{roomy}");
     // Rows are 16 characters with their newline: 3 fit beside the header
@@ -1923,16 +2142,16 @@ fn capped_listing_keeps_whole_rows_and_its_own_row() {
         })
         .collect();
     // Rows of 17 characters with their newline.
-    let closing = "… 30 more entries not shown: a listing stops at 999 characters. View a subdirectory (such as /memories/d/) to list what is in it, or view a file by its path …";
+    let closing = "… 30 more entries not shown: a listing stops at 999 characters. View /memories with view_range [30, -1] to list the entries from the first one left out, view a subdirectory (such as /memories/d/) to list what is in it, or view a file by its path …";
     let cap = 1 + 3 * 17 + closing.chars().count() + 1;
-    let some = capped_listing("H".into(), &rows_of(&many), cap);
+    let some = capped_listing("H".into(), &rows_of(&many), &root, cap);
     assert_eq!(some.lines().count(), 1 + 3 + 1, "{some}");
     assert!(some.chars().count() <= cap, "{some}");
-    assert!(some.ends_with(&format!("… 27 more entries not shown: a listing stops at {cap} characters. View a subdirectory (such as /memories/d/) to list what is in it, or view a file by its path …")), "{some}");
-    let one_left = capped_listing("H".into(), &rows_of(&rows[..2]), 15);
+    assert!(some.ends_with(&format!("… 27 more entries not shown: a listing stops at {cap} characters. View /memories with view_range [4, -1] to list the entries from the first one left out, view a subdirectory (such as /memories/d/) to list what is in it, or view a file by its path …")), "{some}");
+    let one_left = capped_listing("H".into(), &rows_of(&rows[..2]), &root, 15);
     assert!(one_left.contains("… 1 more entry not shown"), "{one_left}");
     assert!(
-        one_left.contains("View a subdirectory to list"),
+        one_left.contains("view a subdirectory to list"),
         "{one_left}"
     );
 }

@@ -97,8 +97,9 @@ fn numbered_len(number: usize, chars: usize) -> usize {
 /// (the rest of the budget), and one line in the middle says how many lines
 /// were left out and which `view_range` shows them. Each kept line counts
 /// with its newline. A single line longer than half the budget is cut
-/// inside (at a character boundary) and says so, so the start and the end
-/// of the text are always visible.
+/// inside (at character boundaries): its first two thirds of what fits and
+/// its last third are kept, with how many characters were left out
+/// between, so the start and the end of the text are always visible.
 pub fn numbered(lines: &[&str], first_number: usize, max_chars: usize) -> String {
     let chars: Vec<usize> = lines.iter().map(|l| l.chars().count()).collect();
     let total: usize = chars
@@ -145,10 +146,24 @@ pub fn numbered(lines: &[&str], first_number: usize, max_chars: usize) -> String
         if full < cap {
             return (full, None);
         }
-        let note = format!(" … [line cut here: it has {} characters in all]", chars[i]);
-        let room = cap.saturating_sub(numbered_len(number, 0) + note.chars().count() + 1);
-        let kept: String = lines[i].chars().take(room).collect();
-        let text = format!("{}{note}", numbered_line(number, &kept));
+        // Its start and its end, the middle left out: the line's end can
+        // matter as much as the file's.
+        let widest = format!(
+            " … [{0} of this line's {0} characters not shown] … ",
+            chars[i]
+        );
+        let room = cap.saturating_sub(numbered_len(number, 0) + widest.chars().count() + 1);
+        let start = room - room / 3;
+        let end = room / 3;
+        let omitted = chars[i].saturating_sub(start + end);
+        let mut kept: String = lines[i].chars().take(start).collect();
+        let _ = write!(
+            kept,
+            " … [{omitted} of this line's {} characters not shown] … ",
+            chars[i]
+        );
+        kept.extend(lines[i].chars().skip(chars[i] - end));
+        let text = numbered_line(number, &kept);
         (text.chars().count(), Some(text))
     };
 
@@ -396,7 +411,20 @@ mod tests {
         let giant = "é".repeat(100_000);
         let out = numbered(&[giant.as_str()], 1, 16_000);
         assert!(out.starts_with("     1\téé"));
-        assert!(out.ends_with("… [line cut here: it has 100000 characters in all]"));
+        // Its end is shown too, past the note of what was left out.
+        let tail = "x".repeat(10) + "THE-END";
+        let ended = giant.clone() + &tail;
+        let cut = numbered(&[ended.as_str()], 1, 16_000);
+        assert!(cut.ends_with(&tail), "{}", &cut[cut.len() - 100..]);
+        let note = cut.split(" … [").nth(1).unwrap();
+        let omitted: usize = note.split(' ').next().unwrap().parse().unwrap();
+        assert!(note.starts_with(&format!(
+            "{omitted} of this line's 100017 characters not shown] … "
+        )));
+        // What is shown and what the note counts make the whole line.
+        let shown = cut.chars().filter(|&c| c == 'é' || c == 'x').count() + "THE-END".len();
+        assert_eq!(shown + omitted, 100_017);
+        assert!(cut.chars().count() <= 16_000);
         assert!(out.contains("1 line omitted") || out.chars().count() <= 16_000);
         assert!(out.chars().count() <= 16_000 + 200);
         // Alone (a view_range of that line), it has the whole budget.
@@ -412,7 +440,11 @@ mod tests {
         let out = numbered(&many, 1, 16_000);
         assert!(out.starts_with("     1\téé"));
         let rows: Vec<&str> = out.split('\n').collect();
-        assert!(rows[0].ends_with("… [line cut here: it has 100000 characters in all]"));
+        assert!(
+            rows[0].contains(" characters not shown] … éé"),
+            "{}",
+            rows[0]
+        );
         assert!(rows[1].starts_with("… "), "{}", rows[1]);
         assert!(out.ends_with("  3002\tthe end"));
         assert!(out.chars().count() <= 16_000 + rows[1].chars().count() + 1);

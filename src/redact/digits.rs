@@ -210,12 +210,23 @@ pub(crate) fn iban(text: &str, s: usize, e: usize, out: &mut Vec<(usize, usize)>
     let mut compact = Vec::with_capacity(34);
     while q + 4 <= e {
         let head = &b[q..q + 4];
-        let plausible = head[0].is_ascii_uppercase()
-            && head[1].is_ascii_uppercase()
+        // Written in capitals, or all in lower case (`iban de56 2085…`):
+        // its letters are all of one case.
+        let lower = head[0].is_ascii_lowercase();
+        let letter = |c: u8| {
+            if lower {
+                c.is_ascii_lowercase()
+            } else {
+                c.is_ascii_uppercase()
+            }
+        };
+        let plausible = letter(head[0])
+            && letter(head[1])
             && head[2].is_ascii_digit()
             && head[3].is_ascii_digit()
             && (q == 0 || !b[q - 1].is_ascii_alphanumeric());
-        let Some(len) = plausible.then(|| iban_length(&head[..2])).flatten() else {
+        let country = [head[0].to_ascii_uppercase(), head[1].to_ascii_uppercase()];
+        let Some(len) = plausible.then(|| iban_length(&country)).flatten() else {
             q += 1;
             continue;
         };
@@ -223,13 +234,13 @@ pub(crate) fn iban(text: &str, s: usize, e: usize, out: &mut Vec<(usize, usize)>
         let mut i = q;
         while i < b.len() && compact.len() < len {
             let c = b[i];
-            if c.is_ascii_uppercase() || c.is_ascii_digit() {
-                compact.push(c);
+            if letter(c) || c.is_ascii_digit() {
+                compact.push(c.to_ascii_uppercase());
                 i += 1;
             } else if c == b' '
                 && i > q + 1
                 && b.get(i + 1)
-                    .is_some_and(|n| n.is_ascii_uppercase() || n.is_ascii_digit())
+                    .is_some_and(|&n| letter(n) || n.is_ascii_digit())
             {
                 i += 1;
             } else {

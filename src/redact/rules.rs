@@ -325,6 +325,32 @@ fn random_suffix_5(v: &[u8]) -> bool {
     random_suffix(v, 5)
 }
 
+/// The part after the last `/` or `=` looks random (a webhook's key).
+fn random_tail_last_slash(v: &[u8]) -> bool {
+    let cut = v
+        .iter()
+        .rposition(|&b| b == b'/' || b == b'=')
+        .map_or(0, |i| i + 1);
+    random_suffix(v, cut)
+}
+
+/// MaxMind license keys (`<6>_<29>_mmk`) and Fernet tokens
+/// (`gAAAAAB` and the rest of a timestamp, then the random part).
+fn random_suffix_7(v: &[u8]) -> bool {
+    random_suffix(v, 7)
+}
+
+/// A PASETO token's payload after `vN.local.` or `vN.public.`.
+fn paseto_body(v: &[u8]) -> bool {
+    let cut = v
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'.')
+        .nth(1)
+        .map_or(0, |(i, _)| i + 1);
+    random_suffix(v, cut)
+}
+
 /// Twitter app bearer tokens: 22 `A`s, then the random part.
 fn twitter_bearer(v: &[u8]) -> bool {
     random_suffix(v, 22)
@@ -484,6 +510,23 @@ pub(crate) const SPECS: &[Spec] = &[
         anchors: &["AKIA", "ASIA", "ABIA", "ACCA"],
         how: How::Re(ReSpec {
             re: r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}[^A-Za-z0-9/+]{1,12}([A-Za-z0-9/+]{40})",
+            back: 0,
+            fwd: 80,
+            group: 1,
+            check_group: 1,
+            left: Edge::B64Body,
+            right: Edge::B64,
+            check: aws_secret,
+        }),
+    },
+    // The same pair once the key id was redacted by an earlier write: the
+    // secret arriving in a later edit is still next to its id.
+    Spec {
+        id: "aws-secret-access-key",
+        prio: 2,
+        anchors: &["[REDACTED:aws-access-key-id]"],
+        how: How::Re(ReSpec {
+            re: r"\[REDACTED:aws-access-key-id\][^A-Za-z0-9/+]{1,12}([A-Za-z0-9/+]{40})",
             back: 0,
             fwd: 80,
             group: 1,
@@ -1534,6 +1577,76 @@ pub(crate) const SPECS: &[Spec] = &[
         ),
     },
     Spec {
+        id: "docker-swarm-token",
+        prio: 3,
+        anchors: &["SWMTKN-1-"],
+        how: token(
+            r"SWMTKN-1-[a-z0-9]{50}-[a-z0-9]{25}",
+            90,
+            Edge::Token,
+            Edge::Token,
+            random_tail_last,
+        ),
+    },
+    Spec {
+        id: "maxmind-license-key",
+        prio: 3,
+        anchors: &["_mmk"],
+        how: context(
+            r"([A-Za-z0-9]{6}_[A-Za-z0-9]{29}_mmk)",
+            40,
+            4,
+            1,
+            Edge::Word,
+            random_suffix_7,
+        ),
+    },
+    Spec {
+        id: "nostr-secret-key",
+        prio: 3,
+        anchors: &["nsec1"],
+        how: token(
+            "nsec1[02-9ac-hj-np-z]{58}",
+            63,
+            Edge::Alnum,
+            Edge::Alnum,
+            random_suffix_5,
+        ),
+    },
+    Spec {
+        id: "paseto-token",
+        prio: 3,
+        anchors: &[
+            "v1.local.",
+            "v2.local.",
+            "v3.local.",
+            "v4.local.",
+            "v1.public.",
+            "v2.public.",
+            "v3.public.",
+            "v4.public.",
+        ],
+        how: token(
+            r"v[1-4]\.(?:local|public)\.[A-Za-z0-9_-]{40,}(?:\.[A-Za-z0-9_-]+)?",
+            4096,
+            Edge::Token,
+            Edge::Token,
+            paseto_body,
+        ),
+    },
+    Spec {
+        id: "fernet-token",
+        prio: 3,
+        anchors: &["gAAAAAB"],
+        how: token(
+            "gAAAAAB[A-Za-z0-9_-]{73,}={0,2}",
+            4096,
+            Edge::B64Body,
+            Edge::B64,
+            random_suffix_7,
+        ),
+    },
+    Spec {
         id: "facebook-access-token",
         prio: 3,
         anchors: &["EAAC", "EAAM", "EAAG"],
@@ -2098,6 +2211,30 @@ pub(crate) const SPECS: &[Spec] = &[
             django_tail,
         ),
     },
+    // Chat and automation webhooks whose URL alone lets anyone post.
+    Spec {
+        id: "chat-webhook",
+        prio: 3,
+        anchors: &[
+            "open.feishu.cn/open-apis/bot/v2/hook/",
+            "open.larksuite.com/open-apis/bot/v2/hook/",
+            "qyapi.weixin.qq.com/cgi-bin/webhook/send?key=",
+            "maker.ifttt.com/",
+            "webexapis.com/v1/webhooks/incoming/",
+            "hook.make.com/",
+            "hook.eu1.make.com/",
+            "hook.eu2.make.com/",
+            "hook.us1.make.com/",
+            "hook.us2.make.com/",
+        ],
+        how: token(
+            r"(?:open\.(?:feishu\.cn|larksuite\.com)/open-apis/bot/v2/hook/[A-Za-z0-9-]{20,64}|qyapi\.weixin\.qq\.com/cgi-bin/webhook/send\?key=[A-Za-z0-9-]{20,64}|maker\.ifttt\.com/(?:trigger/[A-Za-z0-9_.-]{1,64}/(?:json/)?with/key|use)/[A-Za-z0-9_-]{16,64}|webexapis\.com/v1/webhooks/incoming/[A-Za-z0-9_-]{40,200}|hook\.(?:[a-z]{2}[0-9]\.)?make\.com/[a-z0-9]{24,40})",
+            300,
+            Edge::Alnum,
+            Edge::Alnum,
+            random_tail_last_slash,
+        ),
+    },
     Spec {
         id: "zapier-webhook",
         prio: 3,
@@ -2387,6 +2524,83 @@ pub(crate) const SPECS: &[Spec] = &[
             1,
             Edge::Free,
             notes::access_code,
+        ),
+    },
+    // The word for a password in languages the rules above do not read,
+    // then up to 40 characters on its line (`от сервера`), then a colon,
+    // an equals sign or the language's "is", then the value
+    // (`Пароль от сервера: X`, `数据库密码：X`, `パスワードは X です`).
+    Spec {
+        id: "password-assignment",
+        prio: 1,
+        anchors: &[
+            "пароль",
+            "Пароль",
+            "ПАРОЛЬ",
+            "密码",
+            "密碼",
+            "パスワード",
+            "hasło",
+            "Hasło",
+            "HASŁO",
+            "şifre",
+            "Şifre",
+            "ŞİFRE",
+            "lösenord",
+            "Lösenord",
+            "LÖSENORD",
+            "jelszó",
+            "Jelszó",
+            "JELSZÓ",
+            "κωδικός",
+            "Κωδικός",
+            "κωδικό",
+            "Κωδικό",
+            "كلمة المرور",
+            "كلمة السر",
+            "סיסמה",
+            "סיסמא",
+            "पासवर्ड",
+            "mật khẩu",
+            "Mật khẩu",
+            "MẬT KHẨU",
+            "kata sandi",
+            "Kata sandi",
+            "KATA SANDI",
+            "passord",
+            "Passord",
+            "PASSORD",
+            "adgangskode",
+            "Adgangskode",
+            "parolă",
+            "Parolă",
+        ],
+        how: context(
+            r#"(?i:пароль|密码|密碼|パスワード|hasło|şifre|lösenord|jelszó|κωδικό[ςσ]?|كلمة المرور|كلمة السر|סיסמ[הא]|पासवर्ड|mật khẩu|kata sandi|passord|adgangskode|parolă)(?:[^\n:=：＝]{0,40}?)(?:[\t ]*(?:[:=：＝]|->)[\t ]*|[\t ]+(?:on|är|er|jest|là|adalah|je|είναι|هي|היא|है|это)[\t ]+|[\t ]*(?:是|为|為|は)[\t ]*)([^\t\n\x0B\x0C\r "'<>|`：，。、]{6,128})"#,
+            0,
+            240,
+            1,
+            Edge::Free,
+            notes::prose_password,
+        ),
+    },
+    // The words the rules above read with a colon or `=`, with the "is"
+    // of Italian, Portuguese, Spanish, Romanian, Finnish or Turkish
+    // (`La password del router è X`, `A senha do wifi é X`).
+    Spec {
+        id: "password-assignment",
+        prio: 1,
+        anchors: &[
+            "password", "Password", "PASSWORD", "senha", "Senha", "SENHA", "salasana", "Salasana",
+            "parola", "Parola", "PAROLA",
+        ],
+        how: context(
+            r#"(?i:password|senha|salasana|parola)(?:[^\n:=]{0,40}?)[\t ]+(?:è|é|on|este|es)[\t ]+([^\t\n\x0B\x0C\r "'<>|`]{6,128})"#,
+            0,
+            240,
+            1,
+            Edge::Free,
+            notes::prose_password,
         ),
     },
     Spec {
@@ -2990,6 +3204,17 @@ pub(crate) const RULES: &[(&str, &str)] = &[
         "Shippo, Typeform, Frame.io, Duffel, Infracost, Scalingo, SettleMint, Adobe and Flutterwave tokens",
     ),
     (
+        "docker-swarm-token",
+        "Docker swarm join tokens (SWMTKN-1-...)",
+    ),
+    ("maxmind-license-key", "MaxMind license keys (..._mmk)"),
+    ("nostr-secret-key", "Nostr secret keys (nsec1...)"),
+    (
+        "paseto-token",
+        "PASETO tokens (v1-v4, local and public: v4.local....)",
+    ),
+    ("fernet-token", "Fernet tokens (gAAAAAB...)"),
+    (
         "facebook-access-token",
         "Facebook / Meta access token (EAAC..., EAAM..., EAAG...)",
     ),
@@ -3134,6 +3359,10 @@ pub(crate) const RULES: &[(&str, &str)] = &[
     (
         "django-secret-key",
         "Django generated SECRET_KEY (django-insecure-...)",
+    ),
+    (
+        "chat-webhook",
+        "Feishu/Lark, WeCom, IFTTT, Webex and Make webhook URLs",
     ),
     (
         "zapier-webhook",

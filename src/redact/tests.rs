@@ -259,6 +259,16 @@ mod cloud {
             &s,
             "aws-secret-access-key",
         );
+        // The key id redacted by an earlier write, the secret added on the
+        // next line by a later one: still next to its id.
+        let s = aws_secret(15);
+        let out = redactor().redact(&format!(
+            "aws_access_key_id [REDACTED:aws-access-key-id]\n{s}\n"
+        ));
+        assert_eq!(
+            out.text,
+            "aws_access_key_id [REDACTED:aws-access-key-id]\n[REDACTED:aws-secret-access-key]\n"
+        );
         // The console's CSV: the secret sits next to its key id.
         let (id, s) = (aws_id(14), aws_secret(14));
         let out = redactor().redact(&format!("Access key ID,Secret access key\n{id},{s}\n"));
@@ -1806,6 +1816,9 @@ mod personal {
             "BE68 5390 0754 7034",
         ] {
             assert_redacted(&format!("Pay to IBAN {iban} by Friday.\n"), iban, "iban");
+            // Written all in lower case.
+            let lower = iban.to_ascii_lowercase();
+            assert_redacted(&format!("iban {lower}\n"), &lower, "iban");
         }
         assert_redacted(
             "IBAN: BE68 5390 0754 7034 THEN stop",
@@ -1819,6 +1832,111 @@ mod personal {
         assert_clean("IBAN GB82 WEST 1234 5698 7654 33 (check digits wrong)");
         assert_clean("ZZ12 3456 7890 1234 5678 is not a country");
         assert_clean("DE89 3704 0044 0532 0130 0 is too short");
+        // Cases mixed within one: not an IBAN as written.
+        assert_clean("gb82WEST12345698765432");
+        assert_clean("Gb82 west 1234 5698 7654 32");
+    }
+}
+
+// ------------------------------------------------------------------ held-out misses (session 32)
+
+mod held_out {
+    use super::*;
+
+    #[test]
+    fn passwords_named_in_other_languages() {
+        for (text, secret) in [
+            ("Пароль от сервера: Kx7#mQ2pLr9z", "Kx7#mQ2pLr9z"),
+            ("数据库密码：Qw3rT#9zLp2x", "Qw3rT#9zLp2x"),
+            ("管理画面のパスワードは Zt8!kLm3Qp2w です", "Zt8!kLm3Qp2w"),
+            ("パスワード=d6wQmx@c5GkkM^2NE", "d6wQmx@c5GkkM^2NE"),
+            ("Hasło do routera: Lp9#xQ2mZt7k", "Lp9#xQ2mZt7k"),
+            ("Lösenordet är Vb4!nQ8zKp2m", "Vb4!nQ8zKp2m"),
+            ("WiFi şifre: Mn5$pQ9xLz3k", "Mn5$pQ9xLz3k"),
+            (
+                "La password del router è ozYS6u+Fp0IEg+b3Q",
+                "ozYS6u+Fp0IEg+b3Q",
+            ),
+            ("A senha do wifi é Quartzbzup2015#", "Quartzbzup2015#"),
+        ] {
+            assert_redacted(text, secret, "password-assignment");
+        }
+    }
+
+    #[test]
+    fn passwords_in_other_languages_lookalikes() {
+        assert_clean("Пароль: смотрите в менеджере паролей");
+        assert_clean("La password del router è scritta sul retro");
+        assert_clean("パスワードは 管理者に聞いてください");
+        assert_clean("Lösenordet är hemligt");
+    }
+
+    #[test]
+    fn tokens_with_a_fixed_prefix() {
+        let swarm = format!(
+            "SWMTKN-1-{}-{}",
+            rand(40, "abcdefghijklmnopqrstuvwxyz0123456789", 50),
+            rand(41, "abcdefghijklmnopqrstuvwxyz0123456789", 25)
+        );
+        assert_redacted(
+            &format!("docker swarm join --token {swarm} 10.0.0.5:2377"),
+            &swarm,
+            "docker-swarm-token",
+        );
+        let mmk = format!("{}_{}_mmk", rand(42, ALNUM, 6), rand(43, ALNUM, 29));
+        assert_redacted(
+            &format!("GeoIP license {mmk} (prod)"),
+            &mmk,
+            "maxmind-license-key",
+        );
+        let nsec = format!("nsec1{}", rand(44, "023456789acdefghjklmnpqrstuvwxyz", 58));
+        assert_redacted(&format!("my nostr key: {nsec}"), &nsec, "nostr-secret-key");
+        let paseto = format!("v4.local.{}", rand(45, B64URL, 120));
+        assert_redacted(
+            &format!("session {paseto} expires soon"),
+            &paseto,
+            "paseto-token",
+        );
+        let fernet = format!("gAAAAAB{}==", rand(46, B64URL, 90));
+        assert_redacted(
+            &format!("encrypted blob {fernet} in the db"),
+            &fernet,
+            "fernet-token",
+        );
+        assert_clean("v4.local. is the PASETO header for local tokens");
+        assert_clean(
+            "gAAAAABAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        );
+    }
+
+    #[test]
+    fn chat_webhooks() {
+        let uuid = "6f1c2b9e-4a7d-4e2b-9c1f-3d5e7a9b1c2d";
+        for url in [
+            format!("https://open.feishu.cn/open-apis/bot/v2/hook/{uuid}"),
+            format!("https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key={uuid}"),
+            format!(
+                "https://maker.ifttt.com/trigger/door_open/with/key/{}",
+                rand(47, ALNUM, 22)
+            ),
+            format!(
+                "https://webexapis.com/v1/webhooks/incoming/{}",
+                rand(48, ALNUM, 80)
+            ),
+            format!(
+                "https://hook.eu1.make.com/{}",
+                rand(49, "abcdefghijklmnopqrstuvwxyz0123456789", 32)
+            ),
+        ] {
+            let out = redactor().redact(&format!("post alerts to {url} please"));
+            assert!(
+                out.text.contains("[REDACTED:chat-webhook]")
+                    && !out.text.contains(&url[url.len() - 12..]),
+                "{url}: {}",
+                out.text
+            );
+        }
+        assert_clean("see https://open.feishu.cn/open-apis/bot/v2/hook/ for the docs");
     }
 }
 

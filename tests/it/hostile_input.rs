@@ -142,6 +142,27 @@ fn directory_view_is_capped_at_max_view_chars() {
     // Whole rows only, and the same answer every time.
     assert!(rows[1..rows.len() - 1].iter().all(|r| r.contains('\t')));
     assert_eq!(t.one(json!({"command": "view", "path": "/memories"})), v);
+    // The flat directory's other files are listed by the view_range the
+    // closing row gives, from the first one left out.
+    let first = shown + 1;
+    assert!(
+        marker.contains(&format!("View /memories with view_range [{first}, -1]")),
+        "{marker}"
+    );
+    let rest = t.one(json!({"command": "view", "path": "/memories", "view_range": [first, -1]}));
+    let rest = text(&rest);
+    assert!(
+        rest.starts_with(&format!(
+            "Here're the files and directories up to 2 levels deep in /memories, excluding hidden items and node_modules (entries {first} to "
+        )),
+        "{}",
+        rest.lines().next().unwrap()
+    );
+    let next = rest.lines().nth(1).unwrap();
+    assert!(
+        next.ends_with(&format!("/memories/note-{:05}.md", first - 2)),
+        "{next}"
+    );
 }
 
 #[test]
@@ -152,7 +173,7 @@ fn capped_directory_view_names_a_subdirectory_to_view() {
     let body = text(&v);
     let marker = body.rsplit('\n').next().unwrap();
     assert!(
-        marker.contains("View a subdirectory (such as /memories/d"),
+        marker.contains("view a subdirectory (such as /memories/d"),
         "{marker}"
     );
     assert!(body.chars().count() <= 16_000, "{}", body.chars().count());

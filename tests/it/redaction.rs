@@ -493,6 +493,9 @@ fn the_generated_secret_corpora_are_redacted_as_well_as_measured() {
         ("1", "0.921", "0", "4"),
         ("2", "0.885", "0", "9"),
         ("3", "0", "0", "8"),
+        // Session 32's attack: its split and obfuscated secrets leave 24
+        // texts in part (a line break inside a token redacts one line).
+        ("4", "0.592", "24", "2"),
     ] {
         let out = std::process::Command::new("python3")
             .args([script, "--bin", bin(), "--corpus", corpus])
