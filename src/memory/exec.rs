@@ -185,7 +185,20 @@ impl Memory {
         // when the path as given is not there (a name stored before a rule
         // stays reachable as it is).
         match self.at_redacted_path(store, cmd) {
-            Some(again) => self.run_given(store, &again),
+            Some(again) => {
+                let mut second = self.run_given(store, &again);
+                // Every secret of a kind redacts alike: say how the file
+                // was found, so that a path naming another secret of the
+                // same kind is not taken for a file of its own.
+                if !second.is_error
+                    && let Content::Text(text) = &mut second.content
+                {
+                    text.push_str(
+                        "\nNote: the path given holds a secret, so it was matched to the file stored under its redacted name (above); a path with another secret of the same kind names the same file.",
+                    );
+                }
+                second
+            }
             None => result,
         }
     }
@@ -205,7 +218,9 @@ impl Memory {
             Command::Create { .. } => return None,
         };
         let given = MemoryPath::parse(path).ok()?;
-        let redacted = filter.mask(given.as_str())?;
+        let PathFilter::Redacted(redacted, _) = redact_path(filter.as_ref(), &given) else {
+            return None;
+        };
         let redacted_path = MemoryPath::parse(&redacted).ok()?;
         if redacted_path == given {
             return None;
@@ -499,6 +514,7 @@ impl Memory {
                     .and_then(|f| f.mask(old_str))
                     .filter(|m| text.contains(m.as_str())),
             };
+            let via_redaction = masked.is_some();
             let old_str = masked.as_deref().unwrap_or(old_str);
             let Some(at) = text.find(old_str) else {
                 return refuse(format!(
@@ -540,10 +556,15 @@ impl Memory {
                 true => "(the file is now empty)".to_owned(),
                 false => snippet_of_lines(&edited, first, last, max_chars),
             };
-            let result = with_body(
+            let mut result = with_body(
                 "The memory file has been edited. Here is the snippet showing the change (with line numbers):".to_owned(),
                 &snippet,
             );
+            if via_redaction {
+                result.push_str(
+                    "\nNote: `old_str` holds a secret, so it was matched to the redacted text stored in its place; another secret of the same kind would match it too.",
+                );
+            }
             // An edit that leaves the file as it was answers as an edit
             // but writes nothing: no commit, no history entry, and no
             // refusal at a storage quota.
@@ -770,9 +791,11 @@ impl Memory {
 
     /// Runs the secret filter on a path about to be stored (a `create`
     /// path, a `rename` destination): names reach history and listings, so
-    /// they are held to the same rule as content. Redacted, the path is
-    /// the redacted one (it must still be a valid path); refused, `Err` is
-    /// the result to answer with. The refusal does not echo the path.
+    /// they are held to the same rule as content. Each name is filtered on
+    /// its own, so that a value read past a `/` never joins a directory
+    /// and its file into one name. Redacted, the path is the redacted one
+    /// (it must still be a valid path); refused, `Err` is the result to
+    /// answer with. The refusal does not echo the path.
     fn filter_path(
         &self,
         path: &MemoryPath,
@@ -780,21 +803,18 @@ impl Memory {
         let Some(filter) = &self.filter else {
             return Ok((path.clone(), Vec::new()));
         };
-        match filter.filter(path.as_str()) {
-            FilterOutcome::Clean => Ok((path.clone(), Vec::new())),
-            FilterOutcome::Redacted { text, kinds } => {
-                let kinds = merge_kinds(kinds);
-                match MemoryPath::parse(&text) {
-                    Ok(redacted) => Ok((redacted, kinds)),
-                    Err(_) => Err(ToolResult::error(format!(
-                        "Error: Nothing was saved: the path holds {} and, with it redacted, it is no longer a valid memory path (it passes the length limits). Choose a name without the secret.",
-                        crate::redact::secrets_phrase(&kinds)
-                    ))),
-                }
-            }
-            FilterOutcome::Rejected { kinds } => Err(ToolResult::error(format!(
+        match redact_path(filter.as_ref(), path) {
+            PathFilter::Clean => Ok((path.clone(), Vec::new())),
+            PathFilter::Redacted(text, kinds) => match MemoryPath::parse(&text) {
+                Ok(redacted) => Ok((redacted, kinds)),
+                Err(_) => Err(ToolResult::error(format!(
+                    "Error: Nothing was saved: the path holds {} and, with it redacted, it is no longer a valid memory path (it would break the length limits). Choose a name without the secret.",
+                    crate::redact::secrets_phrase(&kinds)
+                ))),
+            },
+            PathFilter::Rejected(kinds) => Err(ToolResult::error(format!(
                 "Error: Nothing was saved: the path holds {} that this memory store refuses to keep, in a file or directory name as in content. Choose a name without it.",
-                crate::redact::secrets_phrase(&merge_kinds(kinds))
+                crate::redact::secrets_phrase(&kinds)
             ))),
         }
     }
@@ -940,6 +960,41 @@ fn merge_kinds(kinds: Vec<(String, u32)>) -> Vec<(String, u32)> {
 // ----- helpers ---------------------------------------------------------
 
 /// Validates a command path; a refused path becomes its error result.
+/// A path through the secret filter.
+enum PathFilter {
+    Clean,
+    /// The path's text with its redacted names, and what was redacted.
+    Redacted(String, Vec<(String, u32)>),
+    Rejected(Vec<(String, u32)>),
+}
+
+/// Runs `filter` on each name of `path` on its own: a value a rule reads
+/// to the end of the text stops at its name, so a directory and its file
+/// never become one name, and a name is judged as it is listed.
+fn redact_path(filter: &dyn TextFilter, path: &MemoryPath) -> PathFilter {
+    let mut out = String::from("/memories");
+    let mut kinds = Vec::new();
+    let mut rejected = Vec::new();
+    for name in path.segments() {
+        out.push('/');
+        match filter.filter(name) {
+            FilterOutcome::Clean => out.push_str(name),
+            FilterOutcome::Redacted { text, kinds: k } => {
+                out.push_str(&text);
+                kinds.extend(k);
+            }
+            FilterOutcome::Rejected { kinds: k } => rejected.extend(k),
+        }
+    }
+    if !rejected.is_empty() {
+        PathFilter::Rejected(merge_kinds(rejected))
+    } else if kinds.is_empty() {
+        PathFilter::Clean
+    } else {
+        PathFilter::Redacted(out, merge_kinds(kinds))
+    }
+}
+
 fn valid(path: &str) -> Result<MemoryPath, ToolResult> {
     MemoryPath::parse(path).map_err(|e| ToolResult::error(format!("Error: {e}")))
 }
@@ -1127,8 +1182,13 @@ fn listing_part(
     let closing = |next: usize| {
         let left = end + 1 - next;
         let entries = if left == 1 { "entry" } else { "entries" };
+        let to = if end == n {
+            "-1".to_owned()
+        } else {
+            end.to_string()
+        };
         format!(
-            "… {left} more {entries} not shown: a listing stops at {max_chars} characters. View {dir} with view_range [{next}, {end}] to list them …"
+            "… {left} more {entries} not shown: a listing stops at {max_chars} characters. View {dir} with view_range [{next}, {to}] to list them …"
         )
     };
     let all: usize = rows[start - 1..end].iter().map(|r| len_of(&r.line)).sum();
@@ -1240,11 +1300,20 @@ fn capped_listing(header: String, rows: &[Row], dir: &MemoryPath, max_chars: usi
     };
     let mut keep = vec![false; rows.len()];
     let mut used = 0usize;
+    // The directory's own entries first; its subdirectories' entries only
+    // when all of those fit, so that no entry is shown without the row of
+    // the subdirectory it is in, and the rows left out from the first
+    // one on are listed in order by the `view_range` the closing row gives.
+    let mut own_all = true;
     for deep in [false, true] {
+        if deep && !own_all {
+            break;
+        }
         for (i, row) in rows.iter().enumerate().filter(|(_, r)| r.deep == deep) {
             let len = len_of(&row.line);
             // The directory's own row is always shown.
             if i > 0 && used + len > budget {
+                own_all &= deep;
                 break;
             }
             used += len;
@@ -1259,8 +1328,16 @@ fn capped_listing(header: String, rows: &[Row], dir: &MemoryPath, max_chars: usi
     let omitted = keep.iter().filter(|k| !**k).count();
     if omitted > 0 {
         let room = max_chars.saturating_sub(header_len + used);
-        // Entries are numbered from 1 (the directory's own row).
-        let first = keep.iter().position(|k| !*k).map_or(1, |i| i + 1);
+        // Entries are numbered from 1 (the directory's own row). When some
+        // of the directory's own entries were left out, the range starts
+        // at the first of them (the subdirectories' entries before it are
+        // listed by viewing the subdirectory); else at the first row left
+        // out.
+        let first = rows
+            .iter()
+            .zip(&keep)
+            .position(|(r, k)| !*k && (own_all || !r.deep))
+            .map_or(1, |i| i + 1);
         let closing = rows
             .iter()
             .zip(&keep)

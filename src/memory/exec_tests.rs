@@ -193,13 +193,17 @@ fn view_range_on_a_directory_selects_entries_of_its_listing() {
 fn a_flat_directory_past_the_cap_is_listed_whole_through_view_range() {
     // 200 files of long names in one directory: no subdirectory shows the
     // ones a listing leaves out; the view_range its closing row gives does.
-    let names: Vec<String> = (0..200)
+    let mut names: Vec<String> = (0..200)
         .map(|i| format!("/memories/L/{}-{i:03}.md", "n".repeat(90)))
         .collect();
+    // A subdirectory among them, early and late in the listing.
+    names.push("/memories/L/a-sub/inner.md".into());
+    names.push("/memories/L/z-sub/inner.md".into());
     let files: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "x")).collect();
     let mut s = store(&files);
     let m = Memory::default();
     let mut seen = std::collections::BTreeSet::new();
+    let mut rows_seen = 0;
     let mut range = None;
     for _ in 0..10 {
         let mut input = json!({"command": "view", "path": "/memories/L"});
@@ -209,8 +213,26 @@ fn a_flat_directory_past_the_cap_is_listed_whole_through_view_range() {
         let r = run(&m, &mut s, input);
         let text = ok(&r);
         assert!(text.chars().count() <= 16_000, "{}", text.chars().count());
-        for line in text.lines().filter(|l| l.contains("\t/memories/L/")) {
-            seen.insert(line.split('\t').nth(1).unwrap().to_owned());
+        let rows: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("\t/memories/L/"))
+            .collect();
+        for (i, line) in rows.iter().enumerate() {
+            let path = line.split('\t').nth(1).unwrap();
+            // An entry of a subdirectory comes right after that
+            // subdirectory's row or another entry of it.
+            if let Some((sub, _)) = path.strip_prefix("/memories/L/").unwrap().split_once('/')
+                && !sub.is_empty()
+                && !path.ends_with('/')
+            {
+                assert!(
+                    i > 0 && rows[i - 1].contains(&format!("/memories/L/{sub}/")),
+                    "{path} shown without its directory: {:?}",
+                    rows.get(i.wrapping_sub(1))
+                );
+            }
+            seen.insert(path.to_owned());
+            rows_seen += 1;
         }
         let last = text.lines().last().unwrap();
         let Some(at) = last.find("view_range [") else {
@@ -220,7 +242,36 @@ fn a_flat_directory_past_the_cap_is_listed_whole_through_view_range() {
         let (a, b) = rest.split_once(']').unwrap().0.split_once(", ").unwrap();
         range = Some([a.parse::<i64>().unwrap(), b.parse::<i64>().unwrap()]);
     }
-    assert_eq!(seen.len(), 200, "every file listed by following the hints");
+    // 200 files, 2 subdirectories and their 2 files, each listed once; the
+    // entries of a subdirectory whose row came before the cut are listed
+    // by viewing it, as the first closing row says.
+    let first = run(
+        &m,
+        &mut s,
+        json!({"command": "view", "path": "/memories/L"}),
+    );
+    assert!(
+        ok(&first)
+            .lines()
+            .last()
+            .unwrap()
+            .contains("view a subdirectory (such as /memories/L/a-sub/)"),
+        "{}",
+        ok(&first).lines().last().unwrap()
+    );
+    let sub = run(
+        &m,
+        &mut s,
+        json!({"command": "view", "path": "/memories/L/a-sub"}),
+    );
+    assert!(ok(&sub).contains("\t/memories/L/a-sub/inner.md"));
+    assert!(!seen.contains("/memories/L/a-sub/inner.md"));
+    assert_eq!(
+        seen.len(),
+        203,
+        "every other entry listed by following the hints"
+    );
+    assert_eq!(rows_seen, 203, "no entry listed twice");
 }
 
 #[test]
@@ -1664,6 +1715,7 @@ fn redacted_create_says_how_many_and_which_kinds() {
 
 #[test]
 fn a_path_or_old_str_as_first_written_finds_what_was_stored_redacted() {
+    const VIA: &str = "\nNote: the path given holds a secret, so it was matched to the file stored under its redacted name (above); a path with another secret of the same kind names the same file.";
     let mut s = MemStore::default();
     let m = toy();
     let secret_path = "/memories/n-AKIAEXAMPLE.md";
@@ -1675,31 +1727,38 @@ fn a_path_or_old_str_as_first_written_finds_what_was_stored_redacted() {
     );
     assert!(ok(&r).starts_with(&format!("File created successfully at: {stored}\n")));
     // Each command naming the path as the model wrote it acts on the file
-    // stored under its redacted name, and answers with that name.
+    // stored under its redacted name, answers with that name, and says how
+    // it found it.
     let r = run(&m, &mut s, json!({"command": "view", "path": secret_path}));
     assert_eq!(
         ok(&r),
-        format!("Here's the content of {stored} with line numbers:\n     1\talpha\n     2\tbeta")
+        format!(
+            "Here's the content of {stored} with line numbers:\n     1\talpha\n     2\tbeta{VIA}"
+        )
     );
     let r = run(
         &m,
         &mut s,
         json!({"command": "str_replace", "path": secret_path, "old_str": "alpha", "new_str": "key=AKIAEXAMPLE"}),
     );
-    assert!(!r.is_error, "{r:?}");
-    // The old text as first written matches its redacted form in the file.
+    assert!(ok(&r).ends_with(VIA), "{r:?}");
+    // The old text as first written matches its redacted form in the file,
+    // and the answer says so.
     let r = run(
         &m,
         &mut s,
-        json!({"command": "str_replace", "path": secret_path, "old_str": "key=AKIAEXAMPLE", "new_str": "gamma"}),
+        json!({"command": "str_replace", "path": stored, "old_str": "key=AKIAEXAMPLE", "new_str": "gamma"}),
     );
-    assert!(!r.is_error, "{r:?}");
+    assert!(
+        ok(&r).contains("Note: `old_str` holds a secret, so it was matched to the redacted text stored in its place"),
+        "{r:?}"
+    );
     let r = run(
         &m,
         &mut s,
         json!({"command": "insert", "path": secret_path, "insert_line": 0, "insert_text": "top"}),
     );
-    assert_eq!(ok(&r), format!("The file {stored} has been edited."));
+    assert_eq!(ok(&r), format!("The file {stored} has been edited.{VIA}"));
     assert_eq!(content(&s, stored).unwrap(), "top\ngamma\nbeta\n");
     let r = run(
         &m,
@@ -1708,7 +1767,7 @@ fn a_path_or_old_str_as_first_written_finds_what_was_stored_redacted() {
     );
     assert_eq!(
         ok(&r),
-        format!("Successfully renamed {stored} to /memories/plain.md")
+        format!("Successfully renamed {stored} to /memories/plain.md{VIA}")
     );
     let r = run(
         &m,
@@ -1721,7 +1780,7 @@ fn a_path_or_old_str_as_first_written_finds_what_was_stored_redacted() {
         &mut s,
         json!({"command": "delete", "path": secret_path}),
     );
-    assert_eq!(ok(&r), format!("Successfully deleted {stored}"));
+    assert_eq!(ok(&r), format!("Successfully deleted {stored}{VIA}"));
     // Missing either way: the answer names the path as it may be shown.
     let r = run(&m, &mut s, json!({"command": "view", "path": secret_path}));
     assert_eq!(
@@ -1737,8 +1796,65 @@ fn a_path_or_old_str_as_first_written_finds_what_was_stored_redacted() {
         &mut old,
         json!({"command": "delete", "path": secret_path}),
     );
-    assert!(!r.is_error, "{r:?}");
+    assert_eq!(ok(&r), format!("Successfully deleted {secret_path}"));
     assert!(files(&old).is_empty());
+}
+
+/// Redacts from `pw=` to the end of the text, as a rule that reads a
+/// value to the next blank does.
+struct Greedy;
+
+impl TextFilter for Greedy {
+    fn filter(&self, text: &str) -> FilterOutcome {
+        match text.find("pw=") {
+            Some(at) => FilterOutcome::Redacted {
+                text: format!("{}pw=[REDACTED:password]", &text[..at]),
+                kinds: vec![("password".into(), 1)],
+            },
+            None => FilterOutcome::Clean,
+        }
+    }
+}
+
+#[test]
+fn a_path_is_filtered_name_by_name_so_a_directory_never_merges_with_its_file() {
+    let m = Memory::new(MemoryConfig::default(), Some(Box::new(Greedy)));
+    let mut s = MemStore::default();
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "create", "path": "/memories/pw=hunter2/f.md", "file_text": "one"}),
+    );
+    assert!(
+        ok(&r).starts_with("File created successfully at: /memories/pw=[REDACTED:password]/f.md\n"),
+        "{r:?}"
+    );
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "create", "path": "/memories/pw=hunter2/g.md", "file_text": "two"}),
+    );
+    assert!(!r.is_error, "{r:?}");
+    // A file never created there is not found through its directory's
+    // redacted name, and nothing else is touched.
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "delete", "path": "/memories/pw=hunter2/zzz.md"}),
+    );
+    // (The echo is masked as a whole text, so this greedy filter hides
+    // the rest of the message.)
+    assert!(
+        err(&r).starts_with("Error: The path /memories/pw=[REDACTED:password]"),
+        "{r:?}"
+    );
+    assert_eq!(files(&s).len(), 2);
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "view", "path": "/memories/pw=hunter2/g.md"}),
+    );
+    assert!(ok(&r).contains("     1\ttwo"), "{r:?}");
 }
 
 #[test]

@@ -2218,7 +2218,7 @@ pub(crate) const SPECS: &[Spec] = &[
         anchors: &[
             "open.feishu.cn/open-apis/bot/v2/hook/",
             "open.larksuite.com/open-apis/bot/v2/hook/",
-            "qyapi.weixin.qq.com/cgi-bin/webhook/send?key=",
+            "qyapi.weixin.qq.com/cgi-bin/webhook/send?",
             "maker.ifttt.com/",
             "webexapis.com/v1/webhooks/incoming/",
             "hook.make.com/",
@@ -2226,9 +2226,13 @@ pub(crate) const SPECS: &[Spec] = &[
             "hook.eu2.make.com/",
             "hook.us1.make.com/",
             "hook.us2.make.com/",
+            "hook.integromat.com/",
+            "hook.eu1.integromat.com/",
+            "hook.eu2.integromat.com/",
+            "hook.us1.integromat.com/",
         ],
         how: token(
-            r"(?:open\.(?:feishu\.cn|larksuite\.com)/open-apis/bot/v2/hook/[A-Za-z0-9-]{20,64}|qyapi\.weixin\.qq\.com/cgi-bin/webhook/send\?key=[A-Za-z0-9-]{20,64}|maker\.ifttt\.com/(?:trigger/[A-Za-z0-9_.-]{1,64}/(?:json/)?with/key|use)/[A-Za-z0-9_-]{16,64}|webexapis\.com/v1/webhooks/incoming/[A-Za-z0-9_-]{40,200}|hook\.(?:[a-z]{2}[0-9]\.)?make\.com/[a-z0-9]{24,40})",
+            r"(?:open\.(?:feishu\.cn|larksuite\.com)/open-apis/bot/v2/hook/[A-Za-z0-9-]{20,64}|qyapi\.weixin\.qq\.com/cgi-bin/webhook/send\?(?:[A-Za-z0-9_.-]{1,32}=[A-Za-z0-9_.-]{0,64}&){0,4}key=[A-Za-z0-9-]{20,64}|maker\.ifttt\.com/(?:trigger/[A-Za-z0-9_.-]{1,64}/(?:json/)?with/key|use)/[A-Za-z0-9_-]{16,64}|webexapis\.com/v1/webhooks/incoming/[A-Za-z0-9_-]{40,200}|hook\.(?:[a-z]{2}[0-9]\.)?(?:make|integromat)\.com/[a-z0-9]{24,40})",
             300,
             Edge::Alnum,
             Edge::Alnum,
@@ -2574,9 +2578,12 @@ pub(crate) const SPECS: &[Spec] = &[
             "Adgangskode",
             "parolă",
             "Parolă",
+            "mat khau",
+            "Mat khau",
+            "MAT KHAU",
         ],
         how: context(
-            r#"(?i:пароль|密码|密碼|パスワード|hasło|şifre|lösenord|jelszó|κωδικό[ςσ]?|كلمة المرور|كلمة السر|סיסמ[הא]|पासवर्ड|mật khẩu|kata sandi|passord|adgangskode|parolă)(?:[^\n:=：＝]{0,40}?)(?:[\t ]*(?:[:=：＝]|->)[\t ]*|[\t ]+(?:on|är|er|jest|là|adalah|je|είναι|هي|היא|है|это)[\t ]+|[\t ]*(?:是|为|為|は)[\t ]*)([^\t\n\x0B\x0C\r "'<>|`：，。、]{6,128})"#,
+            r#"(?i:пароль|密码|密碼|パスワード|hasło|şifre|ŞİFRE|lösenord|jelszó|κωδικό[ςσ]?|كلمة المرور|كلمة السر|סיסמ[הא]|पासवर्ड|mật khẩu|mat khau|kata sandi|passord|adgangskode|parolă)(?:[^\n:=：＝]{0,40}?)(?:[\t ]*(?:[:=：＝]|->)[\t ]*|[\t ]+(?:on|är|er|jest|là|adalah|je|είναι|هي|היא|है|это)[\t ]*:?[\t ]*|[\t ]*(?:是|为|為|は)[\t ]*)([!#-&(-;=?-_a-{}~]{6,128})"#,
             0,
             240,
             1,
@@ -2595,7 +2602,7 @@ pub(crate) const SPECS: &[Spec] = &[
             "parola", "Parola", "PAROLA",
         ],
         how: context(
-            r#"(?i:password|senha|salasana|parola)(?:[^\n:=]{0,40}?)[\t ]+(?:è|é|on|este|es)[\t ]+([^\t\n\x0B\x0C\r "'<>|`]{6,128})"#,
+            r#"(?i:password|senha|salasana|parola)(?:[^\n:=]{0,40}?)[\t ]+(?:è|é|on|este|es)[\t ]*:?[\t ]*([!#-&(-;=?-_a-{}~]{6,128})"#,
             0,
             240,
             1,
@@ -3362,7 +3369,7 @@ pub(crate) const RULES: &[(&str, &str)] = &[
     ),
     (
         "chat-webhook",
-        "Feishu/Lark, WeCom, IFTTT, Webex and Make webhook URLs",
+        "Feishu/Lark, WeCom, IFTTT, Webex and Make (Integromat) webhook URLs",
     ),
     (
         "zapier-webhook",

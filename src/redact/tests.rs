@@ -1858,6 +1858,10 @@ mod held_out {
                 "ozYS6u+Fp0IEg+b3Q",
             ),
             ("A senha do wifi é Quartzbzup2015#", "Quartzbzup2015#"),
+            ("ŞİFRE: Kx7#mQ2pLr9z", "Kx7#mQ2pLr9z"),
+            ("La password è: Tq4!zLm8Rw2x", "Tq4!zLm8Rw2x"),
+            ("mat khau: Hb6$kQ1zLp9w", "Hb6$kQ1zLp9w"),
+            ("Hasło: Zaq12wsxCde3", "Zaq12wsxCde3"),
         ] {
             assert_redacted(text, secret, "password-assignment");
         }
@@ -1869,6 +1873,9 @@ mod held_out {
         assert_clean("La password del router è scritta sul retro");
         assert_clean("パスワードは 管理者に聞いてください");
         assert_clean("Lösenordet är hemligt");
+        // A value in the language's own script is prose, not a password.
+        assert_clean("パスワードは8文字以上である必要があります。");
+        assert_clean("密码：请联系管理员");
     }
 
     #[test]
@@ -1927,6 +1934,11 @@ mod held_out {
                 "https://hook.eu1.make.com/{}",
                 rand(49, "abcdefghijklmnopqrstuvwxyz0123456789", 32)
             ),
+            format!(
+                "https://hook.integromat.com/{}",
+                rand(50, "abcdefghijklmnopqrstuvwxyz0123456789", 32)
+            ),
+            format!("https://qyapi.weixin.qq.com/cgi-bin/webhook/send?debug=1&key={uuid}"),
         ] {
             let out = redactor().redact(&format!("post alerts to {url} please"));
             assert!(
