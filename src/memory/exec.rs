@@ -816,6 +816,10 @@ impl Memory {
                 "Error: Nothing was saved: the path holds {} that this memory store refuses to keep, in a file or directory name as in content. Choose a name without it.",
                 crate::redact::secrets_phrase(&kinds)
             ))),
+            PathFilter::Split(kinds) => Err(ToolResult::error(format!(
+                "Error: Nothing was saved: the path holds {} split between its names, which redacting one name cannot hide. Choose names without it.",
+                crate::redact::secrets_phrase(&kinds)
+            ))),
         }
     }
 
@@ -966,6 +970,8 @@ enum PathFilter {
     /// The path's text with its redacted names, and what was redacted.
     Redacted(String, Vec<(String, u32)>),
     Rejected(Vec<(String, u32)>),
+    /// A secret made by names only together.
+    Split(Vec<(String, u32)>),
 }
 
 /// Runs `filter` on each name of `path` on its own: a value a rule reads
@@ -984,6 +990,23 @@ fn redact_path(filter: &dyn TextFilter, path: &MemoryPath) -> PathFilter {
                 kinds.extend(k);
             }
             FilterOutcome::Rejected { kinds: k } => rejected.extend(k),
+        }
+    }
+    // A secret split between names (`/memories/ghp_<half>/<half>.md`) is
+    // in no one name: the names joined are filtered too, and a path whose
+    // names make a secret only together is refused (no one name could be
+    // redacted for it).
+    if rejected.is_empty() {
+        let joined: String = out
+            .strip_prefix("/memories")
+            .unwrap_or(&out)
+            .split('/')
+            .collect();
+        match filter.filter(&joined) {
+            FilterOutcome::Clean => {}
+            FilterOutcome::Redacted { kinds: k, .. } | FilterOutcome::Rejected { kinds: k } => {
+                return PathFilter::Split(merge_kinds(k));
+            }
         }
     }
     if !rejected.is_empty() {

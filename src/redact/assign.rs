@@ -1135,7 +1135,8 @@ static STOP_VALUES: Words = Words::new(
      null number object off omitted on option<string> optional pass passwd password plaintext \
      prompt prompted ask interactive keychain keyring stdin rotated reset changed disabled locked \
      pending enabled active inactive generated random auto unchanged same configured provided \
-     inherited blank deprecated \
+     inherited blank deprecated vault 1password bitwarden vaultwarden keepass keepassx keepassxc \
+     lastpass dashlane keeper nordpass enpass roboform passbolt \
      private protected public redacted required required. revoked secret secrets secretstr \
      secretstring sensitive set str str? string string? tbd text token true undefined unknown unset \
      valid value values varchar wrong yes",

@@ -1873,6 +1873,10 @@ mod held_out {
         assert_clean("La password del router è scritta sul retro");
         assert_clean("パスワードは 管理者に聞いてください");
         assert_clean("Lösenordet är hemligt");
+        // Where the password is kept is not the password.
+        assert_clean("パスワード：1Passwordを参照");
+        assert_clean("password: Bitwarden");
+        assert_clean("Passwort: KeePassXC");
         // A value in the language's own script is prose, not a password.
         assert_clean("パスワードは8文字以上である必要があります。");
         assert_clean("密码：请联系管理员");
