@@ -506,17 +506,20 @@ impl Memory {
             };
             // A secret in `old_str` was stored redacted, as the file shows
             // it: the text as first written matches its redacted form.
-            let masked = match text.contains(old_str) {
-                true => None,
-                false => self
-                    .filter
-                    .as_ref()
-                    .and_then(|f| f.mask(old_str))
-                    .filter(|m| text.contains(m.as_str())),
+            let mut found = text.find(old_str);
+            let masked = match found {
+                Some(_) => None,
+                None => self.filter.as_ref().and_then(|f| f.mask(old_str)),
             };
-            let via_redaction = masked.is_some();
-            let old_str = masked.as_deref().unwrap_or(old_str);
-            let Some(at) = text.find(old_str) else {
+            if let Some(m) = &masked {
+                found = text.find(m.as_str());
+            }
+            let via_redaction = masked.is_some() && found.is_some();
+            let old_str = match (&masked, found) {
+                (Some(m), Some(_)) => m.as_str(),
+                _ => old_str,
+            };
+            let Some(at) = found else {
                 return refuse(format!(
                     "No replacement was performed, old_str `{}` did not appear verbatim in {path}.",
                     self.echo(old_str)
@@ -963,7 +966,6 @@ fn merge_kinds(kinds: Vec<(String, u32)>) -> Vec<(String, u32)> {
 
 // ----- helpers ---------------------------------------------------------
 
-/// Validates a command path; a refused path becomes its error result.
 /// A path through the secret filter.
 enum PathFilter {
     Clean,
@@ -996,7 +998,7 @@ fn redact_path(filter: &dyn TextFilter, path: &MemoryPath) -> PathFilter {
     // in no one name: the names joined are filtered too, and a path whose
     // names make a secret only together is refused (no one name could be
     // redacted for it).
-    if rejected.is_empty() {
+    if rejected.is_empty() && path.depth() > 1 {
         let joined: String = out
             .strip_prefix("/memories")
             .unwrap_or(&out)
@@ -1018,6 +1020,7 @@ fn redact_path(filter: &dyn TextFilter, path: &MemoryPath) -> PathFilter {
     }
 }
 
+/// Validates a command path; a refused path becomes its error result.
 fn valid(path: &str) -> Result<MemoryPath, ToolResult> {
     MemoryPath::parse(path).map_err(|e| ToolResult::error(format!("Error: {e}")))
 }
@@ -1106,11 +1109,11 @@ fn breaks_limits_when_moved(
 }
 
 /// The directory view of `dir`: the header, the directory itself, then
-/// two levels of entries (hidden names and `node_modules` left out).
-/// A directory's listing; with `range`, only those of its entries
-/// (numbered from 1, the directory's own row, in listing order): the way
-/// to the entries a listing past `max_chars` leaves out, in a directory
-/// too flat for its subdirectories to show them.
+/// two levels of entries (hidden names and `node_modules` left out). With
+/// `range`, only those of its entries (numbered from 1, the directory's
+/// own row, in listing order): the way to the entries a listing past
+/// `max_chars` leaves out, in a directory too flat for its subdirectories
+/// to show them.
 fn listing(
     snap: &dyn Snapshot,
     dir: &MemoryPath,
