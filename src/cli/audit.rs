@@ -874,14 +874,18 @@ fn verify_remote(
                     | crate::vault::SyncError::NoGit
             ) =>
         {
+            // Said by the command that found it: not sent to run itself.
+            let problem = e
+                .to_string()
+                .replace(&format!("run `memvault verify --remote {name}`; "), "");
             if json {
                 writeln!(
                     out,
                     "{}",
-                    json!({"ok": false, "remote": name, "problem": e.to_string()})
+                    json!({"ok": false, "remote": name, "problem": problem})
                 )?;
             } else {
-                writeln!(out, "PROBLEM  {e}")?;
+                writeln!(out, "PROBLEM  {problem}")?;
             }
             return Ok(1);
         }

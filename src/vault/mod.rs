@@ -247,12 +247,20 @@ pub struct Vault {
     /// The size past which the access log is compacted (twice what the
     /// last compaction this handle saw left; see `access`).
     access_limit: std::cell::Cell<u64>,
+    /// The access log's length just after this handle's last append (when
+    /// it knew it), for the next check of its bound: one `fstat` fewer.
+    access_len: std::cell::Cell<Option<u64>>,
     /// The tip [`refreshed_config`](Self::refreshed_config) just caught
     /// up to, for the read of the same request ([`Store::read`]): a
     /// request catches up with the log once (two 17-byte reads of its
     /// head and a look at the pack directory each time). Cleared by a
     /// write and after the reply.
     fresh_tip: Option<Option<Oid>>,
+    /// For the write of the request that caught up to `fresh_tip`: where
+    /// the log was when that catch-up found the ref files consistent. The
+    /// write's own catch-up under the lock, finding the log still there,
+    /// does not read the ref files again (one look per request).
+    refs_hint: Option<engine::wal::LogPosition>,
     /// This machine, as every commit names it (`memvault/machine`, read
     /// or made at the first commit).
     machine: std::cell::OnceCell<Option<String>>,
@@ -362,22 +370,33 @@ impl Vault {
     }
 
     fn refresh(&mut self) -> Result<Option<Oid>, VaultError> {
+        self.refresh_from(false)
+    }
+
+    /// [`refresh`](Self::refresh); `caught_up`: the caller holds the writer
+    /// lock and has just caught up with the log and found the ref files
+    /// consistent ([`recover_if_needed`](Self::recover_if_needed)), so the
+    /// first round does not read them again.
+    fn refresh_from(&mut self, mut caught_up: bool) -> Result<Option<Oid>, VaultError> {
         // Objects of other processes' mutations are in the log until a
         // checkpoint: load any new ones before following the refs. A writer
         // appends its record before moving the refs, so a ref that names an
         // object we lack means a newer record: catch up again and retry.
         let mut attempt = 0;
         loop {
-            self.wal.catch_up(&self.repo)?;
-            if self.key_state.format >= 2 && self.wal.head_is_v1() == Some(true) {
-                return Err(damaged(LOG_DOWNGRADED));
-            }
-            // A ref file changed outside memvault under a running process:
-            // judged as the next writer's checkpoint judges it, so a read
-            // does not answer from a state the log has moved past (main
-            // set back behind the log's records) while writes are refused.
-            if !self.wal.refs_consistent(&self.repo) {
-                judge_refs(&self.repo, &self.wal)?;
+            if !std::mem::take(&mut caught_up) {
+                self.wal.catch_up(&self.repo)?;
+                if self.key_state.format >= 2 && self.wal.head_is_v1() == Some(true) {
+                    return Err(damaged(LOG_DOWNGRADED));
+                }
+                // A ref file changed outside memvault under a running
+                // process: judged as the next writer's checkpoint judges
+                // it, so a read does not answer from a state the log has
+                // moved past (main set back behind the log's records)
+                // while writes are refused.
+                if !self.wal.refs_consistent(&self.repo) {
+                    judge_refs(&self.repo, &self.wal)?;
+                }
             }
             match self.refresh_keys().and_then(|()| self.checked_tip()) {
                 Err(
@@ -659,8 +678,8 @@ impl Vault {
         let len_before = self.wal.len().unwrap_or(0);
         let result = self
             .recover_if_needed()
-            .and_then(|()| {
-                let tip = self.refresh()?;
+            .and_then(|settled| {
+                let tip = self.refresh_from(settled)?;
                 // An erasure a crash interrupted is finished before anything else.
                 if self.dir.join(erase::MARKER).exists() {
                     self.finish_pending_erasure(tip)?;
@@ -772,13 +791,18 @@ impl Vault {
 
     /// Under the writer lock: check that the log's tail is what the refs
     /// say (a writer that died between its log record and its ref moves
-    /// leaves them apart) and recover if not.
-    fn recover_if_needed(&mut self) -> Result<(), VaultError> {
+    /// leaves them apart) and recover if not. True: caught up, and nothing
+    /// needed recovering.
+    fn recover_if_needed(&mut self) -> Result<bool, VaultError> {
+        let hint = self.refs_hint.take();
         let c = self.wal.catch_up(&self.repo)?;
         if self.wal.head_is_v1() == Some(true) && self.key_state.format >= 2 {
             return Err(damaged(LOG_DOWNGRADED));
         }
-        if !c.clean || self.wal.head_is_v1() == Some(true) || !self.wal.refs_consistent(&self.repo)
+        let refs_seen_here = hint.is_some() && hint == self.wal.position();
+        if !c.clean
+            || self.wal.head_is_v1() == Some(true)
+            || !(refs_seen_here || self.wal.refs_consistent(&self.repo))
         {
             if !self.main_macs_hold() {
                 // Not over a main this key state did not MAC: the
@@ -789,8 +813,9 @@ impl Vault {
                 ));
             }
             self.checkpoint_locked()?;
+            return Ok(false);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Make everything in the log durable in git (one pack, refs synced)
@@ -958,7 +983,7 @@ impl Store for Vault {
         &mut self,
         f: &mut dyn FnMut(&dyn Snapshot) -> Result<Outcome, StoreError>,
     ) -> Result<ToolResult, StoreError> {
-        self.fresh_tip = None;
+        self.refs_hint = self.fresh_tip.take().and_then(|_| self.wal.refs_ok_at());
         self.with_writer_lock(|vault, tip| {
             let outcome = {
                 let snap = vault.snapshot_of(tip)?;

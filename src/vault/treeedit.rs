@@ -17,7 +17,6 @@
 //! Plain edits (the key state's tree) are libgit2's, byte for byte.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::sync::Arc;
 
 use git2::{ObjectType, Oid, Repository};
@@ -344,7 +343,8 @@ impl Writer<'_> {
     ) -> Result<Oid, git2::Error> {
         let mut data = Vec::with_capacity(entries.iter().map(|e| e.name.len() + 28).sum());
         for e in &entries {
-            write!(data, "{:o} ", e.mode).expect("writing to a Vec cannot fail");
+            push_octal(&mut data, e.mode);
+            data.push(b' ');
             data.extend_from_slice(&e.name);
             data.push(0);
             data.extend_from_slice(e.id.as_bytes());
@@ -364,10 +364,48 @@ impl Writer<'_> {
     }
 }
 
+/// `mode` in octal without leading zeros, as git writes a tree entry's
+/// mode (`format!("{:o}")` without the formatter, which showed in profiles).
+fn push_octal(out: &mut Vec<u8>, mode: i32) {
+    let mut digits = [0u8; 11];
+    let mut at = digits.len();
+    // As `{:o}` shows an i32: its bits.
+    let mut m = mode as u32;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (m & 7) as u8;
+        m >>= 3;
+        if m == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use git2::FileMode;
+
+    #[test]
+    fn modes_are_written_in_octal_as_git_writes_them() {
+        for mode in [
+            0,
+            7,
+            8,
+            0o40000,
+            0o100644,
+            0o100755,
+            0o120000,
+            0o160000,
+            -1,
+            i32::MAX,
+        ] {
+            let mut out = Vec::new();
+            push_octal(&mut out, mode);
+            assert_eq!(out, format!("{mode:o}").into_bytes());
+        }
+    }
     use git2::build::TreeUpdateBuilder;
 
     /// Repeatable choices (see `crate::test_rand`).

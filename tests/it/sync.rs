@@ -720,7 +720,14 @@ fn a_remote_that_rolled_back_or_forked_is_refused_and_nothing_changes_here() {
     assert!(err.contains("rolled back"), "{err}");
     let out = a.run(&["verify", "--remote", "origin"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("PROBLEM  remote origin rolled back"));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("PROBLEM  remote origin rolled back"),
+        "{said}"
+    );
+    // It does not send the reader to the command they just ran.
+    assert!(!said.contains("memvault verify --remote"), "{said}");
+    assert!(said.contains("memvault remote remove origin"), "{said}");
     // Forked: main replaced by another vault's history under the same key
     // file (a vault made apart, never merged).
     let other = TestVault::new();
@@ -1734,6 +1741,15 @@ fn a_remote_whose_key_state_alone_was_put_back_is_refused_with_a_way_out_that_wo
     );
     assert!(err.contains("memvault push NEW"), "{err}");
     assert!(!err.contains("--force"), "{err}");
+    // A clone of that remote is refused for the same reason, said as
+    // such (its main is this vault's), and makes nothing.
+    let c = Machine::new(w.hub.with_file_name("c"), a.key.clone());
+    let err = c.fails(&["clone", url], 1);
+    assert!(
+        err.contains("its key state is older than its main requires"),
+        "{err}"
+    );
+    assert!(!c.dir.exists(), "a refused clone leaves nothing");
     // The way out.
     let fresh = w.hub.with_file_name("fresh.git");
     let out = std::process::Command::new("git")

@@ -220,7 +220,7 @@ fn subtrees(data: &[u8]) -> Vec<(&[u8], Oid)> {
     let mut rest = data;
     while let Some(sp) = rest.iter().position(|&b| b == b' ') {
         let mode = &rest[..sp];
-        let Some(nul) = rest[sp..].iter().position(|&b| b == 0) else {
+        let Some(nul) = memchr::memchr(0, &rest[sp..]) else {
             break;
         };
         let name = &rest[sp + 1..sp + nul];
@@ -258,8 +258,14 @@ pub(crate) fn tree_bases(objects: &[&Object]) -> HashMap<Oid, Oid> {
             return;
         }
         bases.insert(new, old);
+        // Most trees are folders of files: the old one is read only when
+        // the new one has subtrees to pair.
+        let after = subtrees(&n.data);
+        if after.is_empty() {
+            return;
+        }
         let before = subtrees(&o.data);
-        for (name, id) in subtrees(&n.data) {
+        for (name, id) in after {
             if let Ok(i) = before.binary_search_by(|(b, _)| b.cmp(&name)) {
                 pair(by_id, id, before[i].1, bases);
             }

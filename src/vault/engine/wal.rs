@@ -712,6 +712,9 @@ pub(crate) struct Wal {
     /// generation and the files' stamps then: while neither changes, the
     /// answer of [`Wal::refs_consistent`] stands without reading them.
     refs_seen: std::cell::Cell<Option<([u8; 8], RefStamps)>>,
+    /// Where the log was (see [`Wal::position`]) when
+    /// [`Wal::refs_consistent`] last said true; None after a false.
+    refs_ok_at: std::cell::Cell<Option<LogPosition>>,
     /// The key of the entries' tags (set once the vault is unlocked).
     key: Option<LogKey>,
     /// The file's length as last seen (zeros ahead of the records).
@@ -720,6 +723,9 @@ pub(crate) struct Wal {
     /// [`Wal::pending_keys`] (so a reader applies them only then).
     keys_stamp: u64,
 }
+
+/// A generation of the log and a length read of it.
+pub(crate) type LogPosition = ([u8; 8], u64);
 
 /// A position in the log and the ref targets there.
 struct Known {
@@ -840,6 +846,7 @@ impl Wal {
             file,
             known: None,
             refs_seen: std::cell::Cell::new(None),
+            refs_ok_at: std::cell::Cell::new(None),
             key: None,
             allocated: 0,
             keys_stamp: 0,
@@ -1364,10 +1371,12 @@ impl Wal {
     /// was changed outside memvault, and a checkpoint should settle it.
     pub fn refs_consistent(&self, repo: &Repository) -> bool {
         let Some(k) = &self.known else {
+            self.refs_ok_at.set(None);
             return false;
         };
         let stamps = ref_stamps(repo, &k.tail);
         if stamps.is_some() && self.refs_seen.get() == stamps.map(|s| (k.generation, s)) {
+            self.refs_ok_at.set(Some((k.generation, k.len)));
             return true;
         }
         let mut at_head = true;
@@ -1388,7 +1397,20 @@ impl Wal {
                 .filter(|_| consistent && at_head)
                 .map(|s| (k.generation, s)),
         );
+        self.refs_ok_at
+            .set(consistent.then_some((k.generation, k.len)));
         consistent
+    }
+
+    /// How far this handle has read: the generation and the length.
+    pub fn position(&self) -> Option<LogPosition> {
+        self.known.as_ref().map(|k| (k.generation, k.len))
+    }
+
+    /// Where the log was when [`refs_consistent`](Self::refs_consistent)
+    /// last said true (None if its last answer was false).
+    pub fn refs_ok_at(&self) -> Option<LogPosition> {
+        self.refs_ok_at.get()
     }
 
     /// Overwrite everything after the head with zeros, durably: the

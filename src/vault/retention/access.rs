@@ -88,15 +88,23 @@ impl Vault {
     fn append_access_bytes(&self, record: &[u8]) -> std::io::Result<()> {
         use std::os::unix::fs::MetadataExt;
         let mut held = self.access_log.borrow_mut();
-        let current = held
+        let len = held
             .as_ref()
-            .is_some_and(|f| f.metadata().is_ok_and(|m| m.nlink() > 0));
-        if !current {
+            .and_then(|f| f.metadata().ok())
+            .filter(|m| m.nlink() > 0)
+            .map(|m| m.len());
+        if len.is_none() {
             *held = None;
             *held = Some(crate::vault::fsx::open_append(&self.dir.join(ACCESS_FILE))?);
         }
         match held.as_mut() {
-            Some(f) => f.write_all(record),
+            Some(f) => {
+                f.write_all(record)?;
+                // The length after it, for the bound's check that follows
+                // (other processes' appends since only make it larger).
+                self.access_len.set(len.map(|l| l + record.len() as u64));
+                Ok(())
+            }
             None => Ok(()),
         }
     }
@@ -121,10 +129,13 @@ impl Vault {
     /// Whether the access log has passed its bound (one `fstat`).
     fn access_grown(&self) -> bool {
         let held = self.access_log.borrow();
-        let len = held
-            .as_ref()
-            .and_then(|f| f.metadata().ok())
-            .map_or(0, |m| m.len());
+        let len = match self.access_len.take() {
+            Some(len) => len,
+            None => held
+                .as_ref()
+                .and_then(|f| f.metadata().ok())
+                .map_or(0, |m| m.len()),
+        };
         len > self.access_limit.get().max(COMPACT_AT_LEAST)
     }
 
@@ -267,6 +278,7 @@ impl Vault {
         let bytes = self.seal_table(table);
         write_durable(&self.dir.join(ACCESS_FILE), &bytes)?;
         self.access_limit.set(2 * bytes.len() as u64);
+        self.access_len.set(None);
         Ok(())
     }
 }

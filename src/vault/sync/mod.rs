@@ -761,7 +761,7 @@ impl Vault {
             if entry.seen.main.is_some() {
                 return Err(SyncError::RolledBack {
                     remote: name.into(),
-                    what: "it no longer has a main branch",
+                    what: "it no longer shows a main branch (deleted, or its ref is not one git can read)",
                 }
                 .into());
             }
@@ -1411,12 +1411,25 @@ fn clone_into(
     // Its main: a commit of this vault (MAC'd, its metadata opening, bound
     // to the key state), not any object the remote names.
     let mut vault = vault;
-    let main_holds = Some(main) != incoming.access
+    let meta = (Some(main) != incoming.access
         && objects::find_commit(&vault.repo, main).is_ok()
-        && verify_commit_mac(&vault.repo, &vault.keys, main)
-        && vault.meta_of(main).is_ok()
-        && vault.checked_tip().is_ok();
-    if !main_holds {
+        && verify_commit_mac(&vault.repo, &vault.keys, main))
+    .then(|| vault.meta_of(main).ok())
+    .flatten();
+    let Some(meta) = meta else {
+        return Err(hostile("its main is not a commit of this vault").into());
+    };
+    // A main of this vault that needs a newer key state than the one sent:
+    // the key state was put back, which the remote's owner must repair.
+    if let Ok((_, counter)) = read_header(&vault.repo, keys)
+        && meta.keys.is_some_and(|k| k > counter)
+    {
+        return Err(SyncError::KeysBehind {
+            remote: name.into(),
+        }
+        .into());
+    }
+    if vault.checked_tip().is_err() {
         return Err(hostile("its main is not a commit of this vault").into());
     }
     let mut chain = HashSet::new();
