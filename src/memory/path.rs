@@ -571,7 +571,7 @@ impl MemoryPath {
             });
         }
         Ok(MemoryPath {
-            path: format!("{ROOT}/{rest}"),
+            path: [ROOT, "/", rest].concat(),
         })
     }
 
@@ -635,7 +635,7 @@ impl MemoryPath {
         if name.contains('/') {
             return Err(PathError::NameContainsSlash { name: shown(name) });
         }
-        let candidate = format!("{}/{}", self.path, name);
+        let candidate = [self.path.as_str(), "/", name].concat();
         if name.is_empty() {
             return Err(PathError::EmptySegment {
                 path: shown(&candidate),

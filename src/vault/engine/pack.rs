@@ -670,7 +670,22 @@ pub(crate) fn whole_entry_holds(id: Oid, bytes: &[u8]) -> bool {
 /// libgit2 (whose collision-detecting SHA-1 is several times slower).
 pub(crate) fn object_hash(kind: ObjectType, bytes: &[u8]) -> [u8; 20] {
     let mut h = Sha1::new();
-    h.update(format!("{} {}\0", kind.str(), bytes.len()).as_bytes());
+    h.update(kind.str().as_bytes());
+    h.update(b" ");
+    // The length in decimal, without the formatter (it showed in profiles).
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = bytes.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    h.update(&digits[at..]);
+    h.update(b"\0");
     h.update(bytes);
     h.finalize().into()
 }
@@ -1595,9 +1610,13 @@ mod tests {
 
     #[test]
     fn blob_hash_is_git_blob_id() {
-        for data in [&b""[..], b"hello\n", &[7u8; 100_000]] {
+        for data in [&b""[..], b"hello\n", &[7u8; 9], &[7u8; 10], &[7u8; 100_000]] {
             let git = Oid::hash_object(ObjectType::Blob, data).unwrap();
             assert_eq!(&blob_hash(data)[..], git.as_bytes());
+            for kind in [ObjectType::Commit, ObjectType::Tree] {
+                let git = Oid::hash_object(kind, data).unwrap();
+                assert_eq!(&object_hash(kind, data)[..], git.as_bytes());
+            }
         }
     }
 

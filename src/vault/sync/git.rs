@@ -65,6 +65,7 @@ const DEFAULT_REMOTE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// From now on a git command that reaches a remote and has not ended
 /// after `limit` is killed and the remote reported as not answering.
+#[cfg(feature = "cli")]
 pub fn set_remote_timeout(limit: Duration) {
     let ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX).max(1);
     REMOTE_TIMEOUT_MS.store(ms, std::sync::atomic::Ordering::Relaxed);

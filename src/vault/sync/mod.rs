@@ -33,6 +33,7 @@ use std::path::Path;
 use git2::{ObjectType, Oid};
 
 pub use git::no_prompts as sync_without_prompts;
+#[cfg(feature = "cli")]
 pub use git::set_remote_timeout;
 pub(crate) use machine::machine_label;
 pub use machine::{Machine, machine_info, set_machine_name};
