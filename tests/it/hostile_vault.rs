@@ -1016,6 +1016,51 @@ fn a_running_serve_refuses_views_as_writes_once_main_is_set_back() {
     assert!(out.status.success(), "{out:?}");
 }
 
+/// A write that waits for the writer lock looks at the ref files again
+/// once it has the lock: main set back during the wait (the holder
+/// leaving the log as it was) is refused as a rollback, not written over
+/// (round 33b: the look made before the wait was trusted).
+#[test]
+fn a_ref_set_back_while_a_write_waits_for_the_lock_is_refused() {
+    use std::io::{BufRead, Write};
+    let v = TestVault::new();
+    for n in ["a", "b", "c"] {
+        let r = v.one(create(&format!("/memories/{n}.md"), "old\n"));
+        assert!(!is_error(&r), "{r}");
+    }
+    let (mut child, mut stdin, mut out) = live_serve(&v, "live");
+    let mut read = || -> serde_json::Value {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap()
+    };
+    writeln!(stdin, "{}", create("/memories/p.md", "new\n")).unwrap();
+    assert!(!is_error(&read()));
+    let now = git_out(&v, &["rev-parse", "main"]);
+    let back = git_out(&v, &["rev-parse", "main~2"]);
+    // Another process holds the lock; the write comes and waits.
+    let lock = std::fs::File::open(v.vault.join("memvault/lock")).unwrap();
+    lock.lock().unwrap();
+    writeln!(stdin, "{}", create("/memories/q.md", "x\n")).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    std::fs::write(v.vault.join("refs/heads/main"), format!("{back}\n")).unwrap();
+    lock.unlock().unwrap();
+    let r = read();
+    assert!(is_error(&r) && r.to_string().contains("rollback"), "{r}");
+    // Put back: everything acknowledged is there, and q.md was not made.
+    std::fs::write(v.vault.join("refs/heads/main"), format!("{now}\n")).unwrap();
+    writeln!(stdin, "{}", json!({"command": "view", "path": "/memories"})).unwrap();
+    let listing = read().to_string();
+    for n in ["a.md", "b.md", "c.md", "p.md"] {
+        assert!(listing.contains(n), "{n}: {listing}");
+    }
+    assert!(!listing.contains("q.md"), "{listing}");
+    drop(stdin);
+    child.wait().unwrap();
+    let out = v.cmd().arg("verify").output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
 /// A format file that is there but names no format is damage, said as
 /// such: not "no memvault/format file".
 #[test]

@@ -692,6 +692,27 @@ fn a_vault_directory_is_never_pushed_to_and_read_as_a_remote_only_when_its_log_i
     assert_eq!(d.read("/memories/live.md").unwrap(), "acknowledged\n");
 }
 
+/// A remote whose main ref file holds no id (git reads it as the zero id
+/// and asks for that) is said to be damaged there, not with git's own
+/// "not our ref 0000..." (round 33b); nothing changes here.
+#[test]
+fn a_remote_ref_file_holding_no_id_is_named_as_damaged_there() {
+    let w = world(1);
+    let (a, _) = (&w.machines[0], &w.machines[1]);
+    a.write("/memories/x.md", "x\n");
+    a.ok(&["sync"]);
+    let before = a.files();
+    std::fs::write(w.hub.join("refs/heads/main"), "not-a-sha\n").unwrap();
+    let err = a.fails(&["sync"], 1);
+    assert!(err.contains("holds no object id"), "{err}");
+    assert!(!err.contains("not our ref"), "{err}");
+    assert_eq!(a.files(), before);
+    let c = Machine::new(w.hub.with_file_name("c"), a.key.clone());
+    let err = c.fails(&["clone", w.hub.to_str().unwrap()], 1);
+    assert!(err.contains("holds no object id"), "{err}");
+    assert!(!c.dir.exists(), "a refused clone leaves nothing");
+}
+
 #[test]
 fn a_remote_that_rolled_back_or_forked_is_refused_and_nothing_changes_here() {
     let w = world(1);

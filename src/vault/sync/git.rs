@@ -386,6 +386,16 @@ impl Scratch {
             {
                 Ok(false)
             }
+            // git reads a ref file that holds no id as the zero id, and
+            // then asks the remote for it.
+            Err(SyncError::Transport { detail, .. })
+                if detail.contains("not our ref 0000000000000000000000000000000000000000") =>
+            {
+                Err(SyncError::Transport {
+                    remote: remote.to_string(),
+                    detail: "one of its refs (main, or one under refs/memvault/) holds no object id: its file is damaged there".into(),
+                })
+            }
             Err(e) => Err(e),
         }
     }

@@ -89,7 +89,7 @@ pub enum SyncError {
     /// alone, from an older copy): forgetting what this vault saw there
     /// does not help, the remote itself must be repaired.
     #[error(
-        "remote {remote} rolled back: its key state is older than its main requires (its refs/memvault/keys was put back from an older copy, or tampered with); nothing was changed here, and memvault never overwrites a remote's key state (an older one can bring back keys an erasure destroyed). Restore the remote from a copy taken after its last change; or start a new remote from the machine that synced last: `memvault remote add NEW URL` and `memvault push NEW` there (an empty repository), then `memvault remote add NEW URL` and `memvault sync NEW` on each other machine"
+        "remote {remote} rolled back: its key state is older than its main requires (its refs/memvault/keys was put back from an older copy, or tampered with); nothing was changed here, and memvault never overwrites a remote's key state (an older one can bring back keys an erasure destroyed). Restore the remote from a copy taken after its last change; or start a new remote from the machine that synced last: `memvault remote add NEW URL` and `memvault push NEW` there (an empty repository), then `memvault remote add NEW URL` and `memvault sync NEW` on each other machine (or `memvault clone NEW` where there is no copy yet)"
     )]
     KeysBehind { remote: String },
     #[error(
