@@ -642,6 +642,9 @@ impl Engine {
         let hay = &text[..re];
         let mut locs = regex.capture_locations();
         let mut at = rs;
+        // The end of the last match taken: a token glued to it (`AKIA…AKIA…`)
+        // is not refused for the letter before it.
+        let mut glued_to = None;
         while at < re {
             let Some(m) = regex.captures_read_at(&mut locs, hay, at) else {
                 break;
@@ -655,8 +658,11 @@ impl Engine {
                 continue;
             };
             if gs == ge
-                || (gs > 0 && left.blocks(b[gs - 1]) && !after_percent_escape(b, gs))
-                || (ge < b.len() && right.blocks(b[ge]))
+                || (gs > 0
+                    && left.blocks(b[gs - 1])
+                    && !after_percent_escape(b, gs)
+                    && glued_to != Some(gs))
+                || (ge < b.len() && right.blocks(b[ge]) && !glued_token_at(regex, text, gs, ge))
             {
                 continue;
             }
@@ -669,6 +675,7 @@ impl Engine {
                     end: ge,
                     pattern: p,
                 });
+                glued_to = Some(ge);
             }
         }
     }
@@ -1092,6 +1099,20 @@ fn exclusion(x: Exclusion, b: &[u8], s: usize, e: usize) -> Option<(usize, usize
             (i - s >= 64).then_some((s, i))
         }
     }
+}
+
+/// Whether another token of the same rule starts right at `ge`, with the
+/// same first four bytes as the one at `gs..ge` (the literal prefix of a
+/// vendor's format: two keys pasted together, `AKIA…AKIA…`): then the
+/// letter at `ge` does not refuse the first. Only for prefixed formats, so
+/// a long run of hex is not cut into two keys.
+fn glued_token_at(regex: &Regex, text: &str, gs: usize, ge: usize) -> bool {
+    let b = text.as_bytes();
+    ge - gs >= 8
+        && b[gs..gs + 4].iter().any(|c| !c.is_ascii_hexdigit())
+        && b.get(ge..ge + 4) == Some(&b[gs..gs + 4])
+        && text.is_char_boundary(ge)
+        && regex.find_at(text, ge).is_some_and(|m| m.start() == ge)
 }
 
 /// Whether a `%XX` escape ends just before `at` (URL-encoded text:

@@ -223,6 +223,27 @@ mod cloud {
         assert_redacted(&format!("- `{k}` (ci user)"), &k, "aws-access-key-id");
     }
 
+    /// Keys pasted together with nothing between (round 32d): each one is
+    /// redacted, none is left because a letter touches it.
+    #[test]
+    fn aws_access_key_ids_glued_together() {
+        let (a, b, c) = (aws_id(21), aws_id(22), aws_id(23));
+        for text in [format!("{a}{b}"), format!("ids: {a}{b}{c}.")] {
+            let out = redactor().redact(&text);
+            for k in [&a, &b, &c] {
+                assert!(!out.text.contains(k.as_str()), "{}", out.text);
+                assert!(!out.text.contains(&k[4..]), "{}", out.text);
+            }
+            assert!(
+                out.text.contains("[REDACTED:aws-access-key-id]"),
+                "{}",
+                out.text
+            );
+        }
+        // A run of hex is not cut into keys of a hex format.
+        assert_clean("sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 ok");
+    }
+
     #[test]
     fn aws_access_key_id_lookalikes() {
         assert_clean("The docs use AKIAIOSFODNN7EXAMPLE as the access key id.");
