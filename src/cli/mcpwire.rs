@@ -66,7 +66,7 @@ pub(crate) enum Screened {
 fn invalid(msg: &Value) -> Option<(Value, i64, String)> {
     let Some(obj) = msg.as_object() else {
         let what = if msg.is_array() {
-            "a batch (an array); send one JSON-RPC message per line"
+            "a batch (an array); send one JSON-RPC message at a time"
         } else {
             "not a JSON object"
         };

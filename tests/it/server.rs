@@ -468,6 +468,17 @@ fn scopes_limit_routes_and_history_names_the_token_whatever_the_headers_say() {
         br#"{"command":"create","path":"/memories/plan.md","file_text":"step one\n"}"#,
     );
     assert_eq!(status, 200, "{v}");
+    // An empty label is no label: refused, as the message says (round 33c).
+    for (name, value) in [("Memvault-Actor", ""), ("Memvault-Session", " ")] {
+        let (status, v) = s.req_with(
+            "POST",
+            "/v1/memory",
+            &[("Authorization", &format!("Bearer {agent}")), (name, value)],
+            br#"{"command":"create","path":"/memories/empty-label.md","file_text":"x\n"}"#,
+        );
+        assert_eq!(status, 400, "{name}: {v}");
+        assert!(v["error"].as_str().unwrap().contains("1 to 128"), "{v}");
+    }
     // Scopes.
     assert_eq!(s.req("POST", "/v1/history", Some(&agent), "{}").0, 403);
     assert_eq!(s.req("POST", "/v1/revert", Some(&agent), "{}").0, 403);
@@ -1586,6 +1597,13 @@ fn routes_match_as_sent_take_their_own_methods_and_refuse_malformed_bodies() {
         ("Host", "evil.example:80"),
         ("Host", "evil.example@127.0.0.1"),
         ("Origin", "http://evil.example"),
+        // Not a host and port, or an origin only in its first part
+        // (round 33c: rmcp compared the part before the port).
+        ("Host", "127.0.0.1:abc"),
+        ("Host", "localhost:99999"),
+        ("Origin", "http://localhost:evil.example"),
+        ("Origin", "http://localhost:1/../@evil.example"),
+        ("Origin", "http://localhost:8700.evil.example"),
     ] {
         let mut h: Vec<(&str, &str)> = mcp_h.to_vec();
         h.push((name, value));
@@ -2229,6 +2247,37 @@ fn show_gives_an_images_bytes_in_base64_and_says_what_it_is() {
     );
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["content"], "é\n");
+}
+
+/// A request target that names a host (`POST http://evil.example/mcp`)
+/// is for that host, whatever its `Host` header says: refused (round 33c).
+#[test]
+fn an_mcp_request_whose_target_names_a_host_is_refused() {
+    let r = Root::new(&[("acme", "memory")]);
+    let s = Server::start(&r.root, &r.key, &[]);
+    let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    for (target, ok) in [
+        ("http://evil.example/mcp".to_string(), false),
+        (format!("http://127.0.0.1:{}/mcp", s.port), false),
+        ("/mcp".to_string(), true),
+    ] {
+        let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        write!(
+            c,
+            "POST {target} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{list}",
+            s.port,
+            r.tokens["acme"],
+            list.len()
+        )
+        .unwrap();
+        let (status, _, body) = read_response(&mut BufReader::new(c));
+        assert_eq!(
+            status == 200,
+            ok,
+            "{target}: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
 }
 
 #[test]

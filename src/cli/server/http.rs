@@ -557,7 +557,7 @@ impl App {
                 return Err(bad());
             }
             let s = v.to_str().map_err(|_| bad())?;
-            if !crate::memory::path::is_plain_label(s) {
+            if s.is_empty() || !crate::memory::path::is_plain_label(s) {
                 return Err(bad());
             }
             // Redacted without a warning: a client must not be able to
@@ -643,10 +643,14 @@ pub async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Byt
         }
     };
     match tokio::time::timeout(app.limits.body_timeout, read).await {
-        Err(_) => Err(ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "the request body did not arrive in time",
-        )),
+        // The rest of the body is left: the connection closes after this.
+        Err(_) => Err(ApiError {
+            closing: true,
+            ..ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body did not arrive in time",
+            )
+        }),
         Ok(result) => result,
     }
 }
@@ -1134,6 +1138,51 @@ fn route_scope(op: &str) -> Option<Scope> {
     ROUTES.iter().find(|(r, _)| *r == op).map(|&(_, s)| s)
 }
 
+/// `host` or `host:port`: a name of letters, digits, dots and hyphens, or
+/// an IPv6 address in brackets; a port of 1 to 5 digits up to 65535.
+fn host_and_port(s: &str) -> bool {
+    let (v6, host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let Some((ip, after)) = rest.split_once(']') else {
+            return false;
+        };
+        let port = match after {
+            "" => None,
+            _ => match after.strip_prefix(':') {
+                Some(p) => Some(p),
+                None => return false,
+            },
+        };
+        (true, ip, port)
+    } else {
+        match s.split_once(':') {
+            Some((h, p)) => (false, h, Some(p)),
+            None => (false, s, None),
+        }
+    };
+    let host_ok = !host.is_empty()
+        && host.bytes().all(|b| {
+            if v6 {
+                b.is_ascii_hexdigit() || b == b':' || b == b'.'
+            } else {
+                b.is_ascii_alphanumeric() || b == b'.' || b == b'-'
+            }
+        });
+    let port_ok = port.is_none_or(|p| {
+        (1..=5).contains(&p.len())
+            && p.bytes().all(|b| b.is_ascii_digit())
+            && p.parse::<u32>().is_ok_and(|n| (1..=65535).contains(&n))
+    });
+    host_ok && port_ok
+}
+
+/// An `Origin` as browsers send it: `http://` or `https://`, then a host
+/// and port ([`host_and_port`]), nothing after.
+fn is_origin(s: &str) -> bool {
+    s.strip_prefix("http://")
+        .or_else(|| s.strip_prefix("https://"))
+        .is_some_and(host_and_port)
+}
+
 /// In front of `/mcp`: the token (scope `memory`) and the rate, the body
 /// read within the limits and checked for a repeated key; the checked
 /// identity travels to the MCP handler in the request's extensions.
@@ -1165,16 +1214,33 @@ async fn mcp_gate(
             }
         }
         // A `Host` with user info (`evil@localhost`) names no host of ours;
-        // rmcp's own check would read the part after the `@`.
+        // rmcp's own check would read the part after the `@`. Nor does one
+        // that is not a host and port (`localhost:abc`), an `Origin` that
+        // is not `scheme://host[:port]` (rmcp compares the part before the
+        // port alone), or a request target that names its own host
+        // (`POST http://evil.com/mcp`: the request is for that host).
+        let forbidden = |what: &str| {
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!("the {what} names no host this server answers for"),
+            )
+        };
+        if parts.uri.authority().is_some() {
+            return Err(forbidden("request target"));
+        }
         if parts
             .headers
             .get(header::HOST)
-            .is_some_and(|h| h.as_bytes().contains(&b'@'))
+            .is_some_and(|h| h.to_str().map_or(true, |h| !host_and_port(h)))
         {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "the Host header names no host this server answers for",
-            ));
+            return Err(forbidden("Host header"));
+        }
+        if parts
+            .headers
+            .get(header::ORIGIN)
+            .is_some_and(|o| o.to_str().map_or(true, |o| o != "null" && !is_origin(o)))
+        {
+            return Err(forbidden("Origin header"));
         }
         // `Accept: */*` takes the JSON answers `/mcp` gives (rmcp asks for
         // both JSON and an event stream by name, and refused it with 406).
@@ -1294,4 +1360,46 @@ pub fn router(app: Arc<App>, mcp: axum::routing::MethodRouter<()>) -> Router {
         .merge(mcp)
         .fallback(move |req: Request| not_found(on_404.clone(), req))
         .method_not_allowed_fallback(move |req: Request| method_not_allowed(on_405.clone(), req))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_and_origins_are_read_whole() {
+        for ok in [
+            "localhost",
+            "127.0.0.1",
+            "127.0.0.1:8700",
+            "[::1]",
+            "[::1]:8700",
+            "memory.example.com:443",
+        ] {
+            assert!(host_and_port(ok), "{ok}");
+            assert!(is_origin(&format!("http://{ok}")), "{ok}");
+        }
+        for bad in [
+            "",
+            "127.0.0.1:",
+            "127.0.0.1:abc",
+            "localhost:99999",
+            "localhost:0",
+            "localhost:18733.evil.com",
+            "localhost:evil.com",
+            "localhost:1/../@evil.com",
+            "localhost:18733/.evil.com",
+            "x@127.0.0.1",
+            "[::1",
+            "[::1]x",
+            "[]",
+            "local host",
+        ] {
+            assert!(!host_and_port(bad), "{bad}");
+            assert!(!is_origin(&format!("http://{bad}")), "{bad}");
+        }
+        assert!(!is_origin("localhost:8700"));
+        assert!(!is_origin("ftp://localhost"));
+        assert!(!is_origin("http://localhost/"));
+    }
 }

@@ -505,6 +505,7 @@ pub(crate) fn tenant(
             rotate,
             revoke,
         } => {
+            check_name("tenant", name)?;
             let token_name = token_name.as_deref().unwrap_or(name);
             check_name("token", token_name)?;
             let root = Root::open(root, &secret(global)?, false)?;
