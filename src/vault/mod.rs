@@ -674,15 +674,18 @@ impl Vault {
         &mut self,
         f: impl FnOnce(&mut Vault, Option<Oid>) -> Result<T, E>,
     ) -> Result<T, E> {
+        // Taken now, so that a hint is used by this write or by none.
+        let mut hint = self.refs_hint.take();
         let guard = match FileLock::try_exclusive_on(&self.lock).map_err(VaultError::Lock)? {
             Some(guard) => guard,
             None => {
                 // A wait of any length, during which the ref files may be
                 // changed with the log left as it was: looked at again.
-                self.refs_hint = None;
+                hint = None;
                 FileLock::exclusive_on(&self.lock).map_err(VaultError::Lock)?
             }
         };
+        self.refs_hint = hint;
         let len_before = self.wal.len().unwrap_or(0);
         let result = self
             .recover_if_needed()
