@@ -343,7 +343,7 @@ impl Writer<'_> {
     ) -> Result<Oid, git2::Error> {
         let mut data = Vec::with_capacity(entries.iter().map(|e| e.name.len() + 28).sum());
         for e in &entries {
-            push_octal(&mut data, e.mode);
+            push_mode(&mut data, e.mode);
             data.push(b' ');
             data.extend_from_slice(&e.name);
             data.push(0);
@@ -365,27 +365,17 @@ impl Writer<'_> {
 }
 
 /// `mode` in octal without leading zeros, as git writes a tree entry's
-/// mode (`format!("{:o}")` without the formatter, which showed in profiles).
-fn push_octal(out: &mut Vec<u8>, mode: i32) {
-    let mut digits = [0u8; 11];
-    let mut at = digits.len();
-    // As `{:o}` shows an i32: its bits.
-    let mut m = mode as u32;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (m & 7) as u8;
-        m >>= 3;
-        if m == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
+/// mode (and as `{:o}` shows an i32: its bits).
+fn push_mode(out: &mut Vec<u8>, mode: i32) {
+    let bits = u64::from(mode as u32);
+    out.extend_from_slice(super::engine::pack::digits(bits, 8, &mut [0; 22]));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use git2::FileMode;
+    use git2::build::TreeUpdateBuilder;
 
     #[test]
     fn modes_are_written_in_octal_as_git_writes_them() {
@@ -402,11 +392,10 @@ mod tests {
             i32::MAX,
         ] {
             let mut out = Vec::new();
-            push_octal(&mut out, mode);
+            push_mode(&mut out, mode);
             assert_eq!(out, format!("{mode:o}").into_bytes());
         }
     }
-    use git2::build::TreeUpdateBuilder;
 
     /// Repeatable choices (see `crate::test_rand`).
     struct Rng(u64);

@@ -1139,40 +1139,31 @@ fn route_scope(op: &str) -> Option<Scope> {
 }
 
 /// `host` or `host:port`: a name of letters, digits, dots and hyphens, or
-/// an IPv6 address in brackets; a port of 1 to 5 digits up to 65535.
+/// an IPv6 address in brackets; a port of 1 to 5 digits, 1 to 65535.
 fn host_and_port(s: &str) -> bool {
-    let (v6, host, port) = if let Some(rest) = s.strip_prefix('[') {
-        let Some((ip, after)) = rest.split_once(']') else {
-            return false;
-        };
-        let port = match after {
-            "" => None,
-            _ => match after.strip_prefix(':') {
-                Some(p) => Some(p),
-                None => return false,
-            },
-        };
-        (true, ip, port)
-    } else {
-        match s.split_once(':') {
-            Some((h, p)) => (false, h, Some(p)),
-            None => (false, s, None),
+    let (host_ok, port) = match s.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((ip, after)) if after.is_empty() || after.starts_with(':') => (
+                ip.parse::<std::net::Ipv6Addr>().is_ok(),
+                after.strip_prefix(':'),
+            ),
+            _ => return false,
+        },
+        None => {
+            let (host, port) = match s.split_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (s, None),
+            };
+            let name = |b: u8| b.is_ascii_alphanumeric() || b == b'.' || b == b'-';
+            (!host.is_empty() && host.bytes().all(name), port)
         }
     };
-    let host_ok = !host.is_empty()
-        && host.bytes().all(|b| {
-            if v6 {
-                b.is_ascii_hexdigit() || b == b':' || b == b'.'
-            } else {
-                b.is_ascii_alphanumeric() || b == b'.' || b == b'-'
-            }
-        });
-    let port_ok = port.is_none_or(|p| {
-        (1..=5).contains(&p.len())
-            && p.bytes().all(|b| b.is_ascii_digit())
-            && p.parse::<u32>().is_ok_and(|n| (1..=65535).contains(&n))
-    });
-    host_ok && port_ok
+    host_ok
+        && port.is_none_or(|p| {
+            p.len() <= 5
+                && p.bytes().all(|b| b.is_ascii_digit())
+                && p.parse::<u16>().is_ok_and(|n| n > 0)
+        })
 }
 
 /// An `Origin` as browsers send it: `http://` or `https://`, then a host
@@ -1216,8 +1207,8 @@ async fn mcp_gate(
         // A `Host` with user info (`evil@localhost`) names no host of ours;
         // rmcp's own check would read the part after the `@`. Nor does one
         // that is not a host and port (`localhost:abc`), an `Origin` that
-        // is not `scheme://host[:port]` (rmcp compares the part before the
-        // port alone), or a request target that names its own host
+        // is not `scheme://host[:port]` (rmcp's check read only part of
+        // it), or a request target that names its own host
         // (`POST http://evil.com/mcp`: the request is for that host).
         let forbidden = |what: &str| {
             ApiError::new(

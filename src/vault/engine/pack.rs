@@ -672,22 +672,25 @@ pub(crate) fn object_hash(kind: ObjectType, bytes: &[u8]) -> [u8; 20] {
     let mut h = Sha1::new();
     h.update(kind.str().as_bytes());
     h.update(b" ");
-    // The length in decimal, without the formatter (it showed in profiles).
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut n = bytes.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    h.update(&digits[at..]);
+    h.update(digits(bytes.len() as u64, 10, &mut [0; 22]));
     h.update(b"\0");
     h.update(bytes);
     h.finalize().into()
+}
+
+/// `n` in `radix` (2 to 10) without leading zeros, as `{}` and `{:o}`
+/// write it, in the end of `buf`: for object headers and tree modes, where
+/// the formatter showed in profiles.
+pub(crate) fn digits(mut n: u64, radix: u64, buf: &mut [u8; 22]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % radix) as u8;
+        n /= radix;
+        if n == 0 {
+            return &buf[at..];
+        }
+    }
 }
 
 /// Git's blob id of `bytes` (the log's checksum).
