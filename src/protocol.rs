@@ -107,7 +107,13 @@ pub fn parse_strict(text: &[u8]) -> Result<Value, ParseError> {
     match parsed {
         Ok(v) => Ok(v),
         Err(e) => match duplicate.into_inner() {
-            Some(key) => Err(ParseError::DuplicateKey(key)),
+            // A key given twice is the fault only in text that is JSON
+            // otherwise: the strict pass stops at the duplicate, so the
+            // rest is read once more (only on this error path).
+            Some(key) => match serde_json::from_slice::<serde::de::IgnoredAny>(text) {
+                Ok(_) => Err(ParseError::DuplicateKey(key)),
+                Err(e) => Err(ParseError::Syntax(e)),
+            },
             None => Err(ParseError::Syntax(e)),
         },
     }
@@ -580,6 +586,14 @@ mod tests {
             parse_strict(b"18446744073709551615").unwrap(),
             serde_json::json!(u64::MAX)
         );
+        // A key given twice in text that is not JSON past it is a
+        // syntax error: the line is not JSON, so nothing in it is taken.
+        let broken = br#"{"type":"tool_use","id":"t1","name":"m","name":"m","input":x}"#;
+        assert!(matches!(parse_strict(broken), Err(ParseError::Syntax(_))));
+        assert!(matches!(
+            parse_strict(br#"{"a":1,"a":2} {}"#),
+            Err(ParseError::Syntax(_))
+        ));
         for bad in ["", "{", "{} {}", "{\"a\":}", "[1,]"] {
             assert!(
                 matches!(parse_strict(bad.as_bytes()), Err(ParseError::Syntax(_))),
