@@ -446,7 +446,7 @@ fn finish_undo(
             for p in kept_in_place {
                 writeln!(
                     out,
-                    "  kept {} where it is: a file or directory now stands where it came from",
+                    "  kept {} where it is: it cannot go back where it came from (a file or directory stands there, or that version was erased)",
                     p.as_str()
                 )?;
             }
@@ -477,7 +477,7 @@ fn finish_undo(
             }
             if !kept_in_place.is_empty() {
                 msg.push_str(&format!(
-                    " kept where they are (a file or directory now stands where they came from): {};",
+                    " kept where they are (they cannot go back where they came from): {};",
                     list(&kept_in_place)
                 ));
             }
@@ -518,7 +518,7 @@ fn finish_undo(
             }
             if !kept_in_place.is_empty() {
                 msg.push_str(
-                    "\nWith --force, these would stay where they are (a file or directory now stands where they came from):",
+                    "\nWith --force, these would stay where they are (they cannot go back where they came from):",
                 );
                 for p in &kept_in_place {
                     msg.push_str(&format!("\n  {}", p.as_str()));

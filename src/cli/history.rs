@@ -307,6 +307,10 @@ pub fn run(on: On<'_>, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8, Cl
         shown += 1;
         let rev = id.to_string();
         if args.json {
+            // Where it moved a file or folder from and to (a rename, or a
+            // revert that moved one back), whatever `path` and `new_path`
+            // hold (a revert keeps those of the change it undid).
+            let (moved_from, moved_to) = moved(&meta).unzip();
             let line = json!({
                 "rev": rev, "time": rfc3339(meta.time_ms), "session": meta.session,
                 "actor": meta.actor, "principal": meta.principal, "op": meta.op, "path": meta.path, "new_path": meta.new_path,
@@ -314,7 +318,7 @@ pub fn run(on: On<'_>, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8, Cl
                 "redactions": meta.redactions.iter().map(|(k, n)| json!({"kind": k, "count": n})).collect::<Vec<_>>(),
                 "files": meta.files, "undoes": meta.undoes, "undone_session": meta.undone_session,
                 "at": meta.at, "details": meta.details, "machine": meta.machine,
-                "merged": meta.merged,
+                "merged": meta.merged, "moved_from": moved_from, "moved_to": moved_to,
             });
             writeln!(out, "{line}")?;
             continue;

@@ -1811,3 +1811,210 @@ fn a_session_revert_follows_swapped_files_and_removes_a_created_file_moved_onto_
     assert!(text(&r).contains("does not exist"), "{r}");
     assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
 }
+
+/// A restore of a folder over a file written there since, with
+/// `--force`, leaves that file as it is and fails (nothing can go back
+/// below it). It removed the file and put nothing back before.
+#[test]
+fn restore_force_of_a_folder_where_a_file_stands_changes_nothing_and_fails() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[
+            json!({"command": "create", "path": "/memories/p/a.md", "file_text": "A\n"}),
+            json!({"command": "create", "path": "/memories/p/b.md", "file_text": "B\n"}),
+        ],
+    );
+    let at = head_rev(&v, 0);
+    serve_as(
+        &v,
+        "s2",
+        &[
+            json!({"command": "delete", "path": "/memories/p"}),
+            json!({"command": "create", "path": "/memories/p", "file_text": "now a file\n"}),
+        ],
+    );
+    let commits = v.commits();
+    for force in [false, true] {
+        let mut args = vec!["restore", "/memories/p", "--at", &at];
+        if force {
+            args.push("--force");
+        }
+        let o = run(&v, &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "force {force}: {err}");
+        assert!(err.contains("/memories/p/a.md"), "{err}");
+        assert_eq!(v.commits(), commits, "force {force}");
+        assert_eq!(
+            file_text(&v, "HEAD", "/memories/p").as_deref(),
+            Some("now a file\n")
+        );
+    }
+    assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
+}
+
+/// A session that replaced a folder by a file is undone whole: the file
+/// it made is removed and the folder's files come back in its place.
+#[test]
+fn a_session_revert_removes_the_file_it_made_where_a_folder_goes_back() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[json!({"command": "create", "path": "/memories/d/a.md", "file_text": "A\n"})],
+    );
+    serve_as(
+        &v,
+        "s2",
+        &[
+            json!({"command": "delete", "path": "/memories/d"}),
+            json!({"command": "create", "path": "/memories/d", "file_text": "a file now\n"}),
+        ],
+    );
+    let o = ok(&run(&v, &["revert", "--session", "s2"]));
+    assert!(o.contains("/memories/d/a.md"), "{o}");
+    assert_eq!(
+        file_text(&v, "HEAD", "/memories/d/a.md").as_deref(),
+        Some("A\n")
+    );
+    assert_eq!(listed_files(text(&view(&v, "/memories"))).len(), 1);
+    assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
+}
+
+/// The revert of a rename whose source versions were purged (the purge
+/// kept the renamed file, under a new key) cannot put the source back,
+/// so it keeps the renamed file where it is: with `--force` too, nothing
+/// changes and it fails. It removed the renamed file before. A purge
+/// itself is not a revert's to undo.
+#[test]
+fn a_rename_whose_source_was_purged_is_not_undone_and_a_purge_is_not_reverted() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[
+            json!({"command": "create", "path": "/memories/t.md", "file_text": "PANGOLIN\n"}),
+            json!({"command": "rename", "old_path": "/memories/t.md", "new_path": "/memories/q.md"}),
+        ],
+    );
+    let rename = head_rev(&v, 0);
+    ok(&run(&v, &["purge", "/memories/t.md"]));
+    let purge = head_rev(&v, 0);
+    let commits = v.commits();
+    for args in [
+        vec!["revert", rename.as_str()],
+        vec!["revert", rename.as_str(), "--force"],
+    ] {
+        let o = run(&v, &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("/memories/q.md"), "{err}");
+        assert_eq!(v.commits(), commits, "{args:?}");
+        assert_eq!(
+            file_text(&v, "HEAD", "/memories/q.md").as_deref(),
+            Some("PANGOLIN\n")
+        );
+    }
+    let o = run(&v, &["revert", &purge, "--force"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("`purge`, which revert does not undo"), "{err}");
+    assert_eq!(v.commits(), commits);
+}
+
+/// A session revert that undoes one rename is recorded as the move back
+/// (so `history` of the old path follows the file across it), as the
+/// revert of the rename alone is; the revert of a revert names the way it
+/// moved the file; `--json` says where from and to.
+#[test]
+fn reverts_of_renames_name_the_move_they_made() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[json!({"command": "create", "path": "/memories/f.md", "file_text": "one\n"})],
+    );
+    serve_as(
+        &v,
+        "s2",
+        &[json!({"command": "rename", "old_path": "/memories/f.md", "new_path": "/memories/g.md"})],
+    );
+    serve_as(
+        &v,
+        "s3",
+        &[
+            json!({"command": "insert", "path": "/memories/g.md", "insert_line": 1, "insert_text": "two"}),
+        ],
+    );
+    ok(&run(&v, &["revert", "--session", "s2", "--force"]));
+    let h = stdout(&run(&v, &["history", "/memories/f.md"]));
+    let lines: Vec<&str> = h.lines().collect();
+    assert_eq!(lines.len(), 4, "{h}");
+    assert!(
+        lines[0].contains("revert  /memories/g.md -> /memories/f.md"),
+        "{h}"
+    );
+    assert!(lines[1].contains("insert  /memories/g.md"), "{h}");
+    let last = &json_lines(&v, &["history", "--json", "--limit", "1"])[0];
+    assert_eq!(last["moved_from"], "/memories/g.md", "{last}");
+    assert_eq!(last["moved_to"], "/memories/f.md", "{last}");
+
+    // The revert of that revert moves the file to g.md again.
+    ok(&run(&v, &["revert", "HEAD"]));
+    assert!(file_text(&v, "HEAD", "/memories/g.md").is_some());
+    let last = &json_lines(&v, &["history", "--json", "--limit", "1"])[0];
+    assert_eq!(last["moved_from"], "/memories/f.md", "{last}");
+    assert_eq!(last["moved_to"], "/memories/g.md", "{last}");
+    let h = stdout(&run(&v, &["history", "--limit", "1"]));
+    assert!(
+        h.contains("revert  /memories/f.md -> /memories/g.md"),
+        "{h}"
+    );
+}
+
+/// A forced session revert that skips a change (a folder now stands
+/// where a deleted file would come back) does not list that change among
+/// those it undid.
+#[test]
+fn a_forced_session_revert_lists_only_the_changes_it_undid() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[
+            json!({"command": "create", "path": "/memories/a.md", "file_text": "a1\n"}),
+            json!({"command": "create", "path": "/memories/b.md", "file_text": "b1\n"}),
+        ],
+    );
+    serve_as(
+        &v,
+        "s2",
+        &[
+            json!({"command": "str_replace", "path": "/memories/a.md", "old_str": "a1", "new_str": "a2"}),
+            json!({"command": "delete", "path": "/memories/b.md"}),
+        ],
+    );
+    let edit = head_rev(&v, 1);
+    let delete = head_rev(&v, 0);
+    serve_as(
+        &v,
+        "s3",
+        &[json!({"command": "create", "path": "/memories/b.md/x.md", "file_text": "x\n"})],
+    );
+    let o = ok(&run(&v, &["revert", "--session", "s2", "--force"]));
+    assert!(o.contains("skipped /memories/b.md"), "{o}");
+    assert_eq!(
+        file_text(&v, "HEAD", "/memories/a.md").as_deref(),
+        Some("a1\n")
+    );
+    let last = &json_lines(&v, &["history", "--json", "--limit", "1"])[0];
+    let undoes: Vec<&str> = last["undoes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u.as_str().unwrap())
+        .collect();
+    assert_eq!(undoes, vec![edit.as_str()], "{last}");
+    assert!(!undoes.contains(&delete.as_str()));
+}

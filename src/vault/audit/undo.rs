@@ -15,7 +15,8 @@
 //! overwrite or delete content written after the revision. `force`
 //! applies the undo anyway. A path whose parent is now a file, or which is
 //! now a directory, cannot be put back and is refused (skipped with
-//! `force`). A version whose file key was erased cannot be put back and is
+//! `force`, the file or directory left as it is), unless an undone commit
+//! made what stands there: that goes first. A version whose file key was erased cannot be put back and is
 //! skipped, and said so.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -145,6 +146,9 @@ impl Vault {
                     "keyslots and keys change with `memvault key add`, `key remove` and `passwd`",
                 ),
                 "init" | "migrate" => Some("it changed no memory file"),
+                "purge" => Some(
+                    "the versions it erased cannot come back, and the files it kept hold the same text (sealed under new keys)",
+                ),
                 _ => None,
             };
             if let Some(how) = how {
@@ -202,6 +206,7 @@ impl Vault {
                             "init"
                                 | "merge"
                                 | "migrate"
+                                | "purge"
                                 | "config"
                                 | "keyslot"
                                 | "passwd"
@@ -458,6 +463,8 @@ impl Vault {
         // Created files renamed (by others) onto a path a target held.
         let mut blocked_creates: Vec<(String, MemoryPath)> = Vec::new();
         let mut left: BTreeMap<String, (Option<Oid>, usize)> = BTreeMap::new();
+        // The renames among the undone commits.
+        let mut undone_renames: Vec<Oid> = Vec::new();
         match target {
             UndoTarget::Commit(_) | UndoTarget::Session(_) => {
                 // The commits to undo, and main back to the oldest of them
@@ -481,6 +488,9 @@ impl Vault {
                     let renamed = self.rename_of(id)?;
                     if set.contains(&id) {
                         undoes.push(id.to_string());
+                        if renamed.is_some() {
+                            undone_renames.push(id);
+                        }
                         let via = match step {
                             Step::Brought(m) | Step::Nested(m) => Some(m),
                             _ => None,
@@ -681,6 +691,30 @@ impl Vault {
         // The file keys of the versions that cannot be put back.
         let mut blocked_keys = BTreeSet::new();
         let mut kept_in_place = Vec::new();
+        // The files a revert removes because an undone commit made them:
+        // a file or folder of them standing where a version goes back is
+        // cleared first (`clearing`, by path), not an obstacle. Anything
+        // else standing there (written by others since, or, for a
+        // restore, written after the revision) stays as it is, files and
+        // all, and the version is skipped.
+        let removing: BTreeSet<&MemoryPath> = targets
+            .iter()
+            .filter(|(g, t)| {
+                t.desired.is_none()
+                    && t.by.is_some()
+                    && self
+                        .entry_at(tip_tree.as_ref(), g)
+                        .is_some_and(|(_, k)| k == ObjectType::Blob)
+            })
+            .map(|(_, t)| &t.path)
+            .collect();
+        let mut clearing: BTreeSet<MemoryPath> = BTreeSet::new();
+        // Files standing where a folder's files would go back, that stay.
+        let mut blocking_files: BTreeSet<MemoryPath> = BTreeSet::new();
+        // Versions an undone change replaced that cannot go back (erased,
+        // or blocked), with that change.
+        let mut not_back: Vec<(MemoryPath, Oid)> = Vec::new();
+        let mut files_at_tip: Option<Vec<MemoryPath>> = None;
         for (git_path, t) in &targets {
             let current = self.entry_at(tip_tree.as_ref(), git_path);
             if current.map(|(id, _)| id) == t.desired
@@ -688,13 +722,44 @@ impl Vault {
             {
                 continue;
             }
-            if let Some(blob) = t.desired
-                && (current.is_some_and(|(_, k)| k != ObjectType::Blob)
-                    || self.parent_is_file(tip_tree.as_ref(), git_path))
-            {
-                blocked.push(t.path.clone());
-                blocked_keys.insert(self.key_id_of(blob)?);
-                continue;
+            if let Some(blob) = t.desired {
+                let obstacle = if current.is_some_and(|(_, k)| k != ObjectType::Blob) {
+                    Some(t.path.clone())
+                } else {
+                    self.file_ancestor(tip_tree.as_ref(), &t.path)?
+                };
+                if let Some(o) = obstacle {
+                    let cleared = if o == t.path {
+                        // A folder: cleared when the undo removes every
+                        // file in it.
+                        let files = match &mut files_at_tip {
+                            Some(f) => f,
+                            None => files_at_tip.insert(
+                                self.snapshot_of(Some(tip))?
+                                    .files_with_keys()?
+                                    .into_iter()
+                                    .map(|(p, _, _)| p)
+                                    .collect(),
+                            ),
+                        };
+                        files
+                            .iter()
+                            .filter(|f| f.starts_with(&o))
+                            .all(|f| removing.contains(f))
+                    } else {
+                        removing.contains(&o)
+                    };
+                    if !cleared {
+                        if o != t.path {
+                            blocking_files.insert(o);
+                        }
+                        blocked.push(t.path.clone());
+                        blocked_keys.insert(self.key_id_of(blob)?);
+                        not_back.extend(t.by.map(|by| (t.path.clone(), by)));
+                        continue;
+                    }
+                    clearing.insert(o);
+                }
             }
             if let Some(blob) = t.desired {
                 self.check_object(blob)?;
@@ -706,6 +771,7 @@ impl Vault {
                     .map_err(|_| damaged("a stored file has a bad header"))?;
                 let Some(key) = self.key_state.file_key(&self.repo, &self.keys, &id)? else {
                     skipped_erased.push(t.path.clone());
+                    not_back.extend(t.by.map(|by| (t.path.clone(), by)));
                     continue;
                 };
                 put_back.push((edits.len(), id));
@@ -719,8 +785,18 @@ impl Vault {
         // rename to undo, whose source a file or folder now stands in) stays
         // where it is: removing it there would lose it, as nothing can be
         // put back at the source. Found by its file key, which a rename
-        // keeps.
-        if !blocked_keys.is_empty() {
+        // keeps; and, for a version that cannot go back (its key erased:
+        // a purge of the old path kept the renamed file under a new key),
+        // where the undone rename put it.
+        let mut keep: BTreeSet<MemoryPath> = BTreeSet::new();
+        for (path, by) in &not_back {
+            if let Some((from, to)) = self.rename_of(*by)?
+                && let Some(q) = path.rebase(&from, &to)
+            {
+                keep.insert(q);
+            }
+        }
+        if !blocked_keys.is_empty() || !keep.is_empty() {
             let mut kept = Vec::with_capacity(edits.len());
             let mut moved_to = vec![usize::MAX; edits.len()];
             for (i, edit) in edits.into_iter().enumerate() {
@@ -729,7 +805,7 @@ impl Vault {
                     .filter(|(_, k)| *k == ObjectType::Blob);
                 if edit.2.is_none()
                     && let Some((blob, _)) = current
-                    && blocked_keys.contains(&self.key_id_of(blob)?)
+                    && (keep.contains(&edit.1) || blocked_keys.contains(&self.key_id_of(blob)?))
                 {
                     kept_in_place.push(edit.1);
                     continue;
@@ -745,13 +821,18 @@ impl Vault {
         // A file that cannot go back because a folder stands where it
         // would go leaves that folder as it is: removing the files below
         // it (which the undo would otherwise do) would change the vault
-        // and still not put the file back.
+        // and still not put the file back. So does a file standing where
+        // a folder's files would go back (a restore of the folder over a
+        // file written since, say).
         if !blocked.is_empty() {
             let mut kept = Vec::with_capacity(edits.len());
             let mut moved_to = vec![usize::MAX; edits.len()];
             for (i, edit) in edits.into_iter().enumerate() {
                 let (_, path, desired) = &edit;
-                if desired.is_none() && blocked.iter().any(|b| path.starts_with(b) && path != b) {
+                if desired.is_none()
+                    && (blocking_files.contains(path)
+                        || blocked.iter().any(|b| path.starts_with(b) && path != b))
+                {
                     continue;
                 }
                 moved_to[i] = kept.len();
@@ -939,20 +1020,45 @@ impl Vault {
         }
 
         // The blobs put back are old ones, already durable (or sealed
-        // again just now, in `objects`).
+        // again just now, in `objects`). A file or folder standing where
+        // a version goes back is removed first, as its own tree update:
+        // one update cannot remove a name and write below it.
+        let mut base = self.tree_of(Some(tip))?;
+        if !clearing.is_empty() {
+            let mut clear = TreeEdits::memory();
+            for o in &clearing {
+                clear.remove(&self.git_path_of(o)?);
+            }
+            base = Some(clear.write(&self.repo, &self.caches, base, &mut objects)?);
+        }
         let mut update = TreeEdits::memory();
-        for (git_path, _, desired) in &edits {
+        for (git_path, path, desired) in &edits {
             match desired {
                 Some(blob) => update.upsert(git_path.as_str(), *blob),
+                // Removed with what it stood in.
+                None if clearing.iter().any(|o| path.starts_with(o)) => {}
                 None => update.remove(git_path.as_str()),
             };
         }
         drop(tip_tree);
-        let tree = self.edit_tree(Some(tip), &update, &mut objects)?;
+        let tree = update.write(&self.repo, &self.caches, base, &mut objects)?;
         let op = match target {
             UndoTarget::Restore { .. } => "restore",
             _ => "revert",
         };
+        // An undone commit whose every change was skipped (erased, or
+        // blocked) is not among those the undo undid.
+        let undid: BTreeSet<Oid> = edits
+            .iter()
+            .filter_map(|(g, _, _)| targets.get(g)?.by)
+            .collect();
+        let skipped: BTreeSet<Oid> = not_back.iter().map(|(_, by)| *by).collect();
+        let undoes: Vec<String> = undoes
+            .into_iter()
+            .filter(|u| {
+                Oid::from_str(u).map_or(true, |id| !skipped.contains(&id) || undid.contains(&id))
+            })
+            .collect();
         let mut meta = CommitMeta {
             files: edits
                 .iter()
@@ -967,8 +1073,16 @@ impl Vault {
         match target {
             UndoTarget::Commit(c) => {
                 let undone = self.meta_of(c.oid())?;
-                meta.path = undone.path;
-                meta.new_path = undone.new_path;
+                // A revert records the paths of the rename it undoes (it
+                // moved the file from `new_path` back to `path`); the
+                // revert of such a revert moved it the other way.
+                if undone.op == "revert" && undone.new_path.is_some() {
+                    meta.path = undone.new_path;
+                    meta.new_path = undone.path;
+                } else {
+                    meta.path = undone.path;
+                    meta.new_path = undone.new_path;
+                }
                 // One file changed, followed elsewhere since: named where
                 // the undo changed it (history of that path lists it).
                 if meta.new_path.is_none()
@@ -979,6 +1093,17 @@ impl Vault {
             }
             UndoTarget::Session(s) => {
                 meta.undone_session = Some(s.clone());
+                // A session whose one rename is undone: recorded as the
+                // revert of that rename is, a move back, so `history`
+                // follows the file across it.
+                if let [only] = undone_renames.as_slice()
+                    && meta.undoes.contains(&only.to_string())
+                    && let Some((from, to)) = self.rename_of(*only)?
+                    && edits.iter().any(|(_, p, _)| p.starts_with(&from))
+                {
+                    meta.path = Some(from.as_str().to_string());
+                    meta.new_path = Some(to.as_str().to_string());
+                }
             }
             UndoTarget::Restore { path, at } => {
                 meta.path = Some(path.as_str().to_string());
@@ -1155,20 +1280,22 @@ impl Vault {
         Some(at)
     }
 
-    /// Whether some ancestor directory of `git_path` is a file in `tree`.
-    fn parent_is_file(&self, tree: Option<&git2::Tree<'_>>, git_path: &str) -> bool {
-        let mut end = 0;
-        while let Some(i) = git_path[end..].find('/') {
-            end += i;
+    /// The ancestor directory of `path` that is a file in `tree`, if one
+    /// is.
+    fn file_ancestor(
+        &self,
+        tree: Option<&git2::Tree<'_>>,
+        path: &MemoryPath,
+    ) -> Result<Option<MemoryPath>, VaultError> {
+        for a in path.ancestors().filter(|a| !a.is_root()) {
             if self
-                .entry_at(tree, &git_path[..end])
+                .entry_at(tree, &self.git_path_of(&a)?)
                 .is_some_and(|(_, k)| k == ObjectType::Blob)
             {
-                return true;
+                return Ok(Some(a));
             }
-            end += 1;
         }
-        false
+        Ok(None)
     }
 }
 
