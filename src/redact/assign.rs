@@ -64,6 +64,23 @@ pub(crate) fn password(text: &str, s: usize, e: usize, skip: &mut usize) -> Opti
     assignment(text, s, e, skip, Class::Password)
 }
 
+/// `session s-9b77d6eb7428f416`: the label memvault gives a session run
+/// without one (`s-` and 16 hex digits), which `history`, `resume` and
+/// its messages name, and an agent may copy into its notes: a label, not
+/// a session token.
+fn memvault_session_label(key: &[u8], v: &[u8]) -> bool {
+    key.to_ascii_lowercase()
+        .windows(7)
+        .any(|w| w == b"session")
+        && v.len() >= 18
+        && v.starts_with(b"s-")
+        && v[2..18]
+            .iter()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+        // A sentence's end after it.
+        && v[18..].iter().all(|c| b".,;:)".contains(c))
+}
+
 pub(crate) fn secret(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<(usize, usize)> {
     assignment(text, s, e, skip, Class::Secret)
 }
@@ -320,7 +337,7 @@ fn assignment(
         *skip = (*skip).max(ve);
     }
     let v = &b[vs..ve];
-    if !may_be_secret(v, op, want) {
+    if !may_be_secret(v, op, want) || memvault_session_label(key, v) {
         return None;
     }
     let (class, tier) = classify(key)?;

@@ -1253,6 +1253,24 @@ mod keys {
 mod credentials {
     use super::*;
 
+    /// memvault's own session labels (`s-` and 16 hex digits), as
+    /// `resume` and `history` name them, are not session tokens; a token
+    /// after `session` still is.
+    #[test]
+    fn memvault_session_labels_are_kept() {
+        for text in [
+            "Continued from session s-9b77d6eb7428f416.\n",
+            "session: s-c62e623d6ac6a026\n",
+            "undone: Session s-0123456789abcdef, 3 changes\n",
+        ] {
+            assert_clean(text);
+        }
+        let t = rand(610, ALNUM, 32);
+        assert_redacted(&format!("SESSION_SECRET={t}\n"), &t, "secret-assignment");
+        let t = format!("s-{}", rand(611, "0123456789abcdef", 20));
+        assert_redacted(&format!("session_token = {t}\n"), &t, "secret-assignment");
+    }
+
     #[test]
     fn url_passwords() {
         let p = rand(600, ALNUM, 16);

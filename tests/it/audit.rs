@@ -2018,3 +2018,184 @@ fn a_forced_session_revert_lists_only_the_changes_it_undid() {
     assert_eq!(undoes, vec![edit.as_str()], "{last}");
     assert!(!undoes.contains(&delete.as_str()));
 }
+
+/// A file another session made at a path after the file an undone change
+/// made there was renamed away (or deleted) is not the undone change's:
+/// a forced revert removes the created file where it is now and leaves
+/// the newer one (before, both went, one with nothing put back).
+#[test]
+fn a_forced_revert_of_a_create_leaves_a_newer_file_at_its_old_path() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s2",
+        &[json!({"command": "create", "path": "/memories/d.md", "file_text": "made by s2\n"})],
+    );
+    let create = head_rev(&v, 0);
+    serve_as(
+        &v,
+        "s3",
+        &[json!({"command": "rename", "old_path": "/memories/d.md", "new_path": "/memories/e.md"})],
+    );
+    serve_as(
+        &v,
+        "s4",
+        &[json!({"command": "create", "path": "/memories/d.md", "file_text": "S4 precious\n"})],
+    );
+    let o = ok(&run(&v, &["revert", &create, "--force"]));
+    assert!(
+        o.contains("/memories/e.md") && !o.contains("/memories/d.md"),
+        "{o}"
+    );
+    assert_eq!(
+        file_text(&v, "HEAD", "/memories/d.md").as_deref(),
+        Some("S4 precious\n")
+    );
+    assert_eq!(file_text(&v, "HEAD", "/memories/e.md"), None);
+
+    // A session that replaced a folder by a file, the file renamed since
+    // and a new file made where it was: the renamed file goes, the new
+    // one stays, and the folder's file cannot come back below it.
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[json!({"command": "create", "path": "/memories/d/a.md", "file_text": "A\n"})],
+    );
+    serve_as(
+        &v,
+        "s2",
+        &[
+            json!({"command": "delete", "path": "/memories/d"}),
+            json!({"command": "create", "path": "/memories/d", "file_text": "file d\n"}),
+        ],
+    );
+    serve_as(
+        &v,
+        "s3",
+        &[json!({"command": "rename", "old_path": "/memories/d", "new_path": "/memories/e"})],
+    );
+    serve_as(
+        &v,
+        "s4",
+        &[json!({"command": "create", "path": "/memories/d", "file_text": "S4 precious\n"})],
+    );
+    let o = ok(&run(&v, &["revert", "--session", "s2", "--force"]));
+    assert!(o.contains("skipped /memories/d/a.md"), "{o}");
+    assert_eq!(
+        file_text(&v, "HEAD", "/memories/d").as_deref(),
+        Some("S4 precious\n")
+    );
+    assert_eq!(file_text(&v, "HEAD", "/memories/e"), None);
+    assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
+}
+
+/// An undo whose files hold the text it would put back already (edited
+/// away and back, restored before) changes nothing and makes no commit;
+/// a purge that kept a file (same text, new key) is no later change.
+#[test]
+fn an_undo_whose_text_is_already_there_makes_no_commit() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[json!({"command": "create", "path": "/memories/a.md", "file_text": "A\n"})],
+    );
+    serve_as(
+        &v,
+        "s2",
+        &[
+            json!({"command": "str_replace", "path": "/memories/a.md", "old_str": "A", "new_str": "B"}),
+        ],
+    );
+    serve_as(
+        &v,
+        "s3",
+        &[
+            json!({"command": "str_replace", "path": "/memories/a.md", "old_str": "B", "new_str": "A"}),
+        ],
+    );
+    let commits = v.commits();
+    let o = ok(&run(&v, &["revert", "--session", "s2", "--force"]));
+    assert!(o.contains("already as it would leave them"), "{o}");
+    assert_eq!(v.commits(), commits);
+
+    // Restored after a rename, then restored again: the second finds the
+    // copy there and does nothing.
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[json!({"command": "create", "path": "/memories/a.md", "file_text": "A\n"})],
+    );
+    let at = head_rev(&v, 0);
+    serve_as(
+        &v,
+        "s2",
+        &[json!({"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/b.md"})],
+    );
+    ok(&run(&v, &["restore", "/memories/a.md", "--at", &at]));
+    let commits = v.commits();
+    let o = ok(&run(&v, &["restore", "/memories/a.md", "--at", &at]));
+    assert!(o.contains("already as it would leave them"), "{o}");
+    assert_eq!(v.commits(), commits);
+
+    // A purge that kept the file is not a change of its text: the
+    // revert of its creation needs no --force.
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[json!({"command": "create", "path": "/memories/a.md", "file_text": "A\n"})],
+    );
+    ok(&run(&v, &["purge", "/memories/a.md", "--keep-current"]));
+    ok(&run(&v, &["revert", "--session", "s1"]));
+    assert_eq!(file_text(&v, "HEAD", "/memories/a.md"), None);
+    let o = run(&v, &["revert", "--session", "nosuch"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no change on main was made in session \"nosuch\""),
+        "{err}"
+    );
+}
+
+/// The move a revert records is the one it made: from where the file is
+/// now (renamed again since), to where the undone rename took it from.
+#[test]
+fn a_revert_records_the_move_it_made_from_where_the_file_is() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[json!({"command": "create", "path": "/memories/a.md", "file_text": "A\n"})],
+    );
+    serve_as(
+        &v,
+        "s2",
+        &[json!({"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/b.md"})],
+    );
+    serve_as(
+        &v,
+        "s3",
+        &[json!({"command": "rename", "old_path": "/memories/b.md", "new_path": "/memories/c.md"})],
+    );
+    ok(&run(&v, &["revert", "--session", "s2", "--force"]));
+    assert_eq!(
+        file_text(&v, "HEAD", "/memories/a.md").as_deref(),
+        Some("A\n")
+    );
+    let last = &json_lines(&v, &["history", "--json", "--limit", "1"])[0];
+    assert_eq!(last["moved_from"], "/memories/c.md", "{last}");
+    assert_eq!(last["moved_to"], "/memories/a.md", "{last}");
+    // Its revert (by its own session) moves the file back to c.md.
+    let session = last["session"].as_str().unwrap().to_string();
+    ok(&run(&v, &["revert", "--session", &session]));
+    assert_eq!(
+        file_text(&v, "HEAD", "/memories/c.md").as_deref(),
+        Some("A\n")
+    );
+    let last = &json_lines(&v, &["history", "--json", "--limit", "1"])[0];
+    assert_eq!(last["moved_from"], "/memories/a.md", "{last}");
+    assert_eq!(last["moved_to"], "/memories/c.md", "{last}");
+}

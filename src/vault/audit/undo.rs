@@ -192,6 +192,8 @@ impl Vault {
         target: &UndoTarget,
     ) -> Result<(Chain, BTreeSet<Oid>), VaultError> {
         let named = |id: Oid| matches!(target, UndoTarget::Commit(c) if c.oid() == id);
+        // Whether the session made any commit at all.
+        let seen = std::cell::Cell::new(false);
         let member = |id: Oid| -> Result<bool, VaultError> {
             Ok(match target {
                 UndoTarget::Commit(c) => c.oid() == id,
@@ -200,6 +202,9 @@ impl Vault {
                     // changes are not a revert's to undo (as for one
                     // revision, above).
                     let meta = self.meta_of(id)?;
+                    if meta.session == *s {
+                        seen.set(true);
+                    }
                     meta.session == *s
                         && !matches!(
                             meta.op.as_str(),
@@ -257,8 +262,11 @@ impl Vault {
         }
         let Some(oldest_index) = oldest_index else {
             return Err(match target {
+                UndoTarget::Session(s) if !seen.get() => VaultError::Refused(format!(
+                    "no change on main was made in session {s:?} (`memvault sessions` lists the sessions)"
+                )),
                 UndoTarget::Session(s) => VaultError::Refused(format!(
-                    "session {s:?} made no changes to undo (a settings or keyslot change it made is not a revert's to undo: `memvault config set`, `memvault key`)"
+                    "session {s:?} made no change a revert undoes (a settings, keyslot or purge change is not a revert's to undo: `memvault config set`, `memvault key`)"
                 )),
                 _ => damaged("a revision is not on main"),
             });
@@ -463,8 +471,15 @@ impl Vault {
         // Created files renamed (by others) onto a path a target held.
         let mut blocked_creates: Vec<(String, MemoryPath)> = Vec::new();
         let mut left: BTreeMap<String, (Option<Oid>, usize)> = BTreeMap::new();
-        // The renames among the undone commits.
-        let mut undone_renames: Vec<Oid> = Vec::new();
+        // The moves the undone commits made (renames, and reverts that
+        // moved a file back): the commit, where from, and where the moved
+        // file or folder is now (followed through later renames by
+        // others).
+        let mut undone_moves: Vec<(Oid, MemoryPath, MemoryPath)> = Vec::new();
+        // Paths where an undone commit made a file that others since
+        // moved or deleted, after which others made a new file there:
+        // that file is not the undone commit's to remove.
+        let mut superseded: BTreeSet<String> = BTreeSet::new();
         match target {
             UndoTarget::Commit(_) | UndoTarget::Session(_) => {
                 // The commits to undo, and main back to the oldest of them
@@ -488,8 +503,11 @@ impl Vault {
                     let renamed = self.rename_of(id)?;
                     if set.contains(&id) {
                         undoes.push(id.to_string());
-                        if renamed.is_some() {
-                            undone_renames.push(id);
+                        if let Some((from, to)) = self.move_of(id)? {
+                            undone_moves.push((id, from, to));
+                        }
+                        for c in &changes {
+                            superseded.remove(&c.git_path);
                         }
                         let via = match step {
                             Step::Brought(m) | Step::Nested(m) => Some(m),
@@ -527,7 +545,22 @@ impl Vault {
                             });
                         }
                     } else {
+                        let op = self.meta_of(id)?.op;
                         for c in changes {
+                            // A purge that kept a file sealed the same text
+                            // under a new key: not a change of its content.
+                            if op == "purge" && c.old.is_some() && c.new.is_some() {
+                                continue;
+                            }
+                            if c.old.is_none()
+                                && c.new.is_some()
+                                && !matches!(op.as_str(), "revert" | "restore")
+                                && targets
+                                    .get(&c.git_path)
+                                    .is_some_and(|t| t.desired.is_none() && t.by.is_some())
+                            {
+                                superseded.insert(c.git_path.clone());
+                            }
                             let conflict = Conflict {
                                 rev: Rev::from_oid(id),
                                 path: c.path,
@@ -536,6 +569,13 @@ impl Vault {
                                 later.push((c.git_path.clone(), conflict.clone(), index));
                             }
                             changed_later.insert(c.git_path, conflict);
+                        }
+                        if let Some((from, to)) = &renamed {
+                            for (_, _, now) in &mut undone_moves {
+                                if let Some(n) = now.rebase(from, to) {
+                                    *now = n;
+                                }
+                            }
                         }
                         // A file an undone change made, renamed since by
                         // another: it is undone where it is now (the
@@ -602,6 +642,14 @@ impl Vault {
                         by: None,
                         sealed_at: None,
                     });
+                }
+                for g in &superseded {
+                    if targets
+                        .get(g)
+                        .is_some_and(|t| t.desired.is_none() && t.sealed_at.is_none())
+                    {
+                        targets.remove(g);
+                    }
                 }
                 undoes.reverse();
                 // The chain is newest first: a smaller index is later.
@@ -715,11 +763,44 @@ impl Vault {
         // or blocked), with that change.
         let mut not_back: Vec<(MemoryPath, Oid)> = Vec::new();
         let mut files_at_tip: Option<Vec<MemoryPath>> = None;
+        // The targets whose file holds the text to put back already
+        // (sealed anew since: edited away and back, restored before):
+        // nothing to change there.
+        let same_text: BTreeSet<&str> = {
+            let snap = self.snapshot_of(Some(tip))?;
+            // The text of a stored version sealed under `path`, if its key
+            // is still held.
+            let text_of = |oid: Oid, path: &MemoryPath| {
+                let id = snap.blob_key_id(oid).ok()?;
+                let key = snap.file_key(&id).ok()?;
+                let bytes = snap.blob_bytes(oid).ok()?;
+                crypto::open_blob(key, path.as_str(), &bytes).ok()
+            };
+            targets
+                .iter()
+                .filter(|(g, t)| {
+                    let Some(blob) = t.desired else {
+                        return false;
+                    };
+                    let Some((now, ObjectType::Blob)) = self.entry_at(tip_tree.as_ref(), g) else {
+                        return false;
+                    };
+                    now != blob
+                        && text_of(blob, t.sealed_at.as_ref().unwrap_or(&t.path)).is_some_and(
+                            |want| text_of(now, &t.path).is_some_and(|have| have == want),
+                        )
+                })
+                .map(|(g, _)| g.as_str())
+                .collect()
+        };
         for (git_path, t) in &targets {
             let current = self.entry_at(tip_tree.as_ref(), git_path);
             if current.map(|(id, _)| id) == t.desired
                 && current.is_none_or(|(_, k)| k == ObjectType::Blob)
             {
+                continue;
+            }
+            if same_text.contains(git_path.as_str()) {
                 continue;
             }
             if let Some(blob) = t.desired {
@@ -1059,6 +1140,22 @@ impl Vault {
                 Oid::from_str(u).map_or(true, |id| !skipped.contains(&id) || undid.contains(&id))
             })
             .collect();
+        // The one move undone, when the undo moved that file or folder
+        // back: put back at its source and removed where it is now.
+        let recorded_move = match undone_moves.as_slice() {
+            [(id, from, now)]
+                if undoes.contains(&id.to_string())
+                    && edits
+                        .iter()
+                        .any(|(_, p, d)| d.is_some() && p.starts_with(from))
+                    && edits
+                        .iter()
+                        .any(|(_, p, d)| d.is_none() && p.starts_with(now)) =>
+            {
+                Some((*id, from.clone(), now.clone()))
+            }
+            _ => None,
+        };
         let mut meta = CommitMeta {
             files: edits
                 .iter()
@@ -1073,15 +1170,15 @@ impl Vault {
         match target {
             UndoTarget::Commit(c) => {
                 let undone = self.meta_of(c.oid())?;
-                // A revert records the paths of the rename it undoes (it
-                // moved the file from `new_path` back to `path`); the
-                // revert of such a revert moved it the other way.
-                if undone.op == "revert" && undone.new_path.is_some() {
-                    meta.path = undone.new_path;
-                    meta.new_path = undone.path;
-                } else {
-                    meta.path = undone.path;
-                    meta.new_path = undone.new_path;
+                meta.path = undone.path;
+                meta.new_path = undone.new_path;
+                // The move back it made, as a revert records one: to
+                // `path`, from `new_path` (where the moved file is now).
+                if let Some((_, from, now)) = recorded_move {
+                    meta.path = Some(from.as_str().to_string());
+                    meta.new_path = Some(now.as_str().to_string());
+                } else if meta.new_path.is_some() {
+                    meta.new_path = None;
                 }
                 // One file changed, followed elsewhere since: named where
                 // the undo changed it (history of that path lists it).
@@ -1093,16 +1190,12 @@ impl Vault {
             }
             UndoTarget::Session(s) => {
                 meta.undone_session = Some(s.clone());
-                // A session whose one rename is undone: recorded as the
-                // revert of that rename is, a move back, so `history`
+                // A session whose one move is undone: recorded as the
+                // revert of that move is, a move back, so `history`
                 // follows the file across it.
-                if let [only] = undone_renames.as_slice()
-                    && meta.undoes.contains(&only.to_string())
-                    && let Some((from, to)) = self.rename_of(*only)?
-                    && edits.iter().any(|(_, p, _)| p.starts_with(&from))
-                {
+                if let Some((_, from, now)) = recorded_move {
                     meta.path = Some(from.as_str().to_string());
-                    meta.new_path = Some(to.as_str().to_string());
+                    meta.new_path = Some(now.as_str().to_string());
                 }
             }
             UndoTarget::Restore { path, at } => {
@@ -1242,6 +1335,20 @@ impl Vault {
             .find_blob(blob)
             .map_err(|_| damaged("a stored file is unreadable"))?;
         crypto::blob_key_id(bytes.content()).map_err(|_| damaged("a stored file has a bad header"))
+    }
+
+    /// Where a commit moved a file or folder from and to: a rename, or a
+    /// revert that moved one back (it records the paths as the revert of
+    /// a rename does: to `path`, from `new_path`).
+    fn move_of(&self, id: Oid) -> Result<Option<(MemoryPath, MemoryPath)>, VaultError> {
+        let meta = self.meta_of(id)?;
+        let parse =
+            |p: &Option<String>| p.as_deref().and_then(|p| MemoryPath::parse_stored(p).ok());
+        Ok(match meta.op.as_str() {
+            "rename" => parse(&meta.path).zip(parse(&meta.new_path)),
+            "revert" => parse(&meta.new_path).zip(parse(&meta.path)),
+            _ => None,
+        })
     }
 
     /// Where a commit moved a file or folder from and to, if it is a
