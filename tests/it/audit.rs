@@ -2199,3 +2199,133 @@ fn a_revert_records_the_move_it_made_from_where_the_file_is() {
     assert_eq!(last["moved_from"], "/memories/a.md", "{last}");
     assert_eq!(last["moved_to"], "/memories/c.md", "{last}");
 }
+
+/// Round 34b: the file an undone create made, renamed away and back by
+/// others, is still that create's to remove; a file kept in place is
+/// never cleared away with a folder a version needs gone; a rename chain
+/// whose first source was purged keeps the file where the chain left it;
+/// a file another session made where the undone file was, edited or
+/// deleted then by the undone session, goes back to what it held.
+#[test]
+fn undo_follows_which_file_is_which() {
+    // Renamed away and back: removed by the revert of its create.
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[json!({"command": "create", "path": "/memories/d.md", "file_text": "by s1\n"})],
+    );
+    let create = head_rev(&v, 0);
+    serve_as(
+        &v,
+        "s2",
+        &[
+            json!({"command": "rename", "old_path": "/memories/d.md", "new_path": "/memories/e.md"}),
+            json!({"command": "rename", "old_path": "/memories/e.md", "new_path": "/memories/d.md"}),
+        ],
+    );
+    ok(&run(&v, &["revert", &create, "--force"]));
+    assert_eq!(file_text(&v, "HEAD", "/memories/d.md"), None);
+
+    // A file kept in place inside the folder to clear: nothing changes.
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s0",
+        &[
+            json!({"command": "create", "path": "/memories/P", "file_text": "file P\n"}),
+            json!({"command": "create", "path": "/memories/a.md", "file_text": "a text\n"}),
+        ],
+    );
+    serve_as(
+        &v,
+        "s1",
+        &[
+            json!({"command": "delete", "path": "/memories/P"}),
+            json!({"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/P/b.md"}),
+        ],
+    );
+    serve_as(
+        &v,
+        "s2",
+        &[json!({"command": "create", "path": "/memories/a.md/x.md", "file_text": "x\n"})],
+    );
+    let commits = v.commits();
+    let o = run(&v, &["revert", "--session", "s1", "--force"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(v.commits(), commits);
+    assert_eq!(
+        file_text(&v, "HEAD", "/memories/P/b.md").as_deref(),
+        Some("a text\n")
+    );
+
+    // a -> b -> c by one session, c purged keeping its text: c stays.
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s0",
+        &[json!({"command": "create", "path": "/memories/a.md", "file_text": "abc\n"})],
+    );
+    serve_as(
+        &v,
+        "s1",
+        &[
+            json!({"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/b.md"}),
+            json!({"command": "rename", "old_path": "/memories/b.md", "new_path": "/memories/c.md"}),
+        ],
+    );
+    ok(&run(&v, &["purge", "/memories/c.md", "--keep-current"]));
+    let commits = v.commits();
+    let o = run(&v, &["revert", "--session", "s1", "--force"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(v.commits(), commits);
+    assert_eq!(
+        file_text(&v, "HEAD", "/memories/c.md").as_deref(),
+        Some("abc\n")
+    );
+
+    // Another session's file at the path, edited (or deleted) by the
+    // undone session: back to what it held.
+    for (last, after) in [
+        (
+            json!({"command": "str_replace", "path": "/memories/d.md", "old_str": "line2", "new_str": "s1 edit"}),
+            "s2 own\nline2\n",
+        ),
+        (
+            json!({"command": "delete", "path": "/memories/d.md"}),
+            "s2 own\nline2\n",
+        ),
+    ] {
+        let v = TestVault::new();
+        serve_as(
+            &v,
+            "s1",
+            &[json!({"command": "create", "path": "/memories/d.md", "file_text": "s1 text\n"})],
+        );
+        serve_as(
+            &v,
+            "s2",
+            &[
+                json!({"command": "delete", "path": "/memories/d.md"}),
+                json!({"command": "create", "path": "/memories/d.md", "file_text": "s2 own\nline2\n"}),
+            ],
+        );
+        serve_as(&v, "s1", &[last]);
+        ok(&run(&v, &["revert", "--session", "s1", "--force"]));
+        assert_eq!(
+            file_text(&v, "HEAD", "/memories/d.md").as_deref(),
+            Some(after)
+        );
+        assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
+    }
+}

@@ -266,7 +266,7 @@ impl Vault {
                     "no change on main was made in session {s:?} (`memvault sessions` lists the sessions)"
                 )),
                 UndoTarget::Session(s) => VaultError::Refused(format!(
-                    "session {s:?} made no change a revert undoes (a settings, keyslot or purge change is not a revert's to undo: `memvault config set`, `memvault key`)"
+                    "session {s:?} made no changes to undo: a merge, a settings or keyslot change, or a purge is not a session revert's to undo (`memvault revert MERGE_REV` undoes one merge whole; `memvault config set`, `memvault key`)"
                 )),
                 _ => damaged("a revision is not on main"),
             });
@@ -501,13 +501,19 @@ impl Vault {
                         self.commit_changes(id)?
                     };
                     let renamed = self.rename_of(id)?;
+                    // Where each undone move's file is now, through this
+                    // commit's rename (by others, or by the undone set).
+                    if let Some((from, to)) = &renamed {
+                        for (_, _, now) in &mut undone_moves {
+                            if let Some(n) = now.rebase(from, to) {
+                                *now = n;
+                            }
+                        }
+                    }
                     if set.contains(&id) {
                         undoes.push(id.to_string());
                         if let Some((from, to)) = self.move_of(id)? {
                             undone_moves.push((id, from, to));
-                        }
-                        for c in &changes {
-                            superseded.remove(&c.git_path);
                         }
                         let via = match step {
                             Step::Brought(m) | Step::Nested(m) => Some(m),
@@ -536,6 +542,20 @@ impl Vault {
                         }
                         for c in changes {
                             left.insert(c.git_path.clone(), (c.new, index));
+                            // A file others made where the undone file was
+                            // (see `superseded`), changed now by the undone
+                            // set: the undo returns that file to what it
+                            // held before this change, and what others did
+                            // there before is not in its way.
+                            if superseded.remove(&c.git_path)
+                                && let Some(t) = targets.get_mut(&c.git_path)
+                            {
+                                t.desired = c.old;
+                                t.by = Some(id);
+                                t.via = via;
+                                later.retain(|(g, _, _)| *g != c.git_path);
+                                continue;
+                            }
                             targets.entry(c.git_path).or_insert(Target {
                                 path: c.path,
                                 desired: c.old,
@@ -546,6 +566,18 @@ impl Vault {
                         }
                     } else {
                         let op = self.meta_of(id)?.op;
+                        // A file a rename by others brings to a path: ours
+                        // (the file an undone change made, moved on) when
+                        // it comes from a path where one is to be removed.
+                        let ours = |c: &crate::vault::FileChange| {
+                            renamed.as_ref().is_some_and(|(from, to)| {
+                                c.path.rebase(to, from).is_some_and(|src| {
+                                    self.git_path_of(&src).is_ok_and(|g| {
+                                        targets.get(&g).is_some_and(|t| t.desired.is_none())
+                                    })
+                                })
+                            })
+                        };
                         for c in changes {
                             // A purge that kept a file sealed the same text
                             // under a new key: not a change of its content.
@@ -554,12 +586,15 @@ impl Vault {
                             }
                             if c.old.is_none()
                                 && c.new.is_some()
-                                && !matches!(op.as_str(), "revert" | "restore")
                                 && targets
                                     .get(&c.git_path)
                                     .is_some_and(|t| t.desired.is_none() && t.by.is_some())
                             {
-                                superseded.insert(c.git_path.clone());
+                                if ours(&c) || matches!(op.as_str(), "revert" | "restore") {
+                                    superseded.remove(&c.git_path);
+                                } else {
+                                    superseded.insert(c.git_path.clone());
+                                }
                             }
                             let conflict = Conflict {
                                 rev: Rev::from_oid(id),
@@ -569,13 +604,6 @@ impl Vault {
                                 later.push((c.git_path.clone(), conflict.clone(), index));
                             }
                             changed_later.insert(c.git_path, conflict);
-                        }
-                        if let Some((from, to)) = &renamed {
-                            for (_, _, now) in &mut undone_moves {
-                                if let Some(n) = now.rebase(from, to) {
-                                    *now = n;
-                                }
-                            }
                         }
                         // A file an undone change made, renamed since by
                         // another: it is undone where it is now (the
@@ -728,41 +756,6 @@ impl Vault {
                 crate::vault::objects::check_path(&self.repo, t.id(), git_path)?;
             }
         }
-        let mut edits = Vec::new();
-        // The versions a later rename moved, by the git path they go back
-        // to: the path they are sealed under, and their key.
-        let mut sealed_at = BTreeMap::new();
-        // The versions put back: their edit and key (for expiry, below).
-        let mut put_back = Vec::new();
-        let mut skipped_erased = Vec::new();
-        let mut blocked = Vec::new();
-        // The file keys of the versions that cannot be put back.
-        let mut blocked_keys = BTreeSet::new();
-        let mut kept_in_place = Vec::new();
-        // The files a revert removes because an undone commit made them:
-        // a file or folder of them standing where a version goes back is
-        // cleared first (`clearing`, by path), not an obstacle. Anything
-        // else standing there (written by others since, or, for a
-        // restore, written after the revision) stays as it is, files and
-        // all, and the version is skipped.
-        let removing: BTreeSet<&MemoryPath> = targets
-            .iter()
-            .filter(|(g, t)| {
-                t.desired.is_none()
-                    && t.by.is_some()
-                    && self
-                        .entry_at(tip_tree.as_ref(), g)
-                        .is_some_and(|(_, k)| k == ObjectType::Blob)
-            })
-            .map(|(_, t)| &t.path)
-            .collect();
-        let mut clearing: BTreeSet<MemoryPath> = BTreeSet::new();
-        // Files standing where a folder's files would go back, that stay.
-        let mut blocking_files: BTreeSet<MemoryPath> = BTreeSet::new();
-        // Versions an undone change replaced that cannot go back (erased,
-        // or blocked), with that change.
-        let mut not_back: Vec<(MemoryPath, Oid)> = Vec::new();
-        let mut files_at_tip: Option<Vec<MemoryPath>> = None;
         // The targets whose file holds the text to put back already
         // (sealed anew since: edited away and back, restored before):
         // nothing to change there.
@@ -793,137 +786,216 @@ impl Vault {
                 .map(|(g, _)| g.as_str())
                 .collect()
         };
-        for (git_path, t) in &targets {
-            let current = self.entry_at(tip_tree.as_ref(), git_path);
-            if current.map(|(id, _)| id) == t.desired
-                && current.is_none_or(|(_, k)| k == ObjectType::Blob)
-            {
-                continue;
-            }
-            if same_text.contains(git_path.as_str()) {
-                continue;
-            }
-            if let Some(blob) = t.desired {
-                let obstacle = if current.is_some_and(|(_, k)| k != ObjectType::Blob) {
-                    Some(t.path.clone())
-                } else {
-                    self.file_ancestor(tip_tree.as_ref(), &t.path)?
-                };
-                if let Some(o) = obstacle {
-                    let cleared = if o == t.path {
-                        // A folder: cleared when the undo removes every
-                        // file in it.
-                        let files = match &mut files_at_tip {
-                            Some(f) => f,
-                            None => files_at_tip.insert(
-                                self.snapshot_of(Some(tip))?
-                                    .files_with_keys()?
-                                    .into_iter()
-                                    .map(|(p, _, _)| p)
-                                    .collect(),
-                            ),
-                        };
-                        files
-                            .iter()
-                            .filter(|f| f.starts_with(&o))
-                            .all(|f| removing.contains(f))
+        // Files the undo would remove that must stay (see the end of the
+        // loop).
+        let mut unremovable: BTreeSet<MemoryPath> = BTreeSet::new();
+        let (
+            mut edits,
+            sealed_at,
+            mut put_back,
+            skipped_erased,
+            blocked,
+            kept_in_place,
+            clearing,
+            not_back,
+        ) = loop {
+            let mut edits = Vec::new();
+            // The versions a later rename moved, by the git path they go back
+            // to: the path they are sealed under, and their key.
+            let mut sealed_at = BTreeMap::new();
+            // The versions put back: their edit and key (for expiry, below).
+            let mut put_back = Vec::new();
+            let mut skipped_erased = Vec::new();
+            let mut blocked = Vec::new();
+            // The file keys of the versions that cannot be put back.
+            let mut blocked_keys = BTreeSet::new();
+            let mut kept_in_place = Vec::new();
+            // The files a revert removes because an undone commit made them:
+            // a file or folder of them standing where a version goes back is
+            // cleared first (`clearing`, by path), not an obstacle. Anything
+            // else standing there (written by others since, or, for a
+            // restore, written after the revision) stays as it is, files and
+            // all, and the version is skipped.
+            let removing: BTreeSet<&MemoryPath> = targets
+                .iter()
+                .filter(|(g, t)| {
+                    t.desired.is_none()
+                        && t.by.is_some()
+                        && !unremovable.contains(&t.path)
+                        && self
+                            .entry_at(tip_tree.as_ref(), g)
+                            .is_some_and(|(_, k)| k == ObjectType::Blob)
+                })
+                .map(|(_, t)| &t.path)
+                .collect();
+            let mut clearing: BTreeSet<MemoryPath> = BTreeSet::new();
+            // Files standing where a folder's files would go back, that stay.
+            let mut blocking_files: BTreeSet<MemoryPath> = BTreeSet::new();
+            // Versions an undone change replaced that cannot go back (erased,
+            // or blocked), with that change.
+            let mut not_back: Vec<(MemoryPath, Oid)> = Vec::new();
+            let mut files_at_tip: Option<Vec<MemoryPath>> = None;
+            for (git_path, t) in &targets {
+                let current = self.entry_at(tip_tree.as_ref(), git_path);
+                if current.map(|(id, _)| id) == t.desired
+                    && current.is_none_or(|(_, k)| k == ObjectType::Blob)
+                {
+                    continue;
+                }
+                if same_text.contains(git_path.as_str()) {
+                    continue;
+                }
+                if let Some(blob) = t.desired {
+                    let obstacle = if current.is_some_and(|(_, k)| k != ObjectType::Blob) {
+                        Some(t.path.clone())
                     } else {
-                        removing.contains(&o)
+                        self.file_ancestor(tip_tree.as_ref(), &t.path)?
                     };
-                    if !cleared {
-                        if o != t.path {
-                            blocking_files.insert(o);
+                    if let Some(o) = obstacle {
+                        let cleared = if o == t.path {
+                            // A folder: cleared when the undo removes every
+                            // file in it.
+                            let files = match &mut files_at_tip {
+                                Some(f) => f,
+                                None => files_at_tip.insert(
+                                    self.snapshot_of(Some(tip))?
+                                        .files_with_keys()?
+                                        .into_iter()
+                                        .map(|(p, _, _)| p)
+                                        .collect(),
+                                ),
+                            };
+                            files
+                                .iter()
+                                .filter(|f| f.starts_with(&o))
+                                .all(|f| removing.contains(f))
+                        } else {
+                            removing.contains(&o)
+                        };
+                        if !cleared {
+                            if o != t.path {
+                                blocking_files.insert(o);
+                            }
+                            blocked.push(t.path.clone());
+                            blocked_keys.insert(self.key_id_of(blob)?);
+                            not_back.extend(t.by.map(|by| (t.path.clone(), by)));
+                            continue;
                         }
-                        blocked.push(t.path.clone());
-                        blocked_keys.insert(self.key_id_of(blob)?);
+                        clearing.insert(o);
+                    }
+                }
+                if let Some(blob) = t.desired {
+                    self.check_object(blob)?;
+                    let bytes = self
+                        .repo
+                        .find_blob(blob)
+                        .map_err(|_| damaged("a stored file is unreadable"))?;
+                    let id = crypto::blob_key_id(bytes.content())
+                        .map_err(|_| damaged("a stored file has a bad header"))?;
+                    let Some(key) = self.key_state.file_key(&self.repo, &self.keys, &id)? else {
+                        skipped_erased.push(t.path.clone());
                         not_back.extend(t.by.map(|by| (t.path.clone(), by)));
                         continue;
+                    };
+                    put_back.push((edits.len(), id));
+                    if let Some(at) = &t.sealed_at {
+                        sealed_at.insert(git_path.clone(), (at.clone(), key));
                     }
-                    clearing.insert(o);
                 }
+                edits.push((git_path.clone(), t.path.clone(), t.desired));
             }
-            if let Some(blob) = t.desired {
-                self.check_object(blob)?;
-                let bytes = self
-                    .repo
-                    .find_blob(blob)
-                    .map_err(|_| damaged("a stored file is unreadable"))?;
-                let id = crypto::blob_key_id(bytes.content())
-                    .map_err(|_| damaged("a stored file has a bad header"))?;
-                let Some(key) = self.key_state.file_key(&self.repo, &self.keys, &id)? else {
-                    skipped_erased.push(t.path.clone());
-                    not_back.extend(t.by.map(|by| (t.path.clone(), by)));
-                    continue;
-                };
-                put_back.push((edits.len(), id));
-                if let Some(at) = &t.sealed_at {
-                    sealed_at.insert(git_path.clone(), (at.clone(), key));
-                }
-            }
-            edits.push((git_path.clone(), t.path.clone(), t.desired));
-        }
-        // A file the undone changes moved away from a path now taken (a
-        // rename to undo, whose source a file or folder now stands in) stays
-        // where it is: removing it there would lose it, as nothing can be
-        // put back at the source. Found by its file key, which a rename
-        // keeps; and, for a version that cannot go back (its key erased:
-        // a purge of the old path kept the renamed file under a new key),
-        // where the undone rename put it.
-        let mut keep: BTreeSet<MemoryPath> = BTreeSet::new();
-        for (path, by) in &not_back {
-            if let Some((from, to)) = self.rename_of(*by)?
-                && let Some(q) = path.rebase(&from, &to)
-            {
-                keep.insert(q);
-            }
-        }
-        if !blocked_keys.is_empty() || !keep.is_empty() {
-            let mut kept = Vec::with_capacity(edits.len());
-            let mut moved_to = vec![usize::MAX; edits.len()];
-            for (i, edit) in edits.into_iter().enumerate() {
-                let current = self
-                    .entry_at(tip_tree.as_ref(), &edit.0)
-                    .filter(|(_, k)| *k == ObjectType::Blob);
-                if edit.2.is_none()
-                    && let Some((blob, _)) = current
-                    && (keep.contains(&edit.1) || blocked_keys.contains(&self.key_id_of(blob)?))
+            // A file the undone changes moved away from a path now taken (a
+            // rename to undo, whose source a file or folder now stands in) stays
+            // where it is: removing it there would lose it, as nothing can be
+            // put back at the source. Found by its file key, which a rename
+            // keeps; and, for a version that cannot go back (its key erased:
+            // a purge of the old path kept the renamed file under a new key),
+            // where the undone rename put it.
+            let mut keep: BTreeSet<MemoryPath> = BTreeSet::new();
+            for (path, by) in &not_back {
+                // Where the undone move put the file, followed through
+                // later renames by others.
+                if let Some((_, from, now)) = undone_moves.iter().find(|(id, _, _)| id == by)
+                    && let Some(q) = path.rebase(from, now)
                 {
-                    kept_in_place.push(edit.1);
-                    continue;
+                    keep.insert(q);
                 }
-                moved_to[i] = kept.len();
-                kept.push(edit);
             }
-            edits = kept;
-            for (i, _) in &mut put_back {
-                *i = moved_to[*i];
-            }
-        }
-        // A file that cannot go back because a folder stands where it
-        // would go leaves that folder as it is: removing the files below
-        // it (which the undo would otherwise do) would change the vault
-        // and still not put the file back. So does a file standing where
-        // a folder's files would go back (a restore of the folder over a
-        // file written since, say).
-        if !blocked.is_empty() {
-            let mut kept = Vec::with_capacity(edits.len());
-            let mut moved_to = vec![usize::MAX; edits.len()];
-            for (i, edit) in edits.into_iter().enumerate() {
-                let (_, path, desired) = &edit;
-                if desired.is_none()
-                    && (blocking_files.contains(path)
-                        || blocked.iter().any(|b| path.starts_with(b) && path != b))
-                {
-                    continue;
+            if !blocked_keys.is_empty() || !keep.is_empty() {
+                let mut kept = Vec::with_capacity(edits.len());
+                let mut moved_to = vec![usize::MAX; edits.len()];
+                for (i, edit) in edits.into_iter().enumerate() {
+                    let current = self
+                        .entry_at(tip_tree.as_ref(), &edit.0)
+                        .filter(|(_, k)| *k == ObjectType::Blob);
+                    if edit.2.is_none()
+                        && let Some((blob, _)) = current
+                        && (keep.contains(&edit.1) || blocked_keys.contains(&self.key_id_of(blob)?))
+                    {
+                        kept_in_place.push(edit.1);
+                        continue;
+                    }
+                    moved_to[i] = kept.len();
+                    kept.push(edit);
                 }
-                moved_to[i] = kept.len();
-                kept.push(edit);
+                edits = kept;
+                for (i, _) in &mut put_back {
+                    *i = moved_to[*i];
+                }
             }
-            edits = kept;
-            for (i, _) in &mut put_back {
-                *i = moved_to[*i];
+            // A file that cannot go back because a folder stands where it
+            // would go leaves that folder as it is: removing the files below
+            // it (which the undo would otherwise do) would change the vault
+            // and still not put the file back. So does a file standing where
+            // a folder's files would go back (a restore of the folder over a
+            // file written since, say).
+            if !blocked.is_empty() {
+                let mut kept = Vec::with_capacity(edits.len());
+                let mut moved_to = vec![usize::MAX; edits.len()];
+                for (i, edit) in edits.into_iter().enumerate() {
+                    let (_, path, desired) = &edit;
+                    if desired.is_none()
+                        && (blocking_files.contains(path)
+                            || blocked.iter().any(|b| path.starts_with(b) && path != b))
+                    {
+                        continue;
+                    }
+                    moved_to[i] = kept.len();
+                    kept.push(edit);
+                }
+                edits = kept;
+                for (i, _) in &mut put_back {
+                    *i = moved_to[*i];
+                }
             }
-        }
+            // A file cleared away must be one the undo removes in the end: a
+            // file kept in place (above) inside a folder to clear, or as the
+            // file to clear, leaves it standing, so the versions that needed it
+            // cleared are decided again with that file kept.
+            let removed: BTreeSet<&MemoryPath> = edits
+                .iter()
+                .filter(|(_, _, d)| d.is_none())
+                .map(|(_, p, _)| p)
+                .collect();
+            let kept: Vec<MemoryPath> = removing
+                .iter()
+                .filter(|p| clearing.iter().any(|o| p.starts_with(o)) && !removed.contains(*p))
+                .map(|p| (*p).clone())
+                .collect();
+            if kept.is_empty() {
+                break (
+                    edits,
+                    sealed_at,
+                    put_back,
+                    skipped_erased,
+                    blocked,
+                    kept_in_place,
+                    clearing,
+                    not_back,
+                );
+            }
+            unremovable.extend(kept);
+        };
         let changing: BTreeSet<&str> = edits.iter().map(|(g, _, _)| g.as_str()).collect();
         let mut conflicts: Vec<Conflict> = conflicts
             .into_iter()
