@@ -2329,3 +2329,84 @@ fn undo_follows_which_file_is_which() {
         assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
     }
 }
+
+/// Round 34c: a session that edited then renamed a file, the new path
+/// purged keeping its text: the revert keeps the file (its old versions
+/// are erased), without --force too. A folder rename undone over a
+/// folder that must stay leaves the moved files in it, not a copy at
+/// each place.
+#[test]
+fn an_undo_never_leaves_the_only_copy_gone_nor_two_copies() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s0",
+        &[json!({"command": "create", "path": "/memories/a.md", "file_text": "v1\n"})],
+    );
+    serve_as(
+        &v,
+        "s1",
+        &[
+            json!({"command": "str_replace", "path": "/memories/a.md", "old_str": "v1", "new_str": "v2"}),
+            json!({"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/b.md"}),
+        ],
+    );
+    ok(&run(&v, &["purge", "/memories/b.md", "--keep-current"]));
+    let commits = v.commits();
+    for force in [false, true] {
+        let mut args = vec!["revert", "--session", "s1"];
+        if force {
+            args.push("--force");
+        }
+        let o = run(&v, &args);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(v.commits(), commits);
+        assert_eq!(
+            file_text(&v, "HEAD", "/memories/b.md").as_deref(),
+            Some("v2\n")
+        );
+    }
+
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s0",
+        &[
+            json!({"command": "create", "path": "/memories/x.md", "file_text": "X\n"}),
+            json!({"command": "create", "path": "/memories/dir/f.md", "file_text": "F\n"}),
+        ],
+    );
+    serve_as(
+        &v,
+        "s1",
+        &[
+            json!({"command": "delete", "path": "/memories/x.md"}),
+            json!({"command": "rename", "old_path": "/memories/dir", "new_path": "/memories/x.md"}),
+        ],
+    );
+    serve_as(
+        &v,
+        "s2",
+        &[json!({"command": "create", "path": "/memories/x.md/h.md", "file_text": "H\n"})],
+    );
+    let commits = v.commits();
+    let o = run(&v, &["revert", "--session", "s1", "--force"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(v.commits(), commits);
+    assert_eq!(file_text(&v, "HEAD", "/memories/dir/f.md"), None);
+    assert_eq!(
+        file_text(&v, "HEAD", "/memories/x.md/f.md").as_deref(),
+        Some("F\n")
+    );
+    assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
+}

@@ -912,11 +912,13 @@ impl Vault {
             // a purge of the old path kept the renamed file under a new key),
             // where the undone rename put it.
             let mut keep: BTreeSet<MemoryPath> = BTreeSet::new();
-            for (path, by) in &not_back {
-                // Where the undone move put the file, followed through
-                // later renames by others.
-                if let Some((_, from, now)) = undone_moves.iter().find(|(id, _, _)| id == by)
-                    && let Some(q) = path.rebase(from, now)
+            for (path, _) in &not_back {
+                // Where an undone move put the file from there (whichever
+                // undone change set its target: an edit before the move,
+                // say), followed through later renames.
+                if let Some(q) = undone_moves
+                    .iter()
+                    .find_map(|(_, from, now)| path.rebase(from, now))
                 {
                     keep.insert(q);
                 }
@@ -950,14 +952,35 @@ impl Vault {
             // a folder's files would go back (a restore of the folder over a
             // file written since, say).
             if !blocked.is_empty() {
+                let stays = |path: &MemoryPath| {
+                    blocking_files.contains(path)
+                        || blocked.iter().any(|b| path.starts_with(b) && path != b)
+                };
+                // A file an undone move brought into what stays is kept
+                // there, not put back as a copy where it came from.
+                let not_copied: BTreeSet<MemoryPath> = edits
+                    .iter()
+                    .filter(|(_, p, d)| d.is_none() && stays(p))
+                    .filter_map(|(_, p, _)| {
+                        undone_moves
+                            .iter()
+                            .find_map(|(_, from, now)| p.rebase(now, from))
+                            .map(|src| (src, p.clone()))
+                    })
+                    .filter(|(src, _)| edits.iter().any(|(_, p, d)| d.is_some() && p == src))
+                    .map(|(src, p)| {
+                        kept_in_place.push(p);
+                        src
+                    })
+                    .collect();
                 let mut kept = Vec::with_capacity(edits.len());
                 let mut moved_to = vec![usize::MAX; edits.len()];
                 for (i, edit) in edits.into_iter().enumerate() {
                     let (_, path, desired) = &edit;
-                    if desired.is_none()
-                        && (blocking_files.contains(path)
-                            || blocked.iter().any(|b| path.starts_with(b) && path != b))
-                    {
+                    if desired.is_none() && stays(path) {
+                        continue;
+                    }
+                    if desired.is_some() && not_copied.contains(path) {
                         continue;
                     }
                     moved_to[i] = kept.len();
@@ -967,6 +990,7 @@ impl Vault {
                 for (i, _) in &mut put_back {
                     *i = moved_to[*i];
                 }
+                put_back.retain(|(i, _)| *i != usize::MAX);
             }
             // A file cleared away must be one the undo removes in the end: a
             // file kept in place (above) inside a folder to clear, or as the
