@@ -543,6 +543,15 @@ impl<'a> VaultSnapshot<'a> {
         crypto::blob_key_id(&bytes).map_err(|_| damaged("a stored file has a bad header"))
     }
 
+    /// The text of the stored version `oid`, sealed under `path`; None
+    /// when it does not open (its key erased, say).
+    pub(crate) fn open_version(&self, oid: Oid, path: &MemoryPath) -> Option<Zeroizing<Vec<u8>>> {
+        let bytes = self.blob_bytes(oid).ok()?;
+        let id = crypto::blob_key_id(&bytes).ok()?;
+        let key = self.file_key(&id).ok()?;
+        crypto::open_blob(key, path.as_str(), &bytes).ok()
+    }
+
     /// The key with this id, from the key table.
     pub(crate) fn file_key(&self, id: &FileKeyId) -> Result<&'a FileKey, StoreError> {
         self.key_state

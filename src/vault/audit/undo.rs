@@ -684,12 +684,7 @@ impl Vault {
                 let tip_tree = self.git_tree_of(Some(tip))?;
                 let snap = self.snapshot_of(Some(tip))?;
                 // The text of a stored version, if its key is still held.
-                let text = |oid: Oid, path: &MemoryPath| {
-                    let id = snap.blob_key_id(oid).ok()?;
-                    let key = snap.file_key(&id).ok()?;
-                    let bytes = snap.blob_bytes(oid).ok()?;
-                    crypto::open_blob(key, path.as_str(), &bytes).ok()
-                };
+                let text = |oid: Oid, path: &MemoryPath| snap.open_version(oid, path);
                 for (git_path, conflict, index) in later {
                     let settled = left.get(&git_path).is_some_and(|&(leaves, last)| {
                         let now = self.entry_at(tip_tree.as_ref(), &git_path)
@@ -761,14 +756,7 @@ impl Vault {
         // nothing to change there.
         let same_text: BTreeSet<&str> = {
             let snap = self.snapshot_of(Some(tip))?;
-            // The text of a stored version sealed under `path`, if its key
-            // is still held.
-            let text_of = |oid: Oid, path: &MemoryPath| {
-                let id = snap.blob_key_id(oid).ok()?;
-                let key = snap.file_key(&id).ok()?;
-                let bytes = snap.blob_bytes(oid).ok()?;
-                crypto::open_blob(key, path.as_str(), &bytes).ok()
-            };
+            let text_of = |oid: Oid, path: &MemoryPath| snap.open_version(oid, path);
             targets
                 .iter()
                 .filter(|(g, t)| {
@@ -834,7 +822,6 @@ impl Vault {
             // Versions an undone change replaced that cannot go back (erased,
             // or blocked), with that change.
             let mut not_back: Vec<(MemoryPath, Oid)> = Vec::new();
-            let mut files_at_tip: Option<Vec<MemoryPath>> = None;
             for (git_path, t) in &targets {
                 let current = self.entry_at(tip_tree.as_ref(), git_path);
                 if current.map(|(id, _)| id) == t.desired
@@ -855,19 +842,9 @@ impl Vault {
                         let cleared = if o == t.path {
                             // A folder: cleared when the undo removes every
                             // file in it.
-                            let files = match &mut files_at_tip {
-                                Some(f) => f,
-                                None => files_at_tip.insert(
-                                    self.snapshot_of(Some(tip))?
-                                        .files_with_keys()?
-                                        .into_iter()
-                                        .map(|(p, _, _)| p)
-                                        .collect(),
-                                ),
-                            };
-                            files
+                            self.snapshot_of(Some(tip))?
+                                .files_below(&o)?
                                 .iter()
-                                .filter(|f| f.starts_with(&o))
                                 .all(|f| removing.contains(f))
                         } else {
                             removing.contains(&o)
@@ -1094,12 +1071,7 @@ impl Vault {
                 // Sealed under its own path, or where a later rename
                 // moved it from (before any sealing anew below).
                 let at = sealed_at.get(git_path).map_or(path, |(at, _)| at);
-                let new = desired.and_then(|blob| {
-                    let id = snap.blob_key_id(blob).ok()?;
-                    let key = snap.file_key(&id).ok()?;
-                    let bytes = snap.blob_bytes(blob).ok()?;
-                    crypto::open_blob(key, at.as_str(), &bytes).ok()
-                });
+                let new = desired.and_then(|blob| snap.open_version(blob, at));
                 if let (Some(t), 1) = (&new, edits.len()) {
                     size = Some(t.len() as u64);
                 }
