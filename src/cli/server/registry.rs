@@ -531,56 +531,128 @@ pub fn put_token(
 /// Remove a directory tree, making each file's content unreadable first
 /// where it can (overwritten with zeros and synced). Symbolic links are
 /// removed, never followed.
+///
+/// Another process may still be finishing work inside the tree (a
+/// running server's background sync removes its scratch repository
+/// through open directory handles, which follow the tree when it is
+/// moved away): what vanishes meanwhile is already gone, and a folder
+/// that filled again before it could be removed is erased again, a few
+/// times, before the failure is said.
 pub fn erase_tree(dir: &Path) -> io::Result<()> {
-    use std::io::Write;
+    const TRIES: u32 = 20;
+    let mut tries = 0;
+    loop {
+        match erase_once(dir) {
+            Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty && tries < TRIES => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// One pass of [`erase_tree`]: NotFound anywhere is something removed
+/// meanwhile, not a failure.
+fn erase_once(dir: &Path) -> io::Result<()> {
+    let gone = |r: io::Result<()>| match r {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    };
     let meta = match fs::symlink_metadata(dir) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
     };
     if !meta.is_dir() {
-        return fs::remove_file(dir);
+        return gone(fs::remove_file(dir));
     }
-    for entry in fs::read_dir(dir)? {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
         let entry = entry?;
         let path = entry.path();
-        let kind = entry.file_type()?;
+        let kind = match entry.file_type() {
+            Ok(kind) => kind,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
         if kind.is_dir() {
-            erase_tree(&path)?;
+            erase_once(&path)?;
         } else {
-            // Never through a link: a file swapped for one meanwhile is
-            // not opened (O_NOFOLLOW), only unlinked below.
-            if kind.is_file()
-                && let Ok(mut f) = {
-                    use std::os::unix::fs::OpenOptionsExt;
-                    fs::OpenOptions::new()
-                        .write(true)
-                        .custom_flags(libc::O_NOFOLLOW)
-                        .open(&path)
-                }
-                && f.metadata().is_ok_and(|m| m.is_file())
-            {
-                let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-                let zeros = vec![0u8; 64 << 10];
-                let mut left = len;
-                while left > 0 {
-                    let n = left.min(zeros.len() as u64) as usize;
-                    if f.write_all(&zeros[..n]).is_err() {
-                        break;
-                    }
-                    left -= n as u64;
-                }
-                let _ = f.sync_data();
+            if kind.is_file() {
+                zero_file(&path);
             }
-            fs::remove_file(&path)?;
+            gone(fs::remove_file(&path))?;
         }
     }
-    fs::remove_dir(dir)
+    gone(fs::remove_dir(dir))
+}
+
+/// Overwrite the regular file at `path` with zeros and sync it, where it
+/// can be opened. Never through a link: a file swapped for one meanwhile
+/// is not opened (O_NOFOLLOW), only unlinked by the caller.
+fn zero_file(path: &Path) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(mut f) = fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+    else {
+        return;
+    };
+    let Ok(meta) = f.metadata() else { return };
+    if !meta.is_file() {
+        return;
+    }
+    let zeros = vec![0u8; 64 << 10];
+    let mut left = meta.len();
+    while left > 0 {
+        let n = left.min(zeros.len() as u64) as usize;
+        if f.write_all(&zeros[..n]).is_err() {
+            break;
+        }
+        left -= n as u64;
+    }
+    let _ = f.sync_data();
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tree that another thread empties at the same time (as a
+    /// server's sync removes its scratch repository through open
+    /// directory handles) is erased without a failure: what vanished is
+    /// gone already.
+    #[test]
+    fn erase_tree_finishes_what_another_removal_is_doing_at_once() {
+        for round in 0..5 {
+            let tmp = tempfile::tempdir().unwrap();
+            let top = tmp.path().join("t");
+            for sub in ["a", "b", "c"] {
+                let d = top.join(sub);
+                fs::create_dir_all(&d).unwrap();
+                for i in 0..400 {
+                    fs::write(d.join(format!("{i}")), b"x").unwrap();
+                }
+            }
+            let other = {
+                let d = top.join(["a", "b", "c"][round % 3]);
+                std::thread::spawn(move || {
+                    let _ = fs::remove_dir_all(d);
+                })
+            };
+            let result = erase_tree(&top);
+            other.join().unwrap();
+            result.unwrap();
+            assert!(!top.exists());
+        }
+    }
 
     #[test]
     fn names_are_refused_rather_than_folded() {
