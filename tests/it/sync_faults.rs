@@ -44,9 +44,29 @@ fn push_pull_and_sync_killed_at_random_points_lose_nothing_on_either_side() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(100);
+    // Two pairs of machines with a remote each, side by side, half the
+    // rounds each, seeded apart: each round mostly waits for its kill's
+    // delay and its processes, so the two cores take both at once.
+    let pairs: Vec<_> = [0x5EED_5EED_1234_5678u64, 0x5EED_5EED_8765_4321]
+        .into_iter()
+        .enumerate()
+        .map(|(i, seed)| {
+            let mine = rounds / 2 + (i as u64) * (rounds % 2);
+            std::thread::spawn(move || kill_rounds(seed, mine))
+        })
+        .collect();
+    for p in pairs {
+        if let Err(panic) = p.join() {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+/// `rounds` rounds of the test above on two new machines and a remote.
+fn kill_rounds(seed: u64, rounds: u64) {
     let w = world(1);
     let (a, b) = (&w.machines[0], &w.machines[1]);
-    let mut rng = Rng(0x5EED_5EED_1234_5678);
+    let mut rng = Rng(seed);
     let mut acked_a: Vec<(String, String)> = Vec::new();
     let mut acked_b: Vec<(String, String)> = Vec::new();
     for round in 0..rounds {

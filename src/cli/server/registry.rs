@@ -631,13 +631,13 @@ mod tests {
     /// gone already.
     #[test]
     fn erase_tree_finishes_what_another_removal_is_doing_at_once() {
-        for round in 0..5 {
+        for round in 0..3 {
             let tmp = tempfile::tempdir().unwrap();
             let top = tmp.path().join("t");
             for sub in ["a", "b", "c"] {
                 let d = top.join(sub);
                 fs::create_dir_all(&d).unwrap();
-                for i in 0..400 {
+                for i in 0..300 {
                     fs::write(d.join(format!("{i}")), b"x").unwrap();
                 }
             }
