@@ -1947,22 +1947,27 @@ fn a_tenant_at_its_storage_quota_is_refused_writes_and_keeps_reading() {
             .contains(&format!("n{made}.md")),
         "{v}"
     );
+    // Each write below brings three notes' worth, more than the room the
+    // refused create left even after a checkpoint (which the server may
+    // run at any time, when it closes an idle vault) packed the log's
+    // records into less room than they took.
+    let big = "r".repeat(60_000);
     for command in [
-        // Each bringing more than the room the refused create left.
-        json!({"command": "str_replace", "path": "/memories/n0.md", "old_str": note, "new_str": note.replace('q', "r")}),
+        json!({"command": "str_replace", "path": "/memories/n0.md", "old_str": note, "new_str": big}),
         // An `input` beside a bare command is not where the command is.
-        json!({"command": "create", "path": "/memories/y.md", "file_text": note, "input": {}}),
-        json!({"command": "create", "path": "/memories/y.md", "file_text": note, "input": {"command": "view"}}),
-        json!({"type": "tool_use", "id": "toolu_q", "name": "memory", "input": {"command": "insert", "path": "/memories/n0.md", "insert_line": 0, "insert_text": note}}),
+        json!({"command": "create", "path": "/memories/y.md", "file_text": big, "input": {}}),
+        json!({"command": "create", "path": "/memories/y.md", "file_text": big, "input": {"command": "view"}}),
+        json!({"type": "tool_use", "id": "toolu_q", "name": "memory", "input": {"command": "insert", "path": "/memories/n0.md", "insert_line": 0, "insert_text": big}}),
     ] {
         let (status, v) = s.req("POST", "/v1/memory", Some(&acme), &command.to_string());
-        assert_eq!(status, 429, "{command}: {v}");
+        // Not the command itself in the message: 60 KB of it.
+        assert_eq!(status, 429, "{}: {v}", command["command"]);
     }
     let raw = raw_post(
         s.port,
         "/v1/memory",
         &acme,
-        &json!({"command": "create", "path": "/memories/x.md", "file_text": note}).to_string(),
+        &json!({"command": "create", "path": "/memories/x.md", "file_text": big}).to_string(),
     );
     assert!(raw.starts_with("HTTP/1.1 429"), "{raw}");
     assert!(!raw.to_ascii_lowercase().contains("retry-after"), "{raw}");
@@ -1983,7 +1988,7 @@ fn a_tenant_at_its_storage_quota_is_refused_writes_and_keeps_reading() {
             ("Content-Type", "application/json"),
             ("Accept", "application/json, text/event-stream"),
         ],
-        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "memory", "arguments": {"command": "create", "path": "/memories/m.md", "file_text": note, "input": {}}}})
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "memory", "arguments": {"command": "create", "path": "/memories/m.md", "file_text": big, "input": {}}}})
             .to_string()
             .as_bytes(),
     );
