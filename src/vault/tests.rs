@@ -992,3 +992,17 @@ fn a_quota_refuses_the_write_that_would_pass_it_and_keeps_deletes() {
     v.set_quota(None);
     put(&mut v, "/memories/b.md", &[b'b'; 3000]);
 }
+
+/// A vault moved away while open here (a server's tenant removed: its
+/// directory renamed, then erased) is not made again at its old place by
+/// a checkpoint: libgit2 would make the ref files' missing folders.
+#[test]
+fn a_checkpoint_of_a_vault_moved_away_makes_nothing_at_its_old_place() {
+    let (tmp, dir, _bytes, mut vault) = new_vault_with(VaultConfig::default());
+    put(&mut vault, "/memories/a.md", b"hello");
+    let away = tmp.path().join("away");
+    fs::rename(&dir, &away).unwrap();
+    assert!(vault.checkpoint().is_err());
+    drop(vault);
+    assert!(!dir.exists(), "the vault's old place was made again");
+}

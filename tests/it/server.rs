@@ -2479,3 +2479,124 @@ fn a_token_revoked_while_a_body_is_on_its_way_does_not_act() {
     assert!(listing.contains("keep.md"), "{listing}");
     assert!(!listing.contains("late"), "{listing}");
 }
+
+/// What an interrupted `tenant remove` or `tenant add` leaves under
+/// `tenants/` (a vault the registry no longer names, its key gone with
+/// it; a half-erased `.removed` copy) is erased by the next `tenant add`,
+/// `tenant remove` (even of a name that does not exist) or server start,
+/// and said; the vaults the registry names are untouched. A name no
+/// tenant can have is a usage error for every subcommand.
+#[test]
+fn leftovers_of_an_interrupted_remove_or_add_are_erased_by_the_next_one() {
+    let r = Root::new(&[("ana", "memory"), ("bo", "memory")]);
+    let s = r.start(&[]);
+    let ana = r.tokens["ana"].clone();
+    let v = s.memory(
+        &ana,
+        json!({"command": "create", "path": "/memories/a.md", "file_text": "kept note"}),
+    );
+    assert_eq!(v["is_error"], false, "{v}");
+    drop(s);
+    let ids = r.ids();
+    let tenants = r.root.join("tenants");
+    // Copies of a real vault as leftovers: one under an id the registry
+    // does not know, one as a removal's half-erased copy, and a stray
+    // file.
+    let copy = |to: &str| {
+        let st = Command::new("cp")
+            .arg("-a")
+            .arg(tenants.join(&ids["bo"]))
+            .arg(tenants.join(to))
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    let names = |t: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(t)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    let mut registered: Vec<String> = ids.values().cloned().collect();
+    registered.sort();
+    for (round, trigger) in [
+        &["add", "cy", "--scopes", "memory"][..],
+        &["remove", "nobody"],
+        &[],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        copy("0123456789abcdef");
+        copy(&format!("{}.removed", ids["ana"]));
+        std::fs::write(tenants.join("stray"), b"x").unwrap();
+        let out = if trigger.is_empty() {
+            // A server start sweeps too.
+            let s = r.start(&[]);
+            let v = s.memory(&ana, json!({"command": "view", "path": "/memories/a.md"}));
+            assert!(v["content"].as_str().unwrap().contains("kept note"), "{v}");
+            drop(s);
+            None
+        } else {
+            Some(
+                r.tenant()
+                    .args(trigger)
+                    .arg("--root")
+                    .arg(&r.root)
+                    .output()
+                    .unwrap(),
+            )
+        };
+        if let Some(out) = &out {
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                said.contains("erased 3 leftover vault directories"),
+                "{trigger:?}: {said}"
+            );
+            // `remove nobody` still fails as before: no such tenant.
+            assert_eq!(
+                out.status.code(),
+                Some(if round == 0 { 0 } else { 1 }),
+                "{said}"
+            );
+        }
+        let mut want = registered.clone();
+        if round == 0 {
+            let cy = r.ids()["cy"].clone();
+            registered.push(cy);
+            registered.sort();
+            want = registered.clone();
+        }
+        assert_eq!(names(&tenants), want, "{trigger:?}");
+    }
+    // Every registered vault still verifies and reads.
+    let s = r.start(&[]);
+    let v = s.memory(&ana, json!({"command": "view", "path": "/memories/a.md"}));
+    assert!(v["content"].as_str().unwrap().contains("kept note"), "{v}");
+    drop(s);
+    // Names no tenant can have: exit 2 everywhere, nothing changed.
+    for cmd in [
+        &["remove", "Ana"][..],
+        &["quota", "a/b", "1MB"],
+        &["export-key", "Ana", "--out", "/nonexistent/k"],
+        &["sync", ".."],
+        &["remote", "Ana", "/tmp/x.git"],
+    ] {
+        let out = r
+            .tenant()
+            .args(cmd)
+            .arg("--root")
+            .arg(&r.root)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(names(&tenants), registered);
+}

@@ -286,6 +286,16 @@ pub(crate) fn tenant(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<u8, CliError> {
+    // A name no tenant can have is a usage error (exit 2) for every
+    // subcommand, as for `add` and `token`, not "no tenant named".
+    if let TenantCommand::Quota { name, .. }
+    | TenantCommand::Remote { name, .. }
+    | TenantCommand::Sync { name, .. }
+    | TenantCommand::ExportKey { name, .. }
+    | TenantCommand::Remove { name, .. } = cmd
+    {
+        check_name("tenant", name)?;
+    }
     match cmd {
         TenantCommand::Add {
             names,
@@ -398,6 +408,7 @@ pub(crate) fn tenant(
                 }
                 Ok(tokens)
             })?;
+            sweep_leftovers(&root, err)?;
             let mut text = zeroize::Zeroizing::new(String::new());
             for (name, token) in names.iter().zip(&tokens) {
                 if names.len() > 1 {
@@ -637,6 +648,9 @@ pub(crate) fn tenant(
             Ok(0)
         }
         TenantCommand::Remove { name, root, force } => {
+            // First what an earlier remove or add killed half way left:
+            // a vault no tenant owns any more (its key went with it).
+            sweep_leftovers(&Root::open(root, &secret(global)?, false)?, err)?;
             // Unless --force, nothing a remote lacks goes with the tenant (a
             // tenant moved through its remote, written since its last
             // sync). An unknown tenant or a wrong key is said as such; a
@@ -771,6 +785,21 @@ fn open_tenant(global: &Global, root: &Path, name: &str) -> Result<(Vault, Strin
 }
 
 /// The root, tenant `name`'s id and its vault key, from the registry.
+/// Erase the vault directories no tenant owns ([`Root::sweep_leftovers`])
+/// and say how many there were; one that cannot be erased now is left for
+/// the next time, unsaid.
+fn sweep_leftovers(root: &Root, err: &mut dyn Write) -> Result<(), CliError> {
+    let erased = root.sweep_leftovers()?;
+    if erased > 0 {
+        writeln!(
+            err,
+            "memvault: erased {erased} leftover vault director{} that no tenant owns (left by a `tenant add` or `tenant remove` that was interrupted, or written again by a server that still had a removed tenant's vault open)",
+            if erased == 1 { "y" } else { "ies" }
+        )?;
+    }
+    Ok(())
+}
+
 fn tenant_key(
     global: &Global,
     root: &Path,
@@ -1122,6 +1151,7 @@ pub(crate) fn run(global: &Global, args: &ServerArgs) -> Result<u8, CliError> {
     let secret = secret(global)?;
     let root = Root::open(&args.root, &secret, false)?;
     drop(secret);
+    sweep_leftovers(&root, &mut std::io::stderr())?;
     let pool = pool::Pool::new(args.max_open, Duration::from_millis(idle));
     let limits = http::Limits {
         max_body: args.max_body,

@@ -439,6 +439,38 @@ impl Root {
         write_durable(&path, &sealed).map_err(|e| io_err("write", &path, &e))
     }
 
+    /// Erase what `tenants/` holds that no tenant of the registry owns:
+    /// the vault of a `tenant remove` killed after the registry forgot the
+    /// tenant (its key is gone with it: ciphertext no one can open), a
+    /// `tenant add` killed before the registry named the new vault, ref
+    /// files a server that still held a removed vault open wrote again.
+    /// Under the root's lock, so no add is half way. Returns how many
+    /// were erased; what cannot be erased is left for the next time.
+    pub fn sweep_leftovers(&self) -> Result<usize, CliError> {
+        let lock_path = self.dir.join(LOCK);
+        let file = File::open(&lock_path).map_err(|e| io_err("open", &lock_path, &e))?;
+        let _guard = FileLock::exclusive(&file).map_err(|e| io_err("lock", &lock_path, &e))?;
+        let reg = self.load()?;
+        let tenants = self.dir.join(TENANTS);
+        let entries = match fs::read_dir(&tenants) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(io_err("read", &tenants, &e)),
+        };
+        let mut erased = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let owned = name.to_str().is_some_and(|n| reg.tenants.contains_key(n));
+            if !owned && erase_tree(&entry.path()).is_ok() {
+                erased += 1;
+            }
+        }
+        if erased > 0 {
+            crate::vault::sync_dir(&tenants);
+        }
+        Ok(erased)
+    }
+
     /// Change the registry under the root's lock: read it, apply `f`,
     /// write it back with the next generation (durably) if `f` succeeds.
     pub fn change<T>(

@@ -56,6 +56,11 @@ pub(crate) fn checkpoint_locked(repo: &Repository, wal: &mut Wal) -> Result<(), 
     // lost to a power cut after the ref files name what they made, and
     // the log replayed without them would disagree with those refs.
     wal.sync()?;
+    // libgit2 makes a ref's missing folders, up to the repository's own:
+    // a vault moved away while open here (a server's tenant removed, its
+    // directory renamed to be erased) would be made again at its old
+    // place, as a few ref files. Its folder of refs must still be there.
+    fsx::check_real_dir(&repo.path().join("refs"))?;
     for (name, id) in &target {
         if repo.refname_to_id(name).ok() != Some(*id)
             && repo.reference(name, *id, true, "memvault recover").is_err()
