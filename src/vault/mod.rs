@@ -829,6 +829,15 @@ impl Vault {
         Ok(true)
     }
 
+    /// Close without the checkpoint a clean close makes (nothing is lost:
+    /// the log stays, and the next open replays it). For a vault about to
+    /// be erased, a server's removed tenant's, whose directory may be
+    /// moved away at any moment: libgit2 would make its ref folders again
+    /// at the old place.
+    pub fn abandon(mut self) {
+        self.log.dirty = false;
+    }
+
     /// Make everything in the log durable in git (one pack, refs synced)
     /// and start the log over. Takes the writer lock.
     pub fn checkpoint(&mut self) -> Result<(), VaultError> {

@@ -373,8 +373,27 @@ impl Slot {
         }
         // The next open's first create does not count every file again.
         *lock(&self.file_count) = open.vault.known_file_count();
-        drop(open);
+        self.close(open);
         true
+    }
+
+    /// Close `open`: a removed tenant's vault without its closing
+    /// checkpoint ([`Vault::abandon`]), as `tenant remove` is moving its
+    /// directory away to erase it.
+    fn close(&self, open: Open) {
+        if self.gone.load(Ordering::SeqCst) {
+            let Open { vault, .. } = open;
+            vault.abandon();
+        }
+    }
+}
+
+impl Drop for Slot {
+    /// The last request on a removed tenant's slot has ended.
+    fn drop(&mut self) {
+        if let Some(open) = self.state.get_mut().ok().and_then(Option::take) {
+            self.close(open);
+        }
     }
 }
 
