@@ -650,15 +650,16 @@ pub(crate) fn tenant(
         TenantCommand::Remove { name, root, force } => {
             // First what an earlier remove or add killed half way left:
             // a vault no tenant owns any more (its key went with it).
-            sweep_leftovers(&Root::open(root, &secret(global)?, false)?, err)?;
+            let root = Root::open(root, &secret(global)?, false)?;
+            sweep_leftovers(&root, err)?;
             // Unless --force, nothing a remote lacks goes with the tenant (a
             // tenant moved through its remote, written since its last
             // sync). An unknown tenant or a wrong key is said as such; a
             // vault that cannot be checked refuses too.
             if !force {
-                let (tenants, id, key) = tenant_key(global, root, name)?;
+                let (id, key) = key_in(&root, name)?;
                 let behind = Vault::open(
-                    &tenants.tenant_dir(&id),
+                    &root.tenant_dir(&id),
                     &crate::crypto::Unlock::KeyFile(&key),
                     super::sync::sync_attribution(),
                 )
@@ -678,7 +679,6 @@ pub(crate) fn tenant(
                     }
                 }
             }
-            let root = Root::open(root, &secret(global)?, false)?;
             // The registry first: the tenant's tokens stop working and its
             // vault key is gone from it; then the vault is erased.
             let id = root.change(|reg| {
@@ -784,7 +784,6 @@ fn open_tenant(global: &Global, root: &Path, name: &str) -> Result<(Vault, Strin
     Ok((vault, id))
 }
 
-/// The root, tenant `name`'s id and its vault key, from the registry.
 /// Erase the vault directories no tenant owns ([`Root::sweep_leftovers`])
 /// and say how many there were; one that cannot be erased now is left for
 /// the next time, unsaid.
@@ -800,21 +799,26 @@ fn sweep_leftovers(root: &Root, err: &mut dyn Write) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The root, tenant `name`'s id and its vault key, from the registry.
 fn tenant_key(
     global: &Global,
     root: &Path,
     name: &str,
 ) -> Result<(Root, String, crate::crypto::KeyFileKey), CliError> {
     let root = Root::open(root, &secret(global)?, false)?;
+    let (id, key) = key_in(&root, name)?;
+    Ok((root, id, key))
+}
+
+/// Tenant `name`'s id and vault key in the registry of `root`.
+fn key_in(root: &Root, name: &str) -> Result<(String, crate::crypto::KeyFileKey), CliError> {
     let reg = root.load()?;
     let (id, tenant) = reg.by_name(name).ok_or_else(|| unknown_tenant(name))?;
     let key = tenant
         .key
         .key()
         .ok_or_else(|| CliError::failure("the tenant's key is not one memvault made"))?;
-    let id = id.clone();
-    drop(reg);
-    Ok((root, id, key))
+    Ok((id.clone(), key))
 }
 
 /// Scopes as the registry keeps them (sorted, each once), for people.

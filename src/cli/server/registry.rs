@@ -447,9 +447,7 @@ impl Root {
     /// Under the root's lock, so no add is half way. Returns how many
     /// were erased; what cannot be erased is left for the next time.
     pub fn sweep_leftovers(&self) -> Result<usize, CliError> {
-        let lock_path = self.dir.join(LOCK);
-        let file = File::open(&lock_path).map_err(|e| io_err("open", &lock_path, &e))?;
-        let _guard = FileLock::exclusive(&file).map_err(|e| io_err("lock", &lock_path, &e))?;
+        let _guard = self.lock()?;
         let reg = self.load()?;
         let tenants = self.dir.join(TENANTS);
         let entries = match fs::read_dir(&tenants) {
@@ -471,15 +469,20 @@ impl Root {
         Ok(erased)
     }
 
+    /// The root's lock (`memvault-server/lock`), exclusively.
+    fn lock(&self) -> Result<FileLock, CliError> {
+        let lock_path = self.dir.join(LOCK);
+        let file = File::open(&lock_path).map_err(|e| io_err("open", &lock_path, &e))?;
+        FileLock::exclusive(&file).map_err(|e| io_err("lock", &lock_path, &e))
+    }
+
     /// Change the registry under the root's lock: read it, apply `f`,
     /// write it back with the next generation (durably) if `f` succeeds.
     pub fn change<T>(
         &self,
         f: impl FnOnce(&mut Registry) -> Result<T, CliError>,
     ) -> Result<T, CliError> {
-        let lock_path = self.dir.join(LOCK);
-        let file = File::open(&lock_path).map_err(|e| io_err("open", &lock_path, &e))?;
-        let _guard = FileLock::exclusive(&file).map_err(|e| io_err("lock", &lock_path, &e))?;
+        let _guard = self.lock()?;
         let mut reg = self.load()?;
         let out = f(&mut reg)?;
         reg.generation += 1;
