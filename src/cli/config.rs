@@ -105,45 +105,56 @@ fn set(
         actor: super::redact_label(actor)?,
     };
     let mut vault = open_vault(global, who)?;
-    let mut all = as_json(vault.config());
-    let ptr = pointer(&all, key)?;
+    let ptr = pointer(&as_json(vault.config()), key)?;
     let parsed: Value =
         serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_string()));
-    if let Some(slot) = all.pointer_mut(&ptr) {
-        *slot = parsed;
-    }
-    let config: VaultConfig = serde_json::from_value(all).map_err(|e| {
-        CliError::failure(format!("setting {key} refused: {e}; nothing was changed"))
+    // Made from the settings as they are under the writer lock, so a
+    // change another process made meanwhile (another setting) is kept.
+    let mut shown_change = None;
+    let changed = vault.update_config(|current| -> Result<_, CliError> {
+        let mut all = as_json(current);
+        if let Some(slot) = all.pointer_mut(&ptr) {
+            *slot = parsed;
+        }
+        let config: VaultConfig = serde_json::from_value(all).map_err(|e| {
+            CliError::failure(format!("setting {key} refused: {e}; nothing was changed"))
+        })?;
+        config.validate_change().map_err(|e| {
+            CliError::failure(format!("setting {key} refused: {e}; nothing was changed"))
+        })?;
+        // The filter must build with the new rules (custom regexes, ids).
+        Redactor::new(&config.redaction).map_err(|e| {
+            CliError::failure(format!("setting {key} refused: {e}; nothing was changed"))
+        })?;
+        if &config == current {
+            return Ok(None);
+        }
+        // History says what changed, from what to what: through the
+        // secret filter (a custom rule can be written for one leaked
+        // token, its regex the token itself), then cut if long (a rule
+        // list).
+        let shown = |v: &Value| -> Result<String, CliError> {
+            let text = v.pointer(&ptr).map_or("null".to_string(), Value::to_string);
+            let (text, _) = super::redacted_label(&text)?;
+            Ok(if text.chars().count() > 200 {
+                text.chars().take(200).collect::<String>() + "…"
+            } else {
+                text
+            })
+        };
+        let before = shown(&as_json(current))?;
+        let after = shown(&as_json(&config))?;
+        let details = vec![format!("setting {key}: {before} -> {after}")];
+        shown_change = Some((before, after));
+        Ok(Some((config, details)))
     })?;
-    config.validate_change().map_err(|e| {
-        CliError::failure(format!("setting {key} refused: {e}; nothing was changed"))
-    })?;
-    // The filter must build with the new rules (custom regexes, ids).
-    Redactor::new(&config.redaction).map_err(|e| {
-        CliError::failure(format!("setting {key} refused: {e}; nothing was changed"))
-    })?;
-    if &config == vault.config() {
+    let Some((before, after)) = shown_change.filter(|_| changed) else {
         writeln!(
             err,
             "memvault: {key} already has that value; nothing was changed"
         )?;
         return Ok(0);
-    }
-    // History says what changed, from what to what: through the secret
-    // filter (a custom rule can be written for one leaked token, its
-    // regex the token itself), then cut if long (a rule list).
-    let shown = |v: &Value| -> Result<String, CliError> {
-        let text = v.pointer(&ptr).map_or("null".to_string(), Value::to_string);
-        let (text, _) = super::redacted_label(&text)?;
-        Ok(if text.chars().count() > 200 {
-            text.chars().take(200).collect::<String>() + "…"
-        } else {
-            text
-        })
     };
-    let before = shown(&as_json(vault.config()))?;
-    let after = shown(&as_json(&config))?;
-    vault.set_config(config, vec![format!("setting {key}: {before} -> {after}")])?;
     writeln!(
         err,
         "memvault: set {key} from {before} to {after} (a `config` commit in history); running `serve`/`mcp` processes use it from their next request"

@@ -655,6 +655,11 @@ impl KeyState {
     ) -> Result<KeyState, VaultError> {
         let (commit, slots) = read_slots_at(repo, at)?;
         if !verify_commit_mac(repo, keys, commit) {
+            // MAC'd in a newer data-key epoch than these keys know: another
+            // process rekeyed the vault (as in `refresh`), not damage.
+            if mac_epoch(repo, commit).is_some_and(|e| e > keys.current_epoch()) {
+                return Err(super::slots::rekeyed_elsewhere());
+            }
             return Err(damaged(
                 "the key state was not written with this vault's key",
             ));

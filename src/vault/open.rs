@@ -58,6 +58,12 @@ impl Vault {
     ) -> Result<Vault, VaultError> {
         fsync::enable();
         config.validate().map_err(VaultError::Config)?;
+        // A link at `dir` is refused as every open refuses it (an empty
+        // folder it points to would otherwise pass the check below and
+        // fail at the final rename with a bare "not a directory").
+        if fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(fsx::Unsafe::Link(dir.display().to_string()).into());
+        }
         if dir.exists() {
             let empty = dir.is_dir() && fs::read_dir(dir)?.next().is_none();
             if !empty {
@@ -150,57 +156,70 @@ impl Vault {
             return Err(VaultError::NotAVault(dir.to_path_buf()));
         }
         read_format(dir)?;
-        let repo =
-            Repository::open_bare(dir).map_err(|_| VaultError::NotAVault(dir.to_path_buf()))?;
-        // Before unlock the log's tags cannot be checked: this read only
-        // finds the keyslots; `finish_open` reads it again, checked,
-        // before anything of it is used or written to git.
-        let mut wal = Wal::open(dir)?;
-        wal.catch_up(&repo)?;
-        // As in `refresh`: a ref may name objects of a newer log record.
-        let mut attempt = 0;
-        let (at, slots) = loop {
-            let at = wal.ref_target(&repo, keys::KEYS_REF)?;
-            match keys::read_slots_at(&repo, at) {
-                Ok((_, s)) => break (at, s),
-                Err(VaultError::Damaged(_) | VaultError::Object(_)) if attempt < 3 => {
-                    attempt += 1;
-                    wal.catch_up(&repo)?;
+        // The slots are read, one is opened, then the key state is loaded
+        // where the keys ref points by then: another process's `rekey` in
+        // between makes it a state the opened keyring cannot check. That
+        // is no damage: the open starts over from the new slots (a few
+        // times at most).
+        let mut moved = 0;
+        loop {
+            let repo =
+                Repository::open_bare(dir).map_err(|_| VaultError::NotAVault(dir.to_path_buf()))?;
+            // Before unlock the log's tags cannot be checked: this read only
+            // finds the keyslots; `finish_open` reads it again, checked,
+            // before anything of it is used or written to git.
+            let mut wal = Wal::open(dir)?;
+            wal.catch_up(&repo)?;
+            // As in `refresh`: a ref may name objects of a newer log record.
+            let mut attempt = 0;
+            let (at, slots) = loop {
+                let at = wal.ref_target(&repo, keys::KEYS_REF)?;
+                match keys::read_slots_at(&repo, at) {
+                    Ok((_, s)) => break (at, s),
+                    Err(VaultError::Damaged(_) | VaultError::Object(_)) if attempt < 3 => {
+                        attempt += 1;
+                        wal.catch_up(&repo)?;
+                    }
+                    Err(e) => return Err(keys_ref_set_aside(&repo, &wal, at, secret).unwrap_or(e)),
                 }
-                Err(e) => return Err(keys_ref_set_aside(&repo, &wal, at, secret).unwrap_or(e)),
+            };
+            let mut keyring = None;
+            let mut tried = false;
+            let mut excessive = false;
+            for (name, bytes) in &slots {
+                match crypto::open_slot(bytes, secret) {
+                    Ok(k) => {
+                        keyring = Some((k, name.clone()));
+                        break;
+                    }
+                    Err(crypto::CryptoError::WrongKind) => {}
+                    Err(crypto::CryptoError::ExcessiveWork) => {
+                        tried = true;
+                        excessive = true;
+                    }
+                    Err(_) => tried = true,
+                }
             }
-        };
-        let mut keyring = None;
-        let mut tried = false;
-        let mut excessive = false;
-        for (name, bytes) in &slots {
-            match crypto::open_slot(bytes, secret) {
-                Ok(k) => {
-                    keyring = Some((k, name.clone()));
-                    break;
+            let (keyring, slot) = match keyring {
+                Some(k) => k,
+                None if excessive => return Err(VaultError::ExcessiveWork),
+                None if tried => {
+                    return Err(keys_ref_set_aside(&repo, &wal, at, secret)
+                        .or_else(|| removed_slot_hint(dir, &slots))
+                        .unwrap_or(VaultError::WrongSecret));
                 }
-                Err(crypto::CryptoError::WrongKind) => {}
-                Err(crypto::CryptoError::ExcessiveWork) => {
-                    tried = true;
-                    excessive = true;
+                None => return Err(VaultError::NoSlotOfKind),
+            };
+            match Self::finish_open(dir, repo, wal, keyring, attribution.clone()) {
+                Ok(mut vault) => {
+                    note_last_slot(dir, &slot);
+                    vault.unlocked_slot = Some(slot);
+                    return Ok(vault);
                 }
-                Err(_) => tried = true,
+                Err(_) if moved < 3 && keys_ref_moved(dir, at) => moved += 1,
+                Err(e) => return Err(e),
             }
         }
-        let (keyring, slot) = match keyring {
-            Some(k) => k,
-            None if excessive => return Err(VaultError::ExcessiveWork),
-            None if tried => {
-                return Err(keys_ref_set_aside(&repo, &wal, at, secret)
-                    .or_else(|| removed_slot_hint(dir, &slots))
-                    .unwrap_or(VaultError::WrongSecret));
-            }
-            None => return Err(VaultError::NoSlotOfKind),
-        };
-        let mut vault = Self::finish_open(dir, repo, wal, keyring, attribution)?;
-        note_last_slot(dir, &slot);
-        vault.unlocked_slot = Some(slot);
-        Ok(vault)
     }
 
     /// A second, independent handle on this vault (its own repository
@@ -574,16 +593,39 @@ impl Vault {
         Ok(())
     }
 
-    /// Change the vault's settings: a new key state holding them, with a
-    /// `config` commit on main naming the settings changed (`changed`),
-    /// durably. Refused (nothing changed) if they do not validate.
+    /// Replace the vault's settings whole: a new key state holding them,
+    /// with a `config` commit on main naming the settings changed
+    /// (`changed`), durably. Refused (nothing changed) if they do not
+    /// validate. A change of one setting should go through
+    /// [`update_config`](Self::update_config), which does not undo another
+    /// process's change made since this handle read the settings.
     pub fn set_config(
         &mut self,
         config: VaultConfig,
         changed: Vec<String>,
     ) -> Result<(), VaultError> {
-        config.validate_change().map_err(VaultError::Config)?;
+        self.update_config(|_| Ok::<_, VaultError>(Some((config, changed))))
+            .map(|_| ())
+    }
+
+    /// Change the vault's settings from what they are under the writer
+    /// lock: `change` gets the current settings (another process's change
+    /// included, which it must keep) and returns the new settings and the
+    /// details of the `config` commit, or `None` to change nothing. A new
+    /// key state holds them, durably. Refused (nothing changed) if they do
+    /// not validate. Returns whether anything changed.
+    pub fn update_config<E: From<VaultError>>(
+        &mut self,
+        change: impl FnOnce(&VaultConfig) -> Result<Option<(VaultConfig, Vec<String>)>, E>,
+    ) -> Result<bool, E> {
         self.with_writer_lock(|vault, tip| {
+            let Some((config, changed)) = change(&vault.config)? else {
+                return Ok(false);
+            };
+            if config == vault.config {
+                return Ok(false);
+            }
+            config.validate_change().map_err(VaultError::Config)?;
             let meta = CommitMeta {
                 details: changed,
                 ..vault.new_meta("config")
@@ -593,7 +635,8 @@ impl Vault {
                 ..Default::default()
             };
             vault.publish_key_change(tip, change, meta)?;
-            vault.sync_now()
+            vault.sync_now()?;
+            Ok(true)
         })
     }
 }
@@ -686,6 +729,23 @@ fn note_last_slot(dir: &Path, slot: &str) {
 fn removed_slot_hint(dir: &Path, current: &BTreeMap<String, Vec<u8>>) -> Option<VaultError> {
     let slot = last_slot(dir)?;
     (!current.contains_key(&slot)).then_some(VaultError::SlotRemoved(slot))
+}
+
+/// Whether the keys ref of the vault at `dir` names another key state
+/// than `at` now (the log caught up first): an open that failed after
+/// reading its slots at `at` raced a key change, and starts over.
+fn keys_ref_moved(dir: &Path, at: Option<Oid>) -> bool {
+    let Ok(repo) = Repository::open_bare(dir) else {
+        return false;
+    };
+    let Ok(mut wal) = Wal::open(dir) else {
+        return false;
+    };
+    if wal.catch_up(&repo).is_err() {
+        return false;
+    }
+    wal.ref_target(&repo, keys::KEYS_REF)
+        .is_ok_and(|now| now != at)
 }
 
 /// When the key state the keys ref names gives no keyslot this secret

@@ -250,6 +250,17 @@ impl Vault {
         if let Some(e) = entries.iter().filter(is_pass).find(|e| e.unlocked_with) {
             return Ok(e.id.clone());
         }
+        // Unlocked with a slot that is gone now (another process's
+        // `passwd`, `key remove` or `rekey` since this one unlocked): the
+        // one passphrase slot left is not the one this secret opened, and
+        // replacing it would lock out whoever set it.
+        if let Some(id) = &self.unlocked_slot
+            && !entries.iter().any(|e| &e.id == id)
+        {
+            return Err(VaultError::Refused(format!(
+                "keyslot {id}, which this command was unlocked with, was replaced or removed by another process meanwhile; nothing was changed"
+            )));
+        }
         let pass: Vec<_> = entries.iter().filter(is_pass).collect();
         match pass.as_slice() {
             [one] => Ok(one.id.clone()),

@@ -1033,3 +1033,51 @@ fn a_vault_moved_away_is_not_made_again_and_an_abandoned_one_loses_nothing() {
     assert_eq!(read(&mut vault, "/memories/a.md").unwrap(), b"hello");
     assert_eq!(read(&mut vault, "/memories/b.md").unwrap(), b"logged");
 }
+
+/// A settings change made from settings read before another process
+/// changed another setting keeps that change: `update_config` works on
+/// the settings as they are under the writer lock (round 36a: two
+/// concurrent `config set` of different settings both reported success,
+/// and one of them was undone every time).
+#[test]
+fn a_settings_change_from_a_stale_read_keeps_another_process_change() {
+    let (_tmp, dir, bytes, mut a) = new_vault_with(VaultConfig::default());
+    let mut b = reopen(&dir, &bytes);
+    // b read the settings before a changes them.
+    assert_eq!(b.config().max_files, 100_000);
+    let changed = a
+        .update_config(|c| {
+            let mut c = c.clone();
+            c.max_files = 1_001;
+            Ok::<_, VaultError>(Some((c, vec!["max_files".into()])))
+        })
+        .unwrap();
+    assert!(changed);
+    let changed = b
+        .update_config(|c| {
+            assert_eq!(
+                c.max_files, 1_001,
+                "the change is made from the current settings"
+            );
+            let mut c = c.clone();
+            c.max_view_chars += 1;
+            Ok::<_, VaultError>(Some((c, vec!["max_view_chars".into()])))
+        })
+        .unwrap();
+    assert!(changed);
+    drop((a, b));
+    let v = reopen(&dir, &bytes);
+    assert_eq!(v.config().max_files, 1_001);
+    assert_eq!(
+        v.config().max_view_chars,
+        VaultConfig::default().max_view_chars + 1
+    );
+    // The same value again changes nothing and writes no commit.
+    let mut v = v;
+    let before = v.tip().unwrap();
+    let changed = v
+        .update_config(|c| Ok::<_, VaultError>(Some((c.clone(), vec![]))))
+        .unwrap();
+    assert!(!changed);
+    assert_eq!(v.tip().unwrap(), before);
+}

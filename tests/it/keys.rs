@@ -881,3 +881,141 @@ fn key_add_of_a_key_file_not_there_yet_writes_one_and_its_slot_opens_the_vault()
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert_eq!(std::fs::read(&laptop).unwrap(), key);
 }
+
+/// Two `passwd` of one slot, both unlocked with the old passphrase: the
+/// second one's handle may already have read the first one's key state
+/// (then its own slot is gone and the one passphrase slot is the first
+/// one's new slot). It must refuse, never replace that slot: the first
+/// one said its new passphrase opens the vault (round 36a: 3 rounds in
+/// 80 had both succeed and one new passphrase open nothing).
+#[test]
+fn a_passwd_that_lost_the_race_for_its_slot_replaces_no_other_slot() {
+    use memvault::crypto::KdfParams;
+    let tiny = KdfParams {
+        m_kib: 64,
+        t: 1,
+        p: 1,
+    };
+    for refreshed in [false, true] {
+        let v = PassVault::new("p-old");
+        let mut a = open_with_pass(&v.vault, "p-old").unwrap();
+        let mut b = open_with_pass(&v.vault, "p-old").unwrap();
+        a.change_passphrase(None, &Passphrase::new("p-new-X".into()), tiny)
+            .unwrap();
+        if refreshed {
+            // b reads the key state the first passwd left.
+            b.tip().unwrap();
+        }
+        let lost = b.change_passphrase(None, &Passphrase::new("p-new-Y".into()), tiny);
+        assert!(
+            matches!(&lost, Err(VaultError::Refused(m)) if m.contains("meanwhile")),
+            "refreshed={refreshed}: {:?}",
+            lost.map(|_| ())
+        );
+        drop((a, b));
+        assert!(
+            open_with_pass(&v.vault, "p-new-X").is_ok(),
+            "refreshed={refreshed}"
+        );
+        assert!(open_with_pass(&v.vault, "p-new-Y").is_err());
+        assert!(open_with_pass(&v.vault, "p-old").is_err());
+    }
+}
+
+/// A handle opened before another process's `rekey` refuses with the
+/// rekey's reason, not as damage; and commands started while a `rekey`
+/// runs either open the rekeyed vault or say it was rekeyed, never that
+/// it is damaged (round 36a: 11 of 45 racing commands were told "the
+/// vault is damaged", and `verify` then said ok).
+#[test]
+fn commands_racing_a_rekey_are_never_told_the_vault_is_damaged() {
+    let v = TestVault::new();
+    let who = || Attribution {
+        session: "test".into(),
+        actor: "test".into(),
+    };
+    let key = memvault::crypto::KeyFileKey::from_bytes(&std::fs::read(&v.key).unwrap()).unwrap();
+    let old = Vault::open(&v.vault, &Unlock::KeyFile(&key), who()).unwrap();
+    let out = v
+        .cmd()
+        .args(["rekey", "--drop-other-slots"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    match old.reopen(who()) {
+        Err(VaultError::Refused(m)) => assert!(m.contains("rekeyed by another process"), "{m}"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    let out = v
+        .cmd()
+        .args([
+            "exec",
+            &json!({"command": "create", "path": "/memories/a.md", "file_text": "x\n"}).to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    for round in 0..6 {
+        let mut children = Vec::new();
+        for _ in 0..2 {
+            children.push(
+                v.cmd()
+                    .args(["rekey", "--drop-other-slots"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+            );
+            children.push(
+                v.cmd()
+                    .args(["exec", &view("/memories/a.md").to_string()])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+            );
+        }
+        for c in children {
+            let out = c.wait_with_output().unwrap();
+            assert!(
+                !stderr(&out).contains("damaged"),
+                "round {round}: {}",
+                stderr(&out)
+            );
+        }
+    }
+    let out = v.cmd().arg("verify").output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// `init` at a link (to an empty folder) is refused as a link, naming
+/// it, and writes nothing where it points.
+#[test]
+fn init_at_a_link_is_refused_as_one_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = tmp.path().join("target");
+    std::fs::create_dir(&target).unwrap();
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let key = tmp.path().join("k");
+    keygen(&key);
+    let out = Command::new(bin())
+        .arg("--vault")
+        .arg(&link)
+        .arg("--key-file")
+        .arg(&key)
+        .arg("init")
+        .env_remove("MEMVAULT_DIR")
+        .env_remove("MEMVAULT_KEY_FILE")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}
