@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CI for `memvault mcp`: the dependency tree has one version of each crate,
 # then a real MCP client (Python `mcp`, pinned) drives the server. Installs
-# what it needs (python3 venv support from Debian when missing, the pinned
+# what it needs (python3 venv support from Debian when missing, .ci/prereqs.sh; the pinned
 # Python packages into a venv under target/). Run from anywhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,9 +16,6 @@ if [ -n "$dups" ]; then
   exit 1
 fi
 
-if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
-  echo "== installing python3 and venv support"
-  apt-get update -q && apt-get install -y -q python3 python3-venv python3-pip
-fi
+bash .ci/prereqs.sh python
 
 tests/mcp/run.sh

@@ -6,7 +6,7 @@
 #
 # Makes the venv ($MEMVAULT_MCP_VENV, default target/mcp-venv) when it is
 # missing, installs the pinned packages into it (a no-op when they are there),
-# builds the debug binary and runs pytest. Needs python3 with venv and pip.
+# builds the debug binary (unless MEMVAULT_BIN names one) and runs pytest. Needs python3 with venv and pip.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -26,9 +26,14 @@ fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -r tests/mcp/requirements.txt ||
   die "could not install tests/mcp/requirements.txt into $venv"
 
-echo "== cargo build --bin memvault"
-cargo build --bin memvault || die "cargo build failed"
-bin="$target_dir/debug/memvault"
+if [ -n "${MEMVAULT_BIN:-}" ]; then
+  # A binary built already (.ci/test passes the debug build it made).
+  bin=$MEMVAULT_BIN
+else
+  echo "== cargo build --bin memvault"
+  cargo build --bin memvault || die "cargo build failed"
+  bin="$target_dir/debug/memvault"
+fi
 [ -x "$bin" ] || die "no binary at $bin"
 
 echo "== pytest tests/mcp"
