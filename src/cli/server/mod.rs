@@ -1059,9 +1059,10 @@ fn sync_tenants(app: &http::App, remote: &str) {
             failed.push(id);
             continue;
         };
-        // A vault another process holds locked (an operator's command) is
-        // left for the next round rather than waited for: the round would
-        // stall every tenant after it.
+        // A vault held locked (an operator's command, or this server's own
+        // request in flight: the lock is per open file, so it counts here
+        // too) is left for the next round rather than waited for: the
+        // round would stall every tenant after it.
         if Vault::locked_elsewhere(&app.root.tenant_dir(id)) {
             busy += 1;
             continue;
@@ -1091,7 +1092,7 @@ fn sync_tenants(app: &http::App, remote: &str) {
     app.note_sync_round(synced, Some(failed.len()), busy);
     if busy > 0 {
         eprintln!(
-            "memvault: sync: {busy} tenant vault(s) held locked by another process were left for the next round"
+            "memvault: sync: {busy} tenant vault(s) held locked (by a request of this server in flight, or by another process) were left for the next round"
         );
     }
     if !failed.is_empty() {
