@@ -4,24 +4,132 @@
 
 use super::*;
 
-/// A sibling folder of `dir` to build a vault in (`what`: init, clone),
-/// and `dir`'s parent (made if missing).
-pub(crate) fn sibling(dir: &Path, what: &str) -> Result<(PathBuf, PathBuf), VaultError> {
-    let parent = dir
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
-        .to_path_buf();
-    fs::create_dir_all(&parent)?;
-    let name = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "vault".into());
-    let tmp = parent.join(format!(
-        ".{name}.{what}-{}",
-        data_encoding::HEXLOWER.encode(&crypto::random_bytes::<6>())
-    ));
-    Ok((tmp, parent))
+/// The kinds of [`Staging`] folders, as their names say them.
+const STAGING_KINDS: [&str; 2] = ["init", "clone"];
+
+/// A folder beside `dir` that a vault is made in (`init`, `clone`) and
+/// then moved into place at `dir` in one rename, so that a crash never
+/// leaves a half-made vault at `dir`. Named `.<dir's name>.<kind>-<12 hex>`
+/// and held locked (`flock` on the folder) while it is being made. It is
+/// erased when dropped unless [`place`](Self::place) moved it into place:
+/// an error at any step, the last rename included, leaves nothing behind.
+/// A folder of that name that no process holds is what a process killed
+/// while making one left (a whole vault, perhaps: a clone's copy of what
+/// the remote held, out of reach of any later erasure): the next `init` or
+/// `clone` beside it erases it.
+pub(crate) struct Staging {
+    pub tmp: PathBuf,
+    parent: PathBuf,
+    _held: fs::File,
+    placed: bool,
+}
+
+impl Staging {
+    pub(crate) fn new(dir: &Path, what: &str) -> Result<Staging, VaultError> {
+        let parent = dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        fs::create_dir_all(&parent)?;
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "vault".into());
+        sweep_stale_staging(&parent, &name);
+        let tmp = parent.join(format!(
+            ".{name}.{what}-{}",
+            data_encoding::HEXLOWER.encode(&crypto::random_bytes::<6>())
+        ));
+        fsx::mkdir_new_private(&tmp)?;
+        let held = match fs::File::open(&tmp).and_then(|f| {
+            f.try_lock().map(|()| f).map_err(|e| match e {
+                fs::TryLockError::Error(e) => e,
+                fs::TryLockError::WouldBlock => std::io::Error::other("a new folder is locked"),
+            })
+        }) {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&tmp);
+                return Err(e.into());
+            }
+        };
+        Ok(Staging {
+            tmp,
+            parent,
+            _held: held,
+            placed: false,
+        })
+    }
+
+    /// Move the vault made into place at `dir` (an empty folder there is
+    /// replaced). Refused as not empty when something else is there by
+    /// now (another `init` or `clone` to the same place finished first).
+    pub(crate) fn place(mut self, dir: &Path) -> Result<(), VaultError> {
+        let moved = (|| {
+            if dir.exists() {
+                fs::remove_dir(dir)?;
+            }
+            fs::rename(&self.tmp, dir)
+        })();
+        match moved {
+            Ok(()) => {
+                self.placed = true;
+                sync_dir(&self.parent);
+                Ok(())
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::DirectoryNotEmpty | std::io::ErrorKind::AlreadyExists
+                ) =>
+            {
+                Err(VaultError::NotEmpty(dir.to_path_buf()))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.placed {
+            let _ = fs::remove_dir_all(&self.tmp);
+        }
+    }
+}
+
+/// Erase the staging folders beside a vault named `name` in `parent` that
+/// no process holds (see [`Staging`]). Best effort: one that cannot be
+/// read or erased is left.
+fn sweep_stale_staging(parent: &Path, name: &str) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    let prefix = format!(".{name}.");
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(rest) = file_name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
+            continue;
+        };
+        let ours = STAGING_KINDS.iter().any(|kind| {
+            rest.strip_prefix(kind)
+                .and_then(|r| r.strip_prefix('-'))
+                .is_some_and(|hex| hex.len() == 12 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+        });
+        // A real folder only: never a link's target.
+        if !ours || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(folder) = fs::File::open(&path) else {
+            continue;
+        };
+        // Held: a process is making a vault there now.
+        if folder.try_lock().is_ok() {
+            let _ = fs::remove_dir_all(&path);
+        }
+    }
 }
 
 /// An empty vault at `tmp`: a bare repository (no refs yet), `memvault/`
@@ -72,18 +180,9 @@ impl Vault {
         }
         // Build the vault in a sibling folder and move it into place at
         // the end, so a crash never leaves a half-made vault at `dir`.
-        let (tmp, parent) = sibling(dir, "init")?;
-        let result = Self::build(&tmp, secret, &config);
-        if let Err(e) = result {
-            let _ = fs::remove_dir_all(&tmp);
-            return Err(e);
-        }
-        if dir.exists() {
-            fs::remove_dir(dir)?;
-        }
-        fs::rename(&tmp, dir)?;
-        sync_dir(&parent);
-        let keyring = result?;
+        let staging = Staging::new(dir, "init")?;
+        let keyring = Self::build(&staging.tmp, secret, &config)?;
+        staging.place(dir)?;
         let repo = Repository::open_bare(dir)?;
         let wal = Wal::open(dir)?;
         let mut vault = Self::finish_open(dir, repo, wal, keyring, attribution)?;

@@ -3,7 +3,7 @@
 //! that lies.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
 
@@ -2609,4 +2609,181 @@ fn a_key_state_forced_over_a_purge_does_not_bring_the_purged_key_back() {
             "{report}"
         );
     }
+}
+
+/// Round 36b: a remote reached as a path whose lock file another process
+/// holds (a memvault stuck while pushing there from a machine sharing the
+/// disk, or the remote's owner) is given up on within `--remote-timeout`,
+/// for a sync, a push, a pull and a clone alike, with a message that names
+/// the remote's lock, and nothing changes here; once the lock is let go,
+/// the next sync lands.
+#[test]
+fn a_remote_lock_held_elsewhere_is_given_up_on_within_the_remote_timeout() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    a.write("/memories/after.md", "after\n");
+    let head = git(&a.dir, &["rev-parse", "refs/heads/main"]).stdout;
+    let lock_file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(w.hub.join("memvault.lock"))
+        .unwrap();
+    lock_file.lock().unwrap();
+    let bounded = |m: &Machine, args: &[&str]| -> Output {
+        let started = std::time::Instant::now();
+        let mut child = m
+            .cmd()
+            .args(["--remote-timeout", "2"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                break child.wait_with_output().unwrap();
+            }
+            if started.elapsed() > std::time::Duration::from_secs(30) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("memvault {args:?} still waits on the remote's lock after 30 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    let clone_dir = w.hub.with_file_name("late");
+    let late = Machine::new(clone_dir.clone(), a.key.clone());
+    for (m, args) in [
+        (a, vec!["sync"]),
+        (a, vec!["push"]),
+        (b, vec!["pull"]),
+        (&late, vec!["clone", w.hub.to_str().unwrap()]),
+    ] {
+        let out = bounded(m, &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("lock file") && err.contains("--remote-timeout"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("the vault's lock"), "{args:?}: {err}");
+    }
+    assert!(!clone_dir.exists());
+    assert_eq!(git(&a.dir, &["rev-parse", "refs/heads/main"]).stdout, head);
+    assert_eq!(b.read("/memories/after.md"), None);
+    drop(lock_file);
+    a.ok(&["sync"]);
+    b.ok(&["pull"]);
+    assert_eq!(b.read("/memories/after.md").as_deref(), Some("after\n"));
+}
+
+/// Round 36b: two clones into one place at once: the one that loses says
+/// the place is taken and leaves no copy of the vault beside it (a
+/// leftover copy is out of reach of every later erasure); and a staging
+/// folder a killed clone left (no process holds it) is erased by the next
+/// clone beside it, while one that a running clone holds is not.
+#[test]
+fn a_clone_that_loses_the_race_for_its_place_or_was_killed_leaves_no_copy_behind() {
+    let w = world(0);
+    let a = &w.machines[0];
+    let tmp = w.hub.parent().unwrap().to_path_buf();
+    let url = w.hub.to_str().unwrap().to_string();
+    let staged = |tmp: &Path| -> Vec<String> {
+        std::fs::read_dir(tmp)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".clone-") || n.contains(".init-"))
+            .collect()
+    };
+    for round in 0..3 {
+        let dir = tmp.join(format!("p{round}"));
+        let m = Machine::new(dir.clone(), a.key.clone());
+        let children: Vec<_> = (0..2)
+            .map(|_| {
+                m.cmd()
+                    .args(["clone", &url])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let outs: Vec<Output> = children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect();
+        let won = outs.iter().filter(|o| o.status.success()).count();
+        assert!(won >= 1, "round {round}: no clone landed");
+        for o in outs.iter().filter(|o| !o.status.success()) {
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                err.contains("not an empty directory"),
+                "round {round}: {err}"
+            );
+        }
+        assert_eq!(staged(&tmp), Vec::<String>::new(), "round {round}");
+        m.ok(&["verify"]);
+    }
+    // What a clone killed part way leaves: a staging folder no process
+    // holds (here a whole copy of the vault, moved aside by hand).
+    let killed = tmp.join(".q.clone-0123456789ab");
+    std::fs::rename(tmp.join("p0"), &killed).unwrap();
+    // One a running clone holds (locked) is left alone.
+    let running = tmp.join(".q.clone-abcdefabcdef");
+    std::fs::create_dir(&running).unwrap();
+    let held = std::fs::File::open(&running).unwrap();
+    held.lock().unwrap();
+    let q = Machine::new(tmp.join("q"), a.key.clone());
+    q.ok(&["clone", &url]);
+    assert!(!killed.exists(), "the killed clone's copy is still there");
+    assert!(running.exists());
+    drop(held);
+}
+
+/// Round 36b: a remote whose loose `refs/heads/main` is a link (git
+/// follows it; memvault reads no ref through a link) is not read from the
+/// older line `packed-refs` holds for it: a clone gets the newest main,
+/// and a sync neither reports a rollback nor gets stuck.
+#[test]
+fn a_remote_ref_that_is_a_link_is_not_passed_over_for_an_older_packed_one() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    git(&w.hub, &["pack-refs", "--all"]);
+    a.write("/memories/two.md", "two\n");
+    a.ok(&["push"]);
+    let main = w.hub.join("refs/heads/main");
+    let target = w.hub.join("main-target");
+    std::fs::rename(&main, &target).unwrap();
+    std::os::unix::fs::symlink(&target, &main).unwrap();
+    let late = Machine::new(w.hub.with_file_name("late"), a.key.clone());
+    late.ok(&["clone", w.hub.to_str().unwrap()]);
+    assert_eq!(late.read("/memories/two.md").as_deref(), Some("two\n"));
+    a.ok(&["sync"]);
+    a.ok(&["verify", "--remote", "origin"]);
+    b.ok(&["sync"]);
+    assert_eq!(b.read("/memories/two.md").as_deref(), Some("two\n"));
+    late.write("/memories/three.md", "three\n");
+    late.ok(&["sync"]);
+    a.ok(&["sync"]);
+    assert_eq!(a.read("/memories/three.md").as_deref(), Some("three\n"));
+}
+
+/// Round 36b: a clone of a remote whose refs were swapped (main names the
+/// key state, the key state ref names main) says the remote cannot be
+/// trusted, as a pull does, not that a (local) vault is damaged.
+#[test]
+fn a_clone_of_a_remote_with_swapped_refs_says_the_remote_cannot_be_trusted() {
+    let w = world(0);
+    let a = &w.machines[0];
+    let id = |r: &str| String::from_utf8(git(&w.hub, &["rev-parse", r]).stdout).unwrap();
+    let (main, keys) = (id("refs/heads/main"), id("refs/memvault/keys"));
+    git(&w.hub, &["update-ref", "refs/heads/main", keys.trim()]);
+    git(&w.hub, &["update-ref", "refs/memvault/keys", main.trim()]);
+    let late = Machine::new(w.hub.with_file_name("late"), a.key.clone());
+    let err = late.fails(&["clone", w.hub.to_str().unwrap()], 1);
+    assert!(err.contains("cannot be trusted"), "{err}");
+    assert!(!err.contains("vault is damaged"), "{err}");
+    assert!(!late.dir.exists());
 }

@@ -352,7 +352,7 @@ impl Scratch {
     pub(crate) fn fetch(&self, remote: &str, url: &str, have: &[Oid]) -> Result<bool, SyncError> {
         check_vault_remote(remote, url, false)?;
         check_remote_config(remote, url)?;
-        if let Some(done) = self.read_in_place(url)? {
+        if let Some(done) = self.read_in_place(remote, url)? {
             return Ok(done);
         }
         let local = |e: std::io::Error| SyncError::Local(e.to_string());
@@ -410,7 +410,7 @@ impl Scratch {
     /// `pack-objects`, an `index-pack` and a connectivity walk: 40 of a
     /// 150 ms sync. None: fetch it (not a path, not bare, refs this does
     /// not read, no main).
-    fn read_in_place(&self, url: &str) -> Result<Option<bool>, SyncError> {
+    fn read_in_place(&self, remote: &str, url: &str) -> Result<Option<bool>, SyncError> {
         let Some(dir) = local_repo(url) else {
             return Ok(None);
         };
@@ -425,7 +425,7 @@ impl Scratch {
         // while they move its refs: git moves them one after the other
         // (main before the key state), and refs read in between would
         // pair a new main with the key state it replaces ("rolled back").
-        let lock = lock_remote(&dir);
+        let lock = lock_remote(remote, &dir)?;
         let refs = peek_refs(&dir);
         drop(lock);
         let Some(refs) = refs else {
@@ -927,27 +927,36 @@ fn scrub_env(c: &mut Command) {
 
 /// Where the refs of a remote reached as a path point, read from its
 /// files (a loose ref, else `packed-refs`), each file read at most
-/// [`PEEK_LIMIT`] bytes: a hint only (whether `sync` pushes first), so
-/// anything it cannot read this way (reftable, a working tree, a ref it
-/// cannot parse) is None, and a remote that lies here only slows a sync.
+/// [`PEEK_LIMIT`] bytes. Anything it cannot read this way (reftable, a
+/// working tree, a ref it cannot parse, a ref file that is a link or not
+/// a regular file, which git may follow) is None: the caller fetches
+/// through git instead. A ref file that is there but not read is never
+/// passed over for `packed-refs`, whose line for it may be older.
 pub(crate) fn peek_refs(dir: &Path) -> Option<RemoteRefs> {
-    let read = |path: &Path| -> Option<String> {
+    // Ok(None): no such file.
+    let read = |path: &Path| -> Result<Option<String>, ()> {
         // Not through a link, nor a FIFO's open that would wait.
-        let f = fsx::open_read(path).ok()?;
+        let f = match fsx::open_read(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(_) => return Err(()),
+        };
         let mut text = String::new();
-        f.take(PEEK_LIMIT).read_to_string(&mut text).ok()?;
-        Some(text)
+        f.take(PEEK_LIMIT)
+            .read_to_string(&mut text)
+            .map_err(|_| ())?;
+        Ok(Some(text))
     };
     if dir.join("reftable").exists() || !dir.join("refs").is_dir() {
         return None;
     }
-    let packed = read(&dir.join("packed-refs")).unwrap_or_default();
+    let packed = read(&dir.join("packed-refs")).ok()?.unwrap_or_default();
     if packed.len() as u64 >= PEEK_LIMIT {
         // Perhaps cut short: not read this way.
         return None;
     }
     let one = |name: &str| -> Option<Option<Oid>> {
-        if let Some(text) = read(&dir.join(name)) {
+        if let Some(text) = read(&dir.join(name)).ok()? {
             return Oid::from_str(text.trim()).ok().map(Some);
         }
         for line in packed.lines() {
@@ -1077,26 +1086,57 @@ fn is_git_dir(dir: &Path) -> bool {
             || dir.join("commondir").is_file())
 }
 
-/// The lock of a remote reached as a path, held while the guard lives
-/// (None: it could not be taken, e.g. a remote this user may only read).
+/// The lock of a remote reached as a path, held while the guard lives.
 pub(crate) struct RemoteLock {
     _guard: FileLock,
-    _file: std::fs::File,
 }
 
 /// Take the lock of the remote in `dir`, exclusively: pushes and the
 /// prune of memvault processes go one at a time (git's own pushes, and
 /// memvault's over SSH or HTTP to the same repository, do not take it).
-pub(crate) fn lock_remote(dir: &Path) -> Option<RemoteLock> {
+/// `Ok(None)`: there is no lock to take (not a repository with objects,
+/// or a remote this user may only read). The wait is bounded by the
+/// remote timeout, as a transfer is: a lock held longer (a stuck memvault
+/// on another machine sharing the disk, or the remote's owner holding it)
+/// is a remote that does not answer, and nothing is changed here.
+pub(crate) fn lock_remote(remote: &str, dir: &Path) -> Result<Option<RemoteLock>, SyncError> {
     if !dir.join("objects").is_dir() {
-        return None;
+        return Ok(None);
     }
-    let file = fsx::open_rw(&dir.join(REMOTE_LOCK)).ok()?;
-    let guard = FileLock::exclusive(&file).ok()?;
-    Some(RemoteLock {
-        _guard: guard,
-        _file: file,
-    })
+    let Ok(file) = fsx::open_rw(&dir.join(REMOTE_LOCK)) else {
+        return Ok(None);
+    };
+    let file = std::sync::Arc::new(file);
+    let limit = Duration::from_millis(REMOTE_TIMEOUT_MS.load(std::sync::atomic::Ordering::Relaxed));
+    let start = std::time::Instant::now();
+    let mut pause = Duration::from_millis(5);
+    let mut said = false;
+    loop {
+        match FileLock::try_exclusive_on(&file) {
+            Ok(Some(guard)) => return Ok(Some(RemoteLock { _guard: guard })),
+            Ok(None) => {}
+            Err(_) => return Ok(None),
+        }
+        let waited = start.elapsed();
+        if waited >= limit {
+            return Err(SyncError::Transport {
+                remote: remote.to_string(),
+                detail: format!(
+                    "its lock file (memvault.lock, which memvault's pushes to a path hold) stayed taken for {} s (--remote-timeout: another memvault pushing there, or one stuck or stopped); gave up, nothing was changed here",
+                    limit.as_millis().div_ceil(1000)
+                ),
+            });
+        }
+        if !said && waited >= Duration::from_secs(3) {
+            said = true;
+            eprintln!(
+                "memvault: waiting for the lock of remote {remote} (another memvault is pushing there, or one is stuck); giving up after {} s (--remote-timeout)",
+                limit.as_millis().div_ceil(1000)
+            );
+        }
+        std::thread::sleep(pause.min(limit.saturating_sub(waited)));
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
 }
 
 /// Prune the bare repository in `dir` (a remote reached as a path, whose

@@ -395,7 +395,10 @@ impl Vault {
                 },
             ];
             let local = git::local_repo(&entry.url);
-            let _remote_lock = local.as_deref().and_then(git::lock_remote);
+            let _remote_lock = match local.as_deref() {
+                Some(dir) => git::lock_remote(name, dir)?,
+                None => None,
+            };
             if !scratch.push(name, &entry.url, &same)? {
                 return Err(SyncError::Moved {
                     remote: name.into(),
@@ -459,7 +462,10 @@ impl Vault {
         // A remote on a path: memvault's pushes there and its prune go one
         // at a time.
         let local = git::local_repo(&entry.url);
-        let remote_lock = local.as_deref().and_then(git::lock_remote);
+        let remote_lock = match local.as_deref() {
+            Some(dir) => git::lock_remote(name, dir)?,
+            None => None,
+        };
         // The key states the remote holds are about to be replaced, not
         // chained to (an erasure, a keyslot change, a rekey): on a remote
         // this machine reaches as a path, they are deleted after the push,
@@ -521,14 +527,21 @@ impl Vault {
         let Some(dir) = git::local_repo(&entry.url) else {
             return Ok(());
         };
-        let Some(_lock) = git::lock_remote(&dir) else {
+        let _lock = match git::lock_remote(name, &dir) {
+            Ok(Some(lock)) => lock,
             // Said, not skipped in silence: the debt stays for the next
             // push or sync.
-            report.prune_failed = Some(format!(
-                "its lock ({}) could not be taken",
-                dir.join("memvault.lock").display()
-            ));
-            return Ok(());
+            Ok(None) => {
+                report.prune_failed = Some(format!(
+                    "its lock ({}) could not be taken",
+                    dir.join("memvault.lock").display()
+                ));
+                return Ok(());
+            }
+            Err(e) => {
+                report.prune_failed = Some(e.to_string());
+                return Ok(());
+            }
         };
         match git::prune_remote(name, &dir) {
             Ok(()) => {
@@ -1335,21 +1348,10 @@ pub fn clone_vault(
             return Err(VaultError::NotEmpty(dir.to_path_buf()));
         }
     }
-    let (tmp, parent) = super::open::sibling(dir, "clone")?;
-    let result = clone_into(&url, &tmp, unlock, attribution.clone());
-    let (vault, report) = match result {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(e);
-        }
-    };
+    let staging = super::open::Staging::new(dir, "clone")?;
+    let (vault, report) = clone_into(&url, &staging.tmp, unlock, attribution.clone())?;
     drop(vault);
-    if dir.exists() {
-        std::fs::remove_dir(dir)?;
-    }
-    std::fs::rename(&tmp, dir)?;
-    super::sync_dir(&parent);
+    staging.place(dir)?;
     let vault = Vault::open(dir, unlock, attribution)?;
     Ok((vault, report))
 }
@@ -1399,7 +1401,18 @@ fn clone_into(
     drop(repo);
     super::fsx::make_private_tree(dir)?;
     super::sync_tree(dir)?;
-    let vault = Vault::open(dir, unlock, attribution)?;
+    // What the remote sent must open as a vault: damage found here is the
+    // remote's (a key state that is not one, refs swapped), not a local
+    // vault's (there is none yet). A wrong key stays the user's error.
+    let vault = Vault::open(dir, unlock, attribution).map_err(|e| match e {
+        VaultError::Damaged(what) => {
+            hostile(&format!("what it holds does not open as a vault: {what}")).into()
+        }
+        VaultError::Object(_) | VaultError::DamagedLog(_) | VaultError::RolledBack(_) => {
+            hostile("what it holds does not open as a vault").into()
+        }
+        e => e,
+    })?;
     // The checks a pull makes of what it brings (open checked the key
     // state's and the tip's MACs): every key state the remote's chains
     // to, and every commit, MAC'd with this vault's key, each commit's
