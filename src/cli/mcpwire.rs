@@ -503,10 +503,11 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Gate<R> {
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Ready(Ok(())) if rb.filled().is_empty() => {
                     this.eof = true;
-                    // A last line without its newline goes on as it is.
-                    if this.over == 0 {
-                        let rest = std::mem::take(&mut this.line);
-                        this.ready.extend_from_slice(&rest);
+                    // A last line without its newline is screened and
+                    // handed on as a whole line (rmcp's reader drops an
+                    // unterminated one), or answered as too long.
+                    if !this.line.is_empty() || this.over > 0 {
+                        this.end_line();
                     }
                 }
                 Poll::Ready(Ok(())) => {

@@ -872,17 +872,38 @@ fn exec(
     out: &mut dyn Write,
 ) -> Result<u8, CliError> {
     let attribution = session.attribution(false)?;
-    let line = match json {
-        Some(j) => j.to_owned(),
+    // Bytes, as `serve` reads a line: text that is not UTF-8 is answered
+    // with the tool error `serve` gives it, not an I/O error. Read up to
+    // READ_MAX; anything past it only counted, for the same "over the
+    // limit" answer `serve` gives a line over `max_line_bytes`.
+    const READ_MAX: u64 = 64 << 20;
+    let (line, total) = match json {
+        Some(j) => (j.as_bytes().to_vec(), j.len()),
         None => {
-            let mut s = String::new();
-            io::stdin().lock().take(64 << 20).read_to_string(&mut s)?;
-            s
+            let mut buf = Vec::new();
+            let mut stdin = io::stdin().lock();
+            (&mut stdin).take(READ_MAX + 1).read_to_end(&mut buf)?;
+            let past = if buf.len() as u64 > READ_MAX {
+                io::copy(&mut stdin, &mut io::sink())?
+            } else {
+                0
+            };
+            // Counted as `serve` counts a line: without its newline.
+            let ends = usize::from(past == 0 && buf.ends_with(b"\n"));
+            let total =
+                (buf.len() - ends).saturating_add(usize::try_from(past).unwrap_or(usize::MAX));
+            (buf, total)
         }
     };
     let mut vault = open_vault(global, attribution)?;
     let memory = memory_for(vault.config())?;
-    let reply = protocol::handle_line(&memory, &mut vault, line.trim().as_bytes());
+    let trimmed = line.trim_ascii();
+    let max = vault.config().max_line_bytes;
+    let reply = if total > max {
+        protocol::too_long_reply(total, max, trimmed)
+    } else {
+        protocol::handle_line(&memory, &mut vault, trimmed)
+    };
     writeln!(out, "{}", reply.to_line())?;
     out.flush()?;
     Ok(if reply.result.is_error { 1 } else { 0 })

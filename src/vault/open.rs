@@ -37,21 +37,36 @@ impl Staging {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "vault".into());
         sweep_stale_staging(&parent, &name);
-        let tmp = parent.join(format!(
-            ".{name}.{what}-{}",
-            data_encoding::HEXLOWER.encode(&crypto::random_bytes::<6>())
-        ));
-        fsx::mkdir_new_private(&tmp)?;
-        let held = match fs::File::open(&tmp).and_then(|f| {
-            f.try_lock().map(|()| f).map_err(|e| match e {
-                fs::TryLockError::Error(e) => e,
-                fs::TryLockError::WouldBlock => std::io::Error::other("a new folder is locked"),
-            })
-        }) {
-            Ok(f) => f,
-            Err(e) => {
-                let _ = fs::remove_dir_all(&tmp);
-                return Err(e.into());
+        // Made, then locked: another process's sweep that found it in
+        // between (unlocked) may erase it or hold it; then a new one.
+        let mut attempt = 0;
+        let (tmp, held) = loop {
+            let tmp = parent.join(format!(
+                ".{name}.{what}-{}",
+                data_encoding::HEXLOWER.encode(&crypto::random_bytes::<6>())
+            ));
+            fsx::mkdir_new_private(&tmp)?;
+            let locked = fs::File::open(&tmp).and_then(|f| {
+                f.try_lock().map(|()| f).map_err(|e| match e {
+                    fs::TryLockError::Error(e) => e,
+                    fs::TryLockError::WouldBlock => {
+                        std::io::Error::other("another process holds the new staging folder")
+                    }
+                })
+            });
+            match locked {
+                // Still there (not erased between the open and the lock).
+                Ok(f) if fsx::check_real_dir(&tmp).is_ok() => break (tmp, f),
+                Ok(_) if attempt < 3 => attempt += 1,
+                Err(_) if attempt < 3 => {
+                    let _ = fs::remove_dir(&tmp);
+                    attempt += 1;
+                }
+                Ok(_) => return Err(std::io::Error::other("the staging folder vanished").into()),
+                Err(e) => {
+                    let _ = fs::remove_dir_all(&tmp);
+                    return Err(e.into());
+                }
             }
         };
         Ok(Staging {

@@ -642,3 +642,30 @@ fn secret_in_a_path_echoed_by_an_error_is_masked() {
         );
     }
 }
+
+/// Round 36c: `exec` reading its command from stdin answers text that is
+/// not UTF-8 with the tool error `serve` gives it (one result line, exit
+/// 1), not an I/O error with nothing on stdout; and a request over the
+/// vault's `max_line_bytes` with `serve`'s "over this server's limit".
+#[test]
+fn exec_on_stdin_answers_bad_bytes_and_long_requests_as_serve_does() {
+    let t = TestVault::new();
+    let bad = b"{\"command\":\"view\",\"path\":\"/memories/\xff\"}\n";
+    let out = run_with_stdin(t.cmd().arg("exec"), bad);
+    let serve = run_with_stdin(t.cmd().args(["serve", "--session", "s"]), bad);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(out.stdout, serve.stdout);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["is_error"], true);
+    assert!(text(&v).contains("not valid JSON"), "{v}");
+    let long = format!(
+        "{}\n",
+        json!({"command": "create", "path": "/memories/big.md", "file_text": "a".repeat(9 << 20)})
+    );
+    let out = run_with_stdin(t.cmd().arg("exec"), long.as_bytes());
+    let serve = run_with_stdin(t.cmd().args(["serve", "--session", "s"]), long.as_bytes());
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(out.stdout, serve.stdout);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("over this server's limit"));
+    assert_eq!(t.commits(), 1, "nothing was written");
+}

@@ -393,3 +393,35 @@ fn mcp_answers_every_bad_line_as_serve_does_and_runs_none_of_them() {
     );
     s.finish();
 }
+
+/// Round 36c: a last request whose line has no newline before the input
+/// ends is run and answered, as `serve` answers one (rmcp's reader
+/// dropped it: exit 0, no answer, no file).
+#[test]
+fn mcp_answers_a_last_request_without_its_newline() {
+    let v = TestVault::new();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}});
+    let inited = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "memory", "arguments": {"command": "create",
+        "path": "/memories/last.md", "file_text": "x\n"}}});
+    let out = run_with_stdin(
+        v.cmd().arg("mcp").args(["--session", "s"]),
+        format!("{init}\n{inited}\n{call}").as_bytes(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let answers: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let created = answers.iter().find(|a| a["id"] == 2);
+    assert!(
+        created.is_some_and(|a| a["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("File created successfully"))),
+        "{answers:?}"
+    );
+    assert_eq!(v.commits(), 2, "the file was written");
+}

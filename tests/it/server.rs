@@ -1588,6 +1588,16 @@ fn routes_match_as_sent_take_their_own_methods_and_refuse_malformed_bodies() {
         let e = v["error"].as_str().unwrap_or_default();
         assert!(!e.is_empty() && !e.starts_with("Error: "), "{v}");
     }
+    // A leading byte order mark is ignored on /mcp as on /v1/memory and
+    // `memvault mcp` (rmcp refused it with a 415; round 36c).
+    let (st, v) = s.req_with(
+        "POST",
+        "/mcp",
+        &mcp_h,
+        b"\xEF\xBB\xBF{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/list\"}",
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["result"]["tools"][0]["name"], "memory", "{v}");
     // What rmcp refuses in plain text (a protocol version it does not
     // know, a `Host` or `Origin` not allowed) is a JSON error as well,
     // with rmcp's status.

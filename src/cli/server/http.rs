@@ -1250,6 +1250,15 @@ async fn mcp_gate(
     let ((who, attribution, slot), body) = admitted(&app, &parts.headers, body, early).await?;
     let mut bytes = read_body(&app, &parts.headers, body).await?;
     app.still_authorized(&parts.headers, Scope::Memory, &who)?;
+    // A leading byte order mark is ignored, as `memvault mcp`, `serve` and
+    // `/v1/memory` ignore it (rmcp's parser refused it with a 415).
+    if bytes.starts_with(b"\xEF\xBB\xBF") {
+        bytes = bytes.slice(3..);
+        parts.headers.insert(
+            axum::http::header::CONTENT_LENGTH,
+            axum::http::HeaderValue::from(bytes.len()),
+        );
+    }
     // One JSON-RPC message, an object. A `tools/call` that `serve` would
     // refuse (a key given twice, arguments that are not an object) is the
     // tool's error, as `memvault mcp` answers it; anything else malformed
