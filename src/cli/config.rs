@@ -113,9 +113,12 @@ fn set(
     let mut shown_change = None;
     let changed = vault.update_config(|current| -> Result<_, CliError> {
         let mut all = as_json(current);
-        if let Some(slot) = all.pointer_mut(&ptr) {
-            *slot = parsed;
-        }
+        let Some(slot) = all.pointer_mut(&ptr) else {
+            return Err(CliError::failure(format!(
+                "setting {key} refused: it is no longer there (another process changed the settings meanwhile); nothing was changed"
+            )));
+        };
+        *slot = parsed;
         let config: VaultConfig = serde_json::from_value(all).map_err(|e| {
             CliError::failure(format!("setting {key} refused: {e}; nothing was changed"))
         })?;

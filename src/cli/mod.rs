@@ -872,37 +872,44 @@ fn exec(
     out: &mut dyn Write,
 ) -> Result<u8, CliError> {
     let attribution = session.attribution(false)?;
+    let mut vault = open_vault(global, attribution)?;
+    let memory = memory_for(vault.config())?;
+    let max = vault.config().max_line_bytes;
     // Bytes, as `serve` reads a line: text that is not UTF-8 is answered
-    // with the tool error `serve` gives it, not an I/O error. Read up to
-    // READ_MAX; anything past it only counted, for the same "over the
-    // limit" answer `serve` gives a line over `max_line_bytes`.
-    const READ_MAX: u64 = 64 << 20;
-    let (line, total) = match json {
-        Some(j) => (j.as_bytes().to_vec(), j.len()),
+    // with the tool error `serve` gives it, not an I/O error; and one over
+    // the vault's `max_line_bytes` with `serve`'s "over the limit". What
+    // follows the limit is counted (not kept) for that answer, up to
+    // COUNT_MAX: past it, input that does not end is not waited for.
+    const COUNT_MAX: u64 = 1 << 30;
+    let reply = match json {
+        Some(j) if j.len() > max => protocol::too_long_reply(j.len(), max, j.as_bytes()),
+        Some(j) => protocol::handle_line(&memory, &mut vault, j.trim().as_bytes()),
         None => {
             let mut buf = Vec::new();
             let mut stdin = io::stdin().lock();
-            (&mut stdin).take(READ_MAX + 1).read_to_end(&mut buf)?;
-            let past = if buf.len() as u64 > READ_MAX {
-                io::copy(&mut stdin, &mut io::sink())?
-            } else {
-                0
-            };
+            let cap = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(2);
+            (&mut stdin).take(cap).read_to_end(&mut buf)?;
             // Counted as `serve` counts a line: without its newline.
-            let ends = usize::from(past == 0 && buf.ends_with(b"\n"));
-            let total =
-                (buf.len() - ends).saturating_add(usize::try_from(past).unwrap_or(usize::MAX));
-            (buf, total)
+            let body = buf.strip_suffix(b"\n").unwrap_or(&buf);
+            if body.len() > max {
+                // The rest counted, its final newline left out as above.
+                let (mut n, mut last) = (buf.len(), buf.last().copied());
+                let mut rest = (&mut stdin).take(COUNT_MAX);
+                let mut chunk = vec![0u8; 64 << 10];
+                loop {
+                    let got = rest.read(&mut chunk)?;
+                    if got == 0 {
+                        break;
+                    }
+                    n = n.saturating_add(got);
+                    last = Some(chunk[got - 1]);
+                }
+                let n = n - usize::from(last == Some(b'\n'));
+                protocol::too_long_reply(n, max, body)
+            } else {
+                protocol::handle_line(&memory, &mut vault, body.trim_ascii())
+            }
         }
-    };
-    let mut vault = open_vault(global, attribution)?;
-    let memory = memory_for(vault.config())?;
-    let trimmed = line.trim_ascii();
-    let max = vault.config().max_line_bytes;
-    let reply = if total > max {
-        protocol::too_long_reply(total, max, trimmed)
-    } else {
-        protocol::handle_line(&memory, &mut vault, trimmed)
     };
     writeln!(out, "{}", reply.to_line())?;
     out.flush()?;

@@ -655,11 +655,10 @@ impl KeyState {
     ) -> Result<KeyState, VaultError> {
         let (commit, slots) = read_slots_at(repo, at)?;
         if !verify_commit_mac(repo, keys, commit) {
-            // MAC'd in a newer data-key epoch than these keys know: another
-            // process rekeyed the vault (as in `refresh`), not damage.
-            if mac_epoch(repo, commit).is_some_and(|e| e > keys.current_epoch()) {
-                return Err(super::slots::rekeyed_elsewhere());
-            }
+            // (Damage here even when its MAC claims a newer epoch: `open`
+            // starts over when the keys ref moved meanwhile, and `reopen`
+            // says a rekey elsewhere; a key state an open just took its
+            // keyring from cannot be of a newer epoch than that keyring.)
             return Err(damaged(
                 "the key state was not written with this vault's key",
             ));

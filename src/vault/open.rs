@@ -83,7 +83,12 @@ impl Staging {
     pub(crate) fn place(mut self, dir: &Path) -> Result<(), VaultError> {
         let moved = (|| {
             if dir.exists() {
-                fs::remove_dir(dir)?;
+                match fs::remove_dir(dir) {
+                    // Another init or clone to the same place took the
+                    // empty folder away first: the rename says the rest.
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
             }
             fs::rename(&self.tmp, dir)
         })();
@@ -344,7 +349,15 @@ impl Vault {
             .map_err(|_| VaultError::NotAVault(self.dir.clone()))?;
         let wal = Wal::open(&self.dir)?;
         let mut vault =
-            Self::finish_open(&self.dir, repo, wal, self.keyring.duplicate(), attribution)?;
+            Self::finish_open(&self.dir, repo, wal, self.keyring.duplicate(), attribution)
+                .map_err(|e| match e {
+                    // The key state is of a newer epoch than this handle's
+                    // keyring (as `refresh` says it): another process rekeyed.
+                    VaultError::Damaged(_) if self.rekeyed_since() => {
+                        super::slots::rekeyed_elsewhere()
+                    }
+                    e => e,
+                })?;
         vault.unlocked_slot = self.unlocked_slot.clone();
         Ok(vault)
     }
@@ -843,6 +856,28 @@ fn note_last_slot(dir: &Path, slot: &str) {
 fn removed_slot_hint(dir: &Path, current: &BTreeMap<String, Vec<u8>>) -> Option<VaultError> {
     let slot = last_slot(dir)?;
     (!current.contains_key(&slot)).then_some(VaultError::SlotRemoved(slot))
+}
+
+impl Vault {
+    /// Whether the key state the keys ref names now claims a newer
+    /// data-key epoch than this handle's keys (unchecked: only to say why
+    /// a reopen failed).
+    fn rekeyed_since(&self) -> bool {
+        let Ok(repo) = Repository::open_bare(&self.dir) else {
+            return false;
+        };
+        let Ok(mut wal) = Wal::open(&self.dir) else {
+            return false;
+        };
+        if wal.catch_up(&repo).is_err() {
+            return false;
+        }
+        wal.ref_target(&repo, keys::KEYS_REF)
+            .ok()
+            .flatten()
+            .and_then(|at| keys::mac_epoch(&repo, at))
+            .is_some_and(|e| e > self.keys.current_epoch())
+    }
 }
 
 /// Whether the keys ref of the vault at `dir` names another key state

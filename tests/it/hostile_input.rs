@@ -668,4 +668,38 @@ fn exec_on_stdin_answers_bad_bytes_and_long_requests_as_serve_does() {
     assert_eq!(out.stdout, serve.stdout);
     assert!(String::from_utf8_lossy(&out.stdout).contains("over this server's limit"));
     assert_eq!(t.commits(), 1, "nothing was written");
+    // The vault's own limit, whatever it is: a request just within it
+    // runs, one just over it is refused with its length counted as
+    // `serve` counts it, as an argument or on stdin.
+    let out = t
+        .cmd()
+        .args(["config", "set", "max_line_bytes", "4096"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let commits = t.commits();
+    let request = |n: usize| {
+        let head = r#"{"command":"create","path":"/memories/l.md","file_text":""#;
+        format!("{head}{}\"}}", "b".repeat(n - head.len() - 2))
+    };
+    assert_eq!(request(4096).len(), 4096);
+    let over = request(4097);
+    for out in [
+        run_with_stdin(t.cmd().arg("exec"), format!("{over}\n").as_bytes()),
+        t.cmd().args(["exec", &over]).output().unwrap(),
+    ] {
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout)
+                .contains("the request line is 4097 bytes, over this server's limit of 4096 bytes"),
+            "{out:?}"
+        );
+    }
+    assert_eq!(t.commits(), commits, "nothing was written");
+    let out = run_with_stdin(
+        t.cmd().arg("exec"),
+        format!("{}\n", request(4096)).as_bytes(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(t.commits(), commits + 1);
 }

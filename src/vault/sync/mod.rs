@@ -1342,6 +1342,10 @@ pub fn clone_vault(
 ) -> Result<(Vault, PullReport), VaultError> {
     remotes::check_no_secret(url)?;
     let url = git::absolute_url(url)?;
+    // A link at `dir` is refused as `init` and every open refuse it.
+    if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(super::fsx::Unsafe::Link(dir.display().to_string()).into());
+    }
     if dir.exists() {
         let empty = dir.is_dir() && std::fs::read_dir(dir)?.next().is_none();
         if !empty {
@@ -1408,9 +1412,7 @@ fn clone_into(
         VaultError::Damaged(what) => {
             hostile(&format!("what it holds does not open as a vault: {what}")).into()
         }
-        VaultError::Object(_) | VaultError::DamagedLog(_) | VaultError::RolledBack(_) => {
-            hostile("what it holds does not open as a vault").into()
-        }
+        VaultError::RolledBack(_) => hostile("what it holds does not open as a vault").into(),
         e => e,
     })?;
     // The checks a pull makes of what it brings (open checked the key
