@@ -863,20 +863,10 @@ impl Vault {
     /// data-key epoch than this handle's keys (unchecked: only to say why
     /// a reopen failed).
     fn rekeyed_since(&self) -> bool {
-        let Ok(repo) = Repository::open_bare(&self.dir) else {
-            return false;
-        };
-        let Ok(mut wal) = Wal::open(&self.dir) else {
-            return false;
-        };
-        if wal.catch_up(&repo).is_err() {
-            return false;
-        }
-        wal.ref_target(&repo, keys::KEYS_REF)
-            .ok()
-            .flatten()
-            .and_then(|at| keys::mac_epoch(&repo, at))
-            .is_some_and(|e| e > self.keys.current_epoch())
+        keys_now(&self.dir).is_some_and(|(repo, at)| {
+            at.and_then(|at| keys::mac_epoch(&repo, at))
+                .is_some_and(|e| e > self.keys.current_epoch())
+        })
     }
 }
 
@@ -884,17 +874,17 @@ impl Vault {
 /// than `at` now (the log caught up first): an open that failed after
 /// reading its slots at `at` raced a key change, and starts over.
 fn keys_ref_moved(dir: &Path, at: Option<Oid>) -> bool {
-    let Ok(repo) = Repository::open_bare(dir) else {
-        return false;
-    };
-    let Ok(mut wal) = Wal::open(dir) else {
-        return false;
-    };
-    if wal.catch_up(&repo).is_err() {
-        return false;
-    }
-    wal.ref_target(&repo, keys::KEYS_REF)
-        .is_ok_and(|now| now != at)
+    keys_now(dir).is_some_and(|(_, now)| now != at)
+}
+
+/// The vault at `dir` as a new handle would find it: its repository and
+/// where the keys ref points (the log caught up first). None: unreadable.
+fn keys_now(dir: &Path) -> Option<(Repository, Option<Oid>)> {
+    let repo = Repository::open_bare(dir).ok()?;
+    let mut wal = Wal::open(dir).ok()?;
+    wal.catch_up(&repo).ok()?;
+    let at = wal.ref_target(&repo, keys::KEYS_REF).ok()?;
+    Some((repo, at))
 }
 
 /// When the key state the keys ref names gives no keyslot this secret
