@@ -2410,3 +2410,46 @@ fn an_undo_never_leaves_the_only_copy_gone_nor_two_copies() {
     );
     assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
 }
+
+/// Round 36d: a forced revert of a rename A→B, when another session has
+/// made a new file at A since, overwrote that file with the renamed one's
+/// text (and removed B). Another file standing where a version would go
+/// back is in the way as a folder is: the renamed file stays at B, the
+/// new A stays as it is, and the revert says so.
+#[test]
+fn a_forced_revert_of_a_rename_leaves_a_newer_file_at_its_source() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s1",
+        &[
+            json!({"command": "create", "path": "/memories/a.md", "file_text": "A1 by s1\n"}),
+            json!({"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/b.md"}),
+        ],
+    );
+    let rename = head_rev(&v, 0);
+    serve_as(
+        &v,
+        "s2",
+        &[json!({"command": "create", "path": "/memories/a.md", "file_text": "NEW by s2\n"})],
+    );
+    let commits = v.commits();
+    for args in [vec!["revert", &rename], vec!["revert", &rename, "--force"]] {
+        let out = run(&v, &args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("/memories/a.md") && err.contains("/memories/b.md"),
+            "{err}"
+        );
+        assert_eq!(v.commits(), commits, "{args:?} changed the vault");
+        assert_eq!(
+            file_text(&v, "HEAD", "/memories/a.md").as_deref(),
+            Some("NEW by s2\n")
+        );
+        assert_eq!(
+            file_text(&v, "HEAD", "/memories/b.md").as_deref(),
+            Some("A1 by s1\n")
+        );
+    }
+}

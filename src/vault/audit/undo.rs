@@ -14,9 +14,10 @@
 //! version, or the text, the undone commits left; a restore refuses when it would
 //! overwrite or delete content written after the revision. `force`
 //! applies the undo anyway. A path whose parent is now a file, or which is
-//! now a directory, cannot be put back and is refused (skipped with
-//! `force`, the file or directory left as it is), unless an undone commit
-//! made what stands there: that goes first. A version whose file key was erased cannot be put back and is
+//! now a directory, or (for a revert) which now holds another file, with
+//! another key, that others made, cannot be put back and is refused
+//! (skipped with `force`, what stands there left as it is), unless an
+//! undone commit made what stands there: that goes first. A version whose file key was erased cannot be put back and is
 //! skipped, and said so.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -833,13 +834,30 @@ impl Vault {
                     continue;
                 }
                 if let Some(blob) = t.desired {
-                    let obstacle = if current.is_some_and(|(_, k)| k != ObjectType::Blob) {
-                        Some(t.path.clone())
-                    } else {
-                        self.file_ancestor(tip_tree.as_ref(), &t.path)?
-                    };
+                    // Another file (another key) that others made where a
+                    // revert would put this version back (an undone
+                    // rename's source, taken since) is in the way as a
+                    // folder is, `--force` or not: overwriting it would
+                    // lose it at the tip.
+                    let other_file =
+                        matches!(target, UndoTarget::Commit(_) | UndoTarget::Session(_))
+                            && changed_later.contains_key(git_path)
+                            && match current {
+                                Some((now, ObjectType::Blob)) => {
+                                    self.key_id_of(now)? != self.key_id_of(blob)?
+                                }
+                                _ => false,
+                            };
+                    let obstacle =
+                        if current.is_some_and(|(_, k)| k != ObjectType::Blob) || other_file {
+                            Some(t.path.clone())
+                        } else {
+                            self.file_ancestor(tip_tree.as_ref(), &t.path)?
+                        };
                     if let Some(o) = obstacle {
-                        let cleared = if o == t.path {
+                        let cleared = if other_file {
+                            removing.contains(&o)
+                        } else if o == t.path {
                             // A folder: cleared when the undo removes every
                             // file in it.
                             self.snapshot_of(Some(tip))?
