@@ -231,50 +231,59 @@ pub fn diff_text(
     let mut sorted = changes;
     sorted.sort_by(|a, b| a.path.as_str().cmp(b.path.as_str()));
     for c in sorted {
+        // An erased version is said outside the content (a file may hold
+        // any text, the marker's words too), and diffs as empty.
         let read = |snap: &crate::vault::VaultSnapshot<'_>, exists: bool| {
             if !exists {
-                return Ok(None);
+                return Ok((None, false));
             }
             match snap.read(&c.path) {
-                Ok(v) => Ok(Some(v)),
-                Err(crate::memory::StoreError::Erased) => Ok(Some(zeroize::Zeroizing::new(
-                    b"[this version was erased: its key was destroyed]\n".to_vec(),
-                ))),
+                Ok(v) => Ok((Some(v), false)),
+                Err(crate::memory::StoreError::Erased) => {
+                    Ok((Some(zeroize::Zeroizing::new(Vec::new())), true))
+                }
                 Err(e) => Err(store_err(e)),
             }
         };
-        let a = read(&old_snap, c.existed_before())?;
-        let b = read(&new_snap, c.exists_after())?;
-        let a_name = if a.is_some() {
-            format!("a{} ({})", c.path.as_str(), label(old))
+        let (a, a_erased) = read(&old_snap, c.existed_before())?;
+        let (b, b_erased) = read(&new_snap, c.exists_after())?;
+        let name =
+            |side: &str, v: &Option<zeroize::Zeroizing<Vec<u8>>>, rev, erased| match (v, erased) {
+                (None, _) => "/dev/null".to_string(),
+                (Some(_), false) => format!("{side}{} ({})", c.path.as_str(), label(rev)),
+                (Some(_), true) => {
+                    format!("{side}{} ({}, erased)", c.path.as_str(), label(rev))
+                }
+            };
+        let a_name = name("a", &a, old, a_erased);
+        let b_name = name("b", &b, new, b_erased);
+        let mut notes = String::new();
+        if a_erased && b_erased {
+            notes.push_str("[both versions were erased: their keys were destroyed]\n");
         } else {
-            "/dev/null".to_string()
-        };
-        let b_name = if b.is_some() {
-            format!("b{} ({})", c.path.as_str(), label(new))
-        } else {
-            "/dev/null".to_string()
-        };
+            for (erased, rev) in [(a_erased, old), (b_erased, new)] {
+                if erased {
+                    notes.push_str(&format!(
+                        "[the version at {} was erased: its key was destroyed]\n",
+                        label(rev)
+                    ));
+                }
+            }
+        }
         let a_text = a.as_ref().map(|v| std::str::from_utf8(v));
         let b_text = b.as_ref().map(|v| std::str::from_utf8(v));
         match (a_text.transpose(), b_text.transpose()) {
             (Ok(a), Ok(b)) => {
                 let (a, b) = (a.unwrap_or(""), b.unwrap_or(""));
+                if a == b && notes.is_empty() {
+                    continue;
+                }
+                out.push_str(&format!("diff {}\n", c.path.as_str()));
+                out.push_str(&notes);
                 if a == b {
-                    // Two versions both erased since read alike: the
-                    // change is there, what it was is not.
-                    if a.starts_with("[this version was erased") {
-                        out.push_str(&format!(
-                            "diff {}
-[both versions were erased: their keys were destroyed]
-",
-                            c.path.as_str()
-                        ));
-                    }
                     continue;
                 }
                 let d = similar::TextDiff::from_lines(a, b);
-                out.push_str(&format!("diff {}\n", c.path.as_str()));
                 out.push_str(
                     &d.unified_diff()
                         .context_radius(3)
@@ -285,10 +294,11 @@ pub fn diff_text(
                     out.push('\n');
                 }
             }
-            _ => out.push_str(&format!(
-                "diff {}\nBinary files {a_name} and {b_name} differ\n",
-                c.path.as_str()
-            )),
+            _ => {
+                out.push_str(&format!("diff {}\n", c.path.as_str()));
+                out.push_str(&notes);
+                out.push_str(&format!("Binary files {a_name} and {b_name} differ\n"));
+            }
         }
     }
     Ok(out)
@@ -711,7 +721,27 @@ fn describe(meta: &CommitMeta) -> String {
         "rename" => format!("renamed {p} to {}", meta.new_path.as_deref().unwrap_or("?")),
         "revert" => format!("reverted changes to {}", meta.files.join(", ")),
         "restore" => format!("restored {p} from an earlier revision"),
+        // What an operator or memvault itself did in a session of that
+        // name (a briefing of `--session` names any session).
+        "init" => "created the vault".to_string(),
+        "import" => format!("imported {}", files_named(&meta.files)),
+        "expire" => format!("expired {}", files_named(&meta.files)),
+        "purge" => format!("purged {p} from all of history"),
+        "erase" => "finished an interrupted erasure".to_string(),
+        "config" => "changed the vault's settings".to_string(),
+        "merge" => "merged another machine's changes".to_string(),
+        "migrate" => "migrated the vault to a newer format".to_string(),
         other => format!("{other} {p}"),
+    }
+}
+
+/// `a, b, c and N more` (or `no file`).
+fn files_named(files: &[String]) -> String {
+    const SHOWN: usize = 3;
+    match files.len() {
+        0 => "no file".to_string(),
+        n if n <= SHOWN => files.join(", "),
+        n => format!("{} and {} more", files[..SHOWN].join(", "), n - SHOWN),
     }
 }
 
@@ -779,7 +809,9 @@ pub fn briefing(vault: &mut Vault, session: Option<&str>) -> Result<String, CliE
     }
     let mut text = String::from("Memory briefing (from memvault).\n\n");
     match (&chosen, entries.is_empty()) {
-        (None, _) => text.push_str("No earlier session has changed the memory directory.\n"),
+        (None, _) => text.push_str(
+            "No earlier session has changed the memory directory through the memory tool.\n",
+        ),
         (Some(s), true) => text.push_str(&format!("Session {s} made no changes.\n")),
         (Some(s), false) => {
             let last = entries.first().map_or(0, |m| m.time_ms);

@@ -236,6 +236,25 @@ pub fn purge(on: On<'_>, args: &PurgeArgs, out: &mut dyn Write) -> Result<u8, Cl
                     .map(|c| format!(" (tombstone revision {})", c.short()))
                     .unwrap_or_default()
             )?;
+            // A file key follows its file across renames: a file renamed
+            // away from the path (or onto it) lost the versions it wrote
+            // under its other name too, which its line above does not say.
+            let elsewhere: Vec<&str> = report
+                .rekeyed
+                .iter()
+                .filter(|p| !p.starts_with(&path))
+                .map(|p| p.as_str())
+                .collect();
+            if !elsewhere.is_empty() {
+                writeln!(
+                    out,
+                    "note: {} shared a file key with what was purged (a file keeps its key across renames): every earlier version of {} is unreadable too; {} kept as {} now",
+                    elsewhere.join(", "),
+                    if elsewhere.len() == 1 { "it" } else { "them" },
+                    if elsewhere.len() == 1 { "it is" } else { "they are" },
+                    if elsewhere.len() == 1 { "it is" } else { "they are" },
+                )?;
+            }
             out.flush()?;
             Ok(unfinished(
                 out,

@@ -249,7 +249,7 @@ pub fn run(on: On<'_>, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8, Cl
             .map(|s| {
                 parse_time(s, now).ok_or_else(|| CliError {
                     message: format!(
-                        "{s:?} is not a time: give 2026-11-30, 2026-11-30T12:00:00Z, or an age like 7d"
+                        "{s:?} is not a time: give a date from 1970-01-01 to 9999-12-31 (2026-11-30, 2026-11-30T12:00:00Z) or an age like 7d"
                     ),
                     code: 2,
                 })

@@ -423,7 +423,7 @@ pub(crate) fn redact_label(label: &str) -> Result<String, CliError> {
     let (text, kinds) = redacted_label(label)?;
     if !kinds.is_empty() {
         eprintln!(
-            "memvault: warning: a --session or --actor value held a secret ({}); it is recorded redacted",
+            "memvault: warning: a --session or --actor value held a secret ({}); it is recorded redacted, as {text:?}, which any other value with a secret of that kind in the same place is recorded as too (history, sessions and revert --session take them for one)",
             kinds_named(&kinds)
         );
     }

@@ -59,7 +59,7 @@ pub enum VaultError {
     #[error("the vault is damaged: {0}")]
     DamagedLog(String),
     #[error(
-        "{0:?} is not a revision on this vault's main branch (give a commit id from `memvault history`, or HEAD~N)"
+        "{0:?} is not a revision on this vault's main branch (give a commit id from `memvault history`, 4 to 40 hex digits, or HEAD~N)"
     )]
     BadRevision(String),
     /// A revision written as one should be that names no commit on main

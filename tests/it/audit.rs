@@ -850,6 +850,13 @@ fn audit_commands_match_filtered_labels_refuse_unknown_ops_and_report_on_stderr(
     let all = format!("{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success(), "{all}");
     assert!(!all.contains(&token), "{all}");
+    // It says which recorded id it matched, and that another id with a
+    // secret of that kind in its place is the same one there.
+    assert!(
+        all.contains("recorded redacted, as \"sess-[REDACTED:aws-access-key-id]\"")
+            && all.contains("take them for one"),
+        "{all}"
+    );
     assert!(v.one(json!({"command": "view", "path": "/memories/a.md"}))["is_error"] == true);
     let o = run(&v, &["history", "--op", "bogus"]);
     assert_eq!(o.status.code(), Some(2));
@@ -1087,6 +1094,44 @@ fn diff_of_a_change_between_two_erased_versions_says_so() {
     let d = stdout(&run(&v, &["diff", &edit]));
     assert!(d.contains("both versions were erased"), "{d}");
     assert!(!d.contains("one") && !d.contains("two"), "{d}");
+}
+
+/// An erased version is said beside the diff, never as a line of
+/// content: a file that holds the words of that note diffs as content, and
+/// a version kept after a purge diffs against its erased past as new.
+#[test]
+fn diff_says_an_erased_version_outside_the_content() {
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s",
+        &[
+            json!({"command": "create", "path": "/memories/s.md", "file_text": "one\n"}),
+            json!({"command": "str_replace", "path": "/memories/s.md", "old_str": "one", "new_str": "two"}),
+            json!({"command": "create", "path": "/memories/m.md",
+                   "file_text": "[this version was erased: its key was destroyed]\n"}),
+        ],
+    );
+    let made = head_rev(&v, 0);
+    let d = stdout(&run(&v, &["diff", &made]));
+    assert!(
+        d.contains("+[this version was erased: its key was destroyed]")
+            && !d.contains("\n[the version"),
+        "{d}"
+    );
+    let edit = head_rev(&v, 1);
+    ok(&run(&v, &["purge", "/memories/s.md", "--keep-current"]));
+    let tomb = head_rev(&v, 0);
+    let d = stdout(&run(&v, &["diff", &edit, &tomb, "/memories/s.md"]));
+    let first = edit[..12.min(edit.len())].to_string();
+    assert!(
+        d.contains(&format!(
+            "[the version at {first} was erased: its key was destroyed]"
+        )),
+        "{d}"
+    );
+    assert!(d.contains("(erased)") || d.contains(", erased)"), "{d}");
+    assert!(d.contains("+two") && !d.contains("-one"), "{d}");
 }
 
 /// A revert of a rename moves the file back: `history` shows that move
@@ -2452,4 +2497,45 @@ fn a_forced_revert_of_a_rename_leaves_a_newer_file_at_its_source() {
             Some("A1 by s1\n")
         );
     }
+}
+
+/// A briefing names what an operator did in a session it is asked about
+/// in words (the vault's creation, an import, a purge), never as the raw
+/// operation and a `?`; after an import alone no agent session is there.
+#[test]
+fn resume_says_an_operators_changes_in_words() {
+    let v = TestVault::new();
+    import_notes(&v, 5);
+    let brief = stdout(&run(&v, &["resume"]));
+    assert!(
+        brief.contains(
+            "No earlier session has changed the memory directory through the memory tool."
+        ),
+        "{brief}"
+    );
+    let session = json_lines(&v, &["history", "--json"])[0]["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let brief = stdout(&run(&v, &["resume", "--session", &session]));
+    assert!(
+        brief.contains("imported /memories/n0.md, /memories/n1.md, /memories/n2.md and 2 more"),
+        "{brief}"
+    );
+    let purged = run(&v, &["purge", "/memories/n0.md"]);
+    let said = String::from_utf8_lossy(&purged.stderr).to_string();
+    let all = json_lines(&v, &["history", "--json"]);
+    let purge_session = all[0]["session"].as_str().unwrap().to_string();
+    assert_eq!(all[0]["op"], "purge", "{said}");
+    let brief = stdout(&run(&v, &["resume", "--session", &purge_session]));
+    assert!(
+        brief.contains("purged /memories/n0.md from all of history") && !brief.contains(" ?"),
+        "{brief}"
+    );
+    let first = json_lines(&v, &["history", "--json"]).last().unwrap()["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let brief = stdout(&run(&v, &["resume", "--session", &first]));
+    assert!(brief.contains("created the vault"), "{brief}");
 }

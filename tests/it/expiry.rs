@@ -757,3 +757,46 @@ fn a_second_purge_of_the_same_path_changes_nothing() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("erased already"));
     assert_eq!(v.commits(), commits);
 }
+
+/// A purge of a file's old name erases the versions it wrote under its new
+/// name too (one file key across renames): the output says so, names the
+/// file it kept, and the kept file reads as it is now.
+#[test]
+fn a_purge_of_an_old_name_says_the_renamed_files_past_is_erased_too() {
+    let v = TestVault::new();
+    for cmd in [
+        json!({"command": "create", "path": "/memories/draft.md", "file_text": "d1\n"}),
+        json!({"command": "rename", "old_path": "/memories/draft.md", "new_path": "/memories/final.md"}),
+        json!({"command": "str_replace", "path": "/memories/final.md", "old_str": "d1", "new_str": "f2"}),
+        json!({"command": "str_replace", "path": "/memories/final.md", "old_str": "f2", "new_str": "f3"}),
+    ] {
+        let r = v.one(cmd);
+        assert!(!is_error(&r), "{r}");
+    }
+    let out = v
+        .cmd()
+        .args(["purge", "/memories/draft.md"])
+        .output()
+        .unwrap();
+    ok(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("kept, re-encrypted under a new key  /memories/final.md")
+            && text.contains(
+                "note: /memories/final.md shared a file key with what was purged (a file keeps its key across renames): every earlier version of it is unreadable too"
+            ),
+        "{text}"
+    );
+    let r = v.one(json!({"command": "view", "path": "/memories/final.md"}));
+    assert!(!is_error(&r) && r.to_string().contains("f3"), "{r}");
+    // A purge that kept only files at the path says no such note.
+    let r = v.one(json!({"command": "create", "path": "/memories/p.md", "file_text": "p\n"}));
+    assert!(!is_error(&r), "{r}");
+    let out = v
+        .cmd()
+        .args(["purge", "/memories/p.md", "--keep-current"])
+        .output()
+        .unwrap();
+    ok(&out);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("note:"));
+}
