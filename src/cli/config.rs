@@ -126,19 +126,25 @@ fn set(
             CliError::failure(format!("setting {key} refused: {e}; nothing was changed"))
         })?;
         // The filter must build with the new rules (custom regexes, ids).
-        Redactor::new(&config.redaction).map_err(|e| {
+        let new_filter = Redactor::new(&config.redaction).map_err(|e| {
             CliError::failure(format!("setting {key} refused: {e}; nothing was changed"))
         })?;
         if &config == current {
             return Ok(None);
         }
+        // The vault's own rules, before and after, find what a custom
+        // rule was written for (its regex the leaked token itself).
+        let old_filter = Redactor::new(&current.redaction).ok();
         // History says what changed, from what to what: through the
         // secret filter (a custom rule can be written for one leaked
         // token, its regex the token itself), then cut if long (a rule
         // list).
         let shown = |v: &Value| -> Result<String, CliError> {
             let text = v.pointer(&ptr).map_or("null".to_string(), Value::to_string);
-            let (text, _) = super::redacted_label(&text)?;
+            let (mut text, _) = super::redacted_label(&text)?;
+            for filter in std::iter::once(&new_filter).chain(old_filter.as_ref()) {
+                text = filter.redact(&text).text;
+            }
             Ok(if text.chars().count() > 200 {
                 text.chars().take(200).collect::<String>() + "…"
             } else {

@@ -305,7 +305,9 @@ pub(crate) enum Command {
     Sync(sync::SyncArgs),
     /// Show this machine's id and name (every commit names it), or set the name
     Machine(sync::MachineArgs),
-    /// Print text with secrets redacted (stdin by default)
+    /// Print text with secrets redacted (stdin by default), by the built-in
+    /// rules as a new vault has them: no vault is opened, so a vault's own
+    /// redaction settings (custom or disabled rules) are not applied
     Redact {
         /// The file to read
         file: Option<PathBuf>,

@@ -2,7 +2,10 @@
 //! `"token": "..."`, `export DB_PASS=...`, `--password ...`,
 //! `<password>...</password>`, `Authorization: Bearer ...`, a
 //! `name: DB_PASSWORD` / `value: ...` pair, `mysql -p...`, `curl -u
-//! user:...`, and prose such as "the password is ...".
+//! user:...`, and prose such as "the password is ...". Also `$password =
+//! "..."` (a sigil), `API_KEY: &str = "..."` (a type), `password: |` with
+//! the value on the next, deeper line, `{"name": "DB_PASSWORD", "value":
+//! "..."}`, `--name /prod/db/password --value ...` and `ENV NAME value`.
 //!
 //! Run at each hit of a keyword (`pass`, `pwd`, `secret`, `token`, `key`,
 //! `authoriz`, `credential`, `bearer`, `session`, in their usual casings),
@@ -287,10 +290,21 @@ fn assignment(
         ke += 1;
     }
     *skip = ke;
+    // `$db_password = '...'` (PHP, Perl, PowerShell), `@password = "..."`
+    // (Ruby), `$ENV{DB_PASSWORD} = '...'` (Perl): a variable with its
+    // sigil, given a quoted value.
+    let sigil_value = if ks > 0 && matches!(b[ks - 1], b'$' | b'@') {
+        quoted_assignment(b, ke)
+    } else if ks >= 5 && &b[ks - 5..ks] == b"$ENV{" && b.get(ke) == Some(&b'}') {
+        quoted_assignment(b, ke + 1)
+    } else {
+        None
+    };
     // `${DB_PASSWORD}`, `$PWD`, `%API_KEY%`: a reference, not a key.
     // `AWS::SecretsManager::Secret`: a type path, not a key.
-    if ks > 0 && matches!(b[ks - 1], b'$' | b'{' | b'%' | b'@')
-        || (ks > 1 && &b[ks - 2..ks] == b"::")
+    if sigil_value.is_none()
+        && (ks > 0 && matches!(b[ks - 1], b'$' | b'{' | b'%' | b'@')
+            || (ks > 1 && &b[ks - 2..ks] == b"::"))
     {
         return None;
     }
@@ -310,9 +324,16 @@ fn assignment(
     let key = &b[key_start..key_end];
     let xml = ks > 0 && b[ks - 1] == b'<';
     let bearer = key.eq_ignore_ascii_case(b"bearer");
-    let (op, mut vs) = match named_value(b, ks, ke) {
+    let named = sigil_value
+        .or_else(|| named_value(b, ks, ke))
+        .or_else(|| flag_named_value(b, ks, ke));
+    let (op, mut vs) = match named {
         Some(vs) => (Op::Assign, vs),
-        None => operator(b, key_end, cli, xml, bearer)?,
+        None => match operator(b, key_end, cli, xml, bearer)? {
+            // `ENV POSTGRES_PASSWORD value`: a Dockerfile's older form.
+            (Op::Bare, vs) if dockerfile_env(b, ks) => (Op::Assign, vs),
+            op => op,
+        },
     };
     // `Authorization: Bearer <token>`: the scheme is not the secret.
     if want == Class::Secret && op == Op::Assign {
@@ -329,6 +350,14 @@ fn assignment(
     if op == Op::Xml && !closes(b, ve, key) {
         return None;
     }
+    // `https://x-access-token:<token>@github.com/...`: a URL's user
+    // before its password; the password ends at the `@` (a URL without
+    // one names a host and port, not a user).
+    let ve = if ks >= 2 && &b[ks - 2..ks] == b"//" {
+        vs + b[vs..ve].iter().position(|&c| c == b'@')?
+    } else {
+        ve
+    };
     // Keywords inside a long value are not keys: skip them (keeps the work
     // linear on text like `password=password=...`). A short value may
     // itself name a key (`key="ApiKey" value="..."`), and re-reading it
@@ -636,6 +665,116 @@ fn skip_blank(b: &[u8], mut i: usize) -> usize {
     i
 }
 
+/// After a variable's name at `i`: ` = ` and a quoted value (where the
+/// value starts), or None.
+fn quoted_assignment(b: &[u8], i: usize) -> Option<usize> {
+    let j = skip_blank(b, i);
+    if b.get(j) != Some(&b'=') || matches!(b.get(j + 1), Some(b'=' | b'~' | b'>')) {
+        return None;
+    }
+    let v = skip_blank(b, j + 1);
+    matches!(b.get(v), Some(b'"' | b'\'')).then_some(v)
+}
+
+/// At `i`, after a name's `:`: a type (`&str`, `&'static str`, `String`,
+/// `Final[str]`, `Option<String>`) then ` = ` and a quoted value: where
+/// the value starts.
+fn typed_value(b: &[u8], i: usize) -> Option<usize> {
+    let mut k = i;
+    while k < b.len()
+        && k - i < 48
+        && (b[k].is_ascii_alphanumeric()
+            || matches!(
+                b[k],
+                b'_' | b'&' | b'\'' | b'[' | b']' | b'<' | b'>' | b'.' | b'?' | b':'
+            )
+            || (b[k] == b' ' && b.get(k + 1) != Some(&b'=')))
+    {
+        k += 1;
+    }
+    let ty = &b[i..k];
+    // A type names itself: a capital, a reference, brackets, or one of
+    // the lower-case names of string types.
+    let typed = ty
+        .first()
+        .is_some_and(|c| c.is_ascii_uppercase() || *c == b'&')
+        || ty.contains(&b'[')
+        || ty.contains(&b'<')
+        || [&b"str"[..], b"string", b"bytes", b"char"].contains(&ty);
+    if !typed || k == i || b.get(k) != Some(&b' ') {
+        return None;
+    }
+    quoted_assignment(b, k)
+}
+
+/// `key:` with nothing after it on its line but a YAML block marker
+/// (`|`, `|-`, `>`, `>-`, ...) at `v`: the first word of the next line,
+/// if that line is indented deeper than the key's (where it starts).
+fn next_line_value(b: &[u8], key_end: usize, v: usize) -> Option<usize> {
+    let mut k = v;
+    if matches!(b.get(k), Some(b'|' | b'>')) {
+        k += 1;
+        if matches!(b.get(k), Some(b'-' | b'+')) {
+            k += 1;
+        }
+        k = skip_blank(b, k);
+    }
+    if b.get(k) == Some(&b'\r') {
+        k += 1;
+    }
+    if b.get(k) != Some(&b'\n') {
+        return None;
+    }
+    let line_start = b[..key_end]
+        .iter()
+        .rposition(|&c| c == b'\n')
+        .map_or(0, |p| p + 1);
+    let indent = skip_blank(b, line_start) - line_start;
+    let next = k + 1;
+    let first = skip_blank(b, next);
+    (first - next > indent && first < b.len() && !matches!(b[first], b'\n' | b'\r'))
+        .then_some(first)
+}
+
+/// `--name /prod/db/password --value VALUE` (`aws ssm put-parameter`
+/// and the like): the key `[ks, ke)` ends the `--name` argument (a path's
+/// last part), and the secret is the `--value` argument after it.
+fn flag_named_value(b: &[u8], ks: usize, ke: usize) -> Option<usize> {
+    let mut i = ks;
+    while i > 0 && ks - i < 200 && !is_blank(b[i - 1]) && b[i - 1] != b'\n' {
+        i -= 1;
+    }
+    if i < 7 || &b[i - 7..i] != b"--name " {
+        return None;
+    }
+    let mut j = ke;
+    if matches!(b.get(j), Some(b'"' | b'\'')) {
+        j += 1;
+    }
+    j = skip_blank(b, j);
+    if !b[j..].starts_with(b"--value") {
+        return None;
+    }
+    j += 7;
+    match b.get(j) {
+        Some(b'=') => Some(j + 1),
+        Some(c) if is_blank(*c) => Some(skip_blank(b, j)),
+        _ => None,
+    }
+}
+
+/// `ENV NAME value` at the start of a line (a Dockerfile's older form of
+/// `ENV NAME=value`), the name starting at `ks`.
+fn dockerfile_env(b: &[u8], ks: usize) -> bool {
+    ks >= 4
+        && &b[ks - 4..ks] == b"ENV "
+        && b[..ks - 4]
+            .iter()
+            .rev()
+            .take_while(|&&c| c != b'\n')
+            .all(|&c| is_blank(c))
+}
+
 fn word_at(b: &[u8], i: usize) -> &[u8] {
     let mut j = i;
     while j < b.len()
@@ -751,6 +890,15 @@ fn operator(b: &[u8], key_end: usize, cli: bool, xml: bool, bearer: bool) -> Opt
     if xml && i < n && b[i] == b'>' {
         return Some((Op::Xml, i + 1));
     }
+    // `char password[] = "..."`, `char api_key[41] = "..."` (C): an
+    // array's size before a quoted value.
+    if !xml
+        && b.get(i) == Some(&b'[')
+        && let Some(close) = b[i..].iter().take(8).position(|&c| c == b']')
+        && b[i + 1..i + close].iter().all(u8::is_ascii_digit)
+    {
+        return quoted_assignment(b, i + close + 1).map(|v| (Op::Assign, v));
+    }
     // Markdown emphasis: `**Password**: value`, `**Password:** value`.
     let stars = |at: usize| {
         b[at.min(n)..]
@@ -798,7 +946,18 @@ fn operator(b: &[u8], key_end: usize, cli: bool, xml: bool, bearer: bool) -> Opt
                 if emphasis == 0 {
                     k += stars(k);
                 }
-                return Some((Op::Assign, skip_blank(b, k)));
+                let v = skip_blank(b, k);
+                // `API_KEY: &str = "..."`, `dbPassword: string = "..."`,
+                // `DB_PASSWORD: Final[str] = "..."`: a type, then the value.
+                if let Some(v) = typed_value(b, v) {
+                    return Some((Op::Assign, v));
+                }
+                // `password: |` (a YAML block), `password:` then the value
+                // on the next, deeper line (YAML, pretty-printed JSON).
+                if let Some(v) = next_line_value(b, key_end, v) {
+                    return Some((Op::Assign, v));
+                }
+                return Some((Op::Assign, v));
             }
             b'=' => {
                 let mut k = j + 1;
@@ -895,12 +1054,20 @@ fn named_value(b: &[u8], ks: usize, ke: usize) -> Option<usize> {
     while i > 0 && is_blank(b[i - 1]) {
         i -= 1;
     }
+    // `"name": "DB_PASSWORD"`: the field's closing quote.
+    if i > 0 && matches!(b[i - 1], b'"' | b'\'') {
+        i -= 1;
+    }
     let field_end = i;
-    while i > 0 && field_end - i < 4 && b[i - 1].is_ascii_alphabetic() {
+    while i > 0 && field_end - i < 16 && b[i - 1].is_ascii_alphabetic() {
         i -= 1;
     }
     let field = &b[i..field_end];
-    let named = field.eq_ignore_ascii_case(b"name") || field.eq_ignore_ascii_case(b"key");
+    // `name`, `key`, and names ending so (`ParameterKey`, `OptionName`).
+    let ends_ci = |w: &[u8], tail: &[u8]| {
+        w.len() >= tail.len() && w[w.len() - tail.len()..].eq_ignore_ascii_case(tail)
+    };
+    let named = ends_ci(field, b"name") || ends_ci(field, b"key");
     if !named || (i > 0 && b[i - 1].is_ascii_alphanumeric()) {
         return None;
     }
@@ -918,13 +1085,19 @@ fn named_value(b: &[u8], ks: usize, ke: usize) -> Option<usize> {
     if b.get(j) == Some(&b'\n') {
         j = skip_blank(b, j + 1);
     }
-    if !b
-        .get(j..j + 5)
-        .is_some_and(|w| w.eq_ignore_ascii_case(b"value"))
-    {
+    // `"value": ...`: the field's opening quote.
+    if matches!(b.get(j), Some(b'"' | b'\'')) {
+        j += 1;
+    }
+    // `value`, or a name ending so (`ParameterValue`) after a named key.
+    let mut w = j;
+    while w < b.len() && w - j < 16 && b[w].is_ascii_alphabetic() {
+        w += 1;
+    }
+    if !ends_ci(&b[j..w], b"value") {
         return None;
     }
-    j += 5;
+    j = w;
     if j < b.len() && matches!(b[j], b'"' | b'\'') {
         j += 1;
     }

@@ -11,7 +11,10 @@
 //! with a prefix (`# `, `> `, `// `, ` * `, `; `, `| `, a line number, a
 //! quote) is read with that prefix taken off each line, and a line's
 //! closing quote, `+` or `,` (a key written as concatenated strings)
-//! taken off its end. Each
+//! taken off its end. A block whose lines are wrapped each its own way
+//! (a string per line after `KEY = (`, a shell string's `\` line ends, a
+//! numbered list) is taken loosely: from `BEGIN` through its `END` line.
+//! Each
 //! parser reads forward from its keyword over its own body only, so the
 //! total work stays linear in the text.
 
@@ -288,8 +291,84 @@ pub(crate) fn pem(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<(u
     let i = dashes(b, i)?;
     let prefix = line_prefix(b, a);
     let (end, count) = body(b, i, false, false, prefix);
+    if count >= 32 {
+        *skip = end;
+        return Some((a, end));
+    }
+    // Lines the reader above cannot take apart (each wrapped its own way:
+    // `KEY = ("...\n"` then `    "...\n"`, a shell string's `\` line
+    // ends, a numbered list): the block is still the key.
+    let end = loose_block(b, i)?;
     *skip = end;
-    (count >= 32).then_some((a, end))
+    Some((a, end))
+}
+
+/// A key block read loosely from just after its `BEGIN` line's dashes:
+/// through the first `END` line within 64 KiB (before any other `BEGIN`)
+/// when runs of base64 hold at least 32 characters before it; without an
+/// `END` (a truncated paste), through the last of the following lines
+/// that each hold a run of at least 40 base64 characters, if there are
+/// two or more. Whatever wraps the lines (quotes, `+`, `\`, numbers,
+/// markup) goes with the block. Each scan stops at the next `BEGIN`, so
+/// the work stays linear.
+fn loose_block(b: &[u8], from: usize) -> Option<usize> {
+    let limit = (from + 65_536).min(b.len());
+    let (mut b64, mut run) = (0usize, 0usize);
+    let mut i = from;
+    while i < limit {
+        let c = b[i];
+        if c == b'-' {
+            if let Some(e) = end_marker(b, i) {
+                return (b64 >= 32).then_some(e);
+            }
+            if b[i..].starts_with(b"-----BEGIN") {
+                break;
+            }
+        }
+        if is_b64(c) {
+            run += 1;
+        } else {
+            if run >= 16 {
+                b64 += run;
+            }
+            run = 0;
+        }
+        i += 1;
+    }
+    // No `END`: the lines after the `BEGIN` line while each holds a long
+    // base64 run.
+    let stop = i;
+    let mut line = from;
+    let (mut lines, mut end) = (0usize, None);
+    // The rest of the `BEGIN` line (a closing quote, `\`) is not a line.
+    while line < stop && b[line] != b'\n' {
+        line += 1;
+    }
+    while line < stop {
+        let start = line + 1;
+        let mut k = start;
+        let (mut run, mut best_end) = (0usize, None);
+        while k < stop && b[k] != b'\n' {
+            if is_b64(b[k]) {
+                run += 1;
+                if run >= 40 {
+                    best_end = Some(k + 1);
+                }
+            } else {
+                run = 0;
+            }
+            k += 1;
+        }
+        match best_end {
+            Some(e) => {
+                lines += 1;
+                end = Some(e);
+            }
+            None => break,
+        }
+        line = k;
+    }
+    if lines >= 2 { end } else { None }
 }
 
 /// A PuTTY `.ppk` key file, through its `Private-MAC` line.

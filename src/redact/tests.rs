@@ -2878,3 +2878,129 @@ mod more_formats {
         );
     }
 }
+
+/// Session 37's attack on the filter: forms of code and config it passed
+/// over whole.
+mod round_37 {
+    use super::*;
+
+    /// A key block each of whose lines is wrapped its own way in code
+    /// (a string per line, a shell string's `\` line ends, a numbered
+    /// list) is redacted whole, with or without its `END` line.
+    #[test]
+    fn key_blocks_wrapped_line_by_line_in_code() {
+        let lines: Vec<String> = (0..6).map(|i| rand(3700 + i, B64, 64)).collect();
+        let (b, e) = ("-----BEGIN PRIVATE KEY-----", "-----END PRIVATE KEY-----");
+        let python = format!(
+            "KEY = (\"{b}\\n\"\n{}       \"{e}\\n\")\n",
+            lines
+                .iter()
+                .map(|l| format!("       \"{l}\\n\"\n"))
+                .collect::<String>()
+        );
+        let kotlin = format!(
+            "val k = \"{b}\\n\" +\n{}\"{e}\"\n",
+            lines
+                .iter()
+                .map(|l| format!("\"{l}\\n\" +\n"))
+                .collect::<String>()
+        );
+        let shell = format!("KEY=\"{b}\\\n{}\\\n{e}\"\n", lines.join("\\\n"));
+        let numbered: String = std::iter::once(b.to_string())
+            .chain(lines.iter().cloned())
+            .chain(std::iter::once(e.to_string()))
+            .enumerate()
+            .map(|(i, l)| format!("{}. {l}\n", i + 1))
+            .collect();
+        let truncated = format!("key = \"{b}\\n\"\n{}", {
+            lines
+                .iter()
+                .map(|l| format!("  + \"{l}\"\n"))
+                .collect::<String>()
+        });
+        for text in [python, kotlin, shell, numbered, truncated] {
+            record(&text);
+            let out = redactor().redact(&text);
+            assert!(out.text.contains("[REDACTED:private-key]"), "{}", out.text);
+            for l in &lines[..5] {
+                assert!(!out.text.contains(l.as_str()), "{}", out.text);
+            }
+            // What the code says before the block stays.
+            assert!(out.text.starts_with(&text[..3]), "{}", out.text);
+        }
+        // A `BEGIN` line alone, or with prose after it, is no key.
+        assert_clean("The file starts with -----BEGIN PRIVATE KEY----- and then:\nthe body.\n");
+    }
+
+    #[test]
+    fn variables_with_sigils_and_type_annotations() {
+        let p = "hT4vN8qLw2Rz";
+        let t = rand(3710, ALNUM, 36);
+        for text in [
+            format!("<?php $db_password = '{p}';\n"),
+            format!("$password = \"{p}\"\n"),
+            format!("my $password = \"{p}\";\n"),
+            format!("@password = \"{p}\"\n"),
+            format!("$ENV{{DB_PASSWORD}} = '{p}';\n"),
+            format!("export const dbPassword: string = \"{p}\";\n"),
+            format!("DB_PASSWORD: Final[str] = \"{p}\"\n"),
+            format!("password: str = \"{p}\"\n"),
+            format!("char password[] = \"{p}\";\n"),
+            format!("ENV POSTGRES_PASSWORD {p}\n"),
+        ] {
+            assert_redacted(&text, p, "password-assignment");
+        }
+        for text in [
+            format!("$api_token = \"{t}\";\n"),
+            format!("const API_KEY: &str = \"{t}\";\n"),
+            format!("private val secret: String = \"{t}\"\n"),
+            format!("let apiKey: String = \"{t}\"\n"),
+        ] {
+            assert_redacted(&text, &t, "secret-assignment");
+        }
+        // References and comparisons stay.
+        for text in [
+            "echo $PASSWORD = done\n",
+            "if ($password == $confirm) { ok(); }\n",
+            "$db_password = getenv('DB_PASSWORD');\n",
+            "password: str = field(default=None)\n",
+        ] {
+            assert_clean(text);
+        }
+    }
+
+    #[test]
+    fn values_on_the_next_line_and_name_value_pairs() {
+        let p = "hT4vN8qLw2Rz";
+        let t = rand(3720, ALNUM, 36);
+        for text in [
+            format!("password: |\n    {p}\n"),
+            format!("db:\n  password:\n    {p}\n"),
+            format!("{{\"password\":\n  \"{p}\"}}\n"),
+            format!("{{\"name\":\"DB_PASSWORD\",\"value\":\"{p}\"}}\n"),
+            format!("{{\"Key\": \"password\", \"Value\": \"{p}\"}}\n"),
+            format!("aws ssm put-parameter --name /prod/db/password --value \"{p}\"\n"),
+            format!("ParameterKey=DbPassword,ParameterValue={p}\n"),
+        ] {
+            assert_redacted(&text, p, "password-assignment");
+        }
+        assert_redacted(&format!("token: >-\n    {t}\n"), &t, "secret-assignment");
+        // A heading with its description below is no value.
+        assert_clean("Password:\n  must be twelve characters or more.\n");
+    }
+
+    /// A token as a URL's password keeps the host and path after it.
+    #[test]
+    fn a_token_as_a_urls_password_keeps_the_rest_of_the_url() {
+        let t = rand(3730, ALNUM, 36);
+        let out = redactor().redact(&format!(
+            "git clone https://x-access-token:{t}@github.com/acme/api.git\n"
+        ));
+        assert!(!out.text.contains(&t), "{}", out.text);
+        assert!(
+            out.text.contains("@github.com/acme/api.git"),
+            "{}",
+            out.text
+        );
+    }
+}

@@ -491,11 +491,11 @@ fn the_generated_secret_corpora_are_redacted_as_well_as_measured() {
     // Corpus 3 holds look-alikes only.
     for (corpus, whole, partial, false_positives) in [
         ("1", "0.921", "0", "4"),
-        ("2", "0.885", "0", "9"),
+        ("2", "0.891", "0", "9"),
         ("3", "0", "0", "8"),
         // Session 32's attack: its split and obfuscated secrets leave 24
         // texts in part (a line break inside a token redacts one line).
-        ("4", "0.592", "24", "2"),
+        ("4", "0.594", "24", "2"),
     ] {
         let out = std::process::Command::new("python3")
             .args([script, "--bin", bin(), "--corpus", corpus])
@@ -542,4 +542,29 @@ fn config_changes_record_no_secret_in_their_actor_or_their_values() {
         assert!(text.contains("[REDACTED:stripe"), "{args:?}: {text}");
         assert!(!text.contains(STRIPE), "{args:?}: {text}");
     }
+    // A token of no format the built-in rules know: the vault's own rule
+    // (its regex the token) finds it in what is recorded, when the rule
+    // is added and when it is taken out again.
+    const ODD: &str = "Zk3Qp9Lm2Vb7Xc4Rt8Wn1Hy6";
+    let rules = format!(r#"[{{"id":"leaked","regex":"{ODD}","keywords":["Zk3Q"]}}]"#);
+    for value in [rules.as_str(), "[]"] {
+        let o = v
+            .cmd()
+            .args(["config", "set", "redaction.custom_rules", value])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(!said.contains(ODD), "{said}");
+    }
+    let out = v.cmd().args(["history", "--json"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !text.contains(ODD) && text.matches("[REDACTED:leaked]").count() >= 2,
+        "{text}"
+    );
 }
