@@ -800,3 +800,40 @@ fn a_purge_of_an_old_name_says_the_renamed_files_past_is_erased_too() {
     ok(&out);
     assert!(!String::from_utf8_lossy(&out.stdout).contains("note:"));
 }
+
+/// An append to the access log cut short (a full disk) leaves part of a
+/// record; the views recorded after it still count: a file viewed since
+/// is not expired as unused.
+#[test]
+fn views_recorded_after_a_torn_access_record_still_keep_their_file() {
+    let v = TestVault::new();
+    serve_at(
+        &v,
+        T0,
+        &[
+            create("/memories/used.md", "in daily use\n"),
+            create("/memories/idle.md", "idle\n"),
+        ],
+    );
+    let log = v.vault.join("memvault/access");
+    let bytes = std::fs::read(&log).unwrap();
+    assert!(bytes.len() > 4, "the writes were recorded");
+    // The first record's first half, appended again: a torn append.
+    let first = 2 + u16::from_le_bytes([bytes[0], bytes[1]]) as usize;
+    let mut torn = bytes.clone();
+    torn.extend_from_slice(&bytes[..first / 2]);
+    std::fs::write(&log, &torn).unwrap();
+    let r = serve_at(&v, T0 + 40 * DAY, &[view("/memories/used.md")]);
+    assert!(!is_error(&r[0]), "{}", r[0]);
+    let out = run_at(
+        &v,
+        T0 + 41 * DAY,
+        &["expire", "--dry-run", "--older-than", "30d"],
+    );
+    ok(&out);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("/memories/idle.md") && !said.contains("/memories/used.md"),
+        "{said}"
+    );
+}

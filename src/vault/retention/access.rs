@@ -23,6 +23,8 @@
 use std::collections::HashMap;
 use std::io::Write;
 
+use zeroize::Zeroizing;
+
 use crate::crypto::FileKeyId;
 use crate::vault::{Vault, VaultError, write_durable};
 
@@ -78,7 +80,17 @@ impl Vault {
         // At most 2,000 entries per record keeps the length within u16.
         for chunk in entries.chunks(2_000) {
             let record = self.seal_access_record(chunk);
-            let _ = self.append_access_bytes(&record);
+            if let Err(e) = self.append_access_bytes(&record) {
+                // Once a process: a full disk would say it at every view.
+                static SAID: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    eprintln!(
+                        "memvault: warning: a view or write could not be recorded in the access log ({}); until one is, expiry takes that file's last use as older than it is",
+                        e.kind()
+                    );
+                }
+            }
         }
     }
 
@@ -172,17 +184,58 @@ impl Vault {
     }
 
     /// Every entry of sealed access records (the log's form), in order; a
-    /// record that does not open is skipped, one cut short ends the read.
+    /// record cut short at the end ends the read. A record that does not
+    /// open is skipped, and the next one looked for within the bytes it
+    /// claimed: an append cut short (a full disk) leaves part of a record,
+    /// and the records appended after it start inside what its length
+    /// says (read from there on as one record, every later view would be
+    /// lost to expiry).
     fn each_access_entry(&self, bytes: &[u8], mut f: impl FnMut(FileKeyId, Kind, u64)) {
+        let overhead = self.keys.seal_access(AAD, &[]).len();
+        let opens_at = |at: usize| -> Option<(usize, Zeroizing<Vec<u8>>)> {
+            let len = u16::from_le_bytes([*bytes.get(at)?, *bytes.get(at + 1)?]) as usize;
+            if len < overhead || (len - overhead) % ENTRY != 0 {
+                return None;
+            }
+            let sealed = bytes.get(at + 2..at + 2 + len)?;
+            let plain = self.keys.open_access(AAD, sealed).ok()?;
+            Some((at + 2 + len, plain))
+        };
         let mut at = 0;
         while at + 2 <= bytes.len() {
             let len = u16::from_le_bytes([bytes[at], bytes[at + 1]]) as usize;
-            let Some(sealed) = bytes.get(at + 2..at + 2 + len) else {
-                break; // cut short by a crash
-            };
-            at += 2 + len;
-            let Ok(plain) = self.keys.open_access(AAD, sealed) else {
-                continue;
+            let plain = match opens_at(at) {
+                Some((next, plain)) => {
+                    at = next;
+                    plain
+                }
+                None => {
+                    // The next record that opens, within the bytes this one
+                    // claimed (at most 4,096 tries: a hostile file costs
+                    // little), else past them as before. One cut short at
+                    // the end (a crash, or a full disk before later
+                    // appends) is looked past the same way.
+                    let claimed = (at + 2 + len).min(bytes.len());
+                    let found = (at + 1..=claimed)
+                        .filter(|&k| {
+                            bytes.get(k..k + 2).is_some_and(|w| {
+                                let l = u16::from_le_bytes([w[0], w[1]]) as usize;
+                                l >= overhead && (l - overhead) % ENTRY == 0
+                            })
+                        })
+                        .take(4_096)
+                        .find_map(opens_at);
+                    match found {
+                        Some((next, plain)) => {
+                            at = next;
+                            plain
+                        }
+                        None => {
+                            at = claimed;
+                            continue;
+                        }
+                    }
+                }
             };
             for e in plain.chunks_exact(ENTRY) {
                 let mut id = [0u8; 16];
