@@ -953,7 +953,11 @@ pub fn verify(on: On<'_>, args: &VerifyArgs, out: &mut dyn Write) -> Result<u8, 
                 opened = v;
                 &mut opened
             }
-            Err(e) if e.message.contains("damaged") => {
+            Err(mut e) if e.message.contains("damaged") => {
+                // This is the command the hint would send them to.
+                e.message = e
+                    .message
+                    .replace(super::VERIFY_HINT, " (nothing was changed)");
                 if args.json {
                     let line = json!({"ok": false, "problems": [{"rev": null, "path": null, "what": e.message}]});
                     writeln!(out, "{line}")?;
@@ -970,7 +974,13 @@ pub fn verify(on: On<'_>, args: &VerifyArgs, out: &mut dyn Write) -> Result<u8, 
     if let Some(name) = &args.remote {
         return verify_remote(vault, name, args.json, out);
     }
-    let report = vault.verify()?;
+    let report = vault.verify().map_err(|e| {
+        let mut e = CliError::from(e);
+        e.message = e
+            .message
+            .replace(super::VERIFY_HINT, " (nothing was changed)");
+        e
+    })?;
     if args.json {
         let mut v = serde_json::to_value(&report)
             .map_err(|_| CliError::failure("the report does not serialise"))?;

@@ -155,9 +155,12 @@ impl From<VaultError> for CliError {
             VaultError::SlotRemoved(_) => {
                 " (nothing was changed; if its passphrase was changed with `memvault passwd`, give the new one; if the slot was removed, ask someone whose secret still opens the vault to add one for you with `memvault key add`)"
             }
-            VaultError::Damaged(_) | VaultError::Object(_) => {
-                " (nothing was changed; run `memvault verify` to locate the damage)"
+            VaultError::Damaged(_) | VaultError::Object(_)
+                if e.to_string().contains(PACK_DAMAGED) =>
+            {
+                " (nothing was changed: move that pack file and its index out of objects/pack, or put both back from a backup; `memvault verify` then names every version that was only in it)"
             }
+            VaultError::Damaged(_) | VaultError::Object(_) => VERIFY_HINT,
             VaultError::RolledBack(_) => {
                 " (nothing was changed; someone put back older ref files: restore them, or the vault from a backup)"
             }
@@ -172,6 +175,12 @@ impl From<io::Error> for CliError {
         io_error(&e)
     }
 }
+
+/// What a damaged pack's message starts with.
+const PACK_DAMAGED: &str = "a pack in objects/pack is damaged";
+/// The hint after damage a command met (`verify` says its own).
+pub(crate) const VERIFY_HINT: &str =
+    " (nothing was changed; run `memvault verify` to locate the damage)";
 
 fn io_error(e: &io::Error) -> CliError {
     match e.kind() {

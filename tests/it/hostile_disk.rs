@@ -581,3 +581,61 @@ fn an_erasure_committed_on_a_full_disk_says_so_and_the_next_writer_finishes_it()
         assert!(status.success(), "{stderr}");
     }
 }
+
+/// The user's and the system's git config are not read: a FIFO as
+/// `~/.gitconfig` (or the XDG one) made every command hang, and a home
+/// the user cannot read made an intact vault "not a memvault vault".
+#[test]
+fn the_users_git_config_is_never_read() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().join("home");
+    std::fs::create_dir_all(home.join(".config/git")).unwrap();
+    for fifo in [home.join(".gitconfig"), home.join(".config/git/config")] {
+        let out = Command::new("mkfifo").arg(&fifo).output().unwrap();
+        assert!(out.status.success());
+    }
+    let v = TestVault::new();
+    let with_home = |args: &[&str]| {
+        let mut c = v.cmd();
+        c.args(args)
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", home.join(".config"));
+        c
+    };
+    let create = format!(
+        "{}\n",
+        json!({"command": "create", "path": "/memories/a.md", "file_text": "hello\n"})
+    );
+    for (args, input) in [
+        (&["serve"][..], create.as_str()),
+        (&["verify"][..], ""),
+        (&["gc"][..], ""),
+        (&["history"][..], ""),
+    ] {
+        let out = crate::util::run_bounded(&mut with_home(args), input, Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("{args:?} hung on a FIFO as the user's git config"));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A new vault too.
+    let fresh = t.path().join("fresh");
+    let mut c = Command::new(bin());
+    c.arg("--vault")
+        .arg(&fresh)
+        .arg("--key-file")
+        .arg(&v.key)
+        .arg("init")
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env_remove("MEMVAULT_DIR");
+    let out = crate::util::run_bounded(&mut c, "", Duration::from_secs(30))
+        .expect("init hung on a FIFO as the user's git config");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

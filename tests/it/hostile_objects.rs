@@ -562,6 +562,15 @@ fn a_flipped_byte_in_a_pack_is_reported_as_damage_not_rollback() {
         !stdout.contains("rollback") && !stderr.contains("rollback"),
         "a damaged pack is not a rollback:\nstdout: {stdout}\nstderr: {stderr}"
     );
+    // It names the pack file with its index, says what to do, and does
+    // not send the reader back to `verify` to locate it.
+    let said = format!("{stdout}{stderr}");
+    assert!(
+        said.contains(&format!("{stem}.pack, with its index {stem}.idx"))
+            && said.contains("move that pack file and its index out of objects/pack")
+            && !said.contains("run `memvault verify`"),
+        "{said}"
+    );
 }
 
 #[test]

@@ -1215,3 +1215,48 @@ fn a_main_removed_outside_memvault_is_refused_until_put_back() {
     let out = v.cmd().arg("verify").output().unwrap();
     assert!(out.status.success(), "{out:?}");
 }
+
+/// A ref's loose file (or `packed-refs`) planted as a huge sparse file is
+/// refused from its size before libgit2 reads it whole (a GiB of memory
+/// and seconds at every open), naming the file; put back, all is there.
+#[test]
+fn a_ref_file_planted_past_any_size_memvault_writes_is_refused_unread() {
+    let v = TestVault::new();
+    let r = v.one(
+        serde_json::json!({"command": "create", "path": "/memories/a.md", "file_text": "a\n"}),
+    );
+    assert_eq!(r["is_error"], false, "{r}");
+    for name in ["refs/heads/main", "refs/memvault/keys", "packed-refs"] {
+        let path = v.vault.join(name);
+        let saved = std::fs::read(&path).ok();
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(2 << 30).unwrap();
+        drop(f);
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -v 1048576; exec '{}' --vault '{}' --key-file '{}' verify",
+                bin(),
+                v.vault.display(),
+                v.key.display()
+            ))
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(1), "{name}: {said}");
+        assert!(
+            said.contains(&format!("{name} is larger than memvault ever writes it")),
+            "{name}: {said}"
+        );
+        match saved {
+            Some(bytes) => std::fs::write(&path, bytes).unwrap(),
+            None => std::fs::remove_file(&path).unwrap(),
+        }
+    }
+    let r = v.one(serde_json::json!({"command": "view", "path": "/memories/a.md"}));
+    assert_eq!(r["is_error"], false, "{r}");
+}

@@ -371,10 +371,20 @@ pub(crate) fn check_vault(dir: &Path) -> Result<(), Unsafe> {
 /// checked with the state files): small, and the config holds only what
 /// memvault writes (see [`CONFIG_KEYS`]).
 fn check_git_files(dir: &Path) -> Result<(), Unsafe> {
-    for name in ["HEAD", "config"] {
+    // The refs' loose files too, which libgit2 reads whole (a sparse file
+    // of a GiB there cost a GiB of memory and seconds at every open), and
+    // `packed-refs`, which holds a line per ref.
+    for (name, max, said) in [
+        ("HEAD", GIT_FILE_MAX, "4 KiB"),
+        ("config", GIT_FILE_MAX, "4 KiB"),
+        ("refs/heads/main", GIT_FILE_MAX, "4 KiB"),
+        ("refs/memvault/keys", GIT_FILE_MAX, "4 KiB"),
+        ("refs/memvault/access", GIT_FILE_MAX, "4 KiB"),
+        ("packed-refs", LIST.0, LIST.1),
+    ] {
         match fs::symlink_metadata(dir.join(name)) {
-            Ok(m) if m.len() > GIT_FILE_MAX => {
-                return Err(Unsafe::TooLarge(name.to_string(), "4 KiB"));
+            Ok(m) if m.len() > max => {
+                return Err(Unsafe::TooLarge(name.to_string(), said));
             }
             _ => {}
         }

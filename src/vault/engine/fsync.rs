@@ -61,6 +61,27 @@ fn set_libgit2_fsync(on: bool) {
     // (strict hash verification stays on, above), which is what detects
     // a changed tree.
     git2::opts::strict_object_creation(false);
+    // A vault is read with its own settings only: never the user's or the
+    // system's git config (`~/.gitconfig`, `$XDG_CONFIG_HOME/git/config`,
+    // `/etc/gitconfig`). A FIFO there made every command hang, an
+    // unreadable home made an intact vault "not a memvault vault", and a
+    // setting there (`core.compression`) changed what memvault wrote. The
+    // git subprocesses of sync read them as git does (remote helpers,
+    // SSH, credentials).
+    for level in [
+        git2::ConfigLevel::ProgramData,
+        git2::ConfigLevel::System,
+        git2::ConfigLevel::XDG,
+        git2::ConfigLevel::Global,
+    ] {
+        // SAFETY: `git_libgit2_opts(GIT_OPT_SET_SEARCH_PATH, level, path)`
+        // stores the search path of one config level in libgit2's global
+        // state; git2 passes a valid C string (empty: search nowhere).
+        // This runs once (through `Once`), before any repository is
+        // opened, so nothing reads that state meanwhile.
+        let rc = unsafe { git2::opts::set_search_path(level, "") };
+        debug_assert!(rc.is_ok(), "libgit2 refused GIT_OPT_SET_SEARCH_PATH");
+    }
 }
 
 /// Set libgit2 up for memvault's durability scheme (its own fsyncs off:

@@ -69,8 +69,16 @@ pub enum ObjectError {
     Unreadable(Oid),
     /// A pack failed its validation: its index file's name, and what
     /// failed (see [`PackError`]).
-    #[error("a pack in objects/pack is damaged ({what}: {index})")]
+    #[error(
+        "a pack in objects/pack is damaged ({what}: {}, with its index {index})",
+        pack_of(.index)
+    )]
     Pack { index: String, what: &'static str },
+}
+
+/// The pack file an index file (`pack-<id>.idx`) goes with.
+fn pack_of(index: &str) -> String {
+    format!("{}.pack", index.strip_suffix(".idx").unwrap_or(index))
 }
 
 impl From<ObjectError> for crate::memory::StoreError {

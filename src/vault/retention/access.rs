@@ -194,7 +194,7 @@ impl Vault {
         let overhead = self.keys.seal_access(AAD, &[]).len();
         let opens_at = |at: usize| -> Option<(usize, Zeroizing<Vec<u8>>)> {
             let len = u16::from_le_bytes([*bytes.get(at)?, *bytes.get(at + 1)?]) as usize;
-            if len < overhead || (len - overhead) % ENTRY != 0 {
+            if len < overhead || !(len - overhead).is_multiple_of(ENTRY) {
                 return None;
             }
             let sealed = bytes.get(at + 2..at + 2 + len)?;
@@ -220,7 +220,7 @@ impl Vault {
                         .filter(|&k| {
                             bytes.get(k..k + 2).is_some_and(|w| {
                                 let l = u16::from_le_bytes([w[0], w[1]]) as usize;
-                                l >= overhead && (l - overhead) % ENTRY == 0
+                                l >= overhead && (l - overhead).is_multiple_of(ENTRY)
                             })
                         })
                         .take(4_096)
