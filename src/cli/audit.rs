@@ -126,6 +126,25 @@ pub fn show_to(
                 ));
             }
             writeln!(out, "{text}")?;
+            // A listing gives sizes for files whose version there was
+            // erased since: say which, outside the listing.
+            if !result.is_error
+                && vault
+                    .snapshot_at(Some(rev))?
+                    .kind(&path)
+                    .map_err(store_err)?
+                    == Some(NodeKind::Dir)
+            {
+                let erased = vault.erased_below(Some(rev), &path)?;
+                if !erased.is_empty() {
+                    let names: Vec<&str> = erased.iter().map(MemoryPath::as_str).collect();
+                    writeln!(
+                        out,
+                        "(erased since, their keys destroyed: {})",
+                        names.join(", ")
+                    )?;
+                }
+            }
             out.flush()?;
             Ok(u8::from(result.is_error))
         },

@@ -137,6 +137,25 @@ impl Vault {
         Ok(out)
     }
 
+    /// The files at or below `path` at `rev` whose version there was
+    /// erased since (expired or purged), in name order.
+    pub fn erased_below(
+        &self,
+        rev: Option<Rev>,
+        path: &MemoryPath,
+    ) -> Result<Vec<MemoryPath>, VaultError> {
+        let snap = self.snapshot_at(rev)?;
+        let mut out = Vec::new();
+        for p in snap.files_below(path)? {
+            if let Some(id) = snap.file_key_id(&p)?
+                && self.key_state.erased.contains(&id)
+            {
+                out.push(p);
+            }
+        }
+        Ok(out)
+    }
+
     /// [`files_at`](Self::files_at), with the files whose version there
     /// was erased (expired or purged since) left out and listed apart.
     pub fn files_at_but_erased(

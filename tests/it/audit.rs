@@ -1132,6 +1132,15 @@ fn diff_says_an_erased_version_outside_the_content() {
     );
     assert!(d.contains("(erased)") || d.contains(", erased)"), "{d}");
     assert!(d.contains("+two") && !d.contains("-one"), "{d}");
+    // `show` of the folder then lists it with a note of what was erased;
+    // now it is kept under a new key, and not noted.
+    let listing = stdout(&run(&v, &["show", &edit, "/memories"]));
+    assert!(
+        listing.contains("(erased since, their keys destroyed: /memories/s.md)"),
+        "{listing}"
+    );
+    let listing = stdout(&run(&v, &["show", "HEAD", "/memories"]));
+    assert!(!listing.contains("erased since"), "{listing}");
 }
 
 /// A revert of a rename moves the file back: `history` shows that move
