@@ -140,7 +140,14 @@ fn set(
         // token, its regex the token itself), then cut if long (a rule
         // list).
         let shown = |v: &Value| -> Result<String, CliError> {
-            let text = v.pointer(&ptr).map_or("null".to_string(), Value::to_string);
+            // A custom rule's regex is not recorded (only its length): it
+            // may be a leaked token written with escapes (`\.`, `\+`),
+            // which no filter finds in the regex's own text.
+            let text = v.pointer(&ptr).map_or("null".to_string(), |v| {
+                let mut v = v.clone();
+                hide_regexes(&mut v);
+                v.to_string()
+            });
             let (mut text, _) = super::redacted_label(&text)?;
             for filter in std::iter::once(&new_filter).chain(old_filter.as_ref()) {
                 text = filter.redact(&text).text;
@@ -169,4 +176,25 @@ fn set(
         "memvault: set {key} from {before} to {after} (a `config` commit in history); running `serve`/`mcp` processes use it from their next request"
     )?;
     Ok(0)
+}
+
+/// Each `"regex"` string in a settings value, replaced by its length.
+fn hide_regexes(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            for (k, item) in map.iter_mut() {
+                match item {
+                    Value::String(r) if k == "regex" => {
+                        *item = Value::String(format!(
+                            "(a regex of {} characters, not recorded)",
+                            r.chars().count()
+                        ));
+                    }
+                    other => hide_regexes(other),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(hide_regexes),
+        _ => {}
+    }
 }

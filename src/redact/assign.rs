@@ -351,10 +351,12 @@ fn assignment(
         return None;
     }
     // `https://x-access-token:<token>@github.com/...`: a URL's user
-    // before its password; the password ends at the `@` (a URL without
-    // one names a host and port, not a user).
-    let ve = if ks >= 2 && &b[ks - 2..ks] == b"//" {
-        vs + b[vs..ve].iter().position(|&c| c == b'@')?
+    // before its password; the password ends at the `@`.
+    let ve = if ks >= 3 && &b[ks - 3..ks] == b"://" {
+        b[vs..ve]
+            .iter()
+            .position(|&c| c == b'@')
+            .map_or(ve, |p| vs + p)
     } else {
         ve
     };
@@ -362,7 +364,9 @@ fn assignment(
     // linear on text like `password=password=...`). A short value may
     // itself name a key (`key="ApiKey" value="..."`), and re-reading it
     // costs little.
-    if ve - vs > 64 {
+    // (Not a value read from the next line, which may be no value of
+    // this key: its keywords are read in their turn.)
+    if ve - vs > 64 && !b[key_end..vs].contains(&b'\n') {
         *skip = (*skip).max(ve);
     }
     let v = &b[vs..ve];

@@ -303,72 +303,103 @@ pub(crate) fn pem(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<(u
     Some((a, end))
 }
 
-/// A key block read loosely from just after its `BEGIN` line's dashes:
-/// through the first `END` line within 64 KiB (before any other `BEGIN`)
-/// when runs of base64 hold at least 32 characters before it; without an
-/// `END` (a truncated paste), through the last of the following lines
-/// that each hold a run of at least 40 base64 characters, if there are
-/// two or more. Whatever wraps the lines (quotes, `+`, `\`, numbers,
-/// markup) goes with the block. Each scan stops at the next `BEGIN`, so
-/// the work stays linear.
+/// A key block read loosely from just after its `BEGIN` line's dashes,
+/// when every line of it is wrapped in code its own way: the rest of the
+/// `BEGIN` line holds only what wraps a string (a quote, `\n`, `\`,
+/// `+`, ...), then each line is one base64 run between such wrappers
+/// (a numbered list's `12. ` before it), at least 40 characters long but
+/// for the last, up to the `END` line (wrapped too). Without an `END`
+/// line (a truncated paste) the block ends at the last such line, if
+/// there are two or more. Prose between a `BEGIN` and an `END` line is no
+/// block. The scan ends at the first line of another shape, so the work
+/// stays linear.
 fn loose_block(b: &[u8], from: usize) -> Option<usize> {
-    let limit = (from + 65_536).min(b.len());
-    let (mut b64, mut run) = (0usize, 0usize);
-    let mut i = from;
-    while i < limit {
-        let c = b[i];
-        if c == b'-' {
-            if let Some(e) = end_marker(b, i) {
-                return (b64 >= 32).then_some(e);
-            }
-            if b[i..].starts_with(b"-----BEGIN") {
-                break;
+    let n = b.len();
+    // Past the wrappers from `i` to the end of the line (or the first
+    // byte that is none).
+    let wrapped = |mut i: usize| {
+        while i < n && b[i] != b'\n' {
+            match wrap_len(b, i) {
+                Some(len) => i += len,
+                None => break,
             }
         }
-        if is_b64(c) {
-            run += 1;
+        i
+    };
+    // The rest of the `BEGIN` line.
+    let mut i = wrapped(from);
+    if i < n && b[i] != b'\n' {
+        return None;
+    }
+    let (mut lines, mut b64, mut end, mut short) = (0usize, 0usize, None, false);
+    while i < n {
+        let start = i + 1;
+        let mut j = start;
+        // A list's number (`12. `, `3) `), then what opens a string.
+        while j < n && b[j].is_ascii_digit() && j - start < 6 {
+            j += 1;
+        }
+        if !(j > start && matches!(b.get(j), Some(b'.' | b')'))) {
+            j = start;
         } else {
-            if run >= 16 {
-                b64 += run;
-            }
-            run = 0;
+            j += 1;
         }
-        i += 1;
-    }
-    // No `END`: the lines after the `BEGIN` line while each holds a long
-    // base64 run.
-    let stop = i;
-    let mut line = from;
-    let (mut lines, mut end) = (0usize, None);
-    // The rest of the `BEGIN` line (a closing quote, `\`) is not a line.
-    while line < stop && b[line] != b'\n' {
-        line += 1;
-    }
-    while line < stop {
-        let start = line + 1;
-        let mut k = start;
-        let (mut run, mut best_end) = (0usize, None);
-        while k < stop && b[k] != b'\n' {
-            if is_b64(b[k]) {
-                run += 1;
-                if run >= 40 {
-                    best_end = Some(k + 1);
-                }
-            } else {
-                run = 0;
+        // (`+` is base64 too: a wrapper when no base64 follows it.)
+        while j < n
+            && b[j] != b'\n'
+            && b[j] != b'-'
+            && (!is_b64(b[j]) || (b[j] == b'+' && !b.get(j + 1).is_some_and(|&c| is_b64(c))))
+        {
+            match wrap_len(b, j) {
+                Some(len) => j += len,
+                None => break,
             }
-            k += 1;
         }
-        match best_end {
-            Some(e) => {
-                lines += 1;
-                end = Some(e);
-            }
-            None => break,
+        if let Some(e) = end_marker(b, j) {
+            return (b64 >= 32 && lines >= 1).then_some(e);
         }
-        line = k;
+        // A line after a short one is not the key's.
+        if short {
+            break;
+        }
+        let run_start = j;
+        while j < n && is_b64(b[j]) {
+            j += 1;
+        }
+        let run = j - run_start;
+        let run_end = j;
+        let j = wrapped(j);
+        if run < 4 || (j < n && b[j] != b'\n') {
+            break;
+        }
+        if run < 40 {
+            short = true;
+        } else {
+            end = Some(run_end);
+        }
+        lines += 1;
+        b64 += run;
+        i = j;
     }
-    if lines >= 2 { end } else { None }
+    // No `END` line: through the last long line, if two or more.
+    let long = if short { lines - 1 } else { lines };
+    if long >= 2 { end } else { None }
+}
+
+/// The length of what may wrap a key's line in code at `i`: a blank, a
+/// quote, `+`, `,`, `;`, a parenthesis, a shell string's `\`, an escaped
+/// line break (`\n`), a carriage return, `<br>` (`<br/>`, `<br />`).
+fn wrap_len(b: &[u8], i: usize) -> Option<usize> {
+    match b[i] {
+        b' ' | b'\t' | b'\r' | b'"' | b'\'' | b'`' | b'+' | b',' | b';' | b'(' | b')' => Some(1),
+        b'\\' if matches!(b.get(i + 1), Some(b'n' | b'r')) => Some(2),
+        b'\\' => Some(1),
+        b'<' => [&b"<br>"[..], b"<br/>", b"<br />"]
+            .iter()
+            .find(|t| b[i..].starts_with(t))
+            .map(|t| t.len()),
+        _ => None,
+    }
 }
 
 /// A PuTTY `.ppk` key file, through its `Private-MAC` line.

@@ -2523,6 +2523,9 @@ mod adversarial {
         pieces.extend([
             "-----BEGIN RSA PRIVATE KEY-----",
             "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA",
+            "----BEGIN RSA PRIVATE KEY----\n",
+            "----- BEGIN RSA PRIVATE KEY-----\n",
+            "-----BEGIN PRIVATE KEY-----\\\n",
             "password=",
             "password: \"",
             "key=\"ApiKey\" value=",
@@ -2928,8 +2931,20 @@ mod round_37 {
             // What the code says before the block stays.
             assert!(out.text.starts_with(&text[..3]), "{}", out.text);
         }
-        // A `BEGIN` line alone, or with prose after it, is no key.
+        // A `BEGIN` line alone, or with prose after it, is no key; nor is
+        // prose between a `BEGIN` and an `END` line.
         assert_clean("The file starts with -----BEGIN PRIVATE KEY----- and then:\nthe body.\n");
+        assert_clean(
+            "It must start with -----BEGIN RSA PRIVATE KEY----- on its own line.\n\
+             KeyLoaderConfiguration reads it; CertificateAuthorityBundle is separate.\n\
+             TODO: check the PemParser handles CRLF.\n\
+             The last line must be -----END RSA PRIVATE KEY----- exactly.\n",
+        );
+        assert_clean(
+            "-----BEGIN RSA PRIVATE KEY-----\n\
+             KeyLoaderConfiguration reads it; CertificateAuthorityBundle is separate.\n\
+             -----END RSA PRIVATE KEY-----\n",
+        );
     }
 
     #[test]

@@ -2319,11 +2319,13 @@ fn a_secret_completed_by_merging_two_machines_edits_is_filtered_as_a_write_would
         );
         a.ok(&["sync"]);
         b.ok(&["sync"]);
-        // Each edit alone leaves no whole key; the two together do. (With
-        // its `END` line, b's block alone would be one: a block through
-        // its `END` is a key whatever lines sit inside it.)
+        // Each edit alone leaves no whole key; the two together do.
         a.edit("/memories/k.md", "TODO\n", "");
-        b.edit("/memories/k.md", "keep", BODY);
+        b.edit(
+            "/memories/k.md",
+            "keep",
+            &format!("{BODY}\n-----END RSA PRIVATE KEY-----"),
+        );
         a.ok(&["sync"]);
         let out = b.ok(&["sync"]);
         a.ok(&["sync"]);

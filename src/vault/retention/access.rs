@@ -201,6 +201,10 @@ impl Vault {
             let plain = self.keys.open_access(AAD, sealed).ok()?;
             Some((at + 2 + len, plain))
         };
+        // One budget for the whole read: the records tried while looking
+        // past ones that do not open may cover at most four times the
+        // log (a planted log cannot make the read cost more).
+        let mut budget = bytes.len().saturating_mul(4);
         let mut at = 0;
         while at + 2 <= bytes.len() {
             let len = u16::from_le_bytes([bytes[at], bytes[at + 1]]) as usize;
@@ -220,10 +224,22 @@ impl Vault {
                         .filter(|&k| {
                             bytes.get(k..k + 2).is_some_and(|w| {
                                 let l = u16::from_le_bytes([w[0], w[1]]) as usize;
-                                l >= overhead && (l - overhead).is_multiple_of(ENTRY)
+                                l >= overhead
+                                    && (l - overhead).is_multiple_of(ENTRY)
+                                    && k + 2 + l <= bytes.len()
                             })
                         })
                         .take(4_096)
+                        .take_while(|&k| {
+                            let l = u16::from_le_bytes([bytes[k], bytes[k + 1]]) as usize;
+                            match budget.checked_sub(l) {
+                                Some(left) => {
+                                    budget = left;
+                                    true
+                                }
+                                None => false,
+                            }
+                        })
                         .find_map(opens_at);
                     match found {
                         Some((next, plain)) => {
