@@ -116,6 +116,34 @@ def _masked(text: str, token: str) -> str:
     return text
 
 
+def _pump_stdout(stream: Any, lines: "queue.Queue[object]") -> None:
+    """The server's answers, a line each, then the end."""
+    for raw in stream:
+        lines.put(raw.decode("utf-8", errors="replace"))
+    lines.put(_EOF)
+
+
+def _pump_stderr(stream: Any, tail: "collections.deque[str]") -> None:
+    """The server's last diagnostics."""
+    for raw in stream:
+        text = raw.decode("utf-8", errors="replace").rstrip()
+        if text:
+            tail.append(text[:500])
+
+
+def _cut(conn: http.client.HTTPConnection, fired: threading.Event) -> None:
+    """At a request's deadline: end its connection, so the read that waits
+    on it returns at once (a server trickling bytes resets the socket's own
+    timeout at each one)."""
+    fired.set()
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 def _dropped(conn: http.client.HTTPConnection) -> bool:
     """Whether an idle connection was closed by the server (it is readable)."""
     if conn.sock is None:
@@ -238,8 +266,14 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
         except OSError as e:
             raise MemvaultServerError(f"cannot start memvault ({self._argv0}): {e}") from e
         self._finalizer = weakref.finalize(self, _stop, self._proc)
-        threading.Thread(target=self._read_stdout, name="memvault-stdout", daemon=True).start()
-        self._stderr_reader = threading.Thread(target=self._read_stderr, name="memvault-stderr", daemon=True)
+        # The readers hold the pipes, never the tool: a tool nobody closed
+        # is still collected, and its finalizer stops the server.
+        threading.Thread(
+            target=_pump_stdout, args=(self._proc.stdout, self._lines), name="memvault-stdout", daemon=True
+        ).start()
+        self._stderr_reader = threading.Thread(
+            target=_pump_stderr, args=(self._proc.stderr, self._stderr_tail), name="memvault-stderr", daemon=True
+        )
         self._stderr_reader.start()
 
     # -- the SDK's interface -------------------------------------------------
@@ -374,18 +408,6 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
         )
         raise MemvaultServerError(self._dead)
 
-    def _read_stdout(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        for raw in self._proc.stdout:
-            self._lines.put(raw.decode("utf-8", errors="replace"))
-        self._lines.put(_EOF)
-
-    def _read_stderr(self) -> None:
-        assert self._proc is not None and self._proc.stderr is not None
-        for raw in self._proc.stderr:
-            text = raw.decode("utf-8", errors="replace").rstrip()
-            if text:
-                self._stderr_tail.append(text[:500])
 
     # -- HTTP mode -----------------------------------------------------------
 
@@ -452,22 +474,31 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
             # A lone surrogate: sent escaped, memvault answers as it does in
             # process mode.
             body = json.dumps(block).encode("utf-8")
+        # `timeout` bounds the whole request, not only each read.
+        fired = threading.Event()
+        deadline = threading.Timer(self.timeout, _cut, args=(conn, fired))
+        deadline.daemon = True
+        deadline.start()
         try:
             conn.request("POST", self._path, body=body, headers=self._headers)
             resp = conn.getresponse()
             data = resp.read()
-        except (socket.timeout, TimeoutError) as e:
+        except (socket.timeout, TimeoutError, OSError, http.client.HTTPException) as e:
             conn.close()
+            # (`from None`: the cause may quote what a proxy echoed, the
+            # token among it, into a logged traceback.)
+            if fired.is_set() or isinstance(e, (socket.timeout, TimeoutError)):
+                raise self._http_error(f"gave no answer within {self.timeout:g} s; {_UNKNOWN}", None) from None
             raise self._http_error(
-                f"gave no answer within {self.timeout:g} s; {_UNKNOWN}", None
-            ) from e
-        except (OSError, http.client.HTTPException) as e:
-            conn.close()
-            raise self._http_error(
-                f"could not be reached ({type(e).__name__}: {e}); if the request reached it, {_UNKNOWN}",
+                f"could not be reached ({type(e).__name__}: {_masked(str(e), self._token)}); "
+                f"if the request reached it, {_UNKNOWN}",
                 None,
-            ) from e
-        if resp.will_close:
+            ) from None
+        finally:
+            deadline.cancel()
+        # (Cut at the deadline just after the answer came: the answer
+        # stands, the connection does not.)
+        if resp.will_close or fired.is_set():
             conn.close()
         else:
             with self._lock:
@@ -485,6 +516,11 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
             # The token is masked before the text is cut, so no piece of it
             # survives the cut.
             message = _masked(message, self._token)[:300]
+            # A request memvault could not read (a lone surrogate, which
+            # JSON can escape but not carry): Claude's input was malformed,
+            # as `serve` answers it in process mode, not the server unusable.
+            if resp.status == 400:
+                raise ToolError(message)
             # A gateway between (502, 504) may have lost memvault's answer.
             lost = f"; {_UNKNOWN}" if resp.status in (502, 504) else ""
             raise self._http_error(f"answered HTTP {resp.status}: {message}{lost}", resp.status)

@@ -175,6 +175,13 @@ export class MemvaultMemory {
       }
     });
     this._proc.stdin.on('error', () => {}); // a write to a dead server shows up as its exit
+    // The server and its pipes do not keep Node running on their own (a
+    // MemvaultMemory never closed would): a request waiting for its answer
+    // does, through its timer, and so does close() until the server exits.
+    this._proc.unref();
+    for (const stream of [this._proc.stdin, this._proc.stdout, this._proc.stderr]) {
+      /** @type {any} */ (stream).unref?.();
+    }
     createInterface({ input: this._proc.stdout }).on('line', (line) => this._answer(line));
     createInterface({ input: this._proc.stderr }).on('line', (line) => {
       if (line.trim()) {
@@ -419,6 +426,10 @@ export class MemvaultMemory {
       if (typeof message !== 'string') message = text.trim() || 'no message';
       // The token is masked before the text is cut, so no piece of it survives the cut.
       message = masked(message, /** @type {any} */ (this)._token).slice(0, 300);
+      // A request memvault could not read (a lone surrogate, which JSON
+      // can escape but not carry): Claude's input was malformed, as `serve`
+      // answers it in process mode, not the server unusable.
+      if (status === 400) throw new ToolError(message);
       // A gateway between (502, 504) may have lost memvault's answer.
       const lost = status === 502 || status === 504 ? `; ${UNKNOWN}` : '';
       throw this._httpError(`answered HTTP ${status}: ${message}${lost}`, status);

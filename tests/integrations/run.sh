@@ -291,6 +291,14 @@ if wants python; then
     timeout 300 "$VENV/bin/python" "$PY_DIR/tests/mock_conversation.py" --http "$MOCK_URL" "$SERVER_URL" "$1"
   }
   run_http_case python-http "py-http-$RANDOM$RANDOM" python-sdk alice client_python_http
+
+  new_vault python-lifecycle key
+  note "(python-lifecycle) an unclosed tool, a trickling server, a 400"
+  if (cd "$DIR/cwd" && timeout 120 "$VENV/bin/python" "$PY_DIR/tests/lifecycle.py" "$BIN" "$VAULT" "$SECRET_FLAG" "$SECRET"); then
+    PASSED=$((PASSED + 1))
+  else
+    FAILED+=("python-lifecycle: see above")
+  fi
 fi
 
 # --- (b) TypeScript ---------------------------------------------------------------
@@ -305,6 +313,14 @@ if wants ts; then
     timeout 300 node "$TS_DIR/test/mock-conversation.mjs" --http "$MOCK_URL" "$SERVER_URL" "$1"
   }
   run_http_case ts-http "ts-http-$RANDOM$RANDOM" typescript-sdk bob client_ts_http
+
+  new_vault ts-lifecycle key
+  note "(ts-lifecycle) a MemvaultMemory never closed, a 400"
+  if (cd "$DIR/cwd" && timeout 120 node "$TS_DIR/test/lifecycle.mjs" "$BIN" "$VAULT" "$SECRET_FLAG" "$SECRET"); then
+    PASSED=$((PASSED + 1))
+  else
+    FAILED+=("ts-lifecycle: see above")
+  fi
 fi
 
 # --- (c) Rust example ---------------------------------------------------------------

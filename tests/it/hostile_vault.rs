@@ -1097,6 +1097,19 @@ fn a_garbled_format_file_is_named_as_such() {
 /// its size, not read whole into memory (under a 1 GiB address-space
 /// limit, reading it failed for want of memory), and a command that does
 /// not need the file still runs.
+/// The binary on `v` running `command`, its address space limited to a
+/// GiB (a file read whole past that fails).
+fn within_a_gib(v: &TestVault, command: &str) -> Command {
+    let mut c = Command::new("sh");
+    c.arg("-c").arg(format!(
+        "ulimit -v 1048576; exec '{}' --vault '{}' --key-file '{}' {command}",
+        bin(),
+        v.vault.display(),
+        v.key.display()
+    ));
+    c
+}
+
 #[test]
 fn a_state_file_planted_past_any_size_memvault_writes_is_not_read_whole() {
     let v = TestVault::new();
@@ -1116,14 +1129,7 @@ fn a_state_file_planted_past_any_size_memvault_writes_is_not_read_whole() {
         let f = std::fs::File::create(&path).unwrap();
         f.set_len(3 << 30).unwrap();
         drop(f);
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "ulimit -v 1048576; exec '{}' --vault '{}' --key-file '{}' serve",
-                bin(),
-                v.vault.display(),
-                v.key.display()
-            ))
+        let out = within_a_gib(&v, "serve")
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -1232,16 +1238,7 @@ fn a_ref_file_planted_past_any_size_memvault_writes_is_refused_unread() {
         let f = std::fs::File::create(&path).unwrap();
         f.set_len(2 << 30).unwrap();
         drop(f);
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "ulimit -v 1048576; exec '{}' --vault '{}' --key-file '{}' verify",
-                bin(),
-                v.vault.display(),
-                v.key.display()
-            ))
-            .output()
-            .unwrap();
+        let out = within_a_gib(&v, "verify").output().unwrap();
         let said = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
