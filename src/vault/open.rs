@@ -25,7 +25,20 @@ pub(crate) struct Staging {
 }
 
 impl Staging {
+    /// A staging folder beside `dir`, after checking that `dir` is no
+    /// link (refused as every open refuses one: an empty folder it points
+    /// to would pass and fail at the final rename with a bare "not a
+    /// directory") and is missing or an empty folder.
     pub(crate) fn new(dir: &Path, what: &str) -> Result<Staging, VaultError> {
+        if fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(fsx::Unsafe::Link(dir.display().to_string()).into());
+        }
+        if dir.exists() {
+            let empty = dir.is_dir() && fs::read_dir(dir)?.next().is_none();
+            if !empty {
+                return Err(VaultError::NotEmpty(dir.to_path_buf()));
+            }
+        }
         let parent = dir
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -186,18 +199,6 @@ impl Vault {
     ) -> Result<Vault, VaultError> {
         fsync::enable();
         config.validate().map_err(VaultError::Config)?;
-        // A link at `dir` is refused as every open refuses it (an empty
-        // folder it points to would otherwise pass the check below and
-        // fail at the final rename with a bare "not a directory").
-        if fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(fsx::Unsafe::Link(dir.display().to_string()).into());
-        }
-        if dir.exists() {
-            let empty = dir.is_dir() && fs::read_dir(dir)?.next().is_none();
-            if !empty {
-                return Err(VaultError::NotEmpty(dir.to_path_buf()));
-            }
-        }
         // Build the vault in a sibling folder and move it into place at
         // the end, so a crash never leaves a half-made vault at `dir`.
         let staging = Staging::new(dir, "init")?;

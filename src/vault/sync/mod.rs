@@ -1342,16 +1342,7 @@ pub fn clone_vault(
 ) -> Result<(Vault, PullReport), VaultError> {
     remotes::check_no_secret(url)?;
     let url = git::absolute_url(url)?;
-    // A link at `dir` is refused as `init` and every open refuse it.
-    if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Err(super::fsx::Unsafe::Link(dir.display().to_string()).into());
-    }
-    if dir.exists() {
-        let empty = dir.is_dir() && std::fs::read_dir(dir)?.next().is_none();
-        if !empty {
-            return Err(VaultError::NotEmpty(dir.to_path_buf()));
-        }
-    }
+    // (The target is checked there: no link, missing or empty.)
     let staging = super::open::Staging::new(dir, "clone")?;
     let (vault, report) = clone_into(&url, &staging.tmp, unlock, attribution.clone())?;
     drop(vault);
