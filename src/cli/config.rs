@@ -132,13 +132,12 @@ fn set(
         if &config == current {
             return Ok(None);
         }
-        // The vault's own rules, before and after, find what a custom
-        // rule was written for (its regex the leaked token itself).
+        // History says what changed, from what to what: custom rules'
+        // regexes left out (below), the rest through the built-in filter
+        // and the vault's own rules before and after the change (a token
+        // a custom rule was written for, anywhere else in the value),
+        // then cut if long (a rule list).
         let old_filter = Redactor::new(&current.redaction).ok();
-        // History says what changed, from what to what: through the
-        // secret filter (a custom rule can be written for one leaked
-        // token, its regex the token itself), then cut if long (a rule
-        // list).
         let shown = |v: &Value| -> Result<String, CliError> {
             // A custom rule's regex is not recorded (only its length): it
             // may be a leaked token written with escapes (`\.`, `\+`),
