@@ -235,7 +235,8 @@ pub fn memory_tool(config: &VaultConfig) -> Tool {
          that are no longer relevant; do not create new files unless necessary.{secrets}\n\
          \n\
          Every path is `/memories` or starts with `/memories/`; `..`, `.`, empty segments, \
-         backslashes, control characters and percent-encoding are refused.\n\
+         backslashes, control characters and a percent-encoded dot, slash or backslash \
+         (`%2e`, `%2f`, `%5c`) are refused; nothing is URL-decoded.\n\
          \n\
          Commands (field `command`; the other fields it uses follow):\n\
          - view: `path`, optional `view_range` [start, end] (1-based; end -1 for the end of \

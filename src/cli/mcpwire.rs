@@ -49,6 +49,10 @@ pub(crate) enum Screened {
     },
     /// Not a JSON-RPC message: the parser's error.
     Unparsable(String),
+    /// A notification (a method, no id) that is not one rmcp can take:
+    /// never answered on stdio (JSON-RPC answers no notification), a 400
+    /// over HTTP; the reason.
+    Drop(String),
     /// JSON, but not a JSON-RPC 2.0 message rmcp can take (another
     /// version, a batch, an id that is not a string or an integer, a
     /// `tools/call` without a tool name): answered with this error code
@@ -73,7 +77,7 @@ fn invalid(msg: &Value) -> Option<(Value, i64, String)> {
         return Some((Value::Null, -32600, format!("Invalid request: {what}")));
     };
     let id = obj.get("id");
-    let good_id = id.is_none_or(|i| i.is_string() || i.is_i64() || i.is_u64());
+    let good_id = id.is_none_or(|i| i.is_string() || i.is_i64());
     let answer_id = id.filter(|_| good_id).cloned().unwrap_or(Value::Null);
     if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Some((
@@ -82,11 +86,40 @@ fn invalid(msg: &Value) -> Option<(Value, i64, String)> {
             "Invalid request: \"jsonrpc\" must be \"2.0\"".into(),
         ));
     }
+    if let Some(big) = id.filter(|i| i.is_u64() && !i.is_i64()) {
+        // A JSON-RPC id, but past what rmcp takes: answered with it.
+        return Some((
+            big.clone(),
+            -32600,
+            "Invalid request: an integer \"id\" must be at most 9223372036854775807 (2^63 - 1); use a smaller one or a string".into(),
+        ));
+    }
     if !good_id {
         return Some((
             Value::Null,
             -32600,
             "Invalid request: \"id\" must be a string or an integer".into(),
+        ));
+    }
+    if obj.contains_key("method")
+        && let Some(p) = obj.get("params")
+        && !p.is_object()
+        && !p.is_null()
+    {
+        return Some((
+            answer_id,
+            -32602,
+            "Invalid params: \"params\" must be an object".into(),
+        ));
+    }
+    if let Some(meta) = msg.pointer("/params/_meta")
+        && !meta.is_object()
+        && !meta.is_null()
+    {
+        return Some((
+            answer_id,
+            -32602,
+            "Invalid params: \"params._meta\" must be an object".into(),
         ));
     }
     match obj.get("method") {
@@ -119,19 +152,45 @@ fn invalid(msg: &Value) -> Option<(Value, i64, String)> {
     }
 }
 
+/// A message that passed every check above but that rmcp still cannot
+/// read as an MCP message (its params do not fit the method's: rmcp would
+/// answer it without an id): refused here, with its id (null for a
+/// notification, as JSON-RPC answers an invalid request whose id it has
+/// not). The message is not quoted back.
+fn unfit(msg: &Value) -> Option<Screened> {
+    if serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(msg.clone()).is_ok() {
+        return None;
+    }
+    Some(Screened::Invalid {
+        id: msg.get("id").cloned().unwrap_or(Value::Null),
+        code: -32602,
+        message: "Invalid params: the params do not fit the method's (see the MCP schema)".into(),
+    })
+}
+
+/// `refusal`, or a `Drop` with its message when `msg` is a notification.
+fn notification_or(msg: &Value, refusal: Screened) -> Screened {
+    let notification = msg.get("method").is_some_and(Value::is_string)
+        && msg.as_object().is_some_and(|o| !o.contains_key("id"));
+    match refusal {
+        Screened::Invalid { message, .. } if notification => Screened::Drop(message),
+        other => other,
+    }
+}
+
 /// Screen one message's text (see the module docs).
 pub(crate) fn screen(text: &[u8]) -> Screened {
     let (msg, message) = match parse_strict(text) {
         Ok(v) if invalid(&v).is_some() => {
             let (id, code, message) = invalid(&v).unwrap_or_default();
-            return Screened::Invalid { id, code, message };
+            return notification_or(&v, Screened::Invalid { id, code, message });
         }
         Ok(v) => match v.pointer("/params/arguments") {
             Some(a) if !a.is_object() && !a.is_null() => match parse_command(a) {
                 Err(m) => (v, m),
-                Ok(_) => return Screened::Pass,
+                Ok(_) => return unfit(&v).map_or(Screened::Pass, |u| notification_or(&v, u)),
             },
-            _ => return Screened::Pass,
+            _ => return unfit(&v).map_or(Screened::Pass, |u| notification_or(&v, u)),
         },
         Err(ParseError::DuplicateKey(key)) => {
             // Not JSON at all beside its repeated key: a parse error, as
@@ -455,6 +514,10 @@ impl<R> Gate<R> {
                 }));
                 return;
             }
+            Screened::Drop(_) => {
+                eprintln!("memvault: a notification whose params MCP does not take was dropped");
+                return;
+            }
             Screened::Invalid { id, code, message } => {
                 self.out.answer(&json!({
                     "jsonrpc": "2.0",
@@ -656,6 +719,43 @@ mod tests {
                 _ => panic!("not refused as invalid: {text}"),
             }
         }
+    }
+
+    /// Round 38a: what passed every other check but rmcp cannot read is
+    /// refused with its id; a notification of that kind is dropped.
+    #[test]
+    fn messages_rmcp_cannot_read_keep_their_id_and_notifications_go_unanswered() {
+        for (text, want) in [
+            (
+                r#"{"jsonrpc":"2.0","id":5,"method":"ping","params":"x"}"#,
+                json!(5),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"a","method":"tools/list","params":[1]}"#,
+                json!("a"),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"memory","arguments":{},"_meta":1}}"#,
+                json!(6),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"ping"}"#,
+                json!(u64::MAX),
+            ),
+        ] {
+            match screen(text.as_bytes()) {
+                Screened::Invalid { id, .. } => assert_eq!(id, want, "{text}"),
+                _ => panic!("not refused with its id: {text}"),
+            }
+        }
+        assert!(matches!(
+            screen(br#"{"jsonrpc":"2.0","method":"notifications/initialized","params":"x"}"#),
+            Screened::Drop(_)
+        ));
+        assert!(matches!(
+            screen(br#"{"jsonrpc":"2.0","id":8,"method":"ping"}"#),
+            Screened::Pass
+        ));
     }
 
     /// A line that is not JSON is a parse error though it also repeats a

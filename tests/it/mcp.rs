@@ -370,11 +370,39 @@ fn mcp_answers_every_bad_line_as_serve_does_and_runs_none_of_them() {
             json!(113),
             -32602,
         ),
+        // Round 38a: params rmcp cannot read, and an id past i64 (rmcp
+        // answered these with no id at all).
+        (
+            r#"{"jsonrpc":"2.0","id":114,"method":"ping","params":"junk"}"#,
+            json!(114),
+            -32602,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":115,"method":"tools/list","params":[1]}"#,
+            json!(115),
+            -32602,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":116,"method":"tools/call","params":{"name":"memory","arguments":{"command":"view","path":"/memories"},"_meta":"x"}}"#,
+            json!(116),
+            -32602,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":9223372036854775808,"method":"ping"}"#,
+            json!(9223372036854775808u64),
+            -32600,
+        ),
     ] {
         let r = s.raw(line.as_bytes());
         assert_eq!(r["id"], id, "{line}: {r}");
         assert_eq!(r["error"]["code"], code, "{line}: {r}");
     }
+    // A notification rmcp cannot read gets no answer, and the server goes
+    // on: the next line's answer is the next one out.
+    s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized", "params": "junk"}));
+    let r = s.raw(br#"{"jsonrpc":"2.0","id":117,"method":"ping"}"#);
+    assert_eq!(r["id"], 117, "{r}");
+    assert!(r["result"].is_object(), "{r}");
     // A line over the limit: serve's error, as the call's tool error.
     let big = json!({"jsonrpc": "2.0", "id": 103, "method": "tools/call", "params": {"name": "memory", "arguments": {"command": "create", "path": "/memories/big.md", "file_text": "x".repeat(9 << 20)}}}).to_string();
     let r = s.raw(big.as_bytes());

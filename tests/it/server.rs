@@ -1582,6 +1582,24 @@ fn routes_match_as_sent_take_their_own_methods_and_refuse_malformed_bodies() {
             "/mcp",
             br#"{"jsonrpc":"2.0","id":12,"method":"tools/call"}"#,
         ),
+        // Round 38a: params rmcp cannot read, and an id past i64 (each
+        // was a 415, the status for a wrong Content-Type).
+        (
+            "/mcp",
+            br#"{"jsonrpc":"2.0","id":13,"method":"ping","params":"junk"}"#,
+        ),
+        (
+            "/mcp",
+            br#"{"jsonrpc":"2.0","method":"notifications/initialized","params":"junk"}"#,
+        ),
+        (
+            "/mcp",
+            br#"{"jsonrpc":"2.0","id":9223372036854775808,"method":"ping"}"#,
+        ),
+        (
+            "/mcp",
+            br#"{"jsonrpc":"2.0","id":14,"method":"tools/call","params":{"name":"memory","arguments":{"command":"view","path":"/memories"},"_meta":"x"}}"#,
+        ),
     ] {
         let (st, v) = s.req_with("POST", path, &mcp_h, body);
         assert_eq!(st, 400, "{path} {}: {v}", String::from_utf8_lossy(body));

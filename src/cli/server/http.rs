@@ -1279,7 +1279,8 @@ async fn mcp_gate(
                 format!("the request body is not valid JSON ({e}); {SEND}"),
             ));
         }
-        crate::cli::mcpwire::Screened::Invalid { message, .. } => {
+        crate::cli::mcpwire::Screened::Invalid { message, .. }
+        | crate::cli::mcpwire::Screened::Drop(message) => {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 format!("the request body is not a JSON-RPC 2.0 request ({message}); {SEND}"),
