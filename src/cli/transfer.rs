@@ -44,8 +44,14 @@ pub struct ExportArgs {
 /// The folder that maps to `/memories`: `DIR/memories` when DIR holds
 /// that folder and nothing else, else DIR itself. DIR holding `memories/`
 /// beside other entries is refused (which one was meant?), and so is a
-/// `memories` that is a link (import reads no link).
+/// `memories` that is a link (import reads no link). A DIR named
+/// `memories` is always the folder itself (an export's `OUT/memories`
+/// holding only a `memories/` folder is a vault's `/memories/memories/`:
+/// read as a base it lost a level; its base is `OUT`).
 fn memories_root(dir: &Path) -> Result<PathBuf, CliError> {
+    if dir.file_name().is_some_and(|n| n == "memories") {
+        return Ok(dir.to_path_buf());
+    }
     let inner = dir.join("memories");
     match fs::symlink_metadata(&inner) {
         Ok(m) if m.file_type().is_symlink() => Err(CliError::failure(format!(
@@ -159,11 +165,11 @@ fn collect(
             )));
         } else if kind.is_dir() {
             // A folder with no file below it is left out (a vault keeps
-            // files, and folders only as their paths): counted once, at
-            // its top.
+            // files, and folders only as their paths): counted, and each
+            // folder below it.
             let (before, mut inner) = (out.len(), 0);
             collect(root, &e.path(), &path, out, &mut inner)?;
-            *empty += if out.len() == before { 1 } else { inner };
+            *empty += inner + usize::from(out.len() == before);
         } else if kind.is_file() {
             // The file as found (not through a link): it is read only if
             // it is still this one (see [`read_found`]).
@@ -402,7 +408,7 @@ pub fn import(global: &Global, args: &ImportArgs, out: &mut dyn Write) -> Result
     if empty > 0 {
         writeln!(
             out,
-            "left out {empty} empty folder{} (a vault keeps files; a folder exists while a file is in it)",
+            "left out {empty} folder{} holding no file (a vault keeps files; a folder exists while a file is in it)",
             if empty == 1 { "" } else { "s" }
         )?;
     }

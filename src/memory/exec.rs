@@ -392,11 +392,24 @@ impl Memory {
         filtered.path_redactions = path_kinds;
         let text: &str = filtered.text();
         if text.len() > self.config.max_file_bytes {
+            // Markers can make the text longer than what was sent: the
+            // size refused is then not the size the model gave.
+            let redacted = match text.len() == file_text.len() {
+                true => String::new(),
+                false => format!(
+                    " once its secrets are replaced by [REDACTED:…] markers ({} bytes as sent)",
+                    file_text.len()
+                ),
+            };
             return ToolResult::error(format!(
-                "Error: The content is {} bytes, over the limit of {} for one memory file. Nothing was changed; split the content into several smaller files.",
+                "Error: The content is {} bytes{redacted}, over the limit of {} for one memory file. Nothing was changed; split the content into several smaller files.",
                 text.len(),
                 limit(self.config.max_file_bytes)
             ));
+        }
+        let lines = line_count(text);
+        if lines > MAX_VIEW_LINES {
+            return ToolResult::error(too_many_lines("The content is", lines));
         }
         let overwrite = self.config.overwrite_on_create;
         let mut unchanged = false;
@@ -554,6 +567,13 @@ impl Memory {
                 Ok(checked) => checked,
                 Err(message) => return refuse(message),
             };
+            let lines = line_count(&edited);
+            if lines > MAX_VIEW_LINES && lines > line_count(text) {
+                return refuse(too_many_lines(
+                    &format!("The edit would make {path}"),
+                    lines,
+                ));
+            }
 
             let snippet = match edited.is_empty() {
                 true => "(the file is now empty)".to_owned(),
@@ -671,6 +691,13 @@ impl Memory {
                 Ok(checked) => checked,
                 Err(message) => return refuse(message),
             };
+            let lines = line_count(&edited);
+            if lines > MAX_VIEW_LINES {
+                return refuse(too_many_lines(
+                    &format!("The insert would make {path}"),
+                    lines,
+                ));
+            }
             Ok(Outcome {
                 result: ToolResult::ok(
                     noted.with_note(format!("The file {path} has been edited.")),
@@ -1545,6 +1572,14 @@ fn count_u32(n: usize) -> u32 {
 }
 
 /// A byte limit as `{n} bytes ({human})`.
+/// The refusal of a write that would leave a file of `lines` lines, more
+/// than `view` shows (it would answer only "exceeds maximum line limit").
+fn too_many_lines(what: &str, lines: usize) -> String {
+    format!(
+        "Error: {what} {lines} lines, over the limit of 999,999 lines that view can show. Nothing was changed; split the content into several smaller files."
+    )
+}
+
 fn limit(bytes: usize) -> String {
     let human = human_size(u64::try_from(bytes).unwrap_or(u64::MAX));
     format!("{bytes} bytes ({human})")

@@ -438,13 +438,48 @@ fn invalid_view_ranges_say_what_is_valid() {
 fn a_file_over_999_999_lines_is_refused() {
     let m = config(|c| c.max_file_bytes = 2 << 20);
     let mut s = MemStore::default();
+    // No command makes one (round 38a): create, insert and str_replace
+    // refuse, and change nothing.
     let big = "\n".repeat(1_000_000);
     let r = run(
         &m,
         &mut s,
         json!({"command": "create", "path": "/memories/big.txt", "file_text": big}),
     );
-    ok(&r);
+    assert_eq!(
+        err(&r),
+        "Error: The content is 1000000 lines, over the limit of 999,999 lines that view can show. Nothing was changed; split the content into several smaller files."
+    );
+    assert!(content(&s, "/memories/big.txt").is_none());
+    let full = "\n".repeat(999_998) + "x\n";
+    s.seed(&p("/memories/full.txt"), full.clone().into_bytes())
+        .unwrap();
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "insert", "path": "/memories/full.txt", "insert_line": 999_999, "insert_text": "y"}),
+    );
+    assert_eq!(
+        err(&r),
+        "Error: The insert would make /memories/full.txt 1000000 lines, over the limit of 999,999 lines that view can show. Nothing was changed; split the content into several smaller files."
+    );
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "str_replace", "path": "/memories/full.txt", "old_str": "x", "new_str": "x\ny"}),
+    );
+    assert!(err(&r).starts_with("Error: The edit would make /memories/full.txt 1000000 lines"));
+    assert_eq!(content(&s, "/memories/full.txt").unwrap(), full);
+    // One already over (a merge of two machines' edits can make one) can
+    // be edited as long as the edit adds no line; view refuses it.
+    s.seed(&p("/memories/big.txt"), (big + "x").into_bytes())
+        .unwrap();
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "str_replace", "path": "/memories/big.txt", "old_str": "x", "new_str": "y"}),
+    );
+    assert!(!r.is_error, "{r:?}");
     let r = run(
         &m,
         &mut s,
@@ -1091,6 +1126,29 @@ fn str_replace_several_matches_lists_their_lines() {
     );
     assert!(!r.is_error, "{r:?}");
     assert_eq!(content(&s, "/memories/c.txt").unwrap(), "b\nzaaz\n");
+}
+
+/// Round 38b: markers can make the stored text longer than what was sent;
+/// the refusal says so rather than give a size the model never sent.
+#[test]
+fn a_create_over_the_size_limit_once_redacted_says_its_size_as_sent() {
+    let m = Memory::new(
+        MemoryConfig {
+            overwrite_on_create: false,
+            max_file_bytes: 20,
+            max_view_chars: 16_000,
+        },
+        Some(Box::new(Toy)),
+    );
+    let mut s = MemStore::default();
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "create", "path": "/memories/a.txt", "file_text": "ghp_EXAMPLE ghp_EXAMPLE"}),
+    );
+    let e = err(&r);
+    assert!(e.contains("bytes once its secrets are replaced by [REDACTED:…] markers (23 bytes as sent), over the limit of 20"), "{e}");
+    assert!(content(&s, "/memories/a.txt").is_none());
 }
 
 #[test]

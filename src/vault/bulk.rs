@@ -80,10 +80,21 @@ impl Vault {
                 }
                 if f.content.len() > self.config.max_file_bytes {
                     return Err(VaultError::Refused(format!(
-                        "{} is {} bytes, over this vault's limit of {} bytes per file",
+                        "{} is {} bytes{}, over this vault's limit of {} bytes per file",
                         f.path.as_str(),
                         f.content.len(),
+                        match f.redactions.is_empty() {
+                            true => "",
+                            false => " once its secrets are replaced by [REDACTED:…] markers",
+                        },
                         self.config.max_file_bytes
+                    )));
+                }
+                let lines = count_lines(&f.content);
+                if lines as usize > crate::memory::render::MAX_VIEW_LINES {
+                    return Err(VaultError::Refused(format!(
+                        "{} is {lines} lines, over the limit of 999,999 lines that view can show; split it into several smaller files",
+                        f.path.as_str(),
                     )));
                 }
             }

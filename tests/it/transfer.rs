@@ -160,7 +160,8 @@ fn import_applies_the_secret_filter_to_text() {
 }
 
 /// Empty folders cannot be kept (a vault keeps files): an import says how
-/// many it left out, counting a folder of empty folders once.
+/// many it left out, each nested one too (round 38b: a folder of empty
+/// folders counted as one).
 #[test]
 fn import_names_the_empty_folders_it_leaves_out() {
     let v = TestVault::new();
@@ -173,7 +174,68 @@ fn import_names_the_empty_folders_it_leaves_out() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let said = String::from_utf8_lossy(&o.stdout);
     assert!(said.contains("imported 1 file"), "{said}");
-    assert!(said.contains("left out 2 empty folders"), "{said}");
+    assert!(
+        said.contains("left out 4 folders holding no file"),
+        "{said}"
+    );
+}
+
+/// Round 38b: an export's `OUT/memories` holding only a `memories/`
+/// folder (the vault's `/memories/memories/`) is imported as the folder
+/// itself, keeping that level (it was read as a base and lost it); a file
+/// `view` could not show (over 999,999 lines) is refused, and a size
+/// refusal says when the markers of redacted secrets made the file grow.
+#[test]
+fn import_keeps_a_memories_folder_and_refuses_files_no_command_could_write() {
+    let v = TestVault::new();
+    let r =
+        v.one(json!({"command": "create", "path": "/memories/memories/x.md", "file_text": "x\n"}));
+    assert!(!is_error(&r), "{r}");
+    let out = v.tmp.path().join("out");
+    let o = v.cmd().arg("export").arg(&out).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let w = TestVault::new();
+    let o = w
+        .cmd()
+        .arg("import")
+        .arg(out.join("memories"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = w.one(json!({"command": "view", "path": "/memories/memories/x.md"}));
+    assert!(!is_error(&r), "{r}");
+
+    let src = v.tmp.path().join("lines");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("many.md"), "\n".repeat(1_000_000)).unwrap();
+    let o = w.cmd().arg("import").arg(&src).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("/memories/many.md is 1000000 lines, over the limit of 999,999 lines"),
+        "{e}"
+    );
+    let r = w.one(json!({"command": "view", "path": "/memories/many.md"}));
+    assert!(is_error(&r), "{r}");
+
+    let o = w
+        .cmd()
+        .args(["config", "set", "max_file_bytes", "200"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let src = v.tmp.path().join("keys");
+    std::fs::create_dir_all(&src).unwrap();
+    let keys = "AKIAIOSFODNN7EXAMPLQ\n".repeat(9);
+    assert!(keys.len() <= 200);
+    std::fs::write(src.join("keys.md"), &keys).unwrap();
+    let o = w.cmd().arg("import").arg(&src).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("bytes once its secrets are replaced by [REDACTED:…] markers, over this vault's limit of 200"),
+        "{e}"
+    );
 }
 
 /// Export never writes inside the vault (which holds no readable
