@@ -26,8 +26,11 @@ fn usage(message: impl Into<String>) -> CliError {
     }
 }
 
-fn parse_path(p: &str) -> Result<MemoryPath, CliError> {
-    MemoryPath::parse_stored(p).map_err(|e| usage(e.to_string()))
+/// A path argument, as the memory tool resolves it (a secret in a name as
+/// written found under its marker).
+fn parse_path(vault: &Vault, p: &str) -> Result<MemoryPath, CliError> {
+    let path = MemoryPath::parse_stored(p).map_err(|e| usage(e.to_string()))?;
+    super::stored_path(vault, path)
 }
 
 fn not_a_rev(e: VaultError) -> CliError {
@@ -69,7 +72,7 @@ pub fn show_to(
         || Ok(reader()),
         |vault| {
             let rev = vault.resolve_rev(&args.rev).map_err(not_a_rev)?;
-            let path = parse_path(args.path.as_deref().unwrap_or("/memories"))?;
+            let path = parse_path(vault, args.path.as_deref().unwrap_or("/memories"))?;
             if args.raw {
                 let snap = vault.snapshot_at(Some(rev))?;
                 match snap.kind(&path).map_err(store_err)? {
@@ -194,7 +197,7 @@ pub fn diff(on: On<'_>, args: &DiffArgs, out: &mut dyn Write) -> Result<u8, CliE
                 rev2 = Some(r2.clone());
             }
             let mut path = match &args.path {
-                Some(p) => Some(parse_path(p)?),
+                Some(p) => Some(parse_path(vault, p)?),
                 None => None,
             };
             for r in &args.rest {
@@ -202,7 +205,7 @@ pub fn diff(on: On<'_>, args: &DiffArgs, out: &mut dyn Write) -> Result<u8, CliE
                     if path.is_some() {
                         return Err(usage("give at most one path"));
                     }
-                    path = Some(parse_path(r)?);
+                    path = Some(parse_path(vault, r)?);
                 } else if rev2.is_none() && path.is_none() {
                     rev2 = Some(r.clone());
                 } else {
@@ -405,7 +408,7 @@ pub fn restore(on: On<'_>, args: &RestoreArgs, out: &mut dyn Write) -> Result<u8
     on.with(
         || undoer(&args.actor),
         |vault| {
-            let path = parse_path(&args.path)?;
+            let path = parse_path(vault, &args.path)?;
             let at = vault.resolve_rev(&args.at).map_err(not_a_rev)?;
             // A path that is neither there now nor at that revision is a
             // mistake (a typo), not "nothing to undo".

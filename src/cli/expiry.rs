@@ -218,6 +218,9 @@ pub fn purge(on: On<'_>, args: &PurgeArgs, out: &mut dyn Write) -> Result<u8, Cl
     on.with(
         || sweeper(&args.actor),
         |vault| {
+            // The name as the model wrote it finds the file stored under
+            // its secret's marker, as the memory tool finds it.
+            let path = super::stored_path(vault, path)?;
             let report = vault.purge(&path, args.keep_current).map_err(refused)?;
             for p in &report.removed {
                 writeln!(out, "removed  {}", p.as_str())?;

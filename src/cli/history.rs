@@ -214,13 +214,15 @@ pub fn run(on: On<'_>, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8, Cl
     on.with(|| Ok(who), |vault| {
     let path = match &args.path {
         Some(p) => Some(
-            crate::memory::MemoryPath::parse_stored(p)
-                .map_err(|e| CliError {
+            super::stored_path(
+                vault,
+                crate::memory::MemoryPath::parse_stored(p).map_err(|e| CliError {
                     message: e.to_string(),
                     code: 2,
-                })?
-                .as_str()
-                .to_string(),
+                })?,
+            )?
+            .as_str()
+            .to_string(),
         ),
         None => None,
     };

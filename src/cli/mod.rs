@@ -30,7 +30,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::crypto::{KdfParams, KeyFileKey, Unlock};
-use crate::memory::Memory;
+use crate::memory::{Memory, MemoryPath};
 use crate::protocol;
 use crate::redact::{Mode, Redactor};
 use crate::vault::{Attribution, InitSecret, Vault, VaultConfig, VaultError};
@@ -632,6 +632,17 @@ impl LiveMemory {
         *live = Some((config.clone(), std::sync::Arc::clone(&memory)));
         Ok(Some(memory))
     }
+}
+
+/// A path an operator gave (`purge`, `history`, `show`, `diff`, `restore`)
+/// as the memory tool resolves it: a secret in a name as the model wrote
+/// it found under the redacted name it was stored as (see
+/// [`Memory::stored_path`]).
+pub(crate) fn stored_path(vault: &Vault, path: MemoryPath) -> Result<MemoryPath, CliError> {
+    if path.is_root() {
+        return Ok(path);
+    }
+    Ok(memory_for(vault.config())?.stored_path(&path))
 }
 
 pub(crate) fn memory_for(config: &VaultConfig) -> Result<Memory, CliError> {

@@ -826,6 +826,19 @@ impl Memory {
     /// and its file into one name. Redacted, the path is the redacted one
     /// (it must still be a valid path); refused, `Err` is the result to
     /// answer with. The refusal does not echo the path.
+    /// `path` as this tool stores it, and so as every one of its commands
+    /// resolves it: a secret in a name replaced by its marker (a file
+    /// created as `/memories/n-AKIA…` is stored and found as
+    /// `/memories/n-[REDACTED:aws-access-key-id]`). The path as given when
+    /// it holds no secret, or when the filter refuses it (nothing with
+    /// that secret in its name was stored then).
+    pub fn stored_path(&self, path: &MemoryPath) -> MemoryPath {
+        match self.filter_path(path) {
+            Ok((stored, _)) => stored,
+            Err(_) => path.clone(),
+        }
+    }
+
     fn filter_path(
         &self,
         path: &MemoryPath,

@@ -837,3 +837,38 @@ fn views_recorded_after_a_torn_access_record_still_keep_their_file() {
         "{said}"
     );
 }
+
+/// Round 38d: the operator commands that take a path find a file by the
+/// name the model wrote, as the memory tool does, though a secret in it
+/// was stored as its marker. `purge` of that name said it "never held a
+/// file" (naming the stored path, which did) and erased nothing;
+/// `history` and `show` found nothing.
+#[test]
+fn operator_commands_find_a_file_by_the_secret_name_the_model_wrote() {
+    let v = TestVault::new();
+    let written = "/memories/n-AKIAZ3MXQW7P2LK4N5RT.md";
+    let r = v.one(create(written, "customer data\n"));
+    assert!(!is_error(&r), "{r}");
+    let stdout = |args: &[&str]| {
+        let o = v.cmd().args(args).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let listed = stdout(&["history", written]);
+    assert!(listed.contains("create"), "{listed}");
+    assert!(!listed.contains("AKIAZ3MXQW7P2LK4N5RT"), "{listed}");
+    assert_eq!(
+        stdout(&["show", "--raw", "HEAD", written]),
+        "customer data\n"
+    );
+    let said = stdout(&["purge", written]);
+    assert!(said.contains("erased 1 key"), "{said}");
+    assert!(!said.contains("AKIAZ3MXQW7P2LK4N5RT"), "{said}");
+    let r = v.one(view("/memories"));
+    assert!(!text(&r).contains("n-"), "{r}");
+    assert!(plaintext_anywhere(&v.vault, "customer data").is_empty());
+}
