@@ -938,6 +938,11 @@ impl Vault {
         if let Some(tip) = tip {
             self.check_not_behind_verified(tip)?;
         }
+        // Every pack is read whole before anything is written: a damaged
+        // one refuses the gc with nothing changed, the log included (its
+        // records may be the only other copy of what the pack lost, and
+        // the scrub below would clear them).
+        objects::check_packs(&self.repo)?;
         // An erasure cut short (its marker left) is finished first, as
         // the next writer would: its prune and the marker's removal.
         self.finish_pending_erasure(tip)?;
