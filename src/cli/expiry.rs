@@ -62,9 +62,17 @@ fn period_error(s: &str) -> CliError {
         .trim_end_matches(|c: char| c.is_ascii_alphabetic())
         .parse::<u64>()
         .is_ok_and(|n| n == 0);
+    let digits = s.trim().trim_end_matches(['s', 'm', 'h', 'd', 'w']);
+    let unit_len = s.trim().len() - digits.len();
+    let too_long =
+        unit_len == 1 && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
     if zero {
         usage(format!(
             "{s:?} is a period of zero: it would expire every file; give more than 0, such as 90m, 12h, 30d or 2w"
+        ))
+    } else if too_long {
+        usage(format!(
+            "{s:?} is a longer period than memvault counts (at most about 584 million years, 2^64 milliseconds); give a shorter one, such as 3650d"
         ))
     } else {
         usage(format!(

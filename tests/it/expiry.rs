@@ -149,6 +149,14 @@ fn expire_keeps_what_was_viewed_or_written_recently_and_dry_run_changes_nothing(
         "{}",
         String::from_utf8_lossy(&zero.stderr)
     );
+    // Round 38d: a well-formed period past what is counted says so.
+    let long = run_at(&v, now, &["expire", "--older-than", "999999999999d"]);
+    assert_eq!(long.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&long.stderr).contains("a longer period than memvault counts"),
+        "{}",
+        String::from_utf8_lossy(&long.stderr)
+    );
 }
 
 #[test]
