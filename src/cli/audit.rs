@@ -53,21 +53,10 @@ pub struct ShowArgs {
     pub raw: bool,
 }
 
-/// `memvault show REV [PATH]`.
+/// `memvault show REV [PATH]`: the view's refusal (a path that did not
+/// exist then, an erased version) is the error (stderr, exit 1; a 422 for
+/// the server's `/v1/show`).
 pub fn show(on: On<'_>, args: &ShowArgs, out: &mut dyn Write) -> Result<u8, CliError> {
-    show_to(on, args, out, false)
-}
-
-/// `show`, with the view's refusal (a path that did not exist then)
-/// written to `out` with exit code 1 (`refusal_to_out`: the server's
-/// `/v1/show`, which answers it as `{"text", "is_error": true}`), or
-/// returned as the error (the command line: stderr).
-pub fn show_to(
-    on: On<'_>,
-    args: &ShowArgs,
-    out: &mut dyn Write,
-    refusal_to_out: bool,
-) -> Result<u8, CliError> {
     on.with(
         || Ok(reader()),
         |vault| {
@@ -121,7 +110,7 @@ pub fn show_to(
                 }
             };
             // A refusal is a diagnostic: stderr (through the error), exit 1.
-            if result.is_error && !refusal_to_out {
+            if result.is_error {
                 // The tool's "Error: " is the model's; a person reads
                 // "memvault: ..." on stderr.
                 return Err(CliError::failure(

@@ -1224,6 +1224,51 @@ fn sigterm_finishes_requests_in_flight_and_loses_nothing() {
     }
 }
 
+/// Round 38c: a request whose headers arrived before SIGTERM but whose
+/// body was still arriving is in flight: it finishes (it was a 503, "the
+/// server is shutting down", and nothing was written).
+#[test]
+fn sigterm_finishes_a_request_whose_body_is_still_arriving() {
+    use std::io::{Read, Write};
+    let r = Root::new(&[("a", "memory")]);
+    let s = r.start(&[]);
+    let body = json!({"command": "create", "path": "/memories/inflight.md", "file_text": "x\n"})
+        .to_string();
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        c,
+        "POST /v1/memory HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+        r.tokens["a"],
+        body.len(),
+        &body[..4]
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = s.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    c.write_all(&body.as_bytes()[4..]).unwrap();
+    let mut answer = Vec::new();
+    let _ = c.read_to_end(&mut answer);
+    let (status, reply) = parse_response(&answer).expect("no answer");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
+    let status = s.stop();
+    assert!(status.success(), "{status:?}");
+    let s = r.start(&[]);
+    let v = s.memory(
+        &r.tokens["a"],
+        json!({"command": "view", "path": "/memories/inflight.md"}),
+    );
+    assert_eq!(v["is_error"], false, "{v}");
+}
+
 #[test]
 fn the_memory_route_answers_as_serve_does() {
     let r = Root::new(&[("alice", "memory")]);
@@ -2280,6 +2325,20 @@ fn show_gives_an_images_bytes_in_base64_and_says_what_it_is() {
     );
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["content"], "é\n");
+    // A path not there at that revision is a 422 with or without `raw`
+    // (round 38c: without it, a 200 whose body said `"is_error": true`).
+    for raw in [false, true] {
+        let body = json!({"rev": "HEAD", "path": "/memories/nothing.md", "raw": raw});
+        let (st, v) = s.req("POST", "/v1/show", Some(&token), &body.to_string());
+        assert_eq!(st, 422, "{v}");
+        assert!(
+            v["error"]
+                .as_str()
+                .unwrap()
+                .contains("/memories/nothing.md"),
+            "{v}"
+        );
+    }
 }
 
 /// A request target that names a host (`POST http://evil.example/mcp`)

@@ -398,6 +398,8 @@ impl App {
         });
     }
 
+    /// The caller of a new request: refused while shutting down (a request
+    /// admitted before finishes; see [`App::still_authorized`]).
     pub fn authenticate(&self, headers: &HeaderMap, scope: Scope) -> Result<Authed, ApiError> {
         if self.stopping.load(Ordering::SeqCst) {
             return Err(ApiError::new(
@@ -405,6 +407,11 @@ impl App {
                 "the server is shutting down",
             ));
         }
+        self.identify(headers, scope)
+    }
+
+    /// The token's tenant and scope check, shutting down or not.
+    fn identify(&self, headers: &HeaderMap, scope: Scope) -> Result<Authed, ApiError> {
         let mut values = headers.get_all(header::AUTHORIZATION).iter();
         let (Some(value), None) = (values.next(), values.next()) else {
             return Err(unauthorized());
@@ -460,7 +467,9 @@ impl App {
         scope: Scope,
         who: &Authed,
     ) -> Result<(), ApiError> {
-        let now = self.authenticate(headers, scope)?;
+        // Not refused for a shutdown begun since it was admitted: a
+        // request in flight (its body still arriving) finishes.
+        let now = self.identify(headers, scope)?;
         if now.tenant != who.tenant || now.token != who.token || !self.has_tenant(&who.tenant) {
             return Err(unauthorized());
         }
@@ -1027,7 +1036,11 @@ fn subcommand(
         }
         "show" => {
             let a: audit::ShowArgs = args_of(args)?;
-            let code = audit::show_to(On::Open(vault), &a, out, true).map_err(cli_error)?;
+            // A path not there at that revision, or an erased version, is
+            // a 422 as with `raw` (round 38c: it was a 200 whose body said
+            // `"is_error": true`, which a client checking the status took
+            // for success).
+            audit::show(On::Open(vault), &a, out).map_err(cli_error)?;
             if a.raw {
                 // Text as text; other bytes (an image) in base64, never
                 // through a lossy conversion.
@@ -1042,7 +1055,7 @@ fn subcommand(
                 if t.ends_with('\n') {
                     t.pop();
                 }
-                json!({"text": t, "is_error": code != 0})
+                json!({"text": t, "is_error": false})
             }
         }
         "diff" => {
