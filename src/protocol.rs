@@ -61,7 +61,20 @@ pub fn handle_line(memory: &Memory, store: &mut dyn Store, line: &[u8]) -> Reply
         Err(ParseError::DuplicateKey(key)) => {
             return error_reply(tool_use_id_in_head(line), duplicate_key_message(&key));
         }
-        Err(ParseError::Syntax(e)) => return error_reply(None, not_json_message(&e)),
+        Err(ParseError::Syntax(e)) => {
+            // Bytes that are not UTF-8 are said as such, not as a JSON
+            // syntax error at some column (round 38a).
+            if let Err(bad) = std::str::from_utf8(line) {
+                return error_reply(
+                    None,
+                    format!(
+                        "Error: the request is not UTF-8 text (an invalid byte at offset {}). Send one JSON object per line, in UTF-8: a tool_use block or a command object such as {{\"command\":\"view\",\"path\":\"/memories\"}}.",
+                        bad.valid_up_to()
+                    ),
+                );
+            }
+            return error_reply(None, not_json_message(&e));
+        }
     };
     handle_value(memory, store, &value)
 }
@@ -564,6 +577,27 @@ mod tests {
         assert_eq!(out[0]["tool_use_id"], "toolu_1");
         assert_eq!(out[0]["type"], "tool_result");
         assert_eq!(out[0]["is_error"], false);
+    }
+
+    /// Round 38a: a line that is not UTF-8 is said to be so.
+    #[test]
+    fn a_line_that_is_not_utf8_is_said_to_be_so() {
+        let memory = Memory::default();
+        let mut store = MemStore::default();
+        let reply = handle_line(
+            &memory,
+            &mut store,
+            b"{\"command\":\"view\",\"path\":\"/memories/\xff\"}",
+        );
+        let ToolResult { content, is_error } = reply.result;
+        assert!(is_error);
+        let crate::memory::Content::Text(text) = content else {
+            panic!("not text");
+        };
+        assert!(
+            text.starts_with("Error: the request is not UTF-8 text (an invalid byte at offset 36)"),
+            "{text}"
+        );
     }
 
     #[test]

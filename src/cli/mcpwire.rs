@@ -158,7 +158,9 @@ fn invalid(msg: &Value) -> Option<(Value, i64, String)> {
 /// notification, as JSON-RPC answers an invalid request whose id it has
 /// not). The message is not quoted back.
 fn unfit(msg: &Value) -> Option<Screened> {
-    if serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(msg.clone()).is_ok() {
+    use serde::Deserialize;
+    // A response (no method) is never answered, whatever it holds.
+    if msg.get("method").is_none() || rmcp::model::ClientJsonRpcMessage::deserialize(msg).is_ok() {
         return None;
     }
     Some(Screened::Invalid {

@@ -407,7 +407,11 @@ impl Memory {
                 limit(self.config.max_file_bytes)
             ));
         }
-        let lines = line_count(text);
+        // A line takes a byte at least: no count below that many bytes.
+        let lines = match text.len() > MAX_VIEW_LINES {
+            true => line_count(text),
+            false => 0,
+        };
         if lines > MAX_VIEW_LINES {
             return ToolResult::error(too_many_lines("The content is", lines));
         }
@@ -567,7 +571,10 @@ impl Memory {
                 Ok(checked) => checked,
                 Err(message) => return refuse(message),
             };
-            let lines = line_count(&edited);
+            let lines = match edited.len() > MAX_VIEW_LINES {
+                true => line_count(&edited),
+                false => 0,
+            };
             if lines > MAX_VIEW_LINES && lines > line_count(text) {
                 return refuse(too_many_lines(
                     &format!("The edit would make {path}"),
@@ -691,7 +698,10 @@ impl Memory {
                 Ok(checked) => checked,
                 Err(message) => return refuse(message),
             };
-            let lines = line_count(&edited);
+            let lines = match edited.len() > MAX_VIEW_LINES {
+                true => line_count(&edited),
+                false => 0,
+            };
             if lines > MAX_VIEW_LINES {
                 return refuse(too_many_lines(
                     &format!("The insert would make {path}"),

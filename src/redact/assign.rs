@@ -936,6 +936,27 @@ fn operator(b: &[u8], key_end: usize, cli: bool, xml: bool, bearer: bool) -> Opt
         let k = skip_blank(b, j + 2);
         return (k > j + 2).then_some((Op::Assign, k));
     }
+    // R's `password <- "value"` and `<<-`: a quoted value only (a bare
+    // one is a variable or a call).
+    if b.get(j) == Some(&b'<') {
+        let arrow = if b.get(j + 1) == Some(&b'<') {
+            j + 1
+        } else {
+            j
+        };
+        if b.get(arrow + 1) == Some(&b'-') {
+            let v = skip_blank(b, arrow + 2);
+            return matches!(b.get(v), Some(b'"' | b'\'')).then_some((Op::Assign, v));
+        }
+    }
+    // A fullwidth colon or equals sign (`密码：…`, `password：…`), as
+    // CJK text writes them: as `:` and `=`.
+    if b[j.min(n)..].starts_with("\u{ff1a}".as_bytes())
+        || b[j.min(n)..].starts_with("\u{ff1d}".as_bytes())
+    {
+        let v = skip_blank(b, j + 3);
+        return (v < n).then_some((Op::Assign, v));
+    }
     if j < n {
         match b[j] {
             b':' => {
@@ -1168,6 +1189,26 @@ fn value(b: &[u8], i: usize, op: Op) -> Result<(usize, usize, bool), usize> {
         return Err(i);
     }
     let q = b[i];
+    // A TOML or Python triple-quoted string on one line, or opened at
+    // the end of its line and closed after one line of value.
+    if matches!(q, b'"' | b'\'') && b.get(i + 1) == Some(&q) && b.get(i + 2) == Some(&q) {
+        let mut vs = i + 3;
+        if b.get(vs) == Some(&b'\n') {
+            vs += 1;
+        } else if b.get(vs) == Some(&b'\r') && b.get(vs + 1) == Some(&b'\n') {
+            vs += 2;
+        }
+        let rest = &b[vs..n.min(vs + MAX_VALUE + 2)];
+        let close = rest.windows(3).position(|w| w == [q, q, q]).ok_or(i)?;
+        let mut ve = vs + close;
+        while ve > vs && matches!(b[ve - 1], b'\n' | b'\r') {
+            ve -= 1;
+        }
+        if ve == vs || b[vs..ve].contains(&b'\n') {
+            return Err(i);
+        }
+        return Ok((vs, ve, true));
+    }
     if matches!(q, b'"' | b'\'' | b'`') {
         let mut k = i + 1;
         while k < n && k - i <= MAX_VALUE {

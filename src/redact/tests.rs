@@ -3019,3 +3019,34 @@ mod round_37 {
         );
     }
 }
+
+mod round_38 {
+    use super::*;
+
+    /// R's `<-`, a fullwidth colon or equals sign, and TOML or Python
+    /// triple-quoted strings (round 37b's misses).
+    #[test]
+    fn r_arrows_fullwidth_operators_and_triple_quotes() {
+        let p = format!("Qx7!{}", rand(3800, ALNUM, 14));
+        for text in [
+            format!("db_password <- \"{p}\"\n"),
+            format!("password <<- '{p}'\n"),
+            format!("密码：{p}\n"),
+            format!("password：{p}\n"),
+            format!("password＝{p}\n"),
+            format!("password = \"\"\"{p}\"\"\"\n"),
+            format!("password = \"\"\"\n{p}\n\"\"\"\n"),
+            format!("password = '''{p}'''\n"),
+        ] {
+            assert_redacted(&text, &p, "password-assignment");
+        }
+        for text in [
+            "password <- readline(prompt = \"Password: \")\n",
+            "if (nchar(password) <-1) stop()\n",
+            "password = \"\"\"\n\"\"\"\n",
+            "docstring = \"\"\"Reads the password from the vault.\"\"\"\n",
+        ] {
+            assert_clean(text);
+        }
+    }
+}
