@@ -28,7 +28,7 @@ fn usage(message: impl Into<String>) -> CliError {
 
 /// A path argument, as the memory tool resolves it (a secret in a name as
 /// written found under its marker).
-fn parse_path(vault: &Vault, p: &str) -> Result<MemoryPath, CliError> {
+fn parse_path(vault: &mut Vault, p: &str) -> Result<MemoryPath, CliError> {
     let path = MemoryPath::parse_stored(p).map_err(|e| usage(e.to_string()))?;
     super::stored_path(vault, path)
 }

@@ -227,9 +227,20 @@ pub fn purge(on: On<'_>, args: &PurgeArgs, out: &mut dyn Write) -> Result<u8, Cl
         || sweeper(&args.actor),
         |vault| {
             // The name as the model wrote it finds the file stored under
-            // its secret's marker, as the memory tool finds it.
-            let path = super::stored_path(vault, path)?;
-            let report = vault.purge(&path, args.keep_current).map_err(refused)?;
+            // its secret's marker, as the memory tool finds it: the path
+            // as given first (a file stored under it before the filter
+            // was on), then its redacted form.
+            let (path, report) = match vault.purge(&path, args.keep_current) {
+                Err(VaultError::Refused(m)) => match super::redacted_path(vault, &path) {
+                    Some(redacted) => match vault.purge(&redacted, args.keep_current) {
+                        Ok(report) => (redacted, report),
+                        Err(VaultError::Refused(_)) => return Err(refused(VaultError::Refused(m))),
+                        Err(e) => return Err(refused(e)),
+                    },
+                    None => return Err(refused(VaultError::Refused(m))),
+                },
+                other => (path, other.map_err(refused)?),
+            };
             for p in &report.removed {
                 writeln!(out, "removed  {}", p.as_str())?;
             }

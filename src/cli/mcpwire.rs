@@ -77,7 +77,9 @@ fn invalid(msg: &Value) -> Option<(Value, i64, String)> {
         return Some((Value::Null, -32600, format!("Invalid request: {what}")));
     };
     let id = obj.get("id");
-    let good_id = id.is_none_or(|i| i.is_string() || i.is_i64());
+    // (A response's id past i64 passes: a response is never answered.)
+    let good_id = id
+        .is_none_or(|i| i.is_string() || i.is_i64() || (i.is_u64() && !obj.contains_key("method")));
     let answer_id = id.filter(|_| good_id).cloned().unwrap_or(Value::Null);
     if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Some((
@@ -86,7 +88,7 @@ fn invalid(msg: &Value) -> Option<(Value, i64, String)> {
             "Invalid request: \"jsonrpc\" must be \"2.0\"".into(),
         ));
     }
-    if let Some(big) = id.filter(|i| i.is_u64() && !i.is_i64()) {
+    if let Some(big) = id.filter(|i| i.is_u64() && !i.is_i64() && obj.contains_key("method")) {
         // A JSON-RPC id, but past what rmcp takes: answered with it.
         return Some((
             big.clone(),
@@ -163,10 +165,21 @@ fn unfit(msg: &Value) -> Option<Screened> {
     if msg.get("method").is_none() || rmcp::model::ClientJsonRpcMessage::deserialize(msg).is_ok() {
         return None;
     }
+    let (code, message) = if msg.get("result").is_some() || msg.get("error").is_some() {
+        (
+            -32600,
+            "Invalid request: a request carries no result or error",
+        )
+    } else {
+        (
+            -32602,
+            "Invalid params: the params do not fit the method's (see the MCP schema)",
+        )
+    };
     Some(Screened::Invalid {
         id: msg.get("id").cloned().unwrap_or(Value::Null),
-        code: -32602,
-        message: "Invalid params: the params do not fit the method's (see the MCP schema)".into(),
+        code,
+        message: message.into(),
     })
 }
 
@@ -175,7 +188,13 @@ fn notification_or(msg: &Value, refusal: Screened) -> Screened {
     let notification = msg.get("method").is_some_and(Value::is_string)
         && msg.as_object().is_some_and(|o| !o.contains_key("id"));
     match refusal {
-        Screened::Invalid { message, .. } if notification => Screened::Drop(message),
+        // Only params MCP does not take: a notification that is not
+        // JSON-RPC 2.0 at all is answered (id null), as before.
+        Screened::Invalid {
+            message,
+            code: -32602,
+            ..
+        } if notification => Screened::Drop(message),
         other => other,
     }
 }
@@ -757,6 +776,21 @@ mod tests {
         assert!(matches!(
             screen(br#"{"jsonrpc":"2.0","id":8,"method":"ping"}"#),
             Screened::Pass
+        ));
+        // A response is never answered, whatever its id; a notification
+        // that is not JSON-RPC 2.0 is answered (id null), as before; a
+        // request carrying a result is an invalid request.
+        assert!(matches!(
+            screen(br#"{"jsonrpc":"2.0","id":18446744073709551615,"result":{}}"#),
+            Screened::Pass
+        ));
+        assert!(matches!(
+            screen(br#"{"jsonrpc":"1.0","method":"x"}"#),
+            Screened::Invalid { code: -32600, .. }
+        ));
+        assert!(matches!(
+            screen(br#"{"jsonrpc":"2.0","id":9,"method":"ping","result":{}}"#),
+            Screened::Invalid { code: -32600, .. }
         ));
     }
 

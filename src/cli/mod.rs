@@ -30,7 +30,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::crypto::{KdfParams, KeyFileKey, Unlock};
-use crate::memory::{Memory, MemoryPath};
+use crate::memory::{Memory, MemoryPath, Snapshot};
 use crate::protocol;
 use crate::redact::{Mode, Redactor};
 use crate::vault::{Attribution, InitSecret, Vault, VaultConfig, VaultError};
@@ -634,15 +634,32 @@ impl LiveMemory {
     }
 }
 
-/// A path an operator gave (`purge`, `history`, `show`, `diff`, `restore`)
-/// as the memory tool resolves it: a secret in a name as the model wrote
-/// it found under the redacted name it was stored as (see
-/// [`Memory::stored_path`]).
-pub(crate) fn stored_path(vault: &Vault, path: MemoryPath) -> Result<MemoryPath, CliError> {
-    if path.is_root() {
+/// A path an operator gave (`history`, `show`, `diff`, `restore`) as the
+/// memory tool resolves it: as given when anything is there now, else,
+/// when a secret in a name makes it differ, the redacted name the tool
+/// stored it as (see [`redacted_path`]). (`purge` tries both.)
+pub(crate) fn stored_path(vault: &mut Vault, path: MemoryPath) -> Result<MemoryPath, CliError> {
+    let Some(redacted) = redacted_path(vault, &path) else {
         return Ok(path);
+    };
+    let tip = vault.tip()?;
+    let there = vault
+        .snapshot_at(tip)?
+        .kind(&path)
+        .map_err(|e| CliError::failure(e.to_string()))?
+        .is_some();
+    Ok(if there { path } else { redacted })
+}
+
+/// `path` with its names' secrets replaced by their markers, as the
+/// memory tool stores a path it is given, when that differs; None too
+/// when the vault's filter settings cannot be built (the operator's
+/// commands stay usable to repair a vault).
+pub(crate) fn redacted_path(vault: &Vault, path: &MemoryPath) -> Option<MemoryPath> {
+    if path.is_root() {
+        return None;
     }
-    Ok(memory_for(vault.config())?.stored_path(&path))
+    memory_for(vault.config()).ok()?.redacted_path(path)
 }
 
 pub(crate) fn memory_for(config: &VaultConfig) -> Result<Memory, CliError> {

@@ -44,14 +44,12 @@ pub struct ExportArgs {
 /// The folder that maps to `/memories`: `DIR/memories` when DIR holds
 /// that folder and nothing else, else DIR itself. DIR holding `memories/`
 /// beside other entries is refused (which one was meant?), and so is a
-/// `memories` that is a link (import reads no link). A DIR named
-/// `memories` is always the folder itself (an export's `OUT/memories`
-/// holding only a `memories/` folder is a vault's `/memories/memories/`:
-/// read as a base it lost a level; its base is `OUT`).
+/// `memories` that is a link (import reads no link). A DIR itself named
+/// `memories` holding only `memories/` is read as a base too (`export
+/// memories` then `import memories` round-trips), with a note on stderr
+/// for the other reading (an export's `OUT/memories` of a vault with a
+/// `/memories/memories/` folder): import `OUT`, which reads it that way.
 fn memories_root(dir: &Path) -> Result<PathBuf, CliError> {
-    if dir.file_name().is_some_and(|n| n == "memories") {
-        return Ok(dir.to_path_buf());
-    }
     let inner = dir.join("memories");
     match fs::symlink_metadata(&inner) {
         Ok(m) if m.file_type().is_symlink() => Err(CliError::failure(format!(
@@ -71,6 +69,13 @@ fn memories_root(dir: &Path) -> Result<PathBuf, CliError> {
                     if others == 1 { "y" } else { "ies" },
                     shown_path(&inner)
                 )));
+            }
+            if dir.file_name().is_some_and(|n| n == "memories") {
+                eprintln!(
+                    "memvault: note: {} holds only a memories/ folder: read as a base, that folder is /memories; to import it as /memories/memories instead, import the folder that holds {}",
+                    shown_path(dir),
+                    shown_path(dir)
+                );
             }
             Ok(inner)
         }

@@ -829,6 +829,19 @@ impl Memory {
 
     // ----- secret filter ----------------------------------------------
 
+    /// `path` with each name's secrets replaced by their markers, as this
+    /// tool stores a path it is given (a file created as
+    /// `/memories/n-AKIA…` is stored as
+    /// `/memories/n-[REDACTED:aws-access-key-id]`), when that differs from
+    /// `path`; None when it holds no secret or the filter refuses it.
+    /// The tool's commands use it when nothing is at the path as given.
+    pub fn redacted_path(&self, path: &MemoryPath) -> Option<MemoryPath> {
+        match self.filter_path(path) {
+            Ok((stored, _)) if stored != *path => Some(stored),
+            _ => None,
+        }
+    }
+
     /// Runs the secret filter on a path about to be stored (a `create`
     /// path, a `rename` destination): names reach history and listings, so
     /// they are held to the same rule as content. Each name is filtered on
@@ -836,19 +849,6 @@ impl Memory {
     /// and its file into one name. Redacted, the path is the redacted one
     /// (it must still be a valid path); refused, `Err` is the result to
     /// answer with. The refusal does not echo the path.
-    /// `path` as this tool stores it, and so as every one of its commands
-    /// resolves it: a secret in a name replaced by its marker (a file
-    /// created as `/memories/n-AKIA…` is stored and found as
-    /// `/memories/n-[REDACTED:aws-access-key-id]`). The path as given when
-    /// it holds no secret, or when the filter refuses it (nothing with
-    /// that secret in its name was stored then).
-    pub fn stored_path(&self, path: &MemoryPath) -> MemoryPath {
-        match self.filter_path(path) {
-            Ok((stored, _)) => stored,
-            Err(_) => path.clone(),
-        }
-    }
-
     fn filter_path(
         &self,
         path: &MemoryPath,
@@ -1594,7 +1594,6 @@ fn count_u32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// A byte limit as `{n} bytes ({human})`.
 /// The refusal of a write that would leave a file of `lines` lines, more
 /// than `view` shows (it would answer only "exceeds maximum line limit").
 fn too_many_lines(what: &str, lines: usize) -> String {
@@ -1603,6 +1602,7 @@ fn too_many_lines(what: &str, lines: usize) -> String {
     )
 }
 
+/// A byte limit as `{n} bytes ({human})`.
 fn limit(bytes: usize) -> String {
     let human = human_size(u64::try_from(bytes).unwrap_or(u64::MAX));
     format!("{bytes} bytes ({human})")

@@ -954,8 +954,13 @@ fn operator(b: &[u8], key_end: usize, cli: bool, xml: bool, bearer: bool) -> Opt
     if b[j.min(n)..].starts_with("\u{ff1a}".as_bytes())
         || b[j.min(n)..].starts_with("\u{ff1d}".as_bytes())
     {
+        // An ASCII value only: after it, text in the language's own
+        // script is prose (`password：贴在路由器背面`).
         let v = skip_blank(b, j + 3);
-        return (v < n).then_some((Op::Assign, v));
+        return b
+            .get(v)
+            .is_some_and(u8::is_ascii)
+            .then_some((Op::Assign, v));
     }
     if j < n {
         match b[j] {

@@ -3042,7 +3042,8 @@ mod round_38 {
         }
         for text in [
             "password <- readline(prompt = \"Password: \")\n",
-            "if (nchar(password) <-1) stop()\n",
+            "if (password <-1) stop()\n",
+            "WiFi password：贴在路由器背面\n",
             "password = \"\"\"\n\"\"\"\n",
             "docstring = \"\"\"Reads the password from the vault.\"\"\"\n",
         ] {

@@ -879,4 +879,25 @@ fn operator_commands_find_a_file_by_the_secret_name_the_model_wrote() {
     let r = v.one(view("/memories"));
     assert!(!text(&r).contains("n-"), "{r}");
     assert!(plaintext_anywhere(&v.vault, "customer data").is_empty());
+
+    // A file stored under the name as written (the filter was off then)
+    // is found under that name first, now and once deleted (the review's
+    // case: the redacted name never held it).
+    let set = |mode: &str| {
+        let o = v
+            .cmd()
+            .args(["config", "set", "redaction.mode", mode])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    set("off");
+    let r = v.one(create(written, "raw name\n"));
+    assert!(!is_error(&r), "{r}");
+    set("redact");
+    assert_eq!(stdout(&["show", "--raw", "HEAD", written]), "raw name\n");
+    let r = v.one(json!({"command": "delete", "path": written}));
+    assert!(!is_error(&r), "{r}");
+    let said = stdout(&["purge", written]);
+    assert!(said.contains("erased 1 key"), "{said}");
 }

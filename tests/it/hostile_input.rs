@@ -657,7 +657,7 @@ fn exec_on_stdin_answers_bad_bytes_and_long_requests_as_serve_does() {
     assert_eq!(out.stdout, serve.stdout);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["is_error"], true);
-    assert!(text(&v).contains("not valid JSON"), "{v}");
+    assert!(text(&v).contains("not UTF-8 text"), "{v}");
     let long = format!(
         "{}\n",
         json!({"command": "create", "path": "/memories/big.md", "file_text": "a".repeat(9 << 20)})

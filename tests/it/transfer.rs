@@ -181,12 +181,13 @@ fn import_names_the_empty_folders_it_leaves_out() {
 }
 
 /// Round 38b: an export's `OUT/memories` holding only a `memories/`
-/// folder (the vault's `/memories/memories/`) is imported as the folder
-/// itself, keeping that level (it was read as a base and lost it); a file
-/// `view` could not show (over 999,999 lines) is refused, and a size
-/// refusal says when the markers of redacted secrets made the file grow.
+/// folder (the vault's `/memories/memories/`) is read as a base, with a
+/// note naming the other reading (it lost a level without a word), and
+/// `import OUT` keeps that level; a file `view` could not show (over
+/// 999,999 lines) is refused, and a size refusal says when the markers of
+/// redacted secrets made the file grow.
 #[test]
-fn import_keeps_a_memories_folder_and_refuses_files_no_command_could_write() {
+fn import_names_the_other_reading_of_a_memories_folder_and_refuses_files_no_command_could_write() {
     let v = TestVault::new();
     let r =
         v.one(json!({"command": "create", "path": "/memories/memories/x.md", "file_text": "x\n"}));
@@ -194,13 +195,21 @@ fn import_keeps_a_memories_folder_and_refuses_files_no_command_could_write() {
     let out = v.tmp.path().join("out");
     let o = v.cmd().arg("export").arg(&out).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let w = TestVault::new();
-    let o = w
+    let u = TestVault::new();
+    let o = u
         .cmd()
         .arg("import")
         .arg(out.join("memories"))
         .output()
         .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(said.contains("holds only a memories/ folder"), "{said}");
+    assert!(said.contains("import the folder that holds"), "{said}");
+    let r = u.one(json!({"command": "view", "path": "/memories/x.md"}));
+    assert!(!is_error(&r), "{r}");
+    let w = TestVault::new();
+    let o = w.cmd().arg("import").arg(&out).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r = w.one(json!({"command": "view", "path": "/memories/memories/x.md"}));
     assert!(!is_error(&r), "{r}");
