@@ -103,26 +103,19 @@ fn invalid(msg: &Value) -> Option<(Value, i64, String)> {
             "Invalid request: \"id\" must be a string or an integer".into(),
         ));
     }
-    if obj.contains_key("method")
-        && let Some(p) = obj.get("params")
-        && !p.is_object()
-        && !p.is_null()
-    {
-        return Some((
-            answer_id,
-            -32602,
-            "Invalid params: \"params\" must be an object".into(),
-        ));
-    }
-    if let Some(meta) = msg.pointer("/params/_meta")
-        && !meta.is_object()
-        && !meta.is_null()
-    {
-        return Some((
-            answer_id,
-            -32602,
-            "Invalid params: \"params._meta\" must be an object".into(),
-        ));
+    // A request's params, and their `_meta`, are objects when given.
+    let params = obj.get("params").filter(|_| obj.contains_key("method"));
+    for (name, given) in [
+        ("params", params),
+        ("params._meta", msg.pointer("/params/_meta")),
+    ] {
+        if given.is_some_and(|v| !v.is_object() && !v.is_null()) {
+            return Some((
+                answer_id,
+                -32602,
+                format!("Invalid params: \"{name}\" must be an object"),
+            ));
+        }
     }
     match obj.get("method") {
         Some(Value::String(m)) if m == "tools/call" && id.is_some() => {

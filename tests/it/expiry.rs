@@ -857,15 +857,7 @@ fn operator_commands_find_a_file_by_the_secret_name_the_model_wrote() {
     let written = "/memories/n-AKIAZ3MXQW7P2LK4N5RT.md";
     let r = v.one(create(written, "customer data\n"));
     assert!(!is_error(&r), "{r}");
-    let stdout = |args: &[&str]| {
-        let o = v.cmd().args(args).output().unwrap();
-        assert!(
-            o.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
+    let stdout = |args: &[&str]| ok(&v.cmd().args(args).output().unwrap());
     let listed = stdout(&["history", written]);
     assert!(listed.contains("create"), "{listed}");
     assert!(!listed.contains("AKIAZ3MXQW7P2LK4N5RT"), "{listed}");
@@ -883,14 +875,7 @@ fn operator_commands_find_a_file_by_the_secret_name_the_model_wrote() {
     // A file stored under the name as written (the filter was off then)
     // is found under that name first, now and once deleted (the review's
     // case: the redacted name never held it).
-    let set = |mode: &str| {
-        let o = v
-            .cmd()
-            .args(["config", "set", "redaction.mode", mode])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    };
+    let set = |mode: &str| stdout(&["config", "set", "redaction.mode", mode]);
     set("off");
     let r = v.one(create(written, "raw name\n"));
     assert!(!is_error(&r), "{r}");
