@@ -73,7 +73,7 @@ pub enum VaultError {
     #[error("invalid vault settings: {0}")]
     Config(&'static str),
     #[error(
-        "memvault/config.json is not read since vault format 2: the settings live in the key state, authenticated. Someone wrote that file; nothing was changed. Remove it, and change settings with `memvault config set`"
+        "memvault/config.json is not read since vault format 2: the settings live in the key state, authenticated. It was written by someone, or left by an earlier memvault stopped while it migrated a format-1 vault; nothing was changed. Remove it, and change settings with `memvault config set`"
     )]
     StraySettings,
     #[error(

@@ -713,11 +713,28 @@ impl Vault {
                 settings: Some(settings),
                 ..Default::default()
             };
+            // Format 1's first commit names the empty tree without
+            // storing it (`git fsck` reported it missing); stored now.
+            // (Written to disk directly: the migration's log record holds
+            // only what its commit adds, and the first commit is older.)
+            let empty = Object {
+                kind: git2::ObjectType::Tree,
+                id: Oid::from_str(retention::erase::EMPTY_TREE).expect("a valid id"),
+                data: Vec::new(),
+            };
+            wal::write_durable_objects(&vault.repo, &[&empty], false)?;
             vault.publish_key_change(tip, change, meta)?;
             vault.sync_now()
         })?;
-        write_durable(&self.dir.join(FORMAT_FILE), format_line(2).as_bytes())?;
+        // The plain file goes before the format file says 2: a crash
+        // between the two then leaves a format file under 2 beside a
+        // format-2 key state, which the next open finishes (above). In the
+        // other order it left a plain file beside a format file saying 2,
+        // refused by every open as written by someone.
+        retention::erase::test_crash("settings-migrated");
         remove_plain_settings(&self.dir)?;
+        retention::erase::test_crash("plain-settings-removed");
+        write_durable(&self.dir.join(FORMAT_FILE), format_line(2).as_bytes())?;
         Ok(())
     }
 

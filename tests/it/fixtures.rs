@@ -143,6 +143,56 @@ fn format_1_vault_is_migrated_once_and_cannot_be_downgraded() {
     assert!(!cfg.exists());
 }
 
+/// A crash at either step after the format-1 migration's commit (before
+/// the plain settings file is removed, or after it and before the format
+/// file says 2) leaves a vault the next open finishes migrating: the plain
+/// file gone, the format current, the settings carried over, and a
+/// repository `git fsck` passes (format 1's first commit named the empty
+/// tree without storing it). The plain file used to go last, and a crash
+/// before it left a vault every command refused.
+#[cfg(feature = "test-hooks")]
+#[test]
+fn a_crash_inside_the_format_1_migration_is_finished_by_the_next_open() {
+    for point in ["settings-migrated", "plain-settings-removed"] {
+        let t = fixture("v1");
+        let cfg = t.vault.join("memvault/config.json");
+        std::fs::write(&cfg, r#"{"max_files": 123}"#).unwrap();
+        let o = t
+            .cmd()
+            .arg("history")
+            .env("MEMVAULT_TEST_CRASH", point)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{point}: the crash hook did not fire");
+        let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
+        assert_eq!(format, "memvault vault format 1\n", "{point}");
+        assert_eq!(cfg.exists(), point == "settings-migrated", "{point}");
+        let h = run(&t, &["history"]);
+        assert!(h.status.success(), "{point}: {}", stderr(&h));
+        assert!(!cfg.exists(), "{point}");
+        let format = std::fs::read_to_string(t.vault.join("memvault/format")).unwrap();
+        assert_eq!(format, "memvault vault format 9\n", "{point}");
+        let m = stdout(&run(&t, &["config", "get", "max_files"]));
+        assert_eq!(m.trim(), "123", "{point}");
+        verifies(&t);
+        let fsck = Command::new("git")
+            .args(["--git-dir"])
+            .arg(&t.vault)
+            .args(["fsck", "--connectivity-only", "--no-dangling"])
+            .output()
+            .unwrap();
+        assert!(
+            fsck.status.success(),
+            "{point}: {}{}",
+            stdout(&fsck),
+            stderr(&fsck)
+        );
+        let r = t.one(serde_json::json!({"command": "create", "path": "/memories/n.md",
+            "file_text": "after\n"}));
+        assert!(!is_error(&r), "{point}: {r}");
+    }
+}
+
 /// A newer format than this memvault knows is refused, not guessed at.
 #[test]
 fn a_newer_format_is_refused() {

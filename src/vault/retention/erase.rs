@@ -39,7 +39,7 @@ use crate::vault::{
 
 pub(crate) const MARKER: &str = "memvault/erase-pending";
 /// git's empty tree.
-const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+pub(crate) const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 const MARKER_AAD: &[u8] = b"memvault erase pending v1\0";
 
 /// A file the sweep removes (or would, with `--dry-run`).
@@ -96,7 +96,8 @@ struct LiveFile {
 }
 
 /// Test hook (`test-hooks` builds only): `MEMVAULT_TEST_CRASH=<point>`
-/// aborts the process there, so crash tests can stop a sweep at each step.
+/// aborts the process there, so crash tests can stop a sweep (or a
+/// format migration) at each step.
 #[cfg(feature = "test-hooks")]
 pub(crate) fn test_crash(point: &str) {
     if std::env::var("MEMVAULT_TEST_CRASH").is_ok_and(|p| p == point) {
