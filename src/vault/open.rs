@@ -819,6 +819,8 @@ fn read_format(dir: &Path) -> Result<u32, VaultError> {
     let n: u32 = text
         .strip_prefix(FORMAT_PREFIX)
         .and_then(|t| t.strip_suffix('\n'))
+        // Digits as memvault writes them: no sign, no leading zero.
+        .filter(|t| t.bytes().all(|b| b.is_ascii_digit()) && !t.starts_with('0'))
         .and_then(|t| t.parse().ok())
         .filter(|n| *n >= 1)
         .ok_or(VaultError::BadFormatFile)?;

@@ -205,6 +205,22 @@ fn a_newer_format_is_refused() {
     let out = run(&t, &["history"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("newer"), "{}", stderr(&out));
+    // A number memvault never writes (a sign, a leading zero) names no
+    // format: the file is damaged, not read as 9.
+    for bad in ["+9", "09", " 9", "9 "] {
+        std::fs::write(
+            t.vault.join("memvault/format"),
+            format!("memvault vault format {bad}\n"),
+        )
+        .unwrap();
+        let out = run(&t, &["history"]);
+        assert_eq!(out.status.code(), Some(1), "{bad}");
+        assert!(
+            stderr(&out).contains("does not name a format"),
+            "{bad}: {}",
+            stderr(&out)
+        );
+    }
 }
 
 /// A key state rolled back to before a purge must not bring the purged
