@@ -592,10 +592,12 @@ impl Vault {
                 return Ok(()); // another process migrated it meanwhile
             }
             let meta = CommitMeta {
-                details: vec![
-                    "vault format 8 -> 9: a key state of format 5, which older memvaults refuse"
-                        .into(),
-                ],
+                // (Not which format the vault had: its format file may
+                // say 9 already, see `finish_open`.)
+                details: vec![format!(
+                    "vault format {FORMAT}: key state format {} -> 5, which older memvaults refuse",
+                    vault.key_state.format
+                )],
                 ..vault.migration_meta()
             };
             let change = KeyChange {

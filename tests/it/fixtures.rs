@@ -187,8 +187,10 @@ fn a_crash_inside_the_format_1_migration_is_finished_by_the_next_open() {
             stdout(&fsck),
             stderr(&fsck)
         );
-        let r = t.one(serde_json::json!({"command": "create", "path": "/memories/n.md",
-            "file_text": "after\n"}));
+        let r = t.one(
+            serde_json::json!({"command": "create", "path": "/memories/n.md",
+            "file_text": "after\n"}),
+        );
         assert!(!is_error(&r), "{point}: {r}");
     }
 }
@@ -524,7 +526,7 @@ fn format_5_vault_opens_keeps_working_and_syncs() {
     // `migrate` commit.
     let h = stdout(&run(&t, &["history", "--limit", "1"]));
     assert!(
-        h.contains("migrate") && h.contains("vault format 8 -> 9"),
+        h.contains("migrate") && h.contains("vault format 9: key state format 3 -> 5"),
         "{h}"
     );
     let new_state = key_state_commit(&t);
