@@ -292,7 +292,8 @@ fn purge_keeps_the_empty_tree_of_the_init_commit() {
 }
 
 /// What a killed checkpoint or `gc` leaves in `objects/` (temporary packs
-/// and loose files, libgit2's lock files, a pack whose index never came)
+/// and loose files, libgit2's lock files, a pack whose index never came;
+/// also a file count's temporary file, though it holds no content)
 /// holds whole objects, old key states among them: `gc` deletes it, and so
 /// does an erasure, which promises the destroyed keys are gone from disk.
 #[test]
@@ -325,10 +326,14 @@ fn what_a_killed_write_left_in_objects_is_deleted_by_gc_and_by_an_erasure() {
         let loose = v.vault.join("objects/ab");
         std::fs::create_dir_all(&loose).unwrap();
         std::fs::write(loose.join("tmp_mv_0a1b2c3d4e5f"), &bytes).unwrap();
+        // A file count's temporary file, as a process killed while it
+        // wrote one leaves it.
+        let count = v.vault.join("memvault/file-count.4242.tmp");
+        std::fs::write(&count, "v1 ").unwrap();
         names
             .iter()
             .map(|n| pack_dir.join(n))
-            .chain([loose.join("tmp_mv_0a1b2c3d4e5f")])
+            .chain([loose.join("tmp_mv_0a1b2c3d4e5f"), count])
             .collect::<Vec<_>>()
     };
     let left = |planted: &[std::path::PathBuf]| -> Vec<String> {

@@ -256,7 +256,8 @@ fn insert_tree(
 /// (`tmp_mv_*`), libgit2's of a `gc` (`pack_git2_*`, `*.lock`), and a
 /// pack without its index or an index without its pack. git reads none
 /// of them, but they hold whole objects: old key states, with keyslots
-/// since removed and file keys since destroyed. Returns how many.
+/// since removed and file keys since destroyed. Also the file count's
+/// temporary files. Returns how many.
 pub(crate) fn remove_leftovers(objects_dir: &std::path::Path) -> std::io::Result<usize> {
     let mut removed = 0;
     let mut remove = |path: &std::path::Path| -> std::io::Result<()> {
@@ -299,6 +300,20 @@ pub(crate) fn remove_leftovers(objects_dir: &std::path::Path) -> std::io::Result
                 if f.file_name().to_string_lossy().starts_with("tmp_") {
                     remove(&f.path())?;
                 }
+            }
+        }
+    }
+    // And the file count's temporary files a process killed while it
+    // wrote one left (`memvault/file-count.<pid>.tmp`: no content, but
+    // one per kill). One being written now only goes unsaved.
+    if let Some(state) = objects_dir.parent().map(|d| d.join("memvault"))
+        && let Ok(rd) = fs::read_dir(&state)
+    {
+        for e in rd.filter_map(Result::ok) {
+            let n = e.file_name().to_string_lossy().into_owned();
+            let file = e.file_type().is_ok_and(|t| t.is_file());
+            if file && n.starts_with("file-count.") && n.ends_with(".tmp") {
+                remove(&e.path())?;
             }
         }
     }
