@@ -1786,6 +1786,132 @@ fn a_reverted_edit_after_a_rename_undone_goes_back_where_the_file_is() {
     assert!(stdout(&run(&v, &["verify"])).starts_with("ok:"));
 }
 
+/// Round 39a: a session whose own renames moved a file into a path
+/// another had just left (archive the notes, promote the draft to the
+/// notes' name; shift b to c, then a to b) or swapped two files or
+/// folders, undone whole: every file back at its own path with its own
+/// text, nothing more. The revert used to lose the first file (the
+/// draft's version put over the notes'), or leave a swap as it was
+/// ("nothing to undo"), or with an edit after the swap cite the session's
+/// own edit as a later change.
+#[test]
+fn a_session_revert_undoes_its_own_chains_and_swaps_of_renames() {
+    let create = |p: &str, t: &str| json!({"command": "create", "path": p, "file_text": t});
+    let rename = |a: &str, b: &str| json!({"command": "rename", "old_path": a, "new_path": b});
+    let edit = |p: &str, a: &str, b: &str| json!({"command": "str_replace", "path": p, "old_str": a, "new_str": b});
+    // Every file of the vault with its text.
+    fn walk(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, found);
+            } else {
+                found.push(p);
+            }
+        }
+    }
+    let files = |v: &TestVault| -> Vec<(String, String)> {
+        let dir = v.tmp.path().join(format!("export-{}", v.commits()));
+        ok(&run(v, &["export", dir.to_str().unwrap()]));
+        let mut paths = Vec::new();
+        walk(&dir, &mut paths);
+        let mut found: Vec<(String, String)> = paths
+            .iter()
+            .map(|p| {
+                let rel = p.strip_prefix(&dir).unwrap().to_string_lossy().into_owned();
+                (rel, std::fs::read_to_string(p).unwrap())
+            })
+            .collect();
+        found.sort();
+        found
+    };
+    type Case = (&'static str, Vec<Value>, Vec<Value>);
+    let cases: Vec<Case> = vec![
+        (
+            "archive then promote",
+            vec![
+                create("/memories/notes.md", "ORIGINAL\n"),
+                create("/memories/draft.md", "DRAFT\n"),
+            ],
+            vec![
+                rename("/memories/notes.md", "/memories/archive/notes.md"),
+                rename("/memories/draft.md", "/memories/notes.md"),
+            ],
+        ),
+        (
+            "shift",
+            vec![
+                create("/memories/a.md", "AAA\n"),
+                create("/memories/b.md", "BBB\n"),
+            ],
+            vec![
+                rename("/memories/b.md", "/memories/c.md"),
+                rename("/memories/a.md", "/memories/b.md"),
+            ],
+        ),
+        (
+            "shift of folders, and a file made in the freed one",
+            vec![
+                create("/memories/a/x.md", "AAA\n"),
+                create("/memories/b/x.md", "BBB\n"),
+            ],
+            vec![
+                rename("/memories/b", "/memories/c"),
+                rename("/memories/a", "/memories/b"),
+                create("/memories/a/new.md", "NEW\n"),
+            ],
+        ),
+        (
+            "swap",
+            vec![
+                create("/memories/a.md", "AAA\n"),
+                create("/memories/b.md", "BBB\n"),
+            ],
+            vec![
+                rename("/memories/a.md", "/memories/t.md"),
+                rename("/memories/b.md", "/memories/a.md"),
+                rename("/memories/t.md", "/memories/b.md"),
+            ],
+        ),
+        (
+            "swap of folders",
+            vec![
+                create("/memories/d/x.md", "DX\n"),
+                create("/memories/f/x.md", "FX\n"),
+            ],
+            vec![
+                rename("/memories/d", "/memories/e"),
+                rename("/memories/f", "/memories/d"),
+                rename("/memories/e", "/memories/f"),
+            ],
+        ),
+        (
+            "swap, then an edit",
+            vec![
+                create("/memories/a.md", "AAA\n"),
+                create("/memories/b.md", "BBB\n"),
+            ],
+            vec![
+                rename("/memories/a.md", "/memories/t.md"),
+                rename("/memories/b.md", "/memories/a.md"),
+                rename("/memories/t.md", "/memories/b.md"),
+                edit("/memories/b.md", "AAA", "AAA edited"),
+            ],
+        ),
+    ];
+    for (name, before, session) in cases {
+        let v = TestVault::new();
+        serve_as(&v, "s0", &before);
+        let expected = files(&v);
+        serve_as(&v, "s1", &session);
+        assert_ne!(files(&v), expected, "{name}");
+        let out = ok(&run(&v, &["revert", "--session", "s1"]));
+        assert!(out.starts_with("undid session s1"), "{name}: {out}");
+        assert_eq!(files(&v), expected, "{name}");
+        ok(&run(&v, &["verify"]));
+    }
+}
+
 /// A session that edited two files another session then swapped (a -> x,
 /// c -> a, x -> c): its revert gives each file its old text where the file
 /// is now, and the swap stays. A file the session created, renamed by

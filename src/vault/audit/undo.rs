@@ -1351,17 +1351,37 @@ impl Vault {
             let [q] = holders.as_slice() else {
                 continue;
             };
-            moves.push((g, q.clone(), self.git_path_of(q)?));
+            let gq = self.git_path_of(q)?;
+            // Moved there by the undone changes themselves (no other
+            // change touched that path, which an undone change set): the
+            // undo already puts the file back from there. Following it
+            // would undo the move twice (a session that swapped two files
+            // was left swapped) or put a file's version over another
+            // target (a session that moved one file away and another into
+            // its place lost the first).
+            if !changed_later.contains_key(&gq) && targets.get(&gq).is_some_and(|t| t.by.is_some())
+            {
+                continue;
+            }
+            moves.push((g, q.clone(), gq));
         }
-        let leaving: BTreeSet<String> = moves.iter().map(|(g, _, _)| g.clone()).collect();
-        let mut arriving = BTreeSet::new();
-        moves.retain(|(_, q, gq)| {
-            // A path another target keeps (not one moving away), or one
-            // two would take: not followed.
-            let kept_there = !leaving.contains(gq)
-                && (targets.contains_key(gq) || targets.values().any(|t| t.path == *q));
-            !kept_there && arriving.insert(gq.clone())
-        });
+        // A path another target keeps (not one moving away), or one two
+        // would take: not followed. Until nothing changes: a move not
+        // followed keeps its own target where it is, which may then be in
+        // another's way.
+        loop {
+            let leaving: BTreeSet<String> = moves.iter().map(|(g, _, _)| g.clone()).collect();
+            let mut arriving = BTreeSet::new();
+            let before = moves.len();
+            moves.retain(|(_, q, gq)| {
+                let kept_there = !leaving.contains(gq)
+                    && (targets.contains_key(gq) || targets.values().any(|t| t.path == *q));
+                !kept_there && arriving.insert(gq.clone())
+            });
+            if moves.len() == before {
+                break;
+            }
+        }
         let mut moved = Vec::new();
         for (g, q, gq) in moves {
             if let Some(t) = targets.remove(&g) {
