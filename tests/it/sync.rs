@@ -713,6 +713,47 @@ fn a_remote_ref_file_holding_no_id_is_named_as_damaged_there() {
     assert!(!c.dir.exists(), "a refused clone leaves nothing");
 }
 
+/// Round 39b: the hub's main put back alone, to what b last saw, after
+/// a's purge: its key state (the purge's, which destroyed the key) stays.
+/// b's pull found "up to date", and its push then replaced that key state
+/// with b's older one, which still held the key: a new clone of the hub
+/// read the purged file. Now b's sync is refused, the hub keeps its key
+/// state, and no clone of it reads the file.
+#[test]
+fn a_key_state_that_moved_without_its_main_is_never_pushed_over() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    a.write("/memories/secret.md", &format!("{MARK} to be erased\n"));
+    a.ok(&["sync"]);
+    b.ok(&["sync"]);
+    let seen = String::from_utf8(git(&w.hub, &["rev-parse", "refs/heads/main"]).stdout).unwrap();
+    a.ok(&["purge", "/memories/secret.md"]);
+    a.ok(&["sync"]);
+    let hub_keys =
+        || String::from_utf8(git(&w.hub, &["rev-parse", "refs/memvault/keys"]).stdout).unwrap();
+    let keys = hub_keys();
+    let out = git(&w.hub, &["update-ref", "refs/heads/main", seen.trim()]);
+    assert!(out.status.success());
+    let before = b.files();
+    for args in [&["sync"][..], &["pull"][..]] {
+        let err = b.fails(args, 1);
+        assert!(err.contains("key state moved without its main"), "{err}");
+        assert_eq!(
+            hub_keys(),
+            keys,
+            "{args:?}: the hub's key state was replaced"
+        );
+        assert_eq!(b.files(), before, "{args:?}");
+    }
+    b.ok(&["verify"]);
+    // A clone of the hub cannot read the purged file.
+    let dir = w.hub.parent().unwrap().join("late-clone");
+    let c = Machine::new(dir.clone(), a.key.clone());
+    c.ok(&["clone", w.hub.to_str().unwrap()]);
+    assert_eq!(c.read("/memories/secret.md"), None);
+    assert!(plaintext_anywhere(&w.hub, MARK).is_empty());
+}
+
 #[test]
 fn a_remote_that_rolled_back_or_forked_is_refused_and_nothing_changes_here() {
     let w = world(1);

@@ -92,6 +92,12 @@ pub enum SyncError {
         "remote {remote} rolled back: its key state is older than its main requires (its refs/memvault/keys was put back from an older copy, or tampered with); nothing was changed here, and memvault never overwrites a remote's key state (an older one can bring back keys an erasure destroyed). Restore the remote from a copy taken after its last change; or start a new remote from the machine that synced last: `memvault remote add NEW URL` and `memvault push NEW` there (an empty repository), then `memvault remote add NEW URL` and `memvault sync NEW` on each other machine (or `memvault clone NEW` where there is no copy yet)"
     )]
     KeysBehind { remote: String },
+    /// The remote's key state holds what this vault's lacks, beside a main
+    /// that brings nothing new (see `Vault::merge_incoming`).
+    #[error(
+        "remote {remote}'s key state moved without its main: it holds file keys or erasures this vault has not taken in, and its main brings no commit that made them (its refs/heads/main was put back from an older copy, or another machine's push stopped between the two refs); nothing was changed here, and memvault never overwrites a remote's key state (this vault's would undo an erasure made there). If another machine was syncing, its next `memvault sync {remote}` completes its push: then sync here again. If the remote was put back, the machine that made its newer key state finds it rolled back at its next sync, whose message says how to repair it: then sync here again"
+    )]
+    KeysAhead { remote: String },
     #[error(
         "remote {remote} forked: its main does not descend from what this vault last saw of it; nothing was changed here (run `memvault verify --remote {remote}`; if it was restored or replaced on purpose and you trust it, make this vault forget what it saw there with `memvault remote remove {remote}` and `memvault remote add {remote} URL`: the next sync merges what each side holds and sends it what it lacks)"
     )]
@@ -1168,6 +1174,26 @@ impl Vault {
             }
             None => false,
         };
+        // Nothing new on the remote's main, and a key state there this
+        // vault's does not chain to, holding a key or an erasure this
+        // vault's lacks: it moved without its main (every key change comes
+        // with a commit on main), so its main was put back alone, or
+        // another machine's push stopped between the two refs. The push
+        // after this pull would replace it with this vault's, erasures and
+        // all: refused, nothing changed.
+        if up_to_date
+            && their_keys != self.key_state.commit
+            && !self.reaches(self.key_state.commit, their_keys, usize::MAX)?
+        {
+            let theirs = KeyState::load_at(&self.repo, &self.keys, Some(their_keys))?;
+            let km = merge::key_change(&self.repo, &self.keys, &self.key_state, &theirs)?;
+            if !km.change.files.is_empty() {
+                return Err(SyncError::KeysAhead {
+                    remote: remote.into(),
+                }
+                .into());
+            }
+        }
         if up_to_date {
             return Ok(merge::Merged {
                 what: "up to date",
