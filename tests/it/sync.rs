@@ -2281,6 +2281,22 @@ fn a_path_remote_runs_none_of_its_hooks_and_one_whose_config_names_a_command_is_
         a.ok(&["sync"]);
         assert_ne!(main(&w.hub), before);
     }
+    // A config git cannot read (an include of a file that is not git
+    // config): refused as unreadable, not as a command named "its config".
+    let bad = w.hub.with_file_name("not-a-config");
+    config(&["include.path", bad.to_str().unwrap()]);
+    a.write("/memories/unreadable.md", "x\n");
+    let before = main(&w.hub);
+    std::fs::write(&bad, "not a git config file\n").unwrap();
+    let err = a.fails(&["sync"], 1);
+    assert!(
+        err.contains("whose git config git cannot read") && !err.contains("--unset"),
+        "{err}"
+    );
+    std::fs::remove_file(&bad).unwrap();
+    assert_eq!(main(&w.hub), before);
+    config(&["--unset", "include.path"]);
+    a.ok(&["sync"]);
     assert!(
         !evidence.exists(),
         "{:?}",

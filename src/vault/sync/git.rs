@@ -842,9 +842,8 @@ fn check_repo_config(remote: &str, dir: &Path) -> Result<(), SyncError> {
             "-z",
         ])
         .stdin(Stdio::null());
-    let unreadable = || SyncError::RemoteCommand {
+    let unreadable = || SyncError::RemoteConfigUnreadable {
         remote: remote.to_string(),
-        key: "its config, which git cannot read here".into(),
     };
     let out = output_within(c).map_err(|_| unreadable())?;
     if !out.status.success() {

@@ -109,6 +109,10 @@ pub enum SyncError {
     )]
     RemoteCommand { remote: String, key: String },
     #[error(
+        "remote {remote} is a repository on this machine whose git config git cannot read (a line it does not parse, or an include of a file that is not git config): memvault could not check it for commands git would run here, so nothing was sent or fetched. Repair that config (`git config --list --show-origin` in that repository names the bad file), or reach it over SSH"
+    )]
+    RemoteConfigUnreadable { remote: String },
+    #[error(
         "remote {remote} holds a key state of a newer key epoch (`memvault rekey` ran on another machine), which this copy cannot take in yet; nothing was changed here. Clone the remote anew into another directory (`memvault --vault DIR clone URL`, with a secret it opens); this copy keeps what it holds"
     )]
     Rekeyed { remote: String },
