@@ -113,7 +113,7 @@ pub enum SyncError {
     )]
     RemoteConfigUnreadable { remote: String },
     #[error(
-        "remote {remote} holds a key state of a newer key epoch (`memvault rekey` ran on another machine), which this copy cannot take in yet; nothing was changed here. Clone the remote anew into another directory (`memvault --vault DIR clone URL`, with a secret it opens); this copy keeps what it holds"
+        "remote {remote} holds a key state of a newer key epoch (`memvault rekey` ran on another machine), which this copy cannot take in yet; nothing was changed here. Clone the remote anew into another directory (`memvault --vault DIR clone URL`, with a secret it opens); this copy keeps what it holds, and what it wrote since its last sync is not on the remote: `memvault export OUT` here writes its files out, to put those writes into the new clone"
     )]
     Rekeyed { remote: String },
     #[error("this vault's main does not contain what it last saw of remote {remote}; pull first")]
