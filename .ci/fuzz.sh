@@ -3,8 +3,10 @@
 # main workspace) and runs each one briefly on its committed corpus.
 #
 #   bash .ci/fuzz.sh                 # build, then 10 s per target
-#   FUZZ_SECONDS=0 bash .ci/fuzz.sh  # build only (.ci/test runs this
-#                                    # beside the SDK and MCP tests)
+#   FUZZ_SECONDS=5 bash .ci/fuzz.sh  # 5 s per target (.ci/test runs this
+#                                    # in the background, beside its
+#                                    # later steps)
+#   FUZZ_SECONDS=0 bash .ci/fuzz.sh  # build only
 #   FUZZ_FLAGS= bash .ci/fuzz.sh     # the release build with
 #                                    # AddressSanitizer instead
 #

@@ -789,9 +789,13 @@ fn no_audit_subcommand_writes_plaintext_to_disk() {
 /// A default build (no `test-hooks` feature) reads no test hook from the
 /// environment: a change carries the real time whatever
 /// `MEMVAULT_TEST_NOW_MS` says, and `MEMVAULT_TEST_CRASH` stops no purge.
-#[cfg(not(feature = "test-hooks"))]
 #[test]
 fn the_binary_ignores_memvault_test_now_ms_and_test_crash_without_test_hooks() {
+    if !default_build_under_test(
+        "the_binary_ignores_memvault_test_now_ms_and_test_crash_without_test_hooks",
+    ) {
+        return;
+    }
     let v = TestVault::new();
     let line = json!({"command": "create", "path": "/memories/a.md", "file_text": "a\n"});
     let out = run_with_stdin(

@@ -344,9 +344,13 @@ fn a_follower_whose_leader_dies_mid_request_says_the_outcome_is_unknown() {
 /// A build without the `test-hooks` feature has no leader pause:
 /// `MEMVAULT_TEST_LEADER_PAUSE_MS` is not read, and a follower's request is
 /// answered at once.
-#[cfg(not(feature = "test-hooks"))]
 #[test]
 fn a_leader_ignores_memvault_test_leader_pause_ms_without_test_hooks() {
+    if !default_build_under_test(
+        "a_leader_ignores_memvault_test_leader_pause_ms_without_test_hooks",
+    ) {
+        return;
+    }
     let v = TestVault::new();
     let mut cmd = v.cmd();
     cmd.env("MEMVAULT_TEST_LEADER_PAUSE_MS", "60000");
@@ -368,9 +372,13 @@ fn a_leader_ignores_memvault_test_leader_pause_ms_without_test_hooks() {
 /// A build without the `test-hooks` feature has no pause after a reply:
 /// `MEMVAULT_TEST_AFTER_REPLY_PAUSE_MS` is not read, and a request after a
 /// view is answered at once.
-#[cfg(not(feature = "test-hooks"))]
 #[test]
 fn serve_ignores_memvault_test_after_reply_pause_ms_without_test_hooks() {
+    if !default_build_under_test(
+        "serve_ignores_memvault_test_after_reply_pause_ms_without_test_hooks",
+    ) {
+        return;
+    }
     let v = TestVault::new();
     let mut cmd = v.cmd();
     cmd.env("MEMVAULT_TEST_AFTER_REPLY_PAUSE_MS", "60000");

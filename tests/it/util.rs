@@ -17,6 +17,23 @@ pub fn bin() -> &'static str {
     })
 }
 
+/// Whether the binary under test is a default build (no `test-hooks`):
+/// the one cargo built with these tests when they are built without the
+/// feature, or the one `MEMVAULT_TEST_BIN` names (`.ci/test` runs the
+/// tests named `*without_test_hooks` so, against its default build, with
+/// the tests built with the feature). A test of what a default build does
+/// not read returns at once otherwise, saying so on stderr.
+pub fn default_build_under_test(test: &str) -> bool {
+    let default = !cfg!(feature = "test-hooks") || std::env::var_os("MEMVAULT_TEST_BIN").is_some();
+    if !default {
+        eprintln!(
+            "{test}: not run: the binary cargo built with these tests has the test hooks; \
+             run it with MEMVAULT_TEST_BIN naming a default build"
+        );
+    }
+    default
+}
+
 /// A fresh vault unlocked by a key file, in its own temporary directory.
 pub struct TestVault {
     pub tmp: tempfile::TempDir,
