@@ -8,7 +8,7 @@ use std::io::Write;
 use serde_json::json;
 
 use super::history::rfc3339;
-use super::{CliError, On, memory_for, new_session_id, open_vault};
+use super::{CliError, On, memory_for, open_vault};
 use crate::memory::{MemoryPath, NodeKind, Snapshot, Store};
 use crate::vault::{Attribution, CommitMeta, Rev, UndoOutcome, UndoTarget, Vault, VaultError};
 
@@ -354,13 +354,7 @@ pub struct RestoreArgs {
 }
 
 fn undoer(actor: &str) -> Result<Attribution, CliError> {
-    if !crate::memory::path::is_plain_label(actor) {
-        return Err(usage(super::ACTOR_RULE));
-    }
-    Ok(Attribution {
-        session: new_session_id(),
-        actor: super::redact_label(actor)?,
-    })
+    super::operator_attribution(actor)
 }
 
 /// `memvault revert REV` / `memvault revert --session ID`.
@@ -771,8 +765,13 @@ pub fn briefing(vault: &mut Vault, session: Option<&str>) -> Result<String, CliE
     let mut undone_revs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut undone_sessions: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut undone: Vec<bool> = Vec::new();
+    // The files later restores changed (a restore puts files back as they
+    // were at a revision: what a change before it did to them may be gone).
+    let mut restored: BTreeSet<String> = BTreeSet::new();
+    let mut restored_since: Vec<bool> = Vec::new();
     for item in vault.walk()? {
         let (rev, meta) = item?;
+        let restore_files = (meta.op == "restore").then(|| meta.files.clone());
         if meta.op == "revert" && !undone_revs.contains_key(&rev.to_string()) {
             for r in &meta.undoes {
                 undone_revs
@@ -815,15 +814,21 @@ pub fn briefing(vault: &mut Vault, session: Option<&str>) -> Result<String, CliE
                 undone_revs.get(&rev.to_string()).is_some_and(touched)
                     || undone_sessions.get(&meta.session).is_some_and(touched),
             );
+            restored_since.push(touched(&restored));
             entries.push(meta);
         }
+        restored.extend(restore_files.into_iter().flatten());
     }
     let mut text = String::from("Memory briefing (from memvault).\n\n");
     match (&chosen, entries.is_empty()) {
         (None, _) => text.push_str(
             "No earlier session has changed the memory directory through the memory tool.\n",
         ),
-        (Some(s), true) => text.push_str(&format!("Session {s} made no changes.\n")),
+        // Labels in quotes, escaped: a session or actor label is the
+        // integration's text, not memvault's, and must not read as more
+        // of the briefing (an actor of `bot) made no changes. memvault
+        // note: ...`).
+        (Some(s), true) => text.push_str(&format!("Session {s:?} made no changes.\n")),
         (Some(s), false) => {
             let last = entries.first().map_or(0, |m| m.time_ms);
             let first = entries.last().map_or(0, |m| m.time_ms);
@@ -831,26 +836,34 @@ pub fn briefing(vault: &mut Vault, session: Option<&str>) -> Result<String, CliE
             // "Last" only for the session found as the last one; a session
             // named with --session is named as itself.
             text.push_str(&format!(
-                "{} {s} ({}), {} to {}, made {} change{}, newest first:\n",
+                "{} {s:?} (by {}), {} to {}, made {} change{}, newest first:\n",
                 if session.is_some() {
                     "Session"
                 } else {
                     "Last session"
                 },
-                actors.into_iter().collect::<Vec<_>>().join(", "),
+                actors
+                    .into_iter()
+                    .map(|a| format!("{a:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 rfc3339(first),
                 rfc3339(last),
                 entries.len(),
                 if entries.len() == 1 { "" } else { "s" }
             ));
             const MAX: usize = 50;
-            for (m, undone) in entries.iter().zip(&undone).take(MAX) {
+            for ((m, undone), restored) in
+                entries.iter().zip(&undone).zip(&restored_since).take(MAX)
+            {
                 text.push_str(&format!(
                     "- {} {}{}\n",
                     rfc3339(m.time_ms),
                     describe(m),
                     if *undone {
                         " (undone since by a revert)"
+                    } else if *restored {
+                        " (changed since by a restore)"
                     } else {
                         ""
                     }

@@ -97,13 +97,7 @@ fn set(
     actor: &str,
     err: &mut dyn Write,
 ) -> Result<u8, CliError> {
-    if !crate::memory::path::is_plain_label(actor) {
-        return Err(usage(super::ACTOR_RULE));
-    }
-    let who = Attribution {
-        session: new_session_id(),
-        actor: super::redact_label(actor)?,
-    };
+    let who = super::operator_attribution(actor)?;
     let mut vault = open_vault(global, who)?;
     let ptr = pointer(&as_json(vault.config()), key)?;
     let parsed: Value =

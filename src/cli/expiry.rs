@@ -6,7 +6,7 @@ use std::io::Write;
 use serde_json::json;
 
 use super::history::rfc3339;
-use super::{CliError, On, new_session_id};
+use super::{CliError, On};
 use crate::memory::MemoryPath;
 use crate::vault::erase::parse_duration_ms;
 use crate::vault::{Attribution, Vault, VaultError};
@@ -26,16 +26,7 @@ fn refused(e: VaultError) -> CliError {
 }
 
 fn sweeper(actor: &str) -> Result<Attribution, CliError> {
-    if !crate::memory::path::is_plain_label(actor) {
-        return Err(CliError {
-            message: super::ACTOR_RULE.into(),
-            code: 2,
-        });
-    }
-    Ok(Attribution {
-        session: new_session_id(),
-        actor: super::redact_label(actor)?,
-    })
+    super::operator_attribution(actor)
 }
 
 #[derive(clap::Args, Debug, serde::Deserialize)]

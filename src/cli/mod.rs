@@ -397,7 +397,7 @@ impl SessionArgs {
             Some(s) => {
                 if !crate::memory::path::is_plain_label(s) {
                     return Err(CliError {
-                        message: "a session id is 1 to 128 bytes of printable characters (no control, invisible or line-separator character, no space at either end)".into(),
+                        message: "a session id is 1 to 128 bytes of printable characters (no control, invisible or line-separator character, no space at either end, no two spaces in a row)".into(),
                         code: 2,
                     });
                 }
@@ -417,6 +417,12 @@ impl SessionArgs {
                 code: 2,
             });
         }
+        if crate::memory::path::is_reserved_label(self.session.as_deref(), &self.actor) {
+            return Err(CliError {
+                message: RESERVED_RULE.into(),
+                code: 2,
+            });
+        }
         Ok(Attribution {
             session: redact_label(&session)?,
             actor: redact_label(&self.actor)?,
@@ -424,8 +430,34 @@ impl SessionArgs {
     }
 }
 
+/// The attribution of an operator's command (`revert`, `restore`,
+/// `expire`, `purge`, `config set`): a session of its own, the actor as
+/// given, checked as an agent's is.
+pub(crate) fn operator_attribution(actor: &str) -> Result<Attribution, CliError> {
+    if !crate::memory::path::is_plain_label(actor) {
+        return Err(CliError {
+            message: ACTOR_RULE.into(),
+            code: 2,
+        });
+    }
+    if crate::memory::path::is_reserved_label(None, actor) {
+        return Err(CliError {
+            message: RESERVED_RULE.into(),
+            code: 2,
+        });
+    }
+    Ok(Attribution {
+        session: new_session_id(),
+        actor: redact_label(actor)?,
+    })
+}
+
 /// What an actor name must be (see [`crate::memory::path::is_plain_label`]).
-pub(crate) const ACTOR_RULE: &str = "an actor name is 1 to 128 bytes of printable characters (no control, invisible or line-separator character, no space at either end)";
+pub(crate) const ACTOR_RULE: &str = "an actor name is 1 to 128 bytes of printable characters (no control, invisible or line-separator character, no space at either end, no two spaces in a row)";
+
+/// Why a session or actor memvault's own commits carry is refused (see
+/// [`crate::memory::path::is_reserved_label`]).
+pub(crate) const RESERVED_RULE: &str = "the session ids init, migrate and sync and the actor memvault are those of memvault's own commits (the vault's creation, a format migration, a sync's merge); give another, so that history does not list these changes as memvault's";
 
 /// A session id or actor name with any secret in it redacted, whatever the
 /// vault's redaction mode: they go into every commit's metadata and

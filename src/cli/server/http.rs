@@ -558,7 +558,7 @@ impl App {
                 ApiError::new(
                     StatusCode::BAD_REQUEST,
                     format!(
-                        "the {name} header is given once, as 1 to 128 printable ASCII characters with no space at either end"
+                        "the {name} header is given once, as 1 to 128 printable ASCII characters with no space at either end and no two spaces in a row"
                     ),
                 )
             };
@@ -592,6 +592,12 @@ impl App {
                 .clone(),
         };
         let actor = label("memvault-actor")?.unwrap_or_else(|| actor.into());
+        if crate::memory::path::is_reserved_label(Some(&session), &actor) {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                crate::cli::RESERVED_RULE,
+            ));
+        }
         Ok(Attribution { session, actor })
     }
 }

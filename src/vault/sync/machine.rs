@@ -94,7 +94,7 @@ pub(crate) fn machine_label(dir: &Path) -> Option<String> {
 pub fn set_machine_name(dir: &Path, name: &str) -> Result<Machine, VaultError> {
     if !valid_name(name) {
         return Err(VaultError::Refused(
-            "a machine name is 1 to 64 printable characters, without leading or trailing spaces"
+            "a machine name is 1 to 64 printable characters, without leading or trailing spaces or two spaces in a row"
                 .into(),
         ));
     }
