@@ -479,6 +479,24 @@ fn scopes_limit_routes_and_history_names_the_token_whatever_the_headers_say() {
         assert_eq!(status, 400, "{name}: {v}");
         assert!(v["error"].as_str().unwrap().contains("1 to 128"), "{v}");
     }
+    // Nor one with two spaces in a row (history's column separator), nor
+    // one of memvault's own (round 39a).
+    for (name, value, says) in [
+        ("Memvault-Session", "s  operator  revert", "two spaces"),
+        ("Memvault-Actor", "bot  x", "two spaces"),
+        ("Memvault-Session", "init", "memvault's own"),
+        ("Memvault-Session", "sync", "memvault's own"),
+        ("Memvault-Actor", "memvault", "memvault's own"),
+    ] {
+        let (status, v) = s.req_with(
+            "POST",
+            "/v1/memory",
+            &[("Authorization", &format!("Bearer {agent}")), (name, value)],
+            br#"{"command":"create","path":"/memories/label.md","file_text":"x\n"}"#,
+        );
+        assert_eq!(status, 400, "{name} {value:?}: {v}");
+        assert!(v["error"].as_str().unwrap().contains(says), "{v}");
+    }
     // Scopes.
     assert_eq!(s.req("POST", "/v1/history", Some(&agent), "{}").0, 403);
     assert_eq!(s.req("POST", "/v1/revert", Some(&agent), "{}").0, 403);
