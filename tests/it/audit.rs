@@ -1923,6 +1923,19 @@ fn a_session_revert_undoes_its_own_chains_and_swaps_of_renames() {
         found.sort();
         found
     };
+    let two = || {
+        vec![
+            create("/memories/a.md", "AAA\n"),
+            create("/memories/b.md", "BBB\n"),
+        ]
+    };
+    let swap = || {
+        vec![
+            rename("/memories/a.md", "/memories/t.md"),
+            rename("/memories/b.md", "/memories/a.md"),
+            rename("/memories/t.md", "/memories/b.md"),
+        ]
+    };
     type Case = (&'static str, Vec<Value>, Vec<Value>);
     let cases: Vec<Case> = vec![
         (
@@ -1938,10 +1951,7 @@ fn a_session_revert_undoes_its_own_chains_and_swaps_of_renames() {
         ),
         (
             "shift",
-            vec![
-                create("/memories/a.md", "AAA\n"),
-                create("/memories/b.md", "BBB\n"),
-            ],
+            two(),
             vec![
                 rename("/memories/b.md", "/memories/c.md"),
                 rename("/memories/a.md", "/memories/b.md"),
@@ -1959,18 +1969,7 @@ fn a_session_revert_undoes_its_own_chains_and_swaps_of_renames() {
                 create("/memories/a/new.md", "NEW\n"),
             ],
         ),
-        (
-            "swap",
-            vec![
-                create("/memories/a.md", "AAA\n"),
-                create("/memories/b.md", "BBB\n"),
-            ],
-            vec![
-                rename("/memories/a.md", "/memories/t.md"),
-                rename("/memories/b.md", "/memories/a.md"),
-                rename("/memories/t.md", "/memories/b.md"),
-            ],
-        ),
+        ("swap", two(), swap()),
         (
             "swap of folders",
             vec![
@@ -1985,16 +1984,8 @@ fn a_session_revert_undoes_its_own_chains_and_swaps_of_renames() {
         ),
         (
             "swap, then an edit",
-            vec![
-                create("/memories/a.md", "AAA\n"),
-                create("/memories/b.md", "BBB\n"),
-            ],
-            vec![
-                rename("/memories/a.md", "/memories/t.md"),
-                rename("/memories/b.md", "/memories/a.md"),
-                rename("/memories/t.md", "/memories/b.md"),
-                edit("/memories/b.md", "AAA", "AAA edited"),
-            ],
+            two(),
+            [swap(), vec![edit("/memories/b.md", "AAA", "AAA edited")]].concat(),
         ),
     ];
     for (name, before, session) in cases {
