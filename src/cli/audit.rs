@@ -771,7 +771,9 @@ pub fn briefing(vault: &mut Vault, session: Option<&str>) -> Result<String, CliE
     let mut restored_since: Vec<bool> = Vec::new();
     for item in vault.walk()? {
         let (rev, meta) = item?;
-        let restore_files = (meta.op == "restore").then(|| meta.files.clone());
+        // (A restore a later revert undid counts for nothing.)
+        let restore_files = (meta.op == "restore" && !undone_revs.contains_key(&rev.to_string()))
+            .then(|| meta.files.clone());
         if meta.op == "revert" && !undone_revs.contains_key(&rev.to_string()) {
             for r in &meta.undoes {
                 undone_revs

@@ -395,7 +395,7 @@ impl SessionArgs {
     fn attribution(&self, announce: bool) -> Result<Attribution, CliError> {
         let session = match &self.session {
             Some(s) => {
-                if !crate::memory::path::is_plain_label(s) {
+                if !crate::memory::path::is_new_label(s) {
                     return Err(CliError {
                         message: "a session id is 1 to 128 bytes of printable characters (no control, invisible or line-separator character, no space at either end, no two spaces in a row)".into(),
                         code: 2,
@@ -411,7 +411,7 @@ impl SessionArgs {
                 id
             }
         };
-        if !crate::memory::path::is_plain_label(&self.actor) {
+        if !crate::memory::path::is_new_label(&self.actor) {
             return Err(CliError {
                 message: ACTOR_RULE.into(),
                 code: 2,
@@ -434,7 +434,7 @@ impl SessionArgs {
 /// `expire`, `purge`, `config set`): a session of its own, the actor as
 /// given, checked as an agent's is.
 pub(crate) fn operator_attribution(actor: &str) -> Result<Attribution, CliError> {
-    if !crate::memory::path::is_plain_label(actor) {
+    if !crate::memory::path::is_new_label(actor) {
         return Err(CliError {
             message: ACTOR_RULE.into(),
             code: 2,
@@ -457,7 +457,7 @@ pub(crate) const ACTOR_RULE: &str = "an actor name is 1 to 128 bytes of printabl
 
 /// Why a session or actor memvault's own commits carry is refused (see
 /// [`crate::memory::path::is_reserved_label`]).
-pub(crate) const RESERVED_RULE: &str = "the session ids init, migrate and sync and the actor memvault are those of memvault's own commits (the vault's creation, a format migration, a sync's merge); give another, so that history does not list these changes as memvault's";
+pub(crate) const RESERVED_RULE: &str = "the session ids init, migrate, sync and keys and the actor memvault are those of memvault's own commits (the vault's creation, a format migration, a sync's merge, a keyslot change); give another, so that history does not list these changes as memvault's";
 
 /// A session id or actor name with any secret in it redacted, whatever the
 /// vault's redaction mode: they go into every commit's metadata and

@@ -357,24 +357,31 @@ fn is_line_separator(c: char) -> bool {
 /// characters a path refuses too.
 ///
 /// No space at either end either: HTTP drops those from a header value,
-/// so such a label could not be given the same way through a server. Nor
-/// two spaces in a row: `history` and `sessions` separate their columns
-/// with two, so such a label could pass for more columns (an operator's
-/// revert, say).
+/// so such a label could not be given the same way through a server.
 pub fn is_plain_label(label: &str) -> bool {
     !label.is_empty()
         && label.len() <= 128
         && label.trim() == label
-        && !label.contains("  ")
         && label.chars().all(is_plain_char)
 }
 
+/// Whether `label` may be given now, for memvault to record: a plain
+/// label ([`is_plain_label`]) without two spaces in a row, which `history`
+/// and `sessions` separate their columns with (such a label could pass for
+/// more columns: an operator's revert, say). Labels stored before this
+/// rule (a machine's name, say) are still read as they are.
+pub fn is_new_label(label: &str) -> bool {
+    is_plain_label(label) && !label.contains("  ")
+}
+
 /// The session ids memvault's own commits carry (`init`, `migrate`,
-/// `sync`) and the actor they name (`memvault`): a session or actor a
-/// client gives may not be one of them, or its changes would be listed as
-/// memvault's own (`sessions` counts them with the vault's creation).
+/// `sync`, `keys`) and the actor they name (`memvault`): a session or
+/// actor a client gives may not be one of them, or its changes would be
+/// listed as memvault's own (`sessions` counts them with the vault's
+/// creation, say).
 pub fn is_reserved_label(session: Option<&str>, actor: &str) -> bool {
-    session.is_some_and(|s| matches!(s, "init" | "migrate" | "sync")) || actor == "memvault"
+    session.is_some_and(|s| matches!(s, "init" | "migrate" | "sync" | "keys"))
+        || actor == "memvault"
 }
 
 /// A character a label may hold (see [`is_plain_label`]).

@@ -682,8 +682,8 @@ impl Vault {
     /// Bring a vault of format 1 to format 2, once, under the writer lock:
     /// its plain settings file becomes the authenticated settings of a new
     /// key state (whose counter main's commits name from now on), in a
-    /// `migrate` commit on main; then the format file says 2 and the plain
-    /// file is removed. The key state decides (it is MAC'd, the format file
+    /// `migrate` commit on main; then the plain file is removed, and only
+    /// then does the format file say 2. The key state decides (it is MAC'd, the format file
     /// is not): a format-2 key state is never migrated again, so writing
     /// "1" into the format file cannot bring a plain settings file back.
     fn migrate_settings(&mut self) -> Result<(), VaultError> {

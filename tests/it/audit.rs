@@ -578,6 +578,67 @@ fn resume_names_exactly_what_the_last_session_changed() {
     );
 }
 
+/// Review 39c: a session's own moves next to another session's renames,
+/// undone with `--force`:
+/// - s1 swaps a and b, then s2 renames a (b's old file) to c: a gets its
+///   text back, c keeps b's (the version follows the file), and b, where
+///   s1 put a's file, is removed (it stayed as a copy of a);
+/// - s1 edits x, s2 renames x to y, then s1 renames z to x (onto the path
+///   s2 left): y gets x's old text, z comes back, x goes (s1's rename was
+///   taken for a move by others, and not undone).
+#[test]
+fn a_forced_session_revert_sorts_its_own_moves_from_those_of_others() {
+    let create = |p: &str, t: &str| json!({"command": "create", "path": p, "file_text": t});
+    let rename = |a: &str, b: &str| json!({"command": "rename", "old_path": a, "new_path": b});
+    let edit = |p: &str, a: &str, b: &str| json!({"command": "str_replace", "path": p, "old_str": a, "new_str": b});
+    let read = |v: &TestVault, p: &str| -> Option<String> {
+        let r = v.one(json!({"command": "view", "path": p}));
+        (!is_error(&r)).then(|| text(&r).to_string())
+    };
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s0",
+        &[
+            create("/memories/a.md", "AAA\n"),
+            create("/memories/b.md", "BBB\n"),
+        ],
+    );
+    serve_as(
+        &v,
+        "s1",
+        &[
+            rename("/memories/a.md", "/memories/t.md"),
+            rename("/memories/b.md", "/memories/a.md"),
+            rename("/memories/t.md", "/memories/b.md"),
+        ],
+    );
+    serve_as(&v, "s2", &[rename("/memories/a.md", "/memories/c.md")]);
+    ok(&run(&v, &["revert", "--session", "s1", "--force"]));
+    assert!(read(&v, "/memories/a.md").is_some_and(|t| t.contains("AAA")));
+    assert!(read(&v, "/memories/c.md").is_some_and(|t| t.contains("BBB")));
+    assert_eq!(read(&v, "/memories/b.md"), None, "a copy of a stayed at b");
+    ok(&run(&v, &["verify"]));
+
+    let v = TestVault::new();
+    serve_as(
+        &v,
+        "s0",
+        &[
+            create("/memories/x.md", "x0\n"),
+            create("/memories/z.md", "z0\n"),
+        ],
+    );
+    serve_as(&v, "s1", &[edit("/memories/x.md", "x0", "x1")]);
+    serve_as(&v, "s2", &[rename("/memories/x.md", "/memories/y.md")]);
+    serve_as(&v, "s1", &[rename("/memories/z.md", "/memories/x.md")]);
+    ok(&run(&v, &["revert", "--session", "s1", "--force"]));
+    assert!(read(&v, "/memories/y.md").is_some_and(|t| t.contains("x0")));
+    assert!(read(&v, "/memories/z.md").is_some_and(|t| t.contains("z0")));
+    assert_eq!(read(&v, "/memories/x.md"), None);
+    ok(&run(&v, &["verify"]));
+}
+
 /// Round 39a: labels are the integration's text, never memvault's.
 /// - A session or actor with two spaces in a row (the column separator of
 ///   `history` and `sessions`) is refused, as one memvault's own commits

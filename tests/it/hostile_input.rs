@@ -477,6 +477,29 @@ fn labels_with_invisible_characters_or_a_secret_in_a_machine_name_are_refused() 
         .unwrap();
     assert!(out.status.success());
     assert_nowhere(&t, TOKEN);
+    // Two spaces in a row are refused from now on (history's column
+    // separator); a name stored before that rule is kept as it is, the
+    // machine's id with it (review 39c: it was replaced by a new machine).
+    let out = t
+        .cmd()
+        .args(["machine", "--name", "my  laptop"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let file = t.vault.join("memvault/machine");
+    let id = std::fs::read_to_string(&file)
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .to_string();
+    std::fs::write(&file, format!("v1 {id} old  laptop\n")).unwrap();
+    let out = t.cmd().args(["exec", &create]).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        format!("v1 {id} old  laptop\n")
+    );
 }
 
 #[test]

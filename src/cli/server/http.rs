@@ -566,7 +566,7 @@ impl App {
                 return Err(bad());
             }
             let s = v.to_str().map_err(|_| bad())?;
-            if s.is_empty() || !crate::memory::path::is_plain_label(s) {
+            if s.is_empty() || !crate::memory::path::is_new_label(s) {
                 return Err(bad());
             }
             // Redacted without a warning: a client must not be able to

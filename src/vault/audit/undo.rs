@@ -469,6 +469,8 @@ impl Vault {
         let mut later: Vec<(String, Conflict, usize)> = Vec::new();
         // The newest change by others (not undone) at each git path.
         let mut changed_later: BTreeMap<String, Conflict> = BTreeMap::new();
+        // And the chain index of that change (a smaller one is later).
+        let mut changed_at: BTreeMap<String, usize> = BTreeMap::new();
         // Created files renamed (by others) onto a path a target held.
         let mut blocked_creates: Vec<(String, MemoryPath)> = Vec::new();
         let mut left: BTreeMap<String, (Option<Oid>, usize)> = BTreeMap::new();
@@ -604,6 +606,7 @@ impl Vault {
                             if targets.contains_key(&c.git_path) {
                                 later.push((c.git_path.clone(), conflict.clone(), index));
                             }
+                            changed_at.insert(c.git_path.clone(), index);
                             changed_later.insert(c.git_path, conflict);
                         }
                         // A file an undone change made, renamed since by
@@ -657,7 +660,15 @@ impl Vault {
                 // holding its key now, elsewhere, is where the version goes
                 // back, sealed again under its path; nothing comes back at
                 // the old path. Each such move is a later change there.
-                let followed = self.follow_moved(tip, &mut targets, &changed_later)?;
+                // The paths where the undone changes' last touch is newer
+                // than any change by others: what stands there, they put.
+                let theirs_last: BTreeSet<String> = left
+                    .iter()
+                    .filter(|(g, (_, last))| changed_at.get(*g).is_none_or(|i| i > last))
+                    .map(|(g, _)| g.clone())
+                    .collect();
+                let followed =
+                    self.follow_moved(tip, &mut targets, &changed_later, &theirs_last)?;
                 for (g, conflict) in followed {
                     later.push((g, conflict, 0));
                 }
@@ -1321,6 +1332,7 @@ impl Vault {
         tip: Oid,
         targets: &mut BTreeMap<String, Target>,
         changed_later: &BTreeMap<String, Conflict>,
+        undone_last: &BTreeSet<String>,
     ) -> Result<Vec<(String, Conflict)>, VaultError> {
         let candidates: Vec<(String, MemoryPath, crypto::FileKeyId)> = targets
             .iter()
@@ -1340,6 +1352,10 @@ impl Vault {
         // Where each would go; applied together, so that files that traded
         // places (a swap) each go where the other was.
         let mut moves: Vec<(String, MemoryPath, String)> = Vec::new();
+        // The files the undone changes moved where they are now, not
+        // followed: by their path, with the undone change that put them
+        // there.
+        let mut own: Vec<(String, MemoryPath, Option<Oid>)> = Vec::new();
         for (g, path, key) in candidates {
             let Some(holders) = at_tip.get(&key) else {
                 continue;
@@ -1352,15 +1368,17 @@ impl Vault {
                 continue;
             };
             let gq = self.git_path_of(q)?;
-            // Moved there by the undone changes themselves (no other
-            // change touched that path, which an undone change set): the
-            // undo already puts the file back from there. Following it
-            // would undo the move twice (a session that swapped two files
-            // was left swapped) or put a file's version over another
-            // target (a session that moved one file away and another into
-            // its place lost the first).
-            if !changed_later.contains_key(&gq) && targets.get(&gq).is_some_and(|t| t.by.is_some())
+            // Moved there by the undone changes themselves (their last
+            // touch of that path is newer than any change by others
+            // there): the undo already puts the file back from there.
+            // Following it would undo the move twice (a session that
+            // swapped two files was left swapped) or put a file's version
+            // over another target (a session that moved one file away and
+            // another into its place lost the first).
+            if undone_last.contains(&gq)
+                && let Some(there) = targets.get(&gq).filter(|t| t.by.is_some())
             {
+                own.push((gq, q.clone(), there.by));
                 continue;
             }
             moves.push((g, q.clone(), gq));
@@ -1403,6 +1421,19 @@ impl Vault {
                     ..t
                 },
             );
+        }
+        // A file the undone changes moved, standing at a path whose own
+        // target was followed away (its file moved on by others since): it
+        // is still theirs to remove there, or it would stay as a copy of
+        // the version put back at its source.
+        for (gq, q, by) in own {
+            targets.entry(gq).or_insert(Target {
+                path: q,
+                desired: None,
+                via: None,
+                by,
+                sealed_at: None,
+            });
         }
         Ok(followed)
     }

@@ -92,7 +92,9 @@ pub(crate) fn machine_label(dir: &Path) -> Option<String> {
 
 /// Name this machine (its id stays).
 pub fn set_machine_name(dir: &Path, name: &str) -> Result<Machine, VaultError> {
-    if !valid_name(name) {
+    // Two spaces in a row only from now on: a name stored before is read
+    // as it is (`read`), not replaced by a new machine.
+    if !valid_name(name) || !crate::memory::path::is_new_label(name) {
         return Err(VaultError::Refused(
             "a machine name is 1 to 64 printable characters, without leading or trailing spaces or two spaces in a row"
                 .into(),

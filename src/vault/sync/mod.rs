@@ -95,7 +95,7 @@ pub enum SyncError {
     /// The remote's key state holds what this vault's lacks, beside a main
     /// that brings nothing new (see `Vault::merge_incoming`).
     #[error(
-        "remote {remote}'s key state moved without its main: it holds file keys or erasures this vault has not taken in, and its main brings no commit that made them (its refs/heads/main was put back from an older copy, or another machine's push stopped between the two refs); nothing was changed here, and memvault never overwrites a remote's key state (this vault's would undo an erasure made there). If another machine was syncing, its next `memvault sync {remote}` completes its push: then sync here again. If the remote was put back, the machine that made its newer key state finds it rolled back at its next sync, whose message says how to repair it: then sync here again"
+        "remote {remote}'s key state moved without its main: it holds file keys or erasures this vault has not taken in, and its main brings no commit that made them (its refs/heads/main was put back from an older copy, or another machine's push stopped between the two refs); nothing was changed here, and memvault never overwrites a remote's key state (this vault's would undo an erasure made there). If another machine was syncing, its next `memvault sync {remote}` completes its push: then sync here again. If the remote was put back, the machine that made its newer key state finds it rolled back at its next sync, whose message says how to repair it: then sync here again. If that machine is gone, start a new remote from this one: `memvault remote add NEW URL` and `memvault push NEW` here (an empty repository), then `memvault remote add NEW URL` and `memvault sync NEW` on each other machine"
     )]
     KeysAhead { remote: String },
     #[error(
@@ -733,7 +733,18 @@ impl Vault {
             }
         }
         for attempt in 1..=SYNC_ATTEMPTS {
-            report.pulls.push(self.pull_locked(name)?);
+            match self.pull_locked(name) {
+                Ok(pull) => report.pulls.push(pull),
+                // Another machine's push between its two refs (a remote
+                // without atomic pushes): give it a moment.
+                Err(VaultError::Sync(e))
+                    if matches!(*e, SyncError::KeysAhead { .. }) && attempt < SYNC_ATTEMPTS =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(200 * attempt as u64));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
             match self.push_locked(name) {
                 Ok(push) => {
                     report.push = push;
