@@ -408,7 +408,7 @@ pub fn restore(on: On<'_>, args: &RestoreArgs, out: &mut dyn Write) -> Result<u8
                 )));
             }
             let what = format!("{} as at {}", path.as_str(), at.short());
-            finish_undo(
+            finish_restore(
                 vault,
                 UndoTarget::Restore { path, at },
                 args.force,
@@ -419,11 +419,53 @@ pub fn restore(on: On<'_>, args: &RestoreArgs, out: &mut dyn Write) -> Result<u8
     )
 }
 
+/// [`finish_undo`] of a restore, said as one ("restored … as at …").
+fn finish_restore(
+    vault: &mut Vault,
+    target: UndoTarget,
+    force: bool,
+    what: &str,
+    out: &mut dyn Write,
+) -> Result<u8, CliError> {
+    finish(vault, target, force, what, Verbs::RESTORE, out)
+}
+
 fn finish_undo(
     vault: &mut Vault,
     target: UndoTarget,
     force: bool,
     what: &str,
+    out: &mut dyn Write,
+) -> Result<u8, CliError> {
+    finish(vault, target, force, what, Verbs::UNDO, out)
+}
+
+/// How an undo's outcome is said: done, nothing to do, refused.
+struct Verbs {
+    done: &'static str,
+    nothing: &'static str,
+    refused: &'static str,
+}
+
+impl Verbs {
+    const UNDO: Verbs = Verbs {
+        done: "undid",
+        nothing: "nothing to undo for",
+        refused: "refused to undo",
+    };
+    const RESTORE: Verbs = Verbs {
+        done: "restored",
+        nothing: "nothing to restore for",
+        refused: "refused to restore",
+    };
+}
+
+fn finish(
+    vault: &mut Vault,
+    target: UndoTarget,
+    force: bool,
+    what: &str,
+    verbs: Verbs,
     out: &mut dyn Write,
 ) -> Result<u8, CliError> {
     let outcome = vault.undo(target, force).map_err(|e| match e {
@@ -440,7 +482,8 @@ fn finish_undo(
         } => {
             writeln!(
                 out,
-                "undid {what} as revision {} ({} file{} changed)",
+                "{} {what} as revision {} ({} file{} changed)",
+                verbs.done,
                 commit.short(),
                 changed.len(),
                 if changed.len() == 1 { "" } else { "s" }
@@ -502,7 +545,8 @@ fn finish_undo(
         UndoOutcome::Nothing { .. } => {
             writeln!(
                 out,
-                "nothing to undo for {what}: the files are already as it would leave them"
+                "{} {what}: the files are already as it would leave them",
+                verbs.nothing
             )?;
             out.flush()?;
             Ok(0)
@@ -512,7 +556,7 @@ fn finish_undo(
             blocked,
             kept_in_place,
         } => {
-            let mut msg = format!("refused to undo {what}; nothing was changed.");
+            let mut msg = format!("{} {what}; nothing was changed.", verbs.refused);
             if !conflicts.is_empty() {
                 msg.push_str(
                     "\nLater changes touched the same files (give --force to undo anyway; history keeps them):",
@@ -526,7 +570,9 @@ fn finish_undo(
                 }
             }
             if !blocked.is_empty() {
-                msg.push_str("\nA file or directory now stands where these would go back:");
+                msg.push_str(
+                    "\nA file or directory now stands where these would go back (--force puts back the rest and leaves what stands there):",
+                );
                 for p in &blocked {
                     msg.push_str(&format!("\n  {}", p.as_str()));
                 }

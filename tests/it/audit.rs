@@ -501,7 +501,11 @@ fn show_and_diff_at_every_revision_return_what_was_there() {
     for (rev, code) in [
         ("deadbeef", 1),
         ("HEAD~500", 1),
+        // More than a count holds: still no commit (round 39a).
+        ("HEAD~99999999999999999999", 1),
         ("HEAD~x", 2),
+        ("HEAD~+5", 2),
+        ("HEAD~", 2),
         ("xyz!", 2),
         ("abc", 2),
     ] {
@@ -718,10 +722,12 @@ fn labels_cannot_pass_for_memvaults_words_and_a_restore_is_marked_in_the_briefin
         ])
         .output()
         .unwrap());
-    ok(&run(
+    let said = ok(&run(
         &v,
         &["restore", "/memories/x.md", "--at", "HEAD~1", "--force"],
     ));
+    // Said as a restore (round 39a: it said "undid … as at").
+    assert!(said.starts_with("restored /memories/x.md as at "), "{said}");
     let text = stdout(&run(&v, &["resume"]));
     let line = text
         .lines()

@@ -277,8 +277,12 @@ impl Vault {
                 "" => 0,
                 r => r
                     .strip_prefix('~')
-                    .and_then(|n| n.parse().ok())
-                    .ok_or_else(bad)?,
+                    .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                    .ok_or_else(bad)?
+                    // More than a count holds: well written, and no commit
+                    // is that far back.
+                    .parse()
+                    .map_err(|_| unknown())?,
             };
             let mut id = tip;
             for _ in 0..back {
