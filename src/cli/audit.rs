@@ -381,7 +381,7 @@ pub fn revert(on: On<'_>, args: &RevertArgs, out: &mut dyn Write) -> Result<u8, 
                 UndoTarget::Session(s) => format!("session {s}"),
                 UndoTarget::Restore { .. } => unreachable!(),
             };
-            finish_undo(vault, target, args.force, &what, out)
+            finish_undo(vault, target, args.force, &what, Verbs::UNDO, out)
         },
     )
 }
@@ -408,36 +408,16 @@ pub fn restore(on: On<'_>, args: &RestoreArgs, out: &mut dyn Write) -> Result<u8
                 )));
             }
             let what = format!("{} as at {}", path.as_str(), at.short());
-            finish_restore(
+            finish_undo(
                 vault,
                 UndoTarget::Restore { path, at },
                 args.force,
                 &what,
+                Verbs::RESTORE,
                 out,
             )
         },
     )
-}
-
-/// [`finish_undo`] of a restore, said as one ("restored … as at …").
-fn finish_restore(
-    vault: &mut Vault,
-    target: UndoTarget,
-    force: bool,
-    what: &str,
-    out: &mut dyn Write,
-) -> Result<u8, CliError> {
-    finish(vault, target, force, what, Verbs::RESTORE, out)
-}
-
-fn finish_undo(
-    vault: &mut Vault,
-    target: UndoTarget,
-    force: bool,
-    what: &str,
-    out: &mut dyn Write,
-) -> Result<u8, CliError> {
-    finish(vault, target, force, what, Verbs::UNDO, out)
 }
 
 /// How an undo's outcome is said: done, nothing to do, refused.
@@ -460,7 +440,8 @@ impl Verbs {
     };
 }
 
-fn finish(
+/// Run an undo (a revert or a restore) and say its outcome.
+fn finish_undo(
     vault: &mut Vault,
     target: UndoTarget,
     force: bool,
