@@ -2410,3 +2410,53 @@ fn secrets_in_names_are_redacted_and_echoes_masked() {
         "{r:?}"
     );
 }
+
+/// The overlapping starts that list an ambiguous `old_str`'s lines are
+/// every start a naive search finds, on texts made of few letters (where
+/// needles overlap themselves most), and a highly repetitive file and
+/// needle at the size limit are answered (the search is linear: the
+/// restarted search it replaced took over a minute on such input).
+#[test]
+fn overlapping_starts_are_every_start_and_linear() {
+    let mut seed = 0x5eed_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for _ in 0..2000 {
+        let hay: Vec<u8> = (0..next() % 40)
+            .map(|_| b"ab\n"[(next() % 3) as usize])
+            .collect();
+        let needle: Vec<u8> = (0..1 + next() % 5)
+            .map(|_| b"ab"[(next() % 2) as usize])
+            .collect();
+        let naive: Vec<usize> = (0..hay.len())
+            .filter(|&i| hay[i..].starts_with(&needle))
+            .collect();
+        let fast: Vec<usize> = overlapping_starts(&hay, &needle).collect();
+        assert_eq!(fast, naive, "{:?} in {:?}", needle, hay);
+    }
+    let file = "a".repeat(1 << 20);
+    let needle = "a".repeat(16_000);
+    assert_eq!(
+        overlapping_starts(file.as_bytes(), needle.as_bytes()).count(),
+        (1 << 20) - 16_000 + 1
+    );
+    let m = Memory::new(MemoryConfig::default(), None);
+    let mut s = store(&[("/memories/a.txt", &file)]);
+    let r = run(
+        &m,
+        &mut s,
+        json!({"command": "str_replace", "path": "/memories/a.txt", "old_str": needle, "new_str": "b"}),
+    );
+    assert!(
+        err(&r).ends_with(&format!(
+            ", … ({} occurrences in all). Please ensure it is unique",
+            (1 << 20) - 16_000 + 1
+        )),
+        "{}",
+        &err(&r)[err(&r).len() - 200..]
+    );
+}

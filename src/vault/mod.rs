@@ -713,10 +713,30 @@ impl Vault {
             if self.log.checkpoints == CheckpointAt::AfterReply {
                 self.log.checkpoint_due = true;
             } else {
-                self.checkpoint()?;
+                // The mutation is durable in the log: a checkpoint that
+                // fails now (a disk with room for a record but not for a
+                // pack) must not answer it as failed, or a caller that
+                // tries again applies it twice. The next mutation, or the
+                // close, tries again.
+                self.checkpoint_or_warn();
             }
         }
         result
+    }
+
+    /// Checkpoint; a failure is said on stderr (its kind only: libgit2's
+    /// messages can name a path) and changes nothing: the log still holds
+    /// every record, and the next mutation past the log's bound, or the
+    /// close, tries again.
+    fn checkpoint_or_warn(&mut self) {
+        if let Err(e) = self.checkpoint() {
+            let why = match &e {
+                VaultError::Git(_) => "a git error".to_string(),
+                VaultError::Io(io) => io.kind().to_string(),
+                other => other.to_string(),
+            };
+            eprintln!("memvault: checkpoint failed ({why}); it will be retried");
+        }
     }
 
     /// Leave the `fdatasync` of each mutation's log record to the caller,
@@ -1023,19 +1043,8 @@ impl Store for Vault {
 
     fn after_reply(&mut self) {
         self.fresh_tip = None;
-        if std::mem::take(&mut self.log.checkpoint_due)
-            && let Err(e) = self.checkpoint()
-        {
-            // Nothing is lost: the log still holds every record, and the
-            // next mutation makes the checkpoint due again.
-            // libgit2's messages can name a path: only the kind of a git
-            // or I/O error is said.
-            let why = match &e {
-                VaultError::Git(_) => "a git error".to_string(),
-                VaultError::Io(io) => io.kind().to_string(),
-                other => other.to_string(),
-            };
-            eprintln!("memvault: checkpoint failed ({why}); it will be retried");
+        if std::mem::take(&mut self.log.checkpoint_due) {
+            self.checkpoint_or_warn();
         }
     }
 

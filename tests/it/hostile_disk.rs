@@ -515,6 +515,94 @@ fn a_full_disk_at_open_still_reads_through_the_log_and_loses_nothing() {
     assert!(status.success(), "{stderr}");
 }
 
+/// A one-shot write past the log's checkpoint bound, on a disk with room
+/// for its record but not for the checkpoint's pack: the write is durable
+/// in the log, so it is answered as done (it was answered "nothing was
+/// changed", and an agent that tried again applied it twice; round 40b).
+/// The same for an operator's command. The first process with room
+/// checkpoints; nothing is lost.
+#[test]
+fn a_write_whose_checkpoint_meets_a_full_disk_is_answered_as_done() {
+    let v = TestVault::new();
+    // About 4.5 MiB of records, none checkpointed: `serve` defers its
+    // checkpoints past the reply, and each fails.
+    let big: String = (0..15_000)
+        .map(|i| format!("{i:05} lorem ipsum dolor sit amet consectetur adipiscing elit\n"))
+        .collect::<String>()[..900_000]
+        .to_string();
+    let input: String = (0..5)
+        .map(|i| {
+            format!(
+                "{}\n",
+                json!({"command": "create", "path": format!("/memories/big{i}.md"), "file_text": big})
+            )
+        })
+        .collect();
+    let mut c = v.cmd();
+    c.env("MEMVAULT_TEST_DISK_FULL", "checkpoint")
+        .args(["serve", "--session", "fill"]);
+    let out = run_with_stdin(&mut c, input.as_bytes());
+    let replies = parse_lines(&out.stdout);
+    assert_eq!(replies.len(), 5);
+    assert!(replies.iter().all(|r| !is_error(r)), "{replies:?}");
+    assert!(
+        std::fs::metadata(v.vault.join("memvault/wal"))
+            .unwrap()
+            .len()
+            > 4 << 20
+    );
+    let refs_before = String::from_utf8(git(&v.vault, &["for-each-ref"]).stdout).unwrap();
+
+    let full = |args: &[&str]| {
+        let mut c = v.cmd();
+        c.env("MEMVAULT_TEST_DISK_FULL", "checkpoint").args(args);
+        c.output().unwrap()
+    };
+    let out = full(&[
+        "exec",
+        r#"{"command":"insert","path":"/memories/big0.md","insert_line":0,"insert_text":"once"}"#,
+    ]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("has been edited") && !said.contains("is_error\":true"),
+        "{said}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("checkpoint failed"),
+        "the failed checkpoint is said on stderr"
+    );
+    let out = full(&["revert", "HEAD"]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Nothing was moved into git; the log holds both, each once.
+    assert_eq!(
+        String::from_utf8(git(&v.vault, &["for-each-ref"]).stdout).unwrap(),
+        refs_before
+    );
+    let history = v.cmd().arg("history").output().unwrap();
+    let history = String::from_utf8_lossy(&history.stdout);
+    assert_eq!(history.matches("insert").count(), 1, "{history}");
+    assert_eq!(history.matches("revert").count(), 1, "{history}");
+    // With room again: checkpointed, all there, the insert undone.
+    let r = v.one(json!({"command": "view", "path": "/memories/big0.md", "view_range": [1, 1]}));
+    assert!(text(&r).contains("00000 lorem"), "{r}");
+    assert_ne!(
+        String::from_utf8(git(&v.vault, &["for-each-ref"]).stdout).unwrap(),
+        refs_before
+    );
+    let (status, stderr) = run(v.cmd().arg("verify"), "");
+    assert!(status.success(), "{stderr}");
+}
+
 /// A purge or expiry whose commit is made but whose prune meets a full
 /// disk says what happened: the files are gone (listed, with the
 /// revision), the destroyed keys not yet deleted from the disk, and it

@@ -125,6 +125,9 @@ impl Vault {
                     f.sync_all()
                 })
                 .and_then(|()| fs::rename(&tmp, &path))
+                .inspect_err(|_| {
+                    let _ = fs::remove_file(&tmp);
+                })
         } else {
             fsx::open_append(&path).and_then(|mut f| f.write_all(&self.seal_chunk(newer)))
         };

@@ -434,12 +434,16 @@ fn check_git_files(dir: &Path) -> Result<(), Unsafe> {
 pub(crate) fn write_durable(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
-    {
-        let mut f = create_new(&tmp, FILE_MODE)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
+    let mut f = create_new(&tmp, FILE_MODE)?;
+    let written = f
+        .write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .and_then(|()| fs::rename(&tmp, path));
+    if let Err(e) = written {
+        // A full disk, most likely: no empty or partial file left behind.
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
     }
-    fs::rename(&tmp, path)?;
     if let Some(parent) = path.parent() {
         sync_dir(parent);
     }

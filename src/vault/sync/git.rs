@@ -170,6 +170,19 @@ fn output_within(mut c: Command) -> std::io::Result<std::process::Output> {
     })
 }
 
+/// The error for an I/O failure on this machine: a full disk is said as
+/// such (it was the bare "No space left on device").
+fn local_io(e: std::io::Error) -> SyncError {
+    match e.kind() {
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+            SyncError::Local(format!(
+                "{e}: the disk holding the vault is full; free space there and run the command again (what was acknowledged before is kept)"
+            ))
+        }
+        _ => SyncError::Local(e.to_string()),
+    }
+}
+
 /// The error for a git command that could not run or did not end in time.
 fn spawn_failed(e: std::io::Error, remote: &str) -> SyncError {
     match e.kind() {
@@ -183,7 +196,7 @@ fn spawn_failed(e: std::io::Error, remote: &str) -> SyncError {
                     .div_ceil(1000)
             ),
         },
-        _ => SyncError::Local(e.to_string()),
+        _ => local_io(e),
     }
 }
 
@@ -242,7 +255,7 @@ pub(crate) fn absolute_url(url: &str) -> Result<String, SyncError> {
     if url.contains("://") || is_scp_like(url) || url.starts_with('/') {
         return Ok(url.to_string());
     }
-    let cwd = std::env::current_dir().map_err(|e| SyncError::Local(e.to_string()))?;
+    let cwd = std::env::current_dir().map_err(local_io)?;
     let path = cwd.join(url);
     path.to_str()
         .map(str::to_string)
@@ -294,7 +307,7 @@ impl Scratch {
             data_encoding::HEXLOWER.encode(&crate::crypto::random_bytes::<8>())
         );
         let dir = state.join(name);
-        let local = |e: std::io::Error| SyncError::Local(e.to_string());
+        let local = local_io;
         fsx::mkdir_new_private(&dir).map_err(local)?;
         let scratch = Scratch { dir };
         for sub in [
@@ -355,7 +368,7 @@ impl Scratch {
         if let Some(done) = self.read_in_place(remote, url)? {
             return Ok(done);
         }
-        let local = |e: std::io::Error| SyncError::Local(e.to_string());
+        let local = local_io;
         for (i, id) in have.iter().enumerate() {
             let path = self.dir.join(format!("refs/heads/have{i}"));
             let mut f = fsx::create_new(&path, fsx::FILE_MODE).map_err(local)?;
@@ -434,7 +447,7 @@ impl Scratch {
         let Some(main) = refs.main else {
             return Ok(None);
         };
-        let local = |e: std::io::Error| SyncError::Local(e.to_string());
+        let local = local_io;
         let alternates = self.dir.join("objects/info/alternates");
         let mut list = fsx::read_to_string(&alternates, fsx::LIST).unwrap_or_default();
         list.push_str(text);
@@ -544,7 +557,7 @@ impl Scratch {
             .stderr(Stdio::piped());
         let mut child = c.spawn().map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => SyncError::NoGit,
-            _ => SyncError::Local(e.to_string()),
+            _ => local_io(e),
         })?;
         let mut stdin = child.stdin.take().expect("piped");
         let list: Vec<u8> = ids
@@ -560,9 +573,7 @@ impl Scratch {
         let result = (|| {
             for &id in ids {
                 let mut header = String::new();
-                reader
-                    .read_line(&mut header)
-                    .map_err(|e| SyncError::Local(e.to_string()))?;
+                reader.read_line(&mut header).map_err(local_io)?;
                 let mut parts = header.split_whitespace();
                 let (Some(got), Some(kind), Some(size)) =
                     (parts.next(), parts.next(), parts.next())
@@ -613,7 +624,7 @@ impl Scratch {
     /// itself does not keep.
     pub(crate) fn write_loose(&self, kind: ObjectType, data: &[u8]) -> Result<Oid, SyncError> {
         use flate2::{Compression, write::ZlibEncoder};
-        let local = |e: std::io::Error| SyncError::Local(e.to_string());
+        let local = local_io;
         let id = Oid::from_bytes(&object_hash(kind, data))
             .map_err(|e| SyncError::Local(e.to_string()))?;
         let hex = id.to_string();
