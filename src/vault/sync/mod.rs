@@ -70,6 +70,10 @@ pub enum SyncError {
     )]
     Moved { remote: String },
     #[error(
+        "remote {remote} moved again before each of this sync's {attempts} pushes: another machine keeps pushing to it. What each pull brought is merged here; nothing was pushed. Run `memvault sync {remote}` again once the other machine's pushes pause"
+    )]
+    KeptMoving { remote: String, attempts: usize },
+    #[error(
         "remote {remote}: its ref {name} is locked (the file {name}.lock in the remote repository): another push is running there, or one was stopped before it finished; nothing was pushed. If no push is running there, remove that lock file and sync again"
     )]
     RefLocked { remote: String, name: String },
@@ -225,7 +229,7 @@ const MAX_OBJECTS: usize = 20_000_000;
 /// The most bytes one fetch may bring.
 const MAX_BYTES: u64 = 64 << 30;
 /// How many times `sync` pulls again when the remote moved before its push.
-const SYNC_ATTEMPTS: usize = 5;
+const SYNC_ATTEMPTS: usize = 8;
 
 impl From<SyncError> for VaultError {
     fn from(e: SyncError) -> Self {
@@ -750,8 +754,18 @@ impl Vault {
                     report.push = push;
                     return Ok(report);
                 }
-                Err(VaultError::Sync(e))
-                    if matches!(*e, SyncError::Moved { .. }) && attempt < SYNC_ATTEMPTS => {}
+                // Another machine pushed since the pull: pull again, after
+                // a pause of random length (growing with the attempts), so
+                // that two machines syncing in step do not keep meeting.
+                // After the last, the loop ends with `KeptMoving`.
+                Err(VaultError::Sync(e)) if matches!(*e, SyncError::Moved { .. }) => {
+                    if attempt < SYNC_ATTEMPTS {
+                        let r = u64::from(u16::from_le_bytes(crate::crypto::random_bytes::<2>()));
+                        std::thread::sleep(std::time::Duration::from_millis(
+                            (20 + r % 80) * attempt as u64,
+                        ));
+                    }
+                }
                 // Another push holds the remote's ref: give it a moment.
                 Err(VaultError::Sync(e))
                     if matches!(*e, SyncError::RefLocked { .. }) && attempt < SYNC_ATTEMPTS =>
@@ -761,8 +775,9 @@ impl Vault {
                 Err(e) => return Err(e),
             }
         }
-        Err(SyncError::Moved {
+        Err(SyncError::KeptMoving {
             remote: name.into(),
+            attempts: SYNC_ATTEMPTS,
         }
         .into())
     }
