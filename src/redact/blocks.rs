@@ -261,6 +261,56 @@ fn body(
     (end, count)
 }
 
+/// The body of a PEM private key whose `BEGIN` line was cut off (copied
+/// from the middle of a file, or left out): the base64 lines just before
+/// an `-----END ... PRIVATE KEY-----` line, at least 32 characters of
+/// them, and that line. The hit is the `END` line's dashes and word.
+pub(crate) fn pem_end(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    let (i, lab) = label(b, e);
+    if !(lab.ends_with(b"PRIVATE KEY") || lab.ends_with(b"PRIVATE KEY BLOCK")) {
+        return None;
+    }
+    let end = dashes(b, i)?;
+    // Back over the lines before it while each is base64 alone (after
+    // what a quoted or commented block puts around it), at most 64 KiB.
+    let trim = |c: &u8| {
+        matches!(
+            c,
+            b' ' | b'\t' | b'\r' | b'#' | b'>' | b'"' | b'\'' | b'/' | b'*'
+        )
+    };
+    // The `END` line's own prefix (`> `, `# `, a quote), at most 24 bytes.
+    let mut start = s;
+    while start > 0 && s - start < 24 && trim(&b[start - 1]) {
+        start -= 1;
+    }
+    let mut count = 0usize;
+    while start > 0 && s - start < 64 << 10 && b[start - 1] == b'\n' {
+        let line_end = start - 1;
+        let line_start = b[..line_end]
+            .iter()
+            .rposition(|&c| c == b'\n')
+            .map_or(0, |p| p + 1);
+        let line = &b[line_start..line_end];
+        let Some(first) = line.iter().position(|c| !trim(c)) else {
+            break;
+        };
+        let last = line.iter().rposition(|c| !trim(c)).unwrap_or(first);
+        let body = &line[first..=last];
+        if body.len() < 16 || !body.iter().all(|&c| is_b64(c)) {
+            break;
+        }
+        count += body.len();
+        start = line_start;
+    }
+    if count < 32 {
+        return None;
+    }
+    *skip = end;
+    Some((start, end))
+}
+
 /// A PEM or PGP private key block; the hit is its `BEGIN`.
 pub(crate) fn pem(text: &str, s: usize, e: usize, skip: &mut usize) -> Option<(usize, usize)> {
     let b = text.as_bytes();

@@ -1734,6 +1734,12 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec {
         id: "private-key",
         prio: 4,
+        anchors: &["-----END "],
+        how: How::Hit(blocks::pem_end),
+    },
+    Spec {
+        id: "private-key",
+        prio: 4,
         anchors: &["PuTTY-User-Key-File-"],
         how: How::Hit(blocks::putty),
     },
@@ -1851,6 +1857,26 @@ pub(crate) const SPECS: &[Spec] = &[
             r"(?i:identified)\s+(?i:by)\s+(?:password\s+)?'([^'\n]{4,128})'",
             0,
             160,
+            1,
+            Edge::Free,
+            not_placeholder,
+        ),
+    },
+    // MySQL's `SET PASSWORD [FOR user] = 'x'` (or `= PASSWORD('x')`).
+    Spec {
+        id: "password-assignment",
+        prio: 2,
+        anchors: &[
+            "SET PASSWORD",
+            "set password",
+            "Set password",
+            "Set Password",
+            "SET password",
+        ],
+        how: context(
+            r"(?i:set)\s+(?i:password)(?:\s+(?i:for)\s+[^=;\n]{1,160})?\s*=\s*(?:(?i:password)\s*\(\s*)?'([^'\n]{4,128})'",
+            0,
+            320,
             1,
             Edge::Free,
             not_placeholder,

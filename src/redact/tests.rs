@@ -1186,6 +1186,29 @@ mod keys {
         );
     }
 
+    /// A key body whose `BEGIN` line was cut off: the base64 lines before
+    /// the `END` line are the key (they were stored as they were).
+    #[test]
+    fn a_key_body_with_only_its_end_line_is_redacted() {
+        let body = pem_body(495, 5);
+        let b = format!("{body}\n-----END RSA PRIVATE KEY-----");
+        assert_redacted(
+            &format!("the rest of the key:\n{b}\nthanks\n"),
+            &b,
+            "private-key",
+        );
+        let quoted = format!(
+            "> {}\n> -----END PRIVATE KEY-----",
+            pem_body(496, 3).replace('\n', "\n> ")
+        );
+        assert_redacted(&format!("{quoted}\n"), &quoted, "private-key");
+        assert_clean(&format!(
+            "{}\n-----END CERTIFICATE-----\n",
+            pem_body(497, 3)
+        ));
+        assert_clean("It ends at the line\n-----END RSA PRIVATE KEY-----\nand nothing before.\n");
+    }
+
     #[test]
     fn putty_key_file() {
         let ppk = format!(
@@ -2856,6 +2879,9 @@ mod more_formats {
             format!("keytool -list -keystore k.jks -storepass {pw}"),
             format!("az login -u me@example.com -p {pw}"),
             format!("CREATE USER 'app'@'%' IDENTIFIED BY '{pw}';"),
+            format!("SET PASSWORD FOR 'bob'@'localhost' = '{pw}';"),
+            format!("set password for bob = PASSWORD('{pw}');"),
+            format!("SET PASSWORD = '{pw}';"),
             format!("requirepass {pw}"),
             format!("masterauth \"{pw}\""),
         ] {
@@ -2863,6 +2889,9 @@ mod more_formats {
         }
         assert_clean("docker run -p 8080:80 -p 127.0.0.1:9090:9090 nginx\nzip -r out.zip dir\n");
         assert_clean("ALTER USER app IDENTIFIED BY 'changeme';\n# requirepass foobared\n");
+        assert_clean(
+            "SET PASSWORD FOR bob = 'changeme';\nTo set password for an account, run SET PASSWORD.\n",
+        );
     }
 
     #[test]
