@@ -166,7 +166,12 @@ fn set(
     };
     writeln!(
         err,
-        "memvault: set {key} from {before} to {after} (a `config` commit in history); running `serve`/`mcp` processes use it from their next request"
+        "memvault: set {key} from {before} to {after} (a `config` commit in history); running `serve`/`mcp`/`server` processes use it from their next request{}",
+        if key == "max_line_bytes" {
+            " (an `mcp` process keeps its request size limit until it restarts)"
+        } else {
+            ""
+        }
     )?;
     Ok(0)
 }

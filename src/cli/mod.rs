@@ -212,7 +212,7 @@ pub(crate) struct Cli {
 
 #[derive(Args, Debug, Clone)]
 pub(crate) struct Global {
-    /// The vault directory [default: $MEMVAULT_DIR, else ~/.local/share/memvault/vault]
+    /// The vault directory [default: $MEMVAULT_DIR, else $XDG_DATA_HOME/memvault/vault, else ~/.local/share/memvault/vault]
     #[arg(long, global = true, value_name = "DIR")]
     pub vault: Option<PathBuf>,
     /// A raw 32-byte key file that unlocks the vault (also MEMVAULT_KEY_FILE)
@@ -298,7 +298,7 @@ pub(crate) enum Command {
     /// Serve many tenants' vaults over HTTP (/v1/memory, audit and admin
     /// routes) and MCP (/mcp), each tenant chosen by its bearer token
     Server(server::ServerArgs),
-    /// Manage the tenants of a server root: add, list, token, remove
+    /// Manage the tenants of a server root: add, list, token, quota, remote, sync, export-key, remove
     #[command(subcommand)]
     Tenant(server::TenantCommand),
     /// Make a working vault from a git remote (unlocked with your key file or passphrase)
@@ -855,6 +855,26 @@ fn keygen(file: &Path, err: &mut dyn Write) -> Result<u8, CliError> {
 /// overwritten), synced.
 pub(crate) fn write_new_key_file(file: &Path, key: &KeyFileKey) -> Result<(), CliError> {
     use std::fs::OpenOptions;
+    // Its folder is made if missing (`~/.config` on a new machine), as
+    // private as the file.
+    if let Some(parent) = file
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty() && !p.exists())
+    {
+        let mut dirs = std::fs::DirBuilder::new();
+        dirs.recursive(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            dirs.mode(0o700);
+        }
+        dirs.create(parent).map_err(|e| {
+            CliError::failure(format!(
+                "cannot create the folder {}: {e}",
+                parent.display()
+            ))
+        })?;
+    }
     let mut opts = OpenOptions::new();
     opts.write(true).create_new(true);
     #[cfg(unix)]
@@ -915,16 +935,22 @@ fn serve(global: &Global, args: &ServeArgs) -> Result<u8, CliError> {
             }
         });
     }
-    if let Some(remote) = &args.sync {
-        sync::spawn_syncer(&vault, remote, &args.sync_every)?;
-    }
+    let syncer = match &args.sync {
+        Some(remote) => Some(sync::start_syncer(&vault, remote, &args.sync_every)?),
+        None => None,
+    };
     // Checkpoints run after a reply is written, not inside the request.
     vault.defer_checkpoints(true);
     let memory = memory_for(vault.config())?;
     let max_line = vault.config().max_line_bytes;
     // Several `serve` processes on one vault hand their requests to one
     // of them, which runs them in batches with one sync (see `serve`).
-    match serve::run(&mut vault, &memory, max_line) {
+    let served = serve::run(&mut vault, &memory, max_line);
+    // What this process wrote since the last sync goes out now.
+    if let Some(syncer) = syncer {
+        syncer.finish();
+    }
+    match served {
         Ok(()) => Ok(0),
         // The client stopped reading: the request whose result could not
         // be written ran (what it changed is kept); nothing after it was

@@ -276,12 +276,15 @@ fn json(v: &impl serde::Serialize) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "{}".into())
 }
 
-/// `serve --sync REMOTE --sync-every AGE`: a thread with its own handle on
-/// the vault syncs at start and then every period; the serving handle
-/// catches up with what a merge wrote as it would with another process's
-/// writes. Reports go to stderr as counts (never paths or content); git
-/// may not prompt for credentials in the background.
-pub fn spawn_syncer(vault: &Vault, remote: &str, every: &str) -> Result<(), CliError> {
+/// `serve --sync REMOTE --sync-every AGE`: a handle of its own on the
+/// vault syncs once before the first request is read (so an agent starts
+/// from what other machines wrote: a failure is said on stderr and serving
+/// goes on), then every period on a thread, and once more when serving
+/// ends ([`Syncer::finish`]: what the last period wrote is pushed). The
+/// serving handle catches up with what a merge wrote as it would with
+/// another process's writes. Reports go to stderr as counts (never paths
+/// or content); git may not prompt for credentials in the background.
+pub fn start_syncer(vault: &Vault, remote: &str, every: &str) -> Result<Syncer, CliError> {
     let every_ms = crate::vault::erase::parse_duration_ms(every).ok_or_else(|| CliError {
         message: format!("--sync-every {every:?}: give a period such as 30s, 5m or 1h"),
         code: 2,
@@ -298,23 +301,53 @@ pub fn spawn_syncer(vault: &Vault, remote: &str, every: &str) -> Result<(), CliE
     crate::vault::sync_without_prompts();
     let mut syncer = vault.reopen(sync_attribution())?;
     let remote = remote.to_string();
-    std::thread::spawn(move || {
-        loop {
-            match syncer.sync(&remote) {
-                Ok(r) => {
-                    let received: usize = r.pulls.iter().map(|p| p.commits).sum();
-                    let conflicts: usize = r.pulls.iter().map(|p| p.conflicts.len()).sum();
-                    if received > 0 || r.push.pushed || conflicts > 0 {
-                        eprintln!(
-                            "memvault: synced with {remote}: {received} commit(s) received, {} sent, {conflicts} conflict(s)",
-                            r.push.commits
-                        );
-                    }
-                }
-                Err(e) => eprintln!("memvault: sync with {remote} failed: {e}"),
-            }
-            std::thread::sleep(std::time::Duration::from_millis(every_ms));
+    background_sync(&mut syncer, &remote);
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        // Until `finish` sends or drops its end.
+        while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            stopped.recv_timeout(std::time::Duration::from_millis(every_ms))
+        {
+            background_sync(&mut syncer, &remote);
         }
+        (syncer, remote)
     });
-    Ok(())
+    Ok(Syncer {
+        stop,
+        thread: Some(thread),
+    })
+}
+
+/// The periodic sync of `serve --sync` (see [`start_syncer`]).
+pub struct Syncer {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: Option<std::thread::JoinHandle<(Vault, String)>>,
+}
+
+impl Syncer {
+    /// Stop the periodic syncs (a sync under way ends first), then sync
+    /// once more.
+    pub fn finish(mut self) {
+        let _ = self.stop.send(());
+        if let Some((mut syncer, remote)) = self.thread.take().and_then(|t| t.join().ok()) {
+            background_sync(&mut syncer, &remote);
+        }
+    }
+}
+
+/// One sync of `serve --sync`, its outcome said on stderr as counts.
+fn background_sync(syncer: &mut Vault, remote: &str) {
+    match syncer.sync(remote) {
+        Ok(r) => {
+            let received: usize = r.pulls.iter().map(|p| p.commits).sum();
+            let conflicts: usize = r.pulls.iter().map(|p| p.conflicts.len()).sum();
+            if received > 0 || r.push.pushed || conflicts > 0 {
+                eprintln!(
+                    "memvault: synced with {remote}: {received} commit(s) received, {} sent, {conflicts} conflict(s)",
+                    r.push.commits
+                );
+            }
+        }
+        Err(e) => eprintln!("memvault: sync with {remote} failed: {e}"),
+    }
 }

@@ -281,3 +281,30 @@ fn a_file_over_a_lowered_limit_takes_edits_that_do_not_grow_it() {
     let r = v.one(json!({"command": "view", "path": "/memories/b.md"}));
     assert!(!r["content"].as_str().unwrap().contains("short"), "{r}");
 }
+
+/// `keygen` into a folder that does not exist yet (`~/.config` on a new
+/// machine, as the README's first command has it) makes the folder,
+/// private, and the key file, mode 0600 (it failed: "No such file or
+/// directory"; round 40d); it still never overwrites a key file.
+#[test]
+fn keygen_makes_a_missing_folder_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let key = tmp.path().join("home/.config/memvault.key");
+    let run = || {
+        std::process::Command::new(bin())
+            .arg("keygen")
+            .arg(&key)
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    assert!(out.status.success(), "{out:?}");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&key), 0o600);
+    assert_eq!(mode(&tmp.path().join("home/.config")) & 0o077, 0);
+    assert_eq!(std::fs::read(&key).unwrap().len(), 32);
+    let out = run();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("never overwrites"));
+}

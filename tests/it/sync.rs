@@ -1123,6 +1123,40 @@ fn a_running_serve_syncs_in_the_background_and_keeps_answering() {
     a.fails(&["serve", "--sync", "nowhere"], 2);
 }
 
+/// `serve --sync`: its first request sees what another machine pushed
+/// before it started (the first sync runs before any request is read), and
+/// what it wrote reaches the remote when its client is done (a last sync),
+/// however short the session. Both were left to a background thread: a
+/// request answered at once saw the vault as it was, and a session shorter
+/// than the period never pushed (round 40d).
+#[test]
+fn serve_sync_syncs_before_its_first_request_and_after_its_last() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    b.write("/memories/from-b.md", "written on b\n");
+    b.ok(&["push"]);
+    let input = format!(
+        "{}\n{}\n",
+        json!({"command": "view", "path": "/memories/from-b.md"}),
+        json!({"command": "create", "path": "/memories/from-serve.md", "file_text": "written through serve\n"})
+    );
+    let out = crate::util::run_with_stdin(
+        a.cmd()
+            .args(["serve", "--sync", "origin", "--sync-every", "1h"]),
+        input.as_bytes(),
+    );
+    assert!(out.status.success());
+    let replies = crate::util::parse_lines(&out.stdout);
+    assert!(text(&replies[0]).contains("written on b"), "{}", replies[0]);
+    assert!(!is_error(&replies[1]), "{}", replies[1]);
+    b.ok(&["pull"]);
+    assert_eq!(
+        b.read("/memories/from-serve.md").as_deref(),
+        Some("written through serve\n")
+    );
+    a.ok(&["verify"]);
+}
+
 /// Keyslots travel with the vault: a machine's own key file, added on
 /// one machine, opens a clone made elsewhere; removed on one machine while
 /// the other wrote (a real merge, not a fast-forward), it stays removed

@@ -629,7 +629,16 @@ pub(crate) fn tenant(
         } => {
             crate::vault::sync_without_prompts();
             let (mut vault, _) = open_tenant(global, root, name)?;
-            let report = vault.sync(remote)?;
+            let report = vault.sync(remote).map_err(|e| match &e {
+                crate::vault::VaultError::Sync(s)
+                    if matches!(**s, crate::vault::SyncError::NoSuchRemote(_)) =>
+                {
+                    CliError::failure(format!(
+                        "tenant {name} has no remote named {remote:?}: give it one with `memvault tenant remote {name} URL --root DIR`"
+                    ))
+                }
+                _ => CliError::from(e),
+            })?;
             super::sync::write_sync(out, &report, *json)?;
             Ok(0)
         }
