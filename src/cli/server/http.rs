@@ -340,7 +340,9 @@ impl App {
                     .cloned()
                     .collect();
                 *loaded = Loaded::new(reg, stamp);
-                self.broken.store(false, Ordering::SeqCst);
+                if self.broken.swap(false, Ordering::SeqCst) {
+                    eprintln!("memvault: the tenant registry reads again; serving requests");
+                }
                 drop(loaded);
                 // Closing a vault checkpoints it: not on a runtime worker.
                 let pool = self.pool.clone();
@@ -368,7 +370,7 @@ impl App {
                 // Fixed words: the error's text can name a path.
                 if !self.broken.swap(true, Ordering::SeqCst) {
                     eprintln!(
-                        "memvault: the tenant registry cannot be read or does not authenticate; refusing every request until it is put right"
+                        "memvault: the tenant registry cannot be read or does not authenticate; refusing every request until it reads and authenticates again (tried each second)"
                     );
                 }
             }

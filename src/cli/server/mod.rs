@@ -1123,6 +1123,12 @@ fn sync_tenants(app: &http::App, remote: &str) {
 }
 
 /// `memvault server`.
+/// Descriptors an open tenant vault holds (its log twice, its lock, its
+/// access log, and a margin), pack files aside.
+const FDS_PER_VAULT: usize = 6;
+/// Descriptors kept for the rest: the registry, stdio, sync's pipes.
+const SPARE_FDS: usize = 64;
+
 pub(crate) fn run(global: &Global, args: &ServerArgs) -> Result<u8, CliError> {
     let addr: SocketAddr = args.listen.parse().map_err(|_| {
         usage(format!(
@@ -1159,14 +1165,35 @@ pub(crate) fn run(global: &Global, args: &ServerArgs) -> Result<u8, CliError> {
             ))
         })?),
     };
+    // Descriptors: one per connection, a few per open vault (its log
+    // twice, its lock, its access log), the pack files libgit2 keeps open
+    // (bounded below), and some to spare (the registry, sync's pipes).
+    // The soft limit is raised to what that needs where the hard limit
+    // allows; where it does not, fewer connections and vaults are served,
+    // and the operator is told, rather than vaults read as damaged when
+    // the descriptors run out.
+    let mut max_connections = args.max_connections;
+    let mut max_open = args.max_open;
+    let mut pack_files = 1024usize;
+    let want = max_connections + max_open * FDS_PER_VAULT + pack_files + SPARE_FDS;
+    let limit = crate::vault::fsync::raise_open_files(want as u64);
+    if limit < want as u64 {
+        let room = (limit as usize).saturating_sub(SPARE_FDS).max(64);
+        max_connections = max_connections.min(room / 4).max(8);
+        pack_files = pack_files.min(room / 4).max(8);
+        max_open = max_open.min(room / 2 / FDS_PER_VAULT).max(1);
+        eprintln!(
+            "memvault: the open-files limit ({limit}) is below what --max-connections and --max-open need ({want}): serving at most {max_connections} connections and {max_open} open vaults (raise it: `ulimit -n`, or LimitNOFILE= in a systemd unit)"
+        );
+    }
     // Many vaults open at once share libgit2's process-wide caches: keep
     // them small (each vault's own caches are bounded by --max-open).
-    crate::vault::fsync::limit_for_many_vaults(32 << 20, 32 << 20, 1024);
+    crate::vault::fsync::limit_for_many_vaults(32 << 20, 32 << 20, pack_files);
     let secret = secret(global)?;
     let root = Root::open(&args.root, &secret, false)?;
     drop(secret);
     sweep_leftovers(&root, &mut std::io::stderr())?;
-    let pool = pool::Pool::new(args.max_open, Duration::from_millis(idle));
+    let pool = pool::Pool::new(max_open, Duration::from_millis(idle));
     let limits = http::Limits {
         max_body: args.max_body,
         max_answer: args.max_answer,
@@ -1183,7 +1210,7 @@ pub(crate) fn run(global: &Global, args: &ServerArgs) -> Result<u8, CliError> {
         (Some(remote), Some(every)) => Some(TenantSyncer::spawn(app.clone(), remote, every)),
         _ => None,
     };
-    let outcome = runtime.block_on(serve(app.clone(), args, addr, tls, idle));
+    let outcome = runtime.block_on(serve(app.clone(), args, addr, tls, idle, max_connections));
     // Requests are over: sync and close every vault (keys wiped).
     app.pool.close_all();
     // Then every tenant vault with the remote once more, so that what was
@@ -1201,6 +1228,7 @@ async fn serve(
     addr: SocketAddr,
     acceptor: Option<Acceptor>,
     idle_ms: u64,
+    max_connections: usize,
 ) -> Result<(), CliError> {
     use hyper_util::rt::{TokioIo, TokioTimer};
     use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -1277,7 +1305,7 @@ async fn serve(
         if app.tenant_count() == 1 { "" } else { "s" },
         if acceptor.is_some() { "https" } else { "http" }
     );
-    let permits = Arc::new(tokio::sync::Semaphore::new(args.max_connections));
+    let permits = Arc::new(tokio::sync::Semaphore::new(max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder

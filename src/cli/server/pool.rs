@@ -33,7 +33,11 @@ pub struct Open {
     pub memory: Arc<Memory>,
     /// The settings `memory` was made for.
     memory_config: VaultConfig,
-    log: File,
+    /// A handle on the log for its syncs, shared with the requests that
+    /// sync outside the slot's lock (no `dup` per request: with the
+    /// process out of file descriptors, a write was answered as not
+    /// durable for want of one).
+    log: Arc<File>,
 }
 
 impl Open {
@@ -76,7 +80,7 @@ impl Drop for Counted {
 pub struct Ran<T> {
     out: T,
     seq: u64,
-    log: Option<File>,
+    log: Option<Arc<File>>,
     due: bool,
 }
 
@@ -192,9 +196,11 @@ impl Slot {
             // The objects written since a checkpoint are held in memory
             // until it: with hundreds of vaults open, each keeps little.
             vault.set_checkpoint_bytes(CHECKPOINT_BYTES);
-            let log = vault
-                .log_sync_handle()
-                .map_err(|_| PoolError::Unavailable("an I/O error".into()))?;
+            let log = Arc::new(
+                vault
+                    .log_sync_handle()
+                    .map_err(|_| PoolError::Unavailable("an I/O error".into()))?,
+            );
             vault.defer_sync(true);
             let memory = pool.memory_for(vault.config())?;
             let memory_config = vault.config().clone();
@@ -277,15 +283,7 @@ impl Slot {
         } else {
             0
         };
-        let log = if seq > 0 {
-            Some(
-                open.log
-                    .try_clone()
-                    .map_err(|_| PoolError::Unavailable(NOT_DURABLE.into()))?,
-            )
-        } else {
-            None
-        };
+        let log = (seq > 0).then(|| open.log.clone());
         Ok(Ran {
             out,
             seq,

@@ -1,8 +1,9 @@
 //! The raw FFI, in one place: durability switches (the one libgit2 option
 //! memvault sets through it, and the process-wide "sync to disk" flag of
 //! the write-ahead log), and the direct write into an in-memory object
-//! store ([`mempack_odb`], [`mempack_write`]), and a `poll` of `serve`'s
-//! input ([`readable_now`]).
+//! store ([`mempack_odb`], [`mempack_write`]), a `poll` of `serve`'s
+//! input ([`readable_now`]), and `memvault server`'s open-files limit
+//! ([`raise_open_files`]).
 //!
 //! memvault makes a mutation durable with one `fdatasync` of its
 //! write-ahead log record (see `wal`), not with libgit2's own fsyncs (about
@@ -114,6 +115,39 @@ pub fn limit_for_many_vaults(cache_bytes: usize, mapped_bytes: usize, pack_files
         );
         let rc = git2::opts::set_mwindow_file_limit(pack_files);
         debug_assert!(rc.is_ok(), "libgit2 refused GIT_OPT_SET_MWINDOW_FILE_LIMIT");
+    }
+}
+
+/// Raise this process's soft limit on open files to `want`, or to its
+/// hard limit if that is lower (an unprivileged process may); the soft
+/// limit it has after. `memvault server` holds a descriptor per client
+/// connection and a few per open vault: at a soft limit of 1,024 (many
+/// systems' default) a flood of idle connections left none for the
+/// vaults, which then read as damaged.
+pub fn raise_open_files(want: u64) -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `getrlimit` writes one `rlimit` into the struct it is given,
+    // which lives on this stack frame for the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return u64::MAX;
+    }
+    if lim.rlim_cur >= want {
+        return lim.rlim_cur;
+    }
+    let raised = libc::rlimit {
+        rlim_cur: want.min(lim.rlim_max),
+        rlim_max: lim.rlim_max,
+    };
+    // SAFETY: `setrlimit` only reads the struct it is given, which lives
+    // on this stack frame for the call; a soft limit at most the hard one
+    // is allowed to any process.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+        raised.rlim_cur
+    } else {
+        lim.rlim_cur
     }
 }
 
