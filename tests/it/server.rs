@@ -1546,6 +1546,67 @@ fn tenants_added_at_once_to_a_new_root_all_land_in_one_root() {
     }
 }
 
+/// The bodies all requests hold at once are bounded (`--max-bodies`): a
+/// tenant that sends several bodies slowly gets a 503 with `Retry-After`
+/// for the one past the budget, rather than the server holding them all
+/// (60 unfinished 4 MiB bodies held 288 MiB; round 40c); once they are
+/// done, requests are served again.
+#[test]
+fn the_bodies_held_at_once_are_bounded() {
+    let r = Root::new(&[("ana", "memory")]);
+    let server = Server::start(
+        &r.root,
+        &r.key,
+        &["--max-body", "1000", "--max-bodies", "4000"],
+    );
+    let token = &r.tokens["ana"];
+    let head = |len: usize| {
+        format!(
+            "POST /v1/memory HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n"
+        )
+    };
+    let mut slow: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let mut c = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+            c.write_all(head(1000).as_bytes()).unwrap();
+            c.write_all(&[b' '; 990]).unwrap();
+            c
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    // 3,960 bytes held: 100 more are past the budget.
+    let body = format!("{:<100}", r#"{"command":"view","path":"/memories"}"#);
+    let answer = raw_http(
+        server.port,
+        "POST",
+        "/v1/memory",
+        &[
+            ("Authorization", &format!("Bearer {token}")),
+            ("Content-Type", "application/json"),
+        ],
+        body.as_bytes(),
+    );
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("retry-after: 1"),
+        "{answer}"
+    );
+    // The slow ones finish (their bodies are not JSON: a 400 each).
+    for c in &mut slow {
+        c.write_all(&[b' '; 10]).unwrap();
+        let mut reply = [0u8; 12];
+        c.read_exact(&mut reply).unwrap();
+        assert_eq!(
+            &reply,
+            b"HTTP/1.1 400",
+            "{}",
+            String::from_utf8_lossy(&reply)
+        );
+    }
+    drop(slow);
+    assert_eq!(server.view_status(token), 200);
+}
+
 /// A registry put back to an older copy while no server runs (to revive a
 /// revoked token across a restart) is refused: the server does not start
 /// on it, and `tenant` commands refuse it, until the newer one is back.

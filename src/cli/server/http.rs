@@ -72,6 +72,8 @@ impl Loaded {
 /// Limits and settings of the routes.
 pub struct Limits {
     pub max_body: usize,
+    /// What all requests together may hold of their bodies at once.
+    pub max_bodies: usize,
     /// The largest answer of an audit route, in bytes (admin routes'
     /// answers are not capped).
     pub max_answer: usize,
@@ -89,6 +91,9 @@ pub struct App {
     broken: AtomicBool,
     pub pool: Arc<Pool>,
     pub limits: Limits,
+    /// The request body bytes all requests together may hold at once
+    /// (see [`read_body`]).
+    body_budget: Arc<tokio::sync::Semaphore>,
     /// When a broken registry was last tried.
     last_try: Mutex<Option<std::time::Instant>>,
     pub stopping: AtomicBool,
@@ -287,6 +292,9 @@ impl App {
             broken: AtomicBool::new(false),
             pool: Arc::new(pool),
             last_try: Mutex::new(None),
+            body_budget: Arc::new(tokio::sync::Semaphore::new(
+                limits.max_bodies.min(tokio::sync::Semaphore::MAX_PERMITS),
+            )),
             limits,
             stopping: AtomicBool::new(false),
             sessions: Mutex::new(HashMap::new()),
@@ -614,7 +622,31 @@ pub const INLINE_BODY: usize = 16 << 10;
 const DRAIN_MAX: u64 = 64 << 20;
 
 /// Read a request body of at most `max` bytes within the body timeout.
-pub async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+/// A request's body, and its share of the server's body budget
+/// (`--max-bodies`, given back when the request is done with it): past the
+/// budget a request is answered 503 at once rather than held, so that a
+/// tenant sending many large bodies slowly does not grow the server's
+/// memory without bound (60 bodies of 4 MiB held 288 MiB; a thousand
+/// connections could have held 4 GiB).
+pub struct HeldBody {
+    pub bytes: Bytes,
+    _held: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl std::ops::Deref for HeldBody {
+    type Target = Bytes;
+    fn deref(&self) -> &Bytes {
+        &self.bytes
+    }
+}
+
+impl std::ops::DerefMut for HeldBody {
+    fn deref_mut(&mut self) -> &mut Bytes {
+        &mut self.bytes
+    }
+}
+
+pub async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<HeldBody, ApiError> {
     let max = app.limits.max_body;
     let too_large = || {
         ApiError::new(
@@ -632,9 +664,18 @@ pub async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Byt
         },
     };
     let over = declared.is_some_and(|n| n > max as u64);
+    let busy = || ApiError {
+        retry_soon: true,
+        closing: true,
+        ..ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server holds as many request bodies as it takes at once; try again in a moment",
+        )
+    };
     let read = async {
         let mut body = body;
         let mut kept = Vec::new();
+        let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
         let mut seen = 0u64;
         while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
             let Ok(frame) = frame else {
@@ -649,6 +690,18 @@ pub async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Byt
                     return Err(too_large());
                 }
                 if !over && seen <= max as u64 {
+                    // Never waited for: requests each holding part of the
+                    // budget and waiting for more would wait on each other.
+                    let share = u32::try_from(data.len()).map_err(|_| too_large())?;
+                    let permit = app
+                        .body_budget
+                        .clone()
+                        .try_acquire_many_owned(share)
+                        .map_err(|_| busy())?;
+                    match &mut held {
+                        Some(h) => h.merge(permit),
+                        None => held = Some(permit),
+                    }
                     kept.extend_from_slice(&data);
                 }
             }
@@ -656,7 +709,10 @@ pub async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Byt
         if over || seen > max as u64 {
             Err(too_large())
         } else {
-            Ok(Bytes::from(kept))
+            Ok(HeldBody {
+                bytes: Bytes::from(kept),
+                _held: held,
+            })
         }
     };
     match tokio::time::timeout(app.limits.body_timeout, read).await {
@@ -1277,7 +1333,9 @@ async fn mcp_gate(
         app.tool_caller(&parts.headers)
     })();
     let ((who, attribution, slot), body) = admitted(&app, &parts.headers, body, early).await?;
-    let mut bytes = read_body(&app, &parts.headers, body).await?;
+    // Held (its share of the body budget) until the response is made.
+    let mut held = read_body(&app, &parts.headers, body).await?;
+    let mut bytes = std::mem::take(&mut held.bytes);
     app.still_authorized(&parts.headers, Scope::Memory, &who)?;
     // A leading byte order mark is ignored, as `memvault mcp`, `serve` and
     // `/v1/memory` ignore it (rmcp's parser refused it with a 415).

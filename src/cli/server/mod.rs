@@ -65,6 +65,11 @@ pub(crate) struct ServerArgs {
     /// The largest request body, in bytes
     #[arg(long, value_name = "BYTES", default_value_t = 4 << 20)]
     pub max_body: usize,
+    /// The most request body bytes all requests together hold at once
+    /// (at least four times --max-body); past it a request is answered
+    /// 503 with Retry-After
+    #[arg(long, value_name = "BYTES", default_value_t = 256 << 20)]
+    pub max_bodies: usize,
     /// The largest answer of an audit route (`/v1/history`, `/v1/diff`,
     /// ...), in bytes: a larger one is refused (422) with what to ask for
     /// instead (admin routes, whose answer follows their change, are not
@@ -1196,6 +1201,7 @@ pub(crate) fn run(global: &Global, args: &ServerArgs) -> Result<u8, CliError> {
     let pool = pool::Pool::new(max_open, Duration::from_millis(idle));
     let limits = http::Limits {
         max_body: args.max_body,
+        max_bodies: args.max_bodies.max(args.max_body.saturating_mul(4)),
         max_answer: args.max_answer,
         rate: args.rate,
         body_timeout: Duration::from_secs(30),
