@@ -962,14 +962,6 @@ async fn v1(State(app): State<Arc<App>>, req: Request) -> Result<Response, ApiEr
     app.still_authorized(&parts.headers, scope, &who)?;
     let args = if bytes.iter().all(u8::is_ascii_whitespace) {
         json!({})
-    } else if parts.method == axum::http::Method::GET || parts.method == axum::http::Method::HEAD {
-        // A `GET` asks for the defaults: options go in a `POST`'s body
-        // (a `GET` with a body had its options applied, unlike what the
-        // README says of it).
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "a GET takes no body (it answers with the defaults): send the options as the body of a POST",
-        ));
     } else {
         parse_options(&bytes)?
     };
