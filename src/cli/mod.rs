@@ -908,6 +908,12 @@ pub(crate) fn write_new_key_file(file: &Path, key: &KeyFileKey) -> Result<(), Cl
 fn serve(global: &Global, args: &ServeArgs) -> Result<u8, CliError> {
     let attribution = args.session.attribution(true)?;
     let mut vault = open_vault(global, attribution)?;
+    // First, so that the briefing and the first request see what the
+    // other machines wrote.
+    let syncer = match &args.sync {
+        Some(remote) => Some(sync::start_syncer(&vault, remote, &args.sync_every)?),
+        None => None,
+    };
     if args.briefing {
         let text = audit::briefing(&mut vault, None)?;
         eprintln!("{}", serde_json::json!({ "briefing": text }));
@@ -935,10 +941,6 @@ fn serve(global: &Global, args: &ServeArgs) -> Result<u8, CliError> {
             }
         });
     }
-    let syncer = match &args.sync {
-        Some(remote) => Some(sync::start_syncer(&vault, remote, &args.sync_every)?),
-        None => None,
-    };
     // Checkpoints run after a reply is written, not inside the request.
     vault.defer_checkpoints(true);
     let memory = memory_for(vault.config())?;

@@ -278,9 +278,11 @@ fn json(v: &impl serde::Serialize) -> String {
 
 /// `serve --sync REMOTE --sync-every AGE`: a handle of its own on the
 /// vault syncs once before the first request is read (so an agent starts
-/// from what other machines wrote: a failure is said on stderr and serving
-/// goes on), then every period on a thread, and once more when serving
-/// ends ([`Syncer::finish`]: what the last period wrote is pushed). The
+/// from what other machines wrote; waited for at most
+/// [`FIRST_SYNC_WAIT`], and a failure is said on stderr, serving going on
+/// either way), then every period on a thread, and once more when serving
+/// ends ([`Syncer::finish`]: what the last period wrote is pushed; each
+/// sync is bounded by the remote timeout). The
 /// serving handle catches up with what a merge wrote as it would with
 /// another process's writes. Reports go to stderr as counts (never paths
 /// or content); git may not prompt for credentials in the background.
@@ -301,9 +303,12 @@ pub fn start_syncer(vault: &Vault, remote: &str, every: &str) -> Result<Syncer, 
     crate::vault::sync_without_prompts();
     let mut syncer = vault.reopen(sync_attribution())?;
     let remote = remote.to_string();
-    background_sync(&mut syncer, &remote);
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let (first_done, first) = std::sync::mpsc::channel::<()>();
+    let name = remote.clone();
     let thread = std::thread::spawn(move || {
+        background_sync(&mut syncer, &remote);
+        drop(first_done);
         // Until `finish` sends or drops its end.
         while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
             stopped.recv_timeout(std::time::Duration::from_millis(every_ms))
@@ -312,11 +317,21 @@ pub fn start_syncer(vault: &Vault, remote: &str, every: &str) -> Result<Syncer, 
         }
         (syncer, remote)
     });
+    // The first sync, waited for a while: a remote that stalls does not
+    // hold the agent's start for the whole remote timeout.
+    if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = first.recv_timeout(FIRST_SYNC_WAIT) {
+        eprintln!(
+            "memvault: the first sync with {name} is taking long; serving meanwhile (it goes on in the background)"
+        );
+    }
     Ok(Syncer {
         stop,
         thread: Some(thread),
     })
 }
+
+/// How long `serve --sync` waits for its first sync before it serves.
+const FIRST_SYNC_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The periodic sync of `serve --sync` (see [`start_syncer`]).
 pub struct Syncer {

@@ -298,7 +298,10 @@ pub(crate) fn pem_end(text: &str, s: usize, e: usize, skip: &mut usize) -> Optio
         };
         let last = line.iter().rposition(|c| !trim(c)).unwrap_or(first);
         let body = &line[first..=last];
-        if body.len() < 16 || !body.iter().all(|&c| is_b64(c)) {
+        // The line just above the `END` line is the body's last: it may be
+        // short (what a 64-column body leaves, PGP's `=` checksum line).
+        let min = if count == 0 { 1 } else { 16 };
+        if body.len() < min || !body.iter().all(|&c| is_b64(c)) {
             break;
         }
         count += body.len();

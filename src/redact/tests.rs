@@ -1202,6 +1202,18 @@ mod keys {
             pem_body(496, 3).replace('\n', "\n> ")
         );
         assert_redacted(&format!("{quoted}\n"), &quoted, "private-key");
+        // A short last line: what a 64-column body leaves, and PGP's
+        // checksum line.
+        let b = format!(
+            "{}\nAB12Cd==\n-----END RSA PRIVATE KEY-----",
+            pem_body(498, 3)
+        );
+        assert_redacted(&format!("{b}\n"), &b, "private-key");
+        let b = format!(
+            "{}\n=Xy3K\n-----END PGP PRIVATE KEY BLOCK-----",
+            pem_body(499, 3)
+        );
+        assert_redacted(&format!("{b}\n"), &b, "private-key");
         assert_clean(&format!(
             "{}\n-----END CERTIFICATE-----\n",
             pem_body(497, 3)

@@ -631,6 +631,17 @@ const DRAIN_MAX: u64 = 64 << 20;
 pub struct HeldBody {
     pub bytes: Bytes,
     _held: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The tenant's count of held body bytes, and this body's part in it.
+    tenant: (Arc<Slot>, usize),
+}
+
+impl Drop for HeldBody {
+    fn drop(&mut self) {
+        self.tenant
+            .0
+            .body_bytes
+            .fetch_sub(self.tenant.1, Ordering::SeqCst);
+    }
 }
 
 impl std::ops::Deref for HeldBody {
@@ -646,7 +657,12 @@ impl std::ops::DerefMut for HeldBody {
     }
 }
 
-pub async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<HeldBody, ApiError> {
+pub async fn read_body(
+    app: &App,
+    headers: &HeaderMap,
+    body: Body,
+    slot: &Arc<Slot>,
+) -> Result<HeldBody, ApiError> {
     let max = app.limits.max_body;
     let too_large = || {
         ApiError::new(
@@ -672,10 +688,20 @@ pub async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Hel
             "the server holds as many request bodies as it takes at once; try again in a moment",
         )
     };
+    // One tenant holds at most a quarter of the budget, so that its
+    // clients alone cannot leave the others none.
+    let tenant_share = app.limits.max_bodies / 4;
     let read = async {
         let mut body = body;
-        let mut kept = Vec::new();
+        // As declared, when it is: no spare capacity held beyond it.
+        let mut kept = Vec::with_capacity(declared.filter(|_| !over).unwrap_or(0) as usize);
         let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
+        // Counted in the tenant's share as it is kept; given back on drop.
+        let mut counted = HeldBody {
+            bytes: Bytes::new(),
+            _held: None,
+            tenant: (slot.clone(), 0),
+        };
         let mut seen = 0u64;
         while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
             let Ok(frame) = frame else {
@@ -693,6 +719,11 @@ pub async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Hel
                     // Never waited for: requests each holding part of the
                     // budget and waiting for more would wait on each other.
                     let share = u32::try_from(data.len()).map_err(|_| too_large())?;
+                    let before = slot.body_bytes.fetch_add(data.len(), Ordering::SeqCst);
+                    counted.tenant.1 += data.len();
+                    if before + data.len() > tenant_share {
+                        return Err(busy());
+                    }
                     let permit = app
                         .body_budget
                         .clone()
@@ -709,10 +740,11 @@ pub async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Hel
         if over || seen > max as u64 {
             Err(too_large())
         } else {
-            Ok(HeldBody {
-                bytes: Bytes::from(kept),
-                _held: held,
-            })
+            // A body of no declared length grew by doubling.
+            kept.shrink_to_fit();
+            counted.bytes = Bytes::from(kept);
+            counted._held = held;
+            Ok(counted)
         }
     };
     match tokio::time::timeout(app.limits.body_timeout, read).await {
@@ -906,7 +938,7 @@ async fn memory(State(app): State<Arc<App>>, req: Request) -> Result<Response, A
     let (parts, body) = req.into_parts();
     let early = no_query(&parts.uri).and_then(|()| app.tool_caller(&parts.headers));
     let ((who, attribution, slot), body) = admitted(&app, &parts.headers, body, early).await?;
-    let bytes = read_body(&app, &parts.headers, body).await?;
+    let bytes = read_body(&app, &parts.headers, body, &slot).await?;
     app.still_authorized(&parts.headers, Scope::Memory, &who)?;
     let value = parse_body(&bytes)?;
     let id = value.get("id").and_then(Value::as_str).map(str::to_owned);
@@ -958,7 +990,7 @@ async fn v1(State(app): State<Arc<App>>, req: Request) -> Result<Response, ApiEr
     })();
     let ((op, scope, who, attribution, slot), body) =
         admitted(&app, &parts.headers, body, early).await?;
-    let bytes = read_body(&app, &parts.headers, body).await?;
+    let bytes = read_body(&app, &parts.headers, body, &slot).await?;
     app.still_authorized(&parts.headers, scope, &who)?;
     let args = if bytes.iter().all(u8::is_ascii_whitespace) {
         json!({})
@@ -1326,7 +1358,7 @@ async fn mcp_gate(
     })();
     let ((who, attribution, slot), body) = admitted(&app, &parts.headers, body, early).await?;
     // Held (its share of the body budget) until the response is made.
-    let mut held = read_body(&app, &parts.headers, body).await?;
+    let mut held = read_body(&app, &parts.headers, body, &slot).await?;
     let mut bytes = std::mem::take(&mut held.bytes);
     app.still_authorized(&parts.headers, Scope::Memory, &who)?;
     // A leading byte order mark is ignored, as `memvault mcp`, `serve` and

@@ -639,7 +639,12 @@ pub(crate) fn tenant(
                     if matches!(**s, crate::vault::SyncError::NoSuchRemote(_)) =>
                 {
                     CliError::failure(format!(
-                        "tenant {name} has no remote named {remote:?}: give it one with `memvault tenant remote {name} URL --root DIR`"
+                        "tenant {name} has no remote named {remote:?}: give it one with `memvault tenant remote {name} URL --root DIR{}`",
+                        if remote == "origin" {
+                            String::new()
+                        } else {
+                            format!(" --remote {remote}")
+                        }
                     ))
                 }
                 _ => CliError::from(e),
@@ -1127,13 +1132,13 @@ fn sync_tenants(app: &http::App, remote: &str) {
     }
 }
 
-/// `memvault server`.
 /// Descriptors an open tenant vault holds (its log twice, its lock, its
 /// access log, and a margin), pack files aside.
 const FDS_PER_VAULT: usize = 6;
 /// Descriptors kept for the rest: the registry, stdio, sync's pipes.
 const SPARE_FDS: usize = 64;
 
+/// `memvault server`.
 pub(crate) fn run(global: &Global, args: &ServerArgs) -> Result<u8, CliError> {
     let addr: SocketAddr = args.listen.parse().map_err(|_| {
         usage(format!(
@@ -1161,6 +1166,11 @@ pub(crate) fn run(global: &Global, args: &ServerArgs) -> Result<u8, CliError> {
             "--max-connections, --max-body and --max-answer must be at least 1",
         ));
     }
+    if args.max_connections > 1_000_000 || args.max_open > 1_000_000 {
+        return Err(usage(
+            "--max-connections and --max-open take at most 1000000",
+        ));
+    }
     let sync_every = match &args.sync {
         None => None,
         Some(_) => Some(parse_duration_ms(&args.sync_every).ok_or_else(|| {
@@ -1180,13 +1190,19 @@ pub(crate) fn run(global: &Global, args: &ServerArgs) -> Result<u8, CliError> {
     let mut max_connections = args.max_connections;
     let mut max_open = args.max_open;
     let mut pack_files = 1024usize;
-    let want = max_connections + max_open * FDS_PER_VAULT + pack_files + SPARE_FDS;
+    let want = max_connections
+        .saturating_add(max_open.saturating_mul(FDS_PER_VAULT))
+        .saturating_add(pack_files + SPARE_FDS);
     let limit = crate::vault::fsync::raise_open_files(want as u64);
     if limit < want as u64 {
-        let room = (limit as usize).saturating_sub(SPARE_FDS).max(64);
-        max_connections = max_connections.min(room / 4).max(8);
-        pack_files = pack_files.min(room / 4).max(8);
-        max_open = max_open.min(room / 2 / FDS_PER_VAULT).max(1);
+        // Never more than was asked for.
+        let room = usize::try_from(limit)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(SPARE_FDS)
+            .max(64);
+        max_connections = (room / 4).max(8).min(max_connections);
+        pack_files = (room / 4).max(8).min(pack_files);
+        max_open = (room / 2 / FDS_PER_VAULT).max(1).min(max_open);
         eprintln!(
             "memvault: the open-files limit ({limit}) is below what --max-connections and --max-open need ({want}): serving at most {max_connections} connections and {max_open} open vaults (raise it: `ulimit -n`, or LimitNOFILE= in a systemd unit)"
         );

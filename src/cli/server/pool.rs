@@ -136,6 +136,9 @@ pub struct Slot {
     /// Its storage quota in bytes, as the registry last said (`NO_QUOTA`:
     /// none).
     quota: AtomicU64,
+    /// The request body bytes its requests hold now (a tenant may hold
+    /// only part of the server's `--max-bodies`).
+    pub body_bytes: AtomicUsize,
 }
 
 const NO_QUOTA: u64 = u64::MAX;
@@ -466,6 +469,7 @@ impl Pool {
                     failed: AtomicBool::new(false),
                     gate: tokio::sync::Mutex::new(()),
                     quota: AtomicU64::new(NO_QUOTA),
+                    body_bytes: AtomicUsize::new(0),
                 })
             })
             .clone()

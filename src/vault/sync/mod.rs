@@ -70,7 +70,7 @@ pub enum SyncError {
     )]
     Moved { remote: String },
     #[error(
-        "remote {remote} moved again before each of this sync's {attempts} pushes: another machine keeps pushing to it. What each pull brought is merged here; nothing was pushed. Run `memvault sync {remote}` again once the other machine's pushes pause"
+        "remote {remote} moved again before each push of this sync ({attempts} tries): another machine keeps pushing to it. What each pull brought is merged here; nothing was pushed. Run `memvault sync {remote}` again once the other machine's pushes pause"
     )]
     KeptMoving { remote: String, attempts: usize },
     #[error(
