@@ -369,6 +369,13 @@ impl Root {
 
     /// Read and decrypt the registry.
     pub fn load(&self) -> Result<Registry, CliError> {
+        // The high-water mark first: a change writes the registry, then
+        // raises the mark, so a mark read now names a registry already
+        // written. Read after the registry, a reader without the lock (the
+        // server, a `tenant` command opening the root) could pair an older
+        // registry with the mark of a change made in between, and refuse
+        // a root that was fine (six `tenant add` at once on a new root).
+        let seen = self.seen();
         let path = self.registry_path();
         let sealed = read_bounded(&path, MAX_REGISTRY)?;
         let plain = self
@@ -380,7 +387,6 @@ impl Root {
         if !(1..=2).contains(&reg.v) {
             return Err(damaged("its tenant registry has an unknown version"));
         }
-        let seen = self.seen();
         if reg.generation < seen {
             return Err(damaged(
                 "its tenant registry is older than one this root has already used (a copy put back?)",
@@ -728,6 +734,38 @@ mod tests {
         ] {
             assert_eq!(token_id(bad), None, "{bad:?}");
         }
+    }
+
+    /// A reader without the root's lock (the server, a `tenant` command
+    /// opening the root) never takes a registry changing under it for one
+    /// put back: it reads the high-water mark before the registry.
+    #[test]
+    fn a_registry_read_while_it_changes_is_never_taken_for_an_older_one() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("root");
+        let key = Secret::KeyFile(KeyFileKey::generate());
+        let root = Root::open(&dir, &key, true).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = {
+            let root = Root::open(&dir, &key, false).unwrap();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut reads = 0;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    root.load().unwrap();
+                    reads += 1;
+                }
+                reads
+            })
+        };
+        for i in 0..300 {
+            root.change(|reg| {
+                add_tenant(reg, root.keys(), &format!("t{i}"), &[Scope::Memory], None)
+            })
+            .unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(reader.join().unwrap() > 0);
     }
 
     #[test]
