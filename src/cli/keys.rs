@@ -19,29 +19,35 @@ use crate::vault::{Attribution, NewSlot, Vault, VaultError};
 
 #[derive(Args, Debug, Clone)]
 pub struct KdfArgs {
-    /// Argon2id memory in KiB for the new passphrase slot
-    #[arg(long, default_value_t = KdfParams::DEFAULT.m_kib, value_name = "KIB")]
-    pub argon2_memory: u32,
-    /// Argon2id passes
-    #[arg(long, default_value_t = KdfParams::DEFAULT.t, value_name = "N")]
-    pub argon2_passes: u32,
-    /// Argon2id lanes
-    #[arg(long, default_value_t = KdfParams::DEFAULT.p, value_name = "N")]
-    pub argon2_lanes: u32,
+    /// Argon2id memory in KiB for the new passphrase slot [default: 65536;
+    /// for passwd, the replaced slot's]
+    #[arg(long, value_name = "KIB")]
+    pub argon2_memory: Option<u32>,
+    /// Argon2id passes [default: 3; for passwd, the replaced slot's]
+    #[arg(long, value_name = "N")]
+    pub argon2_passes: Option<u32>,
+    /// Argon2id lanes [default: 1; for passwd, the replaced slot's]
+    #[arg(long, value_name = "N")]
+    pub argon2_lanes: Option<u32>,
 }
 
 impl KdfArgs {
-    fn params(&self) -> Result<KdfParams, CliError> {
+    /// The parameters given, each one not given taken from `base`.
+    fn params_or(&self, base: KdfParams) -> Result<KdfParams, CliError> {
         let params = KdfParams {
-            m_kib: self.argon2_memory,
-            t: self.argon2_passes,
-            p: self.argon2_lanes,
+            m_kib: self.argon2_memory.unwrap_or(base.m_kib),
+            t: self.argon2_passes.unwrap_or(base.t),
+            p: self.argon2_lanes.unwrap_or(base.p),
         };
         params.validate().map_err(|e| CliError {
             message: format!("Argon2 parameters refused: {e}"),
             code: 2,
         })?;
         Ok(params)
+    }
+
+    fn params(&self) -> Result<KdfParams, CliError> {
+        self.params_or(KdfParams::DEFAULT)
     }
 }
 
@@ -167,8 +173,22 @@ fn new_passphrase(file: Option<&PathBuf>) -> Result<Passphrase, CliError> {
 }
 
 pub fn passwd(global: &Global, args: &PasswdArgs, err: &mut dyn Write) -> Result<u8, CliError> {
-    let params = args.kdf.params()?;
+    // Parameters not given are the replaced slot's: a passphrase changed
+    // keeps the work its owner chose (it took the defaults, weakening a
+    // slot made stronger; round 40d).
     let (mut vault, _secret) = open(global)?;
+    let replaced = vault
+        .slots()?
+        .into_iter()
+        .find(|e| match &args.slot {
+            Some(id) => e.id == id.to_ascii_lowercase(),
+            None => e.unlocked_with,
+        })
+        .and_then(|e| match e.kind {
+            SlotKind::Passphrase(p) => Some(p),
+            SlotKind::KeyFile => None,
+        });
+    let params = args.kdf.params_or(replaced.unwrap_or(KdfParams::DEFAULT))?;
     let new = new_passphrase(args.new_passphrase_file.as_ref())?;
     let id = vault.change_passphrase(args.slot.as_deref(), &new, params)?;
     writeln!(

@@ -108,6 +108,49 @@ fn slot_ids(list: &str) -> Vec<String> {
         .collect()
 }
 
+/// `passwd` without Argon2 options keeps the replaced slot's parameters
+/// (it took the defaults, so a slot made stronger, or lighter, than them
+/// changed strength with its passphrase; round 40d); given ones win.
+#[test]
+fn passwd_keeps_the_replaced_slots_argon2_parameters_unless_told() {
+    let v = PassVault::new("old secret");
+    let newfile = v.file("new.txt", "new secret\n");
+    let out = v
+        .cmd("old secret")
+        .arg("passwd")
+        .arg("--new-passphrase-file")
+        .arg(&newfile)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "passwd: {}", stderr(&out));
+    let out = v.cmd("new secret").args(["key", "list"]).output().unwrap();
+    assert!(
+        stdout(&out).contains("passphrase argon2id m=64KiB t=1 p=1"),
+        "{}",
+        stdout(&out)
+    );
+    let newer = v.file("newer.txt", "newer secret\n");
+    let out = v
+        .cmd("new secret")
+        .arg("passwd")
+        .arg("--new-passphrase-file")
+        .arg(&newer)
+        .args(["--argon2-passes", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "passwd: {}", stderr(&out));
+    let out = v
+        .cmd("newer secret")
+        .args(["key", "list"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).contains("passphrase argon2id m=64KiB t=2 p=1"),
+        "{}",
+        stdout(&out)
+    );
+}
+
 #[test]
 fn passwd_old_stops_new_works_data_intact() {
     let v = PassVault::new("old secret");
