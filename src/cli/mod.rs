@@ -140,6 +140,11 @@ impl From<VaultError> for CliError {
             return io_error(io);
         }
         if let VaultError::Sync(s) = &e
+            && let crate::vault::SyncError::LocalIo(io) = &**s
+        {
+            return io_error(io);
+        }
+        if let VaultError::Sync(s) = &e
             && matches!(
                 **s,
                 crate::vault::SyncError::BadUrl(_) | crate::vault::SyncError::BadName

@@ -324,10 +324,7 @@ pub fn start_syncer(vault: &Vault, remote: &str, every: &str) -> Result<Syncer, 
             "memvault: the first sync with {name} is taking long; serving meanwhile (it goes on in the background)"
         );
     }
-    Ok(Syncer {
-        stop,
-        thread: Some(thread),
-    })
+    Ok(Syncer { stop, thread })
 }
 
 /// How long `serve --sync` waits for its first sync before it serves.
@@ -336,15 +333,15 @@ const FIRST_SYNC_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// The periodic sync of `serve --sync` (see [`start_syncer`]).
 pub struct Syncer {
     stop: std::sync::mpsc::Sender<()>,
-    thread: Option<std::thread::JoinHandle<(Vault, String)>>,
+    thread: std::thread::JoinHandle<(Vault, String)>,
 }
 
 impl Syncer {
     /// Stop the periodic syncs (a sync under way ends first), then sync
     /// once more.
-    pub fn finish(mut self) {
+    pub fn finish(self) {
         let _ = self.stop.send(());
-        if let Some((mut syncer, remote)) = self.thread.take().and_then(|t| t.join().ok()) {
+        if let Ok((mut syncer, remote)) = self.thread.join() {
             background_sync(&mut syncer, &remote);
         }
     }

@@ -474,6 +474,19 @@ fn a_link_planted_while_serve_runs_is_not_written_through() {
     assert_eq!(snapshot(&outside), before);
 }
 
+/// A command on `v` whose checkpoints meet a full disk (a test hook on a
+/// checkpoint's first write).
+fn on_full_disk(v: &TestVault) -> Command {
+    let mut c = v.cmd();
+    c.env("MEMVAULT_TEST_DISK_FULL", "checkpoint");
+    c
+}
+
+/// Where the ref files point (`git for-each-ref`).
+fn ref_files(v: &TestVault) -> String {
+    String::from_utf8(git(&v.vault, &["for-each-ref"]).stdout).unwrap()
+}
+
 /// A full disk with acknowledged records still in the log (a `serve`
 /// killed before its checkpoint): a new process cannot move the log into
 /// git, and opens anyway, reading through the log; nothing is lost, and
@@ -486,12 +499,8 @@ fn a_full_disk_at_open_still_reads_through_the_log_and_loses_nothing() {
     w.send(&json!({"command": "create", "path": "/memories/acked.md", "file_text": "kept\n"}));
     w.child.kill().unwrap();
     w.child.wait().unwrap();
-    let refs_before = String::from_utf8(git(&v.vault, &["for-each-ref"]).stdout).unwrap();
-    let full = |args: &[&str], input: &str| {
-        let mut c = v.cmd();
-        c.env("MEMVAULT_TEST_DISK_FULL", "checkpoint").args(args);
-        run(&mut c, input)
-    };
+    let refs_before = ref_files(&v);
+    let full = |args: &[&str], input: &str| run(on_full_disk(&v).args(args), input);
     let (status, stderr) = full(
         &["exec", r#"{"command":"view","path":"/memories/acked.md"}"#],
         "",
@@ -500,17 +509,11 @@ fn a_full_disk_at_open_still_reads_through_the_log_and_loses_nothing() {
     let (status, stderr) = full(&["history"], "");
     assert!(status.success(), "history on a full disk: {stderr}");
     // Nothing was moved into git meanwhile.
-    assert_eq!(
-        String::from_utf8(git(&v.vault, &["for-each-ref"]).stdout).unwrap(),
-        refs_before
-    );
+    assert_eq!(ref_files(&v), refs_before);
     // With room again: checkpointed, and all there.
     let r = v.one(json!({"command": "view", "path": "/memories/acked.md"}));
     assert!(text(&r).contains("kept"), "{r}");
-    assert_ne!(
-        String::from_utf8(git(&v.vault, &["for-each-ref"]).stdout).unwrap(),
-        refs_before
-    );
+    assert_ne!(ref_files(&v), refs_before);
     let (status, stderr) = run(v.cmd().arg("verify"), "");
     assert!(status.success(), "{stderr}");
 }
@@ -538,10 +541,10 @@ fn a_write_whose_checkpoint_meets_a_full_disk_is_answered_as_done() {
             )
         })
         .collect();
-    let mut c = v.cmd();
-    c.env("MEMVAULT_TEST_DISK_FULL", "checkpoint")
-        .args(["serve", "--session", "fill"]);
-    let out = run_with_stdin(&mut c, input.as_bytes());
+    let out = run_with_stdin(
+        on_full_disk(&v).args(["serve", "--session", "fill"]),
+        input.as_bytes(),
+    );
     let replies = parse_lines(&out.stdout);
     assert_eq!(replies.len(), 5);
     assert!(replies.iter().all(|r| !is_error(r)), "{replies:?}");
@@ -551,13 +554,9 @@ fn a_write_whose_checkpoint_meets_a_full_disk_is_answered_as_done() {
             .len()
             > 4 << 20
     );
-    let refs_before = String::from_utf8(git(&v.vault, &["for-each-ref"]).stdout).unwrap();
+    let refs_before = ref_files(&v);
 
-    let full = |args: &[&str]| {
-        let mut c = v.cmd();
-        c.env("MEMVAULT_TEST_DISK_FULL", "checkpoint").args(args);
-        c.output().unwrap()
-    };
+    let full = |args: &[&str]| on_full_disk(&v).args(args).output().unwrap();
     let out = full(&[
         "exec",
         r#"{"command":"insert","path":"/memories/big0.md","insert_line":0,"insert_text":"once"}"#,
@@ -584,10 +583,7 @@ fn a_write_whose_checkpoint_meets_a_full_disk_is_answered_as_done() {
         String::from_utf8_lossy(&out.stderr)
     );
     // Nothing was moved into git; the log holds both, each once.
-    assert_eq!(
-        String::from_utf8(git(&v.vault, &["for-each-ref"]).stdout).unwrap(),
-        refs_before
-    );
+    assert_eq!(ref_files(&v), refs_before);
     let history = v.cmd().arg("history").output().unwrap();
     let history = String::from_utf8_lossy(&history.stdout);
     assert_eq!(history.matches("insert").count(), 1, "{history}");
@@ -595,10 +591,7 @@ fn a_write_whose_checkpoint_meets_a_full_disk_is_answered_as_done() {
     // With room again: checkpointed, all there, the insert undone.
     let r = v.one(json!({"command": "view", "path": "/memories/big0.md", "view_range": [1, 1]}));
     assert!(text(&r).contains("00000 lorem"), "{r}");
-    assert_ne!(
-        String::from_utf8(git(&v.vault, &["for-each-ref"]).stdout).unwrap(),
-        refs_before
-    );
+    assert_ne!(ref_files(&v), refs_before);
     let (status, stderr) = run(v.cmd().arg("verify"), "");
     assert!(status.success(), "{stderr}");
 }
@@ -617,11 +610,7 @@ fn an_erasure_committed_on_a_full_disk_says_so_and_the_next_writer_finishes_it()
             let r = v.one(json!({"command": "create", "path": format!("/memories/{name}.md"), "file_text": "x\n"}));
             assert!(!is_error(&r), "{r}");
         }
-        let full = |args: &[&str]| {
-            let mut c = v.cmd();
-            c.env("MEMVAULT_TEST_DISK_FULL", "checkpoint").args(args);
-            c.output().unwrap()
-        };
+        let full = |args: &[&str]| on_full_disk(&v).args(args).output().unwrap();
         let out = match op {
             "purge" => full(&["purge", "/memories/a.md"]),
             _ => {

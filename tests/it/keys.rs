@@ -47,6 +47,17 @@ impl PassVault {
         p
     }
 
+    /// `passwd` unlocked with `pass`, the new passphrase in `file`.
+    fn passwd(&self, pass: &str, file: &Path, options: &[&str]) -> Output {
+        self.cmd(pass)
+            .arg("passwd")
+            .arg("--new-passphrase-file")
+            .arg(file)
+            .args(options)
+            .output()
+            .unwrap()
+    }
+
     fn exec(&self, pass: &str, cmd: serde_json::Value) -> Output {
         self.cmd(pass)
             .args(["exec", &cmd.to_string()])
@@ -115,13 +126,7 @@ fn slot_ids(list: &str) -> Vec<String> {
 fn passwd_keeps_the_replaced_slots_argon2_parameters_unless_told() {
     let v = PassVault::new("old secret");
     let newfile = v.file("new.txt", "new secret\n");
-    let out = v
-        .cmd("old secret")
-        .arg("passwd")
-        .arg("--new-passphrase-file")
-        .arg(&newfile)
-        .output()
-        .unwrap();
+    let out = v.passwd("old secret", &newfile, &[]);
     assert!(out.status.success(), "passwd: {}", stderr(&out));
     let out = v.cmd("new secret").args(["key", "list"]).output().unwrap();
     assert!(
@@ -130,14 +135,7 @@ fn passwd_keeps_the_replaced_slots_argon2_parameters_unless_told() {
         stdout(&out)
     );
     let newer = v.file("newer.txt", "newer secret\n");
-    let out = v
-        .cmd("new secret")
-        .arg("passwd")
-        .arg("--new-passphrase-file")
-        .arg(&newer)
-        .args(["--argon2-passes", "2"])
-        .output()
-        .unwrap();
+    let out = v.passwd("new secret", &newer, &["--argon2-passes", "2"]);
     assert!(out.status.success(), "passwd: {}", stderr(&out));
     let out = v
         .cmd("newer secret")
@@ -167,14 +165,7 @@ fn passwd_old_stops_new_works_data_intact() {
         .unwrap()
         .to_string();
     let newfile = v.file("new.txt", "new secret\n");
-    let out = v
-        .cmd("old secret")
-        .arg("passwd")
-        .arg("--new-passphrase-file")
-        .arg(&newfile)
-        .args(TINY)
-        .output()
-        .unwrap();
+    let out = v.passwd("old secret", &newfile, &TINY);
     assert!(out.status.success(), "passwd: {}", stderr(&out));
     assert!(stdout(&out).is_empty());
     for secret in ["old secret", "new secret"] {
@@ -855,14 +846,7 @@ fn passwd_refuses_a_passphrase_a_slot_already_has() {
         (&bob, "that passphrase already opens keyslot"),
         (&same, "that is the passphrase keyslot"),
     ] {
-        let out = v
-            .cmd("alice one")
-            .arg("passwd")
-            .arg("--new-passphrase-file")
-            .arg(new)
-            .args(TINY)
-            .output()
-            .unwrap();
+        let out = v.passwd("alice one", new, &TINY);
         assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
         assert!(stderr(&out).contains(says), "{}", stderr(&out));
         assert!(stderr(&out).contains("nothing was changed"));

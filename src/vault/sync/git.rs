@@ -170,17 +170,10 @@ fn output_within(mut c: Command) -> std::io::Result<std::process::Output> {
     })
 }
 
-/// The error for an I/O failure on this machine: a full disk is said as
-/// such (it was the bare "No space left on device").
+/// The error for an I/O failure on this machine (the CLI words a full
+/// disk as such; it was the bare "No space left on device").
 fn local_io(e: std::io::Error) -> SyncError {
-    match e.kind() {
-        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
-            SyncError::Local(format!(
-                "{e}: the disk holding the vault is full; free space there and run the command again (what was acknowledged before is kept)"
-            ))
-        }
-        _ => SyncError::Local(e.to_string()),
-    }
+    SyncError::LocalIo(e)
 }
 
 /// The error for a git command that could not run or did not end in time.
@@ -307,8 +300,7 @@ impl Scratch {
             data_encoding::HEXLOWER.encode(&crate::crypto::random_bytes::<8>())
         );
         let dir = state.join(name);
-        let local = local_io;
-        fsx::mkdir_new_private(&dir).map_err(local)?;
+        fsx::mkdir_new_private(&dir).map_err(local_io)?;
         let scratch = Scratch { dir };
         for sub in [
             "objects",
@@ -317,11 +309,12 @@ impl Scratch {
             "refs",
             "refs/heads",
         ] {
-            fsx::mkdir_private(&scratch.dir.join(sub)).map_err(local)?;
+            fsx::mkdir_private(&scratch.dir.join(sub)).map_err(local_io)?;
         }
         let write = |name: &str, text: &str| -> Result<(), SyncError> {
-            let mut f = fsx::create_new(&scratch.dir.join(name), fsx::FILE_MODE).map_err(local)?;
-            f.write_all(text.as_bytes()).map_err(local)
+            let mut f =
+                fsx::create_new(&scratch.dir.join(name), fsx::FILE_MODE).map_err(local_io)?;
+            f.write_all(text.as_bytes()).map_err(local_io)
         };
         write("HEAD", "ref: refs/heads/main\n")?;
         write(
@@ -331,7 +324,9 @@ impl Scratch {
         if borrow {
             // Absolute: git reads the file relative to the scratch
             // repository's objects.
-            let objects = std::fs::canonicalize(vault).map_err(local)?.join("objects");
+            let objects = std::fs::canonicalize(vault)
+                .map_err(local_io)?
+                .join("objects");
             let objects = objects
                 .to_str()
                 .ok_or_else(|| SyncError::Local("the vault's path is not UTF-8".into()))?;
@@ -368,11 +363,11 @@ impl Scratch {
         if let Some(done) = self.read_in_place(remote, url)? {
             return Ok(done);
         }
-        let local = local_io;
         for (i, id) in have.iter().enumerate() {
             let path = self.dir.join(format!("refs/heads/have{i}"));
-            let mut f = fsx::create_new(&path, fsx::FILE_MODE).map_err(local)?;
-            f.write_all(format!("{id}\n").as_bytes()).map_err(local)?;
+            let mut f = fsx::create_new(&path, fsx::FILE_MODE).map_err(local_io)?;
+            f.write_all(format!("{id}\n").as_bytes())
+                .map_err(local_io)?;
         }
         let mut c = self.git();
         c.args([
@@ -447,14 +442,13 @@ impl Scratch {
         let Some(main) = refs.main else {
             return Ok(None);
         };
-        let local = local_io;
         let alternates = self.dir.join("objects/info/alternates");
         let mut list = fsx::read_to_string(&alternates, fsx::LIST).unwrap_or_default();
         list.push_str(text);
         list.push('\n');
-        std::fs::write(&alternates, list).map_err(local)?;
-        fsx::mkdir_private(&self.dir.join("refs/incoming")).map_err(local)?;
-        fsx::mkdir_private(&self.dir.join("refs/incoming/memvault")).map_err(local)?;
+        std::fs::write(&alternates, list).map_err(local_io)?;
+        fsx::mkdir_private(&self.dir.join("refs/incoming")).map_err(local_io)?;
+        fsx::mkdir_private(&self.dir.join("refs/incoming/memvault")).map_err(local_io)?;
         for (name, id) in [
             ("main", Some(main)),
             ("memvault/keys", refs.keys),
@@ -462,7 +456,7 @@ impl Scratch {
         ] {
             if let Some(id) = id {
                 let path = self.dir.join("refs/incoming").join(name);
-                std::fs::write(path, format!("{id}\n")).map_err(local)?;
+                std::fs::write(path, format!("{id}\n")).map_err(local_io)?;
             }
         }
         Ok(Some(true))
@@ -624,12 +618,11 @@ impl Scratch {
     /// itself does not keep.
     pub(crate) fn write_loose(&self, kind: ObjectType, data: &[u8]) -> Result<Oid, SyncError> {
         use flate2::{Compression, write::ZlibEncoder};
-        let local = local_io;
         let id = Oid::from_bytes(&object_hash(kind, data))
             .map_err(|e| SyncError::Local(e.to_string()))?;
         let hex = id.to_string();
         let dir = self.dir.join("objects").join(&hex[..2]);
-        fsx::mkdir_private(&dir).map_err(local)?;
+        fsx::mkdir_private(&dir).map_err(local_io)?;
         let path = dir.join(&hex[2..]);
         if path.exists() {
             return Ok(id);
@@ -642,10 +635,10 @@ impl Scratch {
         let mut z = ZlibEncoder::new(Vec::new(), Compression::fast());
         z.write_all(format!("{name} {}\0", data.len()).as_bytes())
             .and_then(|()| z.write_all(data))
-            .map_err(local)?;
-        let bytes = z.finish().map_err(local)?;
-        let mut f = fsx::create_new(&path, fsx::FILE_MODE).map_err(local)?;
-        f.write_all(&bytes).map_err(local)?;
+            .map_err(local_io)?;
+        let bytes = z.finish().map_err(local_io)?;
+        let mut f = fsx::create_new(&path, fsx::FILE_MODE).map_err(local_io)?;
+        f.write_all(&bytes).map_err(local_io)?;
         Ok(id)
     }
 

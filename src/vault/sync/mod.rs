@@ -124,6 +124,9 @@ pub enum SyncError {
     NotMerged { remote: String },
     #[error("{0}")]
     Local(String),
+    /// An I/O failure on this machine (a full disk, most likely).
+    #[error("{0}")]
+    LocalIo(std::io::Error),
 }
 
 /// What a push did.
