@@ -1029,10 +1029,18 @@ fn gc(global: &Global, err: &mut dyn Write) -> Result<u8, CliError> {
     let r = vault.gc()?;
     writeln!(
         err,
-        "memvault: repacked {} objects into one pack, removed {} files; objects/ went from {} to {} bytes",
-        r.objects, r.removed_files, r.bytes_before, r.bytes_after
+        "memvault: repacked {} into one pack, removed {}; objects/ went from {} to {} bytes",
+        count(r.objects as u64, "object"),
+        count(r.removed_files as u64, "file"),
+        r.bytes_before,
+        r.bytes_after
     )?;
     Ok(0)
+}
+
+/// `n` and `noun`, plural unless `n` is 1 ("1 object", "2 objects").
+pub(crate) fn count(n: u64, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
 /// `redact --list-rules`: one rule a line, its id padded to a column, then

@@ -102,11 +102,11 @@ pub fn clone(global: &Global, args: &CloneArgs, out: &mut dyn Write) -> Result<u
     } else {
         writeln!(
             out,
-            "cloned {} into {} ({} commits, {} objects); its remote is origin",
+            "cloned {} into {} ({}, {}); its remote is origin",
             args.url,
             dir.display(),
-            report.commits,
-            report.objects
+            super::count(report.commits as u64, "commit"),
+            super::count(report.objects as u64, "object"),
         )?;
     }
     Ok(0)
@@ -220,13 +220,11 @@ fn write_pull(out: &mut dyn Write, r: &PullReport) -> Result<(), CliError> {
         "up to date" => writeln!(out, "up to date with {}", r.remote)?,
         what => writeln!(
             out,
-            "{what}: {} new commit{} from {} ({} objects), {} file{} changed here",
-            r.commits,
-            if r.commits == 1 { "" } else { "s" },
+            "{what}: {} from {} ({}), {} changed here",
+            super::count(r.commits as u64, "new commit"),
             r.remote,
-            r.objects,
-            r.merged_files.len(),
-            if r.merged_files.len() == 1 { "" } else { "s" },
+            super::count(r.objects as u64, "object"),
+            super::count(r.merged_files.len() as u64, "file"),
         )?,
     }
     for (file, copy) in &r.conflicts {
