@@ -1389,8 +1389,13 @@ fn the_memory_route_answers_as_serve_does() {
         json!({"command": "view", "path": "/etc/passwd"}),
         json!({"command": "frobnicate"}),
         json!({"type": "tool_use", "id": "toolu_2", "name": "memory", "input": {"command": "delete", "path": "/memories"}}),
+        // Under the 1 MiB file limit, over 4 MiB as JSON (each byte a
+        // six-byte escape): the default body limit takes what `serve`'s
+        // default line limit takes (it was 4 MiB against 8; round 41a).
+        json!({"command": "create", "path": "/memories/ctl.md", "file_text": "\u{1}".repeat(700_000)}),
     ];
     let lines: Vec<String> = requests.iter().map(Value::to_string).collect();
+    assert!(lines.last().unwrap().len() > 4 << 20);
     let want = vault.serve(&lines);
     for (req, want) in requests.iter().zip(&want) {
         let got = s.memory(t, req.clone());
@@ -1475,8 +1480,55 @@ fn tls_serves_https_with_the_given_certificate() {
         v["content"],
         "File created successfully at: /memories/tls.md"
     );
-    // Plain HTTP to the TLS port gets no HTTP answer.
-    assert!(try_http(s.port, "GET", "/healthz", &[], b"").is_none());
+    // Plain HTTP to the TLS port is told so in plain HTTP (it got a TLS
+    // alert, which clients print as a garbled answer; round 41a), and the
+    // port serves HTTPS on.
+    let (status, bytes) = try_http(s.port, "POST", "/v1/memory", &[], &[b'x'; 50_000])
+        .expect("a plain HTTP answer");
+    assert_eq!(status, 400);
+    assert!(
+        String::from_utf8_lossy(&bytes).contains("https://"),
+        "{}",
+        String::from_utf8_lossy(&bytes)
+    );
+    drop(s);
+    // A certificate or key file that is no regular file (a device, a
+    // FIFO) is refused at once rather than read for ever; an encrypted
+    // key is said to be one.
+    let fifo = dir.join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let encrypted = dir.join("enc.pem");
+    let out = Command::new("openssl")
+        .args(["pkey", "-aes256", "-passout", "pass:x", "-in"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&encrypted)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for (c, k, says) in [
+        (Path::new("/dev/zero"), key.as_path(), "--tls-cert /dev/zero: not a regular file"),
+        (cert.as_path(), Path::new("/dev/zero"), "--tls-key /dev/zero: not a regular file"),
+        (cert.as_path(), fifo.as_path(), "not a regular file"),
+        (cert.as_path(), encrypted.as_path(), "is encrypted"),
+    ] {
+        let out = Command::new(bin())
+            .arg("--key-file")
+            .arg(&r.key)
+            .args(["server", "--root"])
+            .arg(&r.root)
+            .arg("--tls-cert")
+            .arg(c)
+            .arg("--tls-key")
+            .arg(k)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(says), "{says}: {err}");
+    }
 }
 
 /// A registry put back to an older copy while the server runs (to revive

@@ -62,8 +62,10 @@ pub(crate) struct ServerArgs {
     /// At most this many client connections at once
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub max_connections: usize,
-    /// The largest request body, in bytes
-    #[arg(long, value_name = "BYTES", default_value_t = 4 << 20)]
+    /// The largest request body, in bytes (the default is what `serve`
+    /// and `mcp` take as one line by default, so what they take, this
+    /// takes)
+    #[arg(long, value_name = "BYTES", default_value_t = 8 << 20)]
     pub max_body: usize,
     /// The most request body bytes all requests together hold at once
     /// (at least four times --max-body); past it a request is answered
@@ -975,12 +977,42 @@ fn tls_acceptor(cert: &Path, key: &Path) -> Result<Acceptor, CliError> {
     )?)))
 }
 
+/// The most a `--tls-cert` or `--tls-key` file is read: a PEM chain of a
+/// few certificates is a few KiB.
+#[cfg(feature = "tls")]
+const TLS_FILE_MAX: u64 = 1 << 20;
+
+/// The bytes of the regular file `path` of `what` (`--tls-cert`), at most
+/// [`TLS_FILE_MAX`] (a device or a FIFO given by mistake is refused, not
+/// read for ever).
+#[cfg(feature = "tls")]
+fn read_tls_file(path: &Path, what: &str) -> Result<Vec<u8>, CliError> {
+    use std::io::Read;
+    let fail = |why: String| CliError::failure(format!("{what} {}: {why}", path.display()));
+    let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(fail("not a regular file".into()));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(TLS_FILE_MAX + 1).read_to_end(&mut bytes))
+        .map_err(|e| fail(e.to_string()))?;
+    if bytes.len() as u64 > TLS_FILE_MAX {
+        return Err(fail(format!(
+            "larger than {} MiB, which no PEM file of a certificate or key is",
+            TLS_FILE_MAX >> 20
+        )));
+    }
+    Ok(bytes)
+}
+
 #[cfg(feature = "tls")]
 fn tls_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, CliError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .and_then(|it| it.collect::<Result<_, _>>())
+    let cert_pem = read_tls_file(cert, "--tls-cert")?;
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<_, _>>()
         .map_err(|_| {
             CliError::failure(format!(
                 "cannot read a PEM certificate chain from {}",
@@ -993,11 +1025,18 @@ fn tls_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, CliError>
             cert.display()
         )));
     }
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|_| {
-        CliError::failure(format!(
-            "cannot read a PEM private key from {}",
-            key.display()
-        ))
+    let key_pem = zeroize::Zeroizing::new(read_tls_file(key, "--tls-key")?);
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|_| {
+        let encrypted = key_pem.windows(9).any(|w| w == b"ENCRYPTED");
+        CliError::failure(if encrypted {
+            format!(
+                "the private key in {} is encrypted, which the server cannot use: give it unencrypted (`openssl pkey -in {} -out PLAIN.key`, then keep PLAIN.key readable by the server alone)",
+                key.display(),
+                key.display()
+            )
+        } else {
+            format!("cannot read a PEM private key from {}", key.display())
+        })
     })?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
@@ -1008,6 +1047,43 @@ fn tls_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, CliError>
         .map_err(|e| CliError::failure(format!("the TLS certificate and key do not fit: {e}")))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
+}
+
+/// The TLS handshake of a connection to an HTTPS port, or `None` where
+/// the client spoke plain HTTP (its first byte a letter, as a method's is,
+/// where a TLS client's is 22): that client is answered a plain 400
+/// saying so rather than a TLS alert it would print as noise (its token
+/// went out in the clear already: the operator should hear why).
+#[cfg(feature = "tls")]
+async fn tls_or_refuse_plain(
+    mut stream: tokio::net::TcpStream,
+    acceptor: tokio_rustls::TlsAcceptor,
+) -> std::io::Result<Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>> {
+    use tokio::io::AsyncWriteExt;
+    let mut first = [0u8; 1];
+    if stream.peek(&mut first).await? == 1 && first[0].is_ascii_alphabetic() {
+        let body = r#"{"error":"this port speaks HTTPS: use an https:// URL"}"#;
+        let answer = format!(
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        use tokio::io::AsyncReadExt;
+        stream.write_all(answer.as_bytes()).await?;
+        let _ = stream.shutdown().await;
+        // What the client sent is read (a little of it, for a moment)
+        // before the close, which would otherwise reset the connection
+        // and could drop the answer before the client reads it.
+        let mut sink = [0u8; 4096];
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            let mut left = 64usize;
+            while left > 0 && matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {
+                left -= 1;
+            }
+        })
+        .await;
+        return Ok(None);
+    }
+    acceptor.accept(stream).await.map(Some)
 }
 
 /// `server --sync REMOTE`: a thread that syncs every tenant vault that has
@@ -1369,9 +1445,11 @@ async fn serve(
                 }
                 #[cfg(feature = "tls")]
                 Some(acceptor) => {
-                    let Ok(Ok(tls)) =
-                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
-                            .await
+                    let Ok(Ok(Some(tls))) = tokio::time::timeout(
+                        Duration::from_secs(10),
+                        tls_or_refuse_plain(stream, acceptor),
+                    )
+                    .await
                     else {
                         return;
                     };
