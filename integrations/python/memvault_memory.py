@@ -480,6 +480,18 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
         deadline.daemon = True
         deadline.start()
         try:
+            if conn.sock is None:
+                # A new connection: one that cannot be made (refused, no
+                # such host, a certificate not trusted) sent nothing.
+                try:
+                    conn.connect()
+                except (socket.timeout, TimeoutError, OSError) as e:
+                    conn.close()
+                    raise self._http_error(
+                        f"could not be reached ({type(e).__name__}: {_masked(str(e), self._token)}); "
+                        "nothing was sent, so nothing was changed",
+                        None,
+                    ) from None
             conn.request("POST", self._path, body=body, headers=self._headers)
             resp = conn.getresponse()
             data = resp.read()

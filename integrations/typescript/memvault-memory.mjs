@@ -66,6 +66,13 @@ export class MemvaultServerError extends Error {
 const labelOk = (value) => /^[\x20-\x7e]{1,128}$/.test(value) && value === value.trim();
 
 // Said whenever a request may have run without its answer arriving.
+/** Whether a failed fetch's cause `code` comes before any byte was sent: the connection or its TLS handshake failed. @param {unknown} code */
+function notSent(code) {
+  if (typeof code !== 'string') return false;
+  return ['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT'].includes(code)
+    || /^(CERT_|ERR_TLS_CERT|ERR_SSL_|UNABLE_TO_|DEPTH_ZERO_SELF_SIGNED|SELF_SIGNED_CERT)/.test(code);
+}
+
 const UNKNOWN = "the request's outcome is unknown (a change may have been made): view the file before repeating it";
 
 /**
@@ -408,6 +415,9 @@ export class MemvaultMemory {
       if (signal.aborted) throw this._httpError(`gave no answer within ${this.timeoutMs} ms; ${UNKNOWN}`);
       const cause = err?.cause;
       const why = cause?.message || cause?.code || err?.message || String(err);
+      // A connection that could not be made (refused, no such host, a
+      // certificate not trusted) sent nothing.
+      if (notSent(cause?.code)) throw this._httpError(`could not be reached (${why}); nothing was sent, so nothing was changed`);
       throw this._httpError(`could not be reached (${why}); if the request reached it, ${UNKNOWN}`);
     }
     if (status >= 300 && status < 400) {

@@ -188,7 +188,10 @@ def http_mode(base_url: str, server_url: str, session: str) -> None:
     port = s.getsockname()[1]
     s.close()
     gone = MemvaultMemoryTool(url=f"http://127.0.0.1:{port}", session=session + "-gone")
+    # A connection that could not be made sent nothing: said so, not
+    # "the outcome is unknown" (round 41a).
     expect_server_error(gone, None, "could not be reached", [token])
+    expect_server_error(gone, None, "nothing was sent, so nothing was changed", [token])
     gone.close()
 
     # A proxy whose error page echoes the request's headers, the token

@@ -173,6 +173,8 @@ async function httpChecks() {
   await new Promise((resolve) => closed.close(() => resolve(undefined)));
   const gone = new MemvaultMemory({ url: `http://127.0.0.1:${gonePort}`, session: `${session}-gone` });
   await expectServerError(gone, undefined, 'could not be reached', [token]);
+  // A connection that could not be made sent nothing: said so (round 41a).
+  await expectServerError(gone, undefined, 'nothing was sent, so nothing was changed', [token]);
 
   // A proxy whose error page echoes the request's headers, the token past
   // the 300 characters a message keeps: no piece of it is shown.
