@@ -57,6 +57,7 @@ import os
 import queue
 import select
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -193,6 +194,10 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
             (HTTP mode: for the connection, and for each read of the answer).
         env: the server's environment (default: this process's).
         cache_control: passed to the tool definition, as in the SDK.
+        ssl_context: HTTP mode, https:// only: the `ssl.SSLContext` to
+            connect with, such as `ssl.create_default_context(cafile=...)`
+            for a server whose certificate a private authority signed
+            (default: the system's trusted authorities, or $SSL_CERT_FILE).
     """
 
     def __init__(
@@ -209,6 +214,7 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
         cache_control: Any = None,
         url: Optional[str] = None,
         token: Optional[str] = None,
+        ssl_context: Optional[ssl.SSLContext] = None,
     ) -> None:
         super().__init__(cache_control=cache_control)
         process_args = [
@@ -231,6 +237,8 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
             url = os.environ.get("MEMVAULT_URL") or None
         if token is not None and url is None:
             raise ValueError("token is for HTTP mode: give url too (or set MEMVAULT_URL)")
+        if ssl_context is not None and url is None:
+            raise ValueError("ssl_context is for HTTP mode: give url too (or set MEMVAULT_URL)")
         if key_file is not None and passphrase_file is not None:
             raise ValueError("give key_file or passphrase_file, not both")
         self.session = session if session is not None else f"s-{uuid.uuid4().hex[:16]}"
@@ -241,7 +249,7 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
         self.url: Optional[str] = None
         self._proc: Optional[subprocess.Popen] = None
         if url is not None:
-            self._init_http(url, token, actor)
+            self._init_http(url, token, actor, ssl_context)
             return
         argv = [os.fspath(binary or os.environ.get("MEMVAULT_BIN") or "memvault")]
         if vault is not None:
@@ -411,7 +419,9 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
 
     # -- HTTP mode -----------------------------------------------------------
 
-    def _init_http(self, url: str, token: Optional[str], actor: str) -> None:
+    def _init_http(
+        self, url: str, token: Optional[str], actor: str, ssl_context: Optional[ssl.SSLContext]
+    ) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("url must be an http:// or https:// base URL, such as http://127.0.0.1:8700")
@@ -431,6 +441,9 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
                     f"in HTTP mode the {name} is 1 to 128 printable ASCII characters, with no space at either end"
                 )
         self._https = parts.scheme == "https"
+        if ssl_context is not None and not self._https:
+            raise ValueError("ssl_context is for an https:// url")
+        self._ssl_context = ssl_context
         self._host = parts.hostname
         self._port = parts.port
         self._path = parts.path.rstrip("/") + "/v1/memory"
@@ -461,7 +474,9 @@ class MemvaultMemoryTool(BetaAbstractMemoryTool):
                 idle.close()
         if conn is None:
             if self._https:
-                conn = http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout)
+                conn = http.client.HTTPSConnection(
+                    self._host, self._port, timeout=self.timeout, context=self._ssl_context
+                )
             else:
                 conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
         block = {"type": "tool_use", "id": rid, "name": "memory", "input": command}

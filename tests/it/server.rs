@@ -1480,12 +1480,11 @@ fn tls_serves_https_with_the_given_certificate() {
         v["content"],
         "File created successfully at: /memories/tls.md"
     );
-    // Plain HTTP to the TLS port is told so in plain HTTP (it got a TLS
-    // alert, which clients print as a garbled answer; round 41a), and the
-    // port serves HTTPS on.
+    // Plain HTTP to the TLS port is told so in plain HTTP, a 426 (it got a
+    // TLS alert, which clients print as a garbled answer; round 41a).
     let (status, bytes) = try_http(s.port, "POST", "/v1/memory", &[], &[b'x'; 50_000])
         .expect("a plain HTTP answer");
-    assert_eq!(status, 400);
+    assert_eq!(status, 426);
     assert!(
         String::from_utf8_lossy(&bytes).contains("https://"),
         "{}",

@@ -1051,9 +1051,11 @@ fn tls_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, CliError>
 
 /// The TLS handshake of a connection to an HTTPS port, or `None` where
 /// the client spoke plain HTTP (its first byte a letter, as a method's is,
-/// where a TLS client's is 22): that client is answered a plain 400
-/// saying so rather than a TLS alert it would print as noise (its token
-/// went out in the clear already: the operator should hear why).
+/// where a TLS client's is 22): that client is answered a plain 426
+/// (RFC 2817's "use TLS"; a 400 would read as a malformed tool call to the
+/// adapters) saying so rather than a TLS alert it would print as noise
+/// (its token went out in the clear already: the operator should hear
+/// why).
 #[cfg(feature = "tls")]
 async fn tls_or_refuse_plain(
     mut stream: tokio::net::TcpStream,
@@ -1064,7 +1066,7 @@ async fn tls_or_refuse_plain(
     if stream.peek(&mut first).await? == 1 && first[0].is_ascii_alphabetic() {
         let body = r#"{"error":"this port speaks HTTPS: use an https:// URL"}"#;
         let answer = format!(
-            "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+            "HTTP/1.1 426 Upgrade Required\r\nupgrade: TLS/1.2\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
             body.len()
         );
         use tokio::io::AsyncReadExt;
