@@ -293,7 +293,7 @@ if wants python; then
   run_http_case python-http "py-http-$RANDOM$RANDOM" python-sdk alice client_python_http
 
   new_vault python-lifecycle key
-  note "(python-lifecycle) an unclosed tool, a trickling server, a 400"
+  note "(python-lifecycle) an unclosed tool, a trickling server, a 400, HTTPS"
   if (cd "$DIR/cwd" && timeout 120 "$VENV/bin/python" "$PY_DIR/tests/lifecycle.py" "$BIN" "$VAULT" "$SECRET_FLAG" "$SECRET"); then
     PASSED=$((PASSED + 1))
   else

@@ -9,7 +9,10 @@ tests/integrations/run.sh):
    its answer a byte at a time is cut at it), and the error's traceback
    does not carry the token;
 3. HTTP mode: a 400 (a request the server could not read) is a `ToolError`
-   with the server's words, as process mode answers malformed input.
+   with the server's words, as process mode answers malformed input;
+4. HTTPS: a real `memvault server --tls-cert` whose certificate the
+   system does not trust is refused with "nothing was sent", served with
+   `ssl_context` trusting it, and plain HTTP to its port is a 426.
 
 Exits 1 with the reason on failure.
 """
@@ -18,8 +21,12 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import socket
+import ssl
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -139,11 +146,78 @@ def bad_request_is_a_tool_error() -> None:
     print("lifecycle: a 400 is a ToolError with the server's words")
 
 
+def https_with_a_private_authority(binary: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+             "-nodes", "-days", "2", "-subj", "/CN=localhost",
+             "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert],
+            check=True, capture_output=True,
+        )
+        skey, root = os.path.join(tmp, "server.key"), os.path.join(tmp, "root")
+        subprocess.run([binary, "keygen", skey], check=True, capture_output=True)
+        token = subprocess.run(
+            [binary, "--key-file", skey, "tenant", "add", "t", "--root", root, "--scopes", "memory"],
+            check=True, capture_output=True, text=True,
+        ).stdout.strip()
+        err = open(os.path.join(tmp, "server.err"), "w+")
+        server = subprocess.Popen(
+            [binary, "--key-file", skey, "server", "--root", root, "--listen", "127.0.0.1:0",
+             "--tls-cert", cert, "--tls-key", key],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+        )
+        try:
+            port = None
+            for _ in range(100):
+                err.seek(0)
+                m = re.search(r"on https://127\.0\.0\.1:(\d+)", err.read())
+                if m:
+                    port = int(m.group(1))
+                    break
+                if server.poll() is not None:
+                    break
+                time.sleep(0.1)
+            if port is None:
+                fail("memvault server --tls-cert printed no https address")
+            url = f"https://127.0.0.1:{port}"
+            untrusted = MemvaultMemoryTool(url=url, token=token, timeout=10)
+            try:
+                untrusted.call({"command": "create", "path": "/memories/a.md", "file_text": "a"})
+                fail("a certificate nobody trusts was taken")
+            except MemvaultServerError as e:
+                if "nothing was sent" not in str(e) or e.status is not None:
+                    fail(f"an untrusted certificate was not said to have sent nothing: {e}")
+            trusted = MemvaultMemoryTool(
+                url=url, token=token, timeout=10, ssl_context=ssl.create_default_context(cafile=cert)
+            )
+            trusted.call({"command": "create", "path": "/memories/b.md", "file_text": "over tls"})
+            if "over tls" not in trusted.call({"command": "view", "path": "/memories/b.md"}):
+                fail("what was written over HTTPS does not read back")
+            if "a.md" in trusted.call({"command": "view", "path": "/memories"}):
+                fail("the create refused for its certificate was made")
+            plain = MemvaultMemoryTool(url=f"http://127.0.0.1:{port}", token=token, timeout=10)
+            try:
+                plain.call({"command": "view", "path": "/memories"})
+                fail("plain HTTP to the TLS port was answered")
+            except MemvaultServerError as e:
+                if e.status != 426 or "https://" not in str(e):
+                    fail(f"plain HTTP to the TLS port: {e.status} {e}")
+            for t in (untrusted, trusted, plain):
+                t.close()
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+            err.close()
+    print("lifecycle: HTTPS: an untrusted certificate sends nothing, ssl_context trusts one, plain HTTP is a 426")
+
+
 def main() -> None:
     binary, vault, flag, secret = sys.argv[1:5]
     unclosed_tool_stops_its_server(binary, vault, flag, secret)
     timeout_bounds_the_whole_request()
     bad_request_is_a_tool_error()
+    https_with_a_private_authority(binary)
 
 
 if __name__ == "__main__":
