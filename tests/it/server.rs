@@ -1482,8 +1482,8 @@ fn tls_serves_https_with_the_given_certificate() {
     );
     // Plain HTTP to the TLS port is told so in plain HTTP, a 426 (it got a
     // TLS alert, which clients print as a garbled answer; round 41a).
-    let (status, bytes) = try_http(s.port, "POST", "/v1/memory", &[], &[b'x'; 50_000])
-        .expect("a plain HTTP answer");
+    let (status, bytes) =
+        try_http(s.port, "POST", "/v1/memory", &[], &[b'x'; 50_000]).expect("a plain HTTP answer");
     assert_eq!(status, 426);
     assert!(
         String::from_utf8_lossy(&bytes).contains("https://"),
@@ -1495,7 +1495,13 @@ fn tls_serves_https_with_the_given_certificate() {
     // FIFO) is refused at once rather than read for ever; an encrypted
     // key is said to be one.
     let fifo = dir.join("fifo");
-    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
     let encrypted = dir.join("enc.pem");
     let out = Command::new("openssl")
         .args(["pkey", "-aes256", "-passout", "pass:x", "-in"])
@@ -1504,10 +1510,22 @@ fn tls_serves_https_with_the_given_certificate() {
         .arg(&encrypted)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for (c, k, says) in [
-        (Path::new("/dev/zero"), key.as_path(), "--tls-cert /dev/zero: not a regular file"),
-        (cert.as_path(), Path::new("/dev/zero"), "--tls-key /dev/zero: not a regular file"),
+        (
+            Path::new("/dev/zero"),
+            key.as_path(),
+            "--tls-cert /dev/zero: not a regular file",
+        ),
+        (
+            cert.as_path(),
+            Path::new("/dev/zero"),
+            "--tls-key /dev/zero: not a regular file",
+        ),
         (cert.as_path(), fifo.as_path(), "not a regular file"),
         (cert.as_path(), encrypted.as_path(), "is encrypted"),
     ] {
