@@ -754,6 +754,58 @@ fn a_key_state_that_moved_without_its_main_is_never_pushed_over() {
     assert!(plaintext_anywhere(&w.hub, MARK).is_empty());
 }
 
+/// Round 41b: a pull that met another machine's push between its two ref
+/// updates (over smart HTTP, 2 pulls in 612 beside a pushing machine) was
+/// told the remote "rolled back" and to restore it or start a new one.
+/// Here the hub shows the push's main beside the key state before it, and
+/// the push completes 1.5 s after `pull` and `sync` start: both wait for
+/// it and succeed. A remote that stays so is still refused (see the test
+/// below and `a_key_state_that_moved_without_its_main_is_never_pushed_over`).
+#[test]
+fn a_pull_that_meets_another_machines_push_half_done_waits_for_it() {
+    let w = world(1);
+    let (a, b) = (&w.machines[0], &w.machines[1]);
+    let rev = |r: &str| {
+        let out = git(&w.hub, &["rev-parse", r]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    for (i, args) in [&["pull"][..], &["sync"][..]].into_iter().enumerate() {
+        let old_keys = rev("refs/memvault/keys");
+        // A new file: a new file key, so a new key state with the commit.
+        let path = format!("/memories/half{i}.md");
+        a.write(&path, "pushed\n");
+        a.ok(&["push"]);
+        let new_keys = rev("refs/memvault/keys");
+        assert_ne!(old_keys, new_keys);
+        assert!(
+            git(&w.hub, &["update-ref", "refs/memvault/keys", &old_keys])
+                .status
+                .success()
+        );
+        let child = b
+            .cmd()
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        assert!(
+            git(&w.hub, &["update-ref", "refs/memvault/keys", &new_keys])
+                .status
+                .success()
+        );
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(b.read(&path).as_deref(), Some("pushed\n"), "{args:?}");
+    }
+    b.ok(&["verify"]);
+}
+
 #[test]
 fn a_remote_that_rolled_back_or_forked_is_refused_and_nothing_changes_here() {
     let w = world(1);

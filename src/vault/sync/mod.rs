@@ -129,6 +129,20 @@ pub enum SyncError {
     LocalIo(std::io::Error),
 }
 
+impl SyncError {
+    /// What a remote caught between the two ref updates of another
+    /// machine's push looks like for a moment (see
+    /// [`Vault::pull_settled`]): a key state ahead of or behind its main,
+    /// or a ref naming what the fetch did not bring.
+    fn is_mid_push(&self) -> bool {
+        match self {
+            SyncError::KeysAhead { .. } | SyncError::KeysBehind { .. } => true,
+            SyncError::Hostile { what, .. } => what.ends_with("did not send"),
+            _ => false,
+        }
+    }
+}
+
 /// What a push did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct PushReport {
@@ -581,7 +595,28 @@ impl Vault {
     /// Fetch remote `name` and merge what it has into this vault.
     pub fn pull(&mut self, name: &str) -> Result<PullReport, VaultError> {
         let _lock = self.sync_lock()?;
-        self.pull_locked(name)
+        self.pull_settled(name)
+    }
+
+    /// [`Vault::pull_locked`], tried again while the remote looks caught
+    /// in the middle of another machine's push: its two refs are not
+    /// updated at once (git's ref files are renamed into place one after
+    /// the other, and a smart-HTTP fetch reads them apart from the pack),
+    /// so a pull can meet a new main beside the old key state, or the
+    /// reverse. A remote that stays so is reported after the last try.
+    /// Nothing is kept from a failed pull (its objects are checked before
+    /// any enters the vault).
+    fn pull_settled(&mut self, name: &str) -> Result<PullReport, VaultError> {
+        let mut attempt = 1;
+        loop {
+            match self.pull_locked(name) {
+                Err(VaultError::Sync(e)) if e.is_mid_push() && attempt < SYNC_ATTEMPTS => {
+                    std::thread::sleep(std::time::Duration::from_millis(200 * attempt as u64));
+                    attempt += 1;
+                }
+                r => return r,
+            }
+        }
     }
 
     fn pull_locked(&mut self, name: &str) -> Result<PullReport, VaultError> {
@@ -740,18 +775,7 @@ impl Vault {
             }
         }
         for attempt in 1..=SYNC_ATTEMPTS {
-            match self.pull_locked(name) {
-                Ok(pull) => report.pulls.push(pull),
-                // Another machine's push between its two refs (a remote
-                // without atomic pushes): give it a moment.
-                Err(VaultError::Sync(e))
-                    if matches!(*e, SyncError::KeysAhead { .. }) && attempt < SYNC_ATTEMPTS =>
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(200 * attempt as u64));
-                    continue;
-                }
-                Err(e) => return Err(e),
-            }
+            report.pulls.push(self.pull_settled(name)?);
             match self.push_locked(name) {
                 Ok(push) => {
                     report.push = push;
