@@ -1316,6 +1316,15 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
+/// What ssh says of why it could not connect, where git's own verdict
+/// does not.
+const SSH_CAUSES: [&str; 4] = [
+    "Host key verification failed",
+    "Permission denied (",
+    "No such identity",
+    "kex_exchange_identification",
+];
+
 /// The last lines of git's stderr, for an error message: at most 3 lines
 /// and 400 characters, control characters dropped.
 fn last_lines(stderr: &[u8]) -> String {
@@ -1327,12 +1336,33 @@ fn last_lines(stderr: &[u8]) -> String {
         .collect();
     // git's own verdict (`fatal:`, `error:`) when it gave one: the lines
     // after it are often advice cut mid-sentence by the last-3 rule.
-    let verdicts: Vec<&str> = lines
+    let mut verdicts: Vec<&str> = Vec::new();
+    // ssh's cause first: git's verdict alone ("Could not read from remote
+    // repository") is the same for a refused connection, a key not
+    // authorized and a host key that changed (round 41b).
+    if lines
         .iter()
-        .copied()
-        .filter(|l| l.starts_with("fatal:") || l.starts_with("error:"))
-        .take(2)
-        .collect();
+        .any(|l| l.contains("REMOTE HOST IDENTIFICATION HAS CHANGED"))
+    {
+        verdicts.push(
+            "ssh: the remote host's key changed since it was trusted (REMOTE HOST IDENTIFICATION HAS CHANGED): someone may be intercepting the connection; check the new key with the host's owner before trusting it",
+        );
+    }
+    verdicts.extend(
+        lines
+            .iter()
+            .copied()
+            .filter(|l| l.starts_with("ssh:") || SSH_CAUSES.iter().any(|cause| l.contains(cause)))
+            .take(2),
+    );
+    verdicts.extend(
+        lines
+            .iter()
+            .copied()
+            .filter(|l| l.starts_with("fatal:") || l.starts_with("error:"))
+            .take(2),
+    );
+    verdicts.dedup();
     let tail = if verdicts.is_empty() {
         lines[lines.len().saturating_sub(3)..].join("; ")
     } else {
@@ -1349,6 +1379,37 @@ fn last_lines(stderr: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ssh_causes_come_before_gits_verdict() {
+        let changed = b"@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@\n\
+            @    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n\
+            IT IS POSSIBLE THAT SOMEONE IS DOING SOMETHING NASTY!\n\
+            Host key verification failed.\n\
+            fatal: Could not read from remote repository.\n\n\
+            Please make sure you have the correct access rights\n";
+        let said = last_lines(changed);
+        assert!(
+            said.starts_with("ssh: the remote host's key changed"),
+            "{said}"
+        );
+        assert!(said.contains("Host key verification failed"), "{said}");
+        assert!(said.contains("fatal: Could not read"), "{said}");
+        let refused = b"ssh: connect to host 127.0.0.1 port 2222: Connection refused\r\n\
+            fatal: Could not read from remote repository.\n";
+        let said = last_lines(refused);
+        assert!(
+            said.starts_with("ssh: connect to host 127.0.0.1 port 2222: Connection refused"),
+            "{said}"
+        );
+        let denied = b"git@h: Permission denied (publickey).\nfatal: Could not read from remote repository.\n";
+        assert!(last_lines(denied).starts_with("git@h: Permission denied (publickey)."));
+        // git's verdict alone, as before.
+        assert_eq!(
+            last_lines(b"hint: x\nfatal: repository 'x' not found\n"),
+            "fatal: repository 'x' not found"
+        );
+    }
 
     #[test]
     fn urls_of_the_transports_memvault_runs_pass_and_others_are_refused() {
