@@ -806,6 +806,136 @@ fn a_pull_that_meets_another_machines_push_half_done_waits_for_it() {
     b.ok(&["verify"]);
 }
 
+/// Round 41b: a remote whose main was replaced by a commit of its own
+/// over a 600 MB blob made `pull` hold about twice that before refusing
+/// the commit. Now commits are read and checked first: the blob (150 MB
+/// here) is never read, and the pull is refused holding a few MiB.
+#[test]
+fn a_huge_object_under_a_foreign_commit_is_refused_before_it_is_read() {
+    let w = world(1);
+    let b = &w.machines[1];
+    let scratch = w.hub.parent().unwrap().join("planter");
+    assert!(
+        Command::new("git")
+            .args(["init", "-q"])
+            .arg(&scratch)
+            .status()
+            .unwrap()
+            .success()
+    );
+    // 150 MB of zeros: small in the pack, 150 MB for whoever reads it.
+    let f = std::fs::File::create(scratch.join("big")).unwrap();
+    f.set_len(150 << 20).unwrap();
+    drop(f);
+    let run = |args: &[&str]| {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(&scratch)
+            .args(["-c", "user.name=x", "-c", "user.email=x@x"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    run(&["fetch", "-q", w.hub.to_str().unwrap(), "main"]);
+    run(&["add", "big"]);
+    let tree = run(&["write-tree"]);
+    let commit = run(&["commit-tree", &tree, "-p", "FETCH_HEAD", "-m", "planted"]);
+    run(&[
+        "push",
+        "-q",
+        w.hub.to_str().unwrap(),
+        &format!("{commit}:refs/heads/main"),
+    ]);
+    std::fs::remove_dir_all(&scratch).unwrap();
+    let before = b.files();
+    let mut child = b
+        .cmd()
+        .arg("pull")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak_kib = 0u64;
+    while child.try_wait().unwrap().is_none() {
+        if let Ok(text) = std::fs::read_to_string(&status)
+            && let Some(kib) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        {
+            peak_kib = peak_kib.max(kib);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot be trusted: a commit was not written with this vault's key"),
+        "{err}"
+    );
+    assert!(
+        peak_kib < 64 << 10,
+        "pull held {peak_kib} KiB for a refused 150 MB blob"
+    );
+    assert_eq!(b.files(), before);
+    b.ok(&["verify"]);
+}
+
+/// Round 41b: three machines change one line; the first pushes, the two
+/// others pull it (each keeps its own line and puts the first's in
+/// `notes.conflict-1.md`), the second pushes, the third syncs. Both had
+/// made the same conflict copy, under two file keys: the third made a
+/// copy of the copy (`notes.conflict-1.conflict-1.md`, byte for byte the
+/// same) and reported a conflict between identical texts. Now two files
+/// at one path with one text are one; the real conflict (the second's
+/// line against the third's) is still a copy.
+#[test]
+fn the_same_conflict_copy_made_on_two_machines_is_one_file() {
+    let w = world(2);
+    let (a, b, c) = (&w.machines[0], &w.machines[1], &w.machines[2]);
+    a.edit("/memories/notes.md", "two", "two by a");
+    b.edit("/memories/notes.md", "two", "two by b");
+    c.edit("/memories/notes.md", "two", "two by c");
+    a.ok(&["sync"]);
+    let pulled_b = b.ok(&["pull"]);
+    let pulled_c = c.ok(&["pull"]);
+    for p in [&pulled_b, &pulled_c] {
+        assert!(p.contains("notes.conflict-1.md"), "{p}");
+    }
+    b.ok(&["push"]);
+    let synced = c.ok(&["sync"]);
+    assert!(!synced.contains("conflict-1.conflict"), "{synced}");
+    assert!(
+        !synced.contains("conflict: /memories/notes.conflict-1.md"),
+        "{synced}"
+    );
+    let names: Vec<String> = c.files().into_iter().map(|(p, _)| p).collect();
+    assert!(
+        !names.iter().any(|n| n.contains("conflict-1.conflict")),
+        "{names:?}"
+    );
+    let text = |p: &str| c.read(p).unwrap_or_default();
+    assert!(text("/memories/notes.conflict-1.md").contains("two by a"));
+    // b's line against c's: a real conflict, kept as a copy.
+    assert!(text("/memories/notes.md").contains("two by c"));
+    let copies: Vec<String> = names
+        .iter()
+        .filter(|n| n.contains("conflict-"))
+        .map(|n| text(&format!("/memories/{}", n.trim_start_matches("memories/"))))
+        .collect();
+    assert_eq!(copies.len(), 2, "{names:?}");
+    assert!(copies.iter().any(|t| t.contains("two by b")), "{copies:?}");
+    c.ok(&["verify"]);
+}
+
 #[test]
 fn a_remote_that_rolled_back_or_forked_is_refused_and_nothing_changes_here() {
     let w = world(1);

@@ -513,6 +513,53 @@ impl Scratch {
         Ok(ids)
     }
 
+    /// The commits among `ids` (`git cat-file --batch-check`: kinds, no
+    /// content): read and checked first, so that a remote that plants a
+    /// huge object under a commit not of this vault is refused before that
+    /// object is read.
+    pub(crate) fn commits_among(
+        &self,
+        ids: &[Oid],
+    ) -> Result<std::collections::HashSet<Oid>, SyncError> {
+        let mut commits = std::collections::HashSet::new();
+        if ids.is_empty() {
+            return Ok(commits);
+        }
+        let mut c = self.git();
+        c.args(["cat-file", "--batch-check"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = c.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => SyncError::NoGit,
+            _ => local_io(e),
+        })?;
+        let mut stdin = child.stdin.take().expect("piped");
+        let list: Vec<u8> = ids
+            .iter()
+            .flat_map(|id| format!("{id}\n").into_bytes())
+            .collect();
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(&list);
+        });
+        let mut out = Vec::new();
+        let read = child.stdout.take().expect("piped").read_to_end(&mut out);
+        let _ = writer.join();
+        let _ = child.wait();
+        read.map_err(local_io)?;
+        for line in out.split(|b| *b == b'\n') {
+            let mut parts = line.split(|b| *b == b' ');
+            if let (Some(id), Some(b"commit")) = (parts.next(), parts.next())
+                && let Some(id) = std::str::from_utf8(id)
+                    .ok()
+                    .and_then(|t| Oid::from_str(t).ok())
+            {
+                commits.insert(id);
+            }
+        }
+        Ok(commits)
+    }
+
     /// How many commits `tip` reaches that `base` does not (`git rev-list
     /// --count`, over the borrowed objects: no walk of the history here).
     pub(crate) fn count_since(&self, tip: Oid, base: Option<Oid>) -> Result<usize, SyncError> {

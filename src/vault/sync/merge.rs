@@ -15,7 +15,8 @@
 //! - deleted on one side, edited on the other: the edit survives; deleted
 //!   on one side and unchanged (or only renamed) on the other: deleted;
 //! - two different files at one path (both sides created it, or a rename
-//!   onto a new file): ours keeps the path, theirs goes to a conflict copy.
+//!   onto a new file): ours keeps the path, theirs goes to a conflict copy,
+//!   unless their texts are the same: then they are one file, ours.
 //!
 //! The key state merges as a union of file keys; an id erased on either
 //! side is erased in the result (erasure wins); keyslots are the union,
@@ -271,6 +272,18 @@ impl Vault {
             .map_err(|_| damaged("a stored file failed to decrypt"))
     }
 
+    /// The plaintext of what a merge puts at a path.
+    fn pick_text(&self, theirs: &KeyState, pick: &Pick) -> Result<Zeroizing<Vec<u8>>, VaultError> {
+        match pick {
+            Pick::Blob {
+                oid,
+                sealed_at,
+                sealed_with,
+            } => self.plaintext(theirs, sealed_with, sealed_at, *oid),
+            Pick::Text(t) => Ok(t.clone()),
+        }
+    }
+
     /// The plaintext of the version `at`.
     fn text_of(&self, theirs: &KeyState, at: &At) -> Result<Zeroizing<Vec<u8>>, VaultError> {
         self.plaintext(theirs, &at.key, &at.path, at.blob)
@@ -427,6 +440,32 @@ impl Vault {
                 && !their_keys.erased.contains(&f.id)
                 && !purged_since.contains(&f.id)
         });
+        // Two files at one path with the same text (both sides created
+        // it, or each resolved the same conflict into the same copy, as
+        // two machines pulling one push do) are one: ours stays, theirs
+        // is not made a conflict copy of itself (round 41b: three
+        // machines grew pairs of identical `x.conflict-1.conflict-1.md`).
+        let mut ours_at: BTreeMap<String, usize> = BTreeMap::new();
+        for (i, f) in finals.iter().enumerate() {
+            if f.ours && !f.copy {
+                ours_at.insert(f.path.as_str().to_string(), i);
+            }
+        }
+        let mut same = Vec::new();
+        for (j, f) in finals.iter().enumerate() {
+            if f.ours || f.copy || f.beside.is_some() {
+                continue;
+            }
+            if let Some(&i) = ours_at.get(f.path.as_str())
+                && self.pick_text(&their_keys, &finals[i].pick)?
+                    == self.pick_text(&their_keys, &f.pick)?
+            {
+                same.push(j);
+            }
+        }
+        for j in same.into_iter().rev() {
+            finals.remove(j);
+        }
         // A conflict copy's name must also be free of the files the
         // merge did not look at (the same in all three trees).
         let taken = |p: &MemoryPath| -> Result<bool, VaultError> {

@@ -857,7 +857,35 @@ impl Vault {
         // key state that starts a new chain (no parent) comes with its
         // whole table: what the vault already holds is not read again.
         ids.retain(|id| !self.holds(*id));
-        let mut received = scratch.read_objects(name, &ids, MAX_BYTES)?;
+        // The commits first, each with this vault's MAC (or a later
+        // epoch's: a rekey), before any tree or blob is read: the rest is
+        // then what genuine commits name, by hash. A remote that planted
+        // a 600 MB blob under a commit of its own made the pull hold
+        // twice that before refusing it (round 41b).
+        let new_commits = scratch.commits_among(&ids)?;
+        let (first, rest): (Vec<Oid>, Vec<Oid>) =
+            ids.iter().partition(|id| new_commits.contains(id));
+        let mut received = scratch.read_objects(name, &first, MAX_BYTES)?;
+        for o in &received {
+            let Some((tag, signed)) = super::keys::split_mac(&o.data) else {
+                return Err(hostile("a commit was not written with this vault's key").into());
+            };
+            if !self.keys.verify_mac(&signed, &tag) {
+                let epoch = tag
+                    .get(..4)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u32::from_be_bytes);
+                if epoch.is_some_and(|e| e > self.keys.current_epoch()) {
+                    return Err(SyncError::Rekeyed {
+                        remote: name.into(),
+                    }
+                    .into());
+                }
+                return Err(hostile("a commit was not written with this vault's key").into());
+            }
+        }
+        let read = received.iter().map(|o| o.data.len() as u64).sum::<u64>();
+        received.extend(scratch.read_objects(name, &rest, MAX_BYTES.saturating_sub(read))?);
         drop(scratch);
         // The access ref's three objects: checked and read here, never
         // kept in the vault.
