@@ -183,10 +183,17 @@ fn spawn_failed(e: std::io::Error, remote: &str) -> SyncError {
         std::io::ErrorKind::TimedOut => SyncError::Transport {
             remote: remote.to_string(),
             detail: format!(
-                "it did not answer within {} s (--remote-timeout); gave up, nothing was changed here",
+                "it did not answer within {} s (--remote-timeout); gave up, nothing was changed here{}",
                 REMOTE_TIMEOUT_MS
                     .load(std::sync::atomic::Ordering::Relaxed)
-                    .div_ceil(1000)
+                    .div_ceil(1000),
+                // At a terminal, ssh or git may have been waiting for an
+                // answer there, not for the remote (round 41b).
+                if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+                    " (if ssh or git asked a question above, such as whether to trust a new host key or a password, it was waiting for that answer: answer it within the timeout, or set up the host key and credentials first)"
+                } else {
+                    ""
+                }
             ),
         },
         _ => local_io(e),
