@@ -309,6 +309,32 @@ fn tenant_remove_refuses_while_a_remote_lacks_its_changes_unless_forced() {
     // Written after the sync: the remote lacks it.
     write(&ana, 1);
     assert!(!holds(&listed("ana")));
+    // A URL refused for the remote changes nothing: ana keeps hers, which
+    // still guards the removal below (it was removed before the new one
+    // was checked, and a plain `remove` then erased an unsynced write;
+    // round 41c). A fragment is refused, and not echoed.
+    for bad in [
+        "http://example.com/typo.git",
+        "https://example.com/x.git#glpat-abcdefghijklmnop",
+    ] {
+        let o = tenant(&a, &["remote", "ana", bad]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{bad}: {err}");
+        assert!(!err.contains("glpat"), "{err}");
+        let kept = listed("ana");
+        assert_eq!(kept["remotes"][0]["name"], "origin", "{bad}: {kept}");
+        assert!(!holds(&kept));
+    }
+    // Ana's URL given to bo too: bo's first sync says the remote holds
+    // another vault, not that it was tampered with; bo's own URL back.
+    let o = tenant(&a, &["remote", "bo", hub.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = tenant(&a, &["sync", "bo"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("it holds another vault's history"), "{err}");
+    let o = tenant(&a, &["remote", "bo", hub_bo.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8(tenant(&a, &["list"]).stdout).unwrap();
     let line = text.lines().find(|l| l.starts_with("ana ")).unwrap();
     assert!(

@@ -617,10 +617,7 @@ pub(crate) fn tenant(
                     writeln!(err, "memvault: tenant {name}: removed remote {remote}")?;
                 }
                 (Some(url), false) => {
-                    if vault.remotes()?.iter().any(|r| r.name == *remote) {
-                        vault.remove_remote(remote)?;
-                    }
-                    let stored = vault.add_remote(remote, url)?;
+                    let stored = vault.set_remote(remote, url)?;
                     writeln!(err, "memvault: tenant {name}: remote {remote} is {stored}")?;
                 }
                 (None, false) => return Err(usage("give the remote's URL, or --remove")),

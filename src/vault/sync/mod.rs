@@ -283,6 +283,19 @@ impl Vault {
     /// Add a remote; returns the URL as stored (a relative path made
     /// absolute).
     pub fn add_remote(&self, name: &str, url: &str) -> Result<String, VaultError> {
+        self.put_remote(name, url, false)
+    }
+
+    /// Set remote `name` to `url`, adding it or replacing its URL (what
+    /// this vault saw there is forgotten when the URL changes). A URL that
+    /// is refused changes nothing: the remote keeps the URL it had (it was
+    /// removed first, and a refused URL left the tenant with none; round
+    /// 41c).
+    pub fn set_remote(&self, name: &str, url: &str) -> Result<String, VaultError> {
+        self.put_remote(name, url, true)
+    }
+
+    fn put_remote(&self, name: &str, url: &str, replace: bool) -> Result<String, VaultError> {
         remotes::check_name(name)?;
         remotes::check_no_secret(url)?;
         let url = git::absolute_url(url)?;
@@ -294,14 +307,19 @@ impl Vault {
         }
         let _lock = self.sync_lock()?;
         let mut all = self.remotes()?;
-        if all.iter().any(|r| r.name == name) {
-            return Err(SyncError::RemoteExists(name.into()).into());
+        match all.iter_mut().find(|r| r.name == name) {
+            Some(_) if !replace => return Err(SyncError::RemoteExists(name.into()).into()),
+            Some(r) if r.url == url => return Ok(url),
+            Some(r) => {
+                r.url = url.clone();
+                r.seen = Seen::default();
+            }
+            None => all.push(RemoteEntry {
+                name: name.into(),
+                url: url.clone(),
+                seen: Seen::default(),
+            }),
         }
-        all.push(RemoteEntry {
-            name: name.into(),
-            url: url.clone(),
-            seen: Seen::default(),
-        });
         remotes::store(&self.dir, &self.keys, &all)?;
         Ok(url)
     }
@@ -866,9 +884,18 @@ impl Vault {
         let (first, rest): (Vec<Oid>, Vec<Oid>) =
             ids.iter().partition(|id| new_commits.contains(id));
         let mut received = scratch.read_objects(name, &first, MAX_BYTES)?;
+        // On a remote this vault never synced with, history of another
+        // key is most likely another vault's: one URL given to two vaults
+        // (two tenants; round 41c), which the bare "cannot be trusted"
+        // made look like tampering.
+        let foreign = if entry.seen.main().is_none() {
+            "it holds another vault's history (its commits were not written with this vault's key): one remote repository holds one vault, so give this vault a repository of its own, unless the remote was tampered with"
+        } else {
+            "a commit was not written with this vault's key"
+        };
         for o in &received {
             let Some((tag, signed)) = super::keys::split_mac(&o.data) else {
-                return Err(hostile("a commit was not written with this vault's key").into());
+                return Err(hostile(foreign).into());
             };
             if !self.keys.verify_mac(&signed, &tag) {
                 let epoch = tag
@@ -881,7 +908,7 @@ impl Vault {
                     }
                     .into());
                 }
-                return Err(hostile("a commit was not written with this vault's key").into());
+                return Err(hostile(foreign).into());
             }
         }
         let read = received.iter().map(|o| o.data.len() as u64).sum::<u64>();

@@ -155,6 +155,19 @@ pub(crate) fn check_no_secret(url: &str) -> Result<(), SyncError> {
                 return refuse("a token as its user name".into());
             }
         }
+        // A fragment is never sent and git has no use for it: what is
+        // there is a mistake, or a secret pasted where nothing checks it
+        // (round 41c: `https://host/x.git#glpat-...` was stored and
+        // printed back).
+        let network = matches!(
+            scheme.to_ascii_lowercase().as_str(),
+            "http" | "https" | "ssh" | "git"
+        );
+        if network && rest.contains('#') {
+            return Err(SyncError::BadUrl(
+                "a remote URL may not hold a fragment (`#...`): git does not use it; give the repository's URL alone".into(),
+            ));
+        }
         if let Some((_, query)) = rest.split_once('?') {
             for pair in query.split(['&', ';']) {
                 let name = pair.split('=').next().unwrap_or("").to_ascii_lowercase();
