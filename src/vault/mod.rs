@@ -87,7 +87,7 @@ pub use rev::{ParseRevError, Rev};
 pub use slots::{NewSlot, RekeyReport, SlotEntry};
 pub use sync::{
     Machine, PullReport, PushReport, RemoteEntry, RemoteState, Seen, SyncError, SyncReport,
-    clone_vault, machine_info, set_machine_name, sync_without_prompts,
+    clone_vault, machine_info, names_a_vault_dir, set_machine_name, sync_without_prompts,
 };
 use tree::Caches;
 pub use tree::VaultSnapshot;

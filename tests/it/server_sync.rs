@@ -245,6 +245,29 @@ fn a_tenant_clone_that_fails_registers_nothing() {
         ],
     );
     assert_eq!(o.status.code(), Some(2));
+    // Another tenant's vault directory as the source: refused (it became
+    // the clone's remote, which no sync can push to; round 41c).
+    let ana_dir = std::fs::read_dir(a.root.join("tenants"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir())
+        .unwrap();
+    let o = tenant(
+        &a,
+        &[
+            "add",
+            "cy",
+            "--clone",
+            ana_dir.to_str().unwrap(),
+            "--vault-key-file",
+            key.to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("vault's own directory"), "{err}");
+    let list = String::from_utf8(tenant(&a, &["list"]).stdout).unwrap();
+    assert!(!list.contains("cy"), "{list}");
     let o = tenant(&a, &["sync", "ana"]);
     assert_eq!(o.status.code(), Some(1), "no remote origin");
     let o = Command::new(bin())

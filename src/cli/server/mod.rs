@@ -320,6 +320,15 @@ pub(crate) fn tenant(
             if scopes.is_empty() {
                 return Err(usage("give at least one scope"));
             }
+            // The clone's source becomes the tenant's remote: a vault's
+            // own directory (another server's tenant) cannot be one, and a
+            // server serving it may hold writes its refs do not show
+            // (round 41c: accepted, then every sync failed).
+            if crate::vault::names_a_vault_dir(url) {
+                return Err(usage(format!(
+                    "--clone {url}: that is a memvault vault's own directory, not a git remote; clone from the tenant's remote (on the first server, `tenant remote` and `tenant sync` push it there)"
+                )));
+            }
             let key = super::unlock::read_key_file(key_file)?;
             let secret = secret(global)?;
             let root = Root::open(root, &secret, true)?;

@@ -1472,6 +1472,15 @@ impl Vault {
 /// keyslots travel in the key state), verify all of it, and only then move
 /// it into place with the remote as `origin`. On any failure nothing is
 /// left behind.
+/// Whether `url` names a memvault vault's own directory (which a clone
+/// may read when its log is caught up, but no sync can push to).
+pub fn names_a_vault_dir(url: &str) -> bool {
+    git::absolute_url(url)
+        .ok()
+        .and_then(|u| git::local_dir(&u))
+        .is_some_and(|d| git::is_vault_dir(&d))
+}
+
 pub fn clone_vault(
     url: &str,
     dir: &Path,
