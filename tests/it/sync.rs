@@ -846,46 +846,59 @@ fn a_huge_object_under_a_foreign_commit_is_refused_before_it_is_read() {
     run(&["add", "big"]);
     let tree = run(&["write-tree"]);
     let commit = run(&["commit-tree", &tree, "-p", "FETCH_HEAD", "-m", "planted"]);
-    run(&[
-        "push",
-        "-q",
-        w.hub.to_str().unwrap(),
-        &format!("{commit}:refs/heads/main"),
-    ]);
-    std::fs::remove_dir_all(&scratch).unwrap();
+    let blob = run(&["rev-parse", &format!("{tree}:big")]);
+    let genuine_main = run(&["rev-parse", "FETCH_HEAD"]);
+    let hub = w.hub.to_str().unwrap();
     let before = b.files();
-    let mut child = b
-        .cmd()
-        .arg("pull")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status = format!("/proc/{}/status", child.id());
-    let mut peak_kib = 0u64;
-    while child.try_wait().unwrap().is_none() {
-        if let Ok(text) = std::fs::read_to_string(&status)
-            && let Some(kib) = text
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        {
-            peak_kib = peak_kib.max(kib);
+    // The blob under a commit of the remote's own; then (review 41e) the
+    // blob as the key state's ref itself, beside the genuine main.
+    for (planted, says) in [
+        (
+            vec![format!("+{commit}:refs/heads/main")],
+            "cannot be trusted: a commit was not written with this vault's key",
+        ),
+        (
+            vec![
+                format!("+{genuine_main}:refs/heads/main"),
+                format!("+{blob}:refs/memvault/keys"),
+            ],
+            "cannot be trusted: a ref names something that is not a commit",
+        ),
+    ] {
+        let mut args = vec!["push", "-q", hub];
+        args.extend(planted.iter().map(String::as_str));
+        run(&args);
+        let mut child = b
+            .cmd()
+            .arg("pull")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let status = format!("/proc/{}/status", child.id());
+        let mut peak_kib = 0u64;
+        while child.try_wait().unwrap().is_none() {
+            if let Ok(text) = std::fs::read_to_string(&status)
+                && let Some(kib) = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            {
+                peak_kib = peak_kib.max(kib);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(says), "{says}: {err}");
+        assert!(
+            peak_kib < 64 << 10,
+            "{says}: pull held {peak_kib} KiB for a refused 150 MB blob"
+        );
+        assert_eq!(b.files(), before);
     }
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("cannot be trusted: a commit was not written with this vault's key"),
-        "{err}"
-    );
-    assert!(
-        peak_kib < 64 << 10,
-        "pull held {peak_kib} KiB for a refused 150 MB blob"
-    );
-    assert_eq!(b.files(), before);
+    std::fs::remove_dir_all(&scratch).unwrap();
     b.ok(&["verify"]);
 }
 

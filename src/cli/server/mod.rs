@@ -995,13 +995,25 @@ const TLS_FILE_MAX: u64 = 1 << 20;
 fn read_tls_file(path: &Path, what: &str) -> Result<Vec<u8>, CliError> {
     use std::io::Read;
     let fail = |why: String| CliError::failure(format!("{what} {}: {why}", path.display()));
-    let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
+    // Checked on the open handle (a path swapped for a FIFO after a
+    // check would block here); opened without blocking, so a FIFO does
+    // not wait for a writer first.
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|e| fail(e.to_string()))?
+    };
+    let meta = file.metadata().map_err(|e| fail(e.to_string()))?;
     if !meta.is_file() {
         return Err(fail("not a regular file".into()));
     }
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(TLS_FILE_MAX + 1).read_to_end(&mut bytes))
+    // Sized once: a key's bytes are not left behind by a growing buffer.
+    let mut bytes = Vec::with_capacity(meta.len().min(TLS_FILE_MAX) as usize + 1);
+    file.take(TLS_FILE_MAX + 1)
+        .read_to_end(&mut bytes)
         .map_err(|e| fail(e.to_string()))?;
     if bytes.len() as u64 > TLS_FILE_MAX {
         return Err(fail(format!(

@@ -520,15 +520,16 @@ impl Scratch {
         Ok(ids)
     }
 
-    /// The commits among `ids` (`git cat-file --batch-check`: kinds, no
-    /// content): read and checked first, so that a remote that plants a
-    /// huge object under a commit not of this vault is refused before that
-    /// object is read.
+    /// The commits among `ids`, with their sizes (`git cat-file
+    /// --batch-check`: kinds and sizes, no content): read and checked
+    /// first, so that a remote that plants a huge object under a commit
+    /// not of this vault is refused before that object is read.
     pub(crate) fn commits_among(
         &self,
+        remote: &str,
         ids: &[Oid],
-    ) -> Result<std::collections::HashSet<Oid>, SyncError> {
-        let mut commits = std::collections::HashSet::new();
+    ) -> Result<std::collections::HashMap<Oid, u64>, SyncError> {
+        let mut commits = std::collections::HashMap::new();
         if ids.is_empty() {
             return Ok(commits);
         }
@@ -542,27 +543,38 @@ impl Scratch {
             _ => local_io(e),
         })?;
         let mut stdin = child.stdin.take().expect("piped");
-        let list: Vec<u8> = ids
-            .iter()
-            .flat_map(|id| format!("{id}\n").into_bytes())
-            .collect();
+        let list: Vec<Oid> = ids.to_vec();
         let writer = std::thread::spawn(move || {
-            let _ = stdin.write_all(&list);
-        });
-        let mut out = Vec::new();
-        let read = child.stdout.take().expect("piped").read_to_end(&mut out);
-        let _ = writer.join();
-        let _ = child.wait();
-        read.map_err(local_io)?;
-        for line in out.split(|b| *b == b'\n') {
-            let mut parts = line.split(|b| *b == b' ');
-            if let (Some(id), Some(b"commit")) = (parts.next(), parts.next())
-                && let Some(id) = std::str::from_utf8(id)
-                    .ok()
-                    .and_then(|t| Oid::from_str(t).ok())
-            {
-                commits.insert(id);
+            let mut w = std::io::BufWriter::new(&mut stdin);
+            for id in list {
+                if writeln!(w, "{id}").is_err() {
+                    break;
+                }
             }
+        });
+        let reader = BufReader::new(child.stdout.take().expect("piped"));
+        let mut lines = 0usize;
+        let read = (|| -> std::io::Result<()> {
+            for line in reader.lines() {
+                let line = line?;
+                lines += 1;
+                let mut parts = line.split(' ');
+                if let (Some(id), Some("commit"), Some(size)) =
+                    (parts.next(), parts.next(), parts.next())
+                    && let (Ok(id), Ok(size)) = (Oid::from_str(id), size.parse::<u64>())
+                {
+                    commits.insert(id, size);
+                }
+            }
+            Ok(())
+        })();
+        let _ = writer.join();
+        let status = child.wait().map_err(local_io)?;
+        read.map_err(local_io)?;
+        // Every id answered, or the check did not happen: never go on as
+        // if there were no commits.
+        if !status.success() || lines != ids.len() {
+            return Err(self.odd(remote));
         }
         Ok(commits)
     }
@@ -1391,10 +1403,17 @@ fn last_lines(stderr: &[u8]) -> String {
     // git's own verdict (`fatal:`, `error:`) when it gave one: the lines
     // after it are often advice cut mid-sentence by the last-3 rule.
     let mut verdicts: Vec<&str> = Vec::new();
+    // What the remote's own hooks print comes as `remote: ...`: never
+    // taken for ssh's word.
+    let local: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| !l.starts_with("remote:"))
+        .collect();
     // ssh's cause first: git's verdict alone ("Could not read from remote
     // repository") is the same for a refused connection, a key not
     // authorized and a host key that changed (round 41b).
-    if lines
+    if local
         .iter()
         .any(|l| l.contains("REMOTE HOST IDENTIFICATION HAS CHANGED"))
     {
@@ -1403,7 +1422,7 @@ fn last_lines(stderr: &[u8]) -> String {
         );
     }
     verdicts.extend(
-        lines
+        local
             .iter()
             .copied()
             .filter(|l| l.starts_with("ssh:") || SSH_CAUSES.iter().any(|cause| l.contains(cause)))
@@ -1458,6 +1477,9 @@ mod tests {
         );
         let denied = b"git@h: Permission denied (publickey).\nfatal: Could not read from remote repository.\n";
         assert!(last_lines(denied).starts_with("git@h: Permission denied (publickey)."));
+        // A remote's hook cannot speak for ssh.
+        let hook = b"remote: WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!\nremote: Permission denied (x)\nfatal: the remote end hung up\n";
+        assert_eq!(last_lines(hook), "fatal: the remote end hung up");
         // git's verdict alone, as before.
         assert_eq!(
             last_lines(b"hint: x\nfatal: repository 'x' not found\n"),

@@ -16,7 +16,8 @@
 //!   on one side and unchanged (or only renamed) on the other: deleted;
 //! - two different files at one path (both sides created it, or a rename
 //!   onto a new file): ours keeps the path, theirs goes to a conflict copy,
-//!   unless their texts are the same: then they are one file, ours.
+//!   unless their texts are the same: then they are one file, ours (for a
+//!   file of theirs that is not itself a conflict copy made here).
 //!
 //! The key state merges as a union of file keys; an id erased on either
 //! side is erased in the result (erasure wins); keyslots are the union,
@@ -464,7 +465,10 @@ impl Vault {
             }
         }
         for j in same.into_iter().rev() {
-            finals.remove(j);
+            let gone = finals.remove(j);
+            // An edit kept over an expiry that turns out to be ours again
+            // is not one: no key or file has its new id.
+            kept_over_expiry.retain(|(_, _, new)| *new != gone.id);
         }
         // A conflict copy's name must also be free of the files the
         // merge did not look at (the same in all three trees).

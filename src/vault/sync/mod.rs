@@ -245,6 +245,10 @@ struct SyncLock {
 const MAX_OBJECTS: usize = 20_000_000;
 /// The most bytes one fetch may bring.
 const MAX_BYTES: u64 = 64 << 30;
+/// The largest commit a remote may send: a commit's message is its sealed
+/// metadata, a few hundred bytes to a few MiB for a merge or an import
+/// that lists many files.
+const MAX_COMMIT: u64 = 64 << 20;
 /// How many times `sync` pulls again when the remote moved before its push.
 const SYNC_ATTEMPTS: usize = 8;
 
@@ -880,9 +884,21 @@ impl Vault {
         // then what genuine commits name, by hash. A remote that planted
         // a 600 MB blob under a commit of its own made the pull hold
         // twice that before refusing it (round 41b).
-        let new_commits = scratch.commits_among(&ids)?;
+        let new_commits = scratch.commits_among(name, &ids)?;
+        // Each ref a commit (sent, or held here): a ref to a blob or a
+        // tree would have it read below before anything refused it.
+        for tip in &tips {
+            if !new_commits.contains_key(tip) && !self.holds(*tip) {
+                return Err(hostile("a ref names something that is not a commit").into());
+            }
+        }
+        // No commit memvault writes comes near this (its message is the
+        // sealed metadata).
+        if new_commits.values().any(|&size| size > MAX_COMMIT) {
+            return Err(hostile("it sent a commit of absurd size").into());
+        }
         let (first, rest): (Vec<Oid>, Vec<Oid>) =
-            ids.iter().partition(|id| new_commits.contains(id));
+            ids.iter().partition(|id| new_commits.contains_key(id));
         let mut received = scratch.read_objects(name, &first, MAX_BYTES)?;
         // On a remote this vault never synced with, history of another
         // key is most likely another vault's: one URL given to two vaults
