@@ -913,19 +913,7 @@ impl Vault {
             let Some((tag, signed)) = super::keys::split_mac(&o.data) else {
                 return Err(hostile(foreign).into());
             };
-            if !self.keys.verify_mac(&signed, &tag) {
-                let epoch = tag
-                    .get(..4)
-                    .and_then(|b| b.try_into().ok())
-                    .map(u32::from_be_bytes);
-                if epoch.is_some_and(|e| e > self.keys.current_epoch()) {
-                    return Err(SyncError::Rekeyed {
-                        remote: name.into(),
-                    }
-                    .into());
-                }
-                return Err(hostile(foreign).into());
-            }
+            self.mac_verdict(name, &signed, &tag, foreign)?;
         }
         let read = received.iter().map(|o| o.data.len() as u64).sum::<u64>();
         received.extend(scratch.read_objects(name, &rest, MAX_BYTES.saturating_sub(read))?);
@@ -1082,6 +1070,35 @@ impl Vault {
         }))
     }
 
+    /// Whether `signed` carries this vault's MAC `tag`: if not, a later
+    /// epoch's (a rekey this copy has not had: `Rekeyed`), or not the
+    /// vault's at all (hostile, saying `foreign`).
+    fn mac_verdict(
+        &self,
+        remote: &str,
+        signed: &[u8],
+        tag: &[u8],
+        foreign: &str,
+    ) -> Result<(), SyncError> {
+        if self.keys.verify_mac(signed, tag) {
+            return Ok(());
+        }
+        let epoch = tag
+            .get(..4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_be_bytes);
+        Err(if epoch.is_some_and(|e| e > self.keys.current_epoch()) {
+            SyncError::Rekeyed {
+                remote: remote.into(),
+            }
+        } else {
+            SyncError::Hostile {
+                remote: remote.into(),
+                what: foreign.into(),
+            }
+        })
+    }
+
     /// Take the access ref's commit, tree and blob out of `received`,
     /// check them (the commit carries this vault's MAC and the access
     /// message; the tree holds one blob, `access`) and return the blob:
@@ -1115,21 +1132,12 @@ impl Vault {
         let Some((tag, signed)) = super::keys::split_mac(&commit) else {
             return Err(hostile("its access ref is not a signed commit").into());
         };
-        if !self.keys.verify_mac(&signed, &tag) {
-            // A later epoch's (a rekey this copy has not had), as for the
-            // commits below; or not the vault's at all.
-            let epoch = tag
-                .get(..4)
-                .and_then(|b| b.try_into().ok())
-                .map(u32::from_be_bytes);
-            if epoch.is_some_and(|e| e > self.keys.current_epoch()) {
-                return Err(SyncError::Rekeyed {
-                    remote: name.into(),
-                }
-                .into());
-            }
-            return Err(hostile("its access ref was not written with this vault's key").into());
-        }
+        self.mac_verdict(
+            name,
+            &signed,
+            &tag,
+            "its access ref was not written with this vault's key",
+        )?;
         let text = std::str::from_utf8(&signed).map_err(|_| hostile("its access ref"))?;
         let tree = text
             .strip_prefix("tree ")
