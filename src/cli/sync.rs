@@ -183,11 +183,17 @@ pub(crate) fn write_sync(
 }
 
 fn push_line(r: &PushReport) -> String {
-    let mut line = if r.pushed {
+    let mut line = if r.pushed && r.commits == 0 {
+        // Main did not move (it would count at least one commit): only
+        // the key state did (a keyslot change, a rekey, keys folded).
         format!(
-            "pushed {} commit{} to {}",
-            r.commits,
-            if r.commits == 1 { "" } else { "s" },
+            "pushed this vault's key state to {} (no new commit)",
+            r.remote
+        )
+    } else if r.pushed {
+        format!(
+            "pushed {} to {}",
+            super::count(r.commits as u64, "commit"),
             r.remote
         )
     } else if r.sent_views {
