@@ -1257,3 +1257,43 @@ fn a_ref_file_planted_past_any_size_memvault_writes_is_refused_unread() {
     let r = v.one(serde_json::json!({"command": "view", "path": "/memories/a.md"}));
     assert_eq!(r["is_error"], false, "{r}");
 }
+
+/// Round 41d: `memvault/keys-garbage` (the key states an erasure replaced,
+/// for its prune) is a plain file. Main's commits listed in it made a
+/// purge delete them, loose, for good: every later write was refused as
+/// damage. Now only key-state commits of this vault (its MAC, a key-state
+/// header) and what they alone reach are pruned.
+#[test]
+fn a_planted_garbage_list_does_not_make_an_erasure_delete_history() {
+    let t = TestVault::new();
+    for i in 0..3 {
+        let r = t.one(json!({"command": "create", "path": format!("/memories/n{i}.md"), "file_text": format!("note {i}\n")}));
+        assert!(!is_error(&r), "{r}");
+    }
+    let out = git(&t.vault, &["rev-list", "refs/heads/main"]);
+    assert!(out.status.success());
+    let main_commits = String::from_utf8(out.stdout).unwrap();
+    assert!(main_commits.lines().count() >= 4, "{main_commits}");
+    std::fs::write(t.vault.join("memvault/keys-garbage"), &main_commits).unwrap();
+    let out = t.cmd().args(["purge", "/memories/n2.md"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for id in main_commits.lines() {
+        let o = git(&t.vault, &["cat-file", "-e", id]);
+        assert!(o.status.success(), "main's commit {id} was deleted");
+    }
+    let out = t.cmd().arg("verify").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let r =
+        t.one(json!({"command": "create", "path": "/memories/after.md", "file_text": "after\n"}));
+    assert!(!is_error(&r), "{r}");
+    let r = t.one(json!({"command": "view", "path": "/memories/n0.md"}));
+    assert!(text(&r).contains("note 0"), "{r}");
+}

@@ -580,12 +580,16 @@ impl Vault {
         // ones, and every sealed blob has a random nonce, so nothing else
         // is shared; deleting the empty tree broke main (`git fsck`).
         live.insert(Oid::from_str(EMPTY_TREE).expect("a valid id"));
+        // The list is a plain file: whoever can write the vault directory
+        // can write it (round 41d listed main's commits in it, and a purge
+        // deleted them). Only key-state commits of this vault (its MAC, a
+        // key-state header) and what they alone reach are ever deleted.
         let mut doomed = HashSet::new();
         for line in text.lines() {
             if let Ok(id) = Oid::from_str(line.trim())
                 && id != current
             {
-                self.collect_objects(id, &mut doomed);
+                self.collect_key_state_objects(id, &mut doomed);
             }
         }
         let mut removed = swept;
@@ -613,12 +617,28 @@ impl Vault {
     /// parents, see `keys`), their trees and everything below (best
     /// effort: objects already gone are skipped).
     fn collect_objects(&self, commit: Oid, out: &mut HashSet<Oid>) {
+        self.collect_from(commit, out, false);
+    }
+
+    /// The same, for a commit named by the garbage list: only commits that
+    /// are key states of this vault (its MAC and a key-state header) are
+    /// taken, each one checked, and the walk stops at any other.
+    fn collect_key_state_objects(&self, commit: Oid, out: &mut HashSet<Oid>) {
+        self.collect_from(commit, out, true);
+    }
+
+    fn collect_from(&self, commit: Oid, out: &mut HashSet<Oid>, checked: bool) {
+        let is_key_state = |id: Oid| {
+            crate::vault::keys::verify_commit_mac(&self.repo, &self.keys, id)
+                && crate::vault::keys::read_header(&self.repo, id).is_ok()
+        };
         let mut commits = vec![commit];
         let mut stack = Vec::new();
         while let Some(id) = commits.pop() {
-            if !out.insert(id) {
+            if out.contains(&id) || (checked && !is_key_state(id)) {
                 continue;
             }
+            out.insert(id);
             if let Ok(c) = crate::vault::objects::find_commit(&self.repo, id) {
                 stack.push(c.tree_id());
                 commits.extend(c.parent_ids());
