@@ -1297,3 +1297,43 @@ fn a_planted_garbage_list_does_not_make_an_erasure_delete_history() {
     let r = t.one(json!({"command": "view", "path": "/memories/n0.md"}));
     assert!(text(&r).contains("note 0"), "{r}");
 }
+
+/// Round 41d: a `commondir` file planted in the vault made libgit2 read
+/// and write the refs in the directory it names (another vault's refs
+/// were read; a FIFO there hung every command). Refused at open, nothing
+/// read or written elsewhere.
+#[test]
+fn a_planted_commondir_or_gitdir_is_refused() {
+    let t = TestVault::new();
+    let r = t.one(json!({"command": "create", "path": "/memories/a.md", "file_text": "a\n"}));
+    assert!(!is_error(&r), "{r}");
+    let elsewhere = t.tmp.path().join("elsewhere");
+    copy_dir(&t.vault, &elsewhere);
+    for name in ["commondir", "gitdir"] {
+        std::fs::write(t.vault.join(name), format!("{}\n", elsewhere.display())).unwrap();
+        for args in [
+            &["exec", r#"{"command":"view","path":"/memories/a.md"}"#][..],
+            &[
+                "exec",
+                r#"{"command":"create","path":"/memories/b.md","file_text":"b"}"#,
+            ][..],
+            &["verify"][..],
+        ] {
+            let out = run_bounded(t.cmd().args(args), "", std::time::Duration::from_secs(60))
+                .expect("ended");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{name} {args:?}: {err}");
+            assert!(
+                err.contains(name) && err.contains("remove it"),
+                "{name} {args:?}: {err}"
+            );
+        }
+        std::fs::remove_file(t.vault.join(name)).unwrap();
+    }
+    let main_there = git(&elsewhere, &["rev-parse", "refs/heads/main"]).stdout;
+    let main_here = git(&t.vault, &["rev-parse", "refs/heads/main"]).stdout;
+    assert_eq!(main_there, main_here, "nothing was written elsewhere");
+    let r = t.one(json!({"command": "view", "path": "/memories"}));
+    assert!(!text(&r).contains("b.md"), "{r}");
+    assert!(t.cmd().arg("verify").output().unwrap().status.success());
+}

@@ -113,6 +113,10 @@ pub enum Unsafe {
     Config(String),
     #[error("{0} is larger than memvault ever writes it (over {1})")]
     TooLarge(String, &'static str),
+    #[error(
+        "{0} would make git read and write the vault's refs in another directory (memvault never writes it; someone planted it): remove it"
+    )]
+    Planted(String),
 }
 
 /// An `O_NOFOLLOW` open that met a link.
@@ -371,6 +375,16 @@ pub(crate) fn check_vault(dir: &Path) -> Result<(), Unsafe> {
 /// checked with the state files): small, and the config holds only what
 /// memvault writes (see [`CONFIG_KEYS`]).
 fn check_git_files(dir: &Path) -> Result<(), Unsafe> {
+    // libgit2 takes a repository holding `commondir` (and `gitdir`) for a
+    // worktree: its refs are then read from, and written to, the
+    // directory that file names, which nothing here checks (round 41d:
+    // refs from another vault, writes landing outside, a FIFO there
+    // hanging every command).
+    for name in ["commondir", "gitdir"] {
+        if fs::symlink_metadata(dir.join(name)).is_ok() {
+            return Err(Unsafe::Planted(name.to_string()));
+        }
+    }
     // The refs' loose files too, which libgit2 reads whole (a sparse file
     // of a GiB there cost a GiB of memory and seconds at every open), and
     // `packed-refs`, which holds a line per ref.
