@@ -520,6 +520,46 @@ impl Scratch {
         Ok(ids)
     }
 
+    /// `git cat-file MODE` over `ids`, written to its input by a thread
+    /// (so that its output is read while it takes them): the child, that
+    /// thread, and the child's output.
+    fn cat_file(
+        &self,
+        mode: &str,
+        ids: &[Oid],
+        stderr: Stdio,
+    ) -> Result<
+        (
+            std::process::Child,
+            std::thread::JoinHandle<()>,
+            std::process::ChildStdout,
+        ),
+        SyncError,
+    > {
+        let mut c = self.git();
+        c.args(["cat-file", mode])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr);
+        let mut child = c.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => SyncError::NoGit,
+            _ => local_io(e),
+        })?;
+        let mut stdin = child.stdin.take().expect("piped");
+        let list: Vec<Oid> = ids.to_vec();
+        let writer = std::thread::spawn(move || {
+            let mut w = std::io::BufWriter::new(&mut stdin);
+            for id in list {
+                if writeln!(w, "{id}").is_err() {
+                    return;
+                }
+            }
+            let _ = w.flush();
+        });
+        let stdout = child.stdout.take().expect("piped");
+        Ok((child, writer, stdout))
+    }
+
     /// The commits among `ids`, with their sizes (`git cat-file
     /// --batch-check`: kinds and sizes, no content): read and checked
     /// first, so that a remote that plants a huge object under a commit
@@ -533,26 +573,8 @@ impl Scratch {
         if ids.is_empty() {
             return Ok(commits);
         }
-        let mut c = self.git();
-        c.args(["cat-file", "--batch-check"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        let mut child = c.spawn().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => SyncError::NoGit,
-            _ => local_io(e),
-        })?;
-        let mut stdin = child.stdin.take().expect("piped");
-        let list: Vec<Oid> = ids.to_vec();
-        let writer = std::thread::spawn(move || {
-            let mut w = std::io::BufWriter::new(&mut stdin);
-            for id in list {
-                if writeln!(w, "{id}").is_err() {
-                    break;
-                }
-            }
-        });
-        let reader = BufReader::new(child.stdout.take().expect("piped"));
+        let (mut child, writer, stdout) = self.cat_file("--batch-check", ids, Stdio::null())?;
+        let reader = BufReader::new(stdout);
         let mut lines = 0usize;
         let read = (|| -> std::io::Result<()> {
             for line in reader.lines() {
@@ -610,24 +632,8 @@ impl Scratch {
             remote: remote.to_string(),
             what: what.to_string(),
         };
-        let mut c = self.git();
-        c.args(["cat-file", "--batch"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = c.spawn().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => SyncError::NoGit,
-            _ => local_io(e),
-        })?;
-        let mut stdin = child.stdin.take().expect("piped");
-        let list: Vec<u8> = ids
-            .iter()
-            .flat_map(|id| format!("{id}\n").into_bytes())
-            .collect();
-        let writer = std::thread::spawn(move || {
-            let _ = stdin.write_all(&list);
-        });
-        let mut reader = BufReader::with_capacity(1 << 16, child.stdout.take().expect("piped"));
+        let (mut child, writer, stdout) = self.cat_file("--batch", ids, Stdio::piped())?;
+        let mut reader = BufReader::with_capacity(1 << 16, stdout);
         let mut objects = Vec::with_capacity(ids.len());
         let mut total = 0u64;
         let result = (|| {

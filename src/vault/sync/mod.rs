@@ -303,7 +303,7 @@ impl Vault {
         remotes::check_name(name)?;
         remotes::check_no_secret(url)?;
         let url = git::absolute_url(url)?;
-        if git::local_dir(&url).is_some_and(|d| git::is_vault_dir(&d)) {
+        if names_a_vault_dir(&url) {
             return Err(SyncError::VaultAsRemote {
                 remote: name.into(),
             }
